@@ -1,0 +1,96 @@
+#pragma once
+/// @file communicator.hpp
+/// Collectives between ranks: broadcast of the query batch, all-gather of candidates, and a
+/// collective status check that carries one rank's error to every rank.
+///
+/// Implementations: MPI (host buffers; device buffers staged through pinned host memory by the
+/// caller) and NCCL (device buffers, ordered on the CUDA engine's stream). Every collective
+/// completes within `timeout_s` or throws `CommTimeout` naming this rank and the collective;
+/// after a timeout the communicator is unusable and the job must end (see `abort_job`).
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "shardtopk/engine.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/types.hpp"
+
+namespace shardtopk {
+
+/// A collective that did not finish in time or failed; the communicator cannot be reused.
+class CommError : public Error {
+ public:
+  explicit CommError(const std::string& what) : Error(what) {}
+};
+
+/// Thrown on every rank by `check()` when some rank reported a failure. `what()` holds each
+/// failing rank's message prefixed with "rank R: ".
+class RemoteError : public Error {
+ public:
+  RemoteError(const std::string& what, bool local) : Error(what), local_(local) {}
+  /// True when this rank was among the failing ones.
+  bool local() const { return local_; }
+
+ private:
+  bool local_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;  ///< "mpi" or "nccl"
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// Ranks on this node and this rank's index among them (for GPU selection).
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  /// Memory space this communicator's data collectives operate on.
+  virtual MemSpace space() const = 0;
+
+  /// Broadcast `bytes` from `root` into `buf` on every rank.
+  virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
+  /// All-gather: every rank contributes `bytes` from `send`; `recv` receives world_size × bytes,
+  /// rank r's block at offset r × bytes.
+  virtual void allgather(const void* send, void* recv, std::size_t bytes) = 0;
+
+  /// Collective status check over the host (always MPI underneath): every rank says whether
+  /// it succeeded; if any failed, every rank throws RemoteError carrying the failing ranks'
+  /// messages. Returns normally only when all ranks succeeded.
+  virtual void check(bool ok, const std::string& message) = 0;
+
+  virtual void barrier() = 0;
+  virtual double timeout_s() const = 0;
+};
+
+/// MPI_COMM_WORLD-based communicator. Requires MPI to be initialised (see MpiSession).
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s);
+
+/// NCCL communicator over the same ranks, its collectives ordered on `cuda_stream` (the CUDA
+/// engine's stream). The ncclUniqueId travels from rank 0 by MPI_Bcast. Uses `host` for
+/// check()/barrier(). @throws Error when built without NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, void* cuda_stream,
+                                                     int device, double timeout_s);
+
+/// True when shardtopk was compiled with NCCL.
+bool built_with_nccl();
+
+/// RAII MPI_Init_thread / MPI_Finalize. Safe to construct when MPI is already initialised.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const;
+  int world_size() const;
+
+ private:
+  bool owns_ = false;
+};
+
+/// End every rank of the job now with `exit_code` (MPI_Abort). For errors after which a
+/// collective cannot complete (a dead or stalled peer).
+[[noreturn]] void abort_job(int exit_code);
+
+}  // namespace shardtopk

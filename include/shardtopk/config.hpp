@@ -1,0 +1,78 @@
+#pragma once
+/// @file config.hpp
+/// YAML configuration → validated struct.
+///
+/// Keys (all optional except corpus.path):
+/// | key                 | type   | default                         | allowed                         |
+/// |---------------------|--------|---------------------------------|---------------------------------|
+/// | corpus.path         | string | (required)                      | an HDF5 file                    |
+/// | corpus.dataset      | string | train                           | dataset path, e.g. emb/vectors  |
+/// | corpus.ids_dataset  | string | "" (ids = row positions)        | int64 [N], unique               |
+/// | search.metric       | string | from file attr `distance`, else inner_product | inner_product, cosine, l2 |
+/// | search.k_max        | int    | 1024                            | 1 .. 1048576                    |
+/// | search.batch_max    | int    | 64                              | 1 .. 1048576                    |
+/// | engine.backend      | string | auto                            | auto, cpu, cuda                 |
+/// | engine.dtype        | string | float32                         | float32, float16, bfloat16      |
+/// | engine.threads      | int    | 0 (= cores ÷ ranks on the node) | 0 .. 4096                       |
+/// | engine.read_chunk_rows | int | 65536                           | 1 .. 2^31                       |
+/// | comm.backend        | string | auto                            | auto, mpi, nccl                 |
+/// | comm.timeout_s      | number | 60                              | > 0                             |
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardtopk/types.hpp"
+
+namespace shardtopk {
+
+struct CorpusConfig {
+  std::string path;
+  std::string dataset = "train";
+  std::string ids_dataset;  ///< empty: global id = row position
+};
+
+struct SearchConfig {
+  std::optional<Metric> metric;  ///< unset: taken from the corpus file (`distance` attribute)
+  int k_max = 1024;
+  int batch_max = 64;
+};
+
+struct EngineConfig {
+  EngineBackend backend = EngineBackend::kAuto;
+  Dtype dtype = Dtype::kFloat32;
+  int threads = 0;  ///< 0: hardware cores ÷ ranks on this node
+  long long read_chunk_rows = 65536;
+};
+
+struct CommConfig {
+  CommBackend backend = CommBackend::kAuto;
+  double timeout_s = 60.0;
+};
+
+struct Config {
+  CorpusConfig corpus;
+  SearchConfig search;
+  EngineConfig engine;
+  CommConfig comm;
+  std::string source;  ///< where it came from (file name or "<string>"), for messages
+};
+
+/// Parse YAML text. Unknown keys, wrong types and out-of-range values throw Error naming the
+/// key, the value and what is allowed. `source` names the text in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source = "<string>");
+
+/// Read and parse a YAML file. @throws Error when unreadable or invalid.
+Config load_config(const std::string& path);
+
+/// Apply one `key=value` override (same keys and checks as the file), e.g. "search.k_max=100".
+/// @throws Error naming the key and value.
+void apply_override(Config& cfg, const std::string& key_equals_value);
+
+/// Validate cross-field constraints (e.g. corpus.path set). @throws Error.
+void validate(const Config& cfg);
+
+/// Render the config as YAML (for logs and result attributes).
+std::string to_yaml(const Config& cfg);
+
+}  // namespace shardtopk

@@ -1,0 +1,115 @@
+#pragma once
+/// @file corpus_io.hpp
+/// HDF5 reading of one rank's rows, inspection, and writing of corpora and results.
+///
+/// Every HDF5 call is checked; errors throw shardtopk::Error naming the file, the dataset and
+/// the failing call. The HDF5 library's own error stack printing is switched off.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardtopk/shard_plan.hpp"
+
+namespace shardtopk {
+
+/// Shape and type of one dataset.
+struct DatasetInfo {
+  std::string name;                ///< full path inside the file, without the leading '/'
+  std::vector<std::int64_t> dims;  ///< e.g. {N, D}
+  std::string dtype;               ///< float16|float32|float64|int8..int64|uint8..uint64|string|other
+  bool is_float = false;
+  bool chunked = false;
+  std::string filters;  ///< e.g. "deflate(4)", empty when none
+};
+
+/// Everything `shardtopk info` prints.
+struct FileInfo {
+  std::string path;
+  std::vector<DatasetInfo> datasets;            ///< every dataset, depth first
+  std::map<std::string, std::string> attributes;  ///< root attributes rendered as text
+};
+
+/// Row-major float32 matrix on the host: `data` is [rows, cols].
+struct HostMatrix {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::vector<float> data;
+};
+
+/// Called as (rows_done, rows_total) after each chunk.
+using ReadProgress = std::function<void(std::int64_t, std::int64_t)>;
+
+/// List datasets and root attributes. @throws Error when the file cannot be opened as HDF5.
+FileInfo inspect_file(const std::string& path);
+
+/// Shape and type of one dataset. @throws Error naming the datasets present when it is missing.
+DatasetInfo inspect_dataset(const std::string& path, const std::string& dataset);
+
+/// A root string attribute (e.g. ann-benchmarks' `distance`), or "" when absent.
+std::string read_string_attribute(const std::string& path, const std::string& name);
+
+/// Read rows [range.lo, range.hi) of a 2-D floating-point dataset (float16/32/64, contiguous
+/// or chunked/compressed) as float32 through HDF5 hyperslabs, `chunk_rows` rows at a time, so
+/// host memory stays near the slice size. Every value must be finite.
+/// @param label  what the rows are called in messages ("corpus row", "query").
+/// @param id_offset  added to the row index in messages (global row numbering).
+/// @throws Error on a missing dataset (listing those present), a rank other than 2, a
+///   non-float dtype, a range outside the dataset, a read failure, or a NaN/Inf value
+///   (naming the global row and column).
+HostMatrix read_rows(const std::string& path, const std::string& dataset, RowRange range,
+                     std::int64_t chunk_rows = 65536, const ReadProgress& progress = {},
+                     const std::string& label = "row");
+
+/// Read a whole 2-D float dataset (e.g. queries). Same checks as read_rows.
+HostMatrix read_matrix(const std::string& path, const std::string& dataset,
+                       const std::string& label = "row");
+
+/// Read a 1-D integer dataset as int64 (e.g. `ids`). @throws Error on shape or type mismatch.
+std::vector<std::int64_t> read_int64_vector(const std::string& path, const std::string& dataset);
+
+/// Read a 2-D integer dataset as int64 [rows, cols] (e.g. ann-benchmarks `neighbors`).
+std::vector<std::int64_t> read_int64_matrix(const std::string& path, const std::string& dataset,
+                                            std::int64_t* rows, std::int64_t* cols);
+
+/// Creates (truncates) an HDF5 file and writes datasets and attributes into it.
+class H5Writer {
+ public:
+  /// @throws Error when the file cannot be created.
+  explicit H5Writer(const std::string& path);
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+
+  /// Write float32 [rows, cols] (cols = 0: a 1-D dataset of `rows`). Intermediate groups are
+  /// created. `chunk_rows` > 0 writes a chunked, deflate-compressed dataset.
+  void write_f32(const std::string& name, const float* data, std::int64_t rows, std::int64_t cols,
+                 std::int64_t chunk_rows = 0);
+  /// Write float32 values stored as IEEE half precision (float16) [rows, cols].
+  void write_f16(const std::string& name, const float* data, std::int64_t rows, std::int64_t cols);
+  void write_f64(const std::string& name, const double* data, std::int64_t rows, std::int64_t cols);
+  void write_i64(const std::string& name, const std::int64_t* data, std::int64_t rows,
+                 std::int64_t cols);
+  void write_i32(const std::string& name, const std::int32_t* data, std::int64_t rows,
+                 std::int64_t cols);
+  void write_u8(const std::string& name, const std::uint8_t* data, std::int64_t rows,
+                std::int64_t cols);
+  /// Variable-length UTF-8 strings [n].
+  void write_strings(const std::string& name, const std::vector<std::string>& values);
+
+  /// Root attributes.
+  void set_attr(const std::string& name, const std::string& value);
+  void set_attr(const std::string& name, std::int64_t value);
+  void set_attr(const std::string& name, double value);
+
+  /// Flush and close (also done by the destructor, which never throws).
+  void close();
+
+ private:
+  long long file_ = -1;  // hid_t, kept opaque so this header needs no hdf5.h
+  std::string path_;
+};
+
+}  // namespace shardtopk

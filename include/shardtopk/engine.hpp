@@ -1,0 +1,128 @@
+#pragma once
+/// @file engine.hpp
+/// A resident shard that scores query batches and selects a local top-k.
+///
+/// Engines know nothing of MPI or NCCL. An engine lives in one memory space (host for the CPU
+/// engine, device for the CUDA engine); every pointer it takes or returns in `search`/`merge`
+/// lives in that space. All buffers an engine needs are allocated at construction from the
+/// limits in `EngineLimits` (DESIGN.md invariant 5): a search allocates nothing.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtopk/ordering.hpp"
+#include "shardtopk/types.hpp"
+
+namespace shardtopk {
+
+enum class MemSpace { kHost, kDevice };
+
+/// A rank's rows, float32 on the host, ready for upload. For cosine the rows are already
+/// L2-normalised (see `normalize_rows`). `ids` are the global ids of the rows.
+struct ShardInput {
+  const float* data = nullptr;  ///< [rows, dim], row-major
+  std::int64_t rows = 0;
+  std::int64_t dim = 0;
+  const std::int64_t* ids = nullptr;  ///< [rows]
+};
+
+/// Sizes fixed at start-up.
+struct EngineLimits {
+  int batch_max = 64;
+  int k_max = 1024;
+  int world_size = 1;  ///< sizes the gathered-candidates buffer [world_size, batch_max, k_max]
+};
+
+/// Host↔device traffic counters (bytes), for tests of the data path.
+struct TransferCounters {
+  std::uint64_t host_to_device = 0;
+  std::uint64_t device_to_host = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual std::string name() const = 0;  ///< "cpu" or "cuda"
+  virtual MemSpace space() const = 0;
+  virtual Metric metric() const = 0;
+  virtual Dtype dtype() const = 0;
+  virtual std::int64_t rows() const = 0;
+  virtual std::int64_t dim() const = 0;
+
+  /// Buffers allocated at start-up in this engine's space:
+  /// queries [batch_max, dim] float32; local candidates [batch_max, k_max];
+  /// gathered candidates [world_size, batch_max, k_max]; merged [batch_max, k_max].
+  virtual float* query_buffer() = 0;
+  virtual Candidate* local_buffer() = 0;
+  virtual Candidate* gathered_buffer() = 0;
+  virtual Candidate* merged_buffer() = 0;
+
+  /// Normalise queries [batch, dim] in place for cosine (no-op for other metrics), with the
+  /// exact arithmetic of `normalize_rows`, so host and device paths give identical bits.
+  /// @throws Error naming the query when its norm is zero.
+  virtual void prepare_queries(float* queries, int batch) = 0;
+
+  /// Score queries [batch, dim] against the shard and write the local top-k to out [batch, k],
+  /// best first by the ordering rule, padded with pad_candidate() when rows < k. Scores are
+  /// ranking scores (l2: negated squared distance). Deterministic: a (query, row) score does
+  /// not depend on the batch, the thread count or the shard boundaries.
+  virtual void search(const float* queries, int batch, int k, Candidate* out) = 0;
+
+  /// Merge `parts` lists [parts, batch, k] into out [batch, k] with the ordering rule.
+  virtual void merge(const Candidate* lists, int parts, int batch, int k, Candidate* out) = 0;
+
+  /// Copy between this engine's space and the host (plain memcpy for the CPU engine). Counted
+  /// in transfer_counters(). Ordered on the engine's stream; returns when the copy is done.
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
+  /// Copy within the engine's space (e.g. a caller's device query buffer into query_buffer()).
+  virtual void copy_within(void* dst, const void* src, std::size_t bytes) = 0;
+
+  /// Wait for all work queued on the engine's stream (no-op on the CPU).
+  virtual void synchronize() = 0;
+  /// The engine's cudaStream_t as void* (nullptr for the CPU engine).
+  virtual void* stream() = 0;
+
+  virtual TransferCounters transfer_counters() const = 0;
+  virtual void reset_transfer_counters() = 0;
+
+  /// Bytes the engine holds in its own space (shard + workspace).
+  virtual std::uint64_t resident_bytes() const = 0;
+};
+
+/// The CPU engine: AVX2/FMA scoring when the processor has it (a portable path with the same
+/// arithmetic order otherwise), `threads` worker threads (0 = hardware concurrency).
+std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype,
+                                        int threads, const EngineLimits& limits);
+
+/// The CUDA engine on device `device`. @throws Error when shardtopk was built without CUDA,
+/// when the device does not exist, or when the shard does not fit (bytes needed and free).
+std::unique_ptr<Engine> make_cuda_engine(const ShardInput& shard, Metric metric, Dtype dtype,
+                                         int device, const EngineLimits& limits);
+
+/// True when built with CUDA and at least one GPU is visible.
+bool cuda_available();
+/// Number of visible GPUs (0 when built without CUDA or none visible).
+int cuda_device_count();
+/// True when shardtopk was compiled with CUDA support.
+bool built_with_cuda();
+
+/// Free and total memory of GPU `device` in bytes. Returns false when built without CUDA or the
+/// device does not exist.
+bool cuda_device_memory(int device, std::uint64_t* free_bytes, std::uint64_t* total_bytes);
+
+/// Bytes the CUDA engine will allocate on its device for a shard (shard storage + workspace).
+std::uint64_t cuda_engine_device_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype,
+                                       const EngineLimits& limits);
+
+/// L2-normalise rows [rows, dim] in place: norm = sqrt(Σ x² in float64, in index order), then
+/// x ← float(x · (1 / norm)) in float64. Used for corpus rows at ingest and for host queries;
+/// the CUDA engine's device query normalisation does the same arithmetic.
+/// @throws Error naming `label` and row (first_row + i) when a norm is zero.
+void normalize_rows(float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row,
+                    const char* label);
+
+}  // namespace shardtopk

@@ -1,0 +1,308 @@
+#include "cli_commands.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "log.hpp"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/results.hpp"
+
+namespace shardtopk::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+Config load_with_overrides(const std::string& path, const std::vector<std::string>& overrides) {
+  Config cfg = load_config(path);
+  for (const auto& kv : overrides) apply_override(cfg, kv);
+  validate(cfg);
+  return cfg;
+}
+
+}  // namespace
+
+int run_search(const SearchArgs& a, int* argc, char*** argv) {
+  MpiSession mpi(argc, argv);
+  const int rank = mpi.rank();
+  init_logging(rank, mpi.world_size());
+  try {
+    Config cfg;
+    try {
+      cfg = load_with_overrides(a.config, a.overrides);
+    } catch (const Error& e) {
+      // The config is the same file on every rank, so every rank fails alike; rank 0 speaks.
+      if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+      return 1;
+    }
+    ShardedIndex index(cfg);
+    const std::int64_t dim = index.dim();
+
+    // Rank 0 reads the queries; a bad file or a bad query stops every rank.
+    HostMatrix q;
+    std::int64_t nq = 0;
+    bool ok = true;
+    std::string msg;
+    if (rank == 0) {
+      try {
+        SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " must be >= 1");
+        q = read_matrix(a.queries, a.queries_dataset, "query");
+        SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
+                          dim);
+        nq = q.rows;
+        if (a.max_queries >= 0) nq = std::min(nq, a.max_queries);
+        if (index.metric() == Metric::kCosine) {
+          // name the query index of a zero-norm query before any batch starts
+          for (std::int64_t i = 0; i < nq; ++i) {
+            bool zero = true;
+            for (std::int64_t d = 0; d < dim && zero; ++d) zero = q.data[i * dim + d] == 0.0f;
+            SHARDTOPK_EXPECTS(!zero, "'", a.queries, "': query ", i, " has zero norm (cosine needs a direction)");
+          }
+        }
+      } catch (const std::exception& e) {
+        ok = false;
+        msg = e.what();
+      }
+    }
+    index.host_comm().check(ok, msg);
+    index.host_comm().broadcast(&nq, sizeof nq, 0);
+
+    const int batch_max = a.batch > 0 ? std::min(a.batch, cfg.search.batch_max) : cfg.search.batch_max;
+    std::vector<std::int64_t> ids(rank == 0 ? static_cast<size_t>(nq * a.k) : 0);
+    std::vector<float> scores(ids.size());
+    std::vector<double> batch_ms;
+    if (rank == 0) spdlog::info("searching {} queries, k={}, batches of {}", nq, a.k, batch_max);
+    const auto t0 = Clock::now();
+    auto last_log = t0;
+    for (std::int64_t b0 = 0; b0 < nq; b0 += batch_max) {
+      const int b = static_cast<int>(std::min<std::int64_t>(batch_max, nq - b0));
+      const auto tb = Clock::now();
+      try {
+        index.search(rank == 0 ? q.data.data() + b0 * dim : nullptr, b, a.k, rank == 0 ? ids.data() + b0 * a.k : nullptr,
+                     rank == 0 ? scores.data() + b0 * a.k : nullptr);
+      } catch (const RemoteError&) {
+        throw;
+      } catch (const CommError&) {
+        throw;
+      } catch (const Error& e) {
+        // rank 0 rejected the batch: name the query by its index in the file
+        throw RemoteError(std::string("queries [") + std::to_string(b0) + ", " + std::to_string(b0 + b) +
+                              "): " + e.what(),
+                          rank == 0);
+      }
+      batch_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - tb).count());
+      if (rank == 0 && std::chrono::duration<double>(Clock::now() - last_log).count() > 2.0) {
+        last_log = Clock::now();
+        spdlog::info("searched {}/{} queries", b0 + b, nq);
+      }
+    }
+    const double search_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+    if (rank == 0) {
+      const IngestStats& st = index.ingest_stats();
+      const double qps = search_s > 0 ? static_cast<double>(nq) / search_s : 0;
+      nlohmann::json j = {
+          {"corpus", cfg.corpus.path},
+          {"rows", index.total_rows()},
+          {"dim", dim},
+          {"metric", to_string(index.metric())},
+          {"world_size", index.world_size()},
+          {"engine", index.engine().name()},
+          {"comm", index.data_comm().name()},
+          {"dtype", to_string(index.engine().dtype())},
+          {"threads_per_rank", cfg.engine.threads > 0 ? cfg.engine.threads : resolve_threads(cfg, index.host_comm().local_size())},
+          {"queries", nq},
+          {"k", a.k},
+          {"batch", batch_max},
+          {"batches", batch_ms.size()},
+          {"ingest_s", st.total_s},
+          {"read_s_rank0", st.read_s},
+          {"upload_s_rank0", st.upload_s},
+          {"search_s", search_s},
+          {"qps", qps},
+          {"batch_ms_p50", percentile(batch_ms, 50)},
+          {"batch_ms_p99", percentile(batch_ms, 99)},
+          {"batch_ms_mean", batch_ms.empty() ? 0.0 : search_s * 1000.0 / static_cast<double>(batch_ms.size())},
+          {"resident_bytes_rank0", st.engine_resident_bytes},
+      };
+      std::printf("ingest %.2f s | %lld queries, k=%d, %zu batches of <=%d | batch ms p50 %.3f p99 %.3f | QPS %.1f | "
+                  "%s/%s, %d rank(s)\n",
+                  st.total_s, static_cast<long long>(nq), a.k, batch_ms.size(), batch_max, percentile(batch_ms, 50),
+                  percentile(batch_ms, 99), qps, index.engine().name().c_str(), index.data_comm().name().c_str(),
+                  index.world_size());
+      if (!a.timings_json.empty()) {
+        std::ofstream out(a.timings_json);
+        SHARDTOPK_EXPECTS(out.good(), "cannot write '", a.timings_json, "'");
+        out << j.dump(2) << "\n";
+      }
+      if (!a.out.empty()) {
+        ResultMeta m;
+        m.metric = index.metric();
+        m.k = a.k;
+        m.world_size = index.world_size();
+        m.engine = index.engine().name();
+        m.comm = index.data_comm().name();
+        m.dtype = index.engine().dtype();
+        m.corpus_path = cfg.corpus.path;
+        m.corpus_dataset = cfg.corpus.dataset;
+        m.corpus_rows = index.total_rows();
+        m.corpus_dim = dim;
+        m.queries_path = a.queries;
+        m.queries_dataset = a.queries_dataset;
+        write_results(a.out, m, ids, scores, nq);
+        spdlog::info("wrote {} ([{} x {}] ids and scores)", a.out, nq, a.k);
+      }
+    }
+    return 0;
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    abort_job(2);
+  } catch (const RemoteError& e) {
+    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    // Not a collective failure: this rank alone knows; end every rank so none waits forever.
+    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
+    abort_job(1);
+  }
+}
+
+int run_info(const std::string& path, bool json) {
+  const FileInfo fi = inspect_file(path);
+  if (json) {
+    nlohmann::json j;
+    j["path"] = fi.path;
+    for (const auto& d : fi.datasets)
+      j["datasets"].push_back({{"name", d.name}, {"shape", d.dims}, {"dtype", d.dtype}, {"chunked", d.chunked},
+                               {"filters", d.filters}});
+    for (const auto& kv : fi.attributes) j["attributes"][kv.first] = kv.second;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%s\n", fi.path.c_str());
+  std::printf("  %-28s %-20s %-9s %s\n", "dataset", "shape", "dtype", "layout");
+  for (const auto& d : fi.datasets) {
+    std::string shape = "[";
+    for (size_t i = 0; i < d.dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(d.dims[i]);
+    shape += "]";
+    std::string layout = d.chunked ? "chunked" : "contiguous";
+    if (!d.filters.empty()) layout += " " + d.filters;
+    std::printf("  %-28s %-20s %-9s %s\n", d.name.c_str(), shape.c_str(), d.dtype.c_str(), layout.c_str());
+  }
+  if (!fi.attributes.empty()) {
+    std::printf("  attributes:\n");
+    for (const auto& kv : fi.attributes) std::printf("    %s = %s\n", kv.first.c_str(), kv.second.c_str());
+  }
+  return 0;
+}
+
+int run_eval(const EvalArgs& a) {
+  const EvalReport r = evaluate(a.results, a.truth);
+  std::printf("%lld queries, K=%d, metric %s (tie-tolerant, eps = 1e-5*(max(|best|,|kth|)+1))\n",
+              static_cast<long long>(r.queries), r.k, r.metric.c_str());
+  nlohmann::json j = {{"queries", r.queries}, {"k", r.k}, {"metric", r.metric}, {"near_tie_swaps", r.near_tie_swaps},
+                      {"misses", r.misses}};
+  for (const auto& kv : r.recall) {
+    std::printf("  recall@%-4d %.4f\n", kv.first, kv.second);
+    j["recall@" + std::to_string(kv.first)] = kv.second;
+  }
+  std::printf("  near-tie swaps (id differs from the truth, score within eps): %lld; misses at K: %lld\n",
+              static_cast<long long>(r.near_tie_swaps), static_cast<long long>(r.misses));
+  if (a.show > 0) {
+    // Show a few answers with their class labels (Fashion-MNIST) or words (GloVe).
+    std::int64_t nq = 0, k = 0;
+    const auto ids = read_int64_matrix(a.results, "ids", &nq, &k);
+    const FileInfo fi = inspect_file(a.truth);
+    auto has = [&](const std::string& n) {
+      return std::any_of(fi.datasets.begin(), fi.datasets.end(), [&](const DatasetInfo& d) { return d.name == n; });
+    };
+    static const char* kFashion[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                     "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+    std::vector<std::int64_t> train_lab, test_lab;
+    if (has("train_labels") && has("test_labels")) {
+      train_lab = read_int64_vector(a.truth, "train_labels");
+      test_lab = read_int64_vector(a.truth, "test_labels");
+    }
+    auto label = [&](const std::vector<std::int64_t>& lab, std::int64_t i) -> std::string {
+      if (i < 0 || i >= static_cast<std::int64_t>(lab.size())) return "?";
+      const auto v = lab[i];
+      return v >= 0 && v < 10 ? kFashion[v] : std::to_string(v);
+    };
+    const int shown_k = static_cast<int>(std::min<std::int64_t>(k, 5));
+    for (std::int64_t qi = 0; qi < std::min<std::int64_t>(a.show, nq); ++qi) {
+      std::printf("  query %lld", static_cast<long long>(qi));
+      if (!test_lab.empty()) std::printf(" (%s)", label(test_lab, qi).c_str());
+      std::printf(" ->");
+      for (int j2 = 0; j2 < shown_k; ++j2) {
+        const auto id = ids[qi * k + j2];
+        std::printf(" %lld", static_cast<long long>(id));
+        if (!train_lab.empty()) std::printf(" (%s)", label(train_lab, id).c_str());
+      }
+      std::printf("\n");
+    }
+  }
+  if (!a.json_out.empty()) {
+    std::ofstream out(a.json_out);
+    SHARDTOPK_EXPECTS(out.good(), "cannot write '", a.json_out, "'");
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int run_plan(const PlanArgs& a) {
+  Config cfg = load_with_overrides(a.config, a.overrides);
+  const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+  SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name, "' must be 2-D");
+  const std::int64_t n = info.dims[0], dim = info.dims[1];
+  const int per_node = a.ranks_per_node > 0 ? a.ranks_per_node : a.ranks;
+  const int ngpu = cuda_device_count();
+  const bool use_gpu = cfg.engine.backend == EngineBackend::kCuda ||
+                       (cfg.engine.backend == EngineBackend::kAuto && ngpu > 0);
+  EngineLimits lim{cfg.search.batch_max, cfg.search.k_max, a.ranks};
+  std::printf("corpus %s '%s' [%lld x %lld], %s storage, %d rank(s), %d per node, engine %s, %d GPU(s) visible\n",
+              cfg.corpus.path.c_str(), info.name.c_str(), static_cast<long long>(n), static_cast<long long>(dim),
+              to_string(cfg.engine.dtype).c_str(), a.ranks, per_node, use_gpu ? "cuda" : "cpu", ngpu);
+  std::printf("%6s %12s %12s %16s %16s %16s  %s\n", "rank", "row_lo", "rows", "host_bytes", "device_bytes",
+              "gpu_free_bytes", "fits");
+  bool all_fit = true;
+  for (int r = 0; r < a.ranks; ++r) {
+    const RowRange rr = shard_rows(n, a.ranks, r);
+    // peak host memory at ingest: float32 rows + ids (+ storage copy on the CPU engine)
+    const std::uint64_t host = static_cast<std::uint64_t>(rr.size()) * (dim * 4 + 8) +
+                               (use_gpu ? 0 : static_cast<std::uint64_t>(rr.size()) * dim * dtype_bytes(cfg.engine.dtype));
+    const std::uint64_t dev = use_gpu ? cuda_engine_device_bytes(rr.size(), dim, cfg.engine.dtype, lim) : 0;
+    std::string fits = "-";
+    std::uint64_t free_b = 0, total_b = 0;
+    if (use_gpu) {
+      const int local = r % per_node;
+      if (local >= ngpu) {
+        fits = "no GPU (local rank " + std::to_string(local) + " >= " + std::to_string(ngpu) + " GPUs)";
+        all_fit = false;
+      } else if (cuda_device_memory(local, &free_b, &total_b)) {
+        fits = dev <= free_b ? "yes" : "NO: add ranks";
+        all_fit = all_fit && dev <= free_b;
+      }
+    }
+    std::printf("%6d %12lld %12lld %16llu %16llu %16llu  %s\n", r, static_cast<long long>(rr.lo),
+                static_cast<long long>(rr.size()), static_cast<unsigned long long>(host),
+                static_cast<unsigned long long>(dev), static_cast<unsigned long long>(free_b), fits.c_str());
+  }
+  return all_fit ? 0 : 3;
+}
+
+}  // namespace shardtopk::cli

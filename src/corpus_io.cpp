@@ -1,0 +1,471 @@
+#include "shardtopk/corpus_io.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include <hdf5.h>
+
+#include "shardtopk/error.hpp"
+
+namespace shardtopk {
+namespace {
+
+// Silence HDF5's own error-stack printing once; we turn every failure into an Error.
+struct SilenceHdf5 {
+  SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+void silence() { static SilenceHdf5 s; }
+
+// The innermost message HDF5 left on its error stack, for context in our errors.
+std::string hdf5_reason() {
+  std::string out;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
+        auto* s = static_cast<std::string*>(data);
+        if (n == 0 && e->desc) *s = e->desc;
+        return 0;
+      },
+      &out);
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
+// RAII for hid_t handles.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer c) : id_(id), close_(c) {}
+  ~Handle() {
+    if (id_ >= 0 && close_) close_(id_);
+  }
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  Closer close_ = nullptr;
+};
+
+#define STK_H5_CHECK(expr, ...)                                                                     \
+  do {                                                                                         \
+    if ((expr) < 0) {                                                                          \
+      const std::string reason_ = hdf5_reason();                                               \
+      throw Error(detail::concat(__VA_ARGS__, " (", #expr, " failed",                          \
+                                 reason_.empty() ? "" : ": " + reason_, ")"));                 \
+    }                                                                                          \
+  } while (0)
+
+Handle open_file(const std::string& path) {
+  silence();
+  FILE* f = std::fopen(path.c_str(), "rb");
+  SHARDTOPK_EXPECTS(f != nullptr, "cannot open '", path, "': ", std::strerror(errno));
+  std::fclose(f);
+  const htri_t is = H5Fis_hdf5(path.c_str());
+  SHARDTOPK_EXPECTS(is > 0, "'", path, "' is not a readable HDF5 file",
+                    is < 0 ? " (truncated or corrupt)" : "");
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) {
+    const std::string r = hdf5_reason();
+    throw Error("cannot open HDF5 file '" + path + "' (truncated or corrupt?)" + (r.empty() ? "" : ": " + r));
+  }
+  return Handle(id, H5Fclose);
+}
+
+std::string type_name(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  if (cls == H5T_FLOAT) return "float" + std::to_string(size * 8);
+  if (cls == H5T_INTEGER) {
+    const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+    return std::string(is_signed ? "int" : "uint") + std::to_string(size * 8);
+  }
+  if (cls == H5T_STRING) return "string";
+  if (cls == H5T_COMPOUND) return "compound";
+  if (cls == H5T_ENUM) return "enum";
+  return "other";
+}
+
+void collect(hid_t file, const std::string& group, std::vector<DatasetInfo>* out);
+
+DatasetInfo describe(hid_t ds, const std::string& name) {
+  DatasetInfo info;
+  info.name = name;
+  Handle type(H5Dget_type(ds), H5Tclose);
+  Handle space(H5Dget_space(ds), H5Sclose);
+  if (type.ok()) {
+    info.dtype = type_name(type.get());
+    info.is_float = H5Tget_class(type.get()) == H5T_FLOAT;
+  }
+  if (space.ok()) {
+    const int nd = H5Sget_simple_extent_ndims(space.get());
+    if (nd > 0) {
+      std::vector<hsize_t> d(nd);
+      H5Sget_simple_extent_dims(space.get(), d.data(), nullptr);
+      for (auto v : d) info.dims.push_back(static_cast<std::int64_t>(v));
+    }
+  }
+  Handle plist(H5Dget_create_plist(ds), H5Pclose);
+  if (plist.ok()) {
+    info.chunked = H5Pget_layout(plist.get()) == H5D_CHUNKED;
+    const int nf = H5Pget_nfilters(plist.get());
+    for (int i = 0; i < nf; ++i) {
+      unsigned flags = 0;
+      size_t nelem = 4;
+      unsigned vals[4] = {0, 0, 0, 0};
+      char fname[64] = {0};
+      H5Z_filter_t f = H5Pget_filter2(plist.get(), i, &flags, &nelem, vals, sizeof fname, fname, nullptr);
+      std::string s = fname[0] ? fname : ("filter" + std::to_string(f));
+      if (f == H5Z_FILTER_DEFLATE && nelem > 0) s = "deflate(" + std::to_string(vals[0]) + ")";
+      info.filters += (info.filters.empty() ? "" : ",") + s;
+    }
+  }
+  return info;
+}
+
+void collect(hid_t file, const std::string& group, std::vector<DatasetInfo>* out) {
+  Handle g(H5Gopen2(file, group.empty() ? "/" : group.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!g.ok()) return;
+  H5G_info_t ginfo;
+  if (H5Gget_info(g.get(), &ginfo) < 0) return;
+  for (hsize_t i = 0; i < ginfo.nlinks; ++i) {
+    char name[1024];
+    if (H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0)
+      continue;
+    const std::string full = group.empty() ? name : group + "/" + name;
+    H5O_info_t oinfo;
+#if H5_VERSION_GE(1, 12, 0)
+    if (H5Oget_info_by_name3(file, full.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) continue;
+#else
+    if (H5Oget_info_by_name2(file, full.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) continue;
+#endif
+    if (oinfo.type == H5O_TYPE_GROUP) {
+      collect(file, full, out);
+    } else if (oinfo.type == H5O_TYPE_DATASET) {
+      Handle ds(H5Dopen2(file, full.c_str(), H5P_DEFAULT), H5Dclose);
+      if (ds.ok()) out->push_back(describe(ds.get(), full));
+    }
+  }
+}
+
+std::string strip_slash(const std::string& s) {
+  std::string out = s;
+  while (!out.empty() && out.front() == '/') out.erase(out.begin());
+  return out;
+}
+
+std::string list_datasets(hid_t file) {
+  std::vector<DatasetInfo> all;
+  collect(file, "", &all);
+  std::ostringstream os;
+  for (size_t i = 0; i < all.size(); ++i) {
+    os << (i ? ", " : "") << all[i].name << " [";
+    for (size_t j = 0; j < all[i].dims.size(); ++j) os << (j ? "," : "") << all[i].dims[j];
+    os << "] " << all[i].dtype;
+  }
+  return all.empty() ? "none" : os.str();
+}
+
+Handle open_dataset(hid_t file, const std::string& path, const std::string& dataset) {
+  const std::string name = strip_slash(dataset);
+  SHARDTOPK_EXPECTS(!name.empty(), "'", path, "': empty dataset name");
+  // Check each path component exists, so a missing dataset is an Error that lists what exists.
+  bool exists = true;
+  std::string prefix;
+  std::stringstream ss(name);
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    prefix += (prefix.empty() ? "" : "/") + part;
+    if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
+      exists = false;
+      break;
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+  SHARDTOPK_EXPECTS(exists, "'", path, "' has no dataset '", name, "' (datasets present: ", list_datasets(file), ")");
+  hid_t id = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  SHARDTOPK_EXPECTS(id >= 0, "'", path, "': '", name, "' is not a dataset (datasets present: ", list_datasets(file), ")");
+  return Handle(id, H5Dclose);
+}
+
+}  // namespace
+
+FileInfo inspect_file(const std::string& path) {
+  Handle f = open_file(path);
+  FileInfo info;
+  info.path = path;
+  collect(f.get(), "", &info.datasets);
+  H5O_info_t oinfo;
+#if H5_VERSION_GE(1, 12, 0)
+  H5Oget_info3(f.get(), &oinfo, H5O_INFO_NUM_ATTRS);
+#else
+  H5Oget_info2(f.get(), &oinfo, H5O_INFO_NUM_ATTRS);
+#endif
+  for (hsize_t i = 0; i < oinfo.num_attrs; ++i) {
+    Handle a(H5Aopen_by_idx(f.get(), "/", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    if (!a.ok()) continue;
+    char name[512];
+    H5Aget_name(a.get(), sizeof name, name);
+    Handle t(H5Aget_type(a.get()), H5Tclose);
+    Handle s(H5Aget_space(a.get()), H5Sclose);
+    const hssize_t n = H5Sget_simple_extent_npoints(s.get());
+    std::string value;
+    const H5T_class_t cls = H5Tget_class(t.get());
+    if (cls == H5T_STRING) {
+      value = read_string_attribute(path, name);
+    } else if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && n >= 1 && n <= 16) {
+      std::vector<double> v(static_cast<size_t>(n));
+      if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, v.data()) >= 0) {
+        std::ostringstream os;
+        for (size_t j = 0; j < v.size(); ++j) os << (j ? "," : "") << v[j];
+        value = os.str();
+      }
+    } else {
+      value = "<" + type_name(t.get()) + " x" + std::to_string(n) + ">";
+    }
+    info.attributes[name] = value;
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return info;
+}
+
+DatasetInfo inspect_dataset(const std::string& path, const std::string& dataset) {
+  Handle f = open_file(path);
+  Handle ds = open_dataset(f.get(), path, dataset);
+  return describe(ds.get(), strip_slash(dataset));
+}
+
+std::string read_string_attribute(const std::string& path, const std::string& name) {
+  Handle f = open_file(path);
+  if (H5Aexists(f.get(), name.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return "";
+  }
+  Handle a(H5Aopen(f.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle t(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(t.get()) != H5T_STRING) return "";
+  std::string out;
+  if (H5Tis_variable_str(t.get()) > 0) {
+    Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt.get(), H5T_VARIABLE);
+    H5Tset_cset(mt.get(), H5Tget_cset(t.get()));
+    char* s = nullptr;
+    STK_H5_CHECK(H5Aread(a.get(), mt.get(), &s), "'", path, "': reading attribute '", name, "'");
+    if (s) {
+      out = s;
+      H5free_memory(s);
+    }
+  } else {
+    const size_t n = H5Tget_size(t.get());
+    std::vector<char> buf(n + 1, 0);
+    STK_H5_CHECK(H5Aread(a.get(), t.get(), buf.data()), "'", path, "': reading attribute '", name, "'");
+    out.assign(buf.data(), strnlen(buf.data(), n));
+  }
+  return out;
+}
+
+HostMatrix read_rows(const std::string& path, const std::string& dataset, RowRange range,
+                     std::int64_t chunk_rows, const ReadProgress& progress, const std::string& label) {
+  Handle f = open_file(path);
+  Handle ds = open_dataset(f.get(), path, dataset);
+  const DatasetInfo info = describe(ds.get(), strip_slash(dataset));
+  SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", path, "': dataset '", info.name, "' must be 2-D [rows, dim], but it is ",
+                    info.dims.size(), "-D");
+  SHARDTOPK_EXPECTS(info.is_float, "'", path, "': dataset '", info.name, "' has dtype ", info.dtype,
+                    "; expected float16, float32 or float64");
+  const std::int64_t n = info.dims[0], dim = info.dims[1];
+  SHARDTOPK_EXPECTS(dim >= 1, "'", path, "': dataset '", info.name, "' has dimension 0");
+  SHARDTOPK_EXPECTS(range.lo >= 0 && range.lo <= range.hi && range.hi <= n, "'", path, "': rows [", range.lo, ", ",
+                    range.hi, ") outside dataset '", info.name, "' of ", n, " rows");
+  SHARDTOPK_EXPECTS(chunk_rows >= 1, "read chunk must be >= 1 row, got ", chunk_rows);
+
+  HostMatrix m;
+  m.rows = range.size();
+  m.cols = dim;
+  m.data.resize(static_cast<size_t>(m.rows * dim));
+  Handle fspace(H5Dget_space(ds.get()), H5Sclose);
+  STK_H5_CHECK(fspace.get(), "'", path, "': dataspace of '", info.name, "'");
+  for (std::int64_t done = 0; done < m.rows;) {
+    const std::int64_t take = std::min<std::int64_t>(chunk_rows, m.rows - done);
+    const hsize_t start[2] = {static_cast<hsize_t>(range.lo + done), 0};
+    const hsize_t count[2] = {static_cast<hsize_t>(take), static_cast<hsize_t>(dim)};
+    STK_H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), "'", path,
+            "': selecting rows of '", info.name, "'");
+    Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
+    float* dst = m.data.data() + done * dim;
+    STK_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst), "'", path,
+            "': reading rows [", range.lo + done, ", ", range.lo + done + take, ") of '", info.name,
+            "' (truncated or corrupt file?)");
+    for (std::int64_t i = 0; i < take * dim; ++i) {
+      if (!std::isfinite(dst[i])) {
+        const std::int64_t row = range.lo + done + i / dim;
+        throw Error(detail::concat("'", path, "': ", label, " ", row, " of '", info.name, "' has a non-finite value (",
+                                   dst[i], ") at column ", i % dim));
+      }
+    }
+    done += take;
+    if (progress) progress(done, m.rows);
+  }
+  return m;
+}
+
+HostMatrix read_matrix(const std::string& path, const std::string& dataset, const std::string& label) {
+  const DatasetInfo info = inspect_dataset(path, dataset);
+  SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", path, "': dataset '", info.name, "' must be 2-D [rows, dim], but it is ",
+                    info.dims.size(), "-D");
+  return read_rows(path, dataset, RowRange{0, info.dims[0]}, 1 << 16, {}, label);
+}
+
+std::vector<std::int64_t> read_int64_vector(const std::string& path, const std::string& dataset) {
+  Handle f = open_file(path);
+  Handle ds = open_dataset(f.get(), path, dataset);
+  const DatasetInfo info = describe(ds.get(), strip_slash(dataset));
+  SHARDTOPK_EXPECTS(info.dims.size() == 1, "'", path, "': dataset '", info.name, "' must be 1-D, but it is ",
+                    info.dims.size(), "-D");
+  SHARDTOPK_EXPECTS(info.dtype.find("int") == 0 || info.dtype.find("uint") == 0, "'", path, "': dataset '",
+                    info.name, "' has dtype ", info.dtype, "; expected an integer type");
+  std::vector<std::int64_t> v(static_cast<size_t>(info.dims[0]));
+  if (!v.empty())
+    STK_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "'", path,
+            "': reading '", info.name, "'");
+  return v;
+}
+
+std::vector<std::int64_t> read_int64_matrix(const std::string& path, const std::string& dataset,
+                                            std::int64_t* rows, std::int64_t* cols) {
+  Handle f = open_file(path);
+  Handle ds = open_dataset(f.get(), path, dataset);
+  const DatasetInfo info = describe(ds.get(), strip_slash(dataset));
+  SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", path, "': dataset '", info.name, "' must be 2-D, but it is ",
+                    info.dims.size(), "-D");
+  SHARDTOPK_EXPECTS(info.dtype.find("int") == 0 || info.dtype.find("uint") == 0, "'", path, "': dataset '",
+                    info.name, "' has dtype ", info.dtype, "; expected an integer type");
+  *rows = info.dims[0];
+  *cols = info.dims[1];
+  std::vector<std::int64_t> v(static_cast<size_t>(*rows * *cols));
+  if (!v.empty())
+    STK_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "'", path,
+            "': reading '", info.name, "'");
+  return v;
+}
+
+// ------------------------------------------------------------------------------- writer
+
+H5Writer::H5Writer(const std::string& path) : path_(path) {
+  silence();
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw Error("cannot create HDF5 file '" + path + "': " + hdf5_reason());
+  file_ = id;
+}
+
+H5Writer::~H5Writer() {
+  if (file_ >= 0) H5Fclose(static_cast<hid_t>(file_));
+}
+
+void H5Writer::close() {
+  if (file_ >= 0) {
+    const herr_t st = H5Fclose(static_cast<hid_t>(file_));
+    file_ = -1;
+    STK_H5_CHECK(st, "closing '", path_, "'");
+  }
+}
+
+namespace {
+void write_any(hid_t file, const std::string& path, const std::string& name, hid_t file_type, hid_t mem_type,
+               const void* data, std::int64_t rows, std::int64_t cols, std::int64_t chunk_rows) {
+  SHARDTOPK_ASSERT(file >= 0, "writer closed");
+  const int nd = cols > 0 ? 2 : 1;
+  const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
+  Handle space(H5Screate_simple(nd, dims, nullptr), H5Sclose);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (chunk_rows > 0 && rows > 0) {
+    const hsize_t chunk[2] = {static_cast<hsize_t>(std::min(chunk_rows, rows)), static_cast<hsize_t>(cols > 0 ? cols : 1)};
+    H5Pset_chunk(dcpl.get(), nd, chunk);
+    H5Pset_deflate(dcpl.get(), 4);
+  }
+  Handle ds(H5Dcreate2(file, strip_slash(name).c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+            H5Dclose);
+  STK_H5_CHECK(ds.get(), "'", path, "': creating dataset '", name, "'");
+  if (rows > 0)
+    STK_H5_CHECK(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "'", path, "': writing dataset '",
+            name, "'");
+}
+}  // namespace
+
+void H5Writer::write_f32(const std::string& name, const float* data, std::int64_t rows, std::int64_t cols,
+                         std::int64_t chunk_rows) {
+  write_any(file_, path_, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, rows, cols, chunk_rows);
+}
+
+void H5Writer::write_f16(const std::string& name, const float* data, std::int64_t rows, std::int64_t cols) {
+  // IEEE binary16 as HDF5 sees it (the layout h5py and numpy use for float16).
+  Handle t(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+  H5Tset_fields(t.get(), 15, 10, 5, 0, 10);
+  H5Tset_size(t.get(), 2);
+  H5Tset_ebias(t.get(), 15);
+  write_any(file_, path_, name, t.get(), H5T_NATIVE_FLOAT, data, rows, cols, 0);
+}
+
+void H5Writer::write_f64(const std::string& name, const double* data, std::int64_t rows, std::int64_t cols) {
+  write_any(file_, path_, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, rows, cols, 0);
+}
+void H5Writer::write_i64(const std::string& name, const std::int64_t* data, std::int64_t rows, std::int64_t cols) {
+  write_any(file_, path_, name, H5T_STD_I64LE, H5T_NATIVE_INT64, data, rows, cols, 0);
+}
+void H5Writer::write_i32(const std::string& name, const std::int32_t* data, std::int64_t rows, std::int64_t cols) {
+  write_any(file_, path_, name, H5T_STD_I32LE, H5T_NATIVE_INT32, data, rows, cols, 0);
+}
+void H5Writer::write_u8(const std::string& name, const std::uint8_t* data, std::int64_t rows, std::int64_t cols) {
+  write_any(file_, path_, name, H5T_STD_U8LE, H5T_NATIVE_UINT8, data, rows, cols, 0);
+}
+
+void H5Writer::write_strings(const std::string& name, const std::vector<std::string>& values) {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  std::vector<const char*> ptrs;
+  ptrs.reserve(values.size());
+  for (const auto& s : values) ptrs.push_back(s.c_str());
+  write_any(file_, path_, name, t.get(), t.get(), ptrs.data(), static_cast<std::int64_t>(values.size()), 0, 0);
+}
+
+void H5Writer::set_attr(const std::string& name, const std::string& value) {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (H5Aexists(file_, name.c_str()) > 0) H5Adelete(file_, name.c_str());
+  Handle a(H5Acreate2(file_, name.c_str(), t.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  STK_H5_CHECK(a.get(), "'", path_, "': creating attribute '", name, "'");
+  const char* p = value.c_str();
+  STK_H5_CHECK(H5Awrite(a.get(), t.get(), &p), "'", path_, "': writing attribute '", name, "'");
+}
+
+void H5Writer::set_attr(const std::string& name, std::int64_t value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (H5Aexists(file_, name.c_str()) > 0) H5Adelete(file_, name.c_str());
+  Handle a(H5Acreate2(file_, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  STK_H5_CHECK(a.get(), "'", path_, "': creating attribute '", name, "'");
+  STK_H5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, &value), "'", path_, "': writing attribute '", name, "'");
+}
+
+void H5Writer::set_attr(const std::string& name, double value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (H5Aexists(file_, name.c_str()) > 0) H5Adelete(file_, name.c_str());
+  Handle a(H5Acreate2(file_, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  STK_H5_CHECK(a.get(), "'", path_, "': creating attribute '", name, "'");
+  STK_H5_CHECK(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value), "'", path_, "': writing attribute '", name, "'");
+}
+
+}  // namespace shardtopk

@@ -1,0 +1,61 @@
+#pragma once
+// float <-> IEEE binary16 / bfloat16 bit conversions (round to nearest even), host only.
+// Used to store CPU shards in float16/bfloat16 and by tests to round inputs the same way.
+#include <cstdint>
+#include <cstring>
+
+namespace shardtopk::half {
+
+inline std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// float -> bfloat16 bits, round to nearest even (inputs are finite).
+inline std::uint16_t to_bf16(float f) {
+  const std::uint32_t u = bits(f);
+  const std::uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>((u + rounding) >> 16);
+}
+inline float from_bf16(std::uint16_t h) { return from_bits(static_cast<std::uint32_t>(h) << 16); }
+
+/// float -> IEEE binary16 bits, round to nearest even; overflow gives ±inf (callers reject it).
+inline std::uint16_t to_f16(float f) {
+  const std::uint32_t u = bits(f);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  std::uint32_t a = u & 0x7FFFFFFFu;
+  if (a >= 0x47800000u) {  // >= 65536 (after rounding would overflow): inf or nan
+    return static_cast<std::uint16_t>(sign | (a > 0x7F800000u ? 0x7E00u : 0x7C00u));
+  }
+  if (a < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+    // a half subnormal is m * 2^-24; compute with float arithmetic (exact rounding by the FPU)
+    const float v = from_bits(a) * 16777216.0f;  // * 2^24
+    const std::uint32_t m = static_cast<std::uint32_t>(__builtin_nearbyintf(v));  // RNE
+    return static_cast<std::uint16_t>(sign | m);
+  }
+  // normal: rebias exponent 127 -> 15 and round the 23-bit mantissa to 10 bits
+  const std::uint32_t rounding = 0xFFFu + ((a >> 13) & 1u);
+  a += rounding;
+  a -= (127u - 15u) << 23;
+  return static_cast<std::uint16_t>(sign | (a >> 13));
+}
+
+inline float from_f16(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1Fu;
+  const std::uint32_t m = h & 0x3FFu;
+  if (e == 0) {
+    const float v = static_cast<float>(m) * 5.9604644775390625e-08f;  // m * 2^-24, exact
+    return from_bits(bits(v) | sign);
+  }
+  if (e == 31) return from_bits(sign | 0x7F800000u | (m << 13));
+  return from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+}  // namespace shardtopk::half

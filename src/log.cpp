@@ -1,0 +1,22 @@
+#include "log.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+namespace shardtopk {
+
+void init_logging(int rank, int world_size) {
+  auto logger = spdlog::get("shardtopk");
+  if (!logger) logger = spdlog::stderr_color_mt("shardtopk");
+  spdlog::set_default_logger(logger);
+  const std::string who = world_size > 1 ? "[rank " + std::to_string(rank) + "] " : "";
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] " + who + "%v");
+  spdlog::set_level(rank == 0 ? spdlog::level::info : spdlog::level::warn);
+  if (const char* lvl = std::getenv("SHARDTOPK_LOG_LEVEL")) {
+    spdlog::set_level(spdlog::level::from_str(lvl));
+  }
+}
+
+}  // namespace shardtopk

@@ -1,0 +1,186 @@
+// MPI communicator: host buffers, non-blocking collectives polled against comm.timeout_s so a
+// stalled or dead peer ends the job with a message instead of a hang (DESIGN.md invariant 7).
+#include <mpi.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "shardtopk/communicator.hpp"
+
+namespace shardtopk {
+namespace {
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, buf, &len);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
+    int init = 0;
+    MPI_Initialized(&init);
+    SHARDTOPK_EXPECTS(init, "MPI communicator: MPI is not initialised");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_),
+              "MPI_Comm_split_type");
+    MPI_Comm_rank(node_, &local_rank_);
+    MPI_Comm_size(node_, &local_size_);
+  }
+  ~MpiCommunicator() override {
+    if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+  }
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  MemSpace space() const override { return MemSpace::kHost; }
+  double timeout_s() const override { return timeout_s_; }
+
+  void broadcast(void* buf, std::size_t bytes, int root) override {
+    if (size_ == 1) return;
+    MPI_Request req;
+    check_mpi(MPI_Ibcast(buf, as_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+    wait(req, "MPI_Ibcast");
+  }
+
+  void allgather(const void* send, void* recv, std::size_t bytes) override {
+    if (size_ == 1) {
+      if (recv != send) std::memcpy(recv, send, bytes);
+      return;
+    }
+    MPI_Request req;
+    check_mpi(MPI_Iallgather(send, as_count(bytes), MPI_BYTE, recv, as_count(bytes), MPI_BYTE, MPI_COMM_WORLD, &req),
+              "MPI_Iallgather");
+    wait(req, "MPI_Iallgather");
+  }
+
+  void check(bool ok, const std::string& message) override {
+    int failed = ok ? 0 : 1, any = failed;
+    if (size_ > 1) {
+      MPI_Request req;
+      check_mpi(MPI_Iallreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req), "MPI_Iallreduce");
+      wait(req, "MPI_Iallreduce (status check)");
+    }
+    if (!any) return;
+    // Somebody failed: every rank learns every failing rank's message.
+    const std::string mine = ok ? std::string() : message;
+    int len = static_cast<int>(mine.size());
+    std::vector<int> lens(static_cast<size_t>(size_), 0), displs(static_cast<size_t>(size_), 0);
+    std::string all;
+    if (size_ > 1) {
+      MPI_Request req;
+      check_mpi(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &req), "MPI_Iallgather");
+      wait(req, "MPI_Iallgather (error lengths)");
+      int total = 0;
+      for (int r = 0; r < size_; ++r) {
+        displs[r] = total;
+        total += lens[r];
+      }
+      all.resize(static_cast<size_t>(total));
+      check_mpi(MPI_Iallgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                                MPI_COMM_WORLD, &req),
+                "MPI_Iallgatherv");
+      wait(req, "MPI_Iallgatherv (error messages)");
+    } else {
+      lens[0] = len;
+      all = mine;
+    }
+    std::string text;
+    for (int r = 0; r < size_; ++r) {
+      if (lens[r] == 0) continue;
+      text += (text.empty() ? "" : "\n") + std::string("rank ") + std::to_string(r) + ": " +
+              all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r]));
+    }
+    if (text.empty()) text = "a rank failed without a message";
+    throw RemoteError(text, !ok);
+  }
+
+  void barrier() override {
+    if (size_ == 1) return;
+    MPI_Request req;
+    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+    wait(req, "MPI_Ibarrier");
+  }
+
+ private:
+  static int as_count(std::size_t bytes) {
+    SHARDTOPK_EXPECTS(bytes <= static_cast<std::size_t>(INT32_MAX), "MPI message of ", bytes,
+                      " bytes exceeds 2 GiB; lower search.batch_max or search.k_max");
+    return static_cast<int>(bytes);
+  }
+  void check_mpi(int code, const char* what) const {
+    if (code != MPI_SUCCESS)
+      throw CommError("rank " + std::to_string(rank_) + ": " + what + " failed: " + mpi_error_string(code));
+  }
+  // Poll until complete or timeout_s: spin briefly (latency), then back off to 50 µs sleeps.
+  void wait(MPI_Request& req, const char* what) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto limit = std::chrono::duration<double>(timeout_s_);
+    int done = 0;
+    for (long spins = 0;; ++spins) {
+      check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+      if (done) return;
+      if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if ((spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
+        char msg[256];
+        std::snprintf(msg, sizeof msg,
+                      "rank %d: %s did not complete within %.3g s (comm.timeout_s); a peer rank is stalled or dead",
+                      rank_, what, timeout_s_);
+        throw CommError(msg);
+      }
+    }
+  }
+
+  double timeout_s_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  MPI_Comm node_ = MPI_COMM_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s) {
+  return std::make_unique<MpiCommunicator>(timeout_s);
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    owns_ = true;
+  }
+}
+MpiSession::~MpiSession() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (owns_ && !fin) MPI_Finalize();
+}
+int MpiSession::rank() const {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int MpiSession::world_size() const {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+void abort_job(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace shardtopk

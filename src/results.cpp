@@ -1,0 +1,96 @@
+#include "shardtopk/results.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/oracle.hpp"
+
+namespace shardtopk {
+
+void write_results(const std::string& path, const ResultMeta& m, const std::vector<std::int64_t>& ids,
+                   const std::vector<float>& scores, std::int64_t nq) {
+  SHARDTOPK_ASSERT(ids.size() == static_cast<size_t>(nq * m.k) && scores.size() == ids.size());
+  H5Writer w(path);
+  w.write_i64("ids", ids.data(), nq, m.k);
+  w.write_f32("scores", scores.data(), nq, m.k);
+  w.set_attr("metric", to_string(m.metric));
+  w.set_attr("score_units", std::string(m.metric == Metric::kL2 ? "squared_l2_distance" : "similarity"));
+  w.set_attr("k", static_cast<std::int64_t>(m.k));
+  w.set_attr("world_size", static_cast<std::int64_t>(m.world_size));
+  w.set_attr("engine", m.engine);
+  w.set_attr("comm", m.comm);
+  w.set_attr("dtype", to_string(m.dtype));
+  w.set_attr("corpus_path", m.corpus_path);
+  w.set_attr("corpus_dataset", m.corpus_dataset);
+  w.set_attr("corpus_rows", m.corpus_rows);
+  w.set_attr("corpus_dim", m.corpus_dim);
+  w.set_attr("queries_path", m.queries_path);
+  w.set_attr("queries_dataset", m.queries_dataset);
+  w.set_attr("version", std::string(version()));
+  w.close();
+}
+
+EvalReport evaluate(const std::string& results_path, const std::string& truth_path) {
+  std::int64_t nq = 0, k = 0, tq = 0, tk = 0, dq = 0, dk = 0;
+  const std::vector<std::int64_t> ids = read_int64_matrix(results_path, "ids", &nq, &k);
+  const HostMatrix scores = read_matrix(results_path, "scores", "result row");
+  const std::vector<std::int64_t> tids = read_int64_matrix(truth_path, "neighbors", &tq, &tk);
+  const HostMatrix tdist = read_matrix(truth_path, "distances", "truth row");
+  dq = tdist.rows;
+  dk = tdist.cols;
+  SHARDTOPK_EXPECTS(scores.rows == nq && scores.cols == k, "'", results_path, "': scores [", scores.rows, ",",
+                    scores.cols, "] do not match ids [", nq, ",", k, "]");
+  SHARDTOPK_EXPECTS(tq == nq, "'", truth_path, "' has ground truth for ", tq, " queries but '", results_path,
+                    "' has ", nq, " (search the same queries file)");
+  SHARDTOPK_EXPECTS(dq == tq && dk == tk, "'", truth_path, "': distances [", dq, ",", dk,
+                    "] do not match neighbors [", tq, ",", tk, "]");
+  SHARDTOPK_EXPECTS(k <= tk, "'", results_path, "' has K=", k, " but the truth has only ", tk, " neighbours per query");
+
+  std::string metric = read_string_attribute(results_path, "metric");
+  const std::string tdistance = read_string_attribute(truth_path, "distance");
+  if (metric.empty()) metric = tdistance == "angular" ? "cosine" : tdistance == "euclidean" ? "l2" : "inner_product";
+  const Metric m = parse_metric(metric, "'" + results_path + "': attribute metric");
+  const bool squared = read_string_attribute(truth_path, "distance_units") == "squared";
+
+  // Convert a truth value to the result file's units (similarity, or squared l2 distance).
+  auto truth_units = [&](float v) -> double {
+    if (m == Metric::kL2) return squared ? v : static_cast<double>(v) * v;
+    if (tdistance == "angular") return 1.0 - v;  // ann-benchmarks stores cosine distance
+    return v;
+  };
+
+  EvalReport rep;
+  rep.k = static_cast<int>(k);
+  rep.queries = nq;
+  rep.metric = to_string(m);
+  std::vector<int> ks;
+  for (int c : {1, 10, 100}) if (c <= k) ks.push_back(c);
+  if (std::find(ks.begin(), ks.end(), static_cast<int>(k)) == ks.end()) ks.push_back(static_cast<int>(k));
+  std::map<int, std::int64_t> hits;
+  for (std::int64_t q = 0; q < nq; ++q) {
+    for (int kk : ks) {
+      const double best = truth_units(tdist.data[q * tk]);
+      const double kth = truth_units(tdist.data[q * tk + kk - 1]);
+      const double eps = oracle::epsilon(best, kth);
+      std::unordered_set<std::int64_t> truth(tids.begin() + q * tk, tids.begin() + q * tk + kk);
+      for (int j = 0; j < kk; ++j) {
+        const std::int64_t id = ids[q * k + j];
+        const double s = scores.data[q * k + j];
+        const bool within = m == Metric::kL2 ? s <= kth + eps : s >= kth - eps;
+        if (truth.count(id) || within) ++hits[kk];
+        else if (kk == k) ++rep.misses;
+        if (kk == k && id != tids[q * tk + j]) {
+          const double tj = truth_units(tdist.data[q * tk + j]);
+          if (std::fabs(s - tj) <= eps) ++rep.near_tie_swaps;
+        }
+      }
+    }
+  }
+  for (int kk : ks) rep.recall[kk] = nq ? static_cast<double>(hits[kk]) / (static_cast<double>(nq) * kk) : 0.0;
+  return rep;
+}
+
+}  // namespace shardtopk

@@ -1,0 +1,69 @@
+#include "shardtopk/types.hpp"
+
+#include "shardtopk/error.hpp"
+
+namespace shardtopk {
+
+std::string to_string(Metric m) {
+  switch (m) {
+    case Metric::kInnerProduct: return "inner_product";
+    case Metric::kCosine: return "cosine";
+    case Metric::kL2: return "l2";
+  }
+  return "?";
+}
+std::string to_string(Dtype d) {
+  switch (d) {
+    case Dtype::kFloat32: return "float32";
+    case Dtype::kFloat16: return "float16";
+    case Dtype::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+std::string to_string(EngineBackend b) {
+  switch (b) {
+    case EngineBackend::kAuto: return "auto";
+    case EngineBackend::kCpu: return "cpu";
+    case EngineBackend::kCuda: return "cuda";
+  }
+  return "?";
+}
+std::string to_string(CommBackend b) {
+  switch (b) {
+    case CommBackend::kAuto: return "auto";
+    case CommBackend::kMpi: return "mpi";
+    case CommBackend::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+Metric parse_metric(const std::string& s, const std::string& what) {
+  if (s == "inner_product" || s == "ip" || s == "dot") return Metric::kInnerProduct;
+  if (s == "cosine" || s == "angular") return Metric::kCosine;
+  if (s == "l2" || s == "euclidean") return Metric::kL2;
+  throw Error(what + ": unknown metric '" + s + "' (allowed: inner_product, cosine, l2)");
+}
+Dtype parse_dtype(const std::string& s, const std::string& what) {
+  if (s == "float32") return Dtype::kFloat32;
+  if (s == "float16") return Dtype::kFloat16;
+  if (s == "bfloat16") return Dtype::kBFloat16;
+  throw Error(what + ": unknown dtype '" + s + "' (allowed: float32, float16, bfloat16)");
+}
+EngineBackend parse_engine_backend(const std::string& s, const std::string& what) {
+  if (s == "auto") return EngineBackend::kAuto;
+  if (s == "cpu") return EngineBackend::kCpu;
+  if (s == "cuda") return EngineBackend::kCuda;
+  throw Error(what + ": unknown engine backend '" + s + "' (allowed: auto, cpu, cuda)");
+}
+CommBackend parse_comm_backend(const std::string& s, const std::string& what) {
+  if (s == "auto") return CommBackend::kAuto;
+  if (s == "mpi") return CommBackend::kMpi;
+  if (s == "nccl") return CommBackend::kNccl;
+  throw Error(what + ": unknown communicator backend '" + s + "' (allowed: auto, mpi, nccl)");
+}
+
+std::size_t dtype_bytes(Dtype d) { return d == Dtype::kFloat32 ? 4 : 2; }
+
+const char* version() { return SHARDTOPK_VERSION; }
+
+}  // namespace shardtopk
