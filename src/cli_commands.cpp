@@ -238,20 +238,30 @@ int run_eval(const EvalArgs& a) {
       train_lab = read_int64_vector(a.truth, "train_labels");
       test_lab = read_int64_vector(a.truth, "test_labels");
     }
+    std::vector<std::string> train_words, test_words;
+    if (has("train_words") && has("test_words")) {
+      train_words = read_string_vector(a.truth, "train_words");
+      test_words = read_string_vector(a.truth, "test_words");
+    }
     auto label = [&](const std::vector<std::int64_t>& lab, std::int64_t i) -> std::string {
       if (i < 0 || i >= static_cast<std::int64_t>(lab.size())) return "?";
       const auto v = lab[i];
       return v >= 0 && v < 10 ? kFashion[v] : std::to_string(v);
     };
+    auto word = [](const std::vector<std::string>& w, std::int64_t i) -> std::string {
+      return i >= 0 && i < static_cast<std::int64_t>(w.size()) ? w[i] : "?";
+    };
     const int shown_k = static_cast<int>(std::min<std::int64_t>(k, 5));
     for (std::int64_t qi = 0; qi < std::min<std::int64_t>(a.show, nq); ++qi) {
       std::printf("  query %lld", static_cast<long long>(qi));
       if (!test_lab.empty()) std::printf(" (%s)", label(test_lab, qi).c_str());
+      if (!test_words.empty()) std::printf(" '%s'", word(test_words, qi).c_str());
       std::printf(" ->");
       for (int j2 = 0; j2 < shown_k; ++j2) {
         const auto id = ids[qi * k + j2];
         std::printf(" %lld", static_cast<long long>(id));
         if (!train_lab.empty()) std::printf(" (%s)", label(train_lab, id).c_str());
+        if (!train_words.empty()) std::printf(" '%s'", word(train_words, id).c_str());
       }
       std::printf("\n");
     }

@@ -7,6 +7,7 @@
 
 #include <hdf5.h>
 
+#include "half.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
@@ -340,6 +341,36 @@ std::vector<std::int64_t> read_int64_vector(const std::string& path, const std::
   return v;
 }
 
+std::vector<std::string> read_string_vector(const std::string& path, const std::string& dataset) {
+  Handle f = open_file(path);
+  Handle ds = open_dataset(f.get(), path, dataset);
+  const DatasetInfo info = describe(ds.get(), strip_slash(dataset));
+  SHARDTOPK_EXPECTS(info.dims.size() == 1 && info.dtype == "string", "'", path, "': dataset '", info.name,
+                    "' must be a 1-D string dataset");
+  Handle ftype(H5Dget_type(ds.get()), H5Tclose);
+  const size_t n = static_cast<size_t>(info.dims[0]);
+  std::vector<std::string> out(n);
+  if (n == 0) return out;
+  if (H5Tis_variable_str(ftype.get()) > 0) {
+    Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt.get(), H5T_VARIABLE);
+    H5Tset_cset(mt.get(), H5Tget_cset(ftype.get()));
+    std::vector<char*> ptrs(n, nullptr);
+    STK_H5_CHECK(H5Dread(ds.get(), mt.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()), "'", path, "': reading '",
+                 info.name, "'");
+    for (size_t i = 0; i < n; ++i) out[i] = ptrs[i] ? ptrs[i] : "";
+    Handle space(H5Dget_space(ds.get()), H5Sclose);
+    H5Dvlen_reclaim(mt.get(), space.get(), H5P_DEFAULT, ptrs.data());
+  } else {
+    const size_t w = H5Tget_size(ftype.get());
+    std::vector<char> buf(n * w);
+    STK_H5_CHECK(H5Dread(ds.get(), ftype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "'", path,
+                 "': reading '", info.name, "'");
+    for (size_t i = 0; i < n; ++i) out[i].assign(&buf[i * w], strnlen(&buf[i * w], w));
+  }
+  return out;
+}
+
 std::vector<std::int64_t> read_int64_matrix(const std::string& path, const std::string& dataset,
                                             std::int64_t* rows, std::int64_t* cols) {
   Handle f = open_file(path);
@@ -414,7 +445,13 @@ void H5Writer::write_f16(const std::string& name, const float* data, std::int64_
   H5Tset_fields(t.get(), 15, 10, 5, 0, 10);
   H5Tset_size(t.get(), 2);
   H5Tset_ebias(t.get(), 15);
-  write_any(file_, path_, name, t.get(), H5T_NATIVE_FLOAT, data, rows, cols, 0);
+  // Round with half::to_f16 (nearest, ties to even: the engines' float16 storage) instead of
+  // HDF5's float->half conversion, which rounds ties away from zero; the file then holds exactly
+  // what an engine stores for the same float32 values.
+  const size_t n = static_cast<size_t>(rows * std::max<std::int64_t>(cols, 1));
+  std::vector<std::uint16_t> bits(n);
+  for (size_t i = 0; i < n; ++i) bits[i] = half::to_f16(data[i]);
+  write_any(file_, path_, name, t.get(), t.get(), bits.data(), rows, cols, 0);
 }
 
 void H5Writer::write_f64(const std::string& name, const double* data, std::int64_t rows, std::int64_t cols) {

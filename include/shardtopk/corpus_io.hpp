@@ -70,6 +70,9 @@ HostMatrix read_matrix(const std::string& path, const std::string& dataset,
 /// Read a 1-D integer dataset as int64 (e.g. `ids`). @throws Error on shape or type mismatch.
 std::vector<std::int64_t> read_int64_vector(const std::string& path, const std::string& dataset);
 
+/// Read a 1-D string dataset (fixed or variable length), e.g. GloVe's `train_words`.
+std::vector<std::string> read_string_vector(const std::string& path, const std::string& dataset);
+
 /// Read a 2-D integer dataset as int64 [rows, cols] (e.g. ann-benchmarks `neighbors`).
 std::vector<std::int64_t> read_int64_matrix(const std::string& path, const std::string& dataset,
                                             std::int64_t* rows, std::int64_t* cols);

@@ -48,7 +48,9 @@ struct EvalReport {
 /// within ε of the true k-th distance. Uses the truth file's `neighbors` and `distances`
 /// (distances in the truth file's own units: for l2, ann-benchmarks stores the Euclidean
 /// distance, which is squared before comparing; `distance_units` attribute "squared" skips it).
-/// @throws Error when shapes disagree (query count, K larger than the truth's columns).
+/// The result file's nq queries are compared with the first nq rows of the truth (a search
+/// with --max-queries evaluates against the full truth file).
+/// @throws Error when shapes disagree (more queries than the truth, K larger than its columns).
 EvalReport evaluate(const std::string& results_path, const std::string& truth_path);
 
 }  // namespace shardtopk

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install the build dependencies (Debian 12 / Ubuntu 24.04) and build shardtopk into build/.
+#   launch/setup.sh            # apt packages + configure + build
+#   SKIP_APT=1 launch/setup.sh # build only
+# CUDA: the CUDA engine and NCCL communicator are built when nvcc is found (PATH or
+# /usr/local/cuda); force with SHARDTOPK_CUDA=ON|OFF. BUILD_DIR defaults to build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+PACKAGES=(build-essential cmake ninja-build pkg-config
+  libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev
+  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev zlib1g-dev
+  dataset-fashion-mnist python3 python3-numpy python3-h5py)
+if [ "${SKIP_APT:-0}" != "1" ]; then
+  missing=()
+  for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+echo "== configuring $BUILD_DIR (SHARDTOPK_CUDA=${SHARDTOPK_CUDA:-AUTO})"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA="${SHARDTOPK_CUDA:-AUTO}" \
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$BUILD_DIR.configure.log" 2>&1 ||
+  { cat "$BUILD_DIR.configure.log"; exit 1; }
+grep -E "shardtopk:" "$BUILD_DIR.configure.log" || true
+echo "== building ($(nproc) jobs)"
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+echo "== built $BUILD_DIR/shardtopk"

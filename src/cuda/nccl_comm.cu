@@ -1,0 +1,258 @@
+// NCCL communicator: broadcast and all-gather of device buffers, ordered on the CUDA engine's
+// stream, each completing within comm.timeout_s or failing loudly (DESIGN.md invariant 7).
+//
+// Never hang: the communicator is created non-blocking (ncclConfig_t::blocking = 0), so that
+// neither initialisation nor a collective's enqueue (which may set up connections lazily) can
+// block the host thread. Every NCCL call is followed by polling ncclCommGetAsyncError until it
+// leaves ncclInProgress, and every collective by polling cudaStreamQuery on the stream (plus
+// ncclCommGetAsyncError for errors reported by NCCL's proxy thread) until it completes. On an
+// error or after timeout_s, the communicator is aborted (ncclCommAbort stops the kernels that
+// wait for a dead peer) and CommError names this rank, the collective and the timeout.
+//
+// Host-side collectives (check, barrier) and the rank layout are delegated to the host (MPI)
+// communicator, which also carries the ncclUniqueId from rank 0.
+
+#include <nccl.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "cuda_check.cuh"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using cuda_detail::DeviceGuard;
+
+std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& host, cudaStream_t stream, int device, double timeout_s)
+      : host_(host), stream_(stream), device_(device), timeout_s_(timeout_s) {
+    SHARDTOPK_EXPECTS(timeout_s > 0, "comm.timeout_s must be > 0 (got ", timeout_s, ")");
+    // Every rank must reach each host collective below even when its own step failed, or the
+    // others would wait in MPI; so failures are collected and reported through host.check().
+    bool ok = true;
+    std::string msg;
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (host_.rank() == 0) {
+      const ncclResult_t r = ncclGetUniqueId(&id);
+      if (r != ncclSuccess) {
+        ok = false;
+        msg = detail::concat("ncclGetUniqueId failed: ", ncclGetErrorString(r), " (", last_error(), ")");
+      }
+    }
+    host_.check(ok, msg);
+    host_.broadcast(&id, sizeof id, 0);
+
+    try {
+      SHARDTOPK_EXPECTS(stream != nullptr, "NCCL communicator: no CUDA stream given (the CUDA engine's stream)");
+      CHECK_CUDA(cudaSetDevice(device));
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      const ncclResult_t r = ncclCommInitRankConfig(&comm_, host_.world_size(), id, host_.rank(), &config);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        if (comm_) abort_comm();
+        fail("ncclCommInitRank", r);
+      }
+      const auto start = Clock::now();
+      wait_ready("ncclCommInitRank", start);
+      warm_up();
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+    try {
+      host_.check(ok, msg);
+    } catch (...) {
+      abort_comm();  // another rank failed: the destructor will not run for a throwing constructor
+      throw;
+    }
+  }
+
+  ~NcclCommunicator() override {
+    if (!comm_) return;
+    // Finalize flushes outstanding work and waits for the peers to finish with this
+    // communicator; bounded by timeout_s, after which (or on any error) we abort instead.
+    try {
+      DeviceGuard guard(device_);
+      const ncclResult_t r = ncclCommFinalize(comm_);
+      if (r == ncclSuccess || r == ncclInProgress) {
+        const auto start = Clock::now();
+        ncclResult_t state = ncclInProgress;
+        while (state == ncclInProgress && elapsed_s(start) < timeout_s_) {
+          if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+          if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        if (state == ncclSuccess) {
+          (void)ncclCommDestroy(comm_);
+          comm_ = nullptr;
+          return;
+        }
+      }
+    } catch (...) {
+      // fall through to abort; a destructor never throws
+    }
+    abort_comm();
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return host_.rank(); }
+  int world_size() const override { return host_.world_size(); }
+  int local_rank() const override { return host_.local_rank(); }
+  int local_size() const override { return host_.local_size(); }
+  MemSpace space() const override { return MemSpace::kDevice; }
+  double timeout_s() const override { return timeout_s_; }
+
+  /// In-place broadcast of buf [bytes] (device) from `root`, ordered on the engine's stream;
+  /// returns when it has completed on this rank. @throws CommError on error or timeout.
+  void broadcast(void* buf, std::size_t bytes, int root) override {
+    SHARDTOPK_EXPECTS(root >= 0 && root < world_size(), "broadcast: root ", root, " out of range: allowed 0 .. ",
+                      world_size() - 1);
+    usable("ncclBroadcast");
+    if (bytes == 0) return;
+    DeviceGuard guard(device_);
+    const auto start = Clock::now();
+    const ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_);
+    complete("ncclBroadcast", r, start);
+  }
+
+  /// All-gather of send [bytes] (device) into recv [world_size × bytes] (device), rank r's
+  /// block at offset r × bytes, ordered on the engine's stream; returns when it has completed
+  /// on this rank. @throws CommError on error or timeout.
+  void allgather(const void* send, void* recv, std::size_t bytes) override {
+    usable("ncclAllGather");
+    if (bytes == 0) return;
+    DeviceGuard guard(device_);
+    const auto start = Clock::now();
+    const ncclResult_t r = ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_);
+    complete("ncclAllGather", r, start);
+  }
+
+  void check(bool ok, const std::string& message) override { host_.check(ok, message); }
+  void barrier() override { host_.barrier(); }
+
+ private:
+  static const char* last_error() {
+    const char* s = ncclGetLastError(nullptr);
+    return s && *s ? s : "no detail";
+  }
+
+  static double elapsed_s(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  std::string prefix() const { return "rank " + std::to_string(host_.rank()) + ": "; }
+
+  /// After a failure the communicator cannot be reused (peers may be mid-collective).
+  void usable(const char* what) const {
+    if (!comm_)
+      throw CommError(prefix() + what + ": the NCCL communicator was aborted after an earlier failure; the job must end");
+  }
+
+  void abort_comm() noexcept {
+    if (!comm_) return;
+    (void)cudaSetDevice(device_);
+    (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  [[noreturn]] void fail(const char* what, ncclResult_t r) {
+    const std::string detail = last_error();
+    abort_comm();
+    throw CommError(prefix() + what + " failed: " + ncclGetErrorString(r) + " (" + detail + ")");
+  }
+
+  [[noreturn]] void timed_out(const char* what) {
+    abort_comm();
+    throw CommError(prefix() + what + " did not complete within " + seconds_text(timeout_s_) +
+                    " s (comm.timeout_s); a peer rank is stalled or dead");
+  }
+
+  /// Polls until the communicator leaves ncclInProgress (a non-blocking init or enqueue).
+  void wait_ready(const char* what, Clock::time_point start) {
+    for (long spins = 0;; ++spins) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r != ncclSuccess) fail(what, r);
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) fail(what, state);
+      if (elapsed_s(start) > timeout_s_) timed_out(what);
+      backoff(spins);
+    }
+  }
+
+  /// Waits for the collective just issued: first its enqueue (non-blocking communicator), then
+  /// its completion on the stream. Spins briefly for latency, then sleeps to spare the CPU.
+  void complete(const char* what, ncclResult_t issued, Clock::time_point start) {
+    if (issued != ncclSuccess && issued != ncclInProgress) fail(what, issued);
+    wait_ready(what, start);
+    for (long spins = 0;; ++spins) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        abort_comm();
+        throw CommError(prefix() + what + " failed: CUDA " + cudaGetErrorName(q) + " (" + cudaGetErrorString(q) +
+                        ") on device " + std::to_string(device_));
+      }
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r != ncclSuccess) fail(what, r);
+      if (state != ncclSuccess && state != ncclInProgress) fail(what, state);
+      if (elapsed_s(start) > timeout_s_) timed_out(what);
+      backoff(spins);
+    }
+  }
+
+  static void backoff(long spins) {
+    if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    else if (spins > 100) std::this_thread::yield();
+  }
+
+  /// One tiny all-gather at start-up: connections are set up now (within the timeout, while
+  /// every rank is known to be alive) instead of lazily during the first search.
+  void warm_up() {
+    void* buf = nullptr;
+    const std::size_t n = 16;
+    CHECK_CUDA(cudaMalloc(&buf, n * static_cast<std::size_t>(world_size())));
+    struct Free {
+      void* p;
+      ~Free() { (void)cudaFree(p); }
+    } free_buf{buf};
+    CHECK_CUDA(cudaMemsetAsync(buf, 0, n * static_cast<std::size_t>(world_size()), stream_));
+    char* base = static_cast<char*>(buf);
+    allgather(base + n * static_cast<std::size_t>(rank()), base, n);
+  }
+
+  Communicator& host_;
+  cudaStream_t stream_;
+  int device_;
+  double timeout_s_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, void* cuda_stream, int device,
+                                                     double timeout_s) {
+  return std::make_unique<NcclCommunicator>(host, static_cast<cudaStream_t>(cuda_stream), device, timeout_s);
+}
+
+bool built_with_nccl() { return true; }
+
+}  // namespace shardtopk

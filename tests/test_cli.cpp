@@ -1,0 +1,243 @@
+// The `shardtopk` command line, run as a user runs it (under mpiexec for search): a bad row in
+// one rank's shard ends the job promptly naming the rank and the row, a wrong query dimension
+// names both dimensions, `info` lists datasets, `search --out` writes ids, scores and attributes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/oracle.hpp"
+#include "shardtopk/types.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CmdResult {
+  int rc = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  static constexpr std::int64_t kN = 50, kDim = 4, kQ = 6;
+
+  void SetUp() override {
+    corpus_ = test::small_ints(kN * kDim, 51, -2, 3);
+    test::fix_zero_rows(&corpus_, kDim);  // usable under cosine too
+    queries_ = test::small_ints(kQ * kDim, 52, -2, 2);
+  }
+
+  // Runs a shell command line, capturing stdout and stderr.
+  CmdResult run(const std::string& cmd) {
+    CmdResult r;
+    const std::string out = dir_.file("stdout.txt"), err = dir_.file("stderr.txt");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int st = std::system((cmd + " >" + out + " 2>" + err + " </dev/null").c_str());
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    r.out = test::read_text(out);
+    r.err = test::read_text(err);
+    std::printf("$ %s\n  -> exit %d in %.2f s\n", cmd.c_str(), r.rc, r.seconds);
+    return r;
+  }
+
+  std::string mpi(int ranks) {
+    return std::string(SHARDTOPK_MPIEXEC) + " " + SHARDTOPK_MPIEXEC_NUMPROC_FLAG + " " + std::to_string(ranks) + " " +
+           SHARDTOPK_MPIEXEC_FLAGS + " " + SHARDTOPK_BIN;
+  }
+
+  std::string write_corpus(const std::vector<float>& corpus, std::int64_t dim = kDim) {
+    const std::string path = dir_.file("corpus.h5");
+    H5Writer w(path);
+    w.write_f32("train", corpus.data(), static_cast<std::int64_t>(corpus.size()) / dim, dim);
+    w.write_f32("test", queries_.data(), kQ, kDim);
+    w.set_attr("distance", std::string("euclidean"));
+    w.close();
+    return path;
+  }
+
+  std::string write_queries(const std::vector<float>& q, std::int64_t dim, const std::string& name = "q.h5") {
+    const std::string path = dir_.file(name);
+    H5Writer w(path);
+    w.write_f32("test", q.data(), static_cast<std::int64_t>(q.size()) / dim, dim);
+    w.close();
+    return path;
+  }
+
+  std::string write_config(const std::string& corpus, const std::string& metric = "l2",
+                           const std::string& extra = "", const std::string& name = "c.yaml") {
+    const std::string path = dir_.file(name);
+    test::write_text(path, "corpus:\n  path: " + corpus + "\nsearch:\n  metric: " + metric +
+                               "\n  k_max: 32\n  batch_max: 4\nengine:\n  backend: cpu\n  threads: 1\n"
+                               "comm:\n  backend: mpi\n  timeout_s: 20\n" + extra);
+    return path;
+  }
+
+  test::TempDir dir_;
+  std::vector<float> corpus_, queries_;
+};
+
+TEST_F(Cli, NanRowInRankOnesShardEndsTheJobPromptlyNamingRankAndRow) {
+  // 2 ranks: rank 0 holds rows [0, 25), rank 1 rows [25, 50); row 37 is rank 1's only.
+  corpus_[37 * kDim + 2] = std::numeric_limits<float>::quiet_NaN();
+  const std::string cfg = write_config(write_corpus(corpus_));
+  const std::string q = write_queries(queries_, kDim);
+  const CmdResult r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k 5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_LT(r.seconds, 30.0) << "the job must end promptly, not wait for a timeout";
+  EXPECT_THAT(r.err, HasSubstr("rank 1"));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("corpus row 37 "), HasSubstr("nan"), HasSubstr("column 2")));
+  EXPECT_EQ(test::count_of(r.err, "corpus row 37 "), 1) << "reported once, not once per rank:\n" << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("rank 0: "))) << r.err;
+  std::printf("stderr of the failed job:\n%s\n", r.err.c_str());
+}
+
+TEST_F(Cli, QueriesWithTheWrongDimensionNameBothDimensions) {
+  const std::string cfg = write_config(write_corpus(corpus_));
+  const std::string q = write_queries(test::small_ints(3 * 5, 53), 5);
+  for (int ranks : {1, 2}) {
+    const CmdResult r = run(mpi(ranks) + " search --config " + cfg + " --queries " + q + " --k 5");
+    EXPECT_NE(r.rc, 0);
+    EXPECT_LT(r.seconds, 30.0);
+    EXPECT_THAT(r.err, AllOf(HasSubstr("queries have dimension 5"), HasSubstr("corpus has 4"))) << r.err;
+    EXPECT_EQ(test::count_of(r.err, "queries have dimension 5"), 1) << r.err;
+  }
+}
+
+TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
+  const std::string cfg = write_config(write_corpus(corpus_));
+  auto bad = queries_;
+  bad[4 * kDim + 1] = std::numeric_limits<float>::infinity();
+  const std::string q_inf = write_queries(bad, kDim, "inf.h5");
+  CmdResult r = run(mpi(2) + " search --config " + cfg + " --queries " + q_inf + " --k 5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("query 4 "), HasSubstr("inf"))) << r.err;
+
+  const std::string q = write_queries(queries_, kDim);
+  r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k 0");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("--k 0 must be >= 1")) << r.err;
+
+  r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k 51");  // K > N = 50 (k_max 32)
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("k=51"), HasSubstr("out of range"))) << r.err;
+
+  r = run(mpi(1) + " search --config " + cfg + " --queries " + dir_.file("absent.h5") + " --k 5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("cannot open"), HasSubstr("absent.h5"))) << r.err;
+
+  r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --queries-dataset nope --k 5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("has no dataset 'nope'"), HasSubstr("test [6,4] float32"))) << r.err;
+
+  const std::string bad_cfg = write_config(dir_.file("corpus.h5"), "l2", "search2:\n  x: 1\n", "bad.yaml");
+  r = run(mpi(2) + " search --config " + bad_cfg + " --queries " + q + " --k 5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("unknown key 'search2'")) << r.err;
+  EXPECT_EQ(test::count_of(r.err, "unknown key 'search2'"), 1) << "rank 0 speaks for all:\n" << r.err;
+
+  r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --k 5 --set search.metric=taxicab");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("'taxicab'")) << r.err;
+}
+
+TEST_F(Cli, ZeroNormQueryUnderCosineIsNamed) {
+  const std::string cfg = write_config(write_corpus(corpus_), "cosine");
+  auto q = test::small_ints(4 * kDim, 54, 1, 2);
+  std::fill(q.begin() + 2 * kDim, q.begin() + 3 * kDim, 0.0f);
+  const CmdResult r = run(mpi(2) + " search --config " + cfg + " --queries " + write_queries(q, kDim) + " --k 3");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("query 2 "), HasSubstr("zero norm"))) << r.err;
+}
+
+TEST_F(Cli, InfoListsDatasetsAndAttributes) {
+  const std::string path = write_corpus(corpus_);
+  CmdResult r = run(std::string(SHARDTOPK_BIN) + " info " + path);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("train"), HasSubstr("[50, 4]"), HasSubstr("test"), HasSubstr("[6, 4]"),
+                           HasSubstr("float32"), HasSubstr("distance = euclidean")));
+  r = run(std::string(SHARDTOPK_BIN) + " info --json " + path);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("\"train\""), HasSubstr("\"euclidean\"")));
+  r = run(std::string(SHARDTOPK_BIN) + " info " + dir_.file("absent.h5"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("cannot open"), HasSubstr("absent.h5")));
+}
+
+TEST_F(Cli, SearchOutWritesIdsScoresAndAttributes) {
+  const std::string corpus = write_corpus(corpus_);
+  const std::string cfg = write_config(corpus);
+  const std::string q = write_queries(queries_, kDim);
+  const std::string out = dir_.file("r.h5");
+  const int k = 7;
+  const CmdResult r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k " + std::to_string(k) + " --out " +
+                    out + " --timings-json " + dir_.file("t.json"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::int64_t rows = 0, cols = 0;
+  const auto ids = read_int64_matrix(out, "ids", &rows, &cols);
+  EXPECT_EQ(rows, kQ);
+  EXPECT_EQ(cols, k);
+  const HostMatrix scores = read_matrix(out, "scores");
+  EXPECT_EQ(scores.rows, kQ);
+  EXPECT_EQ(scores.cols, k);
+  // Small integers: the ids and squared distances are exactly the oracle's.
+  test::Answer got{ids, scores.data};
+  test::expect_exact(Metric::kL2, corpus_, kN, nullptr, queries_, kQ, kDim, k, got, "search --out");
+
+  const FileInfo fi = inspect_file(out);
+  const auto attr = [&](const std::string& key) {
+    const auto it = fi.attributes.find(key);
+    return it == fi.attributes.end() ? std::string("<missing>") : it->second;
+  };
+  EXPECT_EQ(attr("metric"), "l2");
+  EXPECT_EQ(attr("k"), "7");
+  EXPECT_EQ(attr("world_size"), "2");
+  EXPECT_EQ(attr("engine"), "cpu");
+  EXPECT_EQ(attr("comm"), "mpi");
+  EXPECT_EQ(attr("dtype"), "float32");
+  EXPECT_EQ(attr("corpus_path"), corpus);
+  EXPECT_EQ(attr("version"), version());
+  EXPECT_EQ(read_string_attribute(out, "corpus_dataset"), "train");
+  EXPECT_EQ(read_string_attribute(out, "metric"), "l2");
+  EXPECT_THAT(test::read_text(dir_.file("t.json")), HasSubstr("\"world_size\": 2"));
+}
+
+TEST_F(Cli, RankCountAndBatchSizeDoNotChangeTheResultFile) {
+  // 1 rank with batches of 4 (search.batch_max), 3 ranks, 2 ranks with --batch 1: identical
+  // ids and bit-identical scores in the result files.
+  const std::string cfg = write_config(write_corpus(corpus_), "inner_product");
+  const std::string q = write_queries(test::random_floats(kQ * kDim, 55), kDim);
+  struct Variant {
+    int ranks;
+    std::string extra;
+  };
+  const std::vector<Variant> variants = {{1, ""}, {3, ""}, {2, " --batch 1"}};
+  std::vector<test::Answer> got;
+  for (const auto& v : variants) {
+    const std::string out = dir_.file("r" + std::to_string(got.size()) + ".h5");
+    const CmdResult r = run(mpi(v.ranks) + " search --config " + cfg + " --queries " + q + " --k 9 --out " + out + v.extra);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::int64_t rows = 0, cols = 0;
+    test::Answer a;
+    a.ids = read_int64_matrix(out, "ids", &rows, &cols);
+    a.scores = read_matrix(out, "scores").data;
+    got.push_back(a);
+  }
+  test::expect_bit_identical(got[1], got[0], "3 ranks vs 1");
+  test::expect_bit_identical(got[2], got[0], "2 ranks, batch 1 vs 1 rank, batch 4");
+}
+
+}  // namespace
+}  // namespace shardtopk

@@ -1,0 +1,204 @@
+// YAML configuration: parsing, defaults, overrides and every error naming key and value.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "shardtopk/config.hpp"
+#include "shardtopk/error.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using test::error_of;
+
+const char* kFull = R"(
+corpus:
+  path: /data/corpus.h5
+  dataset: emb/vectors
+  ids_dataset: meta/ids
+search:
+  metric: l2
+  k_max: 100
+  batch_max: 32
+engine:
+  backend: cpu
+  dtype: bfloat16
+  threads: 3
+  read_chunk_rows: 4096
+comm:
+  backend: mpi
+  timeout_s: 12.5
+)";
+
+TEST(Config, ParsesEveryKey) {
+  const Config c = parse_config(kFull, "full.yaml");
+  EXPECT_EQ(c.corpus.path, "/data/corpus.h5");
+  EXPECT_EQ(c.corpus.dataset, "emb/vectors");  // nested dataset path
+  EXPECT_EQ(c.corpus.ids_dataset, "meta/ids");
+  ASSERT_TRUE(c.search.metric.has_value());
+  EXPECT_EQ(*c.search.metric, Metric::kL2);
+  EXPECT_EQ(c.search.k_max, 100);
+  EXPECT_EQ(c.search.batch_max, 32);
+  EXPECT_EQ(c.engine.backend, EngineBackend::kCpu);
+  EXPECT_EQ(c.engine.dtype, Dtype::kBFloat16);
+  EXPECT_EQ(c.engine.threads, 3);
+  EXPECT_EQ(c.engine.read_chunk_rows, 4096);
+  EXPECT_EQ(c.comm.backend, CommBackend::kMpi);
+  EXPECT_DOUBLE_EQ(c.comm.timeout_s, 12.5);
+  EXPECT_EQ(c.source, "full.yaml");
+  EXPECT_NO_THROW(validate(c));
+}
+
+TEST(Config, DefaultsWhenOmitted) {
+  const Config c = parse_config("corpus:\n  path: x.h5\n");
+  EXPECT_EQ(c.corpus.dataset, "train");
+  EXPECT_EQ(c.corpus.ids_dataset, "");
+  EXPECT_FALSE(c.search.metric.has_value());
+  EXPECT_EQ(c.search.k_max, 1024);
+  EXPECT_EQ(c.search.batch_max, 64);
+  EXPECT_EQ(c.engine.backend, EngineBackend::kAuto);
+  EXPECT_EQ(c.engine.dtype, Dtype::kFloat32);
+  EXPECT_EQ(c.engine.threads, 0);
+  EXPECT_EQ(c.engine.read_chunk_rows, 65536);
+  EXPECT_EQ(c.comm.backend, CommBackend::kAuto);
+  EXPECT_DOUBLE_EQ(c.comm.timeout_s, 60.0);
+}
+
+TEST(Config, MetricNamesAndAliases) {
+  EXPECT_EQ(*parse_config("search: {metric: inner_product}").search.metric, Metric::kInnerProduct);
+  EXPECT_EQ(*parse_config("search: {metric: cosine}").search.metric, Metric::kCosine);
+  EXPECT_EQ(*parse_config("search: {metric: l2}").search.metric, Metric::kL2);
+  EXPECT_FALSE(parse_config("search: {metric: auto}").search.metric.has_value());
+}
+
+TEST(Config, RoundTripsThroughToYaml) {
+  const Config c = parse_config(kFull, "full.yaml");
+  const Config d = parse_config(to_yaml(c), "again");
+  EXPECT_EQ(d.corpus.path, c.corpus.path);
+  EXPECT_EQ(d.corpus.dataset, c.corpus.dataset);
+  EXPECT_EQ(d.corpus.ids_dataset, c.corpus.ids_dataset);
+  EXPECT_EQ(d.search.metric, c.search.metric);
+  EXPECT_EQ(d.search.k_max, c.search.k_max);
+  EXPECT_EQ(d.search.batch_max, c.search.batch_max);
+  EXPECT_EQ(d.engine.backend, c.engine.backend);
+  EXPECT_EQ(d.engine.dtype, c.engine.dtype);
+  EXPECT_EQ(d.engine.threads, c.engine.threads);
+  EXPECT_EQ(d.engine.read_chunk_rows, c.engine.read_chunk_rows);
+  EXPECT_EQ(d.comm.backend, c.comm.backend);
+  EXPECT_DOUBLE_EQ(d.comm.timeout_s, c.comm.timeout_s);
+}
+
+TEST(Config, LoadsFromFile) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.yaml"), kFull);
+  const Config c = load_config(dir.file("c.yaml"));
+  EXPECT_EQ(c.search.k_max, 100);
+  EXPECT_EQ(c.source, dir.file("c.yaml"));
+}
+
+// ------------------------------------------------------------------------------ errors
+
+struct BadConfig {
+  const char* name;
+  const char* yaml;
+  std::vector<std::string> expect;  // substrings of the message
+};
+std::ostream& operator<<(std::ostream& os, const BadConfig& c) { return os << c.name << ": " << c.yaml; }
+
+class ConfigErrors : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(ConfigErrors, ThrowsNamingKeyAndValue) {
+  const BadConfig& c = GetParam();
+  std::string msg;
+  try {
+    parse_config(c.yaml, "bad.yaml");
+    FAIL() << "no error for " << c.name;
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_THAT(msg, HasSubstr("bad.yaml")) << "the message names the source";
+  for (const auto& s : c.expect) EXPECT_THAT(msg, HasSubstr(s));
+}
+
+// Each row: the YAML, then what the message must contain.
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigErrors,
+    ::testing::Values(
+        BadConfig{"unknown_key", "search:\n  kmax: 10\n", {"unknown key 'search.kmax'", "search.k_max"}},
+        BadConfig{"unknown_section", "serach:\n  k_max: 10\n", {"unknown key 'serach'"}},
+        BadConfig{"unknown_top_scalar", "verbose: true\n", {"unknown key 'verbose'"}},
+        BadConfig{"wrong_type_int", "search:\n  k_max: ten\n", {"search.k_max", "expected an integer", "'ten'"}},
+        BadConfig{"wrong_type_float_for_int", "engine:\n  threads: 1.5\n", {"engine.threads", "'1.5'"}},
+        BadConfig{"wrong_type_list", "search:\n  k_max: [1, 2]\n", {"search.k_max", "list"}},
+        BadConfig{"wrong_type_number", "comm:\n  timeout_s: soon\n", {"comm.timeout_s", "expected a number", "'soon'"}},
+        BadConfig{"bad_metric", "search:\n  metric: hamming\n", {"search.metric", "'hamming'", "inner_product, cosine, l2"}},
+        BadConfig{"negative_batch_max", "search:\n  batch_max: -4\n", {"search.batch_max", "-4", "out of range"}},
+        BadConfig{"zero_batch_max", "search:\n  batch_max: 0\n", {"search.batch_max", "0 out of range"}},
+        BadConfig{"k_max_zero", "search:\n  k_max: 0\n", {"search.k_max", "0 out of range", "1 .. 1048576"}},
+        BadConfig{"k_max_too_big", "search:\n  k_max: 2000000\n", {"search.k_max", "2000000"}},
+        BadConfig{"negative_threads", "engine:\n  threads: -1\n", {"engine.threads", "-1"}},
+        BadConfig{"bad_dtype", "engine:\n  dtype: int8\n", {"engine.dtype", "'int8'", "float16"}},
+        BadConfig{"bad_backend", "engine:\n  backend: tpu\n", {"engine.backend", "'tpu'"}},
+        BadConfig{"bad_comm", "comm:\n  backend: gloo\n", {"comm.backend", "'gloo'"}},
+        BadConfig{"zero_timeout", "comm:\n  timeout_s: 0\n", {"comm.timeout_s", "> 0"}},
+        BadConfig{"empty_path", "corpus:\n  path: ''\n", {"corpus.path", "empty"}},
+        BadConfig{"not_a_mapping", "- a\n- b\n", {"expected a mapping"}},
+        BadConfig{"invalid_yaml", "search: {k_max: 3\n", {"invalid YAML"}}),
+    [](const ::testing::TestParamInfo<BadConfig>& i) { return std::string(i.param.name); });
+
+TEST(ConfigErrorsMisc, MissingFile) {
+  EXPECT_THAT(error_of([] { load_config("/nonexistent/dir/c.yaml"); }),
+              AllOf(HasSubstr("/nonexistent/dir/c.yaml"), HasSubstr("cannot be read")));
+}
+
+TEST(ConfigErrorsMisc, ValidateNeedsCorpusPath) {
+  const Config c = parse_config("search: {k_max: 5}", "nopath.yaml");
+  EXPECT_THAT(error_of([&] { validate(c); }), AllOf(HasSubstr("corpus.path"), HasSubstr("required")));
+}
+
+TEST(ConfigErrorsMisc, CpuEngineWithNcclIsRejected) {
+  const Config c = parse_config("corpus: {path: x.h5}\nengine: {backend: cpu}\ncomm: {backend: nccl}\n");
+  EXPECT_THAT(error_of([&] { validate(c); }), HasSubstr("nccl"));
+}
+
+// ------------------------------------------------------------------------------ overrides
+
+TEST(ConfigOverride, SetsValuesWithTheSameChecks) {
+  Config c = parse_config(kFull);
+  apply_override(c, "search.k_max=7");
+  apply_override(c, "corpus.dataset=a/b/c");
+  apply_override(c, "search.metric=cosine");
+  apply_override(c, "engine.dtype=float16");
+  apply_override(c, "comm.timeout_s=0.5");
+  apply_override(c, "search.metric=auto");
+  EXPECT_EQ(c.search.k_max, 7);
+  EXPECT_EQ(c.corpus.dataset, "a/b/c");
+  EXPECT_FALSE(c.search.metric.has_value());
+  EXPECT_EQ(c.engine.dtype, Dtype::kFloat16);
+  EXPECT_DOUBLE_EQ(c.comm.timeout_s, 0.5);
+  apply_override(c, "corpus.path=x=y.h5");  // only the first '=' splits
+  EXPECT_EQ(c.corpus.path, "x=y.h5");
+}
+
+TEST(ConfigOverride, ErrorsNameKeyAndValue) {
+  Config c = parse_config(kFull);
+  EXPECT_THAT(error_of([&] { apply_override(c, "search.k_max"); }), HasSubstr("expected key=value"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "=5"); }), HasSubstr("expected key=value"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "search.kmax=5"); }), HasSubstr("unknown key 'search.kmax'"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "search.k_max=0"); }),
+              AllOf(HasSubstr("search.k_max"), HasSubstr("out of range")));
+  EXPECT_THAT(error_of([&] { apply_override(c, "search.batch_max=-1"); }),
+              AllOf(HasSubstr("search.batch_max"), HasSubstr("-1")));
+  EXPECT_THAT(error_of([&] { apply_override(c, "search.metric=manhattan"); }), HasSubstr("'manhattan'"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "search.k_max=12abc"); }), HasSubstr("'12abc'"));
+  // A rejected override leaves the previous value.
+  EXPECT_EQ(c.search.k_max, 100);
+  EXPECT_EQ(c.search.batch_max, 32);
+}
+
+}  // namespace
+}  // namespace shardtopk

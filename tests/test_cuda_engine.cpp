@@ -1,0 +1,760 @@
+// GPU tests of the CUDA engine, through the public API only (no CUDA headers): every result is
+// compared with the float64 oracle by DESIGN.md's correctness terms, with the CPU engine, or
+// with itself under another batch / chunking (bit-exact).
+//
+// Every test skips, saying so, when no GPU is visible. Under `mpirun -np P` each rank runs the
+// whole binary on GPU (local rank mod GPU count); nothing here talks between ranks (that is
+// test_nccl_comm.cpp).
+//
+// Case tables (why each row exists) are next to the INSTANTIATE_TEST_SUITE_P lines.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shardtopk/engine.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/merge.hpp"
+#include "shardtopk/oracle.hpp"
+#include "shardtopk/ordering.hpp"
+#include "shardtopk/types.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk::test {
+namespace {
+
+// ------------------------------------------------------------------------------ helpers
+
+/// GPU for this process: the MPI local rank (when launched by mpirun) modulo the GPU count.
+int test_device() {
+  const char* names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+  int local = 0;
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n)) {
+      local = std::atoi(v);
+      break;
+    }
+  }
+  const int count = cuda_device_count();
+  return count > 0 ? local % count : 0;
+}
+
+/// Rounds x to the nearest float16 / bfloat16 value (ties to even), computed independently of
+/// src/half.hpp and of the device intrinsics: scale by the value's quantum (a power of two, so
+/// the division is exact), round to an integer with nearbyint (round-half-even), scale back.
+float round_through(Dtype dt, float x) {
+  if (dt == Dtype::kFloat32 || x == 0.0f || !std::isfinite(x)) return x;
+  const int mant_bits = dt == Dtype::kFloat16 ? 10 : 7;
+  const int min_exp = dt == Dtype::kFloat16 ? -14 : -126;
+  const int e = std::max(std::ilogb(x), min_exp);
+  const double quantum = std::ldexp(1.0, e - mant_bits);
+  return static_cast<float>(std::nearbyint(static_cast<double>(x) / quantum) * quantum);
+}
+
+std::vector<float> rounded(Dtype dt, std::vector<float> v) {
+  for (auto& x : v) x = round_through(dt, x);
+  return v;
+}
+
+/// Unique global ids that are NOT row positions (shuffled, spaced), so that any tie broken on a
+/// shard-local index instead of the global id shows up.
+std::vector<std::int64_t> shuffled_ids(std::int64_t n, std::uint64_t seed) {
+  std::vector<std::int64_t> ids(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) ids[i] = 1000003 + 7 * i;
+  std::mt19937_64 rng(seed);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  return ids;
+}
+
+const char* dname(Dtype d) { return d == Dtype::kFloat32 ? "f32" : d == Dtype::kFloat16 ? "f16" : "bf16"; }
+const char* mname(Metric m) { return m == Metric::kInnerProduct ? "ip" : m == Metric::kCosine ? "cos" : "l2"; }
+
+/// A corpus as the index hands it to an engine (cosine rows already normalised) plus what the
+/// oracle must see to judge the engine's arithmetic: the stored values (rounded to the storage
+/// dtype) and, for cosine, inner product of normalised vectors (the oracle's own cosine would
+/// re-normalise rounded rows and differ by the rounding, which is not the engine's error).
+struct Corpus {
+  std::int64_t n = 0, dim = 0;
+  std::vector<float> rows;      // handed to the engine (float32)
+  std::vector<float> stored;    // what the engine scores: rows rounded to the dtype
+  std::vector<std::int64_t> ids;
+  ShardInput input() const { return ShardInput{rows.data(), n, dim, ids.data()}; }
+};
+
+Corpus make_corpus(std::vector<float> raw, std::int64_t n, std::int64_t dim, Metric m, Dtype dt,
+                   std::vector<std::int64_t> ids) {
+  Corpus c;
+  c.n = n;
+  c.dim = dim;
+  c.rows = std::move(raw);
+  if (m == Metric::kCosine && n > 0) normalize_rows(c.rows.data(), n, dim, 0, "test row");
+  c.stored = rounded(dt, c.rows);
+  c.ids = std::move(ids);
+  return c;
+}
+
+/// Queries as the engine sees them after prepare_queries (cosine: normalised on the host with
+/// the same arithmetic).
+std::vector<float> prepared(std::vector<float> q, std::int64_t nq, std::int64_t dim, Metric m) {
+  if (m == Metric::kCosine) normalize_rows(q.data(), nq, dim, 0, "query");
+  return q;
+}
+
+Metric oracle_metric(Metric m) { return m == Metric::kCosine ? Metric::kInnerProduct : m; }
+
+EngineLimits limits(int batch_max, int k_max, int world = 1) {
+  EngineLimits l;
+  l.batch_max = batch_max;
+  l.k_max = k_max;
+  l.world_size = world;
+  return l;
+}
+
+/// Runs nq host queries through a device engine in batches of `batch`: copy in, prepare,
+/// search, copy the [b, k] candidates out. Returns the raw candidates [nq, k].
+std::vector<Candidate> run_candidates(Engine& e, const std::vector<float>& queries, std::int64_t nq, int k,
+                                      int batch) {
+  const std::int64_t dim = e.dim();
+  std::vector<Candidate> out(static_cast<size_t>(nq * k));
+  for (std::int64_t q0 = 0; q0 < nq; q0 += batch) {
+    const int b = static_cast<int>(std::min<std::int64_t>(batch, nq - q0));
+    e.copy_from_host(e.query_buffer(), queries.data() + q0 * dim, sizeof(float) * b * dim);
+    e.prepare_queries(e.query_buffer(), b);
+    e.search(e.query_buffer(), b, k, e.local_buffer());
+    e.copy_to_host(out.data() + q0 * k, e.local_buffer(), sizeof(Candidate) * b * k);
+  }
+  return out;
+}
+
+/// The first `kk` of every query's k candidates, in reported units.
+Answer to_answer(const std::vector<Candidate>& c, Metric m, std::int64_t nq, int k, int kk) {
+  Answer a;
+  a.ids.resize(static_cast<size_t>(nq * kk));
+  a.scores.resize(a.ids.size());
+  for (std::int64_t q = 0; q < nq; ++q)
+    for (int j = 0; j < kk; ++j) {
+      a.ids[q * kk + j] = c[q * k + j].id;
+      a.scores[q * kk + j] = reported_score(m, c[q * k + j].score);
+    }
+  return a;
+}
+
+/// Slots [kk, k) of every query must be padding (a shard with fewer rows than k).
+void expect_padding(const std::vector<Candidate>& c, std::int64_t nq, int k, int kk, const std::string& what) {
+  int bad = 0;
+  for (std::int64_t q = 0; q < nq; ++q)
+    for (int j = kk; j < k; ++j) {
+      const Candidate& x = c[q * k + j];
+      if (x.id != kPadId || !(std::isinf(x.score) && x.score < 0)) {
+        if (++bad <= 3)
+          ADD_FAILURE() << what << ": query " << q << " slot " << j << " should be padding, got id " << x.id
+                        << " score " << x.score;
+      }
+    }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+void expect_same_candidates(const std::vector<Candidate>& a, const std::vector<Candidate>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].id != b[i].id || bits_of(a[i].score) != bits_of(b[i].score)) {
+      if (++bad <= 5)
+        ADD_FAILURE() << what << ": slot " << i << ": id " << a[i].id << " score " << a[i].score << " vs id "
+                      << b[i].id << " score " << b[i].score;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << a.size() << " slots differ (ids or score bits)";
+}
+
+// ------------------------------------------------------------------------------ basic properties
+
+TEST(CudaEngine, PropertiesAndBuffers) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  EXPECT_TRUE(built_with_cuda());
+  const Corpus c = make_corpus(random_floats(100 * 16, 1), 100, 16, Metric::kL2, Dtype::kFloat16,
+                               shuffled_ids(100, 2));
+  auto e = make_cuda_engine(c.input(), Metric::kL2, Dtype::kFloat16, test_device(), limits(8, 32, 2));
+  EXPECT_EQ(e->name(), "cuda");
+  EXPECT_EQ(e->space(), MemSpace::kDevice);
+  EXPECT_EQ(e->metric(), Metric::kL2);
+  EXPECT_EQ(e->dtype(), Dtype::kFloat16);
+  EXPECT_EQ(e->rows(), 100);
+  EXPECT_EQ(e->dim(), 16);
+  EXPECT_NE(e->stream(), nullptr);
+  EXPECT_NE(e->query_buffer(), nullptr);
+  EXPECT_NE(e->local_buffer(), nullptr);
+  EXPECT_NE(e->gathered_buffer(), nullptr);
+  EXPECT_NE(e->merged_buffer(), nullptr);
+  // Buffers start as padding: reading them before any search gives valid candidates.
+  std::vector<Candidate> g(2 * 8 * 32);
+  e->copy_to_host(g.data(), e->gathered_buffer(), g.size() * sizeof(Candidate));
+  expect_padding(g, 1, static_cast<int>(g.size()), 0, "fresh gathered buffer");
+  EXPECT_NO_THROW(e->synchronize());
+}
+
+TEST(CudaEngine, ResidentBytesArePredicted) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  struct Row {
+    std::int64_t n, dim;
+    Dtype dt;
+    EngineLimits lim;
+  };
+  // empty shard; one chunk; several chunks (batch_max large forces the smallest chunk); K > tile.
+  const Row rows[] = {{0, 8, Dtype::kFloat32, limits(4, 16)},
+                      {1000, 100, Dtype::kFloat16, limits(64, 1024, 4)},
+                      {20000, 33, Dtype::kBFloat16, limits(1024, 64)},
+                      {30000, 3, Dtype::kFloat32, limits(8, 10000)}};
+  for (const Row& r : rows) {
+    const Corpus c = make_corpus(random_floats(static_cast<size_t>(r.n * r.dim), 3), r.n, r.dim,
+                                 Metric::kInnerProduct, r.dt, shuffled_ids(r.n, 4));
+    auto e = make_cuda_engine(c.input(), Metric::kInnerProduct, r.dt, test_device(), r.lim);
+    const std::uint64_t predicted = cuda_engine_device_bytes(r.n, r.dim, r.dt, r.lim);
+    EXPECT_EQ(e->resident_bytes(), predicted) << "rows " << r.n << " dim " << r.dim;
+    // The shard alone is a lower bound.
+    EXPECT_GE(predicted, static_cast<std::uint64_t>(r.n * r.dim) * (r.dt == Dtype::kFloat32 ? 4 : 2));
+  }
+}
+
+TEST(CudaEngine, ShardThatDoesNotFitSaysHowMuchAndWhatToDo) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  // 10^9 rows × 1024 float32 = 4 TB: never fits. The engine must refuse before touching data
+  // (the data pointer below holds one row only).
+  std::vector<float> one_row(1024, 1.0f);
+  std::vector<std::int64_t> one_id(1, 0);
+  const ShardInput in{one_row.data(), 1000000000LL, 1024, one_id.data()};
+  const std::string msg =
+      error_of([&] { make_cuda_engine(in, Metric::kInnerProduct, Dtype::kFloat32, test_device(), limits(8, 16)); });
+  EXPECT_NE(msg.find("needs"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("free"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("add ranks"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(cuda_engine_device_bytes(1000000000LL, 1024, Dtype::kFloat32, limits(8, 16)))),
+            std::string::npos)
+      << msg;
+}
+
+TEST(CudaEngine, RejectsBadArguments) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const Corpus c = make_corpus(random_floats(50 * 8, 5), 50, 8, Metric::kInnerProduct, Dtype::kFloat32,
+                               shuffled_ids(50, 6));
+  // construction
+  EXPECT_NE(error_of([&] {
+              make_cuda_engine(ShardInput{c.rows.data(), 50, 0, c.ids.data()}, Metric::kInnerProduct,
+                               Dtype::kFloat32, test_device(), limits(4, 8));
+            }).find("dimension"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_cuda_engine(c.input(), Metric::kInnerProduct, Dtype::kFloat32, cuda_device_count() + 3,
+                               limits(4, 8));
+            }).find("does not exist"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_cuda_engine(ShardInput{nullptr, 50, 8, c.ids.data()}, Metric::kInnerProduct, Dtype::kFloat32,
+                               test_device(), limits(4, 8));
+            }),
+            "<no exception>");
+  // search / merge arguments: Error, and the engine keeps working
+  auto e = make_cuda_engine(c.input(), Metric::kInnerProduct, Dtype::kFloat32, test_device(), limits(4, 8));
+  const std::string k0 = error_of([&] { e->search(e->query_buffer(), 1, 0, e->local_buffer()); });
+  EXPECT_NE(k0.find("k=0"), std::string::npos) << k0;
+  const std::string k9 = error_of([&] { e->search(e->query_buffer(), 1, 9, e->local_buffer()); });
+  EXPECT_NE(k9.find("k=9"), std::string::npos) << k9;
+  const std::string b5 = error_of([&] { e->search(e->query_buffer(), 5, 1, e->local_buffer()); });
+  EXPECT_NE(b5.find("batch of 5"), std::string::npos) << b5;
+  EXPECT_NE(error_of([&] { e->merge(e->gathered_buffer(), 0, 1, 1, e->merged_buffer()); }), "<no exception>");
+  EXPECT_NE(error_of([&] { e->prepare_queries(e->query_buffer(), 5); }), "<no exception>");
+  const std::vector<float> q = random_floats(8, 7);
+  const auto got = run_candidates(*e, q, 1, 8, 1);
+  expect_exact(Metric::kInnerProduct, c.stored, c.n, c.ids.data(), q, 1, 8, 8,
+               to_answer(got, Metric::kInnerProduct, 1, 8, 8), "after rejected calls");
+}
+
+// ------------------------------------------------------------------------------ prepare_queries
+
+TEST(CudaEngine, CosineQueryNormalisationMatchesNormalizeRowsBitForBit) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const std::int64_t dim = 1000, nq = 16;
+  const Corpus c = make_corpus(random_floats(10 * dim, 8), 10, dim, Metric::kCosine, Dtype::kFloat32,
+                               shuffled_ids(10, 9));
+  auto e = make_cuda_engine(c.input(), Metric::kCosine, Dtype::kFloat32, test_device(), limits(static_cast<int>(nq), 4));
+  std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 10);
+  // magnitudes far from 1, tiny and huge, and a one-hot query
+  for (std::int64_t d = 0; d < dim; ++d) {
+    q[1 * dim + d] *= 1e-20f;
+    q[2 * dim + d] *= 1e20f;
+    q[3 * dim + d] = d == 17 ? -3.0f : 0.0f;
+  }
+  std::vector<float> host = q;
+  normalize_rows(host.data(), nq, dim, 0, "query");
+  e->copy_from_host(e->query_buffer(), q.data(), q.size() * sizeof(float));
+  e->prepare_queries(e->query_buffer(), static_cast<int>(nq));
+  std::vector<float> dev(q.size());
+  e->copy_to_host(dev.data(), e->query_buffer(), dev.size() * sizeof(float));
+  int bad = 0;
+  for (size_t i = 0; i < dev.size(); ++i)
+    if (bits_of(dev[i]) != bits_of(host[i]) && ++bad <= 5)
+      ADD_FAILURE() << "query " << i / dim << " column " << i % dim << ": device " << dev[i] << " host " << host[i];
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaEngine, PrepareQueriesRejectsNonFiniteAndZeroNormAndStaysUsable) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const std::int64_t dim = 37;
+  for (Metric m : {Metric::kInnerProduct, Metric::kCosine, Metric::kL2}) {
+    SCOPED_TRACE(mname(m));
+    const Corpus c = make_corpus(small_ints(200 * dim, 11, -2, 2), 200, dim, m, Dtype::kFloat32, shuffled_ids(200, 12));
+    auto e = make_cuda_engine(c.input(), m, Dtype::kFloat32, test_device(), limits(4, 10));
+    std::vector<float> q = small_ints(4 * dim, 13, 1, 2);  // no zero query
+    auto submit = [&](const std::vector<float>& v) {
+      return error_of([&] {
+        e->copy_from_host(e->query_buffer(), v.data(), v.size() * sizeof(float));
+        e->prepare_queries(e->query_buffer(), 4);
+      });
+    };
+    std::vector<float> nan = q;
+    nan[2 * dim + 5] = std::numeric_limits<float>::quiet_NaN();
+    nan[3 * dim + 1] = std::numeric_limits<float>::quiet_NaN();
+    const std::string m1 = submit(nan);
+    EXPECT_NE(m1.find("query 2"), std::string::npos) << m1;  // the first bad query is named
+    EXPECT_NE(m1.find("non-finite"), std::string::npos) << m1;
+    EXPECT_NE(m1.find("column 5"), std::string::npos) << m1;
+    std::vector<float> inf = q;
+    inf[1 * dim + 36] = -std::numeric_limits<float>::infinity();
+    const std::string m2 = submit(inf);
+    EXPECT_NE(m2.find("query 1"), std::string::npos) << m2;
+    EXPECT_NE(m2.find("non-finite"), std::string::npos) << m2;
+    std::vector<float> zero = q;
+    std::fill(zero.begin() + 3 * dim, zero.begin() + 4 * dim, 0.0f);
+    const std::string m3 = submit(zero);
+    if (m == Metric::kCosine) {
+      EXPECT_NE(m3.find("query 3"), std::string::npos) << m3;
+      EXPECT_NE(m3.find("zero norm"), std::string::npos) << m3;
+    } else {
+      EXPECT_EQ(m3, "<no exception>") << "a zero query is valid for " << mname(m);
+    }
+    // still serving, with exact answers
+    const auto got = run_candidates(*e, q, 4, 10, 4);
+    const std::vector<float> qp = prepared(q, 4, dim, m);
+    if (m == Metric::kCosine) {
+      expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), qp, 4, dim, 10,
+                              to_answer(got, m, 4, 10, 10), "after rejected batches");
+    } else {
+      expect_exact(m, c.stored, c.n, c.ids.data(), qp, 4, dim, 10, to_answer(got, m, 4, 10, 10),
+                   "after rejected batches");
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ exact ids, ties
+
+struct ExactCase {
+  Dtype dtype;
+  Metric metric;
+  std::int64_t n, dim;
+  int batch, k, k_max, batch_max;
+  std::string name() const {
+    std::ostringstream os;
+    os << dname(dtype) << "_" << mname(metric) << "_n" << n << "_d" << dim << "_b" << batch << "_k" << k << "_bmax"
+       << batch_max;
+    return os.str();
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const ExactCase& c) { return os << c.name(); }
+
+std::vector<ExactCase> exact_cases() {
+  struct Shape {
+    std::int64_t n, dim;
+    int batch, k, k_max, batch_max;
+  };
+  // n, dim, batch, k, k_max, batch_max         why
+  const Shape shapes[] = {
+      {1, 7, 3, 1, 16, 8},              // N=1, K=1
+      {37, 3, 5, 37, 64, 8},            // K=N
+      {5, 33, 2, 10, 16, 8},            // rows < K: the rest is padding
+      {100, 5, 2, 1024, 1024, 8},       // K=1024 > rows
+      {3000, 1, 4, 1024, 1024, 8},      // D=1: five distinct scores, ties everywhere; K=1024, 2 tiles
+      {5000, 7, 3, 100, 1024, 8},       // D=7 (not a multiple of 4/8), 3 tiles
+      {2500, 100, 8, 1, 1024, 8},       // D=100 (partial last step), K=1
+      {4100, 784, 2, 50, 1024, 8},      // D=784 (MNIST)
+      {9000, 16, 64, 10, 1024, 64},     // batch 64 (8-query score blocks), 5 tiles -> 2-level tree
+      {20000, 33, 3, 3000, 4096, 8},    // K=3000: 8192-row tiles
+      {30000, 3, 2, 10000, 10000, 8},   // K > the largest tile: lists grow to K in the tree
+      {0, 5, 3, 7, 16, 8},              // empty shard: all padding
+      {20000, 33, 3, 50, 64, 1024},     // batch_max 1024 forces 8192-row chunks: 3 chunks
+      {20000, 7, 2, 3000, 4096, 1024},  // 3 chunks, one tile each, K=3000
+      {40000, 5, 2, 9000, 9000, 1024},  // 5 chunks with K > tile
+  };
+  std::vector<ExactCase> out;
+  for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+    for (Metric m : {Metric::kInnerProduct, Metric::kL2})
+      for (const Shape& s : shapes) out.push_back({dt, m, s.n, s.dim, s.batch, s.k, s.k_max, s.batch_max});
+  return out;
+}
+
+class ExactTies : public ::testing::TestWithParam<ExactCase> {};
+
+// Small integers in [-2, 2]: every score is exact in float32 (and every value exact in float16
+// and bfloat16), so ids must equal the oracle's exactly, ties (broken on shuffled global ids)
+// included, and every score must equal the float64 score.
+TEST_P(ExactTies, IdsAndScoresEqualTheOracle) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const ExactCase& p = GetParam();
+  const Corpus c = make_corpus(small_ints(static_cast<size_t>(p.n * p.dim), 100 + p.n + p.dim, -2, 2), p.n, p.dim,
+                               p.metric, p.dtype, shuffled_ids(p.n, 200 + p.n));
+  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(p.batch_max, p.k_max));
+  const std::vector<float> q = small_ints(static_cast<size_t>(p.batch * p.dim), 300 + p.dim, -2, 2);
+  const auto got = run_candidates(*e, q, p.batch, p.k, p.batch);
+  const int kk = static_cast<int>(std::min<std::int64_t>(p.k, p.n));
+  if (kk > 0)
+    expect_exact(p.metric, c.stored, c.n, c.ids.data(), q, p.batch, p.dim, kk,
+                 to_answer(got, p.metric, p.batch, p.k, kk), p.name());
+  expect_padding(got, p.batch, p.k, kk, p.name());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, ExactTies, ::testing::ValuesIn(exact_cases()),
+                         [](const ::testing::TestParamInfo<ExactCase>& i) { return i.param.name(); });
+
+// ------------------------------------------------------------------------------ random data
+
+struct RandomCase {
+  Dtype dtype;
+  Metric metric;
+  std::int64_t n, dim;
+  int batch, k;
+  std::string name() const {
+    std::ostringstream os;
+    os << dname(dtype) << "_" << mname(metric) << "_n" << n << "_d" << dim << "_b" << batch << "_k" << k;
+    return os.str();
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const RandomCase& c) { return os << c.name(); }
+
+std::vector<RandomCase> random_cases() {
+  struct Shape {
+    std::int64_t n, dim;
+    int batch, k;
+  };
+  // n, dim, batch, k      why
+  const Shape shapes[] = {
+      {3000, 100, 8, 10},    // typical small k
+      {5000, 784, 4, 100},   // MNIST-like width
+      {2000, 33, 16, 1024},  // K=1024, unaligned D
+      {1500, 4099, 2, 20},   // D far beyond one shared-memory step, odd
+  };
+  std::vector<RandomCase> out;
+  for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+    for (Metric m : {Metric::kInnerProduct, Metric::kCosine, Metric::kL2})
+      for (const Shape& s : shapes) out.push_back({dt, m, s.n, s.dim, s.batch, s.k});
+  return out;
+}
+
+class RandomData : public ::testing::TestWithParam<RandomCase> {};
+
+// Uniform floats in [-1, 1): within DESIGN.md's ε of the float64 oracle computed on the values
+// the engine stores (rounded to float16/bfloat16 by an independent rounding); near-tie swaps
+// are counted and printed.
+TEST_P(RandomData, WithinToleranceOfTheOracle) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const RandomCase& p = GetParam();
+  const Corpus c = make_corpus(random_floats(static_cast<size_t>(p.n * p.dim), 400 + p.n), p.n, p.dim, p.metric,
+                               p.dtype, shuffled_ids(p.n, 500 + p.n));
+  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(16, 1024));
+  const std::vector<float> q = random_floats(static_cast<size_t>(p.batch * p.dim), 600 + p.dim);
+  const auto got = run_candidates(*e, q, p.batch, p.k, 16);
+  expect_within_tolerance(oracle_metric(p.metric), c.stored, c.n, c.ids.data(), prepared(q, p.batch, p.dim, p.metric),
+                          p.batch, p.dim, p.k, to_answer(got, p.metric, p.batch, p.k, p.k), p.name());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, RandomData, ::testing::ValuesIn(random_cases()),
+                         [](const ::testing::TestParamInfo<RandomCase>& i) { return i.param.name(); });
+
+// ------------------------------------------------------------------------------ GPU vs CPU, batch
+
+struct DtypeMetric {
+  Dtype dtype;
+  Metric metric;
+  std::string name() const { return std::string(dname(dtype)) + "_" + mname(metric); }
+};
+
+std::ostream& operator<<(std::ostream& os, const DtypeMetric& c) { return os << c.name(); }
+
+std::vector<DtypeMetric> dtype_metrics() {
+  std::vector<DtypeMetric> out;
+  for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+    for (Metric m : {Metric::kInnerProduct, Metric::kCosine, Metric::kL2}) out.push_back({dt, m});
+  return out;
+}
+
+class CudaVsCpu : public ::testing::TestWithParam<DtypeMetric> {};
+
+// The CUDA engine reduces each pair in the CPU engine's order (8 lanes over d mod 8, FMA, the
+// same lane tree), so the two backends agree bit for bit. The weaker requirement (ids equal
+// except near-ties within ε) is checked separately so that a failure says which one broke.
+TEST_P(CudaVsCpu, SameAnswers) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const DtypeMetric& p = GetParam();
+  for (std::int64_t dim : {100LL, 37LL}) {
+    const std::int64_t n = 6000, nq = 16;
+    const int k = 100;
+    const std::string what = p.name() + "_d" + std::to_string(dim);
+    const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 700 + dim), n, dim, p.metric, p.dtype,
+                                 shuffled_ids(n, 701));
+    auto gpu = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(16, 128));
+    auto cpu = make_cpu_engine(c.input(), p.metric, p.dtype, 2, limits(16, 128));
+    const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 702);
+    const Answer g = to_answer(run_candidates(*gpu, q, nq, k, 16), p.metric, nq, k, k);
+    const Answer h = to_answer(run_candidates(*cpu, q, nq, k, 16), p.metric, nq, k, k);
+    // ids equal except near-ties within ε
+    int differing = 0;
+    for (std::int64_t qi = 0; qi < nq; ++qi) {
+      const double eps = oracle::epsilon(h.scores[qi * k], h.scores[qi * k + k - 1]);
+      for (int j = 0; j < k; ++j) {
+        const std::int64_t i = qi * k + j;
+        if (g.ids[i] == h.ids[i]) continue;
+        ++differing;
+        EXPECT_LE(std::fabs(static_cast<double>(g.scores[i]) - h.scores[i]), eps)
+            << what << ": query " << qi << " rank " << j << " ids differ beyond a near-tie";
+      }
+    }
+    std::printf("  [%s] GPU vs CPU: %d of %lld ids differ (near-ties)\n", what.c_str(), differing,
+                static_cast<long long>(nq * k));
+    expect_bit_identical(g, h, what + " GPU vs CPU bit-identical");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, CudaVsCpu, ::testing::ValuesIn(dtype_metrics()),
+                         [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
+
+class BatchIndependence : public ::testing::TestWithParam<DtypeMetric> {};
+
+// A query's ids and score bits do not depend on the batch it came in (DESIGN.md invariant 3):
+// alone (1-query score blocks), in batches of 3 (4-query blocks) and in one batch of 64.
+TEST_P(BatchIndependence, SameBitsAloneAndInBatches) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const DtypeMetric& p = GetParam();
+  const std::int64_t n = 3000, dim = 100, nq = 64;
+  const int k = 50;
+  const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 800), n, dim, p.metric, p.dtype,
+                               shuffled_ids(n, 801));
+  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(64, 64));
+  const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 802);
+  const auto all = run_candidates(*e, q, nq, k, 64);
+  const auto single = run_candidates(*e, q, nq, k, 1);
+  const auto threes = run_candidates(*e, q, nq, k, 3);
+  expect_same_candidates(all, single, p.name() + ": batch 64 vs alone");
+  expect_same_candidates(all, threes, p.name() + ": batch 64 vs batches of 3");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, BatchIndependence, ::testing::ValuesIn(dtype_metrics()),
+                         [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
+
+class ChunkingIndependence : public ::testing::TestWithParam<DtypeMetric> {};
+
+// The same shard in one chunk (batch_max 8) and in three 8192-row chunks (batch_max 1024 makes
+// the workspace budget pick the smallest chunk) gives the same bits: scores do not depend on
+// tiling along rows, and selection is exact.
+TEST_P(ChunkingIndependence, OneChunkEqualsThree) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const DtypeMetric& p = GetParam();
+  const std::int64_t n = 20000, dim = 40, nq = 5;
+  const int k = 200;
+  const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 900), n, dim, p.metric, p.dtype,
+                               shuffled_ids(n, 901));
+  const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 902);
+  auto one = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(8, 256));
+  auto three = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(1024, 256));
+  expect_same_candidates(run_candidates(*one, q, nq, k, 5), run_candidates(*three, q, nq, k, 5),
+                         p.name() + ": 1 chunk vs 3 chunks");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, ChunkingIndependence, ::testing::ValuesIn(dtype_metrics()),
+                         [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
+
+// ------------------------------------------------------------------------------ device merge
+
+struct MergeCase {
+  int parts, k;
+  int mode;  // 0: random scores, 1: all scores equal, 2: three distinct scores
+  std::string name() const {
+    static const char* modes[] = {"random", "all_equal", "three_values"};
+    return "p" + std::to_string(parts) + "_k" + std::to_string(k) + "_" + modes[mode];
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const MergeCase& c) { return os << c.name(); }
+
+std::vector<MergeCase> merge_cases() {
+  std::vector<MergeCase> out;
+  for (int parts : {1, 2, 3, 8, 64})
+    for (int k : {1, 7, 100, 1024})
+      for (int mode : {0, 1, 2}) out.push_back({parts, k, mode});
+  return out;
+}
+
+class DeviceMerge : public ::testing::TestWithParam<MergeCase> {};
+
+// Lists [parts, batch, k], each sorted best first with a varying number of real candidates
+// (0 .. k) followed by padding, ids unique across lists; the device merge must equal
+// merge_topk_host bit for bit.
+TEST_P(DeviceMerge, EqualsHostMerge) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const MergeCase& p = GetParam();
+  const int batch = 5;
+  auto e = make_cuda_engine(ShardInput{nullptr, 0, 4, nullptr}, Metric::kInnerProduct, Dtype::kFloat32,
+                            test_device(), limits(batch, 1024, 64));
+  std::mt19937_64 rng(1000 + p.parts * 7 + p.k + p.mode);
+  std::vector<std::int64_t> ids(static_cast<size_t>(p.parts) * batch * p.k);
+  std::iota(ids.begin(), ids.end(), 5000);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::uniform_real_distribution<float> score(-10.0f, 10.0f);
+  std::vector<Candidate> lists(ids.size());
+  size_t next = 0;
+  for (int part = 0; part < p.parts; ++part)
+    for (int b = 0; b < batch; ++b) {
+      Candidate* l = lists.data() + (static_cast<size_t>(part) * batch + b) * p.k;
+      const int real = (part * 37 + b * 11 + p.k / 2) % (p.k + 1);
+      for (int j = 0; j < p.k; ++j) {
+        if (j >= real) {
+          l[j] = pad_candidate();
+          continue;
+        }
+        const float s = p.mode == 0 ? score(rng) : p.mode == 1 ? 0.25f : static_cast<float>(rng() % 3);
+        l[j] = Candidate{s, ids[next++]};
+      }
+      std::sort(l, l + p.k, [](const Candidate& a, const Candidate& b2) { return better(a, b2); });
+    }
+  std::vector<Candidate> want(static_cast<size_t>(batch) * p.k);
+  merge_topk_host(lists.data(), p.parts, batch, p.k, want.data());
+  e->copy_from_host(e->gathered_buffer(), lists.data(), lists.size() * sizeof(Candidate));
+  e->merge(e->gathered_buffer(), p.parts, batch, p.k, e->merged_buffer());
+  std::vector<Candidate> got(want.size());
+  e->copy_to_host(got.data(), e->merged_buffer(), got.size() * sizeof(Candidate));
+  expect_same_candidates(got, want, p.name());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, DeviceMerge, ::testing::ValuesIn(merge_cases()),
+                         [](const ::testing::TestParamInfo<MergeCase>& i) { return i.param.name(); });
+
+// ------------------------------------------------------------------------------ data path
+
+TEST(CudaEngine, TransferCountersCountOnlyQueryAndResultTraffic) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const std::int64_t n = 4000, dim = 384;
+  const int k = 10;
+  for (Metric m : {Metric::kInnerProduct, Metric::kCosine}) {
+    SCOPED_TRACE(mname(m));
+    const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 1100), n, dim, m, Dtype::kFloat32,
+                                 shuffled_ids(n, 1101));
+    auto e = make_cuda_engine(c.input(), m, Dtype::kFloat32, test_device(), limits(4, 16));
+    // construction (the shard upload) is not query traffic
+    EXPECT_EQ(e->transfer_counters().host_to_device, 0u);
+    EXPECT_EQ(e->transfer_counters().device_to_host, 0u);
+    const std::vector<float> q = random_floats(static_cast<size_t>(dim), 1102);
+    e->reset_transfer_counters();
+    e->copy_from_host(e->query_buffer(), q.data(), dim * sizeof(float));
+    EXPECT_EQ(e->transfer_counters().host_to_device, static_cast<std::uint64_t>(dim) * 4);
+    EXPECT_EQ(e->transfer_counters().device_to_host, 0u);
+    e->prepare_queries(e->query_buffer(), 1);
+    e->search(e->query_buffer(), 1, k, e->local_buffer());
+    e->copy_within(e->merged_buffer(), e->local_buffer(), k * sizeof(Candidate));  // not counted
+    e->merge(e->local_buffer(), 1, 1, k, e->merged_buffer());
+    e->synchronize();
+    EXPECT_EQ(e->transfer_counters().host_to_device, static_cast<std::uint64_t>(dim) * 4);
+    EXPECT_EQ(e->transfer_counters().device_to_host, 0u) << "prepare/search/merge must not copy to the host";
+    std::vector<Candidate> out(k);
+    e->copy_to_host(out.data(), e->merged_buffer(), k * sizeof(Candidate));
+    EXPECT_EQ(e->transfer_counters().device_to_host, static_cast<std::uint64_t>(k) * sizeof(Candidate));
+    e->reset_transfer_counters();
+    EXPECT_EQ(e->transfer_counters().host_to_device, 0u);
+    // and the answer is right
+    expect_within_tolerance(oracle_metric(m), c.stored, n, c.ids.data(), prepared(q, 1, dim, m), 1, dim, k,
+                            to_answer(out, m, 1, k, k), std::string("counters ") + mname(m));
+  }
+}
+
+TEST(CudaEngine, CopyWithinTakesDeviceQueries) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  // The index's search_device path: queries already in device memory are copied into the
+  // query buffer with copy_within, then prepared (validated) and searched.
+  const std::int64_t n = 1000, dim = 64;
+  const Corpus c = make_corpus(small_ints(static_cast<size_t>(n * dim), 1200, -2, 2), n, dim, Metric::kL2,
+                               Dtype::kFloat32, shuffled_ids(n, 1201));
+  auto e = make_cuda_engine(c.input(), Metric::kL2, Dtype::kFloat32, test_device(), limits(4, 16, 4));
+  const std::vector<float> q = small_ints(static_cast<size_t>(2 * dim), 1202, -2, 2);
+  // stage the "caller's" device queries in the gathered buffer (any device memory will do)
+  e->copy_from_host(e->gathered_buffer(), q.data(), q.size() * sizeof(float));
+  e->reset_transfer_counters();
+  e->copy_within(e->query_buffer(), e->gathered_buffer(), q.size() * sizeof(float));
+  e->prepare_queries(e->query_buffer(), 2);
+  e->search(e->query_buffer(), 2, 16, e->local_buffer());
+  std::vector<Candidate> out(32);
+  e->copy_to_host(out.data(), e->local_buffer(), out.size() * sizeof(Candidate));
+  EXPECT_EQ(e->transfer_counters().host_to_device, 0u);
+  expect_exact(Metric::kL2, c.stored, n, c.ids.data(), q, 2, dim, 16, to_answer(out, Metric::kL2, 2, 16, 16),
+               "copy_within queries");
+}
+
+// ------------------------------------------------------------------------------ real vectors
+
+class BgeM3 : public ::testing::TestWithParam<DtypeMetric> {};
+
+// 500 bge-m3 paragraph embeddings as the corpus, 500 sentence embeddings as queries (about 40
+// near-identical pairs: real near-ties). Within ε of the oracle, k = 10 and 100; for float32
+// also bit-identical to the CPU engine.
+TEST_P(BgeM3, WithinToleranceOfTheOracle) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const DtypeMetric& p = GetParam();
+  const std::int64_t n = 500, nq = 500, dim = 1024;
+  const std::vector<float> corpus = read_raw_f32(bge_dir() + "/paragraphs-1024.f32", n, dim);
+  const std::vector<float> queries = read_raw_f32(bge_dir() + "/sentences-1024.f32", nq, dim);
+  if (corpus.empty() || queries.empty())
+    GTEST_SKIP() << "bge-m3 vectors not found under " << bge_dir() << " (set SHARDTOPK_DATA_DIR)";
+  std::vector<std::int64_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  const Corpus c = make_corpus(corpus, n, dim, p.metric, p.dtype, ids);
+  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(64, 128));
+  for (int k : {10, 100}) {
+    const auto got = run_candidates(*e, queries, nq, k, 64);
+    expect_within_tolerance(oracle_metric(p.metric), c.stored, n, c.ids.data(), prepared(queries, nq, dim, p.metric),
+                            nq, dim, k, to_answer(got, p.metric, nq, k, k),
+                            "bge-m3 " + p.name() + " k=" + std::to_string(k));
+    if (p.dtype == Dtype::kFloat32) {
+      auto cpu = make_cpu_engine(c.input(), p.metric, p.dtype, 2, limits(64, 128));
+      expect_bit_identical(to_answer(got, p.metric, nq, k, k),
+                           to_answer(run_candidates(*cpu, queries, nq, k, 64), p.metric, nq, k, k),
+                           "bge-m3 GPU vs CPU " + p.name());
+    }
+  }
+}
+
+std::vector<DtypeMetric> bge_cases() {
+  std::vector<DtypeMetric> out;
+  for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+    for (Metric m : {Metric::kCosine, Metric::kInnerProduct}) out.push_back({dt, m});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, BgeM3, ::testing::ValuesIn(bge_cases()),
+                         [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
+
+}  // namespace
+}  // namespace shardtopk::test
