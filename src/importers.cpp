@@ -68,7 +68,7 @@ float to_distance(Metric m, double s) {
 /// Check the common options once, before any heavy work.
 void check_options(const ImportOptions& opt, const char* what) {
   SHARDTOPK_EXPECTS(!opt.out.empty(), what, ": no output file given (--out)");
-  SHARDTOPK_EXPECTS(opt.truth_k >= 1, what, ": --truth-k must be >= 1, got ", opt.truth_k);
+  SHARDTOPK_EXPECTS(opt.truth_k >= 0, what, ": --truth-k must be >= 0 (0: no ground truth), got ", opt.truth_k);
   SHARDTOPK_EXPECTS(opt.threads >= 0, what, ": --threads must be >= 0, got ", opt.threads);
   SHARDTOPK_EXPECTS(opt.max_queries == -1 || opt.max_queries >= 0, what,
                     ": --max-queries must be -1 (all) or >= 0, got ", opt.max_queries);
@@ -221,8 +221,8 @@ void write_common(H5Writer& w, const Prepared& p, const ImportOptions& opt, cons
   w.set_attr("type", std::string("dense"));
   w.set_attr("importer", std::string("shardtopk ") + version());
 
-  if (p.nq == 0) {
-    if (opt.progress) spdlog::info("{}: no queries, so no ground truth", what);
+  if (p.nq == 0 || opt.truth_k == 0) {
+    if (opt.progress) spdlog::info("{}: {}", what, p.nq == 0 ? "no queries, so no ground truth" : "--truth-k 0: no ground truth");
     return;
   }
   const int k = opt.truth_k;

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   std::string train_dtype = "float32";
   auto common = [&](CLI::App* c) {
     c->add_option("--out,-o", io.out, "output HDF5 file")->required();
-    c->add_option("--truth-k", io.truth_k, "ground-truth neighbours per query")->capture_default_str();
+    c->add_option("--truth-k", io.truth_k, "ground-truth neighbours per query (0: none)")->capture_default_str();
     c->add_option("--threads", io.threads, "oracle threads (0: all cores)")->capture_default_str();
     c->add_option("--max-queries", io.max_queries, "keep the first N queries (-1: all)")->capture_default_str();
     c->add_option("--max-rows", io.max_rows, "keep the first N corpus rows (-1: all)")->capture_default_str();

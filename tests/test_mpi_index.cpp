@@ -10,6 +10,7 @@
 // broken on global ids from an `ids` dataset (2), each rank's candidates come only from its own
 // rows, padding when K exceeds a shard, P > N, and bad input: a clear error naming the value on
 // every rank, no crash, and the index still answers the next good batch (6).
+#include <cstdlib>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -74,10 +75,16 @@ Config base_config(const std::string& path, std::optional<Metric> metric, int k_
   c.search.metric = metric;
   c.search.k_max = k_max;
   c.search.batch_max = batch_max;
-  c.engine.backend = EngineBackend::kCpu;
+  // SHARDTOPK_TEST_ENGINE=cuda runs the same tests with the CUDA engine and NCCL (one GPU per
+  // rank; bench/gpu_run.sh does this). The CUDA engine's scores are bit-identical to the CPU
+  // engine's, so the in-process CPU reference below holds for both.
+  const char* eng = std::getenv("SHARDTOPK_TEST_ENGINE");
+  const bool cuda = eng && std::string(eng) == "cuda";
+  c.engine.backend = cuda ? EngineBackend::kCuda : EngineBackend::kCpu;
   c.engine.threads = 1;
   c.engine.read_chunk_rows = 4;  // several hyperslab reads per shard
-  c.comm.backend = CommBackend::kMpi;
+  const char* comm = std::getenv("SHARDTOPK_TEST_COMM");
+  c.comm.backend = comm ? parse_comm_backend(comm) : (cuda ? CommBackend::kAuto : CommBackend::kMpi);
   c.comm.timeout_s = 60;
   return c;
 }

@@ -259,8 +259,8 @@ __device__ __forceinline__ unsigned long long query_status(std::int64_t query, s
 __global__ void __launch_bounds__(kPrepThreads)
     prepare_queries_kernel(float* __restrict__ queries, std::int64_t dim, int normalize,
                            unsigned long long* status) {
-  __shared__ int bad;
-  __shared__ double inv;
+  __shared__ int bad;      // written before the 2nd barrier only
+  __shared__ double inv;   // written by thread 0 between the 2nd and 3rd barriers; 0: zero norm
   const std::int64_t q = blockIdx.x;
   float* x = queries + q * dim;
   if (threadIdx.x == 0) bad = 0;
@@ -282,13 +282,13 @@ __global__ void __launch_bounds__(kPrepThreads)
     const double norm = __dsqrt_rn(ss);
     if (!(norm > 0.0)) {
       atomicMin(status, query_status(q, 0, 1));
-      bad = 1;
+      inv = 0.0;
     } else {
       inv = __ddiv_rn(1.0, norm);
     }
   }
   __syncthreads();
-  if (bad) return;
+  if (inv == 0.0) return;
   for (std::int64_t d = threadIdx.x; d < dim; d += blockDim.x)
     x[d] = __double2float_rn(__dmul_rn(static_cast<double>(x[d]), inv));
 }
@@ -620,7 +620,7 @@ class CudaEngine final : public Engine {
   Candidate* merged_buffer() override { return merged_; }
 
   /// Validates queries [batch, dim] (device) for every metric and normalises them for cosine.
-  /// One 16-byte status readback into pinned memory per call (not counted in
+  /// One 8-byte status readback into pinned memory per call (not counted in
   /// transfer_counters(), which count only query and result traffic); returns after the
   /// stream has drained. @throws Error naming the first bad query.
   void prepare_queries(float* queries, int batch) override {
