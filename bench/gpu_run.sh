@@ -32,6 +32,19 @@ status=0
 declare -a SUMMARY=()
 
 log() { echo "[gpu_run $(date +%H:%M:%S)] $*"; }
+# Copy what matters to PACK_TO on any exit, also when killed at the call's time limit.
+pack_out() {
+  [[ -n "$PACK_TO" && "$PACK_TO" != "$OUTDIR" ]] || return 0
+  mkdir -p "$PACK_TO"
+  printf '%s\n' "${SUMMARY[@]}" > "$PACK_TO/summary.txt"
+  [[ -s "$OUTDIR/main_job.jsonl" ]] && cp "$OUTDIR/main_job.jsonl" "$PACK_TO/"
+  [[ -f "$OUTDIR/bench_table.txt" ]] && cp "$OUTDIR/bench_table.txt" "$PACK_TO/"
+  tar czf "$PACK_TO/gpu_run_logs.tgz" -C "$OUTDIR" --exclude='*.results.h5' . 2>/dev/null || true
+  local f
+  for f in "$OUTDIR"/*_np1.results.h5; do [[ -f "$f" ]] && cp "$f" "$PACK_TO/"; done
+  return 0
+}
+trap pack_out EXIT
 fail() { log "FAIL: $*"; status=1; }
 
 # ---------------------------------------------------------------- environment
@@ -282,12 +295,4 @@ echo "== gpu_run summary ($GPUS GPU(s) visible; logs in $OUTDIR) =="
 printf '%-34s %4s %7s %7s %8s %10s\n' run rc passed failed skipped unexpected
 printf '%s\n' "${SUMMARY[@]}"
 if [[ $status -eq 0 ]]; then echo "RESULT: OK"; else echo "RESULT: FAILED"; fi
-if [[ -n "$PACK_TO" && "$PACK_TO" != "$OUTDIR" ]]; then
-  mkdir -p "$PACK_TO"
-  printf '%s\n' "${SUMMARY[@]}" > "$PACK_TO/summary.txt"
-  [[ -s "$JL" ]] && cp "$JL" "$PACK_TO/"
-  [[ -f "$OUTDIR/bench_table.txt" ]] && cp "$OUTDIR/bench_table.txt" "$PACK_TO/"
-  tar czf "$PACK_TO/gpu_run_logs.tgz" -C "$OUTDIR" --exclude='*.results.h5' . 2>/dev/null || true
-  for f in "$OUTDIR"/*_np1.results.h5; do [[ -f "$f" ]] && cp "$f" "$PACK_TO/"; done
-fi
 exit $status
