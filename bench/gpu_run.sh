@@ -21,7 +21,7 @@ OUTDIR=${1:-./results/gpu_run}
 PACK_TO=${PACK_TO:-${OUT:-}}
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
-STAGES=${STAGES:-build,ctest,gpu_tests,main_job,bench}
+STAGES=${STAGES:-build,ctest,gpu_tests,main_job,faults,bench}
 stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 DATA_CARRY=${DATA_CARRY:-$ROOT/.carry}
 cd "$ROOT"
@@ -192,7 +192,7 @@ fi
 BIN=$BUILD/shardtopk
 JL="$OUTDIR/main_job.jsonl"
 DATASETS=()
-if stage main_job || stage bench; then
+if stage main_job || stage bench || stage faults; then
   mkdir -p "$ROOT/data"
   if [[ -d "$DATA_CARRY/fashion-mnist" && -f "$DATA_CARRY/fm_truth.h5" ]]; then
     FM="$ROOT/data/fashion-mnist-784-euclidean-notruth.h5"
@@ -251,6 +251,28 @@ PY
 )
       SUMMARY+=("$(printf '%-34s %4s %7s %7s %8s %10s' "$name np1 vs np2" - "$same" - - -)")
       [[ "$same" == identical ]] || fail "$name: np1 and np2 answers differ ($same)"
+    fi
+  done
+fi
+
+# ---------------------------------------------------------------- fault injection (2 GPUs)
+# Invariant 7 on the NCCL path: one rank stalls past comm.timeout_s, or exits, mid-batch; the
+# job must end within the timeout plus a few seconds, non-zero, with a message naming a rank.
+if stage faults && (( GPUS >= 2 )) && (( ${#DATASETS[@]} > 0 )); then
+  IFS='|' read -r name corpus truth metric <<<"${DATASETS[0]}"
+  fcfg="$OUTDIR/fault.yaml"
+  printf 'corpus:\n  path: %s\nsearch:\n  k_max: 100\n  batch_max: 64\nengine:\n  backend: cuda\ncomm:\n  backend: nccl\n  timeout_s: 5\n' "$corpus" > "$fcfg"
+  for fault in stall:1:3:60 exit:1:3; do
+    t0=$(date +%s.%N)
+    frc=0
+    SHARDTOPK_FAULT=$fault timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+      -x NCCL_NVLS_ENABLE=0 -x SHARDTOPK_FAULT -np 2 "$BIN" search -c "$fcfg" -q "$corpus" -k 10 \
+      > "$OUTDIR/fault_${fault%%:*}.log" 2>&1 || frc=$?
+    took=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')")
+    named=$(grep -cE 'rank [0-9]+: .*(did not complete|aborted)|exits during batch|Process name' "$OUTDIR/fault_${fault%%:*}.log" || true)
+    SUMMARY+=("$(printf '%-34s %4s %7s %7s %8s %10s' "fault $fault (nccl, timeout 5 s)" "$frc" "${took}s" "named:$named" - -)")
+    if [[ $frc -eq 0 || $frc -eq 124 || $frc -eq 137 || "$named" == 0 ]] || ! python3 -c "import sys; sys.exit(0 if $took < 20 else 1)"; then
+      fail "fault $fault: rc=$frc after ${took}s (want non-zero within 20 s, naming a rank)"; tail -8 "$OUTDIR/fault_${fault%%:*}.log"
     fi
   done
 fi

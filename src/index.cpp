@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -22,6 +24,48 @@ struct BatchHeader {
   std::int32_t k = 0;
   std::int32_t pad = 0;
 };
+
+// Fault injection for tests of invariant 7 (never hang): SHARDTOPK_FAULT="stall:RANK:BATCH:SECONDS"
+// makes RANK sleep before its local search of batch number BATCH (0-based, counted per index);
+// "exit:RANK:BATCH" makes it exit(17) there, as a crashed rank would.
+struct Fault {
+  enum Kind { kNone, kStall, kExit } kind = kNone;
+  int rank = -1;
+  long batch = -1;
+  double seconds = 0;
+};
+
+Fault parse_fault() {
+  Fault f;
+  const char* env = std::getenv("SHARDTOPK_FAULT");
+  if (!env || !*env) return f;
+  char kind[16] = {0};
+  int rank = -1;
+  long batch = -1;
+  double secs = 0;
+  const int n = std::sscanf(env, "%15[a-z]:%d:%ld:%lf", kind, &rank, &batch, &secs);
+  const std::string k = kind;
+  SHARDTOPK_EXPECTS((k == "stall" && n == 4) || (k == "exit" && n >= 3), "SHARDTOPK_FAULT='", env,
+                    "': expected stall:RANK:BATCH:SECONDS or exit:RANK:BATCH");
+  f.kind = k == "stall" ? Fault::kStall : Fault::kExit;
+  f.rank = rank;
+  f.batch = batch;
+  f.seconds = secs;
+  return f;
+}
+
+void maybe_inject_fault(int rank, long batch) {
+  static const Fault f = parse_fault();
+  if (f.kind == Fault::kNone || f.rank != rank || f.batch != batch) return;
+  if (f.kind == Fault::kStall) {
+    spdlog::warn("SHARDTOPK_FAULT: rank {} stalls {} s before batch {}", rank, f.seconds, batch);
+    std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
+  } else {
+    spdlog::warn("SHARDTOPK_FAULT: rank {} exits during batch {}", rank, batch);
+    std::fflush(nullptr);
+    std::_Exit(17);
+  }
+}
 
 }  // namespace
 
@@ -245,6 +289,7 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
   }
 
   // 2. local top-k; a failure on any rank reaches all of them
+  maybe_inject_fault(rank(), batches_++);
   bool ok = true;
   std::string msg;
   try {

@@ -219,7 +219,7 @@ TEST_P(MpiIndex, SameAnswerAsOneProcessAndTheOracle) {
   EXPECT_EQ(idx.total_rows(), c.n);
   EXPECT_EQ(idx.dim(), c.dim);
   EXPECT_EQ(idx.metric(), c.metric);
-  EXPECT_EQ(idx.engine().name(), "cpu");
+  EXPECT_EQ(idx.engine().name(), cfg.engine.backend == EngineBackend::kCuda ? "cuda" : "cpu");
 
   // Batches of c.batch (the last one short), checking each rank's local candidates per batch.
   Answer got;
@@ -660,6 +660,15 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestEnd(const ::testing::TestInfo& t) override {
     if (t.result()->Failed())
       std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, t.test_suite_name(), t.name());
+    // One gtest-format result line per test on every rank, so per-rank logs can be counted.
+    const char* tag = t.result()->Failed() ? "  FAILED  " : t.result()->Skipped() ? " SKIPPED  " : "       OK ";
+    std::printf("[%s] %s.%s (%lld ms)\n", tag, t.test_suite_name(), t.name(),
+                static_cast<long long>(t.result()->elapsed_time()));
+  }
+  void OnTestProgramEnd(const ::testing::UnitTest& u) override {
+    std::printf("[==========] %d tests from %d test suites ran. (rank %d)\n", u.test_to_run_count(),
+                u.test_suite_to_run_count(), rank_);
+    std::fflush(stdout);
   }
 
  private:

@@ -233,8 +233,22 @@ TEST(NcclComm, StalledPeerGivesCommErrorWithinTimeout) {
   } catch (const std::exception& ex) {
     msg = std::string("not a CommError: ") + ex.what();
   }
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("  [rank %d] after %.2f s: %s\n", r, took, msg.c_str());
+  if (r == 1 && !comm_error) {
+    // The late rank may find its peers' data already posted and complete this one collective;
+    // it must then fail on the next one instead of waiting for peers that have gone.
+    const auto t1 = std::chrono::steady_clock::now();
+    try {
+      nccl->allgather(e->local_buffer(), e->gathered_buffer(), 4 * sizeof(Candidate));
+      msg = "<no exception>";
+    } catch (const CommError& ex) {
+      comm_error = true;
+      msg = ex.what();
+    }
+    took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    std::printf("  [rank %d] second collective after %.2f s: %s\n", r, took, msg.c_str());
+  }
   EXPECT_TRUE(comm_error) << msg;
   EXPECT_NE(msg.find("rank " + std::to_string(r) + ":"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ncclAllGather"), std::string::npos) << msg;

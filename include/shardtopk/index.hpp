@@ -82,6 +82,7 @@ class ShardedIndex {
   std::vector<Candidate> host_candidates_;   // staging for mpi-over-device and results
   std::vector<Candidate> host_gathered_;
   int last_batch_ = 0, last_k_ = 0;
+  long batches_ = 0;  // searches run, for SHARDTOPK_FAULT (test-only fault injection)
 };
 
 /// Choose the metric: cfg.search.metric when set, else the corpus file's `distance` attribute
