@@ -37,6 +37,8 @@ Config load_with_overrides(const std::string& path, const std::vector<std::strin
 
 }  // namespace
 
+int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int rank);
+
 int run_search(const SearchArgs& a, int* argc, char*** argv) {
   MpiSession mpi(argc, argv);
   const int rank = mpi.rank();
@@ -51,6 +53,30 @@ int run_search(const SearchArgs& a, int* argc, char*** argv) {
       return 1;
     }
     ShardedIndex index(cfg);
+    try {
+      return search_all(index, cfg, a, rank);
+    } catch (const CommError& e) {
+      // A collective timed out or failed: a peer is stalled or dead. End the job here, while the
+      // index is alive: unwinding would run the NCCL/CUDA destructors, which may wait on work
+      // that depends on the missing peer.
+      std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+      abort_job(2);
+    }
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    abort_job(2);
+  } catch (const RemoteError& e) {
+    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    // Not a collective failure: this rank alone knows; end every rank so none waits forever.
+    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
+    abort_job(1);
+  }
+}
+
+int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int rank) {
+  {
     const std::int64_t dim = index.dim();
 
     // Rank 0 reads the queries; a bad file or a bad query stops every rank.
@@ -98,7 +124,7 @@ int run_search(const SearchArgs& a, int* argc, char*** argv) {
       } catch (const RemoteError&) {
         throw;
       } catch (const CommError&) {
-        throw;
+        throw;  // handled by run_search while the index is alive
       } catch (const Error& e) {
         // rank 0 rejected the batch: name the query by its index in the file
         throw RemoteError(std::string("queries [") + std::to_string(b0) + ", " + std::to_string(b0 + b) +
@@ -169,16 +195,6 @@ int run_search(const SearchArgs& a, int* argc, char*** argv) {
       }
     }
     return 0;
-  } catch (const CommError& e) {
-    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
-    abort_job(2);
-  } catch (const RemoteError& e) {
-    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    // Not a collective failure: this rank alone knows; end every rank so none waits forever.
-    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
-    abort_job(1);
   }
 }
 

@@ -662,6 +662,9 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
       std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, t.test_suite_name(), t.name());
     // One gtest-format result line per test on every rank, so per-rank logs can be counted.
     const char* tag = t.result()->Failed() ? "  FAILED  " : t.result()->Skipped() ? " SKIPPED  " : "       OK ";
+    if (t.result()->Skipped())
+      for (int i = 0; i < t.result()->total_part_count(); ++i)
+        std::printf("%s\n", t.result()->GetTestPartResult(i).message());
     std::printf("[%s] %s.%s (%lld ms)\n", tag, t.test_suite_name(), t.name(),
                 static_cast<long long>(t.result()->elapsed_time()));
   }
