@@ -176,6 +176,8 @@ if stage gpu_tests; then
   for np in $NPS_GPU; do
     [[ -n "$CUDA_BIN" ]] && run_gtest "$CUDA_BIN" "$np" "gpu_np$np"
     [[ -n "$NCCL_BIN" ]] && run_gtest "$NCCL_BIN" "$np" "nccl_np$np"
+    DEVAPI_BIN=$(find_bin test_device_api)
+    if [[ -n "$DEVAPI_BIN" ]]; then run_gtest "$DEVAPI_BIN" "$np" "device_api_np$np"; else fail "test_device_api was not built"; fi
     # The ShardedIndex suite (the same binary CI runs on CPUs) with the CUDA engine + NCCL, and
     # CUDA + MPI (staged through host memory). Its one GPU-less test skips by design.
     if [[ -n "$INDEX_BIN" ]]; then
@@ -242,6 +244,16 @@ if stage main_job; then
       SUMMARY+=("$(printf '%-34s %4s %7s %7s %8s %10s' "$name np$np recall@10/@100" 0 "$r10" "$r100" - -)")
       [[ "$r10" == "1.0" && "$r100" == "1.0" ]] || fail "$name np$np: recall below 1.0"
     done
+    # `plan` predicts each rank's device bytes without loading: compare with what rank 0 allocated.
+    np_plan=$( (( GPUS >= 2 )) && echo 2 || echo 1 )
+    tj="$OUTDIR/${name}_np${np_plan}_b64_float32.timings.json"
+    if [[ -f "$tj" ]]; then
+      "$BIN" plan -c "$OUTDIR/${name}_np${np_plan}_b64_float32.yaml" --ranks "$np_plan" | tee "$OUTDIR/${name}_plan.txt"
+      planned=$(awk '$1 == "0" {print $5}' "$OUTDIR/${name}_plan.txt")
+      actual=$(python3 -c "import json;print(json.load(open('$tj'))['resident_bytes_rank0'])")
+      SUMMARY+=("$(printf '%-34s %4s %7s %7s %8s %10s' "$name plan vs actual dev bytes" - "$planned" "$actual" - -)")
+      [[ "$planned" == "$actual" ]] || fail "$name: plan predicted $planned device bytes for rank 0, engine holds $actual"
+    fi
     if [[ -f "$OUTDIR/${name}_np1.results.h5" && -f "$OUTDIR/${name}_np2.results.h5" ]]; then
       same=$(python3 - "$OUTDIR/${name}_np1.results.h5" "$OUTDIR/${name}_np2.results.h5" <<'PY'
 import sys, h5py, numpy as np

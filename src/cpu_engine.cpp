@@ -297,6 +297,12 @@ class CpuEngine final : public Engine {
   void merge(const Candidate* lists, int parts, int batch, int k, Candidate* out) override {
     merge_topk_host(lists, parts, batch, k, out);
   }
+  void export_results(const Candidate* list, int batch, int k, std::int64_t* ids, float* scores) override {
+    for (size_t i = 0; i < static_cast<size_t>(batch) * k; ++i) {
+      ids[i] = list[i].id;
+      scores[i] = reported_score(metric_, list[i].score);
+    }
+  }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_within(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }

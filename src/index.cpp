@@ -193,6 +193,8 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
   const size_t bk = static_cast<size_t>(cfg_.search.batch_max) * cfg_.search.k_max;
   host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
   host_candidates_.assign(bk, pad_candidate());
+  host_ids_.assign(bk, 0);
+  host_scores_.assign(bk, 0.0f);
   if (engine_->space() == MemSpace::kDevice && data_comm().space() == MemSpace::kHost)
     host_gathered_.assign(bk * world, pad_candidate());
 
@@ -319,12 +321,8 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
   }
   if (rank() != 0) return;
 
-  // 4. only the final [batch, k] comes back to the host
-  e.copy_to_host(host_candidates_.data(), final_list, cbytes);
-  for (size_t i = 0; i < static_cast<size_t>(batch) * k; ++i) {
-    if (ids) ids[i] = host_candidates_[i].id;
-    if (scores) scores[i] = reported_score(metric_, host_candidates_[i].score);
-  }
+  // 4. only the final [batch, k] ids and scores come back to the host
+  e.export_results(final_list, batch, k, ids ? ids : host_ids_.data(), scores ? scores : host_scores_.data());
 }
 
 std::vector<Candidate> ShardedIndex::last_local_candidates() const {

@@ -74,6 +74,11 @@ class Engine {
   /// Merge `parts` lists [parts, batch, k] into out [batch, k] with the ordering rule.
   virtual void merge(const Candidate* lists, int parts, int batch, int k, Candidate* out) = 0;
 
+  /// The final answer to the host: list [batch, k] (this space) → ids [batch, k] and scores
+  /// [batch, k] in reported units (similarity; squared distance for l2). Moves k × (8 + 4) bytes
+  /// per query device→host on the CUDA engine (counted). Returns when the host arrays are filled.
+  virtual void export_results(const Candidate* list, int batch, int k, std::int64_t* ids, float* scores) = 0;
+
   /// Copy between this engine's space and the host (plain memcpy for the CPU engine). Counted
   /// in transfer_counters(). Ordered on the engine's stream; returns when the copy is done.
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;

@@ -81,6 +81,8 @@ class ShardedIndex {
   std::vector<float> host_queries_;          // [batch_max, dim] staging
   std::vector<Candidate> host_candidates_;   // staging for mpi-over-device and results
   std::vector<Candidate> host_gathered_;
+  std::vector<std::int64_t> host_ids_;       // results when the caller passes no ids/scores
+  std::vector<float> host_scores_;
   int last_batch_ = 0, last_k_ = 0;
   long batches_ = 0;  // searches run, for SHARDTOPK_FAULT (test-only fault injection)
 };

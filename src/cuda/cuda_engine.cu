@@ -113,7 +113,7 @@ struct Plan {
   std::int64_t chunks = 0;
   std::int64_t list_capacity = 0;  // candidates per query in list_a / list_b
   std::uint64_t off_shard = 0, off_ids = 0, off_queries = 0, off_local = 0, off_gathered = 0, off_merged = 0,
-                off_status = 0, off_scores = 0, off_list_a = 0, off_list_b = 0, off_acc0 = 0, off_acc1 = 0;
+                off_status = 0, off_out_ids = 0, off_out_scores = 0, off_scores = 0, off_list_a = 0, off_list_b = 0, off_acc0 = 0, off_acc1 = 0;
   std::uint64_t shard_bytes = 0;   // shard + ids
   std::uint64_t total = 0;         // the arena
 };
@@ -170,6 +170,8 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_gathered = take(mul_bytes(bk, static_cast<std::uint64_t>(lim.world_size)));
   p.off_merged = take(bk);
   p.off_status = take(2 * sizeof(unsigned long long));
+  p.off_out_ids = take(mul_bytes(mul_bytes(bmax, kmax), 8));
+  p.off_out_scores = take(mul_bytes(mul_bytes(bmax, kmax), 4));
   if (rows > 0) {
     p.off_scores = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(p.chunk_rows)), 4));
     const std::uint64_t list = mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(p.list_capacity)), cand);
@@ -445,6 +447,17 @@ __device__ __forceinline__ int count_not_worse(const Candidate* list, int len, c
   return lo;
 }
 
+/// Splits the final candidates [n] into ids [n] and reported scores [n] (l2: distance = −score),
+/// so only k·(8+4) bytes per query cross to the host.
+__global__ void split_results_kernel(const Candidate* __restrict__ list, std::int64_t n, bool l2,
+                                     std::int64_t* __restrict__ ids, float* __restrict__ scores) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const Candidate c = list[i];
+  ids[i] = c.id;
+  scores[i] = l2 ? -c.score : c.score;
+}
+
 struct MergeArgs {
   const Candidate* in;       // list l of query q at in + q * in_qstride + l * in_lstride
   std::int64_t in_qstride, in_lstride;
@@ -583,6 +596,8 @@ class CudaEngine final : public Engine {
     gathered_ = reinterpret_cast<Candidate*>(base + plan_.off_gathered);
     merged_ = reinterpret_cast<Candidate*>(base + plan_.off_merged);
     status_ = reinterpret_cast<unsigned long long*>(base + plan_.off_status);
+    out_ids_ = reinterpret_cast<std::int64_t*>(base + plan_.off_out_ids);
+    out_scores_ = reinterpret_cast<float*>(base + plan_.off_out_scores);
     if (rows_ > 0) {
       scores_ = reinterpret_cast<float*>(base + plan_.off_scores);
       list_a_ = reinterpret_cast<Candidate*>(base + plan_.off_list_a);
@@ -704,6 +719,20 @@ class CudaEngine final : public Engine {
     SHARDTOPK_EXPECTS(lists != nullptr && out != nullptr, "merge: null buffer");
     DeviceGuard guard(device_);
     merge_groups(lists, k, static_cast<std::int64_t>(batch) * k, parts, k, parts, out, k, 0, k, batch, 1);
+  }
+
+  void export_results(const Candidate* list, int batch, int k, std::int64_t* ids, float* scores) override {
+    SHARDTOPK_EXPECTS(batch >= 0 && batch <= limits_.batch_max && k >= 1 && k <= limits_.k_max,
+                      "export_results: batch ", batch, " / k=", k, " out of range");
+    const std::int64_t n = static_cast<std::int64_t>(batch) * k;
+    if (n == 0) return;
+    DeviceGuard guard(device_);
+    split_results_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_.s>>>(
+        list, n, metric_ == Metric::kL2, out_ids_, out_scores_);
+    CHECK_CUDA(cudaGetLastError());
+    // two copies of exactly k·8 and k·4 bytes per query: the only device→host traffic of a search
+    copy_to_host(ids, out_ids_, static_cast<std::size_t>(n) * sizeof(std::int64_t));
+    copy_to_host(scores, out_scores_, static_cast<std::size_t>(n) * sizeof(float));
   }
 
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
@@ -910,6 +939,8 @@ class CudaEngine final : public Engine {
   Candidate* gathered_ = nullptr;
   Candidate* merged_ = nullptr;
   unsigned long long* status_ = nullptr;
+  std::int64_t* out_ids_ = nullptr;      // [batch_max, k_max] export staging
+  float* out_scores_ = nullptr;          // [batch_max, k_max]
   unsigned long long* host_status_ = nullptr;
   float* scores_ = nullptr;
   Candidate* list_a_ = nullptr;

@@ -1,0 +1,149 @@
+// The data path of a GPU search, end to end through ShardedIndex (issue 3, item 3): a host query
+// moves D×4 bytes in and K×(8+4) bytes out per query; a query already on the device moves nothing
+// in; both give the same bits. Runs under mpirun -np 1 and -np 2 (one GPU per rank) in
+// bench/gpu_run.sh; skips visibly without a GPU. Built only with CUDA (it allocates the caller's
+// device queries with the CUDA runtime, as a caller would).
+#include <cuda_runtime.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/oracle.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::int64_t kN = 1000, kDim = 33;
+constexpr int kB = 3, kK = 10;
+
+struct Fixture {
+  std::string path;
+  std::vector<float> corpus, queries;
+};
+
+Fixture make_fixture() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Fixture f;
+  f.corpus = small_ints(static_cast<size_t>(kN * kDim), 11);
+  f.queries = small_ints(static_cast<size_t>(kB * kDim), 12);
+  char name[256] = {0};
+  if (rank == 0) {
+    std::snprintf(name, sizeof name, "/tmp/shardtopk-devapi-%d.h5", static_cast<int>(::getpid()));
+    H5Writer w(name);
+    w.write_f32("train", f.corpus.data(), kN, kDim);
+    w.close();
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  f.path = name;
+  return f;
+}
+
+Config gpu_config(const std::string& path) {
+  Config c;
+  c.source = "test";
+  c.corpus.path = path;
+  c.search.metric = Metric::kInnerProduct;
+  c.search.k_max = 64;
+  c.search.batch_max = 8;
+  c.engine.backend = EngineBackend::kCuda;
+  c.comm.backend = CommBackend::kAuto;  // NCCL
+  c.comm.timeout_s = 60;
+  return c;
+}
+
+TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU visible: device API test skipped";
+  const Fixture f = make_fixture();
+  ShardedIndex idx(gpu_config(f.path), false);
+  ASSERT_EQ(idx.engine().name(), "cuda");
+  ASSERT_EQ(idx.data_comm().name(), "nccl");
+  const bool root = idx.rank() == 0;
+
+  // host query
+  std::vector<std::int64_t> ids_h(kB * kK, -1), ids_d(kB * kK, -2);
+  std::vector<float> sc_h(kB * kK, NAN), sc_d(kB * kK, NAN);
+  idx.engine().reset_transfer_counters();
+  idx.search(root ? f.queries.data() : nullptr, kB, kK, root ? ids_h.data() : nullptr, root ? sc_h.data() : nullptr);
+  TransferCounters t = idx.engine().transfer_counters();
+  if (root) {
+    EXPECT_EQ(t.host_to_device, static_cast<std::uint64_t>(kB * kDim * 4)) << "host query: D×4 bytes in per query";
+    EXPECT_EQ(t.device_to_host, static_cast<std::uint64_t>(kB * kK * (8 + 4))) << "K×(8+4) bytes out per query";
+  } else {
+    EXPECT_EQ(t.host_to_device, 0u);
+    EXPECT_EQ(t.device_to_host, 0u);
+  }
+
+  // device-pointer query: the caller's embeddings already on the GPU
+  float* d_q = nullptr;
+  if (root) {
+    ASSERT_EQ(cudaMalloc(&d_q, sizeof(float) * kB * kDim), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d_q, f.queries.data(), sizeof(float) * kB * kDim, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  idx.engine().reset_transfer_counters();
+  if (root) {
+    idx.search_device(d_q, nullptr, kB, kK, ids_d.data(), sc_d.data());
+  } else {
+    idx.search(nullptr, kB, kK, nullptr, nullptr);  // other ranks join the collective as usual
+  }
+  t = idx.engine().transfer_counters();
+  if (root) {
+    EXPECT_EQ(t.host_to_device, 0u) << "a device-pointer query moves nothing in";
+    EXPECT_EQ(t.device_to_host, static_cast<std::uint64_t>(kB * kK * (8 + 4)));
+    EXPECT_EQ(ids_d, ids_h);
+    for (int i = 0; i < kB * kK; ++i) EXPECT_EQ(std::memcmp(&sc_d[i], &sc_h[i], 4), 0) << "slot " << i;
+    // exact ids on small integers: the float64 oracle agrees
+    std::vector<std::int64_t> tid;
+    std::vector<double> tsc;
+    oracle::topk(Metric::kInnerProduct, f.corpus.data(), kN, nullptr, f.queries.data(), kB, kDim, kK, &tid, &tsc, 1);
+    EXPECT_EQ(ids_h, tid);
+  }
+
+  // a bad device query is rejected by rank 0, naming it; the index keeps serving
+  if (root) {
+    const float nan = NAN;
+    ASSERT_EQ(cudaMemcpy(d_q + kDim + 5, &nan, sizeof nan, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::string msg = "<no exception>";
+  try {
+    if (root) idx.search_device(d_q, nullptr, kB, kK, ids_d.data(), sc_d.data());
+    else idx.search(nullptr, kB, kK, nullptr, nullptr);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  if (root) EXPECT_THAT(msg, HasSubstr("query 1")) << msg;
+  else EXPECT_THAT(msg, HasSubstr("rank 0 rejected the batch")) << msg;
+  std::fill(ids_d.begin(), ids_d.end(), -3);
+  if (root) {
+    ASSERT_EQ(cudaMemcpy(d_q, f.queries.data(), sizeof(float) * kB * kDim, cudaMemcpyHostToDevice), cudaSuccess);
+    idx.search_device(d_q, nullptr, kB, kK, ids_d.data(), sc_d.data());
+    EXPECT_EQ(ids_d, ids_h);
+    cudaFree(d_q);
+  } else {
+    idx.search(nullptr, kB, kK, nullptr, nullptr);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (root) std::remove(f.path.c_str());
+}
+
+}  // namespace
+}  // namespace shardtopk::test
+
+int main(int argc, char** argv) {
+  shardtopk::MpiSession mpi(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
