@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "log.hpp"
@@ -215,6 +216,33 @@ int ShardedIndex::rank() const { return host_comm_->rank(); }
 int ShardedIndex::world_size() const { return host_comm_->world_size(); }
 
 void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
+  admit_batch(batch, k, [&] {
+    SHARDTOPK_EXPECTS(queries != nullptr, "no queries given");
+    const std::int64_t d = stats_.dim;
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(batch) * d; ++i)
+      SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
+                        queries[i], ") at column ", i % d);
+    engine_->copy_from_host(engine_->query_buffer(), queries, sizeof(float) * batch * d);
+  });
+  run_search(pending_batch_, pending_k_, ids, scores);
+}
+
+void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int batch, int k, std::int64_t* ids,
+                                 float* scores) {
+  SHARDTOPK_EXPECTS(engine_->space() == MemSpace::kDevice, "search_device needs the CUDA engine (engine is ",
+                    engine_->name(), ")");
+  admit_batch(batch, k, [&] {
+    SHARDTOPK_EXPECTS(d_queries != nullptr, "no queries given");
+    (void)cuda_stream;  // copy_within synchronises the device first, so work on any stream is done
+    engine_->copy_within(engine_->query_buffer(), d_queries, sizeof(float) * batch * stats_.dim);
+  });
+  run_search(pending_batch_, pending_k_, ids, scores);
+}
+
+void ShardedIndex::admit_batch(int batch, int k, const std::function<void()>& stage_queries) {
+  // Rank 0 checks the batch, stages the queries into the engine and prepares them (cosine
+  // normalisation; the CUDA engine also checks finiteness on the device), then broadcasts its
+  // verdict so every rank takes the same path. A rejected batch leaves the index usable.
   BatchHeader h;
   std::string reject;
   if (rank() == 0) {
@@ -224,12 +252,7 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
                         (k > cfg_.search.k_max ? " (search.k_max)" : k > stats_.total_rows ? " (corpus rows)" : ""));
       SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
                         " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
-      SHARDTOPK_EXPECTS(queries != nullptr, "no queries given");
-      const std::int64_t d = stats_.dim;
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(batch) * d; ++i)
-        SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
-                          queries[i], ") at column ", i % d);
-      engine_->copy_from_host(engine_->query_buffer(), queries, sizeof(float) * batch * d);
+      stage_queries();
       engine_->prepare_queries(engine_->query_buffer(), batch);
       h.batch = batch;
       h.k = k;
@@ -240,35 +263,8 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
   }
   host_comm_->broadcast(&h, sizeof h, 0);
   if (h.status != 0) throw Error(rank() == 0 ? reject : "rank 0 rejected the batch");
-  run_search(h.batch, h.k, ids, scores);
-}
-
-void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int batch, int k, std::int64_t* ids,
-                                 float* scores) {
-  SHARDTOPK_EXPECTS(engine_->space() == MemSpace::kDevice, "search_device needs the CUDA engine (engine is ",
-                    engine_->name(), ")");
-  BatchHeader h;
-  std::string reject;
-  if (rank() == 0) {
-    try {
-      const std::int64_t kmax = std::min<std::int64_t>(cfg_.search.k_max, stats_.total_rows);
-      SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax);
-      SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
-                        " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
-      SHARDTOPK_EXPECTS(d_queries != nullptr, "no queries given");
-      (void)cuda_stream;  // the caller's stream: we copy after synchronising it (see engine docs)
-      engine_->copy_within(engine_->query_buffer(), d_queries, sizeof(float) * batch * stats_.dim);
-      engine_->prepare_queries(engine_->query_buffer(), batch);  // validates finiteness on the device
-      h.batch = batch;
-      h.k = k;
-    } catch (const Error& e) {
-      h.status = 1;
-      reject = e.what();
-    }
-  }
-  host_comm_->broadcast(&h, sizeof h, 0);
-  if (h.status != 0) throw Error(rank() == 0 ? reject : "rank 0 rejected the batch");
-  run_search(h.batch, h.k, ids, scores);
+  pending_batch_ = h.batch;
+  pending_k_ = h.k;
 }
 
 void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores) {

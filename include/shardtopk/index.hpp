@@ -4,6 +4,7 @@
 /// communicator and merge together (DESIGN.md "Data flow").
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,7 @@ class ShardedIndex {
   std::vector<Candidate> last_local_candidates() const;
 
  private:
+  void admit_batch(int batch, int k, const std::function<void()>& stage_queries);
   void run_search(int batch, int k, std::int64_t* ids, float* scores);
 
   Config cfg_;
@@ -84,7 +86,8 @@ class ShardedIndex {
   std::vector<std::int64_t> host_ids_;       // results when the caller passes no ids/scores
   std::vector<float> host_scores_;
   int last_batch_ = 0, last_k_ = 0;
-  long batches_ = 0;  // searches run, for SHARDTOPK_FAULT (test-only fault injection)
+  long batches_ = 0;
+  int pending_batch_ = 0, pending_k_ = 0;  // rank 0's admitted batch, broadcast to all  // searches run, for SHARDTOPK_FAULT (test-only fault injection)
 };
 
 /// Choose the metric: cfg.search.metric when set, else the corpus file's `distance` attribute
