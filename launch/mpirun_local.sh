@@ -7,7 +7,7 @@
 # - --oversubscribe when NP exceeds the cores; root allowed when run as root;
 # - NCCL_NVLS_ENABLE=0 exported to every rank (NVLink multicast off).
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 NP=$1; shift
 BIN=${SHARDTOPK_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/shardtopk}
 [ -x "$BIN" ] || { echo "mpirun_local.sh: $BIN not built: run launch/setup.sh" >&2; exit 1; }

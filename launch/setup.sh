@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-PACKAGES=(build-essential cmake ninja-build pkg-config
-  libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev
+PACKAGES=(build-essential cmake ninja-build
+  libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-numpy python3-h5py)
 if [ "${SKIP_APT:-0}" != "1" ]; then
@@ -25,10 +25,11 @@ fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 echo "== configuring $BUILD_DIR (SHARDTOPK_CUDA=${SHARDTOPK_CUDA:-AUTO})"
+mkdir -p "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA="${SHARDTOPK_CUDA:-AUTO}" \
-  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$BUILD_DIR.configure.log" 2>&1 ||
-  { cat "$BUILD_DIR.configure.log"; exit 1; }
-grep -E "shardtopk:" "$BUILD_DIR.configure.log" || true
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$BUILD_DIR/configure.log" 2>&1 ||
+  { cat "$BUILD_DIR/configure.log"; exit 1; }
+grep -E "shardtopk:" "$BUILD_DIR/configure.log" || true
 echo "== building ($(nproc) jobs)"
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "== built $BUILD_DIR/shardtopk"

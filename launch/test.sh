@@ -6,4 +6,15 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export NCCL_NVLS_ENABLE=0
 launch/setup.sh
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 1
+rc=0
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 1 || rc=$?
+# ctest hides a passing binary's output: list the GoogleTest cases that skipped, with reasons.
+log="${BUILD_DIR:-build}/Testing/Temporary/LastTest.log"
+if [ -f "$log" ]; then
+  n=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$log" || true)
+  if [ "${n:-0}" -gt 0 ]; then
+    echo "== $n GoogleTest case(s) skipped; reasons:"
+    grep -hE 'skipped|test skipped' "$log" | grep -v '^\[' | sed 's/^ */   /' | sort | uniq -c | sort -rn | head -20
+  fi
+fi
+exit $rc

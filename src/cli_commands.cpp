@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iostream>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "log.hpp"
@@ -28,6 +30,27 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
+// Argument checks that need no corpus, made before the (possibly long) ingest. The same on
+// every rank, so every rank fails alike and rank 0 speaks.
+void check_search_args(const SearchArgs& a, const Config& cfg) {
+  SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= cfg.search.k_max, "--k ", a.k, " out of range: allowed 1 .. ",
+                    cfg.search.k_max, " (search.k_max; raise it with --set search.k_max=", std::max(a.k, 1), ")");
+  SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= cfg.search.batch_max, "--batch ", a.batch,
+                    " out of range: allowed 1 .. ", cfg.search.batch_max,
+                    " (search.batch_max; raise it with --set search.batch_max=N)");
+  SHARDTOPK_EXPECTS(a.max_queries >= -1, "--max-queries ", a.max_queries, " must be -1 (all) or >= 0");
+  const DatasetInfo qi = inspect_dataset(a.queries, a.queries_dataset);  // exists, names what is there
+  SHARDTOPK_EXPECTS(qi.dims.size() == 2 && qi.is_float, "'", a.queries, "': queries dataset '", qi.name,
+                    "' must be a 2-D float dataset [Q, dim]");
+  for (const std::string* out : {&a.out, &a.timings_json}) {
+    if (out->empty()) continue;
+    const auto slash = out->find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out->substr(0, slash));
+    SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", *out, "': folder '", dir,
+                      "' does not exist or is not writable");
+  }
+}
+
 Config load_with_overrides(const std::string& path, const std::vector<std::string>& overrides) {
   Config cfg = load_config(path);
   for (const auto& kv : overrides) apply_override(cfg, kv);
@@ -47,6 +70,7 @@ int run_search(const SearchArgs& a, int* argc, char*** argv) {
     Config cfg;
     try {
       cfg = load_with_overrides(a.config, a.overrides);
+      check_search_args(a, cfg);
     } catch (const Error& e) {
       // The config is the same file on every rank, so every rank fails alike; rank 0 speaks.
       if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
@@ -86,7 +110,6 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     std::string msg;
     if (rank == 0) {
       try {
-        SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " must be >= 1");
         q = read_matrix(a.queries, a.queries_dataset, "query");
         SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
                           dim);
@@ -166,7 +189,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
           {"batch_ms_mean", batch_ms.empty() ? 0.0 : search_s * 1000.0 / static_cast<double>(batch_ms.size())},
           {"resident_bytes_rank0", st.engine_resident_bytes},
       };
-      std::printf("ingest %.2f s | %lld queries, k=%d, %zu batches of <=%d | batch ms p50 %.3f p99 %.3f | QPS %.1f | "
+      std::printf("ingest %.2f s | %lld queries, k=%d, %zu batch(es) of <=%d | batch ms p50 %.3f p99 %.3f | QPS %.1f | "
                   "%s/%s, %d rank(s)\n",
                   st.total_s, static_cast<long long>(nq), a.k, batch_ms.size(), batch_max, percentile(batch_ms, 50),
                   percentile(batch_ms, 99), qps, index.engine().name().c_str(), index.data_comm().name().c_str(),

@@ -121,7 +121,7 @@ void walk(Config& c, const YAML::Node& node, const std::string& prefix, const st
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string name = it->first.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;  // a copy: a reference to the iterator's temporary dangles
     if (v.IsMap()) {
       bool is_section = false;
       for (const auto& kv : setters())

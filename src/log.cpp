@@ -15,7 +15,14 @@ void init_logging(int rank, int world_size) {
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] " + who + "%v");
   spdlog::set_level(rank == 0 ? spdlog::level::info : spdlog::level::warn);
   if (const char* lvl = std::getenv("SHARDTOPK_LOG_LEVEL")) {
-    spdlog::set_level(spdlog::level::from_str(lvl));
+    const auto level = spdlog::level::from_str(lvl);
+    // from_str answers "off" for anything it does not know: only accept real names
+    if (level != spdlog::level::off || std::string(lvl) == "off") {
+      spdlog::set_level(level);
+    } else if (rank == 0) {
+      spdlog::warn("SHARDTOPK_LOG_LEVEL='{}' is not a level (trace, debug, info, warn, error, critical, off); ignored",
+                   lvl);
+    }
   }
 }
 

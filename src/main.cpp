@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   search->add_option("--out,-o", sa.out, "write ids [Q,K] and scores [Q,K] to this HDF5 file");
   search->add_option("--timings-json", sa.timings_json, "write the timing summary as JSON to this file");
   search->add_option("--max-queries", sa.max_queries, "search only the first N queries (-1: all)")->capture_default_str();
-  search->add_option("--batch", sa.batch, "queries per batch (default: search.batch_max)");
+  search->add_option("--batch", sa.batch, "queries per batch, 1 .. search.batch_max (0: search.batch_max)");
   search->add_option("--set", sa.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
 
   std::string info_path;
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   cli::PlanArgs pa;
   auto* plan = app.add_subcommand("plan", "print rows, host and device bytes per rank without loading the corpus");
   plan->add_option("--config,-c", pa.config, "YAML config")->required()->check(CLI::ExistingFile);
-  plan->add_option("--ranks,-n", pa.ranks, "world size")->required()->check(CLI::PositiveNumber);
+  plan->add_option("--ranks,-n", pa.ranks, "world size")->required()->check(CLI::Range(1, 1 << 20));
   plan->add_option("--ranks-per-node", pa.ranks_per_node, "ranks per node (default: all on this node)");
   plan->add_option("--set", pa.overrides, "override a config key (repeatable)");
 

@@ -2,6 +2,7 @@
 // stalled or dead peer ends the job with a message instead of a hang (DESIGN.md invariant 7).
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -94,12 +95,18 @@ class MpiCommunicator final : public Communicator {
       lens[0] = len;
       all = mine;
     }
-    std::string text;
+    // One line per distinct message, naming the ranks that sent it ("ranks 0, 1, 2: ...").
+    std::vector<std::pair<std::string, std::string>> lines;  // message, ranks
     for (int r = 0; r < size_; ++r) {
       if (lens[r] == 0) continue;
-      text += (text.empty() ? "" : "\n") + std::string("rank ") + std::to_string(r) + ": " +
-              all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r]));
+      const std::string m = all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(lens[r]));
+      auto it = std::find_if(lines.begin(), lines.end(), [&](const auto& l) { return l.first == m; });
+      if (it == lines.end()) lines.emplace_back(m, "rank " + std::to_string(r));
+      else it->second = (it->second.rfind("ranks ", 0) == 0 ? it->second : "ranks" + it->second.substr(4)) + ", " +
+                        std::to_string(r);
     }
+    std::string text;
+    for (const auto& l : lines) text += (text.empty() ? "" : "\n") + l.second + ": " + l.first;
     if (text.empty()) text = "a rank failed without a message";
     throw RemoteError(text, !ok);
   }

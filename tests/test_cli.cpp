@@ -152,11 +152,22 @@ TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
   const std::string q = write_queries(queries_, kDim);
   r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k 0");
   EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, HasSubstr("--k 0 must be >= 1")) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--k 0 out of range"), HasSubstr("allowed 1 .. 32"))) << r.err;
 
+  // K > k_max is refused before the corpus is read, with the key to raise
   r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k 51");  // K > N = 50 (k_max 32)
   EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, AllOf(HasSubstr("k=51"), HasSubstr("out of range"))) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--k 51 out of range"), HasSubstr("--set search.k_max=51"))) << r.err;
+  EXPECT_EQ(test::count_of(r.err, "--k 51 out of range"), 1) << r.err;
+
+  // an output folder that does not exist is refused before the search, not after it
+  r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --k 5 -o " + dir_.file("no/such/dir/r.h5"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("does not exist or is not writable")) << r.err;
+
+  r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --k 5 --batch -3");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("--batch -3 out of range")) << r.err;
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + dir_.file("absent.h5") + " --k 5");
   EXPECT_NE(r.rc, 0);

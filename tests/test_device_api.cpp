@@ -42,7 +42,9 @@ Fixture make_fixture() {
   f.queries = small_ints(static_cast<size_t>(kB * kDim), 12);
   char name[256] = {0};
   if (rank == 0) {
-    std::snprintf(name, sizeof name, "/tmp/shardtopk-devapi-%d.h5", static_cast<int>(::getpid()));
+    const char* tmp = std::getenv("TMPDIR");
+    std::snprintf(name, sizeof name, "%s/shardtopk-devapi-%d.h5", tmp && *tmp ? tmp : "/tmp",
+                  static_cast<int>(::getpid()));
     H5Writer w(name);
     w.write_f32("train", f.corpus.data(), kN, kDim);
     w.close();

@@ -365,8 +365,11 @@ class MpiIndexStartupErrors : public ::testing::Test {
 
 TEST_F(MpiIndexStartupErrors, MissingFile) {
   const std::string path = g_dir + "/does-not-exist.h5";
-  EXPECT_THAT(startup_error(base_config(path, kIp, 8, 4)),
-              AllOf(HasSubstr("rank 0: "), HasSubstr("cannot open"), HasSubstr(path)));
+  // Every rank fails alike: one line naming all of them ("rank 0: " alone, "ranks 0, 1, ...: ").
+  const std::string want = g_world == 1 ? std::string("rank 0: ") : std::string("ranks 0, 1");
+  const std::string msg = startup_error(base_config(path, kIp, 8, 4));
+  EXPECT_THAT(msg, AllOf(HasSubstr(want), HasSubstr("cannot open"), HasSubstr(path)));
+  EXPECT_EQ(test::count_of(msg, "cannot open"), 1) << "one line for identical messages:\n" << msg;
 }
 
 TEST_F(MpiIndexStartupErrors, MissingDatasetListsThosePresent) {

@@ -82,7 +82,7 @@ std::vector<Candidate> device_search(Engine& e, const std::vector<float>& q, int
 }
 
 TEST(NcclComm, BroadcastAndAllgather) {
-  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: NCCL test skipped";
   ASSERT_TRUE(built_with_nccl());
   RankGpu s = rank_gpu();
   if (!s.skip.empty()) GTEST_SKIP() << s.skip;
@@ -132,7 +132,7 @@ TEST(NcclComm, BroadcastAndAllgather) {
 // equal a single engine over the whole corpus bit for bit, for any rank count, and (small
 // integers) the oracle's ids exactly.
 TEST(NcclComm, ShardedSearchEqualsOneGpu) {
-  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: NCCL test skipped";
   RankGpu s = rank_gpu();
   if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   const int P = s.host->world_size(), r = s.host->rank();
@@ -212,7 +212,7 @@ TEST(NcclComm, ShardedSearchEqualsOneGpu) {
 // timeout within about 2 s, and rank 1 must fail too (the peers are gone), never hang. A failed
 // communicator refuses further use.
 TEST(NcclComm, StalledPeerGivesCommErrorWithinTimeout) {
-  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: NCCL test skipped";
   RankGpu s = rank_gpu();
   if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   const int P = s.host->world_size(), r = s.host->rank();
