@@ -1,6 +1,7 @@
 #include "shardtopk/corpus_io.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -69,7 +70,11 @@ class Handle {
 Handle open_file(const std::string& path) {
   silence();
   FILE* f = std::fopen(path.c_str(), "rb");
-  SHARDTOPK_EXPECTS(f != nullptr, "cannot open '", path, "': ", std::strerror(errno));
+  SHARDTOPK_EXPECTS(f != nullptr, "cannot open '", path, "': ", std::strerror(errno),
+                    errno == ENOENT && path.rfind("data/", 0) == 0
+                        ? " (import the public datasets with launch/import_datasets.sh, or point corpus.path elsewhere "
+                          "with --set corpus.path=FILE)"
+                        : "");
   std::fclose(f);
   const htri_t is = H5Fis_hdf5(path.c_str());
   SHARDTOPK_EXPECTS(is > 0, "'", path, "' is not a readable HDF5 file",

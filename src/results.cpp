@@ -53,6 +53,12 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
   const std::string tdistance = read_string_attribute(truth_path, "distance");
   if (metric.empty()) metric = tdistance == "angular" ? "cosine" : tdistance == "euclidean" ? "l2" : "inner_product";
   const Metric m = parse_metric(metric, "'" + results_path + "': attribute metric");
+  if (!tdistance.empty()) {
+    const Metric tm = parse_metric(tdistance, "'" + truth_path + "': attribute distance");
+    SHARDTOPK_EXPECTS(tm == m, "'", results_path, "' was searched with metric ", to_string(m), " but the ground truth in '",
+                      truth_path, "' is for distance='", tdistance, "' (", to_string(tm),
+                      "): recall against it would mean nothing; search with --set search.metric=", to_string(tm));
+  }
   const bool squared = read_string_attribute(truth_path, "distance_units") == "squared";
 
   // Convert a truth value to the result file's units (similarity, or squared l2 distance).
