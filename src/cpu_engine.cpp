@@ -1,31 +1,58 @@
 // CPU engine: resident shard in float32/float16/bfloat16, blocked scoring with a fixed
-// reduction order, and a per-thread heap top-k merged with the ordering rule.
+// reduction order, and a per-thread top-k selection merged with the ordering rule.
 //
 // Determinism (DESIGN.md invariant 3): every (query, row) score is computed by the same
-// arithmetic whatever the batch, tile shape, thread count or shard: D is zero-padded to a
-// multiple of 8; lane j of an 8-wide accumulator sums dimensions d ≡ j (mod 8) in increasing
-// order with fused multiply-add; the 8 lanes are then added by one fixed tree (hsum8). The
-// AVX2 kernels and the portable fallback follow exactly this order, so they agree bit for bit.
+// arithmetic whatever the batch, tile shape, thread count, shard or instruction set: D is
+// zero-padded to a multiple of 8 (dp); lane j of an 8-wide accumulator sums dimensions
+// d ≡ j (mod 8) in increasing order with fused multiply-add; the 8 lanes are then added by one
+// fixed tree (hsum8). The AVX-512 and AVX2 kernels and the portable fallback all follow exactly
+// this order, so they agree bit for bit (and with the CUDA engine, which mirrors it).
 //
-// Tiling: a tile is QB queries × RB rows with one accumulator per pair (QB·RB ≤ 8 vector
-// registers), tuned for 2-core AVX2 machines: 4×2 for batches, 1×8 for a single query (eight
-// independent FMA chains hide the FMA latency; the shard streams from memory once per batch).
+// Layout: rows are stored pair-interleaved, 8 dimensions at a time: element (r, d) lives at
+// (r/2)·2·dp + (d/8)·16 + (r%2)·8 + d%8 (an odd row count gets a zero padding row, never
+// offered). One 512-bit load holds the same 8-dimension chunk of two rows; a 256-bit load holds
+// one row's chunk at row_offset(r) + 16·chunk, which is what the AVX2 and portable paths read.
+//
+// Instruction set: AVX-512 (F/BW/VL) when the CPU has it, else AVX2+FMA+F16C, else portable;
+// SHARDTOPK_CPU_ISA=portable|avx2|avx512|auto picks one (read each time an engine is built).
+//
+// Tiling: a tile is QB queries × RB rows with one 8-lane sum per (query, row) pair.
+//  - AVX-512: a zmm accumulator holds two pairs (low half: even row, high half: odd row of a row
+//    pair); 4 queries × 4 row pairs (16 accumulators) for batches, 1 query × 8 row pairs for a
+//    single query. hsum8 runs on 16 pairs at once with shuffles (the same adds on the same
+//    operands as the scalar tree), and one vector compare against each query's selection
+//    threshold skips the selection for most rows. The tiles of one slab of rows prefetch the
+//    next slab. Thread ranges start on 16-row bounds.
+//  - AVX2: 4 × 2 for batches, 1 × 8 for a single query.
+//
+// Selection: per query, a buffer compacted with nth_element behind a threshold (see Selector);
+// the result is the exact top K under the ordering rule, independent of the order rows arrive.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <type_traits>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics initialise their "undefined" operand from itself, which
+// -Wuninitialized reports at every use; silence that for the header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 #include "half.hpp"
+#include "log.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/merge.hpp"
@@ -37,10 +64,19 @@ constexpr int kLanes = 8;
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
+// ---------------------------------------------------------------- pair-interleaved layout
+
+// Offset of row r's first 8-dimension chunk; chunk c of the row is at row_offset(r) + 16·c.
+inline std::int64_t row_offset(std::int64_t r, std::int64_t dp) { return (r / 2) * 2 * dp + (r % 2) * kLanes; }
+inline std::int64_t elem_offset(std::int64_t r, std::int64_t d, std::int64_t dp) {
+  return row_offset(r, dp) + (d / kLanes) * 2 * kLanes + d % kLanes;
+}
+
 // ---------------------------------------------------------------- fixed-order lane arithmetic
 
 inline float hsum8(const float* l) {
-  // The one horizontal-sum tree. Changing it changes every score: keep AVX2 and portable equal.
+  // The one horizontal-sum tree. Changing it changes every score: keep every path equal
+  // (reduce8x2 below is the same tree on 16 pairs at once).
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
@@ -48,6 +84,56 @@ inline float hsum8(const float* l) {
 inline float load1(const float* p) { return *p; }
 inline float load1(const std::uint16_t* p, Dtype dt) {
   return dt == Dtype::kFloat16 ? half::from_f16(*p) : half::from_bf16(*p);
+}
+
+// ---------------------------------------------------------------- instruction set
+
+enum class Isa { kPortable, kAvx2, kAvx512 };
+
+const char* isa_name(Isa i) {
+  switch (i) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "portable";
+  }
+}
+
+bool have_avx2() {
+#if defined(__x86_64__)
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool have_avx512() {
+#if defined(__x86_64__)
+  static const bool ok = have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// The best the CPU has, or what SHARDTOPK_CPU_ISA asks for (an Error when the CPU lacks it).
+Isa choose_isa() {
+  const char* env = std::getenv("SHARDTOPK_CPU_ISA");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return have_avx512() ? Isa::kAvx512 : have_avx2() ? Isa::kAvx2 : Isa::kPortable;
+  if (v == "portable") return Isa::kPortable;
+  if (v == "avx2") {
+    SHARDTOPK_EXPECTS(have_avx2(), "SHARDTOPK_CPU_ISA=avx2: this CPU lacks AVX2/FMA/F16C (use portable or auto)");
+    return Isa::kAvx2;
+  }
+  if (v == "avx512") {
+    SHARDTOPK_EXPECTS(have_avx512(),
+                      "SHARDTOPK_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL (use avx2, portable or auto)");
+    return Isa::kAvx512;
+  }
+  throw Error("SHARDTOPK_CPU_ISA='" + v + "' is not a known value (expected portable, avx2, avx512 or auto)");
 }
 
 // ---------------------------------------------------------------- worker pool
@@ -111,81 +197,104 @@ class Pool {
   bool stop_ = false;
 };
 
-// ---------------------------------------------------------------- top-k heap (worst on top)
+// ---------------------------------------------------------------- top-k selection
 
-struct Heap {
-  Candidate* a;  // [k], starts full of padding
-  int k;
-  void reset() {
-    for (int i = 0; i < k; ++i) a[i] = pad_candidate();
+// Per query: a buffer of candidates and a threshold, the K-th best candidate as of the last
+// compaction (padding until K were seen). A candidate enters only when better than the
+// threshold, which no candidate of the final top K can fail (K seen ones are better than it), so
+// the result is exactly the top K of all offered rows under the ordering rule, whatever the
+// order rows come in. When the buffer is full, nth_element keeps the best K and raises the
+// threshold: a few cycles per entering row instead of a heap sift-down.
+// Buffer slots per query for K: compaction every cap - K entries, each an O(cap) nth_element.
+constexpr int selection_cap(int k) { return 2 * k + 32; }
+
+struct QueryState {
+  Candidate thr;
+  int n;
+};
+
+struct Selector {               // one per thread
+  Candidate* buf;               // [batch][stride]
+  QueryState* st;               // [batch]
+  std::int64_t stride;          // slots per query, >= cap
+  int k, cap;                   // cap: compact when this many are buffered (> k)
+  const std::int64_t* ids;      // the shard's global ids
+  bool l2;                      // scores are distances: rank by -distance
+
+  static bool better_c(const Candidate& x, const Candidate& y) { return better(x, y); }
+  void reset(int batch) const {
+    for (int b = 0; b < batch; ++b) st[b] = QueryState{pad_candidate(), 0};
   }
-  const Candidate& worst() const { return a[0]; }
-  // Replace the worst with c (caller checked better(c, worst())) and restore the heap.
-  void replace_top(Candidate c) {
-    int i = 0;
-    for (;;) {
-      const int l = 2 * i + 1, r = l + 1;
-      int w = i;
-      Candidate wc = c;
-      if (l < k && better(wc, a[l])) { w = l; wc = a[l]; }
-      if (r < k && better(wc, a[r])) { w = r; wc = a[r]; }
-      if (w == i) break;
-      a[i] = a[w];
-      i = w;
+  // The current threshold's score in the units of the raw score (distance for l2).
+  float raw_threshold(int b) const { return l2 ? -st[b].thr.score : st[b].thr.score; }
+  void offer(int b, std::int64_t row, float s) const {
+    const Candidate c{l2 ? -s : s, ids[row]};
+    QueryState& q = st[b];
+    if (!better(c, q.thr)) return;
+    Candidate* a = buf + b * stride;
+    a[q.n++] = c;
+    if (q.n == cap) {
+      std::nth_element(a, a + (k - 1), a + q.n, better_c);
+      q.n = k;
+      q.thr = a[k - 1];
     }
-    a[i] = c;
   }
-  void offer(float s, std::int64_t id) {
-    if (better(s, id, a[0].score, a[0].id)) replace_top(Candidate{s, id});
-  }
-  void sort_best_first() {
-    std::sort(a, a + k, [](const Candidate& x, const Candidate& y) { return better(x, y); });
+  // The best K of query b, best first, padded, into out[k].
+  void finish(int b, Candidate* out) const {
+    Candidate* a = buf + b * stride;
+    int n = st[b].n;
+    if (n > k) {
+      std::nth_element(a, a + (k - 1), a + n, better_c);
+      n = k;
+    }
+    std::sort(a, a + n, better_c);
+    std::copy(a, a + n, out);
+    std::fill(out + n, out + k, pad_candidate());
   }
 };
 
 // ---------------------------------------------------------------- scoring kernels
 
-// Portable tile: QB queries × RB rows, identical arithmetic to the AVX2 tile.
+// Portable tile: one query × one row (x: the row's first chunk, chunk c at x + 16·c).
 template <bool kL2, typename Load>
-void tile_portable(const float* const* q, int qb, const Load& row_at, const std::int64_t* rows, int rb,
-                   std::int64_t dp, float* out /*[qb][rb]*/) {
-  for (int i = 0; i < qb; ++i) {
-    for (int r = 0; r < rb; ++r) {
-      float lane[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (std::int64_t d = 0; d < dp; d += kLanes) {
-        for (int j = 0; j < kLanes; ++j) {
-          const float x = row_at(rows[r], d + j);
-          const float a = q[i][d + j];
-          if (kL2) {
-            const float diff = a - x;
-            lane[j] = std::fma(diff, diff, lane[j]);
-          } else {
-            lane[j] = std::fma(a, x, lane[j]);
-          }
-        }
+float score_portable(const float* q, const Load& x_at, std::int64_t dp) {
+  float lane[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (std::int64_t d = 0; d < dp; d += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float x = x_at(2 * d + j);
+      const float a = q[d + j];
+      if (kL2) {
+        const float diff = a - x;
+        lane[j] = std::fma(diff, diff, lane[j]);
+      } else {
+        lane[j] = std::fma(a, x, lane[j]);
       }
-      out[i * rb + r] = hsum8(lane);
     }
   }
+  return hsum8(lane);
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p, Dtype) { return _mm256_loadu_ps(p); }
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const std::uint16_t* p, Dtype dt) {
+#define SHARDTOPK_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define SHARDTOPK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+SHARDTOPK_AVX2 inline __m256 load8(const float* p, Dtype) { return _mm256_loadu_ps(p); }
+SHARDTOPK_AVX2 inline __m256 load8(const std::uint16_t* p, Dtype dt) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if (dt == Dtype::kFloat16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+// AVX2 tile: QB queries × RB rows; x[r] is row r's first chunk (chunk c at x[r] + 16·c).
 template <int QB, int RB, bool kL2, typename T>
-__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float* const* q, const T* const* x, std::int64_t dp,
-                                                        Dtype dt, float* out /*[QB][RB]*/) {
+SHARDTOPK_AVX2 void tile_avx2(const float* const* q, const T* const* x, std::int64_t dp, Dtype dt,
+                              float* out /*[QB][RB]*/) {
   __m256 acc[QB][RB];
   for (int i = 0; i < QB; ++i)
     for (int r = 0; r < RB; ++r) acc[i][r] = _mm256_setzero_ps();
   for (std::int64_t d = 0; d < dp; d += kLanes) {
     __m256 xv[RB];
-    for (int r = 0; r < RB; ++r) xv[r] = load8(x[r] + d, dt);
+    for (int r = 0; r < RB; ++r) xv[r] = load8(x[r] + 2 * d, dt);
     for (int i = 0; i < QB; ++i) {
       const __m256 qv = _mm256_loadu_ps(q[i] + d);
       for (int r = 0; r < RB; ++r) {
@@ -205,32 +314,230 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float* const* q, c
       out[i * RB + r] = hsum8(lane);
     }
 }
-#endif
 
-bool have_avx2() {
-#if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok;
-#else
-  return false;
-#endif
+// ---- AVX-512
+
+enum class Store { kF32, kF16, kBF16 };
+
+// 16 floats: chunk of a row pair (8 of the even row, then 8 of the odd row).
+template <Store S>
+SHARDTOPK_AVX512 inline __m512 load16(const void* p) {
+  if constexpr (S == Store::kF32) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+    if constexpr (S == Store::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
 }
+
+// The same 8 query floats in both 256-bit halves (a pure load: bits moved, no arithmetic).
+SHARDTOPK_AVX512 inline __m512 load_q8x2(const float* q) {
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(q))));
+}
+
+// hsum8 of 16 (query, row) pairs at once. a[m] holds two pairs: pair (m, 0) in floats 0..7 and
+// pair (m, 1) in floats 8..15. Each step adds the same operands, in the same order, as hsum8:
+// (l0+l4, l1+l5, l2+l6, l3+l7), then (t0+t2, t1+t3), then u0+u1. Output float 4c + e is the sum
+// of pair (2e + c/2, c%2).
+SHARDTOPK_AVX512 __attribute__((always_inline)) inline __m512 reduce8x2(__m512 a0, __m512 a1, __m512 a2, __m512 a3,
+                                                                      __m512 a4, __m512 a5, __m512 a6, __m512 a7) {
+  constexpr int kLo = _MM_SHUFFLE(2, 0, 2, 0), kHi = _MM_SHUFFLE(3, 1, 3, 1);  // l0..l3 / l4..l7 of 4 pairs
+  const __m512 t0 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, kLo), _mm512_shuffle_f32x4(a0, a1, kHi));
+  const __m512 t1 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, kLo), _mm512_shuffle_f32x4(a2, a3, kHi));
+  const __m512 t2 = _mm512_add_ps(_mm512_shuffle_f32x4(a4, a5, kLo), _mm512_shuffle_f32x4(a4, a5, kHi));
+  const __m512 t3 = _mm512_add_ps(_mm512_shuffle_f32x4(a6, a7, kLo), _mm512_shuffle_f32x4(a6, a7, kHi));
+  // (t0 + t2, t1 + t3) of 8 pairs
+  const __m512 u0 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 u1 = _mm512_add_ps(_mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // u0 + u1 of 16 pairs
+  return _mm512_add_ps(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Which lanes of reduce8x2's output belong to which query / row of a QB × (2·RB2) tile.
+template <int QB, int RB2>
+struct LaneMap {
+  static constexpr int kAcc = QB * RB2, kGroups = (kAcc + 7) / 8;
+  std::uint16_t qmask[kGroups][QB] = {};  // lanes of group g that hold query i
+  std::int8_t query[kGroups][16] = {};    // -1: padding accumulator
+  std::int8_t row[kGroups][16] = {};      // row within the tile, 0 .. 2·RB2-1
+  constexpr LaneMap() {
+    for (int g = 0; g < kGroups; ++g)
+      for (int s = 0; s < 16; ++s) {
+        const int c = s / 4, e = s % 4;
+        const int acc = 8 * g + 2 * e + c / 2, half = c % 2;
+        if (acc >= kAcc) {
+          query[g][s] = -1;
+          row[g][s] = 0;
+          continue;
+        }
+        query[g][s] = static_cast<std::int8_t>(acc / RB2);
+        row[g][s] = static_cast<std::int8_t>(2 * (acc % RB2) + half);
+        qmask[g][acc / RB2] = static_cast<std::uint16_t>(qmask[g][acc / RB2] | (1u << s));
+      }
+  }
+};
+
+// The rare path: lanes of one reduced group that passed the filter are offered.
+template <int QB, int RB2>
+__attribute__((noinline)) void offer_hits(int g, const float* lanes, unsigned bits, int valid_rows, int b0,
+                                          std::int64_t row0, const Selector& sel) {
+  static constexpr LaneMap<QB, RB2> map{};
+  while (bits) {
+    const int lane = __builtin_ctz(bits);
+    bits &= bits - 1;
+    const int r = map.row[g][lane];
+    if (r < valid_rows) sel.offer(b0 + map.query[g][lane], row0 + r, lanes[lane]);
+  }
+}
+
+// The next slab, shared out in 64-byte lines among the tiles of this one (tile t prefetches
+// lines [t·share, (t+1)·share)), per_chunk lines per 8-dimension chunk.
+struct Prefetch {
+  const char* next;
+  std::int64_t lines, share;
+  int per_chunk;
+};
+
+// AVX-512 tiles: queries [b_begin, b_end) (a multiple of QB of them), QB at a time, each against
+// the RB2 row pairs whose block starts at x (rows row0 ..; rows at or past `valid_rows`, counted
+// from row0, are padding and never offered). Scores go straight to the selector. Tile t (counting
+// from first_tile) prefetches its share of the next slab.
+template <int QB, int RB2, bool kL2, Store S, typename T>
+SHARDTOPK_AVX512 void tiles512(const float* queries, int b_begin, int b_end, int first_tile, const T* x,
+                               std::int64_t dp, int valid_rows, std::int64_t row0, const Selector& sel,
+                               const Prefetch& pf) {
+  static constexpr LaneMap<QB, RB2> kMap{};
+  constexpr int kGroups = LaneMap<QB, RB2>::kGroups;
+  constexpr int kCmp = kL2 ? _CMP_LE_OQ : _CMP_GE_OQ;
+  const std::int64_t pair_stride = 2 * dp;
+  for (int b0 = b_begin, t = first_tile; b0 < b_end; b0 += QB, ++t) {
+    const float* q[QB];
+    for (int i = 0; i < QB; ++i) q[i] = queries + (b0 + i) * dp;
+    const char* pf_at = pf.next + std::min(pf.lines, t * pf.share) * 64;
+    const char* pf_end = pf.next + std::min(pf.lines, (t + 1) * pf.share) * 64;
+    __m512 acc[kGroups * 8];  // the padding accumulators stay zero
+#pragma GCC unroll 32  // unrolled, not turned into a memset that stays behind as a dead 1 KB store
+    for (int a = 0; a < kGroups * 8; ++a) acc[a] = _mm512_setzero_ps();
+    for (std::int64_t d = 0; d < dp; d += kLanes) {
+      for (int n = 0; n < pf.per_chunk && pf_at < pf_end; ++n, pf_at += 64) _mm_prefetch(pf_at, _MM_HINT_T1);
+      __m512 xv[RB2];
+      for (int j = 0; j < RB2; ++j) xv[j] = load16<S>(x + j * pair_stride + 2 * d);
+      for (int i = 0; i < QB; ++i) {
+        const __m512 qv = load_q8x2(q[i] + d);
+        for (int j = 0; j < RB2; ++j) {
+          if (kL2) {
+            const __m512 diff = _mm512_sub_ps(qv, xv[j]);
+            acc[i * RB2 + j] = _mm512_fmadd_ps(diff, diff, acc[i * RB2 + j]);
+          } else {
+            acc[i * RB2 + j] = _mm512_fmadd_ps(qv, xv[j], acc[i * RB2 + j]);
+          }
+        }
+      }
+    }
+    // Per group of 8 accumulators (16 pairs): hsum8, then the filter: a row can only enter a
+    // query's selection when score >= its threshold score (ip) or -distance >= it (l2);
+    // Selector::offer then decides exactly (ties on the id; NaN never enters).
+#pragma GCC unroll 4
+    for (int g = 0; g < kGroups; ++g) {
+      const __m512* a = acc + 8 * g;
+      const __m512 s = reduce8x2(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+      __mmask16 hit = 0;
+      for (int i = 0; i < QB; ++i) {
+        if (kMap.qmask[g][i] == 0) continue;
+        hit |= _mm512_mask_cmp_ps_mask(kMap.qmask[g][i], s, _mm512_set1_ps(sel.raw_threshold(b0 + i)), kCmp);
+      }
+      if (hit != 0) {
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, s);
+        offer_hits<QB, RB2>(g, lanes, hit, valid_rows, b0, row0, sel);
+      }
+    }
+  }
+}
+
+// Runtime (qb, rb2) -> instantiation, for rb2 in [1, max_rb2(qb)].
+constexpr int max_rb2(int qb) { return qb <= 2 ? 8 : 4; }
+
+template <int QB, bool kL2, Store S, typename T, int RB2 = 1>
+SHARDTOPK_AVX512 void tiles512_rb2(int rb2, const float* queries, int b_begin, int b_end, int first_tile, const T* x,
+                                   std::int64_t dp, int valid_rows, std::int64_t row0, const Selector& sel,
+                                   const Prefetch& pf) {
+  if constexpr (RB2 <= max_rb2(QB)) {
+    if (rb2 == RB2)
+      return tiles512<QB, RB2, kL2, S>(queries, b_begin, b_end, first_tile, x, dp, valid_rows, row0, sel, pf);
+    return tiles512_rb2<QB, kL2, S, T, RB2 + 1>(rb2, queries, b_begin, b_end, first_tile, x, dp, valid_rows, row0,
+                                                sel, pf);
+  }
+}
+
+template <bool kL2, Store S, typename T>
+SHARDTOPK_AVX512 void tiles512_any(int qb, int rb2, const float* queries, int b_begin, int b_end, int first_tile,
+                                   const T* x, std::int64_t dp, int valid_rows, std::int64_t row0, const Selector& sel,
+                                   const Prefetch& pf) {
+  switch (qb) {
+    case 1: return tiles512_rb2<1, kL2, S, T>(rb2, queries, b_begin, b_end, first_tile, x, dp, valid_rows, row0, sel, pf);
+    case 2: return tiles512_rb2<2, kL2, S, T>(rb2, queries, b_begin, b_end, first_tile, x, dp, valid_rows, row0, sel, pf);
+    case 3: return tiles512_rb2<3, kL2, S, T>(rb2, queries, b_begin, b_end, first_tile, x, dp, valid_rows, row0, sel, pf);
+    default: return tiles512_rb2<4, kL2, S, T>(rb2, queries, b_begin, b_end, first_tile, x, dp, valid_rows, row0, sel, pf);
+  }
+}
+
+// Rows [r0, r1) (r0 even) of the pair-interleaved shard against `batch` padded queries, one slab
+// of row pairs at a time: 4 pairs when there are groups of 4 queries (8 rows; the slab stays in
+// L1 while every query group passes over it, leftover queries included), else up to 8 (one or
+// two queries) or 4 (three). While the tiles of one slab run, they prefetch the next slab into
+// L2, each tile an equal share, spread over its chunks.
+template <bool kL2, Store S, typename T>
+SHARDTOPK_AVX512 void scan512(const T* base, std::int64_t dp, std::int64_t r0, std::int64_t r1, const float* queries,
+                              int batch, const Selector& sel) {
+  const std::int64_t p0 = r0 / 2, p1 = (r1 + 1) / 2, pair_stride = 2 * dp;
+  const int rem = batch % 4, full = batch - rem;
+  const int slab = full > 0 ? 4 : max_rb2(rem);
+  const int tiles = full / 4 + (rem > 0 ? 1 : 0);
+  const std::int64_t chunks = dp / kLanes;
+  for (std::int64_t p = p0; p < p1; p += slab) {
+    const int rb2 = static_cast<int>(std::min<std::int64_t>(slab, p1 - p));
+    const std::int64_t row0 = 2 * p;
+    const int valid = static_cast<int>(std::min<std::int64_t>(2 * rb2, r1 - row0));
+    const T* x = base + p * pair_stride;
+    const std::int64_t next_pairs = std::min<std::int64_t>(slab, p1 - (p + slab));
+    const std::int64_t lines = next_pairs > 0 ? (next_pairs * pair_stride * std::int64_t{sizeof(T)} + 63) / 64 : 0;
+    const std::int64_t share = (lines + tiles - 1) / tiles;
+    const Prefetch pf{reinterpret_cast<const char*>(lines > 0 ? x + slab * pair_stride : x), lines, share,
+                      static_cast<int>((share + chunks - 1) / chunks)};
+    if (full > 0) {
+      if (rb2 == 4) {
+        tiles512<4, 4, kL2, S>(queries, 0, full, 0, x, dp, valid, row0, sel, pf);
+      } else {
+        tiles512_any<kL2, S>(4, rb2, queries, 0, full, 0, x, dp, valid, row0, sel, pf);
+      }
+    }
+    if (rem > 0) tiles512_any<kL2, S>(rem, rb2, queries, full, batch, full / 4, x, dp, valid, row0, sel, pf);
+  }
+}
+#endif
 
 // ---------------------------------------------------------------- engine
 
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const ShardInput& s, Metric metric, Dtype dtype, int threads, const EngineLimits& lim)
-      : metric_(metric), dtype_(dtype), rows_(s.rows), dim_(s.dim), dp_(round_up(std::max<std::int64_t>(s.dim, 1), kLanes)),
-        limits_(lim), pool_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+      : metric_(metric), dtype_(dtype), isa_(choose_isa()), rows_(s.rows), dim_(s.dim),
+        dp_(round_up(std::max<std::int64_t>(s.dim, 1), kLanes)), limits_(lim),
+        pool_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
     SHARDTOPK_EXPECTS(s.dim >= 1, "cpu engine: dimension must be >= 1");
     SHARDTOPK_EXPECTS(lim.batch_max >= 1 && lim.k_max >= 1 && lim.world_size >= 1, "cpu engine: bad limits");
     ids_.assign(s.ids, s.ids + s.rows);
-    const size_t n = static_cast<size_t>(rows_ * dp_);
+    const size_t n = static_cast<size_t>(round_up(rows_, 2) * dp_);  // an odd count gets a zero row
     if (dtype_ == Dtype::kFloat32) {
       f32_.assign(n, 0.0f);
-      for (std::int64_t r = 0; r < rows_; ++r) std::memcpy(&f32_[r * dp_], s.data + r * dim_, sizeof(float) * dim_);
+      for (std::int64_t r = 0; r < rows_; ++r)
+        for (std::int64_t d = 0; d < dim_; d += kLanes)
+          std::memcpy(&f32_[elem_offset(r, d, dp_)], s.data + r * dim_ + d,
+                      sizeof(float) * std::min<std::int64_t>(kLanes, dim_ - d));
     } else {
       u16_.assign(n, 0);
       for (std::int64_t r = 0; r < rows_; ++r)
@@ -240,7 +547,7 @@ class CpuEngine final : public Engine {
           const float back = load1(&h, dtype_);
           SHARDTOPK_EXPECTS(std::isfinite(back), "corpus row ", s.ids[r], " value ", v, " at column ", d,
                             " overflows ", to_string(dtype_), "; use engine.dtype float32");
-          u16_[r * dp_ + d] = h;
+          u16_[elem_offset(r, d, dp_)] = h;
         }
     }
     const size_t bk = static_cast<size_t>(lim.batch_max) * lim.k_max;
@@ -249,7 +556,11 @@ class CpuEngine final : public Engine {
     local_.assign(bk, pad_candidate());
     gathered_.assign(bk * lim.world_size, pad_candidate());
     merged_.assign(bk, pad_candidate());
-    heaps_.assign(bk * pool_.size(), pad_candidate());
+    lists_.assign(bk * pool_.size(), pad_candidate());
+    sel_stride_ = selection_cap(lim.k_max);
+    sel_buf_.assign(static_cast<size_t>(pool_.size()) * lim.batch_max * sel_stride_, pad_candidate());
+    sel_state_.assign(static_cast<size_t>(pool_.size()) * lim.batch_max, QueryState{pad_candidate(), 0});
+    spdlog::info("cpu engine: {}, {} threads", isa_name(isa_), pool_.size());
   }
 
   std::string name() const override { return "cpu"; }
@@ -275,22 +586,33 @@ class CpuEngine final : public Engine {
     const int nt = pool_.size();
     const size_t bk = static_cast<size_t>(batch) * k;
     auto work = [&](int t) {
-      const std::int64_t per = (rows_ + nt - 1) / nt;
+      // Thread ranges start on 16-row bounds (whole row pairs, whole 8-pair blocks). A row's
+      // score does not depend on which thread or tile computes it.
+      const std::int64_t per = round_up((rows_ + nt - 1) / nt, 16);
       const std::int64_t r0 = std::min(rows_, t * per), r1 = std::min(rows_, r0 + per);
-      Candidate* hp = heaps_.data() + bk * t;
-      for (int b = 0; b < batch; ++b) Heap{hp + static_cast<size_t>(b) * k, k}.reset();
-      if (dtype_ == Dtype::kFloat32) {
-        scan(f32_.data(), r0, r1, batch, k, hp);
-      } else {
-        scan(u16_.data(), r0, r1, batch, k, hp);
+      const Selector sel{sel_buf_.data() + static_cast<size_t>(t) * limits_.batch_max * sel_stride_,
+                         sel_state_.data() + static_cast<size_t>(t) * limits_.batch_max,
+                         sel_stride_,
+                         k,
+                         selection_cap(k),
+                         ids_.data(),
+                         metric_ == Metric::kL2};
+      sel.reset(batch);
+      if (r0 < r1) {
+        if (dtype_ == Dtype::kFloat32) {
+          scan(f32_.data(), r0, r1, batch, sel);
+        } else {
+          scan(u16_.data(), r0, r1, batch, sel);
+        }
       }
-      for (int b = 0; b < batch; ++b) Heap{hp + static_cast<size_t>(b) * k, k}.sort_best_first();
+      Candidate* lp = lists_.data() + bk * t;
+      for (int b = 0; b < batch; ++b) sel.finish(b, lp + static_cast<size_t>(b) * k);
     };
     pool_.run(work);
     if (nt == 1) {
-      std::memcpy(out, heaps_.data(), bk * sizeof(Candidate));
+      std::memcpy(out, lists_.data(), bk * sizeof(Candidate));
     } else {
-      merge_topk_host(heaps_.data(), nt, batch, k, out);
+      merge_topk_host(lists_.data(), nt, batch, k, out);
     }
   }
 
@@ -312,31 +634,41 @@ class CpuEngine final : public Engine {
   void reset_transfer_counters() override {}
   std::uint64_t resident_bytes() const override {
     return f32_.size() * 4 + u16_.size() * 2 + ids_.size() * 8 +
-           (local_.size() + gathered_.size() + merged_.size() + heaps_.size()) * sizeof(Candidate) +
+           (local_.size() + gathered_.size() + merged_.size() + lists_.size() + sel_buf_.size()) * sizeof(Candidate) +
+           sel_state_.size() * sizeof(QueryState) +
            (queries_.size() + padded_q_.size()) * 4;
   }
 
  private:
   template <typename T>
-  void scan(const T* base, std::int64_t r0, std::int64_t r1, int batch, int k, Candidate* heaps) {
+  void scan(const T* base, std::int64_t r0, std::int64_t r1, int batch, const Selector& sel) {
     const bool l2 = metric_ == Metric::kL2;
 #if defined(__x86_64__)
-    if (have_avx2()) {
-      if (l2) return scan_avx2<true>(base, r0, r1, batch, k, heaps);
-      return scan_avx2<false>(base, r0, r1, batch, k, heaps);
+    if (isa_ == Isa::kAvx512) {
+      const float* q = padded_q_.data();
+      if constexpr (std::is_same_v<T, float>) {
+        if (l2) return scan512<true, Store::kF32>(base, dp_, r0, r1, q, batch, sel);
+        return scan512<false, Store::kF32>(base, dp_, r0, r1, q, batch, sel);
+      } else if (dtype_ == Dtype::kFloat16) {
+        if (l2) return scan512<true, Store::kF16>(base, dp_, r0, r1, q, batch, sel);
+        return scan512<false, Store::kF16>(base, dp_, r0, r1, q, batch, sel);
+      } else {
+        if (l2) return scan512<true, Store::kBF16>(base, dp_, r0, r1, q, batch, sel);
+        return scan512<false, Store::kBF16>(base, dp_, r0, r1, q, batch, sel);
+      }
+    }
+    if (isa_ == Isa::kAvx2) {
+      if (l2) return scan_avx2<true>(base, r0, r1, batch, sel);
+      return scan_avx2<false>(base, r0, r1, batch, sel);
     }
 #endif
-    if (l2) return scan_portable<true>(base, r0, r1, batch, k, heaps);
-    scan_portable<false>(base, r0, r1, batch, k, heaps);
-  }
-
-  void offer(Candidate* heaps, int k, int b, std::int64_t row, float s, bool l2) {
-    Heap{heaps + static_cast<size_t>(b) * k, k}.offer(l2 ? -s : s, ids_[row]);
+    if (l2) return scan_portable<true>(base, r0, r1, batch, sel);
+    scan_portable<false>(base, r0, r1, batch, sel);
   }
 
 #if defined(__x86_64__)
   template <bool kL2, typename T>
-  void scan_avx2(const T* base, std::int64_t r0, std::int64_t r1, int batch, int k, Candidate* heaps) {
+  void scan_avx2(const T* base, std::int64_t r0, std::int64_t r1, int batch, const Selector& sel) {
     float sc[8];
     const float* qp[4];
     const T* xp[8];
@@ -344,70 +676,72 @@ class CpuEngine final : public Engine {
       qp[0] = padded_q_.data();
       std::int64_t r = r0;
       for (; r + 8 <= r1; r += 8) {
-        for (int j = 0; j < 8; ++j) xp[j] = base + (r + j) * dp_;
+        for (int j = 0; j < 8; ++j) xp[j] = base + row_offset(r + j, dp_);
         tile_avx2<1, 8, kL2>(qp, xp, dp_, dtype_, sc);
-        for (int j = 0; j < 8; ++j) offer(heaps, k, 0, r + j, sc[j], kL2);
+        for (int j = 0; j < 8; ++j) sel.offer(0, r + j, sc[j]);
       }
       for (; r < r1; ++r) {
-        xp[0] = base + r * dp_;
+        xp[0] = base + row_offset(r, dp_);
         tile_avx2<1, 1, kL2>(qp, xp, dp_, dtype_, sc);
-        offer(heaps, k, 0, r, sc[0], kL2);
+        sel.offer(0, r, sc[0]);
       }
       return;
     }
     std::int64_t r = r0;
     for (; r < r1; r += 2) {
       const int rb = r + 2 <= r1 ? 2 : 1;
-      for (int j = 0; j < rb; ++j) xp[j] = base + (r + j) * dp_;
+      for (int j = 0; j < rb; ++j) xp[j] = base + row_offset(r + j, dp_);
       int b = 0;
       for (; b + 4 <= batch; b += 4) {
         for (int i = 0; i < 4; ++i) qp[i] = padded_q_.data() + (b + i) * dp_;
         if (rb == 2) tile_avx2<4, 2, kL2>(qp, xp, dp_, dtype_, sc);
         else tile_avx2<4, 1, kL2>(qp, xp, dp_, dtype_, sc);
         for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < rb; ++j) offer(heaps, k, b + i, r + j, sc[i * rb + j], kL2);
+          for (int j = 0; j < rb; ++j) sel.offer(b + i, r + j, sc[i * rb + j]);
       }
       for (; b < batch; ++b) {
         qp[0] = padded_q_.data() + b * dp_;
         if (rb == 2) tile_avx2<1, 2, kL2>(qp, xp, dp_, dtype_, sc);
         else tile_avx2<1, 1, kL2>(qp, xp, dp_, dtype_, sc);
-        for (int j = 0; j < rb; ++j) offer(heaps, k, b, r + j, sc[j], kL2);
+        for (int j = 0; j < rb; ++j) sel.offer(b, r + j, sc[j]);
       }
     }
   }
 #endif
 
   template <bool kL2, typename T>
-  void scan_portable(const T* base, std::int64_t r0, std::int64_t r1, int batch, int k, Candidate* heaps) {
+  void scan_portable(const T* base, std::int64_t r0, std::int64_t r1, int batch, const Selector& sel) {
     const Dtype dt = dtype_;
-    const std::int64_t dp = dp_;
-    auto row_at = [base, dp, dt](std::int64_t row, std::int64_t d) -> float {
-      if constexpr (std::is_same_v<T, float>) {
-        (void)dt;
-        return base[row * dp + d];
-      } else {
-        return load1(base + row * dp + d, dt);
-      }
-    };
-    float sc[1];
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (int b = 0; b < batch; ++b) {
-        const float* qp[1] = {padded_q_.data() + b * dp_};
-        tile_portable<kL2>(qp, 1, row_at, &r, 1, dp_, sc);
-        offer(heaps, k, b, r, sc[0], kL2);
-      }
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const T* x = base + row_offset(r, dp_);
+      auto x_at = [x, dt](std::int64_t i) -> float {
+        if constexpr (std::is_same_v<T, float>) {
+          (void)dt;
+          return x[i];
+        } else {
+          return load1(x + i, dt);
+        }
+      };
+      for (int b = 0; b < batch; ++b)
+        sel.offer(b, r, score_portable<kL2>(padded_q_.data() + b * dp_, x_at, dp_));
+    }
   }
 
   Metric metric_;
   Dtype dtype_;
+  Isa isa_;
   std::int64_t rows_, dim_, dp_;
   EngineLimits limits_;
   Pool pool_;
   std::vector<std::int64_t> ids_;
-  std::vector<float> f32_;          // [rows, dp]
-  std::vector<std::uint16_t> u16_;  // [rows, dp] float16 or bfloat16 bits
+  std::vector<float> f32_;          // [ceil(rows/2), dp/8, 2, 8] pair-interleaved (see the top)
+  std::vector<std::uint16_t> u16_;  // the same layout, float16 or bfloat16 bits
   std::vector<float> queries_, padded_q_;
-  std::vector<Candidate> local_, gathered_, merged_, heaps_;  // heaps_: [threads, batch_max, k]
+  std::vector<Candidate> local_, gathered_, merged_;
+  std::vector<Candidate> lists_;        // [threads, batch, k]: each thread's top k, best first
+  std::int64_t sel_stride_ = 0;         // selection slots per query: selection_cap(k_max)
+  std::vector<Candidate> sel_buf_;      // [threads, batch_max, sel_stride_]
+  std::vector<QueryState> sel_state_;   // [threads, batch_max]
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -444,6 +445,178 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuEngineBgeM3,
                            return to_string(i.param.metric) + "_" + to_string(i.param.dtype) + "_k" +
                                   std::to_string(i.param.k);
                          });
+
+
+// ------------------------------------------------------------------------------ instruction sets
+
+// SHARDTOPK_CPU_ISA for the lifetime of the object (read when an engine is built); the previous
+// value, or its absence, comes back afterwards.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(const char* isa) {
+    const char* old = std::getenv(kVar);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (isa) {
+      setenv(kVar, isa, 1);
+    } else {
+      unsetenv(kVar);
+    }
+  }
+  ~ScopedIsa() {
+    if (had_) {
+      setenv(kVar, old_.c_str(), 1);
+    } else {
+      unsetenv(kVar);
+    }
+  }
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  static constexpr const char* kVar = "SHARDTOPK_CPU_ISA";
+  bool had_ = false;
+  std::string old_;
+};
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+class CpuEngineIsa : public ::testing::TestWithParam<InvarianceCase> {};
+
+TEST_P(CpuEngineIsa, PortableAvx2AndAvx512AreBitIdentical) {
+  // Every path computes each (query, row) score with the same arithmetic (DESIGN.md invariant 3),
+  // so ids and scores agree bit for bit across paths, batch sizes (tile remainders), D around
+  // the 8-lane chunk and the 16-row blocks, odd row counts (the pair layout's padding row), and a
+  // K that keeps every row (every score compared) or only a few (the filter and compaction).
+  const auto [m, dt] = GetParam();
+  const bool avx2 = cpu_has_avx2(), avx512 = cpu_has_avx512();
+  std::vector<const char*> isas = {"portable"};
+  if (avx2) isas.push_back("avx2");
+  if (avx512) isas.push_back("avx512");
+  const std::int64_t nq = 64;
+  struct Shape {
+    std::int64_t dim, rows;
+    float scale;  // corpus and queries times this: tiny values reach float16/float32 subnormals
+  };
+  std::vector<Shape> shapes;
+  for (std::int64_t dim : {1, 7, 8, 9, 33, 100, 784})
+    for (std::int64_t rows : {1, 2, 3, 17, 64}) shapes.push_back({dim, rows, 1.0f});
+  shapes.push_back({33, 300, 1.0f});  // more rows than the selection buffer holds for small K
+  if (m != Metric::kCosine) shapes.push_back({33, 17, dt == Dtype::kFloat16 ? 1e-5f : 1e-20f});
+  for (const Shape& sh : shapes) {
+    Fixture f = make_fixture(m, dt, Data::kRandom, sh.rows, sh.dim, nq, false, 17 + sh.dim * 101 + sh.rows);
+    if (sh.scale != 1.0f) {
+      for (auto& v : f.shard) v *= sh.scale;
+      for (auto& v : f.queries) v *= sh.scale;
+    }
+    std::vector<int> ks = {static_cast<int>(sh.rows)};
+    if (sh.rows > 2) ks.push_back(2);
+    if (sh.rows > 100) ks.push_back(1);
+    for (int k : ks) {
+      Answer ref;
+      bool have_ref = false;
+      for (const char* isa : isas) {
+        ScopedIsa scoped(isa);
+        auto e = engine_for(f, m, dt, sh.rows, sh.dim, 2, static_cast<int>(nq), k);
+        for (int batch : {1, 3, 4, 5, 64}) {
+          const Answer a = test::run_engine(*e, f.queries, nq, k, batch);
+          if (!have_ref) {
+            ref = a;
+            have_ref = true;
+            continue;
+          }
+          test::expect_bit_identical(a, ref, std::string(isa) + " batch " + std::to_string(batch) + " vs portable batch 1: D=" +
+                                                 std::to_string(sh.dim) + " rows=" + std::to_string(sh.rows) +
+                                                 " K=" + std::to_string(k) + " scale=" + std::to_string(sh.scale));
+        }
+      }
+    }
+  }
+  if (!avx512) GTEST_SKIP() << "this CPU lacks AVX-512 (F/BW/VL): the avx512 leg was skipped" << (avx2 ? "" : ", and avx2");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuEngineIsa,
+                         ::testing::Values(InvarianceCase{Metric::kInnerProduct, Dtype::kFloat32},
+                                           InvarianceCase{Metric::kCosine, Dtype::kFloat32},
+                                           InvarianceCase{Metric::kL2, Dtype::kFloat32},
+                                           InvarianceCase{Metric::kInnerProduct, Dtype::kFloat16},
+                                           InvarianceCase{Metric::kCosine, Dtype::kFloat16},
+                                           InvarianceCase{Metric::kL2, Dtype::kFloat16},
+                                           InvarianceCase{Metric::kInnerProduct, Dtype::kBFloat16},
+                                           InvarianceCase{Metric::kCosine, Dtype::kBFloat16},
+                                           InvarianceCase{Metric::kL2, Dtype::kBFloat16}),
+                         invariance_name);
+
+TEST(CpuEngineIsaTies, RowsTiedWithTheKthScoreEnterOnTheirIdOnEveryPath) {
+  // Few distinct rows, many copies, shuffled global ids: candidates tie with the running K-th
+  // score all the time, and a later row with a smaller id must still enter. Exact in float32 (and
+  // in float16/bfloat16: small integers), so every path must give the oracle's ids, ties included.
+  const std::int64_t n = 1500, dim = 3, nq = 9;
+  const std::vector<float> rows = test::small_ints(n * dim, 31, -1, 1);
+  const std::vector<float> queries = test::small_ints(nq * dim, 32, -1, 1);
+  std::vector<std::int64_t> ids = test::iota_ids(n, 5);
+  std::mt19937_64 rng(33);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const bool avx2 = cpu_has_avx2(), avx512 = cpu_has_avx512();
+  for (Metric m : {Metric::kInnerProduct, Metric::kL2})
+    for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+      for (const char* isa : {"portable", "avx2", "avx512"}) {
+        if ((std::string(isa) == "avx2" && !avx2) || (std::string(isa) == "avx512" && !avx512)) continue;
+        ScopedIsa scoped(isa);
+        for (int threads : {1, 2})
+          for (int k : {1, 7, 50}) {
+            auto e = make_cpu_engine(ShardInput{rows.data(), n, dim, ids.data()}, m, dt, threads,
+                                     EngineLimits{static_cast<int>(nq), k, 1});
+            for (int batch : {1, 4, 9}) {
+              const Answer a = test::run_engine(*e, queries, nq, k, batch);
+              test::expect_exact(m, rows, n, ids.data(), queries, nq, dim, k, a,
+                                 std::string(isa) + " " + to_string(m) + " " + to_string(dt) + " threads " +
+                                     std::to_string(threads) + " K=" + std::to_string(k) + " batch " +
+                                     std::to_string(batch));
+            }
+          }
+      }
+}
+
+TEST(CpuEngineIsaChoice, UnknownOrUnsupportedValuesAreErrorsNamingThem) {
+  const std::vector<float> rows = {1, 2, 3, 4};
+  const std::vector<std::int64_t> ids = {0, 1};
+  auto build = [&] {
+    make_cpu_engine(ShardInput{rows.data(), 2, 2, ids.data()}, Metric::kInnerProduct, Dtype::kFloat32, 1,
+                    EngineLimits{1, 1, 1});
+  };
+  {
+    ScopedIsa scoped("sse9");
+    EXPECT_THAT(test::error_of(build), AllOf(HasSubstr("SHARDTOPK_CPU_ISA"), HasSubstr("sse9")));
+  }
+  for (const char* isa : {"avx2", "avx512"}) {
+    ScopedIsa scoped(isa);
+    const bool ok = std::string(isa) == "avx2" ? cpu_has_avx2() : cpu_has_avx512();
+    if (ok) {
+      EXPECT_NO_THROW(build()) << isa;
+    } else {
+      EXPECT_THAT(test::error_of(build), AllOf(HasSubstr("SHARDTOPK_CPU_ISA"), HasSubstr(isa)));
+    }
+  }
+  for (const char* isa : {"portable", "auto", ""}) {
+    ScopedIsa scoped(isa);
+    EXPECT_NO_THROW(build()) << "'" << isa << "'";
+  }
+}
 
 }  // namespace
 }  // namespace shardtopk
