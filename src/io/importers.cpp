@@ -24,8 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "half.hpp"
-#include "log.hpp"
+#include "common/half.hpp"
+#include "common/log.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/oracle.hpp"

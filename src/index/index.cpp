@@ -9,7 +9,7 @@
 #include <functional>
 #include <thread>
 
-#include "log.hpp"
+#include "common/log.hpp"
 #include "shardtopk/corpus_io.hpp"
 
 namespace shardtopk {

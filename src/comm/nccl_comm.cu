@@ -22,7 +22,7 @@
 #include <string>
 #include <thread>
 
-#include "cuda_check.cuh"
+#include "common/cuda_check.cuh"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
 

@@ -2,8 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "cli_commands.hpp"
-#include "log.hpp"
+#include "cli/cli_commands.hpp"
+#include "common/log.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/importers.hpp"
 #include "shardtopk/types.hpp"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "half.hpp"
+#include "common/half.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/oracle.hpp"

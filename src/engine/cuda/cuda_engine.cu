@@ -20,7 +20,7 @@
 // bounded whatever the shard size; big shards are processed in several chunks.
 //
 // Scoring (DESIGN.md invariant 3). The score of a (query, row) pair is computed by exactly the
-// arithmetic of the CPU engine (src/cpu_engine.cpp): lane j of 8 accumulates the dimensions
+// arithmetic of the CPU engine (src/engine/cpu/cpu_engine.cpp): lane j of 8 accumulates the dimensions
 // d ≡ j (mod 8) in increasing d with fmaf (inner product: fma(q, x, acc); l2: diff = q − x,
 // fma(diff, diff, acc)), then the lanes are added by the fixed tree
 // ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). The order depends only on D, never on the batch, the
@@ -54,7 +54,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda_check.cuh"
+#include "common/cuda_check.cuh"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/ordering.hpp"
@@ -254,7 +254,7 @@ __device__ __forceinline__ unsigned long long query_status(std::int64_t query, s
 
 /// Validates (all metrics) and, for cosine, L2-normalises queries [batch, dim] in place.
 /// Block per query (grid = batch), kPrepThreads threads. The norm is the arithmetic of
-/// normalize_rows() (src/normalize.cpp): ss = Σ_d (double)x·(double)x sequentially in d order,
+/// normalize_rows() (src/engine/normalize.cpp): ss = Σ_d (double)x·(double)x sequentially in d order,
 /// norm = sqrt(ss), x ← (float)((double)x · (1.0 / norm)), with _rn intrinsics so that nvcc
 /// cannot contract the double multiply-add into an FMA the host does not use.
 /// Stream: the engine's. A query with a non-finite value is left untouched.

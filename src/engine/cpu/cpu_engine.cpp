@@ -51,8 +51,8 @@
 #pragma GCC diagnostic pop
 #endif
 
-#include "half.hpp"
-#include "log.hpp"
+#include "common/half.hpp"
+#include "common/log.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/merge.hpp"

@@ -1,4 +1,4 @@
-#include "cli_commands.hpp"
+#include "cli/cli_commands.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "log.hpp"
+#include "common/log.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/index.hpp"

@@ -8,7 +8,7 @@
 
 #include <hdf5.h>
 
-#include "half.hpp"
+#include "common/half.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {

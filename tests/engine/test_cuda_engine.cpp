@@ -51,7 +51,7 @@ int test_device() {
 }
 
 /// Rounds x to the nearest float16 / bfloat16 value (ties to even), computed independently of
-/// src/half.hpp and of the device intrinsics: scale by the value's quantum (a power of two, so
+/// src/common/half.hpp and of the device intrinsics: scale by the value's quantum (a power of two, so
 /// the division is exact), round to an integer with nearbyint (round-half-even), scale back.
 float round_through(Dtype dt, float x) {
   if (dt == Dtype::kFloat32 || x == 0.0f || !std::isfinite(x)) return x;
