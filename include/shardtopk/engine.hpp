@@ -22,10 +22,16 @@ enum class MemSpace { kHost, kDevice };
 /// A rank's rows, float32 on the host, ready for upload. For cosine the rows are already
 /// L2-normalised (see `normalize_rows`). `ids` are the global ids of the rows.
 struct ShardInput {
-  const float* data = nullptr;  ///< [rows, dim], row-major
+  const float* data = nullptr;  ///< [rows, dim], row-major; unused (may be nullptr) when `generated`
   std::int64_t rows = 0;
   std::int64_t dim = 0;
-  const std::int64_t* ids = nullptr;  ///< [rows]
+  const std::int64_t* ids = nullptr;  ///< [rows]; nullptr: global ids first_row + i
+  /// Generated shard (bench_scaling, tests): row i holds generated_value(seed, first_row + i, j)
+  /// (shardtopk/generator.hpp), L2-normalised for cosine with normalize_rows()' arithmetic. The
+  /// CUDA engine makes it on its device (no host copy); the CPU engine materialises it.
+  bool generated = false;
+  std::uint64_t seed = 0;
+  std::int64_t first_row = 0;
 };
 
 /// Sizes fixed at start-up.
