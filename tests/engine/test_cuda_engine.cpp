@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "shardtopk/engine.hpp"
+#include "shardtopk/generator.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/merge.hpp"
 #include "shardtopk/oracle.hpp"
@@ -221,7 +222,7 @@ TEST(CudaEngine, ResidentBytesArePredicted) {
   const Row rows[] = {{0, 8, Dtype::kFloat32, limits(4, 16)},
                       {1000, 100, Dtype::kFloat16, limits(64, 1024, 4)},
                       {20000, 33, Dtype::kBFloat16, limits(1024, 64)},
-                      {30000, 3, Dtype::kFloat32, limits(8, 10000)}};
+                      {30000, 3, Dtype::kFloat32, limits(8, 8192)}};
   for (const Row& r : rows) {
     const Corpus c = make_corpus(random_floats(static_cast<size_t>(r.n * r.dim), 3), r.n, r.dim,
                                  Metric::kInnerProduct, r.dt, shuffled_ids(r.n, 4));
@@ -235,17 +236,17 @@ TEST(CudaEngine, ResidentBytesArePredicted) {
 
 TEST(CudaEngine, ShardThatDoesNotFitSaysHowMuchAndWhatToDo) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
-  // 10^9 rows × 1024 float32 = 4 TB: never fits. The engine must refuse before touching data
+  // 5·10^8 rows × 1024 float32 = 2 TB: never fits. The engine must refuse before touching data
   // (the data pointer below holds one row only).
   std::vector<float> one_row(1024, 1.0f);
   std::vector<std::int64_t> one_id(1, 0);
-  const ShardInput in{one_row.data(), 1000000000LL, 1024, one_id.data()};
+  const ShardInput in{one_row.data(), 500000000LL, 1024, one_id.data()};
   const std::string msg =
       error_of([&] { make_cuda_engine(in, Metric::kInnerProduct, Dtype::kFloat32, test_device(), limits(8, 16)); });
   EXPECT_NE(msg.find("needs"), std::string::npos) << msg;
   EXPECT_NE(msg.find("free"), std::string::npos) << msg;
   EXPECT_NE(msg.find("add ranks"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(std::to_string(cuda_engine_device_bytes(1000000000LL, 1024, Dtype::kFloat32, limits(8, 16)))),
+  EXPECT_NE(msg.find(std::to_string(cuda_engine_device_bytes(500000000LL, 1024, Dtype::kFloat32, limits(8, 16)))),
             std::string::npos)
       << msg;
 }
@@ -397,11 +398,12 @@ std::vector<ExactCase> exact_cases() {
       {4100, 784, 2, 50, 1024, 8},      // D=784 (MNIST)
       {9000, 16, 64, 10, 1024, 64},     // batch 64 (8-query score blocks), 5 tiles -> 2-level tree
       {20000, 33, 3, 3000, 4096, 8},    // K=3000: 8192-row tiles
-      {30000, 3, 2, 10000, 10000, 8},   // K > the largest tile: lists grow to K in the tree
+      {30000, 3, 2, 8000, 8192, 8},     // K = 8000 (k_max at the engine's limit), 25 distinct scores
       {0, 5, 3, 7, 16, 8},              // empty shard: all padding
       {20000, 33, 3, 50, 64, 1024},     // batch_max 1024 forces 8192-row chunks: 3 chunks
       {20000, 7, 2, 3000, 4096, 1024},  // 3 chunks, one tile each, K=3000
-      {40000, 5, 2, 9000, 9000, 1024},  // 5 chunks with K > tile
+      {40000, 5, 2, 8000, 8192, 1024},  // large K through the batched path with batch_max 1024
+      {3000, 1, 1, 1024, 1024, 8},      // batch 1: D=1, every score tied with a thousand others
   };
   std::vector<ExactCase> out;
   for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
@@ -507,9 +509,8 @@ std::vector<DtypeMetric> dtype_metrics() {
 
 class CudaVsCpu : public ::testing::TestWithParam<DtypeMetric> {};
 
-// The CUDA engine reduces each pair in the CPU engine's order (8 lanes over d mod 8, FMA, the
-// same lane tree), so the two backends agree bit for bit. The weaker requirement (ids equal
-// except near-ties within ε) is checked separately so that a failure says which one broke.
+// Between backends bit identity is not required (DESIGN.md invariant 3): the CUDA engine has its
+// own fixed order (score.cuh). Ids must agree except near-ties, and scores within ε.
 TEST_P(CudaVsCpu, SameAnswers) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const DtypeMetric& p = GetParam();
@@ -538,7 +539,10 @@ TEST_P(CudaVsCpu, SameAnswers) {
     }
     std::printf("  [%s] GPU vs CPU: %d of %lld ids differ (near-ties)\n", what.c_str(), differing,
                 static_cast<long long>(nq * k));
-    expect_bit_identical(g, h, what + " GPU vs CPU bit-identical");
+    for (std::int64_t i = 0; i < nq * k; ++i) {
+      const double eps = oracle::epsilon(h.scores[(i / k) * k], h.scores[(i / k) * k + k - 1]);
+      EXPECT_LE(std::fabs(static_cast<double>(g.scores[i]) - h.scores[i]), eps) << what << ": slot " << i;
+    }
   }
 }
 
@@ -548,47 +552,118 @@ INSTANTIATE_TEST_SUITE_P(Gpu, CudaVsCpu, ::testing::ValuesIn(dtype_metrics()),
 class BatchIndependence : public ::testing::TestWithParam<DtypeMetric> {};
 
 // A query's ids and score bits do not depend on the batch it came in (DESIGN.md invariant 3):
-// alone (1-query score blocks), in batches of 3 (4-query blocks) and in one batch of 64.
+// alone (the batch-1 scan), and in batches of 2, 7, 64 and 256 (the tensor-core path: several
+// chunks of rows at 64 and 256), at every position of a batch of 7. 70,000 rows so that the
+// batched path runs over several chunks.
 TEST_P(BatchIndependence, SameBitsAloneAndInBatches) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const DtypeMetric& p = GetParam();
-  const std::int64_t n = 3000, dim = 100, nq = 64;
+  const std::int64_t n = 70000, dim = 100, nq = 256;
   const int k = 50;
   const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 800), n, dim, p.metric, p.dtype,
                                shuffled_ids(n, 801));
-  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(64, 64));
+  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(256, 64));
   const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 802);
-  const auto all = run_candidates(*e, q, nq, k, 64);
   const auto single = run_candidates(*e, q, nq, k, 1);
-  const auto threes = run_candidates(*e, q, nq, k, 3);
-  expect_same_candidates(all, single, p.name() + ": batch 64 vs alone");
-  expect_same_candidates(all, threes, p.name() + ": batch 64 vs batches of 3");
+  for (int b : {2, 7, 64, 256})
+    expect_same_candidates(run_candidates(*e, q, nq, k, b), single,
+                           p.name() + ": batch " + std::to_string(b) + " vs alone");
+  // one query at every position of a batch of 7 whose other queries change
+  const std::int64_t probe = 5;
+  for (int pos = 0; pos < 7; ++pos) {
+    std::vector<float> batch = random_floats(static_cast<size_t>(7 * dim), 900 + pos);
+    std::copy(q.begin() + probe * dim, q.begin() + (probe + 1) * dim, batch.begin() + pos * dim);
+    const auto got = run_candidates(*e, batch, 7, k, 7);
+    const std::vector<Candidate> mine(got.begin() + pos * k, got.begin() + (pos + 1) * k);
+    const std::vector<Candidate> want(single.begin() + probe * k, single.begin() + (probe + 1) * k);
+    expect_same_candidates(mine, want, p.name() + ": position " + std::to_string(pos) + " of 7");
+  }
+  expect_within_tolerance(oracle_metric(p.metric), c.stored, c.n, c.ids.data(), prepared(q, 8, dim, p.metric), 8, dim,
+                          k, to_answer(std::vector<Candidate>(single.begin(), single.begin() + 8 * k), p.metric, 8, k, k),
+                          p.name() + " vs oracle");
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, BatchIndependence, ::testing::ValuesIn(dtype_metrics()),
                          [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
 
-class ChunkingIndependence : public ::testing::TestWithParam<DtypeMetric> {};
+class FilterBound : public ::testing::TestWithParam<DtypeMetric> {};
 
-// The same shard in one chunk (batch_max 8) and in three 8192-row chunks (batch_max 1024 makes
-// the workspace budget pick the smallest chunk) gives the same bits: scores do not depend on
-// tiling along rows, and selection is exact.
-TEST_P(ChunkingIndependence, OneChunkEqualsThree) {
+// Adversarial inputs for the batched path's filter (docs/EXACTNESS.md): rows that are one base
+// vector plus tiny perturbations, so hundreds of scores crowd the k-th within the filter's
+// margin; large norms (×1000) and mixed signs. The batched answer must equal the batch-1 scan's
+// bit for bit and be within ε of the float64 oracle.
+TEST_P(FilterBound, NearTiesLargeNormsMixedSigns) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const DtypeMetric& p = GetParam();
-  const std::int64_t n = 20000, dim = 40, nq = 5;
-  const int k = 200;
-  const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 900), n, dim, p.metric, p.dtype,
-                               shuffled_ids(n, 901));
-  const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 902);
-  auto one = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(8, 256));
-  auto three = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(1024, 256));
-  expect_same_candidates(run_candidates(*one, q, nq, k, 5), run_candidates(*three, q, nq, k, 5),
-                         p.name() + ": 1 chunk vs 3 chunks");
+  const std::int64_t n = 20000, dim = 96, nq = 8;
+  const int k = 100;
+  const std::vector<float> base = random_floats(static_cast<size_t>(dim), 1300);
+  const std::vector<float> noise = random_floats(static_cast<size_t>(n * dim), 1301);
+  std::vector<float> raw(static_cast<size_t>(n * dim));
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float sign = (r % 3 == 0) ? -1.0f : 1.0f;
+    const float scale = (r % 7 == 0) ? 1000.0f : 1.0f;
+    for (std::int64_t d = 0; d < dim; ++d)
+      raw[r * dim + d] = scale * sign * (base[d] + 1e-3f * noise[r * dim + d]);
+  }
+  const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1302));
+  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(8, 128));
+  std::vector<float> q(static_cast<size_t>(nq * dim));
+  const std::vector<float> qn = random_floats(static_cast<size_t>(nq * dim), 1303);
+  for (std::int64_t i = 0; i < nq; ++i)
+    for (std::int64_t d = 0; d < dim; ++d) q[i * dim + d] = (i % 2 ? -1.0f : 1.0f) * (base[d] + 1e-2f * qn[i * dim + d]);
+  const auto batched = run_candidates(*e, q, nq, k, 8);
+  const auto single = run_candidates(*e, q, nq, k, 1);
+  expect_same_candidates(batched, single, p.name() + ": batched vs batch 1");
+  expect_within_tolerance(oracle_metric(p.metric), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, p.metric), nq,
+                          dim, k, to_answer(batched, p.metric, nq, k, k), p.name() + " vs oracle");
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, ChunkingIndependence, ::testing::ValuesIn(dtype_metrics()),
+INSTANTIATE_TEST_SUITE_P(Gpu, FilterBound, ::testing::ValuesIn(dtype_metrics()),
                          [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
+
+// More rows tie at the k-th score than the final sort holds (the batch-1 slow path, and the
+// batched path's fallback to it): every row equal, so the answer is the k smallest ids.
+TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const std::int64_t n = 50000, dim = 8;
+  const int k = 100;
+  std::vector<float> raw(static_cast<size_t>(n * dim), 0.5f);
+  for (std::int64_t r = 0; r < 40; ++r) raw[(r * 997) * dim] = 2.0f;  // 40 rows above the tie
+  const Corpus c = make_corpus(raw, n, dim, Metric::kInnerProduct, Dtype::kFloat32, shuffled_ids(n, 1400));
+  auto e = make_cuda_engine(c.input(), Metric::kInnerProduct, Dtype::kFloat32, test_device(), limits(4, 128));
+  const std::vector<float> q(static_cast<size_t>(4 * dim), 1.0f);
+  for (int b : {1, 4}) {
+    const auto got = run_candidates(*e, q, 4, k, b);
+    expect_exact(Metric::kInnerProduct, c.stored, c.n, c.ids.data(), q, 4, dim, k,
+                 to_answer(got, Metric::kInnerProduct, 4, k, k), "massive ties, batch " + std::to_string(b));
+  }
+}
+
+// A generated shard (made on the device) equals the same rows generated on the host.
+TEST(CudaEngine, GeneratedShardEqualsHostRows) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const std::int64_t n = 5000, dim = 77, first = 123456;
+  for (Metric m : {Metric::kInnerProduct, Metric::kCosine}) {
+    std::vector<float> raw(static_cast<size_t>(n * dim));
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t d = 0; d < dim; ++d) raw[r * dim + d] = generated_value(42, first + r, d);
+    std::vector<std::int64_t> ids(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), first);
+    const Corpus c = make_corpus(raw, n, dim, m, Dtype::kFloat16, ids);
+    ShardInput gen;
+    gen.rows = n;
+    gen.dim = dim;
+    gen.generated = true;
+    gen.seed = 42;
+    gen.first_row = first;
+    auto a = make_cuda_engine(c.input(), m, Dtype::kFloat16, test_device(), limits(4, 32));
+    auto b = make_cuda_engine(gen, m, Dtype::kFloat16, test_device(), limits(4, 32));
+    const std::vector<float> q = random_floats(static_cast<size_t>(4 * dim), 1500);
+    expect_same_candidates(run_candidates(*a, q, 4, 32, 4), run_candidates(*b, q, 4, 32, 4),
+                           std::string("generated vs host rows ") + mname(m));
+  }
+}
 
 // ------------------------------------------------------------------------------ device merge
 
@@ -719,8 +794,8 @@ TEST(CudaEngine, CopyWithinTakesDeviceQueries) {
 class BgeM3 : public ::testing::TestWithParam<DtypeMetric> {};
 
 // 500 bge-m3 paragraph embeddings as the corpus, 500 sentence embeddings as queries (about 40
-// near-identical pairs: real near-ties). Within ε of the oracle, k = 10 and 100; for float32
-// also bit-identical to the CPU engine.
+// near-identical pairs: real near-ties). Within ε of the oracle, k = 10 and 100, in batches of
+// 64 (tensor-core path) and bit-identical to batch 1.
 TEST_P(BgeM3, WithinToleranceOfTheOracle) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const DtypeMetric& p = GetParam();
@@ -738,12 +813,7 @@ TEST_P(BgeM3, WithinToleranceOfTheOracle) {
     expect_within_tolerance(oracle_metric(p.metric), c.stored, n, c.ids.data(), prepared(queries, nq, dim, p.metric),
                             nq, dim, k, to_answer(got, p.metric, nq, k, k),
                             "bge-m3 " + p.name() + " k=" + std::to_string(k));
-    if (p.dtype == Dtype::kFloat32) {
-      auto cpu = make_cpu_engine(c.input(), p.metric, p.dtype, 2, limits(64, 128));
-      expect_bit_identical(to_answer(got, p.metric, nq, k, k),
-                           to_answer(run_candidates(*cpu, queries, nq, k, 64), p.metric, nq, k, k),
-                           "bge-m3 GPU vs CPU " + p.name());
-    }
+    expect_same_candidates(got, run_candidates(*e, queries, nq, k, 1), "bge-m3 batch 64 vs 1 " + p.name());
   }
 }
 

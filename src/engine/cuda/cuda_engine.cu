@@ -1,86 +1,86 @@
 // CUDA engine: a resident shard on one GPU, scored and reduced to a local top-k on the device.
 //
 // Memory (DESIGN.md invariant 5). Everything lives in ONE device allocation (the "arena") made
-// by the constructor, laid out by make_plan(), which cuda_engine_device_bytes() also calls, so
-// `shardtopk plan` predicts resident_bytes() exactly. A search allocates nothing.
+// by the constructor and laid out by make_plan(), which cuda_engine_device_bytes() also calls,
+// so `shardtopk plan` predicts resident_bytes() exactly. A search allocates nothing.
 //
-//   shard   [rows, dim]                     storage dtype (float / __half / __nv_bfloat16)
-//   ids     [rows]                          int64 global ids
-//   queries [batch_max, dim]                float32            (query_buffer())
-//   local   [batch_max, k_max]              Candidate          (local_buffer())
-//   gathered[world_size, batch_max, k_max]  Candidate          (gathered_buffer())
-//   merged  [batch_max, k_max]              Candidate          (merged_buffer())
-//   status  2 × uint64                      query / upload validation flags
-//   scores  [batch_max, C]                  float32 ranking scores of one chunk of C rows
-//   list_a, list_b [batch_max, C + k_max]   Candidate, ping-pong buffers of the selection tree
-//   acc0, acc1 [batch_max, 2, k_max]        Candidate, running top-k across chunks (only when
-//                                           the shard has more than C rows)
-// C ("chunk rows") is the largest multiple of kTileMax that keeps scores + lists within
-// kWorkspaceBudget (at least kTileMax, at most the shard rounded up), so the workspace stays
-// bounded whatever the shard size; big shards are processed in several chunks.
+//   shard    [rows, dpad]            storage dtype, rows zero-padded to dpad (16-byte chunks)
+//   ids      [rows]                  int64 global ids
+//   row_sq   [rows]                  float ‖x‖² (l2 only; the batched path's approximate score)
+//   queries  [batch_max, dim]        float32 (query_buffer())
+//   qpad     [batch_max, dpad]       float32 zero-padded queries (exact arithmetic)
+//   qhat     [batch_max, dpad]       storage dtype, scaled queries for the tensor-core GEMM
+//   qinfo    [batch_max]             per-query Δ, scale, ‖q‖²
+//   local / gathered / merged        Candidate buffers of the index's data path
+//   out_ids, out_scores              export staging [batch_max, k_max]
+//   hists, counters, thresholds      selection state
+//   pool     [batch_max, pool_cap]   (score, row) candidates per query
+//   scores   [max(rows, chunk)]      batch-1 exact scores / batched GEMM output [B, R] / upload staging
+//   cublas   32 MiB                  cuBLAS workspace (no allocation inside cuBLAS calls)
 //
-// Scoring (DESIGN.md invariant 3). The score of a (query, row) pair is computed by exactly the
-// arithmetic of the CPU engine (src/engine/cpu/cpu_engine.cpp): lane j of 8 accumulates the dimensions
-// d ≡ j (mod 8) in increasing d with fmaf (inner product: fma(q, x, acc); l2: diff = q − x,
-// fma(diff, diff, acc)), then the lanes are added by the fixed tree
-// ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). The order depends only on D, never on the batch, the
-// chunk or the tile, so scores are bit-identical across batch composition, shard boundaries and
-// rank counts, and bit-identical to the CPU engine's. l2 is ranked as −Σ(q−x)².
-//
-// Selection (exact, any k ≤ k_max). Per chunk:
-//   1. score_kernel writes scores [batch, chunk_rows].
-//   2. tile_sort_kernel: one block per (query, tile of T rows) sorts (score, global id) pairs in
-//      shared memory with a bitonic network under better() and keeps the best min(k, T):
-//      T = clamp(next_pow2(2k), 2048, 8192), so each tile shrinks at least 2× when k ≤ 4096.
-//   3. merge_lists_kernel merges groups of kMergeFanIn sorted lists into one (truncated to k)
-//      until one list of exactly k per query remains. Every element finds its output rank by
-//      binary searches in the other lists of its group (ties between lists go to the earlier
-//      list, so equal padding candidates get distinct ranks): no shared state, any list length.
-//   4. With several chunks, the chunk's list is merged with the running top-k (acc buffers).
-// merge() is the same merge kernel with one group of `parts` lists.
-// k is limited only by k_max (memory): k > T is handled by the tree growing lists up to k.
+// Scoring (DESIGN.md invariant 3): score.cuh, one arithmetic for every batch size. Selection:
+// topk_kernels.cuh (batch 1: one scan + radix select; batch ≥ 2: tensor-core GEMM per chunk of
+// rows, filter within a proven bound of the running k-th, exact re-scoring; docs/EXACTNESS.md).
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math_constants.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "common/cuda_check.cuh"
+#include "engine/cuda/score.cuh"
+#include "engine/cuda/topk_kernels.cuh"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/generator.hpp"
 #include "shardtopk/ordering.hpp"
+
+#define CHECK_CUBLAS(call)                                                                                   \
+  do {                                                                                                       \
+    const cublasStatus_t shardtopk_cublas_st_ = (call);                                                      \
+    if (shardtopk_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                                       \
+      throw ::shardtopk::Error(::shardtopk::detail::concat("cuBLAS call ", #call, " failed: ",               \
+                                                           cublasGetStatusString(shardtopk_cublas_st_),     \
+                                                           " at ", __FILE__, ":", __LINE__));                \
+  } while (0)
 
 namespace shardtopk {
 namespace {
 
+using cuda_detail::Batch1State;
 using cuda_detail::DeviceGuard;
+using cuda_detail::PoolEntry;
+using cuda_detail::QueryInfo;
 
 // ---------------------------------------------------------------- tuning constants
 
-constexpr int kLanes = 8;               // reduction lanes per pair (must equal the CPU engine's)
-constexpr int kScoreRows = 128;         // rows per scoring block (one thread per row)
-constexpr int kScoreDk = 32;            // dimensions staged in shared memory per step (multiple of kLanes)
-constexpr int kTileMin = 2048;          // smallest sort tile (rows)
-constexpr int kTileMax = 8192;          // largest sort tile: 8192 × 12 B = 96 KiB shared memory
-constexpr int kSortThreads = 1024;
-constexpr int kMergeFanIn = 4;          // lists merged per group in the selection tree
+constexpr int kPrepThreads = 256;
 constexpr int kMergeThreads = 256;
 constexpr int kMergeElemsPerBlock = 2048;
-constexpr int kPrepThreads = 256;
-constexpr std::uint64_t kWorkspaceBudget = 256ull << 20;  // scores + selection lists
 constexpr std::uint64_t kAlign = 256;
 constexpr unsigned long long kStatusOk = ~0ull;
+constexpr std::uint64_t kChunkBudget = 24ull << 20;   // batched GEMM output per chunk (×2 buffers): L2-resident
+constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
+constexpr std::uint64_t kMinScratch = 4ull << 20;     // upload staging at least
+constexpr int kMaxCandCap = 16384;                   // final sort in shared memory: 16384 × 12 B
+constexpr std::uint32_t kPoolTriggerDiv = 4;          // compact a pool above cap / 4 entries
+constexpr std::int64_t kFirstChunkRows = 8192;        // batched: rows that seed the thresholds
+constexpr std::int64_t kCompactEvery = 4;             // batched: chunks between pool compactions
 
-static_assert(kScoreDk % kLanes == 0, "a staged step must hold whole lane groups");
 static_assert(sizeof(Candidate) == 16, "Candidate layout is shared by host and device");
 
 // ---------------------------------------------------------------- planning (host only)
@@ -100,88 +100,85 @@ int next_pow2(std::int64_t x) {
   return p;
 }
 
-/// Sort tile for a given k: at least 2k rows (each tile halves its rows or better) within
-/// [kTileMin, kTileMax]; a power of two that divides kTileMax, hence every chunk size.
-int tile_size(int k) {
-  return static_cast<int>(std::min<std::int64_t>(kTileMax, std::max<std::int64_t>(kTileMin, next_pow2(2LL * k))));
-}
-
 std::uint64_t storage_bytes(Dtype d) { return d == Dtype::kFloat32 ? 4 : 2; }
 
+/// Elements per 16-byte chunk, and the padded row length.
+std::int64_t vec_elems(Dtype d) { return 16 / static_cast<std::int64_t>(storage_bytes(d)); }
+std::int64_t padded_dim(std::int64_t dim, Dtype d) { return (dim + vec_elems(d) - 1) / vec_elems(d) * vec_elems(d); }
+
+/// Candidates the final sort holds: 2 × k_max at least (ties and the filter's margin), at most
+/// kMaxCandCap (shared memory).
+int cand_cap(const EngineLimits& lim) { return std::max(4096, next_pow2(2LL * lim.k_max)); }
+std::int64_t pool_cap(const EngineLimits& lim) { return 4LL * cand_cap(lim); }
+
 struct Plan {
-  std::int64_t chunk_rows = 0;     // C; 0 for an empty shard (no scoring workspace)
-  std::int64_t chunks = 0;
-  std::int64_t list_capacity = 0;  // candidates per query in list_a / list_b
-  std::uint64_t off_shard = 0, off_ids = 0, off_queries = 0, off_local = 0, off_gathered = 0, off_merged = 0,
-                off_status = 0, off_out_ids = 0, off_out_scores = 0, off_scores = 0, off_list_a = 0, off_list_b = 0, off_acc0 = 0, off_acc1 = 0;
-  std::uint64_t shard_bytes = 0;   // shard + ids
-  std::uint64_t total = 0;         // the arena
+  std::int64_t dpad = 0;
+  std::uint64_t off_shard = 0, off_ids = 0, off_row_sq = 0, off_queries = 0, off_qpad = 0, off_qhat = 0,
+                off_qinfo = 0, off_local = 0, off_gathered = 0, off_merged = 0, off_status = 0, off_out_ids = 0,
+                off_out_scores = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
+                off_pool = 0, off_scores = 0, off_cublas = 0;
+  std::uint64_t scores_bytes = 0;
+  std::uint64_t sbuf_bytes = 0;   // one batched GEMM output buffer (two, ping-pong)
+  std::uint64_t shard_bytes = 0;  // shard + ids + row norms
+  std::uint64_t total = 0;        // the arena
 };
 
 void check_shape(std::int64_t rows, std::int64_t dim, const EngineLimits& lim) {
   SHARDTOPK_EXPECTS(rows >= 0, "CUDA engine: shard rows must be >= 0 (got ", rows, ")");
+  SHARDTOPK_EXPECTS(rows <= std::numeric_limits<std::int32_t>::max(), "CUDA engine: a shard holds at most ",
+                    std::numeric_limits<std::int32_t>::max(), " rows (got ", rows, "); add ranks");
   SHARDTOPK_EXPECTS(dim >= 1, "CUDA engine: dimension must be >= 1 (got ", dim, ")");
+  SHARDTOPK_EXPECTS(dim <= (1 << 20), "CUDA engine: dimension must be <= ", (1 << 20), " (got ", dim, ")");
   SHARDTOPK_EXPECTS(lim.batch_max >= 1, "CUDA engine: batch_max must be >= 1 (got ", lim.batch_max, ")");
-  SHARDTOPK_EXPECTS(lim.batch_max <= (1 << 24), "CUDA engine: batch_max must be <= ", (1 << 24), " (got ",
-                    lim.batch_max, ")");
+  SHARDTOPK_EXPECTS(lim.batch_max <= 65535, "CUDA engine: batch_max must be <= 65535 (got ", lim.batch_max, ")");
   SHARDTOPK_EXPECTS(lim.k_max >= 1, "CUDA engine: k_max must be >= 1 (got ", lim.k_max, ")");
+  SHARDTOPK_EXPECTS(cand_cap(lim) <= kMaxCandCap, "CUDA engine: search.k_max=", lim.k_max, " is above its limit of ",
+                    kMaxCandCap / 2, " (the final sort keeps 2 x k_max candidates in shared memory)");
   SHARDTOPK_EXPECTS(lim.world_size >= 1, "CUDA engine: world_size must be >= 1 (got ", lim.world_size, ")");
 }
 
 /// The arena layout for a shard; the constructor allocates exactly `total` bytes.
-///
-/// List capacity C + k_max suffices for every level of the selection tree: level 0 holds
-/// ceil(C/T)·min(k,T) ≤ C candidates per query (T divides C), and level i holds
-/// M_i·L_i with M_i = ceil(M_0/F^i) ≤ M_0/F^i + 1 lists of L_i = min(L_0·F^i, k) candidates,
-/// so M_i·L_i ≤ M_0·L_0 + k ≤ C + k_max.
 Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& lim) {
   check_shape(rows, dim, lim);
   const std::uint64_t bmax = static_cast<std::uint64_t>(lim.batch_max);
   const std::uint64_t kmax = static_cast<std::uint64_t>(lim.k_max);
   const std::uint64_t cand = sizeof(Candidate);
+  const std::uint64_t urows = static_cast<std::uint64_t>(rows);
   Plan p;
-  if (rows > 0) {
-    const std::uint64_t rows_up = round_up_u(static_cast<std::uint64_t>(rows), kTileMax);
-    // bytes per chunk row: scores (4) + two lists (2 × 16), per query; fixed: the lists' + k_max.
-    const std::uint64_t per_row = mul_bytes(bmax, 4 + 2 * cand);
-    const std::uint64_t fixed = mul_bytes(mul_bytes(bmax, 2 * cand), kmax);
-    std::uint64_t c = kWorkspaceBudget > fixed ? (kWorkspaceBudget - fixed) / per_row : 0;
-    c = c / kTileMax * kTileMax;
-    c = std::min<std::uint64_t>(std::max<std::uint64_t>(c, kTileMax), rows_up);
-    p.chunk_rows = static_cast<std::int64_t>(c);
-    p.chunks = (rows + p.chunk_rows - 1) / p.chunk_rows;
-    p.list_capacity = p.chunk_rows + lim.k_max;
-  }
+  p.dpad = padded_dim(dim, dtype);
+  const std::uint64_t dpad = static_cast<std::uint64_t>(p.dpad);
   std::uint64_t off = 0;
   auto take = [&off](std::uint64_t bytes) {
     const std::uint64_t at = off;
     off = round_up_u(off + bytes, kAlign);
     return at;
   };
-  const std::uint64_t shard = mul_bytes(mul_bytes(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(dim)),
-                                        storage_bytes(dtype));
-  const std::uint64_t ids = mul_bytes(static_cast<std::uint64_t>(rows), 8);
   const std::uint64_t bk = mul_bytes(mul_bytes(bmax, kmax), cand);
-  p.off_shard = take(shard);
-  p.off_ids = take(ids);
+  p.off_shard = take(mul_bytes(mul_bytes(urows, dpad), storage_bytes(dtype)));
+  p.off_ids = take(mul_bytes(urows, 8));
+  p.off_row_sq = take(mul_bytes(urows, 4));  // used by l2; kept for every metric so plans match
   p.shard_bytes = off;
   p.off_queries = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(dim)), 4));
+  p.off_qpad = take(mul_bytes(mul_bytes(bmax, dpad), 4));
+  p.off_qhat = take(mul_bytes(mul_bytes(bmax, dpad), storage_bytes(dtype)));
+  p.off_qinfo = take(mul_bytes(bmax, sizeof(QueryInfo)));
   p.off_local = take(bk);
   p.off_gathered = take(mul_bytes(bk, static_cast<std::uint64_t>(lim.world_size)));
   p.off_merged = take(bk);
-  p.off_status = take(2 * sizeof(unsigned long long));
+  p.off_status = take(4 * sizeof(unsigned long long));
   p.off_out_ids = take(mul_bytes(mul_bytes(bmax, kmax), 8));
   p.off_out_scores = take(mul_bytes(mul_bytes(bmax, kmax), 4));
-  if (rows > 0) {
-    p.off_scores = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(p.chunk_rows)), 4));
-    const std::uint64_t list = mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(p.list_capacity)), cand);
-    p.off_list_a = take(list);
-    p.off_list_b = take(list);
-    if (p.chunks > 1) {
-      p.off_acc0 = take(mul_bytes(bk, 2));
-      p.off_acc1 = take(mul_bytes(bk, 2));
-    }
-  }
+  p.off_hists = take(cuda_detail::kHistWords * 4);
+  p.off_counts = take(mul_bytes(bmax, 4));
+  p.off_overflow = take(mul_bytes(bmax, 4));
+  p.off_thr = take(mul_bytes(bmax, 4));
+  p.off_state = take(sizeof(Batch1State));
+  p.off_pool = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(pool_cap(lim))), sizeof(PoolEntry)));
+  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(kChunkBudget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
+  p.scores_bytes = std::max<std::uint64_t>({mul_bytes(urows, 4), 2 * p.sbuf_bytes, kMinScratch,
+                                            mul_bytes(static_cast<std::uint64_t>(dim), 4)});
+  p.off_scores = take(p.scores_bytes);
+  p.off_cublas = take(rows > 0 ? kCublasWorkspace : 0);
   p.total = off;
   return p;
 }
@@ -196,47 +193,9 @@ const char* dtype_name(Dtype d) {
 }
 
 // ---------------------------------------------------------------- device helpers
+// ---------------------------------------------------------------- device helpers
 
 __device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-__device__ __forceinline__ void from_float(float x, __half* out) { *out = __float2half_rn(x); }
-__device__ __forceinline__ void from_float(float x, __nv_bfloat16* out) { *out = __float2bfloat16_rn(x); }
-
-/// One accumulation step of one lane. Explicit _rn intrinsics: the compiler may not contract or
-/// reorder them, so every build computes the same bits (and the same as the CPU engine's FMA).
-template <bool kL2>
-__device__ __forceinline__ float step(float q, float x, float acc) {
-  if (kL2) {
-    const float diff = __fsub_rn(q, x);
-    return __fmaf_rn(diff, diff, acc);
-  }
-  return __fmaf_rn(q, x, acc);
-}
-
-/// The one lane tree (the CPU engine's hsum8). Changing it changes every score.
-__device__ __forceinline__ float lane_sum(const float* l) {
-  return __fadd_rn(__fadd_rn(__fadd_rn(l[0], l[4]), __fadd_rn(l[2], l[6])),
-                   __fadd_rn(__fadd_rn(l[1], l[5]), __fadd_rn(l[3], l[7])));
-}
-
-// ---------------------------------------------------------------- kernels
-
-/// Converts the float32 staging buffer src [n] into storage dst [n] (float16/bfloat16 round to
-/// nearest even) and records the first element that overflowed to ±inf in *status (flat index
-/// `first + i`). Stream: the engine's. Grid-stride, any grid.
-template <typename T>
-__global__ void convert_kernel(const float* __restrict__ src, T* __restrict__ dst, std::int64_t n,
-                               std::int64_t first, unsigned long long* status) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    T v;
-    from_float(src[i], &v);
-    dst[i] = v;
-    if (!isfinite(to_float(v))) atomicMin(status, static_cast<unsigned long long>(first + i));
-  }
-}
 
 /// Fills out [n] with pad_candidate(). Grid-stride.
 __global__ void fill_pad_kernel(Candidate* __restrict__ out, std::int64_t n) {
@@ -295,134 +254,183 @@ __global__ void __launch_bounds__(kPrepThreads)
     x[d] = __double2float_rn(__dmul_rn(static_cast<double>(x[d]), inv));
 }
 
-/// Ranking scores of queries [batch, dim] (float32) against rows [rows_c, dim] (storage T):
-/// scores[q * score_qstride + r] (l2: negated squared distance).
-///
-/// Block: kScoreRows threads, one row each, for kQ queries; grid (flattened): row_blocks ×
-/// ceil(batch / kQ). Each step stages kScoreDk dimensions of the block's rows (padded to avoid
-/// bank conflicts) and of its queries in shared memory; each thread then advances its kQ × 8
-/// lane accumulators in increasing d. Tuned for nothing yet beyond coalesced loads (a later
-/// issue optimises); kQ ∈ {1, 4, 8} only trades idle threads against re-reading the shard.
-/// Stream: the engine's.
-template <typename T, bool kL2, int kQ>
-__global__ void __launch_bounds__(kScoreRows)
-    score_kernel(const T* __restrict__ rows, std::int64_t rows_c, std::int64_t dim, const float* __restrict__ queries,
-                 int batch, float* __restrict__ scores, std::int64_t score_qstride, std::int64_t row_blocks) {
-  __shared__ float xs[kScoreRows][kScoreDk + 1];
-  __shared__ float qs[kQ][kScoreDk];
-  const std::int64_t rb = blockIdx.x % row_blocks;
-  const std::int64_t q0 = (blockIdx.x / row_blocks) * kQ;
-  const std::int64_t r0 = rb * kScoreRows;
-  const int t = threadIdx.x;
+template <typename T>
+__device__ __forceinline__ T storage_from_float(float x);
+template <>
+__device__ __forceinline__ float storage_from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half storage_from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 storage_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-  float acc[kQ][kLanes];
-#pragma unroll
-  for (int i = 0; i < kQ; ++i)
-#pragma unroll
-    for (int j = 0; j < kLanes; ++j) acc[i][j] = 0.0f;
+/// float32 → TF32 (round to nearest, ties away; the low 13 mantissa bits zero).
+__device__ __forceinline__ float to_tf32(float x) {
+  std::uint32_t u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  return __uint_as_float(u);
+}
 
-  for (std::int64_t d0 = 0; d0 < dim; d0 += kScoreDk) {
-    const int len = static_cast<int>(min(static_cast<std::int64_t>(kScoreDk), dim - d0));
-    // A warp reads kScoreDk consecutive elements of one row: coalesced.
-    for (int i = t; i < kScoreRows * kScoreDk; i += kScoreRows) {
-      const int r = i / kScoreDk, c = i % kScoreDk;
-      float v = 0.0f;
-      if (r0 + r < rows_c && c < len) v = to_float(rows[(r0 + r) * dim + d0 + c]);
-      xs[r][c] = v;
-    }
-    for (int i = t; i < kQ * kScoreDk; i += kScoreRows) {
-      const int qq = i / kScoreDk, c = i % kScoreDk;
-      float v = 0.0f;
-      if (q0 + qq < batch && c < len) v = queries[(q0 + qq) * dim + d0 + c];
-      qs[qq][c] = v;
-    }
-    __syncthreads();
-    // d0 is a multiple of kLanes, so column c of this step belongs to lane c % kLanes. Columns
-    // past `len` are skipped, not added as zeros: same bits, since a lane is never −0.
-    if (len == kScoreDk) {
-#pragma unroll
-      for (int c = 0; c < kScoreDk; ++c) {
-        const float x = xs[t][c];
-#pragma unroll
-        for (int i = 0; i < kQ; ++i) acc[i][c % kLanes] = step<kL2>(qs[i][c], x, acc[i][c % kLanes]);
-      }
-    } else {
-      for (int g = 0; g < len; g += kLanes) {
-#pragma unroll
-        for (int j = 0; j < kLanes; ++j) {
-          if (g + j < len) {
-            const float x = xs[t][g + j];
-#pragma unroll
-            for (int i = 0; i < kQ; ++i) acc[i][j] = step<kL2>(qs[i][g + j], x, acc[i][j]);
-          }
-        }
-      }
-    }
-    __syncthreads();
+/// Converts staging rows src [m, dim] (float32) into shard rows dst [m, dpad] (storage T; the
+/// padding columns stay zero) and records in *status the first flat index (row0 + r)·dim + c
+/// whose stored value is not finite (float16/bfloat16 overflow). Grid-stride.
+template <typename T>
+__global__ void convert_pad_kernel(const float* __restrict__ src, std::int64_t m, std::int64_t dim, std::int64_t dpad,
+                                   T* __restrict__ dst, std::int64_t row0, unsigned long long* status) {
+  const std::int64_t n = m * dim;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / dim, c = i % dim;
+    const T v = storage_from_float<T>(src[i]);
+    dst[r * dpad + c] = v;
+    if (!isfinite(to_float(v))) atomicMin(status, static_cast<unsigned long long>((row0 + r) * dim + c));
   }
+}
 
-  const std::int64_t r = r0 + t;
-  if (r < rows_c) {
-#pragma unroll
-    for (int i = 0; i < kQ; ++i) {
-      if (q0 + i < batch) {
-        const float s = lane_sum(acc[i]);
-        scores[(q0 + i) * score_qstride + r] = kL2 ? -s : s;
-      }
+/// Generated rows (generator.hpp) into staging dst [m, dim]. Grid-stride.
+__global__ void generate_kernel(float* __restrict__ dst, std::int64_t m, std::int64_t dim, std::uint64_t seed,
+                                std::int64_t first_row) {
+  const std::int64_t n = m * dim;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = generated_value(seed, first_row + i / dim, i % dim);
+}
+
+/// L2-normalises staging rows x [m, dim] in place with normalize_rows()' arithmetic (float64
+/// sum in index order, x · (1 / norm)); a zero-norm row's index (first_row + r) goes to *status.
+__global__ void normalize_kernel(float* __restrict__ x, std::int64_t m, std::int64_t dim, std::int64_t first_row,
+                                 unsigned long long* status) {
+  const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= m) return;
+  float* row = x + r * dim;
+  double ss = 0.0;
+  for (std::int64_t d = 0; d < dim; ++d) {
+    const double v = static_cast<double>(row[d]);
+    ss = __dadd_rn(ss, __dmul_rn(v, v));
+  }
+  const double norm = __dsqrt_rn(ss);
+  if (!(norm > 0.0)) {
+    atomicMin(status, static_cast<unsigned long long>(first_row + r));
+    return;
+  }
+  const double inv = __ddiv_rn(1.0, norm);
+  for (std::int64_t d = 0; d < dim; ++d) row[d] = __double2float_rn(__dmul_rn(static_cast<double>(row[d]), inv));
+}
+
+/// ‖x‖² of stored rows [rows, dpad] (warp per row, float64): into row_sq (float, when given) and
+/// the maximum's bits into *max_sq_bits (non-negative doubles order like their bits).
+template <typename T>
+__global__ void row_norm_kernel(const T* __restrict__ shard, std::int64_t rows, std::int64_t dpad,
+                                float* __restrict__ row_sq, unsigned long long* max_sq_bits) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + (threadIdx.x >> 5); r < rows;
+       r += warps) {
+    double ss = 0.0;
+    for (std::int64_t d = lane; d < dpad; d += 32) {
+      const double v = static_cast<double>(to_float(shard[r * dpad + d]));
+      ss += v * v;
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+    if (lane == 0) {
+      if (row_sq) row_sq[r] = static_cast<float>(ss);
+      atomicMax(max_sq_bits, static_cast<unsigned long long>(__double_as_longlong(ss)));
     }
   }
 }
 
-/// Sorts one tile of `tile` rows of one query best first by better() and writes the best
-/// `keep` to out[q * out_qstride + t * out_lstride + i]. Rows past rows_c are padding.
-/// ids are the chunk's global ids [rows_c]; scores [batch, score_qstride].
-/// Block (flattened grid index = q * tiles + t): kSortThreads threads, dynamic shared memory
-/// tile × 12 bytes. Bitonic network: correct for any strict weak order (0-1 principle), so
-/// equal padding candidates are harmless. Stream: the engine's.
-__global__ void __launch_bounds__(kSortThreads)
-    tile_sort_kernel(const float* __restrict__ scores, std::int64_t score_qstride, const std::int64_t* __restrict__ ids,
-                     std::int64_t rows_c, int tile, std::int64_t tiles, int keep, Candidate* __restrict__ out,
-                     std::int64_t out_qstride, std::int64_t out_lstride) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  std::int64_t* sid = reinterpret_cast<std::int64_t*>(smem);
-  float* ss = reinterpret_cast<float*>(sid + tile);
-  const std::int64_t t = blockIdx.x % tiles;
-  const std::int64_t q = blockIdx.x / tiles;
-  const std::int64_t base = t * tile;
-  const float* sq = scores + q * score_qstride;
-  for (int i = threadIdx.x; i < tile; i += blockDim.x) {
-    const std::int64_t r = base + i;
-    if (r < rows_c) {
-      ss[i] = sq[r];
-      sid[i] = ids[r];
-    } else {
-      const Candidate p = pad_candidate();
-      ss[i] = p.score;
-      sid[i] = p.id;
-    }
+__global__ void fill_ids_kernel(std::int64_t* __restrict__ ids, std::int64_t n, std::int64_t first) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    ids[i] = first + i;
+}
+
+/// Block-wide sum of a double (kPrepThreads threads).
+__device__ double block_sum(double v, double* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double s = 0.0;
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
   }
   __syncthreads();
-  for (int size = 2; size <= tile; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < tile / 2; i += blockDim.x) {
-        const int lo = 2 * i - (i & (stride - 1));
-        const int hi = lo + stride;
-        const bool best_first = (lo & size) == 0;
-        const float s_lo = ss[lo], s_hi = ss[hi];
-        const std::int64_t i_lo = sid[lo], i_hi = sid[hi];
-        const bool swap = best_first ? better(s_hi, i_hi, s_lo, i_lo) : better(s_lo, i_lo, s_hi, i_hi);
-        if (swap) {
-          ss[lo] = s_hi;
-          ss[hi] = s_lo;
-          sid[lo] = i_hi;
-          sid[hi] = i_lo;
-        }
+  if (threadIdx.x == 0) red[0] = s;
+  __syncthreads();
+  const double r = red[0];
+  __syncthreads();
+  return r;
+}
+
+/// Per-query preparation on every rank, block per query (kPrepThreads threads): qpad (the exact
+/// query, zero-padded), and for the batched path qhat = round_T(q · 2^e) (e puts max|q| in
+/// [2^14, 2^15) for 16-bit types; TF32 for float32 storage) and QueryInfo: Δ, the bound on
+/// |approximate − exact| score of docs/EXACTNESS.md, computed in float64 and rounded up.
+/// `max_sq`: the largest stored ‖x‖² of the shard.
+template <typename T>
+__global__ void __launch_bounds__(kPrepThreads)
+    prep_kernel(const float* __restrict__ queries, std::int64_t dim, std::int64_t dpad, float* __restrict__ qpad,
+                T* __restrict__ qhat, QueryInfo* __restrict__ qinfo, double max_sq, int l2, int with_hat) {
+  __shared__ double red[32];
+  __shared__ float maxabs_s;
+  const std::int64_t q = blockIdx.x;
+  const float* x = queries + q * dim;
+  float mx = 0.0f;
+  for (std::int64_t d = threadIdx.x; d < dim; d += blockDim.x) mx = fmaxf(mx, fabsf(x[d]));
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+  if (threadIdx.x == 0) maxabs_s = 0.0f;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(&maxabs_s), __float_as_int(mx));  // mx ≥ 0
+  __syncthreads();
+  constexpr bool kTf32 = std::is_same<T, float>::value;
+  double scale = 1.0;
+  if (!kTf32 && maxabs_s > 0.0f) {
+    int ex = 0;
+    (void)frexpf(maxabs_s, &ex);  // maxabs = m · 2^ex, m in [0.5, 1)
+    scale = ldexp(1.0, max(-100, min(100, 15 - ex)));
+  }
+  double diff2 = 0.0, nq2 = 0.0, nqh2 = 0.0;
+  for (std::int64_t d = threadIdx.x; d < dpad; d += blockDim.x) {
+    const float v = d < dim ? x[d] : 0.0f;
+    qpad[q * dpad + d] = v;
+    nq2 += static_cast<double>(v) * v;
+    if (with_hat) {
+      double back;
+      if constexpr (kTf32) {
+        const float h = to_tf32(v);
+        qhat[q * dpad + d] = h;
+        back = h;
+      } else {
+        const T h = storage_from_float<T>(static_cast<float>(static_cast<double>(v) * scale));
+        qhat[q * dpad + d] = h;
+        back = static_cast<double>(to_float(h)) / scale;
       }
-      __syncthreads();
+      diff2 += (static_cast<double>(v) - back) * (static_cast<double>(v) - back);
+      nqh2 += back * back;
     }
   }
-  Candidate* o = out + q * out_qstride + t * out_lstride;
-  for (int i = threadIdx.x; i < keep; i += blockDim.x) o[i] = Candidate{ss[i], sid[i]};
+  diff2 = block_sum(diff2, red);
+  nq2 = block_sum(nq2, red);
+  nqh2 = block_sum(nqh2, red);
+  if (threadIdx.x != 0) return;
+  // docs/EXACTNESS.md: Δ ≥ |approx − exact| for every row of the shard.
+  const double u = 0x1p-24;
+  const double M = sqrt(max_sq) * (1.0 + 0x1p-40);
+  const double nq = sqrt(nq2), nqh = sqrt(nqh2), eq = sqrt(diff2);
+  const double D = static_cast<double>(dpad);
+  const double g_mma = (D + 2.0) * 0x1p-22;                      // tensor-core float32 accumulation
+  const double x_round = kTf32 ? 0x1p-10 : 0.0;                  // the GEMM rounds float32 rows to TF32
+  const double g_exact = (D / 32.0 + 8.0 + 5.0) * u * 1.01;       // score.cuh: ≤ D/32 + 8 FMAs + 5 adds
+  const double dot_approx = eq * M + x_round * nqh * M + g_mma * nqh * M * (1.0 + x_round);
+  double delta;
+  if (!l2) {
+    delta = dot_approx + g_exact * nq * M;
+  } else {
+    const double epi = u * (M * M + nq2) + 2.0 * u * (2.02 * nqh * M + M * M + nq2);
+    delta = 2.0 * dot_approx + epi + (g_exact + 3.0 * u) * (nq + M) * (nq + M);
+  }
+  delta = delta * 1.01 + 1e-37;
+  qinfo[q] = QueryInfo{__double2float_ru(delta), static_cast<float>(1.0 / scale), static_cast<float>(nq2), 0.0f};
 }
 
 /// Number of elements of list [len] (sorted best first) that are better than c.
@@ -546,8 +554,8 @@ class CudaEngine final : public Engine {
   CudaEngine(const ShardInput& s, Metric metric, Dtype dtype, int device, const EngineLimits& lim)
       : device_(device), metric_(metric), dtype_(dtype), rows_(s.rows), dim_(s.dim), limits_(lim) {
     check_shape(s.rows, s.dim, lim);
-    SHARDTOPK_EXPECTS(s.rows == 0 || (s.data != nullptr && s.ids != nullptr),
-                      "CUDA engine: shard of ", s.rows, " rows given without data or ids");
+    SHARDTOPK_EXPECTS(s.rows == 0 || s.generated || s.data != nullptr, "CUDA engine: shard of ", s.rows,
+                      " rows given without data");
     int count = 0;
     const cudaError_t cerr = cudaGetDeviceCount(&count);
     if (cerr != cudaSuccess) {
@@ -558,26 +566,41 @@ class CudaEngine final : public Engine {
     SHARDTOPK_EXPECTS(device >= 0 && device < count, "CUDA engine: device ", device, " does not exist (", count,
                       " visible; CUDA_VISIBLE_DEVICES=",
                       (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "<unset>"), ")");
-    // The engine owns this device for the rank (one GPU per rank); methods re-assert it.
     CHECK_CUDA(cudaSetDevice(device));
     cudaDeviceProp prop{};
     CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
-    const std::size_t sort_smem = static_cast<std::size_t>(kTileMax) * (sizeof(float) + sizeof(std::int64_t));
-    SHARDTOPK_EXPECTS(prop.sharedMemPerBlockOptin >= sort_smem, "CUDA engine: device ", device, " (", prop.name,
-                      ") offers ", prop.sharedMemPerBlockOptin, " bytes of shared memory per block; the top-k sort needs ",
-                      sort_smem, " (compute capability 7.0 or newer)");
-    CHECK_CUDA(cudaFuncSetAttribute(tile_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(sort_smem)));
+    sms_ = prop.multiProcessorCount;
+    cap_ = cand_cap(lim);
+    const std::size_t sort_smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
+    SHARDTOPK_EXPECTS(prop.sharedMemPerBlockOptin >= sort_smem + 8192, "CUDA engine: device ", device, " (",
+                      prop.name, ") offers ", prop.sharedMemPerBlockOptin,
+                      " bytes of shared memory per block; the top-k sort for search.k_max=", lim.k_max, " needs ",
+                      sort_smem + 8192, "; lower search.k_max");
+    set_smem(reinterpret_cast<const void*>(cuda_detail::select1_kernel), sort_smem);
+    set_smem(reinterpret_cast<const void*>(cuda_detail::final_batched_kernel<float, false>), sort_smem);
+    set_smem(reinterpret_cast<const void*>(cuda_detail::final_batched_kernel<float, true>), sort_smem);
+    set_smem(reinterpret_cast<const void*>(cuda_detail::final_batched_kernel<__half, false>), sort_smem);
+    set_smem(reinterpret_cast<const void*>(cuda_detail::final_batched_kernel<__half, true>), sort_smem);
+    set_smem(reinterpret_cast<const void*>(cuda_detail::final_batched_kernel<__nv_bfloat16, false>), sort_smem);
+    set_smem(reinterpret_cast<const void*>(cuda_detail::final_batched_kernel<__nv_bfloat16, true>), sort_smem);
 
     plan_ = make_plan(s.rows, s.dim, dtype, lim);
+    dpad_ = plan_.dpad;
     std::size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
     if (plan_.total > free_b) throw_does_not_fit(free_b, total_b);
 
     stream_.device = device;
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream_.s, cudaStreamNonBlocking));
+    side_.device = device;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&side_.s, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; ++i) {
+      CHECK_CUDA(cudaEventCreateWithFlags(&ev_scored_[i].e, cudaEventDisableTiming));
+      CHECK_CUDA(cudaEventCreateWithFlags(&ev_filtered_[i].e, cudaEventDisableTiming));
+    }
     arena_.device = device;
+    persist_max_ = static_cast<std::size_t>(prop.persistingL2CacheMaxSize);
     const cudaError_t merr = cudaMalloc(&arena_.p, plan_.total);
     if (merr == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -586,41 +609,54 @@ class CudaEngine final : public Engine {
       throw_does_not_fit(free_b, total_b);
     }
     CHECK_CUDA(merr);
-    CHECK_CUDA(cudaHostAlloc(&pinned_.p, 2 * sizeof(unsigned long long), cudaHostAllocDefault));
+    CHECK_CUDA(cudaHostAlloc(&pinned_.p, 4096 + 4 * static_cast<std::size_t>(lim.batch_max), cudaHostAllocDefault));
 
     char* base = static_cast<char*>(arena_.p);
     shard_ = base + plan_.off_shard;
     ids_ = reinterpret_cast<std::int64_t*>(base + plan_.off_ids);
+    row_sq_ = metric == Metric::kL2 ? reinterpret_cast<float*>(base + plan_.off_row_sq) : nullptr;
     queries_ = reinterpret_cast<float*>(base + plan_.off_queries);
+    qpad_ = reinterpret_cast<float*>(base + plan_.off_qpad);
+    qhat_ = base + plan_.off_qhat;
+    qinfo_ = reinterpret_cast<QueryInfo*>(base + plan_.off_qinfo);
     local_ = reinterpret_cast<Candidate*>(base + plan_.off_local);
     gathered_ = reinterpret_cast<Candidate*>(base + plan_.off_gathered);
     merged_ = reinterpret_cast<Candidate*>(base + plan_.off_merged);
     status_ = reinterpret_cast<unsigned long long*>(base + plan_.off_status);
     out_ids_ = reinterpret_cast<std::int64_t*>(base + plan_.off_out_ids);
     out_scores_ = reinterpret_cast<float*>(base + plan_.off_out_scores);
-    if (rows_ > 0) {
-      scores_ = reinterpret_cast<float*>(base + plan_.off_scores);
-      list_a_ = reinterpret_cast<Candidate*>(base + plan_.off_list_a);
-      list_b_ = reinterpret_cast<Candidate*>(base + plan_.off_list_b);
-      if (plan_.chunks > 1) {
-        acc_[0] = reinterpret_cast<Candidate*>(base + plan_.off_acc0);
-        acc_[1] = reinterpret_cast<Candidate*>(base + plan_.off_acc1);
-      }
-    }
+    hists_ = reinterpret_cast<std::uint32_t*>(base + plan_.off_hists);
+    counts_ = reinterpret_cast<std::uint32_t*>(base + plan_.off_counts);
+    overflow_ = reinterpret_cast<std::uint32_t*>(base + plan_.off_overflow);
+    thr_ = reinterpret_cast<float*>(base + plan_.off_thr);
+    state_ = reinterpret_cast<Batch1State*>(base + plan_.off_state);
+    pool_ = reinterpret_cast<PoolEntry*>(base + plan_.off_pool);
+    scores_ = reinterpret_cast<float*>(base + plan_.off_scores);
+    cublas_ws_ = base + plan_.off_cublas;
     host_status_ = static_cast<unsigned long long*>(pinned_.p);
+    host_overflow_ = reinterpret_cast<std::uint32_t*>(static_cast<char*>(pinned_.p) + 4096);
 
+    if (rows_ > 0) {
+      CHECK_CUBLAS(cublasCreate(&cublas_.h));
+      CHECK_CUBLAS(cublasSetStream(cublas_.h, stream_.s));
+      CHECK_CUBLAS(cublasSetWorkspace(cublas_.h, cublas_ws_, kCublasWorkspace));
+      CHECK_CUBLAS(cublasSetPointerMode(cublas_.h, CUBLAS_POINTER_MODE_HOST));
+    }
     upload(s);
-    // Candidate buffers start as padding, so a caller that reads them early sees valid entries.
+    keep_scores_in_l2();
     const std::int64_t bk = static_cast<std::int64_t>(lim.batch_max) * lim.k_max;
     fill_pad(local_, bk);
     fill_pad(gathered_, bk * lim.world_size);
     fill_pad(merged_, bk);
+    CHECK_CUDA(cudaMemsetAsync(qpad_, 0, static_cast<std::size_t>(lim.batch_max) * dpad_ * sizeof(float), stream_.s));
     CHECK_CUDA(cudaStreamSynchronize(stream_.s));
     counters_ = {};
+    const char* ng = std::getenv("SHARDTOPK_NO_GRAPH");
+    use_graphs_ = !(ng && *ng && std::string(ng) != "0");
   }
 
   ~CudaEngine() override {
-    // Members free the arena, the pinned flag and the stream (after synchronising it).
+    for (auto& kv : graphs_) (void)cudaGraphExecDestroy(kv.second);
   }
 
   std::string name() const override { return "cuda"; }
@@ -656,7 +692,6 @@ class CudaEngine final : public Engine {
     const std::int64_t col = static_cast<std::int64_t>((st >> 1) & ((1ull << 39) - 1));
     if ((st & 1) == 1)
       throw Error(detail::concat("query ", q, " has zero norm and cannot be scored by cosine similarity"));
-    // Error path only: fetch the offending value for the message.
     float v = 0.0f;
     CHECK_CUDA(cudaMemcpyAsync(&host_status_[1], queries + q * dim_ + col, sizeof(float), cudaMemcpyDeviceToHost,
                                stream_.s));
@@ -666,8 +701,9 @@ class CudaEngine final : public Engine {
   }
 
   /// Enqueues the local top-k of queries [batch, dim] (device, float32) into out [batch, k]
-  /// (device), best first, on the engine's stream; returns without waiting. Stream-ordered
-  /// consumers (allgather, merge, copy_to_host) see the result.
+  /// (device), best first by the ordering rule, on the engine's stream. Batch 1 returns
+  /// without waiting (a CUDA graph per (queries, out, k), replayed); batch ≥ 2 waits for its
+  /// overflow flags and re-runs an overflowing query through the batch-1 path (same bits).
   void search(const float* queries, int batch, int k, Candidate* out) override {
     SHARDTOPK_EXPECTS(batch >= 0 && batch <= limits_.batch_max, "batch of ", batch,
                       " queries out of range: allowed 0 .. ", limits_.batch_max, " (search.batch_max)");
@@ -680,32 +716,14 @@ class CudaEngine final : public Engine {
       fill_pad(out, static_cast<std::int64_t>(batch) * k);
       return;
     }
-    const std::int64_t C = plan_.chunk_rows;
-    int cur = 0;
-    for (std::int64_t c = 0; c < plan_.chunks; ++c) {
-      const std::int64_t row0 = c * C;
-      const std::int64_t rows_c = std::min(C, rows_ - row0);
-      const bool last = c + 1 == plan_.chunks;
-      score(row0, rows_c, queries, batch);
-      if (plan_.chunks == 1) {
-        select_chunk(row0, rows_c, batch, k, out, k);
-        continue;
-      }
-      // Running top-k of chunks so far in acc_[cur] slot 0 ([batch, 2, k], slot stride k);
-      // this chunk's top-k goes to slot 1 and the two are merged.
-      Candidate* acc = acc_[cur];
-      if (c == 0) {
-        select_chunk(row0, rows_c, batch, k, acc, 2LL * k);
-        continue;
-      }
-      select_chunk(row0, rows_c, batch, k, acc + k, 2LL * k);
-      if (last) {
-        merge_groups(acc, 2LL * k, k, 2, k, 2, out, k, 0, k, batch, 1);
-      } else {
-        merge_groups(acc, 2LL * k, k, 2, k, 2, acc_[1 - cur], 2LL * k, 0, k, batch, 1);
-        cur = 1 - cur;
-      }
+    const char* force = std::getenv("SHARDTOPK_FORCE_PATH");  // tests: "scan" or "gemm"
+    const bool force_scan = force && std::string(force) == "scan";
+    const bool force_gemm = force && std::string(force) == "gemm";
+    if ((batch == 1 && !force_gemm) || force_scan) {
+      for (int q = 0; q < batch; ++q) search1(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
+      return;
     }
+    search_batched(queries, batch, k, out);
   }
 
   /// Merges lists [parts, batch, k] (device, each best first) into out [batch, k] (device) on
@@ -718,7 +736,24 @@ class CudaEngine final : public Engine {
     if (batch == 0) return;
     SHARDTOPK_EXPECTS(lists != nullptr && out != nullptr, "merge: null buffer");
     DeviceGuard guard(device_);
-    merge_groups(lists, k, static_cast<std::int64_t>(batch) * k, parts, k, parts, out, k, 0, k, batch, 1);
+    MergeArgs a;
+    a.in = lists;
+    a.in_qstride = k;
+    a.in_lstride = static_cast<std::int64_t>(batch) * k;
+    a.n_lists = parts;
+    a.len_in = k;
+    a.fan_in = parts;
+    a.out = out;
+    a.out_qstride = k;
+    a.out_lstride = 0;
+    a.len_out = k;
+    a.n_groups = 1;
+    const std::int64_t per_group = static_cast<std::int64_t>(parts) * k;
+    a.slices = std::max<std::int64_t>(1, (per_group + kMergeElemsPerBlock - 1) / kMergeElemsPerBlock);
+    const std::int64_t blocks = static_cast<std::int64_t>(batch) * a.slices;
+    SHARDTOPK_ASSERT(blocks <= std::numeric_limits<int>::max());
+    merge_lists_kernel<<<static_cast<unsigned>(blocks), kMergeThreads, 0, stream_.s>>>(a);
+    CHECK_CUDA_LAUNCH();
   }
 
   void export_results(const Candidate* list, int batch, int k, std::int64_t* ids, float* scores) override {
@@ -730,9 +765,14 @@ class CudaEngine final : public Engine {
     split_results_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_.s>>>(
         list, n, metric_ == Metric::kL2, out_ids_, out_scores_);
     CHECK_CUDA(cudaGetLastError());
-    // two copies of exactly k·8 and k·4 bytes per query: the only device→host traffic of a search
-    copy_to_host(ids, out_ids_, static_cast<std::size_t>(n) * sizeof(std::int64_t));
-    copy_to_host(scores, out_scores_, static_cast<std::size_t>(n) * sizeof(float));
+    // two copies of exactly k·8 and k·4 bytes per query, one wait: the only device→host
+    // traffic of a search
+    CHECK_CUDA(cudaMemcpyAsync(ids, out_ids_, static_cast<std::size_t>(n) * sizeof(std::int64_t),
+                               cudaMemcpyDeviceToHost, stream_.s));
+    CHECK_CUDA(cudaMemcpyAsync(scores, out_scores_, static_cast<std::size_t>(n) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_.s));
+    CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    counters_.device_to_host += static_cast<std::uint64_t>(n) * (sizeof(std::int64_t) + sizeof(float));
   }
 
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
@@ -752,8 +792,8 @@ class CudaEngine final : public Engine {
   }
 
   /// Device-to-device copy, not counted. `src` may have been written on another stream (a
-  /// caller's device queries; the interface carries no stream), so the whole device is
-  /// synchronised first; returns when the copy is done.
+  /// caller's device queries; the interface carries no stream), so the device is synchronised
+  /// first; returns when the copy is done.
   void copy_within(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     DeviceGuard guard(device_);
@@ -774,12 +814,16 @@ class CudaEngine final : public Engine {
   std::uint64_t resident_bytes() const override { return plan_.total; }
 
  private:
+  static void set_smem(const void* fn, std::size_t bytes) {
+    CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+
   [[noreturn]] void throw_does_not_fit(std::size_t free_b, std::size_t total_b) const {
     throw Error(detail::concat(
         "CUDA engine on device ", device_, " (", device_name_, "): the shard of ", rows_, " rows x ", dim_, " dims in ",
-        dtype_name(dtype_), " needs ", plan_.total, " bytes of device memory (shard and ids ", plan_.shard_bytes,
-        ", query/candidate buffers and workspace ", plan_.total - plan_.shard_bytes, ") but only ", free_b, " of ",
-        total_b, " bytes are free; add ranks (mpirun -np) so that each shard is smaller",
+        dtype_name(dtype_), " needs ", plan_.total, " bytes of device memory (shard, ids and norms ",
+        plan_.shard_bytes, ", query/candidate buffers and workspace ", plan_.total - plan_.shard_bytes, ") but only ",
+        free_b, " of ", total_b, " bytes are free; add ranks (mpirun -np) so that each shard is smaller",
         (dtype_ == Dtype::kFloat32 ? ", or store the shard as float16/bfloat16 (engine.dtype)" : ""),
         ", or lower search.batch_max / search.k_max"));
   }
@@ -790,162 +834,353 @@ class CudaEngine final : public Engine {
     CHECK_CUDA_LAUNCH();
   }
 
-  /// Uploads ids and rows (converting to the storage dtype on the device through the scores
-  /// workspace, which is free at construction). Synchronous; checks float16/bfloat16 overflow.
-  void upload(const ShardInput& s) {
-    if (rows_ == 0) return;
-    CHECK_CUDA(cudaMemcpyAsync(ids_, s.ids, sizeof(std::int64_t) * rows_, cudaMemcpyHostToDevice, stream_.s));
-    const std::int64_t n = rows_ * dim_;
-    if (dtype_ == Dtype::kFloat32) {
-      CHECK_CUDA(cudaMemcpyAsync(shard_, s.data, sizeof(float) * n, cudaMemcpyHostToDevice, stream_.s));
-      CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+  /// Asks L2 to keep the batched path's GEMM output (both ping-pong buffers, written by the
+  /// GEMM and read back by the filter) while the shard streams past it. Best effort: devices or
+  /// drivers without persisting L2 are left as they are.
+  void keep_scores_in_l2() {
+    if (persist_max_ == 0 || rows_ == 0) return;
+    const std::size_t window = static_cast<std::size_t>(2 * plan_.sbuf_bytes);
+    const std::size_t persist = std::min(persist_max_, window);
+    if (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, persist) != cudaSuccess) {
+      (void)cudaGetLastError();
       return;
     }
-    CHECK_CUDA(cudaMemsetAsync(status_, 0xFF, sizeof(unsigned long long), stream_.s));
-    const std::int64_t staging = static_cast<std::int64_t>(limits_.batch_max) * plan_.chunk_rows;
-    for (std::int64_t i = 0; i < n; i += staging) {
-      const std::int64_t m = std::min(staging, n - i);
-      // Pageable source: cudaMemcpyAsync returns after staging the host data, and the kernel
-      // that reads scores_ is ordered after the copy, so the next iteration may overwrite it.
-      CHECK_CUDA(cudaMemcpyAsync(scores_, s.data + i, sizeof(float) * m, cudaMemcpyHostToDevice, stream_.s));
-      if (dtype_ == Dtype::kFloat16) {
-        convert_kernel<<<grid_for(m, 256), 256, 0, stream_.s>>>(scores_, static_cast<__half*>(shard_) + i, m, i,
-                                                                 status_);
-      } else {
-        convert_kernel<<<grid_for(m, 256), 256, 0, stream_.s>>>(scores_, static_cast<__nv_bfloat16*>(shard_) + i, m,
-                                                                 i, status_);
-      }
+    cudaStreamAttrValue attr{};
+    attr.accessPolicyWindow.base_ptr = scores_;
+    attr.accessPolicyWindow.num_bytes = window;
+    attr.accessPolicyWindow.hitRatio = static_cast<float>(persist) / static_cast<float>(window);
+    attr.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    attr.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    for (cudaStream_t st : {stream_.s, side_.s})
+      if (cudaStreamSetAttribute(st, cudaStreamAttributeAccessPolicyWindow, &attr) != cudaSuccess)
+        (void)cudaGetLastError();
+  }
+
+  int persistent_grid(const void* fn, int threads, std::size_t smem) const {
+    int per_sm = 0;
+    CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem));
+    return std::max(1, per_sm) * sms_;
+  }
+
+  // ------------------------------------------------------------ upload
+
+  /// Uploads (or generates) the rows in chunks through the scores workspace: float32 staging →
+  /// storage dtype, zero-padded to dpad; then ids, ‖x‖² and the largest norm. Synchronous;
+  /// checks float16/bfloat16 overflow and, for generated cosine shards, zero norms.
+  void upload(const ShardInput& s) {
+    if (rows_ == 0) return;
+    CHECK_CUDA(cudaMemsetAsync(shard_, 0, static_cast<std::size_t>(rows_) * dpad_ * storage_bytes(dtype_), stream_.s));
+    if (s.ids) {
+      CHECK_CUDA(cudaMemcpyAsync(ids_, s.ids, sizeof(std::int64_t) * rows_, cudaMemcpyHostToDevice, stream_.s));
+    } else {
+      fill_ids_kernel<<<grid_for(rows_, 256), 256, 0, stream_.s>>>(ids_, rows_, s.first_row);
       CHECK_CUDA_LAUNCH();
     }
-    CHECK_CUDA(cudaMemcpyAsync(host_status_, status_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream_.s));
+    CHECK_CUDA(cudaMemsetAsync(status_, 0xFF, 2 * sizeof(unsigned long long), stream_.s));
+    const std::int64_t chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
+    for (std::int64_t r0 = 0; r0 < rows_; r0 += chunk) {
+      const std::int64_t m = std::min(chunk, rows_ - r0);
+      if (s.generated) {
+        generate_kernel<<<grid_for(m * dim_, 256), 256, 0, stream_.s>>>(scores_, m, dim_, s.seed, s.first_row + r0);
+        CHECK_CUDA_LAUNCH();
+        if (metric_ == Metric::kCosine) {
+          normalize_kernel<<<grid_for(m, 128), 128, 0, stream_.s>>>(scores_, m, dim_, s.first_row + r0, status_ + 1);
+          CHECK_CUDA_LAUNCH();
+        }
+      } else {
+        // Pageable source: cudaMemcpyAsync returns after staging the host data, and the kernel
+        // that reads scores_ is ordered after the copy, so the next iteration may overwrite it.
+        CHECK_CUDA(cudaMemcpyAsync(scores_, s.data + r0 * dim_, sizeof(float) * m * dim_, cudaMemcpyHostToDevice,
+                                   stream_.s));
+      }
+      switch (dtype_) {
+        case Dtype::kFloat32: convert<float>(m, r0); break;
+        case Dtype::kFloat16: convert<__half>(m, r0); break;
+        case Dtype::kBFloat16: convert<__nv_bfloat16>(m, r0); break;
+      }
+    }
+    CHECK_CUDA(cudaMemsetAsync(status_ + 2, 0, sizeof(unsigned long long), stream_.s));
+    switch (dtype_) {
+      case Dtype::kFloat32: norms<float>(); break;
+      case Dtype::kFloat16: norms<__half>(); break;
+      case Dtype::kBFloat16: norms<__nv_bfloat16>(); break;
+    }
+    CHECK_CUDA(cudaMemcpyAsync(host_status_, status_, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                               stream_.s));
     CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    if (host_status_[1] != kStatusOk)
+      throw Error(detail::concat("corpus row ", host_status_[1],
+                                 " has zero norm and cannot be scored by cosine similarity"));
     const unsigned long long st = host_status_[0];
     if (st != kStatusOk) {
       const std::int64_t row = static_cast<std::int64_t>(st) / dim_, col = static_cast<std::int64_t>(st) % dim_;
-      throw Error(detail::concat("corpus row ", s.ids[row], " value ", s.data[st], " at column ", col, " overflows ",
+      const std::int64_t gid = s.ids ? s.ids[row] : s.first_row + row;
+      const std::string val = s.generated ? std::string("(generated)") : detail::concat(s.data[st]);
+      throw Error(detail::concat("corpus row ", gid, " value ", val, " at column ", col, " overflows ",
                                  dtype_name(dtype_), "; use engine.dtype float32"));
     }
+    double mx = 0.0;
+    std::memcpy(&mx, &host_status_[2], sizeof mx);
+    max_sq_ = mx;
   }
 
-  /// Scores rows [row0, row0 + rows_c) into scores_ [batch, chunk_rows].
-  void score(std::int64_t row0, std::int64_t rows_c, const float* queries, int batch) {
+  template <typename T>
+  void convert(std::int64_t m, std::int64_t r0) {
+    convert_pad_kernel<T><<<grid_for(m * dim_, 256), 256, 0, stream_.s>>>(
+        scores_, m, dim_, dpad_, static_cast<T*>(shard_) + r0 * dpad_, r0, status_);
+    CHECK_CUDA_LAUNCH();
+  }
+
+  template <typename T>
+  void norms() {
+    row_norm_kernel<T><<<grid_for(rows_ * 32, 256), 256, 0, stream_.s>>>(static_cast<const T*>(shard_), rows_, dpad_,
+                                                                           row_sq_, status_ + 2);
+    CHECK_CUDA_LAUNCH();
+  }
+
+  // ------------------------------------------------------------ batch 1
+
+  /// Replays the CUDA graph of `enqueue` for (queries, out, k, batch), capturing it on first use
+  /// (bounded cache). Graphs take the per-batch launch cost off the host: the batched path is
+  /// hundreds of kernels.
+  template <typename Enqueue>
+  void replay(const float* queries, Candidate* out, int k, int batch, const Enqueue& enqueue) {
+    if (!use_graphs_) return enqueue();
+    const auto key = std::make_tuple(queries, out, k, batch);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cudaGraph_t g = nullptr;
+      CHECK_CUDA(cudaStreamBeginCapture(stream_.s, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue();
+      } catch (...) {
+        (void)cudaStreamEndCapture(stream_.s, &g);
+        if (g) (void)cudaGraphDestroy(g);
+        throw;
+      }
+      CHECK_CUDA(cudaStreamEndCapture(stream_.s, &g));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t ierr = cudaGraphInstantiate(&exec, g, 0);
+      (void)cudaGraphDestroy(g);
+      CHECK_CUDA(ierr);
+      if (graphs_.size() >= 128) {  // bounded cache: drop all (rare: many distinct k and batch sizes)
+        for (auto& kv : graphs_) (void)cudaGraphExecDestroy(kv.second);
+        graphs_.clear();
+      }
+      it = graphs_.emplace(key, exec).first;
+    }
+    CHECK_CUDA(cudaGraphLaunch(it->second, stream_.s));
+  }
+
+  /// One query [dim] (device) → out [k], enqueued as one graph.
+  void search1(const float* query, int k, Candidate* out) {
+    replay(query, out, k, 1, [&] { enqueue1(query, k, out); });
+  }
+
+  void enqueue1(const float* query, int k, Candidate* out) {
     switch (dtype_) {
-      case Dtype::kFloat32: return score_t(static_cast<const float*>(shard_) + row0 * dim_, rows_c, queries, batch);
-      case Dtype::kFloat16: return score_t(static_cast<const __half*>(shard_) + row0 * dim_, rows_c, queries, batch);
-      case Dtype::kBFloat16:
-        return score_t(static_cast<const __nv_bfloat16*>(shard_) + row0 * dim_, rows_c, queries, batch);
+      case Dtype::kFloat32: return enqueue1_t<float>(query, k, out);
+      case Dtype::kFloat16: return enqueue1_t<__half>(query, k, out);
+      case Dtype::kBFloat16: return enqueue1_t<__nv_bfloat16>(query, k, out);
     }
   }
 
   template <typename T>
-  void score_t(const T* rows, std::int64_t rows_c, const float* queries, int batch) {
-    if (metric_ == Metric::kL2) return score_m<T, true>(rows, rows_c, queries, batch);
-    score_m<T, false>(rows, rows_c, queries, batch);
+  void enqueue1_t(const float* query, int k, Candidate* out) {
+    if (metric_ == Metric::kL2) return enqueue1_m<T, true>(query, k, out);
+    enqueue1_m<T, false>(query, k, out);
   }
 
   template <typename T, bool kL2>
-  void score_m(const T* rows, std::int64_t rows_c, const float* queries, int batch) {
-    if (batch == 1) return launch_score<T, kL2, 1>(rows, rows_c, queries, batch);
-    if (batch <= 4) return launch_score<T, kL2, 4>(rows, rows_c, queries, batch);
-    launch_score<T, kL2, 8>(rows, rows_c, queries, batch);
-  }
-
-  template <typename T, bool kL2, int kQ>
-  void launch_score(const T* rows, std::int64_t rows_c, const float* queries, int batch) {
-    const std::int64_t row_blocks = (rows_c + kScoreRows - 1) / kScoreRows;
-    const std::int64_t blocks = row_blocks * ((batch + kQ - 1) / kQ);
-    SHARDTOPK_ASSERT(blocks <= std::numeric_limits<int>::max());
-    score_kernel<T, kL2, kQ><<<static_cast<unsigned>(blocks), kScoreRows, 0, stream_.s>>>(
-        rows, rows_c, dim_, queries, batch, scores_, plan_.chunk_rows, row_blocks);
+  void enqueue1_m(const float* query, int k, Candidate* out) {
+    using namespace cuda_detail;
+    const int nvec = static_cast<int>(dpad_ / VecTraits<T>::kElems);
+    CHECK_CUDA(cudaMemsetAsync(hists_, 0, plan_.off_pool - plan_.off_hists, stream_.s));  // hists … state
+    const std::size_t qsmem = static_cast<std::size_t>(dpad_) * sizeof(float);
+    // Small shards: fewer blocks (each flushes a histogram and all must finish before select1).
+    const int grid = static_cast<int>(std::min<std::int64_t>(scan_grid<T, kL2>(qsmem), (rows_ + 255) / 256));
+    const std::uint32_t uk = static_cast<std::uint32_t>(k), ucap = static_cast<std::uint32_t>(cap_);
+    scan1_kernel<T, kL2><<<grid, kScanThreads, qsmem, stream_.s>>>(static_cast<const T*>(shard_), rows_, nvec, query,
+                                                                   static_cast<int>(dim_), scores_, hists_, uk, ucap,
+                                                                   state_);
+    CHECK_CUDA_LAUNCH();
+    const std::size_t smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
+    if (select_grid_ == 0)
+      select_grid_ = persistent_grid(reinterpret_cast<const void*>(select1_kernel), kSelThreads, smem);
+    const int sel_grid =
+        static_cast<int>(std::min<std::int64_t>(select_grid_, (rows_ + kSelThreads - 1) / kSelThreads));
+    select1_kernel<<<sel_grid, kSelThreads, smem, stream_.s>>>(scores_, rows_, hists_, uk, ucap, state_, state_->bar,
+                                                               pool_, counts_, ids_, out);
     CHECK_CUDA_LAUNCH();
   }
 
-  /// Local top-k of one scored chunk into final_out [batch, k] with query stride final_qstride.
-  void select_chunk(std::int64_t row0, std::int64_t rows_c, int batch, int k, Candidate* final_out,
-                    std::int64_t final_qstride) {
-    const int tile = tile_size(k);
-    const std::int64_t tiles = (rows_c + tile - 1) / tile;
-    const int keep = std::min(k, tile);
-    const std::int64_t cap = plan_.list_capacity;
-    const std::int64_t sort_blocks = tiles * batch;
-    SHARDTOPK_ASSERT(sort_blocks <= std::numeric_limits<int>::max());
-    const std::size_t smem = static_cast<std::size_t>(tile) * (sizeof(float) + sizeof(std::int64_t));
-    const bool direct = tiles == 1 && keep == k;
-    SHARDTOPK_ASSERT(direct || tiles * keep <= cap, "tiles ", tiles, " keep ", keep, " cap ", cap);
-    tile_sort_kernel<<<static_cast<unsigned>(sort_blocks), std::min(kSortThreads, tile / 2), smem, stream_.s>>>(
-        scores_, plan_.chunk_rows, ids_ + row0, rows_c, tile, tiles, keep, direct ? final_out : list_a_,
-        direct ? final_qstride : cap, keep);
-    CHECK_CUDA_LAUNCH();
-    if (direct) return;
-    const Candidate* src = list_a_;
-    Candidate* other = list_b_;
-    std::int64_t m = tiles;
-    int len = keep;
-    for (;;) {
-      const std::int64_t mn = (m + kMergeFanIn - 1) / kMergeFanIn;
-      const int ln = static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(len) * kMergeFanIn, k));
-      const bool final = mn == 1 && ln == k;
-      SHARDTOPK_ASSERT(final || mn * ln <= cap, "level of ", mn, " lists of ", ln, " exceeds capacity ", cap);
-      Candidate* dst = final ? final_out : other;
-      merge_groups(src, cap, len, static_cast<int>(m), len, kMergeFanIn, dst, final ? final_qstride : cap, ln, ln,
-                   batch, mn);
-      if (final) return;
-      other = const_cast<Candidate*>(src);
-      src = dst;
-      m = mn;
-      len = ln;
+  template <typename T, bool kL2>
+  int scan_grid(std::size_t qsmem) {
+    int& g = scan_grid_cache_;
+    if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2>),
+                                    cuda_detail::kScanThreads, qsmem);
+    return g;
+  }
+
+  // ------------------------------------------------------------ batched
+
+  void search_batched(const float* queries, int batch, int k, Candidate* out) {
+    switch (dtype_) {
+      case Dtype::kFloat32: return batched_t<float>(queries, batch, k, out);
+      case Dtype::kFloat16: return batched_t<__half>(queries, batch, k, out);
+      case Dtype::kBFloat16: return batched_t<__nv_bfloat16>(queries, batch, k, out);
     }
   }
 
-  void merge_groups(const Candidate* in, std::int64_t in_qstride, std::int64_t in_lstride, int n_lists, int len_in,
-                    int fan_in, Candidate* out, std::int64_t out_qstride, std::int64_t out_lstride, int len_out,
-                    int batch, std::int64_t n_groups) {
-    MergeArgs a;
-    a.in = in;
-    a.in_qstride = in_qstride;
-    a.in_lstride = in_lstride;
-    a.n_lists = n_lists;
-    a.len_in = len_in;
-    a.fan_in = fan_in;
-    a.out = out;
-    a.out_qstride = out_qstride;
-    a.out_lstride = out_lstride;
-    a.len_out = len_out;
-    a.n_groups = n_groups;
-    const std::int64_t per_group = static_cast<std::int64_t>(std::min(fan_in, n_lists)) * len_in;
-    a.slices = std::max<std::int64_t>(1, (per_group + kMergeElemsPerBlock - 1) / kMergeElemsPerBlock);
-    const std::int64_t blocks = static_cast<std::int64_t>(batch) * n_groups * a.slices;
-    SHARDTOPK_ASSERT(blocks <= std::numeric_limits<int>::max());
-    merge_lists_kernel<<<static_cast<unsigned>(blocks), kMergeThreads, 0, stream_.s>>>(a);
+  template <typename T>
+  void batched_t(const float* queries, int batch, int k, Candidate* out) {
+    if (metric_ == Metric::kL2) return batched_m<T, true>(queries, batch, k, out);
+    batched_m<T, false>(queries, batch, k, out);
+  }
+
+  /// Rows per chunk for a batch: the [batch, R] float32 GEMM output fits one ping-pong buffer
+  /// (L2-resident) and stays below 65,536 rows.
+  std::int64_t chunk_rows(int batch) const {
+    std::int64_t r = static_cast<std::int64_t>(plan_.sbuf_bytes / (4ull * static_cast<std::uint64_t>(batch)));
+    r = std::min<std::int64_t>(r, 65536);
+    if (r >= 256) r = r / 256 * 256;
+    return std::max<std::int64_t>(1, std::min(r, rows_));
+  }
+
+  template <typename T, bool kL2>
+  void batched_m(const float* queries, int batch, int k, Candidate* out) {
+    replay(queries, out, k, batch, [&] { enqueue_batched<T, kL2>(queries, batch, k, out); });
+    CHECK_CUDA(cudaMemcpyAsync(host_overflow_, overflow_, static_cast<std::size_t>(batch) * 4, cudaMemcpyDeviceToHost,
+                               stream_.s));
+    CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    for (int q = 0; q < batch; ++q) {
+      if (host_overflow_[q] == 0) continue;
+      ++fallbacks_;  // a pool overflowed (adversarial row order): the exact batch-1 path, same bits
+      enqueue1_m<T, kL2>(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
+    }
+  }
+
+  /// The batched path's device work (capturable: no host synchronisation).
+  template <typename T, bool kL2>
+  void enqueue_batched(const float* queries, int batch, int k, Candidate* out) {
+    using namespace cuda_detail;
+    const std::int64_t pcap = pool_cap(limits_);
+    const std::uint32_t uk = static_cast<std::uint32_t>(k);
+    CHECK_CUDA(cudaMemsetAsync(counts_, 0, static_cast<std::size_t>(batch) * 4, stream_.s));
+    CHECK_CUDA(cudaMemsetAsync(overflow_, 0, static_cast<std::size_t>(batch) * 4, stream_.s));
+    prep_kernel<T><<<batch, kPrepThreads, 0, stream_.s>>>(queries, dim_, dpad_, qpad_, static_cast<T*>(qhat_),
+                                                          qinfo_, max_sq_, kL2 ? 1 : 0, 1);
+    CHECK_CUDA_LAUNCH();
+    const std::int64_t R = chunk_rows(batch);
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType_t ty = std::is_same<T, float>::value ? CUDA_R_32F
+                              : std::is_same<T, __half>::value ? CUDA_R_16F
+                                                                : CUDA_R_16BF;
+    const cublasComputeType_t ct = std::is_same<T, float>::value ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    // Two streams: the GEMM of chunk c + 1 (tensor cores, stream_) overlaps the filter of chunk c
+    // (memory, side_); the GEMM output alternates between two buffers.
+    float* sbuf[2] = {scores_, scores_ + plan_.sbuf_bytes / sizeof(float)};
+    const std::int64_t R0 = std::min<std::int64_t>(R, kFirstChunkRows);  // seeds the thresholds
+    int last = 0;
+    for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
+      const int rc = static_cast<int>(std::min(c == 0 ? R0 : R, rows_ - r0));
+      const int b = static_cast<int>(c & 1);
+      if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream_.s, ev_filtered_[b].e, 0));
+      // sbuf[b][q * rc + i] = Σ_d qhat[q, d] · shard[r0 + i, d]   (column-major [rc, batch])
+      CHECK_CUBLAS(cublasGemmEx(cublas_.h, CUBLAS_OP_T, CUBLAS_OP_N, rc, batch, static_cast<int>(dpad_), &one,
+                                static_cast<const T*>(shard_) + r0 * dpad_, ty, static_cast<int>(dpad_), qhat_, ty,
+                                static_cast<int>(dpad_), &zero, sbuf[b], CUDA_R_32F, rc, ct, CUBLAS_GEMM_DEFAULT));
+      CHECK_CUDA(cudaEventRecord(ev_scored_[b].e, stream_.s));
+      CHECK_CUDA(cudaStreamWaitEvent(side_.s, ev_scored_[b].e, 0));
+      Approx ap{sbuf[b], rc, row_sq_, r0, kL2};
+      if (c == 0) {
+        chunk0_kernel<<<batch, kSelThreads, 0, side_.s>>>(ap, rc, qinfo_, uk, pool_, pcap, counts_, thr_, overflow_);
+      } else {
+        const dim3 grid(static_cast<unsigned>((rc + kFilterThreads * kFilterPerThread - 1) /
+                                              (kFilterThreads * kFilterPerThread)),
+                        static_cast<unsigned>(batch));
+        filter_kernel<<<grid, kFilterThreads, 0, side_.s>>>(ap, rc, qinfo_, thr_, pool_, pcap, counts_, overflow_);
+        CHECK_CUDA_LAUNCH();
+        // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
+        // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
+        if (c < 8 || c % kCompactEvery == 0)
+          compact_kernel<<<batch, kSelThreads, 0, side_.s>>>(qinfo_, uk, pool_, pcap, counts_, thr_,
+                                                             static_cast<std::uint32_t>(pcap / kPoolTriggerDiv));
+      }
+      CHECK_CUDA_LAUNCH();
+      CHECK_CUDA(cudaEventRecord(ev_filtered_[b].e, side_.s));
+      last = b;
+      r0 += rc;
+    }
+    CHECK_CUDA(cudaStreamWaitEvent(stream_.s, ev_filtered_[last].e, 0));
+    const int nvec = static_cast<int>(dpad_ / VecTraits<T>::kElems);
+    const std::size_t smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
+    final_batched_kernel<T, kL2><<<batch, kSelThreads, smem, stream_.s>>>(
+        static_cast<const T*>(shard_), nvec, qpad_, qinfo_, uk, pool_, pcap, counts_, overflow_, ids_, cap_, out, k);
     CHECK_CUDA_LAUNCH();
   }
 
+  struct EventHolder {
+    cudaEvent_t e = nullptr;
+    ~EventHolder() {
+      if (e) (void)cudaEventDestroy(e);
+    }
+  };
+
+  struct CublasHolder {
+    cublasHandle_t h = nullptr;
+    ~CublasHolder() {
+      if (h) (void)cublasDestroy(h);
+    }
+  };
+
   int device_;
   std::string device_name_;
+  int sms_ = 1;
   Metric metric_;
   Dtype dtype_;
-  std::int64_t rows_, dim_;
+  std::int64_t rows_, dim_, dpad_ = 0;
   EngineLimits limits_;
   Plan plan_;
-  // Declaration order = reverse destruction order: the stream is synchronised and destroyed
-  // before the memory its work used is freed.
+  int cap_ = 0;
+  double max_sq_ = 0.0;
+  int scan_grid_cache_ = 0;
+  std::size_t persist_max_ = 0;  // persisting L2 the device offers (bytes)
+  int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
+  bool use_graphs_ = true;
+  long fallbacks_ = 0;
+  std::map<std::tuple<const float*, Candidate*, int, int>, cudaGraphExec_t> graphs_;
+  // Declaration order = reverse destruction order: cuBLAS and the stream go before the memory
+  // their work used is freed.
   DeviceBuffer arena_;
   PinnedBuffer pinned_;
   StreamHolder stream_;
+  StreamHolder side_;  // the batched path's filter stream
+  EventHolder ev_scored_[2], ev_filtered_[2];
+  CublasHolder cublas_;
   void* shard_ = nullptr;
   std::int64_t* ids_ = nullptr;
+  float* row_sq_ = nullptr;
   float* queries_ = nullptr;
+  float* qpad_ = nullptr;
+  void* qhat_ = nullptr;
+  QueryInfo* qinfo_ = nullptr;
   Candidate* local_ = nullptr;
   Candidate* gathered_ = nullptr;
   Candidate* merged_ = nullptr;
   unsigned long long* status_ = nullptr;
-  std::int64_t* out_ids_ = nullptr;      // [batch_max, k_max] export staging
-  float* out_scores_ = nullptr;          // [batch_max, k_max]
-  unsigned long long* host_status_ = nullptr;
+  std::int64_t* out_ids_ = nullptr;
+  float* out_scores_ = nullptr;
+  std::uint32_t* hists_ = nullptr;
+  std::uint32_t* counts_ = nullptr;
+  std::uint32_t* overflow_ = nullptr;
+  float* thr_ = nullptr;
+  Batch1State* state_ = nullptr;
+  PoolEntry* pool_ = nullptr;
   float* scores_ = nullptr;
-  Candidate* list_a_ = nullptr;
-  Candidate* list_b_ = nullptr;
-  Candidate* acc_[2] = {nullptr, nullptr};
+  void* cublas_ws_ = nullptr;
+  unsigned long long* host_status_ = nullptr;
+  std::uint32_t* host_overflow_ = nullptr;
   TransferCounters counters_;
 };
 

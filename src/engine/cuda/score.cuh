@@ -1,0 +1,110 @@
+#pragma once
+// The one scoring arithmetic of the CUDA engine (DESIGN.md invariant 3), shared by the batch-1
+// scan and the re-scoring of the batched (tensor-core) path, so that every batch size reports
+// the same bits.
+//
+// A row is stored zero-padded to D_pad = a multiple of V = 16 bytes / sizeof(T) elements and
+// read as 16-byte vectors ("chunks"). The 32 lanes of a warp split the chunks: lane l takes
+// chunks l, l + 32, l + 64, … in increasing order and keeps ONE float accumulator, advanced by
+// one fused multiply-add per element in element order (inner product: fma(q, x, acc); l2:
+// d = q − x, fma(d, d, acc)). The 32 partial sums are then added by the xor butterfly
+// (offsets 16, 8, 4, 2, 1); a + b = b + a exactly, so every lane ends with the same bits. The
+// order depends on D_pad and the dtype only: never on the batch, the tile, the shard or the
+// rank. Padding elements are 0 in row and query, so they add fma(0, 0, acc) = acc.
+// Explicit _rn intrinsics: the compiler may neither contract nor reorder them.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace shardtopk {
+namespace cuda_detail {
+
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+template <typename T>
+struct VecTraits {
+  static constexpr int kElems = 16 / static_cast<int>(sizeof(T));
+};
+
+template <bool kL2>
+__device__ __forceinline__ float fma_step(float q, float x, float acc) {
+  if (kL2) {
+    const float d = __fsub_rn(q, x);
+    return __fmaf_rn(d, d, acc);
+  }
+  return __fmaf_rn(q, x, acc);
+}
+
+/// Advances `acc` over one 16-byte chunk `raw` of storage type T against the matching query
+/// floats q[0 .. V) (16-byte aligned), in element order.
+template <typename T, bool kL2>
+__device__ __forceinline__ float chunk_step(const float* __restrict__ q, const uint4& raw, float acc) {
+  if constexpr (std::is_same<T, float>::value) {
+    const float4 qa = *reinterpret_cast<const float4*>(q);
+    acc = fma_step<kL2>(qa.x, __uint_as_float(raw.x), acc);
+    acc = fma_step<kL2>(qa.y, __uint_as_float(raw.y), acc);
+    acc = fma_step<kL2>(qa.z, __uint_as_float(raw.z), acc);
+    acc = fma_step<kL2>(qa.w, __uint_as_float(raw.w), acc);
+  } else {
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 qa = *reinterpret_cast<const float2*>(q + 2 * i);
+      float2 x;
+      if constexpr (std::is_same<T, __half>::value) {
+        __half2 h;
+        *reinterpret_cast<unsigned*>(&h) = w[i];
+        x = __half22float2(h);
+      } else {
+        __nv_bfloat162 h;
+        *reinterpret_cast<unsigned*>(&h) = w[i];
+        x = __bfloat1622float2(h);
+      }
+      acc = fma_step<kL2>(qa.x, x.x, acc);
+      acc = fma_step<kL2>(qa.y, x.y, acc);
+    }
+  }
+  return acc;
+}
+
+__device__ __forceinline__ uint4 load_chunk(const void* base, std::int64_t chunk) {
+  return __ldg(reinterpret_cast<const uint4*>(base) + chunk);
+}
+
+/// The xor butterfly over the warp (offsets 16 … 1); every lane returns the same bits.
+__device__ __forceinline__ float warp_tree(float acc) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, o));
+  return acc;
+}
+
+/// The ranking score of query q [nvec · V] (float32, zero-padded) against `row`
+/// [nvec chunks of T]: every lane of the warp calls it and gets the same value. l2: the
+/// negated squared distance.
+template <typename T, bool kL2>
+__device__ __forceinline__ float exact_score(const float* __restrict__ q, const T* __restrict__ row, int nvec,
+                                             int lane) {
+  constexpr int V = VecTraits<T>::kElems;
+  float acc = 0.0f;
+  for (int v = lane; v < nvec; v += 32) acc = chunk_step<T, kL2>(q + v * V, load_chunk(row, v), acc);
+  const float s = warp_tree(acc);
+  return kL2 ? -s : s;
+}
+
+/// An order-preserving 32-bit key of a ranking score: key(a) > key(b) ⇔ a > b, with −0 and +0
+/// mapped to the same key (they are equal under the ordering rule). NaN never reaches here.
+__device__ __forceinline__ std::uint32_t score_key(float s) {
+  const std::uint32_t b = __float_as_uint(__fadd_rn(s, 0.0f));  // −0 + 0 = +0
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ float key_score(std::uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+}  // namespace cuda_detail
+}  // namespace shardtopk
