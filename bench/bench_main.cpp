@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -112,8 +113,9 @@ json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); 
 
 }  // namespace
 
-int bench_main(int argc, char** argv, const char* program, const char* about, Options opt, View view) {
-  MpiSession mpi(&argc, &argv);
+namespace {
+int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program, const char* about, Options opt,
+                    View view) {
   const int rank = mpi.rank(), world = mpi.world_size();
   int code = 0;
   if (!parse_options(argc, argv, program, about, &opt, &code)) return code;
@@ -129,7 +131,13 @@ int bench_main(int argc, char** argv, const char* program, const char* about, Op
   const char* corrupt_env = std::getenv("SHARDTOPK_BENCH_CORRUPT");
   const bool corrupt = corrupt_env && std::string(corrupt_env) == "1";
   std::vector<json> baseline;
-  if (rank == 0 && !opt.baseline.empty()) baseline = read_json_lines(opt.baseline);
+  if (rank == 0 && !opt.baseline.empty()) {
+    if (std::ifstream(opt.baseline).good()) {
+      baseline = read_json_lines(opt.baseline);
+    } else {
+      std::cout << "# baseline " << opt.baseline << " not found: efficiency only at 1 rank\n";
+    }
+  }
 
   // Corpora of the sweep.
   std::vector<CorpusSpec> corpora;
@@ -377,6 +385,19 @@ int bench_main(int argc, char** argv, const char* program, const char* about, Op
               << (flags[1] ? ", some configurations failed" : "") << "\n";
   }
   return flags[0] == 0 && flags[1] == 0 ? 0 : 1;
+}
+}  // namespace
+
+int bench_main(int argc, char** argv, const char* program, const char* about, Options opt, View view) {
+  MpiSession mpi(&argc, &argv);
+  try {
+    return bench_main_impl(mpi, argc, argv, program, about, std::move(opt), view);
+  } catch (const std::exception& e) {
+    // A collective may be half done on the other ranks: end them all, naming this rank.
+    std::cerr << program << ": rank " << mpi.rank() << ": " << e.what() << std::endl;
+    if (mpi.world_size() > 1) abort_job(1);
+    return 1;
+  }
 }
 
 }  // namespace shardtopk::bench

@@ -25,7 +25,7 @@ struct Options {
   std::vector<int> ks{100};                 ///< -k
   std::vector<int> batches{1};              ///< -B
   std::vector<Dtype> dtypes{Dtype::kFloat16};  ///< -t
-  std::string metric = "inner_product";     ///< -m ("" with --corpus: the file's distance attribute)
+  std::string metric;                       ///< -m ("": inner_product, or the --corpus file's distance attribute)
   int iters = 20;                           ///< -n: timed batches per configuration
   int warmup = 5;                           ///< -w
   int check = 1;                            ///< -c 0|1

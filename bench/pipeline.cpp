@@ -286,9 +286,15 @@ void bcast_vector(Communicator& c, std::vector<T>* v) {
 }  // namespace
 
 std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, RowRange mine,
-                                       const std::vector<float>& queries, const std::vector<Sample>& samples_in,
+                                       const std::vector<float>& queries_in, const std::vector<Sample>& samples_in,
                                        int entries, CheckMode mode, int threads) {
-  const Metric m = c.metric;
+  // What the oracle scores is what the engine scores. float16/bfloat16 cosine: the inner product
+  // of the rounded unit rows with the unit query (normalize_rows' arithmetic), as the engine
+  // tests do; float32 cosine: the oracle divides by its own float64 norms.
+  const bool rounded_cosine = c.metric == Metric::kCosine && c.dtype != Dtype::kFloat32;
+  const Metric m = rounded_cosine ? Metric::kInnerProduct : c.metric;
+  std::vector<float> queries = queries_in;
+  if (rounded_cosine) normalize_rows(queries.data(), static_cast<std::int64_t>(queries.size()) / c.dim, c.dim, 0, "query");
   const std::int64_t dim = c.dim;
   const int world = host.world_size(), rank = host.rank();
   auto better = [m](double a, std::int64_t ia, double b, std::int64_t ib) { return oracle::better(m, a, ia, b, ib); };

@@ -243,6 +243,8 @@ def main():
                         rec.update(error=str(e).splitlines()[0])
                         bad += 1
                     print(json.dumps(rec), file=out, flush=True)
+        del srch, xb, norms, qs  # free this corpus before the next one is made
+        torch.cuda.empty_cache()
     return 1 if bad else 0
 
 
