@@ -111,6 +111,9 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
       if (corpus_.metric == Metric::kCosine) normalize_rows(host_rows_.data(), in.rows, in.dim, mine_.lo, "corpus row");
       in.generated = false;
       in.data = host_rows_.data();
+      host_ids_.resize(static_cast<size_t>(in.rows));  // explicit ids: engines that predate ids == nullptr
+      for (std::int64_t i = 0; i < in.rows; ++i) host_ids_[i] = mine_.lo + i;
+      in.ids = host_ids_.data();
       generated_on_ = "host";
     } else {
       generated_on_ = backend == EngineBackend::kCuda ? "device" : "host";
@@ -121,6 +124,7 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
       engine_ = make_cpu_engine(in, corpus_.metric, corpus_.dtype, threads, lim);
     }
     std::vector<float>().swap(host_rows_);
+    std::vector<std::int64_t>().swap(host_ids_);
     device_name_ = engine_device_name(*engine_, host_comm_->local_rank());
   } catch (const std::exception& e) {
     ok = false;

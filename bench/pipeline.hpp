@@ -78,6 +78,7 @@ class BenchIndex {
   std::unique_ptr<Communicator> host_comm_, data_comm_;
   std::unique_ptr<Engine> engine_;
   std::vector<float> host_rows_, host_queries_;
+  std::vector<std::int64_t> host_ids_;
   std::vector<Candidate> host_candidates_, host_gathered_;
   std::string device_name_, generated_on_;
 };
