@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(build-essential cmake ninja-build
   libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev zlib1g-dev
-  dataset-fashion-mnist python3 python3-numpy python3-h5py)
+  dataset-fashion-mnist python3 python3-numpy python3-h5py python3-matplotlib)
 if [ "${SKIP_APT:-0}" != "1" ]; then
   missing=()
   for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done

@@ -55,6 +55,7 @@
 #include "common/log.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/generator.hpp"
 #include "shardtopk/merge.hpp"
 
 namespace shardtopk {
@@ -530,25 +531,50 @@ class CpuEngine final : public Engine {
         pool_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
     SHARDTOPK_EXPECTS(s.dim >= 1, "cpu engine: dimension must be >= 1");
     SHARDTOPK_EXPECTS(lim.batch_max >= 1 && lim.k_max >= 1 && lim.world_size >= 1, "cpu engine: bad limits");
-    ids_.assign(s.ids, s.ids + s.rows);
+    SHARDTOPK_EXPECTS(s.rows >= 0 && (s.generated || s.rows == 0 || s.data != nullptr),
+                      "cpu engine: shard has no data (data == nullptr and not generated)");
+    if (s.ids) {
+      ids_.assign(s.ids, s.ids + s.rows);
+    } else {
+      ids_.resize(static_cast<size_t>(s.rows));
+      for (std::int64_t r = 0; r < s.rows; ++r) ids_[r] = s.first_row + r;
+    }
     const size_t n = static_cast<size_t>(round_up(rows_, 2) * dp_);  // an odd count gets a zero row
     if (dtype_ == Dtype::kFloat32) {
       f32_.assign(n, 0.0f);
-      for (std::int64_t r = 0; r < rows_; ++r)
-        for (std::int64_t d = 0; d < dim_; d += kLanes)
-          std::memcpy(&f32_[elem_offset(r, d, dp_)], s.data + r * dim_ + d,
-                      sizeof(float) * std::min<std::int64_t>(kLanes, dim_ - d));
     } else {
       u16_.assign(n, 0);
-      for (std::int64_t r = 0; r < rows_; ++r)
-        for (std::int64_t d = 0; d < dim_; ++d) {
-          const float v = s.data[r * dim_ + d];
-          const std::uint16_t h = dtype_ == Dtype::kFloat16 ? half::to_f16(v) : half::to_bf16(v);
-          const float back = load1(&h, dtype_);
-          SHARDTOPK_EXPECTS(std::isfinite(back), "corpus row ", s.ids[r], " value ", v, " at column ", d,
-                            " overflows ", to_string(dtype_), "; use engine.dtype float32");
-          u16_[elem_offset(r, d, dp_)] = h;
+    }
+    // A generated shard is materialised in blocks (bounded host memory beyond the shard itself),
+    // normalised for cosine with normalize_rows' arithmetic as the ingest of a file would be.
+    const std::int64_t block_rows = s.generated ? 16384 : std::max<std::int64_t>(rows_, 1);
+    std::vector<float> block;
+    if (s.generated) block.resize(static_cast<size_t>(std::min(block_rows, rows_) * dim_));
+    for (std::int64_t b0 = 0; b0 < rows_; b0 += block_rows) {
+      const std::int64_t nb = std::min(block_rows, rows_ - b0);
+      const float* src = s.data ? s.data + b0 * dim_ : nullptr;
+      if (s.generated) {
+        generate_rows(s.seed, s.first_row + b0, nb, dim_, block.data(), pool_.size());
+        if (metric_ == Metric::kCosine) normalize_rows(block.data(), nb, dim_, s.first_row + b0, "generated row");
+        src = block.data();
+      }
+      for (std::int64_t i = 0; i < nb; ++i) {
+        const std::int64_t r = b0 + i;
+        const float* row = src + i * dim_;
+        if (dtype_ == Dtype::kFloat32) {
+          for (std::int64_t d = 0; d < dim_; d += kLanes)
+            std::memcpy(&f32_[elem_offset(r, d, dp_)], row + d, sizeof(float) * std::min<std::int64_t>(kLanes, dim_ - d));
+        } else {
+          for (std::int64_t d = 0; d < dim_; ++d) {
+            const float v = row[d];
+            const std::uint16_t h = dtype_ == Dtype::kFloat16 ? half::to_f16(v) : half::to_bf16(v);
+            const float back = load1(&h, dtype_);
+            SHARDTOPK_EXPECTS(std::isfinite(back), "corpus row ", ids_[r], " value ", v, " at column ", d,
+                              " overflows ", to_string(dtype_), "; use engine.dtype float32");
+            u16_[elem_offset(r, d, dp_)] = h;
+          }
         }
+      }
     }
     const size_t bk = static_cast<size_t>(lim.batch_max) * lim.k_max;
     queries_.assign(static_cast<size_t>(lim.batch_max) * dim_, 0.0f);

@@ -1,0 +1,497 @@
+#include "pipeline.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+#include "common/half.hpp"
+#include "common/log.hpp"
+#include "device_timer.hpp"
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/generator.hpp"
+#include "shardtopk/oracle.hpp"
+
+namespace shardtopk::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The same header ShardedIndex broadcasts before each batch (--control 1 mirrors its cost).
+struct BatchHeader {
+  std::int32_t status = 0, batch = 0, k = 0, pad = 0;
+};
+
+template <typename F>
+void parallel_for(std::int64_t n, int threads, F&& f) {  // f(lo, hi, thread)
+  threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
+  if (threads <= 1) {
+    if (n > 0) f(std::int64_t{0}, n, 0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const std::int64_t per = (n + threads - 1) / threads;
+  for (int t = 0; t < threads; ++t) {
+    const std::int64_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
+    if (lo < hi) pool.emplace_back([&f, lo, hi, t] { f(lo, hi, t); });
+  }
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+void stored_rows(const CorpusSpec& c, std::int64_t lo, std::int64_t n, float* out, int threads) {
+  if (n <= 0) return;
+  if (c.generated) {
+    generate_rows(c.seed, lo, n, c.dim, out, threads);
+  } else {
+    HostMatrix m = read_rows(c.path, c.dataset, RowRange{lo, lo + n}, 65536, {}, "corpus row");
+    std::memcpy(out, m.data.data(), sizeof(float) * static_cast<size_t>(n * c.dim));
+  }
+  if (c.metric == Metric::kCosine) {
+    parallel_for(n, threads, [&](std::int64_t a, std::int64_t b, int) {
+      for (std::int64_t i = a; i < b; ++i) normalize_rows(out + i * c.dim, 1, c.dim, lo + i, "corpus row");
+    });
+  }
+  if (c.dtype != Dtype::kFloat32) {
+    const bool f16 = c.dtype == Dtype::kFloat16;
+    parallel_for(n * c.dim, threads, [&](std::int64_t a, std::int64_t b, int) {
+      for (std::int64_t i = a; i < b; ++i)
+        out[i] = f16 ? half::from_f16(half::to_f16(out[i])) : half::from_bf16(half::to_bf16(out[i]));
+    });
+  }
+}
+
+// ---------------------------------------------------------------- BenchIndex
+
+BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Options& opt)
+    : corpus_(corpus), opt_(opt) {
+  Config cfg = cfg_in;
+  if (!corpus.generated) {
+    index_ = std::make_unique<ShardedIndex>(cfg, true);
+    corpus_.rows = index_->total_rows();
+    corpus_.dim = index_->dim();
+    corpus_.metric = index_->metric();
+    mine_ = index_->ingest_stats().rows;
+    device_name_ = engine_device_name(index_->engine(), index_->host_comm().local_rank());
+    generated_on_ = "file";
+    return;
+  }
+  host_comm_ = make_mpi_communicator(cfg.comm.timeout_s);
+  const int r = host_comm_->rank(), world = host_comm_->world_size();
+  init_logging(r, world);
+  mine_ = shard_rows(corpus_.rows, world, r);
+  bool ok = true;
+  std::string msg;
+  try {
+    EngineBackend backend = cfg.engine.backend;
+    if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
+    if (backend == EngineBackend::kCuda) {
+      SHARDTOPK_EXPECTS(built_with_cuda(), "engine.backend 'cuda': built without CUDA");
+      SHARDTOPK_EXPECTS(host_comm_->local_size() <= cuda_device_count(), "engine.backend 'cuda': ",
+                        host_comm_->local_size(), " ranks on this node but ", cuda_device_count(),
+                        " GPU(s) visible; start one rank per GPU");
+    }
+    const EngineLimits lim{cfg.search.batch_max, cfg.search.k_max, world};
+    ShardInput in;
+    in.rows = mine_.size();
+    in.dim = corpus_.dim;
+    in.generated = true;
+    in.seed = corpus_.seed;
+    in.first_row = mine_.lo;
+    const int threads = resolve_threads(cfg, host_comm_->local_size());
+    if (backend == EngineBackend::kCuda && opt.host_rows) {
+      // Engines without device generation: the same rows, made on the host and uploaded.
+      host_rows_.resize(static_cast<size_t>(in.rows * in.dim));
+      generate_rows(corpus_.seed, mine_.lo, in.rows, in.dim, host_rows_.data(), threads);
+      if (corpus_.metric == Metric::kCosine) normalize_rows(host_rows_.data(), in.rows, in.dim, mine_.lo, "corpus row");
+      in.generated = false;
+      in.data = host_rows_.data();
+      host_ids_.resize(static_cast<size_t>(in.rows));  // explicit ids: engines that predate ids == nullptr
+      for (std::int64_t i = 0; i < in.rows; ++i) host_ids_[i] = mine_.lo + i;
+      in.ids = host_ids_.data();
+      generated_on_ = "host";
+    } else {
+      generated_on_ = backend == EngineBackend::kCuda ? "device" : "host";
+    }
+    if (backend == EngineBackend::kCuda) {
+      engine_ = make_cuda_engine(in, corpus_.metric, corpus_.dtype, host_comm_->local_rank(), lim);
+    } else {
+      engine_ = make_cpu_engine(in, corpus_.metric, corpus_.dtype, threads, lim);
+    }
+    std::vector<float>().swap(host_rows_);
+    std::vector<std::int64_t>().swap(host_ids_);
+    device_name_ = engine_device_name(*engine_, host_comm_->local_rank());
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  host_comm_->check(ok, msg);
+  try {
+    CommBackend cb = cfg.comm.backend;
+    if (cb == CommBackend::kAuto)
+      cb = (engine_->space() == MemSpace::kDevice && built_with_nccl()) ? CommBackend::kNccl : CommBackend::kMpi;
+    if (cb == CommBackend::kNccl) {
+      SHARDTOPK_EXPECTS(engine_->space() == MemSpace::kDevice, "comm.backend 'nccl' needs the CUDA engine");
+      data_comm_ = make_nccl_communicator(*host_comm_, engine_->stream(), host_comm_->local_rank(), cfg.comm.timeout_s);
+    }
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  host_comm_->check(ok, msg);
+  const size_t bk = static_cast<size_t>(cfg.search.batch_max) * cfg.search.k_max;
+  host_queries_.assign(static_cast<size_t>(cfg.search.batch_max) * corpus_.dim, 0.0f);
+  host_candidates_.assign(bk, pad_candidate());
+  if (engine_->space() == MemSpace::kDevice && data().space() == MemSpace::kHost)
+    host_gathered_.assign(bk * world, pad_candidate());
+}
+
+BenchIndex::~BenchIndex() = default;
+
+Communicator& BenchIndex::host() const { return index_ ? index_->host_comm() : *host_comm_; }
+Communicator& BenchIndex::data() const {
+  if (index_) return index_->data_comm();
+  return data_comm_ ? *data_comm_ : *host_comm_;
+}
+Engine& BenchIndex::engine() const { return index_ ? index_->engine() : *engine_; }
+std::string BenchIndex::engine_name() const { return engine().name(); }
+std::string BenchIndex::comm_name() const { return data().name(); }
+
+void BenchIndex::admit(const float* queries, int batch, int k) {
+  Engine& e = engine();
+  if (rank() == 0) {
+    e.copy_from_host(e.query_buffer(), queries, sizeof(float) * batch * corpus_.dim);
+    e.prepare_queries(e.query_buffer(), batch);
+  }
+  if (opt_.control) {
+    BatchHeader h{0, batch, k, 0};
+    host().broadcast(&h, sizeof h, 0);
+  }
+}
+
+void BenchIndex::broadcast(int batch) {
+  if (world_size() == 1) return;
+  Engine& e = engine();
+  Communicator& dc = data();
+  const size_t qbytes = sizeof(float) * batch * corpus_.dim;
+  if (e.space() == MemSpace::kDevice && dc.space() == MemSpace::kHost) {
+    if (rank() == 0) e.copy_to_host(host_queries_.data(), e.query_buffer(), qbytes);
+    dc.broadcast(host_queries_.data(), qbytes, 0);
+    if (rank() != 0) e.copy_from_host(e.query_buffer(), host_queries_.data(), qbytes);
+  } else {
+    dc.broadcast(e.query_buffer(), qbytes, 0);
+  }
+}
+
+void BenchIndex::gather(int batch, int k) {
+  if (world_size() == 1) return;
+  Engine& e = engine();
+  Communicator& dc = data();
+  const size_t cbytes = sizeof(Candidate) * batch * k;
+  if (e.space() == MemSpace::kDevice && dc.space() == MemSpace::kHost) {
+    e.copy_to_host(host_candidates_.data(), e.local_buffer(), cbytes);
+    dc.allgather(host_candidates_.data(), host_gathered_.data(), cbytes);
+    if (rank() == 0) e.copy_from_host(e.gathered_buffer(), host_gathered_.data(), cbytes * world_size());
+  } else {
+    dc.allgather(e.local_buffer(), e.gathered_buffer(), cbytes);
+  }
+}
+
+void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
+  if (index_) {
+    index_->search(rank() == 0 ? queries : nullptr, batch, k, ids, scores);
+    return;
+  }
+  Engine& e = engine();
+  admit(queries, batch, k);
+  broadcast(batch);
+  e.search(e.query_buffer(), batch, k, e.local_buffer());
+  if (opt_.control) host().check(true, "");
+  gather(batch, k);
+  if (rank() != 0) return;
+  const Candidate* fin = e.local_buffer();
+  if (world_size() > 1) {
+    e.merge(e.gathered_buffer(), world_size(), batch, k, e.merged_buffer());
+    fin = e.merged_buffer();
+  }
+  e.export_results(fin, batch, k, ids, scores);
+}
+
+void BenchIndex::search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
+                              StepTimes* t) {
+  Engine& e = engine();
+  static thread_local std::unique_ptr<DeviceTimer> timer;
+  static thread_local Engine* timer_engine = nullptr;
+  if (!timer || timer_engine != &e) {
+    timer = make_device_timer(e);
+    timer_engine = &e;
+  }
+  auto t0 = Clock::now();
+  admit(queries, batch, k);
+  e.synchronize();
+  t->admit = ms_since(t0);
+  t0 = Clock::now();
+  broadcast(batch);
+  e.synchronize();
+  t->bcast = ms_since(t0);
+  t0 = Clock::now();
+  timer->start();
+  e.search(e.query_buffer(), batch, k, e.local_buffer());
+  timer->stop();
+  e.synchronize();
+  t->scan = ms_since(t0);
+  t->scan_dev = timer->elapsed_ms();
+  t0 = Clock::now();
+  if (opt_.control) host().check(true, "");
+  host().barrier();
+  t->skew = ms_since(t0);
+  t0 = Clock::now();
+  gather(batch, k);
+  e.synchronize();
+  t->gather = ms_since(t0);
+  t->merge = 0;
+  t->exported = 0;
+  if (rank() != 0) return;
+  const Candidate* fin = e.local_buffer();
+  if (world_size() > 1) {
+    t0 = Clock::now();
+    e.merge(e.gathered_buffer(), world_size(), batch, k, e.merged_buffer());
+    e.synchronize();
+    t->merge = ms_since(t0);
+    fin = e.merged_buffer();
+  }
+  t0 = Clock::now();
+  e.export_results(fin, batch, k, ids, scores);
+  t->exported = ms_since(t0);
+}
+
+// ---------------------------------------------------------------- checks
+
+namespace {
+
+struct Scored {
+  double s;
+  std::int64_t id;
+};
+
+template <typename T>
+void bcast_vector(Communicator& c, std::vector<T>* v) {
+  std::int64_t n = static_cast<std::int64_t>(v->size());
+  c.broadcast(&n, sizeof n, 0);
+  v->resize(static_cast<size_t>(n));
+  if (n > 0) c.broadcast(v->data(), sizeof(T) * static_cast<size_t>(n), 0);
+}
+
+}  // namespace
+
+std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, RowRange mine,
+                                       const std::vector<float>& queries_in, const std::vector<Sample>& samples_in,
+                                       int entries, CheckMode mode, int threads) {
+  // What the oracle scores is what the engine scores. float16/bfloat16 cosine: the inner product
+  // of the rounded unit rows with the unit query (normalize_rows' arithmetic), as the engine
+  // tests do; float32 cosine: the oracle divides by its own float64 norms.
+  const bool rounded_cosine = c.metric == Metric::kCosine && c.dtype != Dtype::kFloat32;
+  const Metric m = rounded_cosine ? Metric::kInnerProduct : c.metric;
+  std::vector<float> queries = queries_in;
+  if (rounded_cosine) normalize_rows(queries.data(), static_cast<std::int64_t>(queries.size()) / c.dim, c.dim, 0, "query");
+  const std::int64_t dim = c.dim;
+  const int world = host.world_size(), rank = host.rank();
+  auto better = [m](double a, std::int64_t ia, double b, std::int64_t ib) { return oracle::better(m, a, ia, b, ib); };
+
+  // Every rank learns the samples (entry, query, k, ids, reported scores).
+  std::vector<std::int32_t> meta;
+  std::vector<std::int64_t> all_ids;
+  std::vector<float> all_scores;
+  if (rank == 0) {
+    for (const auto& s : samples_in) {
+      meta.insert(meta.end(), {s.entry, s.query, s.k});
+      all_ids.insert(all_ids.end(), s.ids.begin(), s.ids.end());
+      all_scores.insert(all_scores.end(), s.scores.begin(), s.scores.end());
+    }
+  }
+  bcast_vector(host, &meta);
+  bcast_vector(host, &all_ids);
+  bcast_vector(host, &all_scores);
+  const int ns = static_cast<int>(meta.size() / 3);
+  std::vector<size_t> off(ns + 1, 0);
+  int kmax = 1;
+  for (int i = 0; i < ns; ++i) {
+    off[i + 1] = off[i] + meta[3 * i + 2];
+    kmax = std::max(kmax, meta[3 * i + 2]);
+  }
+  std::vector<int> qs;  // distinct sampled queries
+  for (int i = 0; i < ns; ++i) qs.push_back(meta[3 * i + 1]);
+  std::sort(qs.begin(), qs.end());
+  qs.erase(std::unique(qs.begin(), qs.end()), qs.end());
+  const int nq = static_cast<int>(qs.size());
+  std::vector<int> qslot(queries.size() / dim + 1, -1);
+  for (int i = 0; i < nq; ++i) qslot[qs[i]] = i;
+
+  // Count mode: per sample, the reported K-th score and ε from the reported scores.
+  std::vector<double> thr(ns), eps(ns);
+  std::vector<std::vector<std::int64_t>> sorted_ids(ns);
+  for (int i = 0; i < ns; ++i) {
+    const int k = meta[3 * i + 2];
+    thr[i] = all_scores[off[i] + k - 1];
+    eps[i] = oracle::epsilon(all_scores[off[i]], thr[i]);
+    sorted_ids[i].assign(all_ids.begin() + off[i], all_ids.begin() + off[i + 1]);
+    std::sort(sorted_ids[i].begin(), sorted_ids[i].end());
+  }
+  std::vector<std::vector<int>> samples_of_query(nq);
+  for (int i = 0; i < ns; ++i) samples_of_query[qslot[meta[3 * i + 1]]].push_back(i);
+
+  // Scan this rank's rows in slices: float64 scores of every sampled query.
+  const bool oracle_mode = mode != CheckMode::kCount;
+  threads = std::max(1, threads);
+  std::vector<std::vector<Scored>> heaps(static_cast<size_t>(threads) * nq);  // worst on top
+  std::vector<long long> missed(static_cast<size_t>(threads) * ns, 0);
+  auto heap_cmp = [&](const Scored& a, const Scored& b) { return better(a.s, a.id, b.s, b.id); };
+  const std::int64_t slice = std::max<std::int64_t>(1024, std::min<std::int64_t>(65536, (1 << 24) / dim));
+  std::vector<float> rows(static_cast<size_t>(std::min(slice, std::max<std::int64_t>(mine.size(), 1)) * dim));
+  for (std::int64_t lo = mine.lo; lo < mine.hi; lo += slice) {
+    const std::int64_t n = std::min(slice, mine.hi - lo);
+    stored_rows(c, lo, n, rows.data(), threads);
+    parallel_for(n, threads, [&](std::int64_t a, std::int64_t b, int t) {
+      for (std::int64_t i = a; i < b; ++i) {
+        const std::int64_t id = lo + i;
+        const float* x = rows.data() + i * dim;
+        for (int qi = 0; qi < nq; ++qi) {
+          const double s = oracle::score(m, queries.data() + static_cast<size_t>(qs[qi]) * dim, x, dim);
+          if (oracle_mode) {
+            auto& h = heaps[static_cast<size_t>(t) * nq + qi];
+            if (static_cast<int>(h.size()) < kmax) {
+              h.push_back({s, id});
+              std::push_heap(h.begin(), h.end(), heap_cmp);
+            } else if (better(s, id, h.front().s, h.front().id)) {
+              std::pop_heap(h.begin(), h.end(), heap_cmp);
+              h.back() = {s, id};
+              std::push_heap(h.begin(), h.end(), heap_cmp);
+            }
+          } else {
+            for (int si : samples_of_query[qi]) {
+              const bool beats = m == Metric::kL2 ? s < thr[si] - eps[si] : s > thr[si] + eps[si];
+              if (beats && !std::binary_search(sorted_ids[si].begin(), sorted_ids[si].end(), id))
+                ++missed[static_cast<size_t>(t) * ns + si];
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // Combine threads, then ranks, on rank 0.
+  std::vector<std::vector<Scored>> truth(nq);
+  std::vector<long long> missed_total(ns, 0);
+  if (oracle_mode) {
+    std::vector<Scored> local(static_cast<size_t>(nq) * kmax, Scored{0, -1});
+    for (int qi = 0; qi < nq; ++qi) {
+      std::vector<Scored> all;
+      for (int t = 0; t < threads; ++t) {
+        auto& h = heaps[static_cast<size_t>(t) * nq + qi];
+        all.insert(all.end(), h.begin(), h.end());
+      }
+      std::sort(all.begin(), all.end(), heap_cmp);
+      for (int j = 0; j < std::min<int>(kmax, static_cast<int>(all.size())); ++j) local[qi * kmax + j] = all[j];
+    }
+    std::vector<Scored> gathered(local.size() * world);
+    host.allgather(local.data(), gathered.data(), local.size() * sizeof(Scored));
+    for (int qi = 0; qi < nq; ++qi) {
+      std::vector<Scored> all;
+      for (int r = 0; r < world; ++r)
+        for (int j = 0; j < kmax; ++j) {
+          const Scored& x = gathered[(static_cast<size_t>(r) * nq + qi) * kmax + j];
+          if (x.id >= 0) all.push_back(x);
+        }
+      std::sort(all.begin(), all.end(), heap_cmp);
+      if (static_cast<int>(all.size()) > kmax) all.resize(kmax);
+      truth[qi] = std::move(all);
+    }
+  } else {
+    std::vector<long long> local(ns, 0);
+    for (int t = 0; t < threads; ++t)
+      for (int i = 0; i < ns; ++i) local[i] += missed[static_cast<size_t>(t) * ns + i];
+    std::vector<long long> gathered(static_cast<size_t>(ns) * world);
+    if (ns > 0) host.allgather(local.data(), gathered.data(), sizeof(long long) * ns);
+    for (int r = 0; r < world; ++r)
+      for (int i = 0; i < ns; ++i) missed_total[i] += gathered[static_cast<size_t>(r) * ns + i];
+  }
+
+  std::vector<CheckResult> out(entries);
+  if (rank != 0) return out;
+  auto note = [](CheckResult& r, const std::string& s) {
+    if (r.first_problem.empty()) r.first_problem = s;
+  };
+  for (int i = 0; i < ns; ++i) {
+    const int entry = meta[3 * i], q = meta[3 * i + 1], k = meta[3 * i + 2];
+    CheckResult& res = out[entry];
+    ++res.queries;
+    const std::int64_t* got = all_ids.data() + off[i];
+    const float* gs = all_scores.data() + off[i];
+    // The returned rows as stored, regenerated (or read) one by one.
+    std::vector<float> mini(static_cast<size_t>(k) * dim);
+    std::vector<std::int64_t> mini_ids;
+    long long invalid = 0;
+    for (int j = 0; j < k; ++j) {
+      if (got[j] < 0 || got[j] >= c.rows) {
+        ++invalid;
+        continue;
+      }
+      stored_rows(c, got[j], 1, mini.data() + mini_ids.size() * dim, 1);
+      mini_ids.push_back(got[j]);
+    }
+    const float* query = queries.data() + static_cast<size_t>(q) * dim;
+    long long wrong = 0;
+    if (oracle_mode) {
+      const auto& tr = truth[qslot[q]];
+      if (static_cast<int>(tr.size()) < k) {
+        ++wrong;
+        note(res, "oracle found fewer rows than k");
+        res.wrong += wrong;
+        continue;
+      }
+      std::vector<std::int64_t> tid(k);
+      std::vector<double> ts(k);
+      for (int j = 0; j < k; ++j) {
+        tid[j] = tr[j].id;
+        ts[j] = tr[j].s;
+      }
+      const oracle::Check ck = oracle::check_query(m, mini.data(), static_cast<std::int64_t>(mini_ids.size()),
+                                                   mini_ids.data(), query, dim, k, got, gs, tid.data(), ts.data());
+      wrong = (k - ck.hits) + ck.bad_scores + ck.out_of_order + ck.duplicates;
+      res.near_ties += ck.near_tie_swaps;
+      if (wrong > 0)
+        note(res, "query " + std::to_string(q) + " k=" + std::to_string(k) + ": hits " + std::to_string(ck.hits) +
+                      ", bad scores " + std::to_string(ck.bad_scores) + ", out of order " +
+                      std::to_string(ck.out_of_order) + ", duplicates " + std::to_string(ck.duplicates) +
+                      "; first returned id " + std::to_string(got[0]) + " vs oracle " + std::to_string(tid[0]));
+    } else {
+      const double e = eps[i];
+      long long bad = invalid, order = 0, dup = 0;
+      std::vector<double> s64(k, NAN);
+      size_t r = 0;
+      for (int j = 0; j < k; ++j) {
+        if (got[j] < 0 || got[j] >= c.rows) continue;
+        s64[j] = oracle::score(m, query, mini.data() + r * dim, dim);
+        ++r;
+        if (std::fabs(static_cast<double>(gs[j]) - s64[j]) > e) ++bad;
+        if (j > 0 && !std::isnan(s64[j - 1]) && (m == Metric::kL2 ? s64[j] < s64[j - 1] - e : s64[j] > s64[j - 1] + e))
+          ++order;
+      }
+      for (size_t j = 1; j < sorted_ids[i].size(); ++j) dup += sorted_ids[i][j] == sorted_ids[i][j - 1];
+      wrong = missed_total[i] + bad + order + dup;
+      if (wrong > 0)
+        note(res, "query " + std::to_string(q) + " k=" + std::to_string(k) + ": " + std::to_string(missed_total[i]) +
+                      " rows beat the returned K-th by more than eps, bad scores " + std::to_string(bad) +
+                      ", out of order " + std::to_string(order) + ", duplicates " + std::to_string(dup));
+    }
+    res.wrong += wrong;
+  }
+  return out;
+}
+
+}  // namespace shardtopk::bench

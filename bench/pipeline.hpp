@@ -1,0 +1,113 @@
+#pragma once
+/// @file pipeline.hpp
+/// What the benchmarks run: a sharded search over a generated (or HDF5) corpus, timed host to
+/// host and step by step, and the checks of sampled answers against float64 references.
+///
+/// BenchIndex is the stand-in for ShardedIndex until ShardedIndex can be built from an already
+/// loaded shard + engine + communicator: for generated corpora it builds the engine (generated
+/// shard) and communicators itself and runs the same steps as ShardedIndex::run_search
+/// (broadcast, local top-k, all-gather, merge on rank 0, export); for --corpus it wraps a real
+/// ShardedIndex, so host-to-host times go through the product's own path.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/config.hpp"
+#include "shardtopk/engine.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/shard_plan.hpp"
+
+namespace shardtopk::bench {
+
+/// A corpus: generated from (seed, global row, column) or read from HDF5.
+struct CorpusSpec {
+  bool generated = true;
+  std::uint64_t seed = 1;
+  std::string path, dataset = "train";
+  std::int64_t rows = 0, dim = 0;
+  Metric metric = Metric::kInnerProduct;
+  Dtype dtype = Dtype::kFloat32;
+};
+
+/// Fill out [n, dim] with rows [lo, lo + n) as the engine stores them: generated or read, then
+/// L2-normalised for cosine (normalize_rows), then rounded to the storage dtype.
+void stored_rows(const CorpusSpec& c, std::int64_t lo, std::int64_t n, float* out, int threads);
+
+/// Wall time of each step of one instrumented search on rank 0 (ms). Device work is
+/// synchronised after every step; a barrier before the all-gather takes the ranks' skew out of it.
+struct StepTimes {
+  double admit = 0, bcast = 0, scan = 0, scan_dev = 0, skew = 0, gather = 0, merge = 0, exported = 0;
+};
+
+class BenchIndex {
+ public:
+  /// Collective. Errors on any rank throw on every rank.
+  BenchIndex(const CorpusSpec& corpus, const Config& cfg, const Options& opt);
+  ~BenchIndex();
+
+  /// Host to host: rank 0 passes queries [batch, dim]; every rank passes the same batch and k.
+  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores);
+  /// The same steps with synchronisation and timing around each (rank 0's times).
+  void search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores, StepTimes* t);
+
+  int rank() const { return host().rank(); }
+  int world_size() const { return host().world_size(); }
+  RowRange my_rows() const { return mine_; }
+  Communicator& host() const;
+  Engine& engine() const;
+  std::string engine_name() const;
+  std::string comm_name() const;
+  std::string device_name() const { return device_name_; }
+  std::string generated_on() const { return generated_on_; }
+  const CorpusSpec& corpus() const { return corpus_; }
+
+ private:
+  Communicator& data() const;
+  void admit(const float* queries, int batch, int k);
+  void broadcast(int batch);
+  void gather(int batch, int k);
+
+  CorpusSpec corpus_;
+  Options opt_;
+  RowRange mine_;
+  std::unique_ptr<ShardedIndex> index_;  // --corpus
+  std::unique_ptr<Communicator> host_comm_, data_comm_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<float> host_rows_, host_queries_;
+  std::vector<std::int64_t> host_ids_;
+  std::vector<Candidate> host_candidates_, host_gathered_;
+  std::string device_name_, generated_on_;
+};
+
+/// One returned answer to check (rank 0).
+struct Sample {
+  int entry = 0;   ///< configuration index
+  int query = 0;   ///< index into the query pool
+  int k = 0;
+  std::vector<std::int64_t> ids;
+  std::vector<float> scores;  ///< reported units
+};
+
+struct CheckResult {
+  long long wrong = 0;       ///< DESIGN.md terms: misses + bad scores + out of order + duplicates
+  long long near_ties = 0;   ///< near-tie swaps (counted, not wrong)
+  int queries = 0;
+  std::string first_problem;
+};
+
+/// Check every sample against float64 references computed over the corpus rows. Collective:
+/// each rank scans its own rows [mine] on the host in slices with `threads` threads
+/// (regenerated or read); rank 0 passes the samples, the others an empty vector.
+/// kOracle: float64 top-K of every sampled query (merged over ranks), then oracle::check_query;
+/// kCount: an independent count, per sample, of rows outside the returned list scoring better
+/// than the returned K-th by more than ε, plus the returned scores against float64.
+/// Returns per-entry results on rank 0 (`entries` long).
+std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, RowRange mine,
+                                       const std::vector<float>& queries, const std::vector<Sample>& samples,
+                                       int entries, CheckMode mode, int threads);
+
+}  // namespace shardtopk::bench
