@@ -70,7 +70,8 @@ Config gpu_config(const std::string& path) {
 TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU visible: device API test skipped";
   const Fixture f = make_fixture();
-  ShardedIndex idx(gpu_config(f.path), false);
+  auto idx_holder = load_index(gpu_config(f.path), false);
+  ShardedIndex& idx = *idx_holder;
   ASSERT_EQ(idx.engine().name(), "cuda");
   ASSERT_EQ(idx.data_comm().name(), "nccl");
   const bool root = idx.rank() == 0;

@@ -213,7 +213,8 @@ TEST_P(MpiIndex, SameAnswerAsOneProcessAndTheOracle) {
   cfg.corpus.dataset = c.dataset;
   cfg.engine.dtype = c.dtype;
   if (c.ids_dataset) cfg.corpus.ids_dataset = "ids";
-  ShardedIndex idx(cfg, false);
+  auto idx_holder = load_index(cfg, false);
+  ShardedIndex& idx = *idx_holder;
   EXPECT_EQ(idx.world_size(), g_world);
   EXPECT_EQ(idx.rank(), g_rank);
   EXPECT_EQ(idx.total_rows(), c.n);
@@ -321,12 +322,14 @@ TEST(MpiIndexMetric, ResolvedFromTheFileWhenTheConfigLeavesItUnset) {
       w.close();
     });
     {
-      ShardedIndex idx(base_config(path, std::nullopt, 8, 4), false);
+      auto idx_holder = load_index(base_config(path, std::nullopt, 8, 4), false);
+      ShardedIndex& idx = *idx_holder;
       EXPECT_EQ(idx.metric(), r.expect) << "distance='" << r.distance << "'";
     }
     // The config wins over the file.
     {
-      ShardedIndex idx(base_config(path, kL2, 8, 4), false);
+      auto idx_holder = load_index(base_config(path, kL2, 8, 4), false);
+      ShardedIndex& idx = *idx_holder;
       EXPECT_EQ(idx.metric(), kL2);
     }
     MPI_Barrier(MPI_COMM_WORLD);  // nobody reads the file while rank 0 rewrites it
@@ -338,7 +341,7 @@ TEST(MpiIndexMetric, ResolvedFromTheFileWhenTheConfigLeavesItUnset) {
 // The message every rank gets when the index refuses to start ("<started>" when it did not).
 std::string startup_error(const Config& cfg) {
   try {
-    ShardedIndex idx(cfg, false);
+    auto idx_holder = load_index(cfg, false);
     return "<started>";
   } catch (const RemoteError& e) {
     return e.what();
@@ -540,7 +543,7 @@ class MpiIndexQueryErrors : public ::testing::Test {
       H5Writer w(path);
       w.write_f32("train", corpus_.data(), kN, kDim);
     });
-    idx_ = std::make_unique<ShardedIndex>(base_config(path, m, kKMax, kBatchMax), false);
+    idx_ = load_index(base_config(path, m, kKMax, kBatchMax), false);
   }
 
   // The Error message of a rejected search (on this rank), "<answered>" when it was answered.
@@ -601,7 +604,7 @@ TEST_F(MpiIndexQueryErrors, KAboveKMaxWhenTheCorpusIsLarger) {
     H5Writer w(path);
     w.write_f32("train", corpus_.data(), n, kDim);
   });
-  idx_ = std::make_unique<ShardedIndex>(base_config(path, kIp, kKMax, kBatchMax), false);
+  idx_ = load_index(base_config(path, kIp, kKMax, kBatchMax), false);
   const std::string msg = rejected(good_.data(), 3, 17);
   if (g_rank == 0) EXPECT_THAT(msg, AllOf(HasSubstr("k=17"), HasSubstr("allowed 1 .. 16"), HasSubstr("search.k_max")));
   const Answer a = index_search(*idx_, good_, 0, 3, 16);
