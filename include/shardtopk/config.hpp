@@ -21,7 +21,7 @@
 /// | service.port        | int    | 8080                            | 0 .. 65535 (0: any free port)   |
 /// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
 /// | service.max_body_bytes | int | 67108864                        | 1024 .. 2^32 (larger: 413)      |
-/// | service.threads     | int    | 16                              | 1 .. 1024 HTTP worker threads   |
+/// | service.threads     | int    | 128                             | 1 .. 4096 HTTP worker threads   |
 
 #include <optional>
 #include <string>
@@ -61,7 +61,7 @@ struct ServiceConfig {
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
   int batch_window_us = 300;               ///< a lone request waits at most this long for company
   long long max_body_bytes = 64ll << 20;   ///< larger request bodies get 413
-  int threads = 16;                        ///< HTTP worker threads (concurrent connections served)
+  int threads = 128;                       ///< HTTP worker threads: one per open (keep-alive) connection
 };
 
 struct Config {

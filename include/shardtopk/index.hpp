@@ -33,7 +33,14 @@ enum class IndexOp : std::int32_t {
   kSearch = 1,    ///< one collective search of rank 0's admitted batch
   kRejected = 2,  ///< rank 0 rejected the batch: followers in lock step (tests) throw, the loop skips
   kShutdown = 3,  ///< followers leave the loop (follow() returns)
+  kStats = 4,     ///< every rank all-gathers its RankStats (metrics; not on the search path)
   // room for more (health, reload): a follower that gets an op it does not know throws Error
+};
+
+/// One rank's search counters, for metrics.
+struct RankStats {
+  double searches = 0;        ///< local searches run
+  double search_seconds = 0;  ///< time in the engine's local search (host view), summed
 };
 
 /// The engine limits a ShardedIndex needs for `search` (batch_max, k_max) on `world_size` ranks.
@@ -90,6 +97,10 @@ class ShardedIndex {
   /// logged here and reported to rank 0 through the all-gather; the loop goes on.
   /// @throws CommError when a collective failed or timed out (the job must end).
   void follow();
+
+  /// Rank 0: every rank's counters [world_size] (collective: one header broadcast + one
+  /// all-gather; followers must be in follow() or calling search in lock step).
+  std::vector<RankStats> rank_stats();
 
   /// Rank 0: end the followers' loops (one header broadcast). Idempotent; no-op on followers
   /// and with one rank.

@@ -115,7 +115,7 @@ const std::map<std::string, Setter>& setters() {
          c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 1024, 1LL << 32, w);
        }},
       {"service.threads", [](Config& c, const std::string& v, const std::string& w) {
-         c.service.threads = static_cast<int>(parse_int("service.threads", v, 1, 1024, w));
+         c.service.threads = static_cast<int>(parse_int("service.threads", v, 1, 4096, w));
        }},
   };
   return s;
