@@ -14,6 +14,7 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/index.hpp"
+#include "service/service.hpp"
 #include "shardtopk/results.hpp"
 
 namespace shardtopk::cli {
@@ -238,6 +239,33 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       }
     }
     return 0;
+  }
+}
+
+int run_serve(const ServeArgs& a, int* argc, char*** argv) {
+  MpiSession mpi(argc, argv);
+  const int rank = mpi.rank();
+  init_logging(rank, mpi.world_size());
+  Config cfg;
+  try {
+    cfg = load_with_overrides(a.config, a.overrides);
+  } catch (const Error& e) {
+    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    return 1;
+  }
+  try {
+    service::ServeOptions o;
+    o.port_file = a.port_file;
+    return service::serve(cfg, o);
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    abort_job(2);
+  } catch (const RemoteError& e) {
+    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
+    abort_job(1);
   }
 }
 

@@ -32,9 +32,10 @@ bool is_fail_marker(std::int64_t id, float reported_score, int world) {
 
 // Fault injection for tests of invariant 7 (never hang): SHARDTOPK_FAULT="stall:RANK:BATCH:SECONDS"
 // makes RANK sleep before its local search of batch number BATCH (0-based, counted per index);
-// "exit:RANK:BATCH" makes it exit(17) there, as a crashed rank would.
+// "exit:RANK:BATCH" makes it exit(17) there, as a crashed rank would; "fail:RANK:BATCH" makes its
+// local search throw (a recoverable failure: rank 0 reports it, every rank keeps serving).
 struct Fault {
-  enum Kind { kNone, kStall, kExit } kind = kNone;
+  enum Kind { kNone, kStall, kExit, kFail } kind = kNone;
   int rank = -1;
   long batch = -1;
   double seconds = 0;
@@ -50,9 +51,9 @@ Fault parse_fault() {
   double secs = 0;
   const int n = std::sscanf(env, "%15[a-z]:%d:%ld:%lf", kind, &rank, &batch, &secs);
   const std::string k = kind;
-  SHARDTOPK_EXPECTS((k == "stall" && n == 4) || (k == "exit" && n >= 3), "SHARDTOPK_FAULT='", env,
-                    "': expected stall:RANK:BATCH:SECONDS or exit:RANK:BATCH");
-  f.kind = k == "stall" ? Fault::kStall : Fault::kExit;
+  SHARDTOPK_EXPECTS((k == "stall" && n == 4) || ((k == "exit" || k == "fail") && n >= 3), "SHARDTOPK_FAULT='", env,
+                    "': expected stall:RANK:BATCH:SECONDS, exit:RANK:BATCH or fail:RANK:BATCH");
+  f.kind = k == "stall" ? Fault::kStall : k == "exit" ? Fault::kExit : Fault::kFail;
   f.rank = rank;
   f.batch = batch;
   f.seconds = secs;
@@ -65,6 +66,8 @@ void maybe_inject_fault(int rank, long batch) {
   if (f.kind == Fault::kStall) {
     spdlog::warn("SHARDTOPK_FAULT: rank {} stalls {} s before batch {}", rank, f.seconds, batch);
     std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
+  } else if (f.kind == Fault::kFail) {
+    throw Error("SHARDTOPK_FAULT: injected local search failure in batch " + std::to_string(batch));
   } else {
     spdlog::warn("SHARDTOPK_FAULT: rank {} exits during batch {}", rank, batch);
     std::fflush(nullptr);
@@ -331,6 +334,13 @@ bool ShardedIndex::follow_one(bool lock_step) {
     case IndexOp::kRejected:
       if (lock_step) throw Error("rank 0 rejected the batch");
       return true;
+    case IndexOp::kStats: {
+      RankStats mine{static_cast<double>(batches_), local_search_s_};
+      std::vector<RankStats> all(static_cast<size_t>(world_size()));
+      host_comm_->allgather(&mine, all.data(), sizeof mine);
+      if (lock_step) throw Error("rank 0 asked for statistics");
+      return true;
+    }
     case IndexOp::kShutdown:
       shut_down_ = true;
       if (lock_step) throw Error("rank 0 shut the index down");
@@ -338,6 +348,17 @@ bool ShardedIndex::follow_one(bool lock_step) {
   }
   // A newer rank 0 than this follower: nothing sensible to do but end the job.
   throw CommError("rank " + std::to_string(rank()) + ": unknown index op " + std::to_string(h.op) + " from rank 0");
+}
+
+std::vector<RankStats> ShardedIndex::rank_stats() {
+  SHARDTOPK_EXPECTS(rank() == 0 && !shut_down_, "rank_stats() is for rank 0 of a running index");
+  Header h;
+  h.op = static_cast<std::int32_t>(IndexOp::kStats);
+  host_comm_->broadcast(&h, sizeof h, 0);
+  RankStats mine{static_cast<double>(batches_), local_search_s_};
+  std::vector<RankStats> all(static_cast<size_t>(world_size()));
+  host_comm_->allgather(&mine, all.data(), sizeof mine);
+  return all;
 }
 
 void ShardedIndex::shutdown() {
@@ -417,11 +438,11 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   }
 
   // 2. local top-k; a failure marks this rank's status row (multi-rank) instead of a collective
-  maybe_inject_fault(rank(), batches_++);
   *ok = true;
   std::string msg;
   const auto ts = Clock::now();
   try {
+    maybe_inject_fault(rank(), batches_++);
     e.search(e.query_buffer(), batch, k, e.local_buffer());
   } catch (const std::exception& ex) {
     *ok = false;
