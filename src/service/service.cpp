@@ -313,6 +313,7 @@ class FrontEnd {
       listen_fd_ = sock;
     });
     svr_.set_payload_max_length(static_cast<size_t>(s.max_body_bytes));
+    svr_.set_tcp_nodelay(true);  // small replies: no Nagle / delayed-ACK stalls (40 ms each)
     svr_.set_keep_alive_timeout(2);  // idle keep-alive connections must not hold up shutdown long
     svr_.set_keep_alive_max_count(1000000);
     svr_.set_read_timeout(10, 0);

@@ -147,6 +147,7 @@ struct Reply {
 Reply post(int port, const std::string& path, const std::string& body, const std::string& ctype) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
+  c.set_tcp_nodelay(true);
   auto r = c.Post(path.c_str(), body, ctype.c_str());
   Reply out;
   if (!r) {
