@@ -475,6 +475,31 @@ TEST_F(ServeBge, MetricsInPrometheusText) {
     EXPECT_THAT(r->body, HasSubstr(s));
 }
 
+// examples/client.py (binary and JSON) gives the same ids as the C++ client.
+TEST_F(ServeBge, PythonClientGivesTheSameAnswers) {
+  std::string py;
+  for (const char* p : {"/usr/bin/python3", "python3"})
+    if (std::system((std::string(p) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0) {
+      py = p;
+      break;
+    }
+  if (py.empty()) GTEST_SKIP() << "python3 with numpy not found: Python client test skipped";
+  const Answer ref = search_binary(port(), q(0), 3, kDim, 4);
+  for (const char* mode : {"", " --json"}) {
+    const std::string out = dir_->file("py.txt");
+    const std::string cmd = py + " " SHARDTOPK_SOURCE_DIR "/examples/client.py --url http://127.0.0.1:" +
+                            std::to_string(port()) + " -k 4 --batch 3 --queries " + test::bge_dir() +
+                            "/sentences-1024.f32" + mode + " >" + out + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_text(out);
+    const std::string text = test::read_text(out);
+    for (int i = 0; i < 3; ++i) {
+      std::string ids = "query " + std::to_string(i) + ": ids [";
+      for (int c = 0; c < 4; ++c) ids += (c ? ", " : "") + std::to_string(ref.ids[i * 4 + c]);
+      EXPECT_THAT(text, HasSubstr(ids + "]")) << mode;
+    }
+  }
+}
+
 // Last in this suite: the in-flight requests are answered, then every rank and mpirun exit 0.
 TEST_F(ServeBge, SigtermToRankZeroDrainsAndEveryRankExitsZero) {
   const auto ranks = server_->ranks();
