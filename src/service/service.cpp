@@ -736,6 +736,7 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   std::unique_ptr<ShardedIndex> index = load_index(cfg);
   if (rank != 0) {
     index->follow();  // SIGTERM/SIGINT here only set a flag: rank 0 decides when to stop
+    spdlog::info("rank {}: shut down by rank 0", rank);
     return 0;
   }
   fe->set_ready(*index);
