@@ -113,7 +113,7 @@ def main():
         q = np.random.default_rng(0).standard_normal((a.batch, d)).astype(np.float32)
     ids, scores = st.search(q, k=a.k, binary=not a.json)
     for i in range(len(q)):
-        print(f"query {i}: ids {ids[i].tolist()} scores {np.round(scores[i], 6).tolist()}")
+        print(f"query {i}: ids {ids[i].tolist()} scores {[float(f'{x:.7g}') for x in scores[i]]}")
     return 0
 
 
