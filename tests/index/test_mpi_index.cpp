@@ -647,6 +647,57 @@ TEST_F(MpiIndexQueryErrors, ManyRejectionsInARowThenGoodBatches) {
   expect_next_good_batch_exact();
 }
 
+// ------------------------------------------------------------------------------ library object + follower loop
+
+// The index built from parts already in memory (no file): the caller's engine and communicator.
+// Rank 0 drives searches (one rejected in between), asks every rank for its counters, then shuts
+// the followers' loop down; follow() returns on every other rank. Answers: exact ids on small
+// integers, equal to the float64 oracle whatever the number of ranks.
+TEST(MpiIndexLibrary, BuiltFromPartsWithAFollowerLoop) {
+  constexpr std::int64_t kN = 37, kDim = 5, kQ = 9;
+  const std::vector<float> corpus = test::small_ints(kN * kDim, 91, -2, 2);
+  const std::vector<float> queries = test::small_ints(kQ * kDim, 92, -2, 2);
+  Config cfg;
+  cfg.corpus.path = "(in memory)";
+  cfg.search.k_max = 16;
+  cfg.search.batch_max = 4;
+  cfg.comm.timeout_s = 60;
+  const RowRange rows = shard_rows(kN, g_world, g_rank);
+  std::vector<std::int64_t> ids = test::iota_ids(rows.size(), rows.lo);
+  auto engine = make_cpu_engine(ShardInput{corpus.data() + rows.lo * kDim, rows.size(), kDim, ids.data()}, Metric::kL2,
+                                Dtype::kFloat32, 1, index_engine_limits(cfg.search, g_world));
+  ShardedIndex idx(cfg, Metric::kL2, kN, rows, std::move(engine), make_mpi_communicator(cfg.comm.timeout_s));
+  if (g_rank != 0) {
+    idx.follow();  // returns when rank 0 shuts down
+    EXPECT_EQ(idx.searches(), 3);
+    return;
+  }
+  Answer got;
+  const int ks[3] = {7, 7, 7};
+  int q0 = 0;
+  for (int step = 0; step < 3; ++step) {
+    const int b = step == 2 ? 1 : 4;
+    Answer a;
+    a.ids.assign(static_cast<size_t>(b) * ks[step], -1);
+    a.scores.assign(a.ids.size(), NAN);
+    idx.search(queries.data() + q0 * kDim, b, ks[step], a.ids.data(), a.scores.data());
+    got.ids.insert(got.ids.end(), a.ids.begin(), a.ids.end());
+    got.scores.insert(got.scores.end(), a.scores.begin(), a.scores.end());
+    q0 += b;
+    if (step == 0) {
+      // a rejected batch between searches: rank 0 throws, the followers skip it
+      EXPECT_THROW(idx.search(queries.data(), 1, 0, a.ids.data(), a.scores.data()), Error);
+    }
+  }
+  const std::vector<float> used(queries.begin(), queries.begin() + q0 * kDim);
+  test::expect_exact(Metric::kL2, corpus, kN, nullptr, used, q0, kDim, 7, got, "built from parts");
+  const std::vector<RankStats> st = idx.rank_stats();
+  ASSERT_EQ(static_cast<int>(st.size()), g_world);
+  for (int r = 0; r < g_world; ++r) EXPECT_EQ(st[r].searches, 3) << "rank " << r;
+  idx.shutdown();
+  EXPECT_THROW(idx.search(queries.data(), 1, 3, got.ids.data(), got.scores.data()), Error) << "after shutdown";
+}
+
 }  // namespace
 }  // namespace shardtopk
 
