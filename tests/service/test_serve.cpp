@@ -572,6 +572,36 @@ TEST(ServeGenerated, ExactIdsOnSmallIntegersAndARankFailureKeepsServing) {
   EXPECT_THAT(srv.log(), HasSubstr("SHARDTOPK_FAULT: injected local search failure"));
 }
 
+// A rank that stalls (a dead peer looks the same): the batch's requests get 503 naming the
+// collective that timed out, and the job ends non-zero within comm.timeout_s (+ teardown).
+TEST(ServeGenerated, AStalledRankAnswers503AndEndsTheJob) {
+  test::TempDir dir;
+  const std::vector<float> corpus = test::small_ints(40 * 4, 6, -2, 2);
+  const std::string path = dir.file("c.h5");
+  {
+    H5Writer w(path);
+    w.write_f32("train", corpus.data(), 40, 4);
+    w.close();
+  }
+  std::string cfg = write_config(dir.path(), path, "l2", 8, 4, 300);
+  std::string text = test::read_text(cfg);
+  text.replace(text.find("timeout_s: 30"), 13, "timeout_s: 2");
+  test::write_text(cfg, text);
+  Server srv(cfg, dir.path(), 2, "SHARDTOPK_FAULT=stall:1:1:60");
+  ASSERT_TRUE(srv.wait_ready());
+  const std::vector<float> q = {1, 0, -1, 2};
+  EXPECT_EQ(post(srv.port(), "/v1/search", json{{"query", q}, {"k", 3}}.dump(), "application/json").status, 200);
+  const auto t0 = Clock::now();
+  const Reply r = post(srv.port(), "/v1/search", json{{"query", q}, {"k", 3}}.dump(), "application/json");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("did not complete within 2 s"));
+  const int rc = srv.wait_exit(30);
+  std::printf("  503 after %.1f s; mpirun exited %d\n", secs_since(t0), rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1) << "the job did not end";
+  EXPECT_THAT(srv.log(), HasSubstr("a peer rank is stalled or dead"));
+}
+
 // A taken port fails the job at start-up on every rank, naming the port.
 TEST(ServeGenerated, PortInUseFailsAtStartUp) {
   test::TempDir dir;
