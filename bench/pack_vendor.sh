@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Copies the header-only dependencies installed here (CLI11, nlohmann/json, spdlog, fmt) into
+# Copies the header-only dependencies installed here (CLI11, nlohmann/json, spdlog, fmt, and
+# cpp-httplib's httplib.h) into
 # .vendor/include (git-ignored), so they can be carried to a GPU machine that lacks the packages;
 # CMake uses them through SHARDTOPK_VENDOR_DIR (bench/gpu_run.sh passes it). spdlog and fmt are
 # then used header-only (SPDLOG_HEADER_ONLY, FMT_HEADER_ONLY; see cmake/Dependencies.cmake).
@@ -23,4 +24,11 @@ done
 for f in fmt/format-inl.h spdlog/spdlog-inl.h; do
   [[ -f "$DEST/$f" ]] || { echo "pack_vendor: $DEST/$f missing: header-only build impossible" >&2; exit 1; }
 done
-echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $DEST (CLI nlohmann spdlog fmt)"
+# cpp-httplib: Debian's /usr/include/httplib.h is a split header whose implementation lives in
+# libcpp-httplib.so (built with OpenSSL/brotli), useless without that library; carry the single
+# header of the same version (0.11.4) from third_party/, which CMake uses header-only.
+HTTPLIB=$ROOT/third_party/cpp-httplib/httplib.h
+if [[ -f "$SRC/httplib.h" ]] && grep -q "inline bool Server::listen" "$SRC/httplib.h"; then HTTPLIB=$SRC/httplib.h; fi
+grep -q "inline bool Server::listen" "$HTTPLIB" || { echo "pack_vendor: $HTTPLIB is not a single-header httplib" >&2; exit 1; }
+cp "$HTTPLIB" "$DEST/httplib.h"
+echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $DEST (CLI nlohmann spdlog fmt httplib.h)"

@@ -62,3 +62,36 @@ elseif(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/spdlog/spdlog.h" AND EXIST
 else()
   message(FATAL_ERROR "spdlog not found: apt-get install libspdlog-dev (or fill SHARDTOPK_VENDOR_DIR)")
 endif()
+
+# cpp-httplib (the `serve` front end and bench_load). Debian's libcpp-httplib-dev ships a split
+# header (declarations only) plus a compiled libcpp-httplib built with OpenSSL, zlib and brotli;
+# its pkg-config Cflags define CPPHTTPLIB_{OPENSSL,ZLIB,BROTLI}_SUPPORT, which must match the
+# library, so we take them from pkg-config. Without the package: the single-header upstream
+# httplib.h of the same version (0.11.4, third_party/cpp-httplib, copied into the fallback folder
+# by bench/pack_vendor.sh), header-only, TLS and compression off (loopback/cluster HTTP only).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(SHARDTOPK_HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)
+endif()
+add_library(shardtopk_httplib INTERFACE)
+if(SHARDTOPK_HTTPLIB_FOUND)
+  target_link_libraries(shardtopk_httplib INTERFACE PkgConfig::SHARDTOPK_HTTPLIB Threads::Threads)
+  message(STATUS "shardtopk: cpp-httplib ${SHARDTOPK_HTTPLIB_VERSION} (system library)")
+else()
+  set(_httplib_dir "")
+  foreach(_d "${SHARDTOPK_VENDOR_DIR}" "${CMAKE_SOURCE_DIR}/third_party/cpp-httplib")
+    if(EXISTS "${_d}/httplib.h")
+      file(STRINGS "${_d}/httplib.h" _impl REGEX "inline bool Server::listen" LIMIT_COUNT 1)
+      if(_impl)  # a single header with the implementation, not Debian's split header
+        set(_httplib_dir "${_d}")
+        break()
+      endif()
+    endif()
+  endforeach()
+  if(NOT _httplib_dir)
+    message(FATAL_ERROR "cpp-httplib not found: apt-get install libcpp-httplib-dev (or run bench/pack_vendor.sh)")
+  endif()
+  target_include_directories(shardtopk_httplib SYSTEM INTERFACE "${_httplib_dir}")
+  target_link_libraries(shardtopk_httplib INTERFACE Threads::Threads)
+  message(STATUS "shardtopk: cpp-httplib header-only from ${_httplib_dir}")
+endif()

@@ -11,7 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PACKAGES=(build-essential cmake ninja-build
   libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev libgmock-dev
-  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-numpy python3-h5py python3-matplotlib)
 if [ "${SKIP_APT:-0}" != "1" ]; then
   missing=()

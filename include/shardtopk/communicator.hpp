@@ -50,6 +50,10 @@ class Communicator {
 
   /// Broadcast `bytes` from `root` into `buf` on every rank.
   virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
+  /// Broadcast without a time limit, for a follower waiting for rank 0's next request (a
+  /// service may idle for hours). Default: broadcast(). A dead root still ends the job (the
+  /// launcher kills the remaining ranks).
+  virtual void broadcast_untimed(void* buf, std::size_t bytes, int root) { broadcast(buf, bytes, root); }
   /// All-gather: every rank contributes `bytes` from `send`; `recv` receives world_size × bytes,
   /// rank r's block at offset r × bytes.
   virtual void allgather(const void* send, void* recv, std::size_t bytes) = 0;

@@ -17,6 +17,11 @@
 /// | engine.read_chunk_rows | int | 65536                           | 1 .. 2^31                       |
 /// | comm.backend        | string | auto                            | auto, mpi, nccl                 |
 /// | comm.timeout_s      | number | 60                              | > 0                             |
+/// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
+/// | service.port        | int    | 8080                            | 0 .. 65535 (0: any free port)   |
+/// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
+/// | service.max_body_bytes | int | 67108864                        | 1024 .. 2^32 (larger: 413)      |
+/// | service.threads     | int    | 128                             | 1 .. 4096 HTTP worker threads   |
 
 #include <optional>
 #include <string>
@@ -50,11 +55,21 @@ struct CommConfig {
   double timeout_s = 60.0;
 };
 
+/// `shardtopk serve` (rank 0's HTTP front end).
+struct ServiceConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;                         ///< 0: any free port (the bound port is logged)
+  int batch_window_us = 300;               ///< a lone request waits at most this long for company
+  long long max_body_bytes = 64ll << 20;   ///< larger request bodies get 413
+  int threads = 128;                       ///< HTTP worker threads: one per open (keep-alive) connection
+};
+
 struct Config {
   CorpusConfig corpus;
   SearchConfig search;
   EngineConfig engine;
   CommConfig comm;
+  ServiceConfig service;
   std::string source;  ///< where it came from (file name or "<string>"), for messages
 };
 

@@ -27,13 +27,48 @@ struct IngestStats {
   std::uint64_t engine_resident_bytes = 0;  ///< this rank's engine memory (device or host)
 };
 
+/// What a step of the collective loop does. Rank 0 broadcasts one header per step carrying the
+/// op code (and, for a search, batch and k); the followers (ranks 1 .. P-1) act on it.
+enum class IndexOp : std::int32_t {
+  kSearch = 1,    ///< one collective search of rank 0's admitted batch
+  kRejected = 2,  ///< rank 0 rejected the batch: followers in lock step (tests) throw, the loop skips
+  kShutdown = 3,  ///< followers leave the loop (follow() returns)
+  kStats = 4,     ///< every rank all-gathers its RankStats (metrics; not on the search path)
+  // room for more (health, reload): a follower that gets an op it does not know throws Error
+};
+
+/// One rank's search counters, for metrics.
+struct RankStats {
+  double searches = 0;        ///< local searches run
+  double search_seconds = 0;  ///< time in the engine's local search (host view), summed
+};
+
+/// The engine limits a ShardedIndex needs for `search` (batch_max, k_max) on `world_size` ranks.
+/// Engines given to the ShardedIndex constructor must be built with these limits: one query row
+/// more than search.batch_max, which carries each rank's search status through the all-gather
+/// (see ShardedIndex::run_data_path).
+EngineLimits index_engine_limits(const SearchConfig& search, int world_size);
+
+/// The collective search over an already loaded shard, engine and communicators. Knows nothing
+/// of files, HTTP or the command line: `load_index` reads a corpus and builds one; tests and
+/// benchmarks may build one from data in memory.
+///
+/// Rank 0 drives: each `search` broadcasts one header (op code, batch, k) and then the data
+/// path runs on every rank. Followers either call `follow()` (the service and CLI loop, until
+/// rank 0 calls `shutdown()`) or call `search` in lock step with rank 0 (tests), which runs one
+/// step of the same loop.
 class ShardedIndex {
  public:
-  /// Collective over MPI_COMM_WORLD: plans the shards, reads this rank's rows (hyperslab),
-  /// validates them, builds the engine and the communicator. An error on any rank throws
-  /// RemoteError on every rank (naming the rank and its message).
-  /// @param log_progress  rank 0 logs read progress for long reads.
-  explicit ShardedIndex(const Config& cfg, bool log_progress = true);
+  /// @param cfg        validated config (search.k_max, search.batch_max, comm.timeout_s are used)
+  /// @param metric     the metric the engine was built with
+  /// @param total_rows rows of the whole corpus (all ranks)
+  /// @param rows       this rank's global rows
+  /// @param engine     this rank's engine, built with index_engine_limits(cfg.search, world)
+  /// @param host_comm  the MPI communicator (header broadcast, start-up checks)
+  /// @param data_comm  the communicator of the data path (NCCL), or nullptr to use host_comm
+  /// Not collective. @throws Error when the parts disagree (dimension, metric).
+  ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows, std::unique_ptr<Engine> engine,
+               std::unique_ptr<Communicator> host_comm, std::unique_ptr<Communicator> data_comm = nullptr);
   ~ShardedIndex();
 
   ShardedIndex(const ShardedIndex&) = delete;
@@ -45,8 +80,9 @@ class ShardedIndex {
   /// answer, best first; other ranks may pass nullptr.
   /// @throws Error on every rank when rank 0 rejects the batch (k outside [1, min(k_max, N)],
   ///   batch outside [1, batch_max], a non-finite value: the message names the query index);
-  ///   the index stays usable. RemoteError when a rank failed during the search.
-  ///   CommError when a collective timed out (the job must end).
+  ///   the index stays usable. RemoteError on rank 0 when a rank's local search failed (it names
+  ///   the ranks; each failing rank logs its own message); every rank stays usable, followers
+  ///   do not throw. CommError when a collective timed out (the job must end).
   void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores);
 
   /// Like search(), with rank 0's queries already in device memory (`d_queries` [batch, dim],
@@ -55,24 +91,53 @@ class ShardedIndex {
   void search_device(const float* d_queries, void* cuda_stream, int batch, int k,
                      std::int64_t* ids, float* scores);
 
+  /// Followers (rank != 0): run the collective loop, one step per header from rank 0, until
+  /// rank 0 calls shutdown(). Waits for the next header without a time limit (the service may
+  /// idle); every collective inside a step keeps comm.timeout_s. A local search failure is
+  /// logged here and reported to rank 0 through the all-gather; the loop goes on.
+  /// @throws CommError when a collective failed or timed out (the job must end).
+  void follow();
+
+  /// Rank 0: every rank's counters [world_size] (collective: one header broadcast + one
+  /// all-gather; followers must be in follow() or calling search in lock step).
+  std::vector<RankStats> rank_stats();
+
+  /// Rank 0: end the followers' loops (one header broadcast). Idempotent; no-op on followers
+  /// and with one rank.
+  void shutdown();
+
   int rank() const;
   int world_size() const;
   Metric metric() const { return metric_; }
   std::int64_t total_rows() const { return stats_.total_rows; }
   std::int64_t dim() const { return stats_.dim; }
   const IngestStats& ingest_stats() const { return stats_; }
+  void set_ingest_stats(const IngestStats& s) { stats_ = s; }
   const Config& config() const { return cfg_; }
   Engine& engine() { return *engine_; }
   Communicator& host_comm() { return *host_comm_; }
   Communicator& data_comm() { return data_comm_ ? *data_comm_ : *host_comm_; }
+
+  /// Searches run on this rank (successful or not) and this rank's local search time, summed
+  /// (seconds), for metrics.
+  long searches() const { return batches_; }
+  double local_search_seconds() const { return local_search_s_; }
 
   /// This rank's local candidates of the last search [batch, k] (copied to the host), for tests
   /// that check each rank's candidates come from its own rows.
   std::vector<Candidate> last_local_candidates() const;
 
  private:
+  struct Header {
+    std::int32_t op = 0;  // IndexOp
+    std::int32_t batch = 0;
+    std::int32_t k = 0;
+    std::int32_t pad = 0;
+  };
   void admit_batch(int batch, int k, const std::function<void()>& stage_queries);
+  bool follow_one(bool lock_step);
   void run_search(int batch, int k, std::int64_t* ids, float* scores);
+  std::string run_data_path(int batch, int k, bool* ok);
 
   Config cfg_;
   Metric metric_ = Metric::kInnerProduct;
@@ -81,14 +146,23 @@ class ShardedIndex {
   std::unique_ptr<Communicator> data_comm_;  // nccl, when used
   std::unique_ptr<Engine> engine_;
   std::vector<float> host_queries_;          // [batch_max, dim] staging
-  std::vector<Candidate> host_candidates_;   // staging for mpi-over-device and results
-  std::vector<Candidate> host_gathered_;
-  std::vector<std::int64_t> host_ids_;       // results when the caller passes no ids/scores
+  std::vector<Candidate> host_candidates_;   // [batch_max + 1, k_max] staging for mpi-over-device
+  std::vector<Candidate> host_gathered_;     // [world, batch_max + 1, k_max]
+  std::vector<Candidate> host_status_;       // [k_max] this rank's status row
+  std::vector<std::int64_t> host_ids_;       // [batch_max + 1, k_max] answer + status row
   std::vector<float> host_scores_;
   int last_batch_ = 0, last_k_ = 0;
-  long batches_ = 0;
-  int pending_batch_ = 0, pending_k_ = 0;  // rank 0's admitted batch, broadcast to all  // searches run, for SHARDTOPK_FAULT (test-only fault injection)
+  long batches_ = 0;                        // searches run, for SHARDTOPK_FAULT (test-only fault injection)
+  double local_search_s_ = 0;
+  bool shut_down_ = false;
 };
+
+/// Build this rank's index from a config (collective over MPI_COMM_WORLD; MPI must be
+/// initialised, see MpiSession): sets up logging, plans the shards, reads this rank's rows
+/// (hyperslab), validates them, chooses the engine backend and builds the engine and the
+/// communicators. An error on any rank throws RemoteError on every rank (naming the rank and
+/// its message). @param log_progress rank 0 logs read progress for long reads.
+std::unique_ptr<ShardedIndex> load_index(const Config& cfg, bool log_progress = true);
 
 /// Choose the metric: cfg.search.metric when set, else the corpus file's `distance` attribute
 /// (angular → cosine, euclidean → l2, dot/ip → inner_product), else inner_product.

@@ -14,6 +14,7 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/index.hpp"
+#include "service/service.hpp"
 #include "shardtopk/results.hpp"
 
 namespace shardtopk::cli {
@@ -76,7 +77,8 @@ int run_search(const SearchArgs& a, int* argc, char*** argv) {
       if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
       return 1;
     }
-    ShardedIndex index(cfg);
+    std::unique_ptr<ShardedIndex> holder = load_index(cfg);
+    ShardedIndex& index = *holder;
     try {
       return search_all(index, cfg, a, rank);
     } catch (const CommError& e) {
@@ -131,6 +133,25 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     index.host_comm().check(ok, msg);
     index.host_comm().broadcast(&nq, sizeof nq, 0);
 
+    // Followers serve rank 0's searches until it shuts the index down (also on its errors).
+    if (rank != 0) {
+      index.follow();
+      return 0;
+    }
+    struct ShutdownGuard {  // not after a CommError: the collective could not complete
+      ShardedIndex& idx;
+      bool comm_failed = false;
+      ~ShutdownGuard() {
+        if (comm_failed) return;
+        try {
+          idx.shutdown();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+          abort_job(2);
+        }
+      }
+    } guard{index};
+
     const int batch_max = a.batch > 0 ? std::min(a.batch, cfg.search.batch_max) : cfg.search.batch_max;
     std::vector<std::int64_t> ids(rank == 0 ? static_cast<size_t>(nq * a.k) : 0);
     std::vector<float> scores(ids.size());
@@ -142,17 +163,17 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       const int b = static_cast<int>(std::min<std::int64_t>(batch_max, nq - b0));
       const auto tb = Clock::now();
       try {
-        index.search(rank == 0 ? q.data.data() + b0 * dim : nullptr, b, a.k, rank == 0 ? ids.data() + b0 * a.k : nullptr,
-                     rank == 0 ? scores.data() + b0 * a.k : nullptr);
+        index.search(q.data.data() + b0 * dim, b, a.k, ids.data() + b0 * a.k, scores.data() + b0 * a.k);
       } catch (const RemoteError&) {
         throw;
       } catch (const CommError&) {
+        guard.comm_failed = true;
         throw;  // handled by run_search while the index is alive
       } catch (const Error& e) {
         // rank 0 rejected the batch: name the query by its index in the file
         throw RemoteError(std::string("queries [") + std::to_string(b0) + ", " + std::to_string(b0 + b) +
                               "): " + e.what(),
-                          rank == 0);
+                          true);
       }
       batch_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - tb).count());
       if (rank == 0 && std::chrono::duration<double>(Clock::now() - last_log).count() > 2.0) {
@@ -218,6 +239,33 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       }
     }
     return 0;
+  }
+}
+
+int run_serve(const ServeArgs& a, int* argc, char*** argv) {
+  MpiSession mpi(argc, argv);
+  const int rank = mpi.rank();
+  init_logging(rank, mpi.world_size());
+  Config cfg;
+  try {
+    cfg = load_with_overrides(a.config, a.overrides);
+  } catch (const Error& e) {
+    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    return 1;
+  }
+  try {
+    service::ServeOptions o;
+    o.port_file = a.port_file;
+    return service::serve(cfg, o);
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    abort_job(2);
+  } catch (const RemoteError& e) {
+    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
+    abort_job(1);
   }
 }
 

@@ -19,6 +19,13 @@ struct SearchArgs {
 };
 int run_search(const SearchArgs& a, int* argc, char*** argv);
 
+struct ServeArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // key=value
+  std::string port_file;
+};
+int run_serve(const ServeArgs& a, int* argc, char*** argv);
+
 int run_info(const std::string& path, bool json);
 
 struct EvalArgs {

@@ -1,4 +1,4 @@
-// shardtopk command line: search, info, eval, import, plan.
+// shardtopk command line: search, serve, info, eval, import, plan.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -25,6 +25,14 @@ int main(int argc, char** argv) {
   search->add_option("--max-queries", sa.max_queries, "search only the first N queries (-1: all)")->capture_default_str();
   search->add_option("--batch", sa.batch, "queries per batch, 1 .. search.batch_max (0: search.batch_max)");
   search->add_option("--set", sa.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
+
+  cli::ServeArgs va;
+  auto* serve = app.add_subcommand("serve", "serve searches over HTTP on rank 0 (run under mpirun -np P; "
+                                            "SIGTERM/SIGINT stops it cleanly)");
+  serve->add_option("--config,-c", va.config, "YAML config (service.* keys: host, port, ...)")
+      ->required()->check(CLI::ExistingFile);
+  serve->add_option("--set", va.overrides, "override a config key, e.g. --set service.port=9000 (repeatable)");
+  serve->add_option("--port-file", va.port_file, "write the bound port here once listening (for service.port=0)");
 
   std::string info_path;
   bool info_json = false;
@@ -87,6 +95,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*search) return cli::run_search(sa, &argc, &argv);
+    if (*serve) return cli::run_serve(va, &argc, &argv);
     if (*info) return cli::run_info(info_path, info_json);
     if (*eval) return cli::run_eval(ea);
     if (*plan) return cli::run_plan(pa);

@@ -53,6 +53,13 @@ class MpiCommunicator final : public Communicator {
     wait(req, "MPI_Ibcast");
   }
 
+  void broadcast_untimed(void* buf, std::size_t bytes, int root) override {
+    if (size_ == 1) return;
+    MPI_Request req;
+    check_mpi(MPI_Ibcast(buf, as_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+    wait(req, "MPI_Ibcast (waiting for rank 0)", /*timed=*/false);
+  }
+
   void allgather(const void* send, void* recv, std::size_t bytes) override {
     if (size_ == 1) {
       if (recv != send) std::memcpy(recv, send, bytes);
@@ -129,15 +136,16 @@ class MpiCommunicator final : public Communicator {
       throw CommError("rank " + std::to_string(rank_) + ": " + what + " failed: " + mpi_error_string(code));
   }
   // Poll until complete or timeout_s: spin briefly (latency), then back off to 50 µs sleeps.
-  void wait(MPI_Request& req, const char* what) {
+  // Untimed waits (an idle follower) sleep longer once idle, to leave the cores to the engine.
+  void wait(MPI_Request& req, const char* what, bool timed = true) {
     const auto start = std::chrono::steady_clock::now();
     const auto limit = std::chrono::duration<double>(timeout_s_);
     int done = 0;
     for (long spins = 0;; ++spins) {
       check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
       if (done) return;
-      if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      if ((spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
+      if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(!timed && spins > 200000 ? 200 : 50));
+      if (timed && (spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
         char msg[256];
         std::snprintf(msg, sizeof msg,
                       "rank %d: %s did not complete within %.3g s (comm.timeout_s); a peer rank is stalled or dead",

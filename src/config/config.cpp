@@ -100,6 +100,23 @@ const std::map<std::string, Setter>& setters() {
       {"comm.timeout_s", [](Config& c, const std::string& v, const std::string& w) {
          c.comm.timeout_s = parse_positive_double("comm.timeout_s", v, w);
        }},
+      {"service.host", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.host = nonempty("service.host", v, w);
+         SHARDTOPK_EXPECTS(v.find_first_of(" \t/") == std::string::npos, w, "key 'service.host': '", v,
+                           "' is not a host name or IP address (e.g. 127.0.0.1, 0.0.0.0)");
+       }},
+      {"service.port", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.port = static_cast<int>(parse_int("service.port", v, 0, 65535, w));
+       }},
+      {"service.batch_window_us", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.batch_window_us = static_cast<int>(parse_int("service.batch_window_us", v, 0, 1000000, w));
+       }},
+      {"service.max_body_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 1024, 1LL << 32, w);
+       }},
+      {"service.threads", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.threads = static_cast<int>(parse_int("service.threads", v, 1, 4096, w));
+       }},
   };
   return s;
 }
@@ -201,6 +218,13 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "backend" << YAML::Value << to_string(c.comm.backend);
   out << YAML::Key << "timeout_s" << YAML::Value << c.comm.timeout_s;
+  out << YAML::EndMap;
+  out << YAML::Key << "service" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "host" << YAML::Value << c.service.host;
+  out << YAML::Key << "port" << YAML::Value << c.service.port;
+  out << YAML::Key << "batch_window_us" << YAML::Value << c.service.batch_window_us;
+  out << YAML::Key << "max_body_bytes" << YAML::Value << c.service.max_body_bytes;
+  out << YAML::Key << "threads" << YAML::Value << c.service.threads;
   out << YAML::EndMap;
   out << YAML::EndMap;
   return out.c_str();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <thread>
 
 #include "common/log.hpp"
@@ -18,19 +19,23 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Rank 0's verdict on a batch, broadcast before any data so all ranks take the same path.
-struct BatchHeader {
-  std::int32_t status = 0;  // 0 ok, 1 rejected
-  std::int32_t batch = 0;
-  std::int32_t k = 0;
-  std::int32_t pad = 0;
-};
+// A failing rank's status row (see ShardedIndex::run_data_path): slot 0 holds this marker,
+// score +inf and id kPadId - 1 - rank. No engine produces it: scores are finite for finite
+// inputs and the id is far outside any corpus row count (an ids dataset would need exactly this
+// id with an infinite score). The merge ranks +inf first, so the merged status row starts with
+// the failing ranks' markers.
+constexpr std::int64_t kFailIdBase = kPadId - 1;
+Candidate fail_marker(int rank) { return Candidate{std::numeric_limits<float>::infinity(), kFailIdBase - rank}; }
+bool is_fail_marker(std::int64_t id, float reported_score, int world) {
+  return std::isinf(reported_score) && id <= kFailIdBase && id > kFailIdBase - world;
+}
 
 // Fault injection for tests of invariant 7 (never hang): SHARDTOPK_FAULT="stall:RANK:BATCH:SECONDS"
 // makes RANK sleep before its local search of batch number BATCH (0-based, counted per index);
-// "exit:RANK:BATCH" makes it exit(17) there, as a crashed rank would.
+// "exit:RANK:BATCH" makes it exit(17) there, as a crashed rank would; "fail:RANK:BATCH" makes its
+// local search throw (a recoverable failure: rank 0 reports it, every rank keeps serving).
 struct Fault {
-  enum Kind { kNone, kStall, kExit } kind = kNone;
+  enum Kind { kNone, kStall, kExit, kFail } kind = kNone;
   int rank = -1;
   long batch = -1;
   double seconds = 0;
@@ -46,9 +51,9 @@ Fault parse_fault() {
   double secs = 0;
   const int n = std::sscanf(env, "%15[a-z]:%d:%ld:%lf", kind, &rank, &batch, &secs);
   const std::string k = kind;
-  SHARDTOPK_EXPECTS((k == "stall" && n == 4) || (k == "exit" && n >= 3), "SHARDTOPK_FAULT='", env,
-                    "': expected stall:RANK:BATCH:SECONDS or exit:RANK:BATCH");
-  f.kind = k == "stall" ? Fault::kStall : Fault::kExit;
+  SHARDTOPK_EXPECTS((k == "stall" && n == 4) || ((k == "exit" || k == "fail") && n >= 3), "SHARDTOPK_FAULT='", env,
+                    "': expected stall:RANK:BATCH:SECONDS, exit:RANK:BATCH or fail:RANK:BATCH");
+  f.kind = k == "stall" ? Fault::kStall : k == "exit" ? Fault::kExit : Fault::kFail;
   f.rank = rank;
   f.batch = batch;
   f.seconds = secs;
@@ -61,6 +66,8 @@ void maybe_inject_fault(int rank, long batch) {
   if (f.kind == Fault::kStall) {
     spdlog::warn("SHARDTOPK_FAULT: rank {} stalls {} s before batch {}", rank, f.seconds, batch);
     std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
+  } else if (f.kind == Fault::kFail) {
+    throw Error("SHARDTOPK_FAULT: injected local search failure in batch " + std::to_string(batch));
   } else {
     spdlog::warn("SHARDTOPK_FAULT: rank {} exits during batch {}", rank, batch);
     std::fflush(nullptr);
@@ -87,28 +94,37 @@ int resolve_threads(const Config& cfg, int local_size) {
   return std::max(1, hw / std::max(1, local_size));
 }
 
-ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
+EngineLimits index_engine_limits(const SearchConfig& search, int world_size) {
+  // One query row more than batch_max: the status row of run_data_path.
+  return EngineLimits{search.batch_max + 1, search.k_max, world_size};
+}
+
+std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
   const auto t0 = Clock::now();
-  host_comm_ = make_mpi_communicator(cfg.comm.timeout_s);
-  const int rank = host_comm_->rank(), world = host_comm_->world_size();
+  Config cfg = cfg_in;
+  std::unique_ptr<Communicator> host_comm = make_mpi_communicator(cfg.comm.timeout_s);
+  const int rank = host_comm->rank(), world = host_comm->world_size();
   init_logging(rank, world);
 
   bool ok = true;
   std::string msg;
   EngineBackend backend = cfg.engine.backend;
+  Metric metric = Metric::kInnerProduct;
+  IngestStats stats;
+  std::unique_ptr<Engine> engine;
   try {
-    validate(cfg_);
-    const DatasetInfo info = inspect_dataset(cfg_.corpus.path, cfg_.corpus.dataset);
-    SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg_.corpus.path, "': dataset '", info.name,
+    validate(cfg);
+    const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+    SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name,
                       "' must be 2-D [rows, dim], but it is ", info.dims.size(), "-D");
-    SHARDTOPK_EXPECTS(info.is_float, "'", cfg_.corpus.path, "': dataset '", info.name, "' has dtype ", info.dtype,
+    SHARDTOPK_EXPECTS(info.is_float, "'", cfg.corpus.path, "': dataset '", info.name, "' has dtype ", info.dtype,
                       "; expected float16, float32 or float64");
-    SHARDTOPK_EXPECTS(info.dims[0] >= 1 && info.dims[1] >= 1, "'", cfg_.corpus.path, "': dataset '", info.name,
+    SHARDTOPK_EXPECTS(info.dims[0] >= 1 && info.dims[1] >= 1, "'", cfg.corpus.path, "': dataset '", info.name,
                       "' is empty [", info.dims[0], ", ", info.dims[1], "]");
-    metric_ = resolve_metric(cfg_);
-    stats_.total_rows = info.dims[0];
-    stats_.dim = info.dims[1];
-    stats_.rows = shard_rows(stats_.total_rows, world, rank);
+    metric = resolve_metric(cfg);
+    stats.total_rows = info.dims[0];
+    stats.dim = info.dims[1];
+    stats.rows = shard_rows(stats.total_rows, world, rank);
 
     if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
     if (backend == EngineBackend::kCuda) {
@@ -116,7 +132,7 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
                                            "(reconfigure with -DSHARDTOPK_CUDA=ON) ; use engine.backend 'cpu'");
       const int ngpu = cuda_device_count();
       SHARDTOPK_EXPECTS(ngpu > 0, "engine.backend 'cuda': no GPU is visible; use engine.backend 'cpu' or 'auto'");
-      SHARDTOPK_EXPECTS(host_comm_->local_size() <= ngpu, "engine.backend 'cuda': ", host_comm_->local_size(),
+      SHARDTOPK_EXPECTS(host_comm->local_size() <= ngpu, "engine.backend 'cuda': ", host_comm->local_size(),
                         " ranks on this node but only ", ngpu, " GPU(s) visible; start at most ", ngpu,
                         " ranks per node (one rank per GPU)");
     }
@@ -134,80 +150,107 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
         }
       };
     }
-    HostMatrix rows = read_rows(cfg_.corpus.path, cfg_.corpus.dataset, stats_.rows, cfg_.engine.read_chunk_rows,
+    HostMatrix rows = read_rows(cfg.corpus.path, cfg.corpus.dataset, stats.rows, cfg.engine.read_chunk_rows,
                                 progress, "corpus row");
-    std::vector<std::int64_t> ids(static_cast<size_t>(stats_.rows.size()));
-    if (!cfg_.corpus.ids_dataset.empty()) {
-      std::vector<std::int64_t> all = read_int64_vector(cfg_.corpus.path, cfg_.corpus.ids_dataset);
-      SHARDTOPK_EXPECTS(static_cast<std::int64_t>(all.size()) == stats_.total_rows, "'", cfg_.corpus.path,
-                        "': ids dataset '", cfg_.corpus.ids_dataset, "' has ", all.size(), " entries but '",
-                        cfg_.corpus.dataset, "' has ", stats_.total_rows, " rows");
-      std::copy(all.begin() + stats_.rows.lo, all.begin() + stats_.rows.hi, ids.begin());
+    std::vector<std::int64_t> ids(static_cast<size_t>(stats.rows.size()));
+    if (!cfg.corpus.ids_dataset.empty()) {
+      std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
+      SHARDTOPK_EXPECTS(static_cast<std::int64_t>(all.size()) == stats.total_rows, "'", cfg.corpus.path,
+                        "': ids dataset '", cfg.corpus.ids_dataset, "' has ", all.size(), " entries but '",
+                        cfg.corpus.dataset, "' has ", stats.total_rows, " rows");
+      std::copy(all.begin() + stats.rows.lo, all.begin() + stats.rows.hi, ids.begin());
       std::vector<std::int64_t> sorted = std::move(all);
       std::sort(sorted.begin(), sorted.end());
       const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-      SHARDTOPK_EXPECTS(dup == sorted.end(), "'", cfg_.corpus.path, "': ids dataset '", cfg_.corpus.ids_dataset,
+      SHARDTOPK_EXPECTS(dup == sorted.end(), "'", cfg.corpus.path, "': ids dataset '", cfg.corpus.ids_dataset,
                         "' is not unique: id ", (dup == sorted.end() ? 0 : *dup), " appears more than once");
       SHARDTOPK_EXPECTS(sorted.empty() || sorted.back() != kPadId, "ids dataset: id ", kPadId, " is reserved");
     } else {
-      for (std::int64_t i = 0; i < stats_.rows.size(); ++i) ids[i] = stats_.rows.lo + i;
+      for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
     }
-    if (metric_ == Metric::kCosine) {
+    if (metric == Metric::kCosine) {
       // norms computed once at ingest: rows are stored normalised. Messages use global rows.
       for (std::int64_t i = 0; i < rows.rows; ++i)
-        normalize_rows(rows.data.data() + i * rows.cols, 1, rows.cols, stats_.rows.lo + i, "corpus row");
+        normalize_rows(rows.data.data() + i * rows.cols, 1, rows.cols, stats.rows.lo + i, "corpus row");
     }
-    stats_.read_s = seconds_since(tr);
+    stats.read_s = seconds_since(tr);
 
     const auto tu = Clock::now();
-    EngineLimits lim{cfg_.search.batch_max, cfg_.search.k_max, world};
+    const EngineLimits lim = index_engine_limits(cfg.search, world);
     ShardInput in{rows.data.data(), rows.rows, rows.cols, ids.data()};
     if (backend == EngineBackend::kCuda) {
-      engine_ = make_cuda_engine(in, metric_, cfg_.engine.dtype, host_comm_->local_rank(), lim);
+      engine = make_cuda_engine(in, metric, cfg.engine.dtype, host_comm->local_rank(), lim);
     } else {
-      engine_ = make_cpu_engine(in, metric_, cfg_.engine.dtype, resolve_threads(cfg_, host_comm_->local_size()), lim);
+      engine = make_cpu_engine(in, metric, cfg.engine.dtype, resolve_threads(cfg, host_comm->local_size()), lim);
     }
-    stats_.upload_s = seconds_since(tu);
-    stats_.engine_resident_bytes = engine_->resident_bytes();
+    stats.upload_s = seconds_since(tu);
+    stats.engine_resident_bytes = engine->resident_bytes();
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
   }
-  host_comm_->check(ok, msg);
+  host_comm->check(ok, msg);
 
   // Communicator for the data path.
-  CommBackend cb = cfg_.comm.backend;
-  if (cb == CommBackend::kAuto) cb = (engine_->space() == MemSpace::kDevice && built_with_nccl()) ? CommBackend::kNccl : CommBackend::kMpi;
+  std::unique_ptr<Communicator> data_comm;
+  CommBackend cb = cfg.comm.backend;
+  if (cb == CommBackend::kAuto)
+    cb = (engine->space() == MemSpace::kDevice && built_with_nccl()) ? CommBackend::kNccl : CommBackend::kMpi;
   ok = true;
   try {
     if (cb == CommBackend::kNccl) {
-      SHARDTOPK_EXPECTS(engine_->space() == MemSpace::kDevice,
+      SHARDTOPK_EXPECTS(engine->space() == MemSpace::kDevice,
                         "comm.backend 'nccl' needs the CUDA engine (engine.backend 'cuda' or 'auto' with GPUs)");
-      data_comm_ = make_nccl_communicator(*host_comm_, engine_->stream(), host_comm_->local_rank(), cfg_.comm.timeout_s);
+      data_comm = make_nccl_communicator(*host_comm, engine->stream(), host_comm->local_rank(), cfg.comm.timeout_s);
     }
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
   }
-  host_comm_->check(ok, msg);
-
-  const size_t bk = static_cast<size_t>(cfg_.search.batch_max) * cfg_.search.k_max;
-  host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
-  host_candidates_.assign(bk, pad_candidate());
-  host_ids_.assign(bk, 0);
-  host_scores_.assign(bk, 0.0f);
-  if (engine_->space() == MemSpace::kDevice && data_comm().space() == MemSpace::kHost)
-    host_gathered_.assign(bk * world, pad_candidate());
+  host_comm->check(ok, msg);
 
   double mine = seconds_since(t0);
   std::vector<double> all(static_cast<size_t>(world));
-  host_comm_->allgather(&mine, all.data(), sizeof(double));
-  stats_.total_s = *std::max_element(all.begin(), all.end());
+  host_comm->allgather(&mine, all.data(), sizeof(double));
+  stats.total_s = *std::max_element(all.begin(), all.end());
+
+  const RowRange rows = stats.rows;
+  const std::int64_t total_rows = stats.total_rows;
+  auto index = std::make_unique<ShardedIndex>(cfg, metric, total_rows, rows, std::move(engine), std::move(host_comm),
+                                              std::move(data_comm));
+  index->set_ingest_stats(stats);
   if (rank == 0) {
     spdlog::info("corpus {} '{}' [{} x {}], metric {}, {} rank(s); engine {} ({}), comm {}; ingest {:.2f} s",
-                 cfg_.corpus.path, cfg_.corpus.dataset, stats_.total_rows, stats_.dim, to_string(metric_), world,
-                 engine_->name(), to_string(engine_->dtype()), data_comm().name(), stats_.total_s);
+                 cfg.corpus.path, cfg.corpus.dataset, stats.total_rows, stats.dim, to_string(metric), world,
+                 index->engine().name(), to_string(index->engine().dtype()), index->data_comm().name(), stats.total_s);
   }
+  return index;
+}
+
+ShardedIndex::ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
+                           std::unique_ptr<Engine> engine, std::unique_ptr<Communicator> host_comm,
+                           std::unique_ptr<Communicator> data_comm)
+    : cfg_(cfg), metric_(metric), host_comm_(std::move(host_comm)), data_comm_(std::move(data_comm)),
+      engine_(std::move(engine)) {
+  SHARDTOPK_EXPECTS(engine_ && host_comm_, "ShardedIndex: an engine and a host communicator are required");
+  SHARDTOPK_EXPECTS(engine_->metric() == metric, "ShardedIndex: engine metric ", to_string(engine_->metric()),
+                    " differs from the index metric ", to_string(metric));
+  SHARDTOPK_EXPECTS(engine_->rows() == rows.size(), "ShardedIndex: engine holds ", engine_->rows(),
+                    " rows but this rank's range has ", rows.size());
+  SHARDTOPK_EXPECTS(cfg_.search.batch_max >= 1 && cfg_.search.k_max >= 1, "ShardedIndex: bad search limits");
+  stats_.total_rows = total_rows;
+  stats_.dim = engine_->dim();
+  stats_.rows = rows;
+  stats_.engine_resident_bytes = engine_->resident_bytes();
+  const int world = host_comm_->world_size();
+  const size_t bk1 = static_cast<size_t>(cfg_.search.batch_max + 1) * cfg_.search.k_max;
+  host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
+  host_candidates_.assign(bk1, pad_candidate());
+  host_status_.assign(static_cast<size_t>(cfg_.search.k_max), pad_candidate());
+  host_ids_.assign(bk1, 0);
+  host_scores_.assign(bk1, 0.0f);
+  if (engine_->space() == MemSpace::kDevice && this->data_comm().space() == MemSpace::kHost)
+    host_gathered_.assign(bk1 * world, pad_candidate());
 }
 
 ShardedIndex::~ShardedIndex() = default;
@@ -216,6 +259,10 @@ int ShardedIndex::rank() const { return host_comm_->rank(); }
 int ShardedIndex::world_size() const { return host_comm_->world_size(); }
 
 void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
+  if (rank() != 0) {
+    follow_one(/*lock_step=*/true);
+    return;
+  }
   admit_batch(batch, k, [&] {
     SHARDTOPK_EXPECTS(queries != nullptr, "no queries given");
     const std::int64_t d = stats_.dim;
@@ -224,53 +271,157 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
                         queries[i], ") at column ", i % d);
     engine_->copy_from_host(engine_->query_buffer(), queries, sizeof(float) * batch * d);
   });
-  run_search(pending_batch_, pending_k_, ids, scores);
+  run_search(batch, k, ids, scores);
 }
 
 void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int batch, int k, std::int64_t* ids,
                                  float* scores) {
   SHARDTOPK_EXPECTS(engine_->space() == MemSpace::kDevice, "search_device needs the CUDA engine (engine is ",
                     engine_->name(), ")");
+  if (rank() != 0) {
+    follow_one(/*lock_step=*/true);
+    return;
+  }
   admit_batch(batch, k, [&] {
     SHARDTOPK_EXPECTS(d_queries != nullptr, "no queries given");
     (void)cuda_stream;  // copy_within synchronises the device first, so work on any stream is done
     engine_->copy_within(engine_->query_buffer(), d_queries, sizeof(float) * batch * stats_.dim);
   });
-  run_search(pending_batch_, pending_k_, ids, scores);
+  run_search(batch, k, ids, scores);
 }
 
 void ShardedIndex::admit_batch(int batch, int k, const std::function<void()>& stage_queries) {
   // Rank 0 checks the batch, stages the queries into the engine and prepares them (cosine
-  // normalisation; the CUDA engine also checks finiteness on the device), then broadcasts its
-  // verdict so every rank takes the same path. A rejected batch leaves the index usable.
-  BatchHeader h;
+  // normalisation; the CUDA engine also checks finiteness on the device), then broadcasts the
+  // step's header. A rejected batch is announced too, so that followers calling search() in
+  // lock step throw with rank 0; a follow() loop skips it. The index stays usable.
+  SHARDTOPK_EXPECTS(!shut_down_, "the index was shut down");
+  Header h;
   std::string reject;
-  if (rank() == 0) {
-    try {
-      const std::int64_t kmax = std::min<std::int64_t>(cfg_.search.k_max, stats_.total_rows);
-      SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
-                        (k > cfg_.search.k_max ? " (search.k_max)" : k > stats_.total_rows ? " (corpus rows)" : ""));
-      SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
-                        " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
-      stage_queries();
-      engine_->prepare_queries(engine_->query_buffer(), batch);
-      h.batch = batch;
-      h.k = k;
-    } catch (const Error& e) {
-      h.status = 1;
-      reject = e.what();
-    }
+  try {
+    const std::int64_t kmax = std::min<std::int64_t>(cfg_.search.k_max, stats_.total_rows);
+    SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
+                      (k > cfg_.search.k_max ? " (search.k_max)" : k > stats_.total_rows ? " (corpus rows)" : ""));
+    SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
+                      " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
+    stage_queries();
+    engine_->prepare_queries(engine_->query_buffer(), batch);
+    h.op = static_cast<std::int32_t>(IndexOp::kSearch);
+    h.batch = batch;
+    h.k = k;
+  } catch (const Error& e) {
+    h.op = static_cast<std::int32_t>(IndexOp::kRejected);
+    reject = e.what();
   }
   host_comm_->broadcast(&h, sizeof h, 0);
-  if (h.status != 0) throw Error(rank() == 0 ? reject : "rank 0 rejected the batch");
-  pending_batch_ = h.batch;
-  pending_k_ = h.k;
+  if (h.op != static_cast<std::int32_t>(IndexOp::kSearch)) throw Error(reject);
+}
+
+void ShardedIndex::follow() {
+  SHARDTOPK_EXPECTS(rank() != 0, "follow() is for ranks 1 .. P-1; rank 0 drives the index");
+  while (follow_one(/*lock_step=*/false)) {
+  }
+}
+
+bool ShardedIndex::follow_one(bool lock_step) {
+  SHARDTOPK_EXPECTS(!shut_down_, "the index was shut down");
+  Header h;
+  host_comm_->broadcast_untimed(&h, sizeof h, 0);
+  switch (static_cast<IndexOp>(h.op)) {
+    case IndexOp::kSearch:
+      run_search(h.batch, h.k, nullptr, nullptr);
+      return true;
+    case IndexOp::kRejected:
+      if (lock_step) throw Error("rank 0 rejected the batch");
+      return true;
+    case IndexOp::kStats: {
+      RankStats mine{static_cast<double>(batches_), local_search_s_};
+      std::vector<RankStats> all(static_cast<size_t>(world_size()));
+      host_comm_->allgather(&mine, all.data(), sizeof mine);
+      if (lock_step) throw Error("rank 0 asked for statistics");
+      return true;
+    }
+    case IndexOp::kShutdown:
+      shut_down_ = true;
+      if (lock_step) throw Error("rank 0 shut the index down");
+      return false;
+  }
+  // A newer rank 0 than this follower: nothing sensible to do but end the job.
+  throw CommError("rank " + std::to_string(rank()) + ": unknown index op " + std::to_string(h.op) + " from rank 0");
+}
+
+std::vector<RankStats> ShardedIndex::rank_stats() {
+  SHARDTOPK_EXPECTS(rank() == 0 && !shut_down_, "rank_stats() is for rank 0 of a running index");
+  Header h;
+  h.op = static_cast<std::int32_t>(IndexOp::kStats);
+  host_comm_->broadcast(&h, sizeof h, 0);
+  RankStats mine{static_cast<double>(batches_), local_search_s_};
+  std::vector<RankStats> all(static_cast<size_t>(world_size()));
+  host_comm_->allgather(&mine, all.data(), sizeof mine);
+  return all;
+}
+
+void ShardedIndex::shutdown() {
+  if (rank() != 0 || shut_down_) return;
+  shut_down_ = true;
+  Header h;
+  h.op = static_cast<std::int32_t>(IndexOp::kShutdown);
+  host_comm_->broadcast(&h, sizeof h, 0);
 }
 
 void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores) {
+  bool ok = true;
+  const std::string local_error = run_data_path(batch, k, &ok);
+  last_batch_ = batch;
+  last_k_ = k;
+  if (!ok) spdlog::error("rank {}: local search of batch {} (k={}) failed: {}", rank(), batches_ - 1, k, local_error);
+  if (rank() != 0) return;
+
+  // Rank 0: the merged status row (row `batch`, multi-rank only) names the failing ranks.
+  const int world = world_size();
+  std::vector<int> failed;
+  if (world > 1) {
+    const size_t st = static_cast<size_t>(batch) * k;
+    for (int j = 0; j < k; ++j)
+      if (is_fail_marker(host_ids_[st + j], host_scores_[st + j], world))
+        failed.push_back(static_cast<int>(kFailIdBase - host_ids_[st + j]));
+  } else if (!ok) {
+    failed.push_back(0);
+  }
+  if (!failed.empty()) {
+    std::sort(failed.begin(), failed.end());
+    std::string text;
+    for (int r : failed) {
+      text += (text.empty() ? "" : "\n") + std::string("rank ") + std::to_string(r) + ": ";
+      text += r == 0 ? local_error : "local search failed (the rank's log has the reason)";
+    }
+    if (static_cast<int>(failed.size()) == k && world > k) text += "\n(only the first k failing ranks are named)";
+    throw RemoteError(text, !ok);
+  }
+  const size_t n = static_cast<size_t>(batch) * k;
+  if (ids) std::copy(host_ids_.begin(), host_ids_.begin() + n, ids);
+  if (scores) std::copy(host_scores_.begin(), host_scores_.begin() + n, scores);
+}
+
+// The data path of one search, on every rank, in stream order:
+//   stage/broadcast queries → engine.search → status row → all-gather → merge → export.
+// With the CUDA engine and NCCL every step is queued on the engine's stream; the host waits
+// only in export_results (rank 0, for the answer) and inside the NCCL communicator's timeout
+// polling. That is the part to capture as a CUDA graph later (ROADMAP: the seam is this
+// function; the header broadcast and the status check stay outside it).
+//
+// Local failures travel in the all-gather payload, not in an extra collective: every rank
+// sends [batch + 1, k] candidates, the last row being its status row. On success that row is
+// left as it is (stale candidates, never a marker); on failure slot 0 holds fail_marker(rank)
+// and, after the gather, the row is reset to padding. The merge ranks markers (+inf) first, so
+// rank 0 reads the failing ranks from row `batch` of the exported answer. Cost: k more
+// candidates per rank in the gather, one more merged row and k × 12 bytes more to the host.
+// Returns this rank's error message ("" and *ok = true on success).
+std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   const int world = world_size();
   const size_t qbytes = sizeof(float) * batch * stats_.dim;
-  const size_t cbytes = sizeof(Candidate) * batch * k;
+  const int rows_out = world > 1 ? batch + 1 : batch;  // + the status row
+  const size_t cbytes = sizeof(Candidate) * rows_out * k;
   Engine& e = *engine_;
   Communicator& dc = data_comm();
   const bool staged = e.space() == MemSpace::kDevice && dc.space() == MemSpace::kHost;
@@ -286,21 +437,26 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
     }
   }
 
-  // 2. local top-k; a failure on any rank reaches all of them
-  maybe_inject_fault(rank(), batches_++);
-  bool ok = true;
+  // 2. local top-k; a failure marks this rank's status row (multi-rank) instead of a collective
+  *ok = true;
   std::string msg;
+  const auto ts = Clock::now();
   try {
+    maybe_inject_fault(rank(), batches_++);
     e.search(e.query_buffer(), batch, k, e.local_buffer());
   } catch (const std::exception& ex) {
-    ok = false;
+    *ok = false;
     msg = ex.what();
   }
-  host_comm_->check(ok, msg);
-  last_batch_ = batch;
-  last_k_ = k;
+  local_search_s_ += seconds_since(ts);
+  Candidate* status_row = e.local_buffer() + static_cast<size_t>(batch) * k;
+  if (!*ok && world > 1) {
+    std::fill(host_status_.begin(), host_status_.begin() + k, pad_candidate());
+    host_status_[0] = fail_marker(rank());
+    e.copy_from_host(status_row, host_status_.data(), sizeof(Candidate) * k);
+  }
 
-  // 3. all-gather K candidates per rank, merge on rank 0
+  // 3. all-gather [batch + 1, k] candidates per rank, merge on rank 0
   const Candidate* final_list = e.local_buffer();
   if (world > 1) {
     if (staged) {
@@ -310,15 +466,21 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
     } else {
       dc.allgather(e.local_buffer(), e.gathered_buffer(), cbytes);
     }
+    if (!*ok) {  // failure path only: clear the marker so a later search cannot read it again
+      std::fill(host_status_.begin(), host_status_.begin() + k, pad_candidate());
+      e.copy_from_host(status_row, host_status_.data(), sizeof(Candidate) * k);
+    }
     if (rank() == 0) {
-      e.merge(e.gathered_buffer(), world, batch, k, e.merged_buffer());
+      e.merge(e.gathered_buffer(), world, rows_out, k, e.merged_buffer());
       final_list = e.merged_buffer();
     }
   }
-  if (rank() != 0) return;
+  if (rank() != 0) return msg;
 
-  // 4. only the final [batch, k] ids and scores come back to the host
-  e.export_results(final_list, batch, k, ids ? ids : host_ids_.data(), scores ? scores : host_scores_.data());
+  // 4. only the final [batch (+1), k] ids and scores come back to the host
+  if (world == 1 && !*ok) return msg;
+  e.export_results(final_list, rows_out, k, host_ids_.data(), host_scores_.data());
+  return msg;
 }
 
 std::vector<Candidate> ShardedIndex::last_local_candidates() const {

@@ -213,7 +213,8 @@ TEST_P(MpiIndex, SameAnswerAsOneProcessAndTheOracle) {
   cfg.corpus.dataset = c.dataset;
   cfg.engine.dtype = c.dtype;
   if (c.ids_dataset) cfg.corpus.ids_dataset = "ids";
-  ShardedIndex idx(cfg, false);
+  auto idx_holder = load_index(cfg, false);
+  ShardedIndex& idx = *idx_holder;
   EXPECT_EQ(idx.world_size(), g_world);
   EXPECT_EQ(idx.rank(), g_rank);
   EXPECT_EQ(idx.total_rows(), c.n);
@@ -321,12 +322,14 @@ TEST(MpiIndexMetric, ResolvedFromTheFileWhenTheConfigLeavesItUnset) {
       w.close();
     });
     {
-      ShardedIndex idx(base_config(path, std::nullopt, 8, 4), false);
+      auto idx_holder = load_index(base_config(path, std::nullopt, 8, 4), false);
+      ShardedIndex& idx = *idx_holder;
       EXPECT_EQ(idx.metric(), r.expect) << "distance='" << r.distance << "'";
     }
     // The config wins over the file.
     {
-      ShardedIndex idx(base_config(path, kL2, 8, 4), false);
+      auto idx_holder = load_index(base_config(path, kL2, 8, 4), false);
+      ShardedIndex& idx = *idx_holder;
       EXPECT_EQ(idx.metric(), kL2);
     }
     MPI_Barrier(MPI_COMM_WORLD);  // nobody reads the file while rank 0 rewrites it
@@ -338,7 +341,7 @@ TEST(MpiIndexMetric, ResolvedFromTheFileWhenTheConfigLeavesItUnset) {
 // The message every rank gets when the index refuses to start ("<started>" when it did not).
 std::string startup_error(const Config& cfg) {
   try {
-    ShardedIndex idx(cfg, false);
+    auto idx_holder = load_index(cfg, false);
     return "<started>";
   } catch (const RemoteError& e) {
     return e.what();
@@ -540,7 +543,7 @@ class MpiIndexQueryErrors : public ::testing::Test {
       H5Writer w(path);
       w.write_f32("train", corpus_.data(), kN, kDim);
     });
-    idx_ = std::make_unique<ShardedIndex>(base_config(path, m, kKMax, kBatchMax), false);
+    idx_ = load_index(base_config(path, m, kKMax, kBatchMax), false);
   }
 
   // The Error message of a rejected search (on this rank), "<answered>" when it was answered.
@@ -601,7 +604,7 @@ TEST_F(MpiIndexQueryErrors, KAboveKMaxWhenTheCorpusIsLarger) {
     H5Writer w(path);
     w.write_f32("train", corpus_.data(), n, kDim);
   });
-  idx_ = std::make_unique<ShardedIndex>(base_config(path, kIp, kKMax, kBatchMax), false);
+  idx_ = load_index(base_config(path, kIp, kKMax, kBatchMax), false);
   const std::string msg = rejected(good_.data(), 3, 17);
   if (g_rank == 0) EXPECT_THAT(msg, AllOf(HasSubstr("k=17"), HasSubstr("allowed 1 .. 16"), HasSubstr("search.k_max")));
   const Answer a = index_search(*idx_, good_, 0, 3, 16);
@@ -642,6 +645,57 @@ TEST_F(MpiIndexQueryErrors, ManyRejectionsInARowThenGoodBatches) {
   }
   expect_next_good_batch_exact();
   expect_next_good_batch_exact();
+}
+
+// ------------------------------------------------------------------------------ library object + follower loop
+
+// The index built from parts already in memory (no file): the caller's engine and communicator.
+// Rank 0 drives searches (one rejected in between), asks every rank for its counters, then shuts
+// the followers' loop down; follow() returns on every other rank. Answers: exact ids on small
+// integers, equal to the float64 oracle whatever the number of ranks.
+TEST(MpiIndexLibrary, BuiltFromPartsWithAFollowerLoop) {
+  constexpr std::int64_t kN = 37, kDim = 5, kQ = 9;
+  const std::vector<float> corpus = test::small_ints(kN * kDim, 91, -2, 2);
+  const std::vector<float> queries = test::small_ints(kQ * kDim, 92, -2, 2);
+  Config cfg;
+  cfg.corpus.path = "(in memory)";
+  cfg.search.k_max = 16;
+  cfg.search.batch_max = 4;
+  cfg.comm.timeout_s = 60;
+  const RowRange rows = shard_rows(kN, g_world, g_rank);
+  std::vector<std::int64_t> ids = test::iota_ids(rows.size(), rows.lo);
+  auto engine = make_cpu_engine(ShardInput{corpus.data() + rows.lo * kDim, rows.size(), kDim, ids.data()}, Metric::kL2,
+                                Dtype::kFloat32, 1, index_engine_limits(cfg.search, g_world));
+  ShardedIndex idx(cfg, Metric::kL2, kN, rows, std::move(engine), make_mpi_communicator(cfg.comm.timeout_s));
+  if (g_rank != 0) {
+    idx.follow();  // returns when rank 0 shuts down
+    EXPECT_EQ(idx.searches(), 3);
+    return;
+  }
+  Answer got;
+  const int ks[3] = {7, 7, 7};
+  int q0 = 0;
+  for (int step = 0; step < 3; ++step) {
+    const int b = step == 2 ? 1 : 4;
+    Answer a;
+    a.ids.assign(static_cast<size_t>(b) * ks[step], -1);
+    a.scores.assign(a.ids.size(), NAN);
+    idx.search(queries.data() + q0 * kDim, b, ks[step], a.ids.data(), a.scores.data());
+    got.ids.insert(got.ids.end(), a.ids.begin(), a.ids.end());
+    got.scores.insert(got.scores.end(), a.scores.begin(), a.scores.end());
+    q0 += b;
+    if (step == 0) {
+      // a rejected batch between searches: rank 0 throws, the followers skip it
+      EXPECT_THROW(idx.search(queries.data(), 1, 0, a.ids.data(), a.scores.data()), Error);
+    }
+  }
+  const std::vector<float> used(queries.begin(), queries.begin() + q0 * kDim);
+  test::expect_exact(Metric::kL2, corpus, kN, nullptr, used, q0, kDim, 7, got, "built from parts");
+  const std::vector<RankStats> st = idx.rank_stats();
+  ASSERT_EQ(static_cast<int>(st.size()), g_world);
+  for (int r = 0; r < g_world; ++r) EXPECT_EQ(st[r].searches, 3) << "rank " << r;
+  idx.shutdown();
+  EXPECT_THROW(idx.search(queries.data(), 1, 3, got.ids.data(), got.scores.data()), Error) << "after shutdown";
 }
 
 }  // namespace

@@ -1,0 +1,252 @@
+// bench_load: load generator for `shardtopk serve`. Closed-loop clients (one keep-alive
+// connection each, one query per request) at several concurrencies, JSON and binary; QPS and
+// p50/p99 latency per configuration; every answer to the first --check queries of the pool is
+// checked against the float64 oracle (DESIGN.md "within tolerance": every id a hit, scores
+// within ε, in order, no duplicates); HTTP errors count as wrong too.
+//
+// Output (nccl-tests style): one JSON line per configuration, then a table with a #wrong
+// column. Exit status 1 when any answer was wrong, 2 on a usage or set-up error.
+//
+//   bench_load --url http://127.0.0.1:8080 --corpus data/x.h5 --queries data/x.h5 -k 10 \
+//              --clients 1,16,64 --duration 5 --formats json,binary
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "common/half.hpp"
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/engine.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/oracle.hpp"
+#include "shardtopk/types.hpp"
+
+namespace {
+
+using namespace shardtopk;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct Result {
+  std::string format;
+  int clients = 0;
+  long requests = 0, errors = 0, checked = 0, wrong = 0, near_tie_swaps = 0;
+  double seconds = 0, qps = 0, p50_ms = 0, p99_ms = 0, mean_ms = 0;
+  std::string first_error;
+};
+
+double pct(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');)
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_load: QPS and latency of `shardtopk serve`, answers checked against the float64 oracle"};
+  std::string url = "http://127.0.0.1:8080", queries_path, queries_ds = "test", corpus_path, corpus_ds = "train";
+  std::string clients_s = "1,16,64", formats_s = "json,binary", json_out;
+  int k = 10, check = 64, oracle_threads = 0;
+  double duration = 5, warmup = 1;
+  app.add_option("--url", url, "service base URL")->capture_default_str();
+  app.add_option("--queries,-q", queries_path, "HDF5 file with the query pool")->required();
+  app.add_option("--queries-dataset", queries_ds, "dataset of the queries")->capture_default_str();
+  app.add_option("--corpus", corpus_path, "the served corpus (HDF5), for the oracle")->required();
+  app.add_option("--corpus-dataset", corpus_ds, "dataset of the corpus")->capture_default_str();
+  app.add_option("-k", k, "neighbours per query")->capture_default_str();
+  app.add_option("--clients,-c", clients_s, "concurrent clients, comma-separated")->capture_default_str();
+  app.add_option("--formats", formats_s, "json, binary or both")->capture_default_str();
+  app.add_option("--duration,-d", duration, "seconds per configuration")->capture_default_str();
+  app.add_option("--warmup,-w", warmup, "seconds of warm-up per configuration (not measured)")->capture_default_str();
+  app.add_option("--check", check, "answers to the first N pool queries are checked by the oracle")->capture_default_str();
+  app.add_option("--oracle-threads", oracle_threads, "threads for the oracle (0: all cores)")->capture_default_str();
+  app.add_option("-J,--json", json_out, "also write the JSON lines to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    // ---- the service's index, the pool and the oracle's truth for the first `check` queries
+    httplib::Client info_client(url);
+    auto ir = info_client.Get("/v1/info");
+    SHARDTOPK_EXPECTS(ir && ir->status == 200, "GET ", url, "/v1/info failed",
+                      ir ? " (HTTP " + std::to_string(ir->status) + ")" : " (no connection)");
+    const json info = json::parse(ir->body);
+    const Metric metric = parse_metric(info["metric"].get<std::string>(), "/v1/info metric");
+    const Dtype dtype = parse_dtype(info["dtype"].get<std::string>(), "/v1/info dtype");
+    const std::int64_t dim = info["dim"].get<std::int64_t>();
+    HostMatrix q = read_matrix(queries_path, queries_ds, "query");
+    SHARDTOPK_EXPECTS(q.cols == dim, "queries have dimension ", q.cols, " but the service has ", dim);
+    HostMatrix c = read_matrix(corpus_path, corpus_ds, "corpus row");
+    SHARDTOPK_EXPECTS(c.cols == dim && c.rows == info["rows"].get<std::int64_t>(), "corpus [", c.rows, " x ", c.cols,
+                      "] is not the served one [", info["rows"].get<std::int64_t>(), " x ", dim, "]");
+    // The values the engine scores: cosine rows normalised at ingest, then stored as dtype.
+    if (metric == Metric::kCosine) normalize_rows(c.data.data(), c.rows, c.cols, 0, "corpus row");
+    for (auto& x : c.data) {
+      if (dtype == Dtype::kFloat16) x = half::from_f16(half::to_f16(x));
+      if (dtype == Dtype::kBFloat16) x = half::from_bf16(half::to_bf16(x));
+    }
+    const std::int64_t nq = q.rows;
+    check = static_cast<int>(std::min<std::int64_t>(check, nq));
+    std::vector<std::int64_t> tid;
+    std::vector<double> tsc;
+    const int ot = oracle_threads > 0 ? oracle_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const auto to = Clock::now();
+    oracle::topk(metric, c.data.data(), c.rows, nullptr, q.data.data(), check, dim, k, &tid, &tsc, ot);
+    std::fprintf(stderr, "# oracle truth for %d queries in %.1f s; service: %lld x %lld %s %s, %d rank(s), engine %s\n",
+                 check, std::chrono::duration<double>(Clock::now() - to).count(), static_cast<long long>(c.rows),
+                 static_cast<long long>(dim), info["metric"].get<std::string>().c_str(),
+                 info["dtype"].get<std::string>().c_str(), info["ranks"].get<int>(),
+                 info["engine"].get<std::string>().c_str());
+
+    // ---- one configuration: `clients` closed-loop clients for warm-up + duration seconds
+    auto run = [&](const std::string& format, int clients) {
+      Result res;
+      res.format = format;
+      res.clients = clients;
+      const bool binary = format == "binary";
+      std::mutex m;
+      std::vector<double> lat_ms;
+      std::atomic<bool> measuring{false}, stop{false};
+      std::vector<std::thread> th;
+      for (int t = 0; t < clients; ++t) {
+        th.emplace_back([&, t] {
+          httplib::Client cl(url);
+          cl.set_keep_alive(true);
+          cl.set_tcp_nodelay(true);
+          cl.set_read_timeout(60, 0);
+          std::vector<double> mine;
+          long errors = 0, checked = 0, wrong = 0, swaps = 0;
+          std::string first_error;
+          for (std::int64_t i = t; !stop.load(); i += clients) {
+            const std::int64_t qi = i % nq;
+            const float* qv = q.data.data() + qi * dim;
+            const auto t0 = Clock::now();
+            httplib::Result r =
+                binary ? cl.Post(("/v1/search?k=" + std::to_string(k)).c_str(), reinterpret_cast<const char*>(qv),
+                                 static_cast<size_t>(dim) * 4, "application/octet-stream")
+                       : cl.Post("/v1/search", json{{"query", std::vector<float>(qv, qv + dim)}, {"k", k}}.dump(),
+                                 "application/json");
+            const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+            const bool counted = measuring.load();
+            std::vector<std::int64_t> ids(static_cast<size_t>(k));
+            std::vector<float> sc(static_cast<size_t>(k));
+            bool ok = r && r->status == 200;
+            if (ok) {
+              if (binary) {
+                ok = r->body.size() == static_cast<size_t>(k) * 12;
+                if (ok) {
+                  std::memcpy(ids.data(), r->body.data(), static_cast<size_t>(k) * 8);
+                  std::memcpy(sc.data(), r->body.data() + static_cast<size_t>(k) * 8, static_cast<size_t>(k) * 4);
+                }
+              } else {
+                const json j = json::parse(r->body, nullptr, false);
+                ok = !j.is_discarded() && j["ids"].size() == 1 && j["ids"][0].size() == static_cast<size_t>(k);
+                for (int x = 0; ok && x < k; ++x) {
+                  ids[x] = j["ids"][0][x].get<std::int64_t>();
+                  sc[x] = static_cast<float>(j["scores"][0][x].get<double>());
+                }
+              }
+            }
+            if (!counted) continue;
+            mine.push_back(ms);
+            if (!ok) {
+              ++errors;
+              if (first_error.empty())
+                first_error = r ? "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200)
+                                : "no reply: " + httplib::to_string(r.error());
+              continue;
+            }
+            if (qi < check) {
+              ++checked;
+              const oracle::Check ch = oracle::check_query(metric, c.data.data(), c.rows, nullptr, qv, dim, k,
+                                                           ids.data(), sc.data(), tid.data() + qi * k,
+                                                           tsc.data() + qi * k);
+              if (ch.hits != k || ch.bad_scores || ch.out_of_order || ch.duplicates) ++wrong;
+              swaps += ch.near_tie_swaps;
+            }
+          }
+          std::lock_guard<std::mutex> l(m);
+          lat_ms.insert(lat_ms.end(), mine.begin(), mine.end());
+          res.errors += errors;
+          res.checked += checked;
+          res.wrong += wrong;
+          res.near_tie_swaps += swaps;
+          if (res.first_error.empty()) res.first_error = first_error;
+        });
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
+      const auto t0 = Clock::now();
+      measuring = true;
+      std::this_thread::sleep_for(std::chrono::duration<double>(duration));
+      measuring = false;
+      res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      stop = true;
+      for (auto& x : th) x.join();
+      res.requests = static_cast<long>(lat_ms.size());
+      res.qps = static_cast<double>(res.requests - res.errors) / res.seconds;
+      double sum = 0;
+      for (double v : lat_ms) sum += v;
+      res.mean_ms = lat_ms.empty() ? 0 : sum / static_cast<double>(lat_ms.size());
+      res.p50_ms = pct(lat_ms, 50);
+      res.p99_ms = pct(lat_ms, 99);
+      return res;
+    };
+
+    std::vector<Result> results;
+    std::FILE* jf = json_out.empty() ? nullptr : std::fopen(json_out.c_str(), "w");
+    for (const std::string& f : split(formats_s)) {
+      SHARDTOPK_EXPECTS(f == "json" || f == "binary", "--formats: '", f, "' (allowed: json, binary)");
+      for (const std::string& cs : split(clients_s)) {
+        const int n = std::stoi(cs);
+        SHARDTOPK_EXPECTS(n >= 1 && n <= 4096, "--clients: ", cs, " out of range 1 .. 4096");
+        Result r = run(f, n);
+        const json j = {{"bench", "load"},       {"format", r.format},   {"clients", r.clients}, {"k", k},
+                        {"dim", dim},            {"rows", c.rows},       {"ranks", info["ranks"]},
+                        {"engine", info["engine"]}, {"dtype", info["dtype"]}, {"seconds", r.seconds},
+                        {"requests", r.requests}, {"errors", r.errors}, {"qps", r.qps},
+                        {"p50_ms", r.p50_ms},    {"p99_ms", r.p99_ms},   {"mean_ms", r.mean_ms},
+                        {"checked", r.checked},  {"wrong", r.wrong + r.errors}, {"near_tie_swaps", r.near_tie_swaps}};
+        std::printf("%s\n", j.dump().c_str());
+        std::fflush(stdout);
+        if (jf) std::fprintf(jf, "%s\n", j.dump().c_str());
+        if (!r.first_error.empty()) std::fprintf(stderr, "# %s x%d: first error: %s\n", f.c_str(), n, r.first_error.c_str());
+        results.push_back(r);
+      }
+    }
+    if (jf) std::fclose(jf);
+
+    std::printf("#\n# %-7s %8s %10s %10s %10s %10s %9s %8s %7s\n", "format", "clients", "requests", "QPS", "p50_ms",
+                "p99_ms", "checked", "#swaps", "#wrong");
+    long wrong = 0;
+    for (const Result& r : results) {
+      std::printf("  %-7s %8d %10ld %10.1f %10.3f %10.3f %9ld %8ld %7ld\n", r.format.c_str(), r.clients, r.requests,
+                  r.qps, r.p50_ms, r.p99_ms, r.checked, r.near_tie_swaps, r.wrong + r.errors);
+      wrong += r.wrong + r.errors;
+    }
+    std::printf("# #wrong = answers outside the oracle's tolerance + failed requests; total %ld\n", wrong);
+    return wrong > 0 ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_load: error: %s\n", e.what());
+    return 2;
+  }
+}

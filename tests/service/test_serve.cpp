@@ -1,0 +1,630 @@
+// `shardtopk serve` end to end (issue 8): `mpirun -np 2 shardtopk serve` on CPU ranks on a free
+// loopback port; real queries (bge-m3) and small generated sets by JSON and binary, compared with
+// the float64 oracle and with `shardtopk search`; every bad request; micro-batched answers equal
+// solo answers bit for bit; a failing rank answers 500 and the service keeps serving; SIGTERM to
+// rank 0 drains in-flight requests and every rank and mpirun exit 0 within 10 s.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/oracle.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using test::Answer;
+
+double secs_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string mpi_prefix(int ranks) {
+  return std::string(SHARDTOPK_MPIEXEC) + " " + SHARDTOPK_MPIEXEC_NUMPROC_FLAG + " " + std::to_string(ranks) + " " +
+         SHARDTOPK_MPIEXEC_FLAGS + " ";
+}
+
+// ------------------------------------------------------------------------------ a running service
+
+// `mpirun -np P shardtopk serve` in the background, its output in a log file.
+class Server {
+ public:
+  Server(const std::string& config, const std::string& dir, int ranks = 2, const std::string& env = "")
+      : log_(dir + "/serve.log"), port_file_(dir + "/port") {
+    std::remove(port_file_.c_str());
+    const std::string cmd = env + " exec " + mpi_prefix(ranks) + SHARDTOPK_BIN + " serve -c " + config +
+                            " --port-file " + port_file_ + " >" + log_ + " 2>&1 </dev/null";
+    std::printf("$ %s\n", cmd.c_str());
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Server() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Waits for the port file and /readyz; false (with the log printed) after `timeout_s`.
+  bool wait_ready(double timeout_s = 90) {
+    const auto t0 = Clock::now();
+    while (secs_since(t0) < timeout_s) {
+      if (port_ == 0) {
+        std::ifstream in(port_file_);
+        if (in >> port_) std::printf("  service port %d\n", port_);
+      }
+      if (port_ > 0) {
+        httplib::Client c("127.0.0.1", port_);
+        auto r = c.Get("/readyz");
+        if (r && r->status == 200) return true;
+      }
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        exited_ = true;
+        std::printf("service exited early:\n%s\n", test::read_text(log_).c_str());
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::printf("service not ready after %.0f s:\n%s\n", timeout_s, test::read_text(log_).c_str());
+    return false;
+  }
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const { return test::read_text(log_); }
+
+  // The pids of mpirun's children by rank (Open MPI puts OMPI_COMM_WORLD_RANK in their environment).
+  std::map<int, pid_t> ranks() const {
+    std::map<int, pid_t> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(e.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      char state = 0;
+      int ppid = 0;
+      if (std::sscanf(line.c_str() + close + 2, "%c %d", &state, &ppid) != 2 || ppid != pid_) continue;
+      std::ifstream env(e.path() / "environ");
+      std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+      const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
+      const auto p = all.find(key);
+      if (p != std::string::npos) out[std::atoi(all.c_str() + p + key.size())] = std::stoi(name);
+    }
+    return out;
+  }
+
+  // Waits for mpirun to exit; its exit code, or -1 after `timeout_s`.
+  int wait_exit(double timeout_s) {
+    const auto t0 = Clock::now();
+    while (secs_since(t0) < timeout_s) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+ private:
+  std::string log_, port_file_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+};
+
+// ------------------------------------------------------------------------------ client helpers
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  int batch_size = 0;
+};
+
+Reply post(int port, const std::string& path, const std::string& body, const std::string& ctype) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  c.set_tcp_nodelay(true);
+  auto r = c.Post(path.c_str(), body, ctype.c_str());
+  Reply out;
+  if (!r) {
+    out.body = "no reply: " + httplib::to_string(r.error());
+    return out;
+  }
+  out.status = r->status;
+  out.body = r->body;
+  if (r->has_header("X-Batch-Size")) out.batch_size = std::stoi(r->get_header_value("X-Batch-Size"));
+  return out;
+}
+
+std::string json_queries(const float* q, int nq, std::int64_t dim, int k) {
+  json rows = json::array();
+  for (int i = 0; i < nq; ++i) {
+    json r = json::array();
+    for (std::int64_t c = 0; c < dim; ++c) r.push_back(q[i * dim + c]);
+    rows.push_back(r);
+  }
+  return json{{"queries", rows}, {"k", k}}.dump();
+}
+
+// JSON search → Answer; fails the test on a non-200 reply.
+Answer search_json(int port, const float* q, int nq, std::int64_t dim, int k, int* batch_size = nullptr) {
+  const Reply r = post(port, "/v1/search", json_queries(q, nq, dim, k), "application/json");
+  Answer a;
+  EXPECT_EQ(r.status, 200) << r.body;
+  if (r.status != 200) return a;
+  if (batch_size) *batch_size = r.batch_size;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["ids"].size(), static_cast<size_t>(nq));
+  EXPECT_TRUE(j.contains("metric") && j.contains("took_ms"));
+  for (int i = 0; i < nq; ++i) {
+    EXPECT_EQ(j["ids"][i].size(), static_cast<size_t>(k));
+    for (int c = 0; c < k; ++c) {
+      a.ids.push_back(j["ids"][i][c].get<std::int64_t>());
+      a.scores.push_back(static_cast<float>(j["scores"][i][c].get<double>()));
+    }
+  }
+  return a;
+}
+
+// Binary search → Answer (B×K int64 ids, then B×K float32 scores, little-endian).
+Answer search_binary(int port, const float* q, int nq, std::int64_t dim, int k, int* batch_size = nullptr) {
+  const std::string body(reinterpret_cast<const char*>(q), sizeof(float) * nq * dim);
+  const Reply r = post(port, "/v1/search?k=" + std::to_string(k) + "&batch=" + std::to_string(nq), body,
+                       "application/octet-stream");
+  Answer a;
+  EXPECT_EQ(r.status, 200) << r.body;
+  if (r.status != 200) return a;
+  if (batch_size) *batch_size = r.batch_size;
+  const size_t n = static_cast<size_t>(nq) * k;
+  EXPECT_EQ(r.body.size(), n * 12);
+  if (r.body.size() != n * 12) return a;
+  a.ids.resize(n);
+  a.scores.resize(n);
+  std::memcpy(a.ids.data(), r.body.data(), n * 8);
+  std::memcpy(a.scores.data(), r.body.data() + n * 8, n * 4);
+  return a;
+}
+
+Answer slice(const Answer& a, int q0, int nq, int k) {
+  Answer s;
+  s.ids.assign(a.ids.begin() + q0 * k, a.ids.begin() + (q0 + nq) * k);
+  s.scores.assign(a.scores.begin() + q0 * k, a.scores.begin() + (q0 + nq) * k);
+  return s;
+}
+
+std::string write_config(const std::string& dir, const std::string& corpus, const std::string& metric, int k_max,
+                         int batch_max, int window_us, const std::string& extra = "") {
+  const std::string path = dir + "/serve.yaml";
+  test::write_text(path, "corpus:\n  path: " + corpus + "\nsearch:\n  metric: " + metric + "\n  k_max: " +
+                             std::to_string(k_max) + "\n  batch_max: " + std::to_string(batch_max) +
+                             "\nengine:\n  backend: cpu\n  threads: 1\ncomm:\n  timeout_s: 30\nservice:\n"
+                             "  host: 127.0.0.1\n  port: 0\n  batch_window_us: " +
+                             std::to_string(window_us) + "\n  max_body_bytes: 4194304\n  threads: 96\n" + extra);
+  return path;
+}
+
+// ------------------------------------------------------------------------------ bge-m3 (real vectors)
+
+class ServeBge : public ::testing::Test {
+ protected:
+  static constexpr std::int64_t kN = 500, kQ = 500, kDim = 1024;
+  static constexpr int kK = 10, kBatchMax = 64;
+  static constexpr int kWindowUs = 20000;  // long, so concurrent requests surely share batches
+
+  static void SetUpTestSuite() {
+    corpus_ = test::read_raw_f32(test::bge_dir() + "/paragraphs-1024.f32", kN, kDim);
+    queries_ = test::read_raw_f32(test::bge_dir() + "/sentences-1024.f32", kQ, kDim);
+    if (corpus_.empty() || queries_.empty()) return;
+    dir_ = new test::TempDir();
+    const std::string path = dir_->file("bge.h5");
+    H5Writer w(path);
+    w.write_f32("train", corpus_.data(), kN, kDim);
+    w.write_f32("test", queries_.data(), kQ, kDim);
+    w.close();
+    config_ = write_config(dir_->path(), path, "cosine", 100, kBatchMax, kWindowUs);
+    server_ = new Server(config_, dir_->path());
+    ready_ = server_->wait_ready();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+    server_ = nullptr;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (corpus_.empty()) GTEST_SKIP() << "bge-m3 vectors not found under " << test::bge_dir() << " (set SHARDTOPK_DATA_DIR)";
+    ASSERT_TRUE(ready_) << "the service did not start";
+  }
+  int port() const { return server_->port(); }
+  const float* q(int i) const { return queries_.data() + static_cast<size_t>(i) * kDim; }
+
+  static std::vector<float> corpus_, queries_;
+  static test::TempDir* dir_;
+  static std::string config_;
+  static Server* server_;
+  static bool ready_;
+};
+std::vector<float> ServeBge::corpus_, ServeBge::queries_;
+test::TempDir* ServeBge::dir_ = nullptr;
+std::string ServeBge::config_;
+Server* ServeBge::server_ = nullptr;
+bool ServeBge::ready_ = false;
+
+TEST_F(ServeBge, InfoHealthReady) {
+  httplib::Client c("127.0.0.1", port());
+  auto h = c.Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto r = c.Get("/readyz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  auto i = c.Get("/v1/info");
+  ASSERT_TRUE(i);
+  ASSERT_EQ(i->status, 200);
+  const json j = json::parse(i->body);
+  EXPECT_EQ(j["rows"], kN);
+  EXPECT_EQ(j["dim"], kDim);
+  EXPECT_EQ(j["metric"], "cosine");
+  EXPECT_EQ(j["dtype"], "float32");
+  EXPECT_EQ(j["ranks"], 2);
+  EXPECT_EQ(j["engine"], "cpu");
+  EXPECT_EQ(j["k_max"], 100);
+  EXPECT_EQ(j["batch_max"], kBatchMax);
+  EXPECT_FALSE(j["version"].get<std::string>().empty());
+}
+
+TEST_F(ServeBge, JsonAndBinaryMatchTheOracleAndEachOther) {
+  const int nq = 40;
+  const Answer js = search_json(port(), q(0), nq, kDim, kK);
+  const Answer bin = search_binary(port(), q(0), nq, kDim, kK);
+  ASSERT_EQ(js.ids.size(), static_cast<size_t>(nq * kK));
+  test::expect_bit_identical(js, bin, "JSON vs binary");
+  std::vector<float> qs(queries_.begin(), queries_.begin() + nq * kDim);
+  test::expect_within_tolerance(Metric::kCosine, corpus_, kN, nullptr, qs, nq, kDim, kK, js, "serve bge-m3 JSON");
+  // one "query" object form
+  const Reply r = post(port(), "/v1/search",
+                       json{{"query", std::vector<float>(q(3), q(3) + kDim)}, {"k", kK}}.dump(), "application/json");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["ids"].size(), 1u);
+  for (int c = 0; c < kK; ++c) EXPECT_EQ(j["ids"][0][c].get<std::int64_t>(), js.ids[3 * kK + c]);
+}
+
+TEST_F(ServeBge, SameAnswersAsTheSearchCommand) {
+  const int nq = 100;
+  const std::string out = dir_->file("cli.h5");
+  const std::string cmd = mpi_prefix(2) + SHARDTOPK_BIN + " search -c " + config_ + " -q " + dir_->file("bge.h5") +
+                          " -k " + std::to_string(kK) + " --max-queries " + std::to_string(nq) + " --batch 7 --out " +
+                          out + " >" + dir_->file("cli.log") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_text(dir_->file("cli.log"));
+  std::int64_t rq = 0, rk = 0;
+  Answer cli;
+  cli.ids = read_int64_matrix(out, "ids", &rq, &rk);
+  ASSERT_EQ(rq, nq);
+  ASSERT_EQ(rk, kK);
+  cli.scores = read_matrix(out, "scores", "score").data;
+  Answer srv;
+  for (int q0 = 0; q0 < nq; q0 += 25) {  // other batch sizes than the CLI's
+    const Answer part = search_binary(port(), q(q0), 25, kDim, kK);
+    srv.ids.insert(srv.ids.end(), part.ids.begin(), part.ids.end());
+    srv.scores.insert(srv.scores.end(), part.scores.begin(), part.scores.end());
+  }
+  test::expect_bit_identical(srv, cli, "serve vs search command");
+}
+
+TEST_F(ServeBge, MicroBatchedAnswersEqualSoloAnswersBitForBit) {
+  const int nq = 48;
+  // Solo: one request at a time, so each is a batch of its own.
+  std::vector<Answer> solo(nq);
+  for (int i = 0; i < nq; ++i) {
+    int bs = 0;
+    solo[i] = search_json(port(), q(100 + i), 1, kDim, (i % 3 == 0) ? 5 : kK, &bs);
+    EXPECT_EQ(bs, 1) << "a lone request rides alone";
+  }
+  // Concurrent: 48 clients at once, JSON and binary mixed, two values of k; the window is long,
+  // so requests of the same k share batches.
+  std::vector<Answer> got(nq);
+  std::vector<int> batch(nq, 0);
+  std::vector<std::thread> th;
+  for (int i = 0; i < nq; ++i)
+    th.emplace_back([&, i] {
+      const int k = (i % 3 == 0) ? 5 : kK;
+      got[i] = (i % 2) ? search_binary(port(), q(100 + i), 1, kDim, k, &batch[i])
+                       : search_json(port(), q(100 + i), 1, kDim, k, &batch[i]);
+    });
+  for (auto& t : th) t.join();
+  int batched = 0;
+  for (int i = 0; i < nq; ++i) {
+    test::expect_bit_identical(got[i], solo[i], "query " + std::to_string(100 + i) + " batched vs solo");
+    batched += batch[i] > 1;
+  }
+  std::printf("  %d of %d concurrent requests shared a batch\n", batched, nq);
+  EXPECT_GT(batched, nq / 2) << "concurrent requests should have been micro-batched";
+  // Multi-row requests batched together keep their own rows.
+  std::vector<Answer> multi(6);
+  th.clear();
+  for (int i = 0; i < 6; ++i)
+    th.emplace_back([&, i] { multi[i] = search_binary(port(), q(200 + 5 * i), 5, kDim, kK); });
+  for (auto& t : th) t.join();
+  const Answer all = search_binary(port(), q(200), 30, kDim, kK);
+  for (int i = 0; i < 6; ++i) test::expect_bit_identical(multi[i], slice(all, 5 * i, 5, kK), "rows of request " + std::to_string(i));
+}
+
+TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
+  const Answer before = search_json(port(), q(7), 2, kDim, kK);
+  const std::vector<float> good(q(7), q(7) + kDim);
+  auto row = [&](std::vector<float> v) { return json(v); };
+  struct Case {
+    const char* what;
+    std::string path, body, ctype, method = "POST";
+    int status;
+    const char* needle;
+  };
+  std::vector<float> short_row(good.begin(), good.begin() + 100);
+  std::string first_big = row(good).dump();
+  first_big = "[1e39" + first_big.substr(first_big.find(','));  // the first value overflows float32
+  const std::string nan_json = "{\"queries\": [" + first_big + "], \"k\": 5}";
+  std::vector<float> nan_bin = good;
+  nan_bin[5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> inf_bin = good;
+  inf_bin[9] = std::numeric_limits<float>::infinity();
+  const std::string bin(reinterpret_cast<const char*>(good.data()), good.size() * 4);
+  std::vector<float> many(static_cast<size_t>(kBatchMax + 1) * kDim, 0.5f);
+  json many_json = json::array();
+  for (int i = 0; i < kBatchMax + 1; ++i) many_json.push_back(row(good));
+  const std::vector<Case> cases = {
+      {"malformed JSON", "/v1/search", "{\"queries\": [[1, 2", "application/json", "POST", 400, "malformed JSON"},
+      {"not an object", "/v1/search", "[1,2,3]", "application/json", "POST", 400, "JSON object"},
+      {"wrong D", "/v1/search", json{{"queries", json::array({row(short_row)})}, {"k", 5}}.dump(), "application/json",
+       "POST", 400, "dimension 100 but the index has dimension 1024"},
+      {"non-finite (JSON)", "/v1/search", nan_json, "application/json", "POST", 400, "not finite"},
+      {"NaN (binary)", "/v1/search?k=5", std::string(reinterpret_cast<const char*>(nan_bin.data()), kDim * 4),
+       "application/octet-stream", "POST", 400, "column 5"},
+      {"Inf (binary)", "/v1/search?k=5", std::string(reinterpret_cast<const char*>(inf_bin.data()), kDim * 4),
+       "application/octet-stream", "POST", 400, "column 9"},
+      {"not a number", "/v1/search", "{\"query\": [\"a\"], \"k\": 3}", "application/json", "POST", 400, "dimension"},
+      {"k = 0", "/v1/search", json{{"query", row(good)}, {"k", 0}}.dump(), "application/json", "POST", 400, "k=0 out of range"},
+      {"k < 0", "/v1/search?k=-3", bin, "application/octet-stream", "POST", 400, "k=-3 out of range"},
+      {"k > k_max", "/v1/search", json{{"query", row(good)}, {"k", 101}}.dump(), "application/json", "POST", 400, "search.k_max"},
+      {"k not an integer", "/v1/search", json{{"query", row(good)}, {"k", 2.5}}.dump(), "application/json", "POST", 400,
+       "\"k\" must be an integer"},
+      {"k missing (binary)", "/v1/search", bin, "application/octet-stream", "POST", 400, "query parameter k"},
+      {"k not a number (binary)", "/v1/search?k=ten", bin, "application/octet-stream", "POST", 400, "expected an integer"},
+      {"empty query list", "/v1/search", json{{"queries", json::array()}, {"k", 5}}.dump(), "application/json", "POST",
+       400, "empty query list"},
+      {"empty binary body", "/v1/search?k=5", "", "application/octet-stream", "POST", 400, "empty query list"},
+      {"more queries than batch_max", "/v1/search", json{{"queries", many_json}, {"k", 5}}.dump(), "application/json",
+       "POST", 400, "search.batch_max = 64"},
+      {"more binary rows than batch_max", "/v1/search?k=5",
+       std::string(reinterpret_cast<const char*>(many.data()), many.size() * 4), "application/octet-stream", "POST", 400,
+       "search.batch_max = 64"},
+      {"binary length not a multiple of 4*D", "/v1/search?k=5", bin + "abc", "application/octet-stream", "POST", 400,
+       "not a multiple of 4 x dim = 4096"},
+      {"batch does not match the body", "/v1/search?k=5&batch=2", bin, "application/octet-stream", "POST", 400,
+       "batch=2 does not match"},
+      {"both query and queries", "/v1/search", json{{"query", row(good)}, {"queries", json::array({row(good)})}}.dump(),
+       "application/json", "POST", 400, "either"},
+      {"unknown field", "/v1/search", json{{"query", row(good)}, {"topk", 3}}.dump(), "application/json", "POST", 400,
+       "unknown field \"topk\""},
+      {"unsupported content type", "/v1/search", "hello", "text/plain", "POST", 415, "not supported"},
+      {"body over max_body_bytes", "/v1/search?k=5", std::string(5 << 20, 'x'), "application/octet-stream", "POST",
+       413, "over service.max_body_bytes (4194304 bytes)"},
+      {"unknown route", "/v2/search", "{}", "application/json", "POST", 404, "no route POST /v2/search"},
+      {"wrong method on search", "/v1/search", "", "", "GET", 405, "not allowed"},
+      {"wrong method on info", "/v1/info", "{}", "application/json", "POST", 405, "not allowed"},
+      {"wrong method (DELETE)", "/v1/search", "", "", "DELETE", 405, "not allowed"},
+  };
+  httplib::Client c("127.0.0.1", port());
+  for (const Case& cs : cases) {
+    httplib::Result r = cs.method == "GET"      ? c.Get(cs.path.c_str())
+                        : cs.method == "DELETE" ? c.Delete(cs.path.c_str())
+                                                : c.Post(cs.path.c_str(), cs.body, cs.ctype.c_str());
+    ASSERT_TRUE(r) << cs.what << ": no reply (" << httplib::to_string(r.error()) << ")";
+    EXPECT_EQ(r->status, cs.status) << cs.what << ": " << r->body;
+    json j;
+    ASSERT_NO_THROW(j = json::parse(r->body)) << cs.what << ": the error is not JSON: " << r->body;
+    ASSERT_TRUE(j.contains("error")) << cs.what;
+    EXPECT_THAT(j["error"].get<std::string>(), HasSubstr(cs.needle)) << cs.what;
+  }
+  // A client that disconnects mid-request harms no other request.
+  {
+    httplib::Client slow("127.0.0.1", port());
+    slow.set_read_timeout(0, 1000);  // gives up after 1 ms, before the answer
+    (void)slow.Post("/v1/search", json_queries(q(9), 1, kDim, kK), "application/json");
+  }
+  // Nothing changed: the same query gives the same bits; the service still serves.
+  test::expect_bit_identical(search_json(port(), q(7), 2, kDim, kK), before, "after the bad requests");
+}
+
+TEST_F(ServeBge, MetricsInPrometheusText) {
+  (void)search_binary(port(), q(1), 3, kDim, kK);
+  httplib::Client c("127.0.0.1", port());
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  for (const char* s :
+       {"# TYPE shardtopk_http_requests_total counter", "shardtopk_http_requests_total{route=\"/v1/search\",status=\"200\"}",
+        "# TYPE shardtopk_search_latency_seconds histogram", "shardtopk_search_latency_seconds_bucket{le=\"+Inf\"}",
+        "# TYPE shardtopk_batch_size histogram", "shardtopk_queue_depth 0",
+        "shardtopk_rank_search_seconds_total{rank=\"0\"}", "shardtopk_rank_search_seconds_total{rank=\"1\"}",
+        "shardtopk_rank_searches_total{rank=\"1\"}"})
+    EXPECT_THAT(r->body, HasSubstr(s));
+}
+
+// examples/client.py (binary and JSON) gives the same ids as the C++ client.
+TEST_F(ServeBge, PythonClientGivesTheSameAnswers) {
+  std::string py;
+  for (const char* p : {"/usr/bin/python3", "python3"})
+    if (std::system((std::string(p) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0) {
+      py = p;
+      break;
+    }
+  if (py.empty()) GTEST_SKIP() << "python3 with numpy not found: Python client test skipped";
+  const Answer ref = search_binary(port(), q(0), 3, kDim, 4);
+  for (const char* mode : {"", " --json"}) {
+    const std::string out = dir_->file("py.txt");
+    const std::string cmd = py + " " SHARDTOPK_SOURCE_DIR "/examples/client.py --url http://127.0.0.1:" +
+                            std::to_string(port()) + " -k 4 --batch 3 --queries " + test::bge_dir() +
+                            "/sentences-1024.f32" + mode + " >" + out + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_text(out);
+    const std::string text = test::read_text(out);
+    for (int i = 0; i < 3; ++i) {
+      std::string ids = "query " + std::to_string(i) + ": ids [";
+      for (int c = 0; c < 4; ++c) ids += (c ? ", " : "") + std::to_string(ref.ids[i * 4 + c]);
+      EXPECT_THAT(text, HasSubstr(ids + "]")) << mode;
+    }
+  }
+}
+
+// Last in this suite: the in-flight requests are answered, then every rank and mpirun exit 0.
+TEST_F(ServeBge, SigtermToRankZeroDrainsAndEveryRankExitsZero) {
+  const auto ranks = server_->ranks();
+  ASSERT_EQ(ranks.size(), 2u) << "expected 2 ranks under mpirun pid " << server_->pid();
+  std::vector<int> status(8, 0);
+  std::vector<std::thread> th;
+  for (int i = 0; i < 8; ++i)
+    th.emplace_back([&, i] {
+      status[i] = post(port(), "/v1/search?k=3", std::string(reinterpret_cast<const char*>(q(i)), kDim * 4),
+                       "application/octet-stream")
+                      .status;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // inside the 20 ms batch window
+  const auto t0 = Clock::now();
+  ASSERT_EQ(kill(ranks.at(0), SIGTERM), 0);
+  for (auto& t : th) t.join();
+  const int rc = server_->wait_exit(10);
+  const double took = secs_since(t0);
+  std::printf("  mpirun exited %d %.2f s after SIGTERM to rank 0\n", rc, took);
+  EXPECT_EQ(rc, 0) << server_->log();
+  EXPECT_LT(took, 10.0);
+  int answered = 0;
+  for (int s : status) answered += s == 200;
+  // Requests that reached the queue before the signal are answered; later ones may get 503 or no
+  // connection, but never a wrong answer.
+  for (int s : status) EXPECT_TRUE(s == 200 || s == 503 || s == 0) << s;
+  std::printf("  %d of 8 in-flight requests answered 200\n", answered);
+  EXPECT_GT(answered, 0);
+  for (const auto& kv : ranks) EXPECT_NE(kill(kv.second, 0), 0) << "rank " << kv.first << " still runs";
+  EXPECT_THAT(server_->log(), HasSubstr("stopping: requests answered"));
+}
+
+// ------------------------------------------------------------------------------ generated small integers
+
+// Exact ids (ties included) on small-integer vectors, l2, through JSON and binary; a rank whose
+// local search fails gives 500 naming it and the service keeps serving.
+TEST(ServeGenerated, ExactIdsOnSmallIntegersAndARankFailureKeepsServing) {
+  constexpr std::int64_t kN = 301, kDim = 8, kQ = 12;
+  constexpr int kK = 7;
+  test::TempDir dir;
+  const std::vector<float> corpus = test::small_ints(kN * kDim, 77, -2, 2);  // many ties
+  const std::vector<float> queries = test::small_ints(kQ * kDim, 78, -2, 2);
+  const std::string path = dir.file("gen.h5");
+  {
+    H5Writer w(path);
+    w.write_f32("train", corpus.data(), kN, kDim);
+    w.close();
+  }
+  const std::string cfg = write_config(dir.path(), path, "l2", 1024, 16, 300);
+  // Rank 1's local search number 2 (its third) fails, as an engine error would.
+  Server srv(cfg, dir.path(), 2, "SHARDTOPK_FAULT=fail:1:2");
+  ASSERT_TRUE(srv.wait_ready());
+  const Answer a0 = search_json(srv.port(), queries.data(), kQ, kDim, kK);   // search 0
+  const Answer a1 = search_binary(srv.port(), queries.data(), kQ, kDim, kK); // search 1
+  test::expect_exact(Metric::kL2, corpus, kN, nullptr, queries, kQ, kDim, kK, a0, "serve l2 JSON");
+  test::expect_bit_identical(a0, a1, "JSON vs binary");
+  // search 2: rank 1 fails → 500 naming rank 1
+  const Reply bad = post(srv.port(), "/v1/search", json_queries(queries.data(), 1, kDim, kK), "application/json");
+  EXPECT_EQ(bad.status, 500) << bad.body;
+  EXPECT_THAT(bad.body, HasSubstr("rank 1"));
+  // the service keeps serving, with the same answers
+  test::expect_bit_identical(search_binary(srv.port(), queries.data(), kQ, kDim, kK), a1, "after a rank failure");
+  // k > rows
+  const Reply big = post(srv.port(), "/v1/search", json{{"query", std::vector<float>(kDim, 1.0f)}, {"k", 302}}.dump(),
+                         "application/json");
+  EXPECT_EQ(big.status, 400);
+  EXPECT_THAT(big.body, HasSubstr("corpus rows"));
+  ASSERT_EQ(kill(srv.ranks().at(0), SIGTERM), 0);
+  EXPECT_EQ(srv.wait_exit(10), 0) << srv.log();
+  EXPECT_THAT(srv.log(), HasSubstr("SHARDTOPK_FAULT: injected local search failure"));
+}
+
+// A rank that stalls (a dead peer looks the same): the batch's requests get 503 naming the
+// collective that timed out, and the job ends non-zero within comm.timeout_s (+ teardown).
+TEST(ServeGenerated, AStalledRankAnswers503AndEndsTheJob) {
+  test::TempDir dir;
+  const std::vector<float> corpus = test::small_ints(40 * 4, 6, -2, 2);
+  const std::string path = dir.file("c.h5");
+  {
+    H5Writer w(path);
+    w.write_f32("train", corpus.data(), 40, 4);
+    w.close();
+  }
+  std::string cfg = write_config(dir.path(), path, "l2", 8, 4, 300);
+  std::string text = test::read_text(cfg);
+  text.replace(text.find("timeout_s: 30"), 13, "timeout_s: 2");
+  test::write_text(cfg, text);
+  Server srv(cfg, dir.path(), 2, "SHARDTOPK_FAULT=stall:1:1:60");
+  ASSERT_TRUE(srv.wait_ready());
+  const std::vector<float> q = {1, 0, -1, 2};
+  EXPECT_EQ(post(srv.port(), "/v1/search", json{{"query", q}, {"k", 3}}.dump(), "application/json").status, 200);
+  const auto t0 = Clock::now();
+  const Reply r = post(srv.port(), "/v1/search", json{{"query", q}, {"k", 3}}.dump(), "application/json");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("did not complete within 2 s"));
+  const int rc = srv.wait_exit(30);
+  std::printf("  503 after %.1f s; mpirun exited %d\n", secs_since(t0), rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1) << "the job did not end";
+  EXPECT_THAT(srv.log(), HasSubstr("a peer rank is stalled or dead"));
+}
+
+// A taken port fails the job at start-up on every rank, naming the port.
+TEST(ServeGenerated, PortInUseFailsAtStartUp) {
+  test::TempDir dir;
+  const std::vector<float> corpus = test::small_ints(20 * 4, 5, -2, 2);
+  const std::string path = dir.file("c.h5");
+  {
+    H5Writer w(path);
+    w.write_f32("train", corpus.data(), 20, 4);
+    w.close();
+  }
+  httplib::Server blocker;
+  const int port = blocker.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::string cfg = write_config(dir.path(), path, "l2", 8, 4, 300);
+  std::string text = test::read_text(cfg);
+  text.replace(text.find("port: 0"), 7, "port: " + std::to_string(port));
+  test::write_text(cfg, text);
+  Server srv(cfg, dir.path());
+  const int rc = srv.wait_exit(30);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1) << "did not exit";
+  EXPECT_THAT(srv.log(), HasSubstr("cannot listen on 127.0.0.1:" + std::to_string(port)));
+}
+
+}  // namespace
+}  // namespace shardtopk
