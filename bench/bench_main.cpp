@@ -195,7 +195,7 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
       std::cout << "# " << program << ": " << world << " rank(s), engine " << idx->engine_name() << " ("
                 << idx->device_name() << "), comm " << idx->comm_name() << ", rows "
                 << (spec.generated ? "generated on the " + idx->generated_on() : "from " + spec.path)
-                << ", control " << opt.control << ", git " << git_commit() << "\n"
+                << ", git " << git_commit() << "\n"
                 << "# iters " << opt.iters << ", warm-up " << opt.warmup << ", check " << opt.check
                 << ", read floor " << opt.floor_gbps << " GB/s per rank\n"
                 << table.header() << std::flush;
@@ -358,7 +358,6 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
       r["check_s"] = check_s;
       r["engine"] = idx->engine_name();
       r["comm"] = idx->comm_name();
-      r["control"] = opt.control;
       r["rows_from"] = spec.generated ? "generated:" + idx->generated_on() : spec.path;
       r["seed"] = opt.seed;
       r["device"] = idx->device_name();

@@ -86,9 +86,6 @@ bool parse_options(int argc, char** argv, const std::string& program, const std:
   app.add_option("--oracle-max-values", o->oracle_max_values, "auto mode: oracle top-K up to N*D values, count above");
   app.add_option("--split", o->split, "extra instrumented iterations timing broadcast/scan/all-gather/merge (0|1)")
       ->check(CLI::Range(0, 1));
-  app.add_option("--control", o->control,
-                 "per-batch control messages as ShardedIndex sends them today (header broadcast, status check)")
-      ->check(CLI::Range(0, 1));
   app.add_option("--host-rows", o->host_rows,
                  "CUDA engine: materialise generated rows on the host and upload them (default: generated on the device)")
       ->check(CLI::Range(0, 1));

@@ -38,7 +38,6 @@ struct Options {
   CheckMode check_mode = CheckMode::kAuto;
   double oracle_max_values = 4e9;           ///< auto: oracle top-K below N·D, independent count above
   int split = 1;                            ///< extra instrumented iterations timing each step
-  int control = 1;                          ///< mirror ShardedIndex's per-batch control messages
   int host_rows = 0;                        ///< CUDA: materialise rows on the host (engines without `generated`)
   double floor_gbps = 4500;                 ///< read floor per GPU (GB/s)
   std::string baseline;                     ///< JSON lines with 1-rank records for efficiency

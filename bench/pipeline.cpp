@@ -21,11 +21,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// The same header ShardedIndex broadcasts before each batch (--control 1 mirrors its cost).
-struct BatchHeader {
-  std::int32_t status = 0, batch = 0, k = 0, pad = 0;
-};
-
 template <typename F>
 void parallel_for(std::int64_t n, int threads, F&& f) {  // f(lo, hi, thread)
   threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
@@ -72,7 +67,7 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
     : corpus_(corpus), opt_(opt) {
   Config cfg = cfg_in;
   if (!corpus.generated) {
-    index_ = std::make_unique<ShardedIndex>(cfg, true);
+    index_ = load_index(cfg, true);
     corpus_.rows = index_->total_rows();
     corpus_.dim = index_->dim();
     corpus_.metric = index_->metric();
@@ -81,96 +76,61 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
     generated_on_ = "file";
     return;
   }
-  host_comm_ = make_mpi_communicator(cfg.comm.timeout_s);
-  const int r = host_comm_->rank(), world = host_comm_->world_size();
+  // A generated shard through the product's own ShardedIndex (build_index): the CUDA engine
+  // makes its rows on the device; --host-rows 1 makes them on the host and uploads them.
+  std::unique_ptr<Communicator> host_comm = make_mpi_communicator(cfg.comm.timeout_s);
+  const int r = host_comm->rank(), world = host_comm->world_size();
   init_logging(r, world);
   mine_ = shard_rows(corpus_.rows, world, r);
+  ShardInput in;
+  in.rows = mine_.size();
+  in.dim = corpus_.dim;
+  in.generated = true;
+  in.seed = corpus_.seed;
+  in.first_row = mine_.lo;
   bool ok = true;
   std::string msg;
   try {
-    EngineBackend backend = cfg.engine.backend;
-    if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
-    if (backend == EngineBackend::kCuda) {
-      SHARDTOPK_EXPECTS(built_with_cuda(), "engine.backend 'cuda': built without CUDA");
-      SHARDTOPK_EXPECTS(host_comm_->local_size() <= cuda_device_count(), "engine.backend 'cuda': ",
-                        host_comm_->local_size(), " ranks on this node but ", cuda_device_count(),
-                        " GPU(s) visible; start one rank per GPU");
-    }
-    const EngineLimits lim{cfg.search.batch_max, cfg.search.k_max, world};
-    ShardInput in;
-    in.rows = mine_.size();
-    in.dim = corpus_.dim;
-    in.generated = true;
-    in.seed = corpus_.seed;
-    in.first_row = mine_.lo;
-    const int threads = resolve_threads(cfg, host_comm_->local_size());
+    const EngineBackend backend = choose_backend(cfg, *host_comm);
+    generated_on_ = backend == EngineBackend::kCuda ? "device" : "host";
     if (backend == EngineBackend::kCuda && opt.host_rows) {
-      // Engines without device generation: the same rows, made on the host and uploaded.
+      const int threads = resolve_threads(cfg, host_comm->local_size());
       host_rows_.resize(static_cast<size_t>(in.rows * in.dim));
       generate_rows(corpus_.seed, mine_.lo, in.rows, in.dim, host_rows_.data(), threads);
       if (corpus_.metric == Metric::kCosine) normalize_rows(host_rows_.data(), in.rows, in.dim, mine_.lo, "corpus row");
       in.generated = false;
       in.data = host_rows_.data();
-      host_ids_.resize(static_cast<size_t>(in.rows));  // explicit ids: engines that predate ids == nullptr
-      for (std::int64_t i = 0; i < in.rows; ++i) host_ids_[i] = mine_.lo + i;
-      in.ids = host_ids_.data();
       generated_on_ = "host";
-    } else {
-      generated_on_ = backend == EngineBackend::kCuda ? "device" : "host";
-    }
-    if (backend == EngineBackend::kCuda) {
-      engine_ = make_cuda_engine(in, corpus_.metric, corpus_.dtype, host_comm_->local_rank(), lim);
-    } else {
-      engine_ = make_cpu_engine(in, corpus_.metric, corpus_.dtype, threads, lim);
-    }
-    std::vector<float>().swap(host_rows_);
-    std::vector<std::int64_t>().swap(host_ids_);
-    device_name_ = engine_device_name(*engine_, host_comm_->local_rank());
-  } catch (const std::exception& e) {
-    ok = false;
-    msg = e.what();
-  }
-  host_comm_->check(ok, msg);
-  try {
-    CommBackend cb = cfg.comm.backend;
-    if (cb == CommBackend::kAuto)
-      cb = (engine_->space() == MemSpace::kDevice && built_with_nccl()) ? CommBackend::kNccl : CommBackend::kMpi;
-    if (cb == CommBackend::kNccl) {
-      SHARDTOPK_EXPECTS(engine_->space() == MemSpace::kDevice, "comm.backend 'nccl' needs the CUDA engine");
-      data_comm_ = make_nccl_communicator(*host_comm_, engine_->stream(), host_comm_->local_rank(), cfg.comm.timeout_s);
     }
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
   }
-  host_comm_->check(ok, msg);
-  const size_t bk = static_cast<size_t>(cfg.search.batch_max) * cfg.search.k_max;
+  host_comm->check(ok, msg);
+  index_ = build_index(cfg, corpus_.metric, corpus_.rows, mine_, in, std::move(host_comm));
+  std::vector<float>().swap(host_rows_);
+  device_name_ = engine_device_name(index_->engine(), index_->host_comm().local_rank());
+  const size_t bk = static_cast<size_t>(cfg.search.batch_max + 1) * cfg.search.k_max;
   host_queries_.assign(static_cast<size_t>(cfg.search.batch_max) * corpus_.dim, 0.0f);
   host_candidates_.assign(bk, pad_candidate());
-  if (engine_->space() == MemSpace::kDevice && data().space() == MemSpace::kHost)
+  if (engine().space() == MemSpace::kDevice && data().space() == MemSpace::kHost)
     host_gathered_.assign(bk * world, pad_candidate());
 }
 
 BenchIndex::~BenchIndex() = default;
 
-Communicator& BenchIndex::host() const { return index_ ? index_->host_comm() : *host_comm_; }
-Communicator& BenchIndex::data() const {
-  if (index_) return index_->data_comm();
-  return data_comm_ ? *data_comm_ : *host_comm_;
-}
-Engine& BenchIndex::engine() const { return index_ ? index_->engine() : *engine_; }
+Communicator& BenchIndex::host() const { return index_->host_comm(); }
+Communicator& BenchIndex::data() const { return index_->data_comm(); }
+Engine& BenchIndex::engine() const { return index_->engine(); }
 std::string BenchIndex::engine_name() const { return engine().name(); }
 std::string BenchIndex::comm_name() const { return data().name(); }
 
 void BenchIndex::admit(const float* queries, int batch, int k) {
   Engine& e = engine();
+  (void)k;
   if (rank() == 0) {
     e.copy_from_host(e.query_buffer(), queries, sizeof(float) * batch * corpus_.dim);
     e.prepare_queries(e.query_buffer(), batch);
-  }
-  if (opt_.control) {
-    BatchHeader h{0, batch, k, 0};
-    host().broadcast(&h, sizeof h, 0);
   }
 }
 
@@ -203,23 +163,7 @@ void BenchIndex::gather(int batch, int k) {
 }
 
 void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
-  if (index_) {
-    index_->search(rank() == 0 ? queries : nullptr, batch, k, ids, scores);
-    return;
-  }
-  Engine& e = engine();
-  admit(queries, batch, k);
-  broadcast(batch);
-  e.search(e.query_buffer(), batch, k, e.local_buffer());
-  if (opt_.control) host().check(true, "");
-  gather(batch, k);
-  if (rank() != 0) return;
-  const Candidate* fin = e.local_buffer();
-  if (world_size() > 1) {
-    e.merge(e.gathered_buffer(), world_size(), batch, k, e.merged_buffer());
-    fin = e.merged_buffer();
-  }
-  e.export_results(fin, batch, k, ids, scores);
+  index_->search(rank() == 0 ? queries : nullptr, batch, k, ids, scores);
 }
 
 void BenchIndex::search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
@@ -247,7 +191,6 @@ void BenchIndex::search_split(const float* queries, int batch, int k, std::int64
   t->scan = ms_since(t0);
   t->scan_dev = timer->elapsed_ms();
   t0 = Clock::now();
-  if (opt_.control) host().check(true, "");
   host().barrier();
   t->skew = ms_since(t0);
   t0 = Clock::now();

@@ -3,11 +3,10 @@
 /// What the benchmarks run: a sharded search over a generated (or HDF5) corpus, timed host to
 /// host and step by step, and the checks of sampled answers against float64 references.
 ///
-/// BenchIndex is the stand-in for ShardedIndex until ShardedIndex can be built from an already
-/// loaded shard + engine + communicator: for generated corpora it builds the engine (generated
-/// shard) and communicators itself and runs the same steps as ShardedIndex::run_search
-/// (broadcast, local top-k, all-gather, merge on rank 0, export); for --corpus it wraps a real
-/// ShardedIndex, so host-to-host times go through the product's own path.
+/// BenchIndex wraps the product's ShardedIndex: load_index for --corpus, build_index over a
+/// generated shard otherwise, so host-to-host times go through the product's own path. Only the
+/// instrumented iterations (search_split) time the data path's steps one by one, with the same
+/// engine and communicator calls and a synchronisation after each.
 
 #include <cstdint>
 #include <memory>
@@ -74,11 +73,8 @@ class BenchIndex {
   CorpusSpec corpus_;
   Options opt_;
   RowRange mine_;
-  std::unique_ptr<ShardedIndex> index_;  // --corpus
-  std::unique_ptr<Communicator> host_comm_, data_comm_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ShardedIndex> index_;
   std::vector<float> host_rows_, host_queries_;
-  std::vector<std::int64_t> host_ids_;
   std::vector<Candidate> host_candidates_, host_gathered_;
   std::string device_name_, generated_on_;
 };

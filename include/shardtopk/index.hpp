@@ -164,6 +164,18 @@ class ShardedIndex {
 /// its message). @param log_progress rank 0 logs read progress for long reads.
 std::unique_ptr<ShardedIndex> load_index(const Config& cfg, bool log_progress = true);
 
+/// Build this rank's index from rows already in memory (or a generated shard: ShardInput's
+/// `generated`): chooses the engine backend, builds the engine (index_engine_limits) and the
+/// data communicator. Collective over host_comm's ranks; an error on any rank throws RemoteError
+/// on every rank. `stats` (read times) is completed with upload time and resident bytes.
+std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
+                                          const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
+                                          IngestStats stats = {});
+
+/// The engine backend for cfg.engine.backend (auto: CUDA when a GPU is visible). @throws Error
+/// when CUDA is asked for but unavailable, or more ranks share a node than it has GPUs.
+EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm);
+
 /// Choose the metric: cfg.search.metric when set, else the corpus file's `distance` attribute
 /// (angular → cosine, euclidean → l2, dot/ip → inner_product), else inner_product.
 Metric resolve_metric(const Config& cfg);

@@ -99,89 +99,36 @@ EngineLimits index_engine_limits(const SearchConfig& search, int world_size) {
   return EngineLimits{search.batch_max + 1, search.k_max, world_size};
 }
 
-std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
-  const auto t0 = Clock::now();
-  Config cfg = cfg_in;
-  std::unique_ptr<Communicator> host_comm = make_mpi_communicator(cfg.comm.timeout_s);
-  const int rank = host_comm->rank(), world = host_comm->world_size();
-  init_logging(rank, world);
+EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm) {
+  EngineBackend backend = cfg.engine.backend;
+  if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
+  if (backend == EngineBackend::kCuda) {
+    SHARDTOPK_EXPECTS(built_with_cuda(), "engine.backend 'cuda': this shardtopk was built without CUDA "
+                                         "(reconfigure with -DSHARDTOPK_CUDA=ON) ; use engine.backend 'cpu'");
+    const int ngpu = cuda_device_count();
+    SHARDTOPK_EXPECTS(ngpu > 0, "engine.backend 'cuda': no GPU is visible; use engine.backend 'cpu' or 'auto'");
+    SHARDTOPK_EXPECTS(host_comm.local_size() <= ngpu, "engine.backend 'cuda': ", host_comm.local_size(),
+                      " ranks on this node but only ", ngpu, " GPU(s) visible; start at most ", ngpu,
+                      " ranks per node (one rank per GPU)");
+  }
+  return backend;
+}
 
+std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
+                                          const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
+                                          IngestStats stats) {
+  const auto tu = Clock::now();
+  const int world = host_comm->world_size();
   bool ok = true;
   std::string msg;
-  EngineBackend backend = cfg.engine.backend;
-  Metric metric = Metric::kInnerProduct;
-  IngestStats stats;
   std::unique_ptr<Engine> engine;
   try {
-    validate(cfg);
-    const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
-    SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name,
-                      "' must be 2-D [rows, dim], but it is ", info.dims.size(), "-D");
-    SHARDTOPK_EXPECTS(info.is_float, "'", cfg.corpus.path, "': dataset '", info.name, "' has dtype ", info.dtype,
-                      "; expected float16, float32 or float64");
-    SHARDTOPK_EXPECTS(info.dims[0] >= 1 && info.dims[1] >= 1, "'", cfg.corpus.path, "': dataset '", info.name,
-                      "' is empty [", info.dims[0], ", ", info.dims[1], "]");
-    metric = resolve_metric(cfg);
-    stats.total_rows = info.dims[0];
-    stats.dim = info.dims[1];
-    stats.rows = shard_rows(stats.total_rows, world, rank);
-
-    if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
-    if (backend == EngineBackend::kCuda) {
-      SHARDTOPK_EXPECTS(built_with_cuda(), "engine.backend 'cuda': this shardtopk was built without CUDA "
-                                           "(reconfigure with -DSHARDTOPK_CUDA=ON) ; use engine.backend 'cpu'");
-      const int ngpu = cuda_device_count();
-      SHARDTOPK_EXPECTS(ngpu > 0, "engine.backend 'cuda': no GPU is visible; use engine.backend 'cpu' or 'auto'");
-      SHARDTOPK_EXPECTS(host_comm->local_size() <= ngpu, "engine.backend 'cuda': ", host_comm->local_size(),
-                        " ranks on this node but only ", ngpu, " GPU(s) visible; start at most ", ngpu,
-                        " ranks per node (one rank per GPU)");
-    }
-
-    // Read this rank's rows only (hyperslab), in bounded chunks.
-    const auto tr = Clock::now();
-    auto last_log = Clock::now();
-    ReadProgress progress;
-    if (log_progress && rank == 0) {
-      progress = [&](std::int64_t done, std::int64_t total) {
-        if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
-          last_log = Clock::now();
-          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s", done, total, 100.0 * done / total,
-                       seconds_since(tr));
-        }
-      };
-    }
-    HostMatrix rows = read_rows(cfg.corpus.path, cfg.corpus.dataset, stats.rows, cfg.engine.read_chunk_rows,
-                                progress, "corpus row");
-    std::vector<std::int64_t> ids(static_cast<size_t>(stats.rows.size()));
-    if (!cfg.corpus.ids_dataset.empty()) {
-      std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
-      SHARDTOPK_EXPECTS(static_cast<std::int64_t>(all.size()) == stats.total_rows, "'", cfg.corpus.path,
-                        "': ids dataset '", cfg.corpus.ids_dataset, "' has ", all.size(), " entries but '",
-                        cfg.corpus.dataset, "' has ", stats.total_rows, " rows");
-      std::copy(all.begin() + stats.rows.lo, all.begin() + stats.rows.hi, ids.begin());
-      std::vector<std::int64_t> sorted = std::move(all);
-      std::sort(sorted.begin(), sorted.end());
-      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-      SHARDTOPK_EXPECTS(dup == sorted.end(), "'", cfg.corpus.path, "': ids dataset '", cfg.corpus.ids_dataset,
-                        "' is not unique: id ", (dup == sorted.end() ? 0 : *dup), " appears more than once");
-      SHARDTOPK_EXPECTS(sorted.empty() || sorted.back() != kPadId, "ids dataset: id ", kPadId, " is reserved");
-    } else {
-      for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
-    }
-    if (metric == Metric::kCosine) {
-      // norms computed once at ingest: rows are stored normalised. Messages use global rows.
-      for (std::int64_t i = 0; i < rows.rows; ++i)
-        normalize_rows(rows.data.data() + i * rows.cols, 1, rows.cols, stats.rows.lo + i, "corpus row");
-    }
-    stats.read_s = seconds_since(tr);
-
-    const auto tu = Clock::now();
+    const EngineBackend backend = choose_backend(cfg, *host_comm);
     const EngineLimits lim = index_engine_limits(cfg.search, world);
-    ShardInput in{rows.data.data(), rows.rows, rows.cols, ids.data()};
     if (backend == EngineBackend::kCuda) {
-      engine = make_cuda_engine(in, metric, cfg.engine.dtype, host_comm->local_rank(), lim);
+      engine = make_cuda_engine(shard, metric, cfg.engine.dtype, host_comm->local_rank(), lim);
     } else {
-      engine = make_cpu_engine(in, metric, cfg.engine.dtype, resolve_threads(cfg, host_comm->local_size()), lim);
+      engine = make_cpu_engine(shard, metric, cfg.engine.dtype, resolve_threads(cfg, host_comm->local_size()), lim);
     }
     stats.upload_s = seconds_since(tu);
     stats.engine_resident_bytes = engine->resident_bytes();
@@ -208,21 +155,99 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     msg = e.what();
   }
   host_comm->check(ok, msg);
-
-  double mine = seconds_since(t0);
-  std::vector<double> all(static_cast<size_t>(world));
-  host_comm->allgather(&mine, all.data(), sizeof(double));
-  stats.total_s = *std::max_element(all.begin(), all.end());
-
-  const RowRange rows = stats.rows;
-  const std::int64_t total_rows = stats.total_rows;
+  stats.total_rows = total_rows;
+  stats.dim = shard.dim;
+  stats.rows = rows;
   auto index = std::make_unique<ShardedIndex>(cfg, metric, total_rows, rows, std::move(engine), std::move(host_comm),
                                               std::move(data_comm));
   index->set_ingest_stats(stats);
+  return index;
+}
+
+std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
+  const auto t0 = Clock::now();
+  Config cfg = cfg_in;
+  std::unique_ptr<Communicator> host_comm = make_mpi_communicator(cfg.comm.timeout_s);
+  const int rank = host_comm->rank(), world = host_comm->world_size();
+  init_logging(rank, world);
+
+  bool ok = true;
+  std::string msg;
+  Metric metric = Metric::kInnerProduct;
+  IngestStats stats;
+  HostMatrix rows;
+  std::vector<std::int64_t> ids;
+  try {
+    validate(cfg);
+    const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+    SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name,
+                      "' must be 2-D [rows, dim], but it is ", info.dims.size(), "-D");
+    SHARDTOPK_EXPECTS(info.is_float, "'", cfg.corpus.path, "': dataset '", info.name, "' has dtype ", info.dtype,
+                      "; expected float16, float32 or float64");
+    SHARDTOPK_EXPECTS(info.dims[0] >= 1 && info.dims[1] >= 1, "'", cfg.corpus.path, "': dataset '", info.name,
+                      "' is empty [", info.dims[0], ", ", info.dims[1], "]");
+    metric = resolve_metric(cfg);
+    stats.total_rows = info.dims[0];
+    stats.dim = info.dims[1];
+    stats.rows = shard_rows(stats.total_rows, world, rank);
+    (void)choose_backend(cfg, *host_comm);  // refuse a bad backend before reading anything
+
+    // Read this rank's rows only (hyperslab), in bounded chunks.
+    const auto tr = Clock::now();
+    auto last_log = Clock::now();
+    ReadProgress progress;
+    if (log_progress && rank == 0) {
+      progress = [&](std::int64_t done, std::int64_t total) {
+        if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
+          last_log = Clock::now();
+          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s", done, total, 100.0 * done / total,
+                       seconds_since(tr));
+        }
+      };
+    }
+    rows = read_rows(cfg.corpus.path, cfg.corpus.dataset, stats.rows, cfg.engine.read_chunk_rows, progress,
+                     "corpus row");
+    ids.resize(static_cast<size_t>(stats.rows.size()));
+    if (!cfg.corpus.ids_dataset.empty()) {
+      std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
+      SHARDTOPK_EXPECTS(static_cast<std::int64_t>(all.size()) == stats.total_rows, "'", cfg.corpus.path,
+                        "': ids dataset '", cfg.corpus.ids_dataset, "' has ", all.size(), " entries but '",
+                        cfg.corpus.dataset, "' has ", stats.total_rows, " rows");
+      std::copy(all.begin() + stats.rows.lo, all.begin() + stats.rows.hi, ids.begin());
+      std::vector<std::int64_t> sorted = std::move(all);
+      std::sort(sorted.begin(), sorted.end());
+      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+      SHARDTOPK_EXPECTS(dup == sorted.end(), "'", cfg.corpus.path, "': ids dataset '", cfg.corpus.ids_dataset,
+                        "' is not unique: id ", (dup == sorted.end() ? 0 : *dup), " appears more than once");
+      SHARDTOPK_EXPECTS(sorted.empty() || sorted.back() != kPadId, "ids dataset: id ", kPadId, " is reserved");
+    } else {
+      for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
+    }
+    if (metric == Metric::kCosine) {
+      // norms computed once at ingest: rows are stored normalised. Messages use global rows.
+      for (std::int64_t i = 0; i < rows.rows; ++i)
+        normalize_rows(rows.data.data() + i * rows.cols, 1, rows.cols, stats.rows.lo + i, "corpus row");
+    }
+    stats.read_s = seconds_since(tr);
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  host_comm->check(ok, msg);
+
+  const ShardInput in{rows.data.data(), rows.rows, rows.cols, ids.data()};
+  auto index = build_index(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats);
+  IngestStats final_stats = index->ingest_stats();
+  double mine = seconds_since(t0);
+  std::vector<double> all(static_cast<size_t>(world));
+  index->host_comm().allgather(&mine, all.data(), sizeof(double));
+  final_stats.total_s = *std::max_element(all.begin(), all.end());
+  index->set_ingest_stats(final_stats);
   if (rank == 0) {
     spdlog::info("corpus {} '{}' [{} x {}], metric {}, {} rank(s); engine {} ({}), comm {}; ingest {:.2f} s",
-                 cfg.corpus.path, cfg.corpus.dataset, stats.total_rows, stats.dim, to_string(metric), world,
-                 index->engine().name(), to_string(index->engine().dtype()), index->data_comm().name(), stats.total_s);
+                 cfg.corpus.path, cfg.corpus.dataset, final_stats.total_rows, final_stats.dim, to_string(metric),
+                 world, index->engine().name(), to_string(index->engine().dtype()), index->data_comm().name(),
+                 final_stats.total_s);
   }
   return index;
 }
