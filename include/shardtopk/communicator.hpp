@@ -58,6 +58,14 @@ class Communicator {
   /// rank r's block at offset r × bytes.
   virtual void allgather(const void* send, void* recv, std::size_t bytes) = 0;
 
+  /// Queue-only variants for communicators whose collectives are ordered on a stream (NCCL):
+  /// they return once the collective is enqueued; `wait` then blocks until everything queued on
+  /// the stream so far has completed, within timeout_s (CommError otherwise, naming `what`).
+  /// The host (MPI) communicator completes them at once, and `wait` does nothing.
+  virtual void broadcast_async(void* buf, std::size_t bytes, int root) { broadcast(buf, bytes, root); }
+  virtual void allgather_async(const void* send, void* recv, std::size_t bytes) { allgather(send, recv, bytes); }
+  virtual void wait(const char* what) { (void)what; }
+
   /// Collective status check over the host (always MPI underneath): every rank says whether
   /// it succeeded; if any failed, every rank throws RemoteError carrying the failing ranks'
   /// messages. Returns normally only when all ranks succeeded.

@@ -85,6 +85,27 @@ class Engine {
   /// per query device→host on the CUDA engine (counted). Returns when the host arrays are filled.
   virtual void export_results(const Candidate* list, int batch, int k, std::int64_t* ids, float* scores) = 0;
 
+  /// Copies host queries [batch, dim] into query_buffer() and returns at once: the CUDA engine
+  /// copies them into its pinned staging buffer and queues the upload on its stream (the host
+  /// array may be reused when this returns); the CPU engine copies. Counted as host→device.
+  virtual void stage_queries(const float* host_queries, int batch) {
+    copy_from_host(query_buffer(), host_queries, sizeof(float) * static_cast<std::size_t>(batch) * dim());
+  }
+
+  /// Queues export_results() of list [batch, k] into the engine's own host-side buffers (the
+  /// CUDA engine: a split kernel and k × 12 bytes per query device→host into pinned memory, on
+  /// its stream, no wait). read_export() copies the answer out once the stream has completed
+  /// (after synchronize() or a communicator's wait()). The list must stay unchanged until then.
+  virtual void enqueue_export(const Candidate* list, int batch, int k) {
+    pending_export_list_ = list;
+    pending_export_batch_ = batch;
+    pending_export_k_ = k;
+  }
+  /// ids [batch, k] and scores [batch, k] of the last enqueue_export().
+  virtual void read_export(std::int64_t* ids, float* scores) {
+    export_results(pending_export_list_, pending_export_batch_, pending_export_k_, ids, scores);
+  }
+
   /// Copy between this engine's space and the host (plain memcpy for the CPU engine). Counted
   /// in transfer_counters(). Ordered on the engine's stream; returns when the copy is done.
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
@@ -102,6 +123,10 @@ class Engine {
 
   /// Bytes the engine holds in its own space (shard + workspace).
   virtual std::uint64_t resident_bytes() const = 0;
+
+ protected:
+  const Candidate* pending_export_list_ = nullptr;
+  int pending_export_batch_ = 0, pending_export_k_ = 0;
 };
 
 /// The CPU engine: AVX2/FMA scoring when the processor has it (a portable path with the same

@@ -134,7 +134,7 @@ class ShardedIndex {
     std::int32_t k = 0;
     std::int32_t pad = 0;
   };
-  void admit_batch(int batch, int k, const std::function<void()>& stage_queries);
+  void admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries);
   bool follow_one(bool lock_step);
   void run_search(int batch, int k, std::int64_t* ids, float* scores);
   std::string run_data_path(int batch, int k, bool* ok);

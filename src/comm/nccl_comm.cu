@@ -121,6 +121,20 @@ class NcclCommunicator final : public Communicator {
   /// In-place broadcast of buf [bytes] (device) from `root`, ordered on the engine's stream;
   /// returns when it has completed on this rank. @throws CommError on error or timeout.
   void broadcast(void* buf, std::size_t bytes, int root) override {
+    broadcast_async(buf, bytes, root);
+    wait("ncclBroadcast");
+  }
+
+  /// All-gather of send [bytes] (device) into recv [world_size × bytes] (device), rank r's
+  /// block at offset r × bytes, ordered on the engine's stream; returns when it has completed
+  /// on this rank. @throws CommError on error or timeout.
+  void allgather(const void* send, void* recv, std::size_t bytes) override {
+    allgather_async(send, recv, bytes);
+    wait("ncclAllGather");
+  }
+
+  /// Enqueues the broadcast on the engine's stream and returns (wait() completes it).
+  void broadcast_async(void* buf, std::size_t bytes, int root) override {
     SHARDTOPK_EXPECTS(root >= 0 && root < world_size(), "broadcast: root ", root, " out of range: allowed 0 .. ",
                       world_size() - 1);
     usable("ncclBroadcast");
@@ -128,19 +142,41 @@ class NcclCommunicator final : public Communicator {
     DeviceGuard guard(device_);
     const auto start = Clock::now();
     const ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_);
-    complete("ncclBroadcast", r, start);
+    enqueued("ncclBroadcast", r, start);
   }
 
-  /// All-gather of send [bytes] (device) into recv [world_size × bytes] (device), rank r's
-  /// block at offset r × bytes, ordered on the engine's stream; returns when it has completed
-  /// on this rank. @throws CommError on error or timeout.
-  void allgather(const void* send, void* recv, std::size_t bytes) override {
+  /// Enqueues the all-gather on the engine's stream and returns (wait() completes it).
+  void allgather_async(const void* send, void* recv, std::size_t bytes) override {
     usable("ncclAllGather");
     if (bytes == 0) return;
     DeviceGuard guard(device_);
     const auto start = Clock::now();
     const ncclResult_t r = ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_);
-    complete("ncclAllGather", r, start);
+    enqueued("ncclAllGather", r, start);
+  }
+
+  /// Waits until all work queued on the engine's stream has completed (collectives and the
+  /// kernels around them), polling NCCL's asynchronous errors, within timeout_s.
+  void wait(const char* what) override {
+    usable(what);
+    DeviceGuard guard(device_);
+    const auto start = Clock::now();
+    for (long spins = 0;; ++spins) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        abort_comm();
+        throw CommError(prefix() + what + " failed: CUDA " + cudaGetErrorName(q) + " (" + cudaGetErrorString(q) +
+                        ") on device " + std::to_string(device_));
+      }
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r != ncclSuccess) fail(what, r);
+      if (state != ncclSuccess && state != ncclInProgress) fail(what, state);
+      if (elapsed_s(start) > timeout_s_) timed_out(what);
+      backoff(spins);
+    }
   }
 
   void check(bool ok, const std::string& message) override { host_.check(ok, message); }
@@ -196,27 +232,11 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  /// Waits for the collective just issued: first its enqueue (non-blocking communicator), then
-  /// its completion on the stream. Spins briefly for latency, then sleeps to spare the CPU.
-  void complete(const char* what, ncclResult_t issued, Clock::time_point start) {
+  /// Completes the enqueue of the collective just issued (a non-blocking communicator may
+  /// answer ncclInProgress while it sets up connections).
+  void enqueued(const char* what, ncclResult_t issued, Clock::time_point start) {
     if (issued != ncclSuccess && issued != ncclInProgress) fail(what, issued);
     wait_ready(what, start);
-    for (long spins = 0;; ++spins) {
-      const cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        abort_comm();
-        throw CommError(prefix() + what + " failed: CUDA " + cudaGetErrorName(q) + " (" + cudaGetErrorString(q) +
-                        ") on device " + std::to_string(device_));
-      }
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-      if (r != ncclSuccess) fail(what, r);
-      if (state != ncclSuccess && state != ncclInProgress) fail(what, state);
-      if (elapsed_s(start) > timeout_s_) timed_out(what);
-      backoff(spins);
-    }
   }
 
   static void backoff(long spins) {

@@ -288,13 +288,17 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
     follow_one(/*lock_step=*/true);
     return;
   }
-  admit_batch(batch, k, [&] {
+  admit_batch(batch, k, /*prepare_on_device=*/false, [&] {
+    // Validated and (cosine) normalised on the host — normalize_rows is the arithmetic every
+    // engine's prepare_queries uses — then staged without a wait.
     SHARDTOPK_EXPECTS(queries != nullptr, "no queries given");
     const std::int64_t d = stats_.dim;
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(batch) * d; ++i)
       SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
                         queries[i], ") at column ", i % d);
-    engine_->copy_from_host(engine_->query_buffer(), queries, sizeof(float) * batch * d);
+    std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
+    if (metric_ == Metric::kCosine) normalize_rows(host_queries_.data(), batch, d, 0, "query");
+    engine_->stage_queries(host_queries_.data(), batch);
   });
   run_search(batch, k, ids, scores);
 }
@@ -307,7 +311,7 @@ void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int 
     follow_one(/*lock_step=*/true);
     return;
   }
-  admit_batch(batch, k, [&] {
+  admit_batch(batch, k, /*prepare_on_device=*/true, [&] {
     SHARDTOPK_EXPECTS(d_queries != nullptr, "no queries given");
     (void)cuda_stream;  // copy_within synchronises the device first, so work on any stream is done
     engine_->copy_within(engine_->query_buffer(), d_queries, sizeof(float) * batch * stats_.dim);
@@ -315,11 +319,11 @@ void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int 
   run_search(batch, k, ids, scores);
 }
 
-void ShardedIndex::admit_batch(int batch, int k, const std::function<void()>& stage_queries) {
-  // Rank 0 checks the batch, stages the queries into the engine and prepares them (cosine
-  // normalisation; the CUDA engine also checks finiteness on the device), then broadcasts the
-  // step's header. A rejected batch is announced too, so that followers calling search() in
-  // lock step throw with rank 0; a follow() loop skips it. The index stays usable.
+void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries) {
+  // Rank 0 checks the batch and stages the queries into the engine (device queries are then
+  // validated and, for cosine, normalised by the engine), then broadcasts the step's header. A
+  // rejected batch is announced too, so that followers calling search() in lock step throw with
+  // rank 0; a follow() loop skips it. The index stays usable.
   SHARDTOPK_EXPECTS(!shut_down_, "the index was shut down");
   Header h;
   std::string reject;
@@ -330,7 +334,7 @@ void ShardedIndex::admit_batch(int batch, int k, const std::function<void()>& st
     SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
                       " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
     stage_queries();
-    engine_->prepare_queries(engine_->query_buffer(), batch);
+    if (prepare_on_device) engine_->prepare_queries(engine_->query_buffer(), batch);
     h.op = static_cast<std::int32_t>(IndexOp::kSearch);
     h.batch = batch;
     h.k = k;
@@ -429,11 +433,12 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
 }
 
 // The data path of one search, on every rank, in stream order:
-//   stage/broadcast queries → engine.search → status row → all-gather → merge → export.
-// With the CUDA engine and NCCL every step is queued on the engine's stream; the host waits
-// only in export_results (rank 0, for the answer) and inside the NCCL communicator's timeout
-// polling. That is the part to capture as a CUDA graph later (ROADMAP: the seam is this
-// function; the header broadcast and the status check stay outside it).
+//   broadcast queries → engine.search → status row → all-gather → merge → export.
+// With the CUDA engine and NCCL (or one GPU rank) every step is only queued on the engine's
+// stream and the host waits once, at the end, inside the communicator's timeout polling
+// (`queued`). Exceptions: batches of 2 or more wait for the broadcast first (the batched engine
+// path synchronises its stream once, which must not wait on a collective without a timeout),
+// and the failure path. The header broadcast (admit_batch / follow_one) stays outside.
 //
 // Local failures travel in the all-gather payload, not in an extra collective: every rank
 // sends [batch + 1, k] candidates, the last row being its status row. On success that row is
@@ -449,7 +454,9 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   const size_t cbytes = sizeof(Candidate) * rows_out * k;
   Engine& e = *engine_;
   Communicator& dc = data_comm();
-  const bool staged = e.space() == MemSpace::kDevice && dc.space() == MemSpace::kHost;
+  const bool device = e.space() == MemSpace::kDevice;
+  const bool staged = device && dc.space() == MemSpace::kHost && world > 1;
+  const bool queued = device && !staged;
 
   // 1. queries from rank 0 to every rank
   if (world > 1) {
@@ -458,7 +465,8 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
       dc.broadcast(host_queries_.data(), qbytes, 0);
       if (rank() != 0) e.copy_from_host(e.query_buffer(), host_queries_.data(), qbytes);
     } else {
-      dc.broadcast(e.query_buffer(), qbytes, 0);
+      dc.broadcast_async(e.query_buffer(), qbytes, 0);
+      if (batch > 1) dc.wait("ncclBroadcast");
     }
   }
 
@@ -476,6 +484,7 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   local_search_s_ += seconds_since(ts);
   Candidate* status_row = e.local_buffer() + static_cast<size_t>(batch) * k;
   if (!*ok && world > 1) {
+    if (queued) dc.wait("ncclBroadcast");  // failure path: the stream must be idle before the copy
     std::fill(host_status_.begin(), host_status_.begin() + k, pad_candidate());
     host_status_[0] = fail_marker(rank());
     e.copy_from_host(status_row, host_status_.data(), sizeof(Candidate) * k);
@@ -489,9 +498,10 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
       dc.allgather(host_candidates_.data(), host_gathered_.data(), cbytes);
       if (rank() == 0) e.copy_from_host(e.gathered_buffer(), host_gathered_.data(), cbytes * world);
     } else {
-      dc.allgather(e.local_buffer(), e.gathered_buffer(), cbytes);
+      dc.allgather_async(e.local_buffer(), e.gathered_buffer(), cbytes);
     }
     if (!*ok) {  // failure path only: clear the marker so a later search cannot read it again
+      dc.wait("ncclAllGather");
       std::fill(host_status_.begin(), host_status_.begin() + k, pad_candidate());
       e.copy_from_host(status_row, host_status_.data(), sizeof(Candidate) * k);
     }
@@ -500,11 +510,17 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
       final_list = e.merged_buffer();
     }
   }
-  if (rank() != 0) return msg;
+  if (rank() != 0) {
+    if (queued) dc.wait("ncclAllGather");  // this step's collectives done, within the timeout
+    return msg;
+  }
 
-  // 4. only the final [batch (+1), k] ids and scores come back to the host
+  // 4. only the final [batch (+1), k] ids and scores come back to the host: one wait
   if (world == 1 && !*ok) return msg;
-  e.export_results(final_list, rows_out, k, host_ids_.data(), host_scores_.data());
+  e.enqueue_export(final_list, rows_out, k);
+  if (queued && world > 1) dc.wait("ncclAllGather");
+  else if (device) e.synchronize();
+  e.read_export(host_ids_.data(), host_scores_.data());
   return msg;
 }
 

@@ -609,7 +609,11 @@ class CudaEngine final : public Engine {
       throw_does_not_fit(free_b, total_b);
     }
     CHECK_CUDA(merr);
-    CHECK_CUDA(cudaHostAlloc(&pinned_.p, 4096 + 4 * static_cast<std::size_t>(lim.batch_max), cudaHostAllocDefault));
+    const std::size_t bk_host = static_cast<std::size_t>(lim.batch_max) * lim.k_max;
+    pinned_queries_off_ = 4096 + round_up_u(4 * static_cast<std::uint64_t>(lim.batch_max), kAlign);
+    pinned_ids_off_ = pinned_queries_off_ + round_up_u(4ull * lim.batch_max * s.dim, kAlign);
+    pinned_scores_off_ = pinned_ids_off_ + round_up_u(8ull * bk_host, kAlign);
+    CHECK_CUDA(cudaHostAlloc(&pinned_.p, pinned_scores_off_ + 4 * bk_host, cudaHostAllocDefault));
 
     char* base = static_cast<char*>(arena_.p);
     shard_ = base + plan_.off_shard;
@@ -756,23 +760,56 @@ class CudaEngine final : public Engine {
     CHECK_CUDA_LAUNCH();
   }
 
+  /// ids [batch, k] and reported scores [batch, k] of list (device) to the host: exactly
+  /// k × (8 + 4) bytes per query device→host, one wait.
   void export_results(const Candidate* list, int batch, int k, std::int64_t* ids, float* scores) override {
+    enqueue_export(list, batch, k);
+    synchronize();
+    read_export(ids, scores);
+  }
+
+  /// Host queries [batch, dim] → pinned staging → query_buffer(), queued on the stream; returns
+  /// at once (the caller's array is free when this returns).
+  void stage_queries(const float* host_queries, int batch) override {
+    SHARDTOPK_EXPECTS(batch >= 0 && batch <= limits_.batch_max, "batch of ", batch,
+                      " queries out of range: allowed 0 .. ", limits_.batch_max);
+    const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(batch) * dim_;
+    if (bytes == 0) return;
+    DeviceGuard guard(device_);
+    // The previous batch's upload must have left the staging buffer (the stream is idle between
+    // searches on the index's path; tests may call this back to back).
+    CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    float* pinned = reinterpret_cast<float*>(static_cast<char*>(pinned_.p) + pinned_queries_off_);
+    std::memcpy(pinned, host_queries, bytes);
+    CHECK_CUDA(cudaMemcpyAsync(queries_, pinned, bytes, cudaMemcpyHostToDevice, stream_.s));
+    counters_.host_to_device += bytes;
+  }
+
+  /// Queues the split of list [batch, k] into ids and reported scores and their copy into pinned
+  /// memory (k × 12 bytes per query), without waiting.
+  void enqueue_export(const Candidate* list, int batch, int k) override {
     SHARDTOPK_EXPECTS(batch >= 0 && batch <= limits_.batch_max && k >= 1 && k <= limits_.k_max,
-                      "export_results: batch ", batch, " / k=", k, " out of range");
+                      "enqueue_export: batch ", batch, " / k=", k, " out of range");
+    pending_export_batch_ = batch;
+    pending_export_k_ = k;
     const std::int64_t n = static_cast<std::int64_t>(batch) * k;
     if (n == 0) return;
     DeviceGuard guard(device_);
     split_results_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_.s>>>(
         list, n, metric_ == Metric::kL2, out_ids_, out_scores_);
-    CHECK_CUDA(cudaGetLastError());
-    // two copies of exactly k·8 and k·4 bytes per query, one wait: the only device→host
-    // traffic of a search
-    CHECK_CUDA(cudaMemcpyAsync(ids, out_ids_, static_cast<std::size_t>(n) * sizeof(std::int64_t),
-                               cudaMemcpyDeviceToHost, stream_.s));
-    CHECK_CUDA(cudaMemcpyAsync(scores, out_scores_, static_cast<std::size_t>(n) * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream_.s));
-    CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    CHECK_CUDA_LAUNCH();
+    CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(pinned_.p) + pinned_ids_off_, out_ids_,
+                               static_cast<std::size_t>(n) * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream_.s));
+    CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(pinned_.p) + pinned_scores_off_, out_scores_,
+                               static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_.s));
     counters_.device_to_host += static_cast<std::uint64_t>(n) * (sizeof(std::int64_t) + sizeof(float));
+  }
+
+  /// The answer of the last enqueue_export() (its copies must have completed on the stream).
+  void read_export(std::int64_t* ids, float* scores) override {
+    const std::size_t n = static_cast<std::size_t>(pending_export_batch_) * pending_export_k_;
+    if (ids) std::memcpy(ids, static_cast<char*>(pinned_.p) + pinned_ids_off_, n * sizeof(std::int64_t));
+    if (scores) std::memcpy(scores, static_cast<char*>(pinned_.p) + pinned_scores_off_, n * sizeof(float));
   }
 
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
@@ -1145,6 +1182,7 @@ class CudaEngine final : public Engine {
   int cap_ = 0;
   double max_sq_ = 0.0;
   int scan_grid_cache_ = 0;
+  std::uint64_t pinned_queries_off_ = 0, pinned_ids_off_ = 0, pinned_scores_off_ = 0;
   std::size_t persist_max_ = 0;  // persisting L2 the device offers (bytes)
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
   bool use_graphs_ = true;
