@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "common/log.hpp"
@@ -124,18 +125,29 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
     // Read this rank's rows only (hyperslab), in bounded chunks.
     const auto tr = Clock::now();
     auto last_log = Clock::now();
-    ReadProgress progress;
+    ReadOptions ropt;
+    ropt.chunk_rows = cfg_.engine.read_chunk_rows;
+    ropt.threads = resolve_threads(cfg_, host_comm_->local_size());
+    ropt.label = "corpus row";
+    // Values the engine's storage cannot hold are refused by name (cosine rows are normalised
+    // first, so only float32's range applies to them).
+    ropt.storage = metric_ == Metric::kCosine ? Dtype::kFloat32 : cfg_.engine.dtype;
+    const double row_bytes =
+        static_cast<double>(stats_.dim) * (info.dtype == "float16" ? 2 : info.dtype == "float64" ? 8 : 4);
     if (log_progress && rank == 0) {
-      progress = [&](std::int64_t done, std::int64_t total) {
+      ropt.progress = [&](std::int64_t done, std::int64_t total) {
         if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
           last_log = Clock::now();
-          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s", done, total, 100.0 * done / total,
-                       seconds_since(tr));
+          const double s = seconds_since(tr);
+          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} MB/s", done, total, 100.0 * done / total,
+                       s, done * row_bytes / std::max(s, 1e-9) / 1e6);
         }
       };
     }
-    HostMatrix rows = read_rows(cfg_.corpus.path, cfg_.corpus.dataset, stats_.rows, cfg_.engine.read_chunk_rows,
-                                progress, "corpus row");
+    // new float[] (not a zeroed std::vector): the reader's threads fault the pages in in parallel.
+    const std::int64_t nrows = stats_.rows.size();
+    std::unique_ptr<float[]> shard(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats_.dim))]);
+    read_rows_into(cfg_.corpus.path, cfg_.corpus.dataset, stats_.rows, ropt, shard.get());
     std::vector<std::int64_t> ids(static_cast<size_t>(stats_.rows.size()));
     if (!cfg_.corpus.ids_dataset.empty()) {
       std::vector<std::int64_t> all = read_int64_vector(cfg_.corpus.path, cfg_.corpus.ids_dataset);
@@ -154,14 +166,14 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
     }
     if (metric_ == Metric::kCosine) {
       // norms computed once at ingest: rows are stored normalised. Messages use global rows.
-      for (std::int64_t i = 0; i < rows.rows; ++i)
-        normalize_rows(rows.data.data() + i * rows.cols, 1, rows.cols, stats_.rows.lo + i, "corpus row");
+      for (std::int64_t i = 0; i < nrows; ++i)
+        normalize_rows(shard.get() + i * stats_.dim, 1, stats_.dim, stats_.rows.lo + i, "corpus row");
     }
     stats_.read_s = seconds_since(tr);
 
     const auto tu = Clock::now();
     EngineLimits lim{cfg_.search.batch_max, cfg_.search.k_max, world};
-    ShardInput in{rows.data.data(), rows.rows, rows.cols, ids.data()};
+    ShardInput in{shard.get(), nrows, stats_.dim, ids.data()};
     if (backend == EngineBackend::kCuda) {
       engine_ = make_cuda_engine(in, metric_, cfg_.engine.dtype, host_comm_->local_rank(), lim);
     } else {
