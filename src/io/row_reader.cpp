@@ -379,14 +379,26 @@ void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string
                     ": HDF5 would return " + fill_value_text(dcpl) + " for those rows");
       }
       // the source must hold every value the mapping reads
+      std::ostringstream sh;
+      for (size_t k = 0; k < sdims.size(); ++k) sh << (k ? "," : "") << sdims[k];
+      if (H5Sget_select_type(sspace.get()) == H5S_SEL_ALL) {
+        // "all of the source" (the extent is only known once it is open): it must hold as many
+        // values as the virtual selection
+        hsize_t have = sdims.empty() ? 0 : 1;
+        for (auto v : sdims) have *= v;
+        const hssize_t need = H5Sget_select_npoints(vspace.get());
+        if (need >= 0 && have < static_cast<hsize_t>(need))
+          throw Error(detail::concat(what, ", but '", found, "' '", src_ds, "' is [", sh.str(), "] (", have,
+                                     " values) and the mapping reads ", need, " values: HDF5 would return ",
+                                     fill_value_text(dcpl), " for the values beyond it"));
+        continue;
+      }
       const int snd = H5Sget_simple_extent_ndims(sspace.get());
       std::vector<hsize_t> s0(std::max(snd, 1)), s1(std::max(snd, 1));
       if (snd > 0 && H5Sget_select_bounds(sspace.get(), s0.data(), s1.data()) >= 0) {
         bool fits = static_cast<int>(sdims.size()) == snd;
         for (int k = 0; fits && k < snd; ++k) fits = s1[k] < sdims[k] || s1[k] == H5S_UNLIMITED;
         if (!fits) {
-          std::ostringstream sh;
-          for (size_t k = 0; k < sdims.size(); ++k) sh << (k ? "," : "") << sdims[k];
           std::ostringstream need;
           for (int k = 0; k < snd; ++k) need << (k ? "," : "") << s1[k] + 1;
           throw Error(what + ", but '" + found + "' '" + src_ds + "' is [" + sh.str() + "] and the mapping reads up to [" +
@@ -701,12 +713,12 @@ class RowReader {
     if (f.kind == Fault::kNonFinite)
       return detail::concat("'", path_, "': ", opt_.label, " ", f.row, " of '", info_.name,
                             "' has a non-finite value (", f.value, ") at column ", f.col);
+    const bool storage = std::string(f.range_type) != "float32";
     return detail::concat("'", path_, "': ", opt_.label, " ", f.row, " of '", info_.name, "' has value ", f.value,
-                          " at column ", f.col, ", out of range of ", f.range_type,
-                          std::string(f.range_type) == to_string(opt_.storage) && opt_.storage != Dtype::kFloat32
-                              ? " (engine.dtype)"
-                              : "",
-                          " (largest finite ", f.range_max, ")");
+                          " at column ", f.col, ", out of range of ", f.range_type, " (largest finite ", f.range_max, ")",
+                          storage ? std::string(": it overflows ") + f.range_type +
+                                        ", the storage type (engine.dtype); use engine.dtype float32"
+                                  : std::string());
   }
 
   // A run of values starting at dataset (row, col), `n` of them in row-major order of width d_.
