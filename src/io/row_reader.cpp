@@ -137,7 +137,10 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* f, std::ui
     _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(f + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) h[i] = half::to_f16(f[i]);
 }
-const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+const bool kHaveF16c = [] {
+  __builtin_cpu_init();  // this may run before libgcc's own constructor
+  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+}();
 #else
 const bool kHaveF16c = false;
 #endif

@@ -443,6 +443,74 @@ INSTANTIATE_TEST_SUITE_P(
                       PathCase{"float32 fletcher32+deflate", 1, 3, false}, PathCase{"float16 contiguous", 0, 0, true},
                       PathCase{"float32 chunked shuffle+deflate", 1, 2, true}));
 
+TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
+  // All 63,488 finite float16 bit patterns (signed zeros, subnormals, 65504): the F16C path and
+  // the portable table give half::from_f16's float32, bit for bit, and the raw-bits format
+  // returns the stored bits unchanged.
+  std::vector<std::uint16_t> bits;
+  for (std::uint32_t h = 0; h < 65536; ++h)
+    if ((h & 0x7C00u) != 0x7C00u) bits.push_back(static_cast<std::uint16_t>(h));
+  ASSERT_EQ(bits.size(), 63488u);
+  std::vector<double> vals(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) vals[i] = half::from_f16(bits[i]);
+  test::TempDir dir;
+  const std::string path = dir.file("allhalf.h5");
+  hid_t ht = half_type();
+  write_with_dcpl(path, "train", ht, bits.size() / 8, 8, H5P_DEFAULT, &vals);
+  H5Tclose(ht);
+  for (bool f16c : {true, false}) {
+    if (!f16c) setenv("SHARDTOPK_NO_F16C", "1", 1);
+    ReadOptions opt;
+    opt.threads = 2;
+    opt.chunk_rows = 1000;
+    const HostMatrix m = read_rows(path, "train", RowRange{0, static_cast<std::int64_t>(bits.size() / 8)}, opt);
+    for (size_t i = 0; i < bits.size(); ++i)
+      ASSERT_EQ(half::bits(m.data[i]), half::bits(half::from_f16(bits[i]))) << "f16 bits " << bits[i] << " f16c " << f16c;
+    std::vector<std::uint16_t> back;
+    read_row_blocks(path, "train", RowRange{0, static_cast<std::int64_t>(bits.size() / 8)}, RowFormat::kFloat16Bits, opt,
+                    [&](const RowBlock& b) {
+                      const auto* h = static_cast<const std::uint16_t*>(b.data);
+                      back.insert(back.end(), h, h + b.rows * b.cols);
+                    });
+    EXPECT_EQ(back, bits);
+    unsetenv("SHARDTOPK_NO_F16C");
+  }
+}
+
+TEST(CorpusIo, Float32ToFloat16BitsRoundsLikeTheEngine) {
+  // float32 data requested as float16 bits: F16C and the portable path both round to nearest
+  // even exactly as half::to_f16 (the engines' conversion), subnormals and ties included.
+  std::vector<float> v = test::random_floats(4000, 31, -70000.0f, 70000.0f);
+  const auto small = test::random_floats(4000, 32, -1e-4f, 1e-4f);  // float16 subnormals
+  v.insert(v.end(), small.begin(), small.end());
+  for (float base : {1.0f, 2.001953125f, -1.0009765625f, 6.103515625e-05f})
+    v.push_back(std::nextafter(base, 10.0f));
+  v.push_back(65519.99f);  // rounds to 65504
+  v.push_back(1.00048828125f);  // exact tie between 1 and 1.0009765625: even is 1
+  for (auto& x : v) x = std::max(-65504.0f, std::min(65504.0f, x));
+  v.resize(v.size() / 4 * 4);
+  test::TempDir dir;
+  const std::string path = dir.file("f32.h5");
+  {
+    H5Writer w(path);
+    w.write_f32("train", v.data(), static_cast<std::int64_t>(v.size() / 4), 4);
+  }
+  for (bool f16c : {true, false}) {
+    if (!f16c) setenv("SHARDTOPK_NO_F16C", "1", 1);
+    std::vector<std::uint16_t> got;
+    ReadOptions opt;
+    opt.threads = 2;
+    read_row_blocks(path, "train", RowRange{0, static_cast<std::int64_t>(v.size() / 4)}, RowFormat::kFloat16Bits, opt,
+                    [&](const RowBlock& b) {
+                      const auto* h = static_cast<const std::uint16_t*>(b.data);
+                      got.insert(got.end(), h, h + b.rows * b.cols);
+                    });
+    ASSERT_EQ(got.size(), v.size());
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(got[i], half::to_f16(v[i])) << v[i] << " f16c " << f16c;
+    unsetenv("SHARDTOPK_NO_F16C");
+  }
+}
+
 TEST(CorpusIo, BadValueMessageIsTheFirstInRowOrderWhateverTheThreads) {
   // Several bad values in different pieces and chunks: every thread count names the same one.
   test::TempDir dir;
