@@ -125,11 +125,22 @@ RunBad find_f32(const float* x, size_t n, const Limit& lim) {
 
 // float16 bits -> float32.
 #ifdef STK_X86
-__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const std::uint16_t* h, float* f, size_t n) {
+// Converts and checks in one pass; returns true when some value is Inf/NaN (exponent all ones).
+__attribute__((target("avx,f16c"))) bool f16_to_f32_f16c(const std::uint16_t* h, float* f, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  for (; i < n; ++i) f[i] = half::from_f16(h[i]);
+  const __m128i exp = _mm_set1_epi16(0x7C00);
+  __m128i bad = _mm_setzero_si128();
+  for (; i + 8 <= n; i += 8) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i));
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(x, exp), exp));
+    _mm256_storeu_ps(f + i, _mm256_cvtph_ps(x));
+  }
+  bool any = _mm_movemask_epi8(bad) != 0;
+  for (; i < n; ++i) {
+    any |= (h[i] & 0x7C00) == 0x7C00;
+    f[i] = half::from_f16(h[i]);
+  }
+  return any;
 }
 __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* f, std::uint16_t* h, size_t n) {
   size_t i = 0;
@@ -145,10 +156,12 @@ const bool kHaveF16c = [] {
 const bool kHaveF16c = false;
 #endif
 
-void f16_to_f32(const std::uint16_t* h, float* f, size_t n) {
+// Returns true when some value is Inf/NaN (then `f` is unspecified).
+bool f16_to_f32(const std::uint16_t* h, float* f, size_t n) {
 #ifdef STK_X86
   if (kHaveF16c && std::getenv("SHARDTOPK_NO_F16C") == nullptr) return f16_to_f32_f16c(h, f, n);
 #endif
+  if (any_f16_nonfinite(h, n)) return true;
   // Exact table conversion (the same values as half::from_f16).
   static const std::vector<float> table = [] {
     std::vector<float> t(65536);
@@ -156,6 +169,7 @@ void f16_to_f32(const std::uint16_t* h, float* f, size_t n) {
     return t;
   }();
   for (size_t i = 0; i < n; ++i) f[i] = table[h[i]];
+  return false;
 }
 
 void f32_to_f16(const float* f, std::uint16_t* h, size_t n) {
@@ -180,16 +194,13 @@ RunBad convert_run(Elem e, const void* src, RowFormat fmt, void* dst, size_t n, 
   }
   if (e == Elem::kF16) {
     const std::uint16_t* h = static_cast<const std::uint16_t*>(src);
-    if (any_f16_nonfinite(h, n)) {
+    // every finite float16 fits float32 and bfloat16 (65504 < 3.39e38)
+    const bool bad = fmt == RowFormat::kFloat32 ? f16_to_f32(h, static_cast<float*>(dst), n) : any_f16_nonfinite(h, n);
+    if (bad) {
       for (size_t i = 0; i < n; ++i)
         if ((h[i] & 0x7C00) == 0x7C00) return {static_cast<std::ptrdiff_t>(i), Fault::kNonFinite, half::from_f16(h[i])};
     }
-    // every finite float16 fits float32 and bfloat16 (65504 < 3.39e38)
-    if (fmt == RowFormat::kFloat32) {
-      f16_to_f32(h, static_cast<float*>(dst), n);
-    } else if (dst != src) {
-      std::memcpy(dst, src, n * 2);
-    }
+    if (fmt == RowFormat::kFloat16Bits && dst != src) std::memcpy(dst, src, n * 2);
     return {};
   }
   // float64: every value must be finite and within float32, then within the output's limit.
@@ -604,7 +615,9 @@ class RowReader {
     dcpl_ = Handle(H5Dget_create_plist(ds_.get()), H5Pclose);
     STK_H5_CHECK(dcpl_.get(), "'", path, "': creation properties of '", info_.name, "'");
     classify_type();
-    refuse_substituted_data(file_.get(), ds_.get(), dcpl_.get(), path_, info_.name, n_, d_, elem_bytes(elem_), range_);
+    // external storage holds the file type's bytes, whatever we convert them to
+    refuse_substituted_data(file_.get(), ds_.get(), dcpl_.get(), path_, info_.name, n_, d_, H5Tget_size(ftype_.get()),
+                            range_);
     choose_path();
   }
 

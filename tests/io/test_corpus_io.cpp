@@ -475,6 +475,26 @@ TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
     EXPECT_EQ(back, bits);
     unsetenv("SHARDTOPK_NO_F16C");
   }
+  // Inf and NaN in float16 data are found by both paths, first in row order.
+  std::vector<double> bad(40 * 8, 0.25);
+  bad[37 * 8 + 1] = std::numeric_limits<double>::quiet_NaN();
+  bad[5 * 8 + 3] = -std::numeric_limits<double>::infinity();
+  ht = half_type();
+  write_with_dcpl(path, "bad", ht, 40, 8, H5P_DEFAULT, &bad);
+  H5Tclose(ht);
+  for (bool f16c : {true, false}) {
+    if (!f16c) setenv("SHARDTOPK_NO_F16C", "1", 1);
+    for (RowFormat fmt : {RowFormat::kFloat32, RowFormat::kFloat16Bits}) {
+      ReadOptions opt;
+      opt.label = "corpus row";
+      EXPECT_THAT(error_of([&] { read_row_blocks(path, "bad", RowRange{0, 40}, fmt, opt, [](const RowBlock&) {}); }),
+                  AllOf(HasSubstr("corpus row 5 "), HasSubstr("non-finite value (-inf)"), HasSubstr("column 3")))
+          << "f16c " << f16c;
+      EXPECT_THAT(error_of([&] { read_row_blocks(path, "bad", RowRange{6, 40}, fmt, opt, [](const RowBlock&) {}); }),
+                  AllOf(HasSubstr("corpus row 37 "), HasSubstr("nan"), HasSubstr("column 1")));
+    }
+    unsetenv("SHARDTOPK_NO_F16C");
+  }
 }
 
 TEST(CorpusIo, Float32ToFloat16BitsRoundsLikeTheEngine) {
