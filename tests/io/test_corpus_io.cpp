@@ -363,6 +363,18 @@ hid_t half_type() {
   return t;
 }
 
+// Sets an environment variable for one scope (unset again even when an ASSERT returns early).
+struct ScopedEnv {
+  explicit ScopedEnv(const char* name, bool on = true) : name_(name), on_(on) {
+    if (on_) setenv(name_, "1", 1);
+  }
+  ~ScopedEnv() {
+    if (on_) unsetenv(name_);
+  }
+  const char* name_;
+  bool on_;
+};
+
 struct PathCase {
   const char* what;
   int disk;      // 0 float16, 1 float32 LE, 2 float64, 3 float32 big-endian
@@ -378,7 +390,7 @@ class ReaderPaths : public ::testing::TestWithParam<PathCase> {};
 // for every split, block size and thread count.
 TEST_P(ReaderPaths, SameValuesEveryPathSplitAndThreadCount) {
   const PathCase c = GetParam();
-  if (c.hdf5_only) setenv("SHARDTOPK_IO_HDF5_ONLY", "1", 1);
+  ScopedEnv hdf5_only("SHARDTOPK_IO_HDF5_ONLY", c.hdf5_only);
   test::TempDir dir;
   const std::string path = dir.file("p.h5");
   const std::int64_t rows = 29, cols = 5;
@@ -429,7 +441,6 @@ TEST_P(ReaderPaths, SameValuesEveryPathSplitAndThreadCount) {
       }
     }
   }
-  if (c.hdf5_only) unsetenv("SHARDTOPK_IO_HDF5_ONLY");
 }
 
 // Cases: each dtype and layout the fast paths take, and the ones that fall back to H5Dread.
@@ -459,7 +470,7 @@ TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
   write_with_dcpl(path, "train", ht, bits.size() / 8, 8, H5P_DEFAULT, &vals);
   H5Tclose(ht);
   for (bool f16c : {true, false}) {
-    if (!f16c) setenv("SHARDTOPK_NO_F16C", "1", 1);
+    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
     ReadOptions opt;
     opt.threads = 2;
     opt.chunk_rows = 1000;
@@ -473,7 +484,6 @@ TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
                       back.insert(back.end(), h, h + b.rows * b.cols);
                     });
     EXPECT_EQ(back, bits);
-    unsetenv("SHARDTOPK_NO_F16C");
   }
   // Inf and NaN in float16 data are found by both paths, first in row order.
   std::vector<double> bad(40 * 8, 0.25);
@@ -483,7 +493,7 @@ TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
   write_with_dcpl(path, "bad", ht, 40, 8, H5P_DEFAULT, &bad);
   H5Tclose(ht);
   for (bool f16c : {true, false}) {
-    if (!f16c) setenv("SHARDTOPK_NO_F16C", "1", 1);
+    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
     for (RowFormat fmt : {RowFormat::kFloat32, RowFormat::kFloat16Bits}) {
       ReadOptions opt;
       opt.label = "corpus row";
@@ -493,7 +503,6 @@ TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
       EXPECT_THAT(error_of([&] { read_row_blocks(path, "bad", RowRange{6, 40}, fmt, opt, [](const RowBlock&) {}); }),
                   AllOf(HasSubstr("corpus row 37 "), HasSubstr("nan"), HasSubstr("column 1")));
     }
-    unsetenv("SHARDTOPK_NO_F16C");
   }
 }
 
@@ -516,7 +525,7 @@ TEST(CorpusIo, Float32ToFloat16BitsRoundsLikeTheEngine) {
     w.write_f32("train", v.data(), static_cast<std::int64_t>(v.size() / 4), 4);
   }
   for (bool f16c : {true, false}) {
-    if (!f16c) setenv("SHARDTOPK_NO_F16C", "1", 1);
+    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
     std::vector<std::uint16_t> got;
     ReadOptions opt;
     opt.threads = 2;
@@ -527,7 +536,6 @@ TEST(CorpusIo, Float32ToFloat16BitsRoundsLikeTheEngine) {
                     });
     ASSERT_EQ(got.size(), v.size());
     for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(got[i], half::to_f16(v[i])) << v[i] << " f16c " << f16c;
-    unsetenv("SHARDTOPK_NO_F16C");
   }
 }
 
