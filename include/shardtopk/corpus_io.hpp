@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shardtopk/shard_plan.hpp"
+#include "shardtopk/types.hpp"
 
 namespace shardtopk {
 
@@ -51,14 +52,71 @@ DatasetInfo inspect_dataset(const std::string& path, const std::string& dataset)
 /// A root string attribute (e.g. ann-benchmarks' `distance`), or "" when absent.
 std::string read_string_attribute(const std::string& path, const std::string& name);
 
+/// How a block of rows is handed over: float32 values, or IEEE binary16 bit patterns (what a
+/// float16 engine stores; a float16 dataset then goes from the file to the sink unconverted).
+enum class RowFormat { kFloat32, kFloat16Bits };
+
+/// Options of the row readers.
+struct ReadOptions {
+  std::int64_t chunk_rows = 65536;  ///< rows per block (one sink call and one progress call each)
+  int threads = 0;                  ///< threads for reading, decompressing, converting, checking; 0 = all cores
+  ReadProgress progress;            ///< (rows_done, rows_total) after each block, on the calling thread
+  std::string label = "row";        ///< what rows are called in messages ("corpus row", "query")
+  /// The engine's storage type: a finite value that it cannot hold (|x| > 65504 for float16) is
+  /// refused as "out of range of float16" here, with its row and column, instead of becoming inf.
+  Dtype storage = Dtype::kFloat32;
+};
+
+/// One block of rows handed to a RowBlockSink: [rows, cols] row-major, `format` values (4 or 2
+/// bytes each), rows first_row .. first_row + rows - 1 of the dataset. Every value is finite and
+/// within the range of the format and of ReadOptions::storage.
+struct RowBlock {
+  std::int64_t first_row = 0;  ///< dataset row of the block's first row (global row number)
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  RowFormat format = RowFormat::kFloat32;
+  const void* data = nullptr;
+};
+
+/// Receives each block, in row order, on the calling thread. The block's memory may be reused
+/// when the sink returns (an engine copies it, or starts an asynchronous copy from a buffer it
+/// supplied through RowBlockBuffer and waits on it before handing that buffer out again).
+using RowBlockSink = std::function<void(const RowBlock&)>;
+
+/// Supplies the memory the next block is written to: at least rows x cols values of the
+/// requested format (e.g. one of two pinned staging buffers, or the final host array).
+using RowBlockBuffer = std::function<void*(std::int64_t first_row, std::int64_t rows)>;
+
+/// Stream rows [range.lo, range.hi) of a 2-D float16/float32/float64 dataset in blocks of
+/// `opt.chunk_rows` rows. Contiguous little-endian datasets are read with pread() straight from
+/// the file on `opt.threads` threads (no HDF5 type conversion; float16 is converted on the host
+/// with F16C where the CPU has it); chunked datasets filtered with deflate and/or shuffle only
+/// have their chunks read and decompressed on those threads; anything else (other filters,
+/// big-endian, external storage, virtual datasets) goes through H5Dread. Before any row is read,
+/// storage that HDF5 would silently fill is refused (virtual sources missing or too short,
+/// external files missing or short, chunks or contiguous storage never written), naming the rows.
+/// @param buffer  where blocks go; empty: a buffer the reader owns.
+/// @throws Error as read_rows.
+void read_row_blocks(const std::string& path, const std::string& dataset, RowRange range, RowFormat format,
+                     const ReadOptions& opt, const RowBlockSink& sink, const RowBlockBuffer& buffer = {});
+
 /// Read rows [range.lo, range.hi) of a 2-D floating-point dataset (float16/32/64, contiguous
-/// or chunked/compressed) as float32 through HDF5 hyperslabs, `chunk_rows` rows at a time, so
-/// host memory stays near the slice size. Every value must be finite.
-/// @param label  what the rows are called in messages ("corpus row", "query").
-/// @param id_offset  added to the row index in messages (global row numbering).
+/// or chunked/compressed) as float32, `opt.chunk_rows` rows at a time (read_row_blocks into the
+/// result). Every value must be finite and within float32 (and opt.storage).
 /// @throws Error on a missing dataset (listing those present), a rank other than 2, a
-///   non-float dtype, a range outside the dataset, a read failure, or a NaN/Inf value
-///   (naming the global row and column).
+///   non-float dtype, a range outside the dataset, data HDF5 would fill in (see read_row_blocks),
+///   a read failure, a NaN/Inf value or a value out of range (naming the global row and column).
+HostMatrix read_rows(const std::string& path, const std::string& dataset, RowRange range, const ReadOptions& opt);
+
+/// As read_rows, into memory the caller owns: `out` holds range.size() x dim floats (dim from
+/// inspect_dataset). The reader's threads write it first, so memory fresh from `new float[]`
+/// is faulted in on all of them (a std::vector is zeroed on one thread first: about 1.7 s for
+/// 3 GB on a 2-core VM, slower than the read itself). Returns dim.
+std::int64_t read_rows_into(const std::string& path, const std::string& dataset, RowRange range,
+                            const ReadOptions& opt, float* out);
+
+/// As above with default options and `chunk_rows`, `progress` and `label` given.
+/// @param label  what the rows are called in messages ("corpus row", "query").
 HostMatrix read_rows(const std::string& path, const std::string& dataset, RowRange range,
                      std::int64_t chunk_rows = 65536, const ReadProgress& progress = {},
                      const std::string& label = "row");
@@ -67,7 +125,8 @@ HostMatrix read_rows(const std::string& path, const std::string& dataset, RowRan
 HostMatrix read_matrix(const std::string& path, const std::string& dataset,
                        const std::string& label = "row");
 
-/// Read a 1-D integer dataset as int64 (e.g. `ids`). @throws Error on shape or type mismatch.
+/// Read a 1-D integer dataset as int64 (e.g. `ids`). @throws Error on shape or type mismatch,
+/// and on unsigned values above INT64_MAX (named with their index).
 std::vector<std::int64_t> read_int64_vector(const std::string& path, const std::string& dataset);
 
 /// Read a 1-D string dataset (fixed or variable length), e.g. GloVe's `train_words`.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <limits>
 #include <thread>
 
@@ -175,7 +176,8 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   std::string msg;
   Metric metric = Metric::kInnerProduct;
   IngestStats stats;
-  HostMatrix rows;
+  std::unique_ptr<float[]> shard;
+  std::int64_t nrows = 0;
   std::vector<std::int64_t> ids;
   try {
     validate(cfg);
@@ -192,21 +194,32 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     stats.rows = shard_rows(stats.total_rows, world, rank);
     (void)choose_backend(cfg, *host_comm);  // refuse a bad backend before reading anything
 
-    // Read this rank's rows only (hyperslab), in bounded chunks.
+    // Read this rank's rows only, in blocks, on the rank's cores.
     const auto tr = Clock::now();
     auto last_log = Clock::now();
-    ReadProgress progress;
+    ReadOptions ropt;
+    ropt.chunk_rows = cfg.engine.read_chunk_rows;
+    ropt.threads = resolve_threads(cfg, host_comm->local_size());
+    ropt.label = "corpus row";
+    // Values the engine's storage cannot hold are refused by name (cosine rows are normalised
+    // first, so only float32's range applies to them).
+    ropt.storage = metric == Metric::kCosine ? Dtype::kFloat32 : cfg.engine.dtype;
+    const double row_bytes =
+        static_cast<double>(stats.dim) * (info.dtype == "float16" ? 2 : info.dtype == "float64" ? 8 : 4);
     if (log_progress && rank == 0) {
-      progress = [&](std::int64_t done, std::int64_t total) {
+      ropt.progress = [&](std::int64_t done, std::int64_t total) {
         if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
           last_log = Clock::now();
-          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s", done, total, 100.0 * done / total,
-                       seconds_since(tr));
+          const double sec = seconds_since(tr);
+          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} MB/s", done, total, 100.0 * done / total,
+                       sec, done * row_bytes / std::max(sec, 1e-9) / 1e6);
         }
       };
     }
-    rows = read_rows(cfg.corpus.path, cfg.corpus.dataset, stats.rows, cfg.engine.read_chunk_rows, progress,
-                     "corpus row");
+    // new float[] (not a zeroed std::vector): the reader's threads fault the pages in in parallel.
+    nrows = stats.rows.size();
+    shard.reset(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats.dim))]);
+    read_rows_into(cfg.corpus.path, cfg.corpus.dataset, stats.rows, ropt, shard.get());
     ids.resize(static_cast<size_t>(stats.rows.size()));
     if (!cfg.corpus.ids_dataset.empty()) {
       std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
@@ -225,8 +238,8 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     }
     if (metric == Metric::kCosine) {
       // norms computed once at ingest: rows are stored normalised. Messages use global rows.
-      for (std::int64_t i = 0; i < rows.rows; ++i)
-        normalize_rows(rows.data.data() + i * rows.cols, 1, rows.cols, stats.rows.lo + i, "corpus row");
+      for (std::int64_t i = 0; i < nrows; ++i)
+        normalize_rows(shard.get() + i * stats.dim, 1, stats.dim, stats.rows.lo + i, "corpus row");
     }
     stats.read_s = seconds_since(tr);
   } catch (const std::exception& e) {
@@ -235,7 +248,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   }
   host_comm->check(ok, msg);
 
-  const ShardInput in{rows.data.data(), rows.rows, rows.cols, ids.data()};
+  const ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
   auto index = build_index(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats);
   IngestStats final_stats = index->ingest_stats();
   double mine = seconds_since(t0);

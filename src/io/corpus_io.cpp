@@ -6,13 +6,19 @@
 #include <cstring>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <hdf5.h>
+
+#include "io/h5_detail.hpp"
 
 #include "common/half.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
-namespace {
+namespace h5 {
 
 // Silence HDF5's own error-stack printing once; we turn every failure into an Error.
 struct SilenceHdf5 {
@@ -35,50 +41,39 @@ std::string hdf5_reason() {
   return out;
 }
 
-// RAII for hid_t handles.
-class Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Handle() = default;
-  Handle(hid_t id, Closer c) : id_(id), close_(c) {}
-  ~Handle() {
-    if (id_ >= 0 && close_) close_(id_);
-  }
-  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Handle& operator=(Handle&& o) noexcept {
-    std::swap(id_, o.id_);
-    std::swap(close_, o.close_);
-    return *this;
-  }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_ = -1;
-  Closer close_ = nullptr;
-};
-
-#define STK_H5_CHECK(expr, ...)                                                                     \
-  do {                                                                                         \
-    if ((expr) < 0) {                                                                          \
-      const std::string reason_ = hdf5_reason();                                               \
-      throw Error(detail::concat(__VA_ARGS__, " (", #expr, " failed",                          \
-                                 reason_.empty() ? "" : ": " + reason_, ")"));                 \
-    }                                                                                          \
-  } while (0)
-
 Handle open_file(const std::string& path) {
   silence();
-  FILE* f = std::fopen(path.c_str(), "rb");
-  SHARDTOPK_EXPECTS(f != nullptr, "cannot open '", path, "': ", std::strerror(errno),
-                    errno == ENOENT && path.rfind("data/", 0) == 0
-                        ? " (import the public datasets with launch/import_datasets.sh, or point corpus.path elsewhere "
-                          "with --set corpus.path=FILE)"
-                        : "");
-  std::fclose(f);
+  // OS-level causes first, each named from stat/errno: a directory, a missing file, no
+  // permission are not "truncated or corrupt" HDF5.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    throw Error(detail::concat("cannot open '", path, "': ", std::strerror(err),
+                               err == ENOENT && path.rfind("data/", 0) == 0
+                                   ? " (import the public datasets with launch/import_datasets.sh, or point "
+                                     "corpus.path elsewhere with --set corpus.path=FILE)"
+                                   : ""));
+  }
+  SHARDTOPK_EXPECTS(!S_ISDIR(st.st_mode), "'", path, "' is a directory, not an HDF5 file (corpus.path must name the ",
+                    ".h5 file itself)");
+  SHARDTOPK_EXPECTS(S_ISREG(st.st_mode), "'", path, "' is not a regular file (",
+                    S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+                                                    : S_ISSOCK(st.st_mode) ? "a socket" : "a block device or other",
+                    "); HDF5 needs a seekable file");
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    const int err = errno;
+    throw Error(detail::concat("cannot open '", path, "': ", std::strerror(err)));
+  }
+  ::close(fd);
+  SHARDTOPK_EXPECTS(st.st_size > 0, "'", path, "' is empty (0 bytes), not an HDF5 file");
   const htri_t is = H5Fis_hdf5(path.c_str());
-  SHARDTOPK_EXPECTS(is > 0, "'", path, "' is not a readable HDF5 file",
-                    is < 0 ? " (truncated or corrupt)" : "");
+  if (is <= 0) {
+    const std::string r = hdf5_reason();
+    throw Error(detail::concat("'", path, "' is not a readable HDF5 file",
+                               is < 0 ? " (truncated or corrupt" + (r.empty() ? std::string() : ": " + r) + ")"
+                                      : " (no HDF5 signature; " + std::to_string(st.st_size) + " bytes)"));
+  }
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) {
     const std::string r = hdf5_reason();
@@ -203,7 +198,9 @@ Handle open_dataset(hid_t file, const std::string& path, const std::string& data
   return Handle(id, H5Dclose);
 }
 
-}  // namespace
+}  // namespace h5
+
+using namespace h5;
 
 FileInfo inspect_file(const std::string& path) {
   Handle f = open_file(path);
@@ -279,57 +276,39 @@ std::string read_string_attribute(const std::string& path, const std::string& na
   return out;
 }
 
-HostMatrix read_rows(const std::string& path, const std::string& dataset, RowRange range,
-                     std::int64_t chunk_rows, const ReadProgress& progress, const std::string& label) {
-  Handle f = open_file(path);
-  Handle ds = open_dataset(f.get(), path, dataset);
-  const DatasetInfo info = describe(ds.get(), strip_slash(dataset));
-  SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", path, "': dataset '", info.name, "' must be 2-D [rows, dim], but it is ",
-                    info.dims.size(), "-D");
-  SHARDTOPK_EXPECTS(info.is_float, "'", path, "': dataset '", info.name, "' has dtype ", info.dtype,
-                    "; expected float16, float32 or float64");
-  const std::int64_t n = info.dims[0], dim = info.dims[1];
-  SHARDTOPK_EXPECTS(dim >= 1, "'", path, "': dataset '", info.name, "' has dimension 0");
-  SHARDTOPK_EXPECTS(range.lo >= 0 && range.lo <= range.hi && range.hi <= n, "'", path, "': rows [", range.lo, ", ",
-                    range.hi, ") outside dataset '", info.name, "' of ", n, " rows");
-  SHARDTOPK_EXPECTS(chunk_rows >= 1, "read chunk must be >= 1 row, got ", chunk_rows);
-
-  HostMatrix m;
-  m.rows = range.size();
-  m.cols = dim;
-  m.data.resize(static_cast<size_t>(m.rows * dim));
-  Handle fspace(H5Dget_space(ds.get()), H5Sclose);
-  STK_H5_CHECK(fspace.get(), "'", path, "': dataspace of '", info.name, "'");
-  for (std::int64_t done = 0; done < m.rows;) {
-    const std::int64_t take = std::min<std::int64_t>(chunk_rows, m.rows - done);
-    const hsize_t start[2] = {static_cast<hsize_t>(range.lo + done), 0};
-    const hsize_t count[2] = {static_cast<hsize_t>(take), static_cast<hsize_t>(dim)};
-    STK_H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), "'", path,
-            "': selecting rows of '", info.name, "'");
-    Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
-    float* dst = m.data.data() + done * dim;
-    STK_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst), "'", path,
-            "': reading rows [", range.lo + done, ", ", range.lo + done + take, ") of '", info.name,
-            "' (truncated or corrupt file?)");
-    for (std::int64_t i = 0; i < take * dim; ++i) {
-      if (!std::isfinite(dst[i])) {
-        const std::int64_t row = range.lo + done + i / dim;
-        throw Error(detail::concat("'", path, "': ", label, " ", row, " of '", info.name, "' has a non-finite value (",
-                                   dst[i], ") at column ", i % dim));
+namespace {
+// Reads a whole integer dataset as int64. Unsigned 64-bit values above INT64_MAX would be
+// clipped to INT64_MAX by HDF5's conversion (and then look like the reserved padding id), so
+// they are read as uint64 first and refused by name, with their position.
+std::vector<std::int64_t> read_all_as_int64(hid_t ds, const std::string& path, const DatasetInfo& info,
+                                            std::int64_t cols) {
+  size_t n = 1;
+  for (auto d : info.dims) n *= static_cast<size_t>(d);
+  std::vector<std::int64_t> v(n);
+  if (n == 0) return v;
+  Handle ftype(H5Dget_type(ds), H5Tclose);
+  STK_H5_CHECK(ftype.get(), "'", path, "': type of '", info.name, "'");
+  if (H5Tget_sign(ftype.get()) == H5T_SGN_NONE && H5Tget_size(ftype.get()) >= 8) {
+    std::vector<std::uint64_t> u(n);
+    STK_H5_CHECK(H5Dread(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data()), "'", path, "': reading '",
+                 info.name, "'");
+    for (size_t i = 0; i < n; ++i) {
+      if (u[i] > static_cast<std::uint64_t>(INT64_MAX)) {
+        throw Error(detail::concat("'", path, "': dataset '", info.name, "' is ", info.dtype, " and holds ", u[i],
+                                   cols > 0 ? " at row " + std::to_string(i / cols) + ", column " + std::to_string(i % cols)
+                                            : " at index " + std::to_string(i),
+                                   ", above the largest int64 id ", INT64_MAX,
+                                   "; ids must be in [0, 2^63 - 1) (HDF5 would clip it to 2^63 - 1)"));
       }
+      v[i] = static_cast<std::int64_t>(u[i]);
     }
-    done += take;
-    if (progress) progress(done, m.rows);
+    return v;
   }
-  return m;
+  STK_H5_CHECK(H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "'", path, "': reading '",
+               info.name, "'");
+  return v;
 }
-
-HostMatrix read_matrix(const std::string& path, const std::string& dataset, const std::string& label) {
-  const DatasetInfo info = inspect_dataset(path, dataset);
-  SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", path, "': dataset '", info.name, "' must be 2-D [rows, dim], but it is ",
-                    info.dims.size(), "-D");
-  return read_rows(path, dataset, RowRange{0, info.dims[0]}, 1 << 16, {}, label);
-}
+}  // namespace
 
 std::vector<std::int64_t> read_int64_vector(const std::string& path, const std::string& dataset) {
   Handle f = open_file(path);
@@ -339,11 +318,7 @@ std::vector<std::int64_t> read_int64_vector(const std::string& path, const std::
                     info.dims.size(), "-D");
   SHARDTOPK_EXPECTS(info.dtype.find("int") == 0 || info.dtype.find("uint") == 0, "'", path, "': dataset '",
                     info.name, "' has dtype ", info.dtype, "; expected an integer type");
-  std::vector<std::int64_t> v(static_cast<size_t>(info.dims[0]));
-  if (!v.empty())
-    STK_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "'", path,
-            "': reading '", info.name, "'");
-  return v;
+  return read_all_as_int64(ds.get(), path, info, 0);
 }
 
 std::vector<std::string> read_string_vector(const std::string& path, const std::string& dataset) {
@@ -387,11 +362,7 @@ std::vector<std::int64_t> read_int64_matrix(const std::string& path, const std::
                     info.name, "' has dtype ", info.dtype, "; expected an integer type");
   *rows = info.dims[0];
   *cols = info.dims[1];
-  std::vector<std::int64_t> v(static_cast<size_t>(*rows * *cols));
-  if (!v.empty())
-    STK_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "'", path,
-            "': reading '", info.name, "'");
-  return v;
+  return read_all_as_int64(ds.get(), path, info, *cols);
 }
 
 // ------------------------------------------------------------------------------- writer

@@ -3,7 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -11,6 +16,7 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/shard_plan.hpp"
+#include "common/half.hpp"
 #include "h5_raw.hpp"
 #include "test_support.hpp"
 
@@ -19,6 +25,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test::error_of;
 
 using test::Disk;
@@ -326,6 +333,494 @@ TEST_F(CorpusIoErrors, EmptyRangeIsFine) {
   const HostMatrix m = read_rows(path_, "train", RowRange{37, 37});
   EXPECT_EQ(m.rows, 0);
   EXPECT_EQ(m.cols, 5);
+}
+
+// ------------------------------------------------------------------------------ fast paths
+
+// Writes `values` (row-major [rows, cols]) as dataset `name` with file type `ftype` and the
+// creation properties `dcpl` (layout, filters, external storage, ...), with the HDF5 C API.
+void write_with_dcpl(const std::string& path, const std::string& name, hid_t ftype, hsize_t rows, hsize_t cols,
+                     hid_t dcpl, const std::vector<double>* values) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (f < 0) f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << path;
+  const hsize_t dims[2] = {rows, cols};
+  hid_t space = H5Screate_simple(2, dims, nullptr);
+  hid_t ds = H5Dcreate2(f, name.c_str(), ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(ds, 0) << name;
+  if (values) ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values->data()), 0);
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+hid_t half_type() {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(t, 15, 10, 5, 0, 10);
+  H5Tset_size(t, 2);
+  H5Tset_ebias(t, 15);
+  return t;
+}
+
+// Sets an environment variable for one scope (unset again even when an ASSERT returns early).
+struct ScopedEnv {
+  explicit ScopedEnv(const char* name, bool on = true) : name_(name), on_(on) {
+    if (on_) setenv(name_, "1", 1);
+  }
+  ~ScopedEnv() {
+    if (on_) unsetenv(name_);
+  }
+  const char* name_;
+  bool on_;
+};
+
+struct PathCase {
+  const char* what;
+  int disk;      // 0 float16, 1 float32 LE, 2 float64, 3 float32 big-endian
+  int layout;    // 0 contiguous, 1 chunked (4 rows x 2 cols), 2 chunked shuffle+deflate, 3 fletcher32+deflate
+  bool hdf5_only;  // SHARDTOPK_IO_HDF5_ONLY: the H5Dread path
+};
+std::ostream& operator<<(std::ostream& os, const PathCase& c) { return os << c.what << (c.hdf5_only ? " (H5Dread)" : ""); }
+
+class ReaderPaths : public ::testing::TestWithParam<PathCase> {};
+
+// Every reading path (pread of contiguous data, direct chunk decode with partial-width edge
+// chunks, H5Dread for big-endian and fletcher32) gives the same float32 values and float16 bits
+// for every split, block size and thread count.
+TEST_P(ReaderPaths, SameValuesEveryPathSplitAndThreadCount) {
+  const PathCase c = GetParam();
+  ScopedEnv hdf5_only("SHARDTOPK_IO_HDF5_ONLY", c.hdf5_only);
+  test::TempDir dir;
+  const std::string path = dir.file("p.h5");
+  const std::int64_t rows = 29, cols = 5;
+  std::vector<float> expect = test::round_to(Dtype::kFloat16, test::random_floats(rows * cols, 9, -4.0f, 4.0f));
+  std::vector<double> vals(expect.begin(), expect.end());
+  hid_t ftype = c.disk == 0 ? half_type() : H5Tcopy(c.disk == 1 ? H5T_IEEE_F32LE : c.disk == 2 ? H5T_IEEE_F64LE : H5T_IEEE_F32BE);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (c.layout > 0) {
+    const hsize_t chunk[2] = {4, 2};
+    H5Pset_chunk(dcpl, 2, chunk);
+    if (c.layout == 3) H5Pset_fletcher32(dcpl);
+    if (c.layout == 2) H5Pset_shuffle(dcpl);
+    if (c.layout >= 2) H5Pset_deflate(dcpl, 4);
+  }
+  write_with_dcpl(path, "train", ftype, rows, cols, dcpl, &vals);
+  H5Pclose(dcpl);
+  H5Tclose(ftype);
+  for (int threads : {1, 2, 3}) {
+    for (std::int64_t block : {std::int64_t{1}, std::int64_t{3}, std::int64_t{7}, std::int64_t{100}}) {
+      for (int world : {1, 2, 3, 5}) {
+        for (int r = 0; r < world; ++r) {
+          const RowRange rr = shard_rows(rows, world, r);
+          ReadOptions opt;
+          opt.chunk_rows = block;
+          opt.threads = threads;
+          const HostMatrix m = read_rows(path, "train", rr, opt);
+          ASSERT_EQ(m.data, std::vector<float>(expect.begin() + rr.lo * cols, expect.begin() + rr.hi * cols))
+              << "threads " << threads << " block " << block << " P=" << world << " rank " << r;
+          std::vector<float> into(static_cast<size_t>(rr.size() * cols) + 1, -7.0f);
+          EXPECT_EQ(read_rows_into(path, "train", rr, opt, into.data()), cols);
+          into.pop_back();
+          EXPECT_EQ(into, m.data);
+          std::vector<std::uint16_t> bits;
+          std::int64_t next = rr.lo;
+          read_row_blocks(path, "train", rr, RowFormat::kFloat16Bits, opt, [&](const RowBlock& b) {
+            EXPECT_EQ(b.first_row, next);
+            EXPECT_EQ(b.cols, cols);
+            EXPECT_EQ(b.format, RowFormat::kFloat16Bits);
+            EXPECT_LE(b.rows, block);
+            next += b.rows;
+            const auto* h = static_cast<const std::uint16_t*>(b.data);
+            bits.insert(bits.end(), h, h + b.rows * b.cols);
+          });
+          EXPECT_EQ(next, rr.hi);
+          ASSERT_EQ(bits.size(), m.data.size());
+          for (size_t i = 0; i < bits.size(); ++i) ASSERT_EQ(bits[i], half::to_f16(m.data[i])) << i;
+        }
+      }
+    }
+  }
+}
+
+// Cases: each dtype and layout the fast paths take, and the ones that fall back to H5Dread.
+INSTANTIATE_TEST_SUITE_P(
+    Paths, ReaderPaths,
+    ::testing::Values(PathCase{"float16 contiguous", 0, 0, false}, PathCase{"float32 contiguous", 1, 0, false},
+                      PathCase{"float64 contiguous", 2, 0, false}, PathCase{"float32 big-endian", 3, 0, false},
+                      PathCase{"float16 chunked 4x2", 0, 1, false}, PathCase{"float32 chunked shuffle+deflate", 1, 2, false},
+                      PathCase{"float16 chunked shuffle+deflate", 0, 2, false},
+                      PathCase{"float64 chunked shuffle+deflate", 2, 2, false},
+                      PathCase{"float32 fletcher32+deflate", 1, 3, false}, PathCase{"float16 contiguous", 0, 0, true},
+                      PathCase{"float32 chunked shuffle+deflate", 1, 2, true}));
+
+TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
+  // All 63,488 finite float16 bit patterns (signed zeros, subnormals, 65504): the F16C path and
+  // the portable table give half::from_f16's float32, bit for bit, and the raw-bits format
+  // returns the stored bits unchanged.
+  std::vector<std::uint16_t> bits;
+  for (std::uint32_t h = 0; h < 65536; ++h)
+    if ((h & 0x7C00u) != 0x7C00u) bits.push_back(static_cast<std::uint16_t>(h));
+  ASSERT_EQ(bits.size(), 63488u);
+  std::vector<double> vals(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) vals[i] = half::from_f16(bits[i]);
+  test::TempDir dir;
+  const std::string path = dir.file("allhalf.h5");
+  hid_t ht = half_type();
+  write_with_dcpl(path, "train", ht, bits.size() / 8, 8, H5P_DEFAULT, &vals);
+  H5Tclose(ht);
+  for (bool f16c : {true, false}) {
+    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
+    ReadOptions opt;
+    opt.threads = 2;
+    opt.chunk_rows = 1000;
+    const HostMatrix m = read_rows(path, "train", RowRange{0, static_cast<std::int64_t>(bits.size() / 8)}, opt);
+    for (size_t i = 0; i < bits.size(); ++i)
+      ASSERT_EQ(half::bits(m.data[i]), half::bits(half::from_f16(bits[i]))) << "f16 bits " << bits[i] << " f16c " << f16c;
+    std::vector<std::uint16_t> back;
+    read_row_blocks(path, "train", RowRange{0, static_cast<std::int64_t>(bits.size() / 8)}, RowFormat::kFloat16Bits, opt,
+                    [&](const RowBlock& b) {
+                      const auto* h = static_cast<const std::uint16_t*>(b.data);
+                      back.insert(back.end(), h, h + b.rows * b.cols);
+                    });
+    EXPECT_EQ(back, bits);
+  }
+  // Inf and NaN in float16 data are found by both paths, first in row order.
+  std::vector<double> bad(40 * 8, 0.25);
+  bad[37 * 8 + 1] = std::numeric_limits<double>::quiet_NaN();
+  bad[5 * 8 + 3] = -std::numeric_limits<double>::infinity();
+  ht = half_type();
+  write_with_dcpl(path, "bad", ht, 40, 8, H5P_DEFAULT, &bad);
+  H5Tclose(ht);
+  for (bool f16c : {true, false}) {
+    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
+    for (RowFormat fmt : {RowFormat::kFloat32, RowFormat::kFloat16Bits}) {
+      ReadOptions opt;
+      opt.label = "corpus row";
+      EXPECT_THAT(error_of([&] { read_row_blocks(path, "bad", RowRange{0, 40}, fmt, opt, [](const RowBlock&) {}); }),
+                  AllOf(HasSubstr("corpus row 5 "), HasSubstr("non-finite value (-inf)"), HasSubstr("column 3")))
+          << "f16c " << f16c;
+      EXPECT_THAT(error_of([&] { read_row_blocks(path, "bad", RowRange{6, 40}, fmt, opt, [](const RowBlock&) {}); }),
+                  AllOf(HasSubstr("corpus row 37 "), HasSubstr("nan"), HasSubstr("column 1")));
+    }
+  }
+}
+
+TEST(CorpusIo, Float32ToFloat16BitsRoundsLikeTheEngine) {
+  // float32 data requested as float16 bits: F16C and the portable path both round to nearest
+  // even exactly as half::to_f16 (the engines' conversion), subnormals and ties included.
+  std::vector<float> v = test::random_floats(4000, 31, -70000.0f, 70000.0f);
+  const auto small = test::random_floats(4000, 32, -1e-4f, 1e-4f);  // float16 subnormals
+  v.insert(v.end(), small.begin(), small.end());
+  for (float base : {1.0f, 2.001953125f, -1.0009765625f, 6.103515625e-05f})
+    v.push_back(std::nextafter(base, 10.0f));
+  v.push_back(65519.99f);  // rounds to 65504
+  v.push_back(1.00048828125f);  // exact tie between 1 and 1.0009765625: even is 1
+  for (auto& x : v) x = std::max(-65504.0f, std::min(65504.0f, x));
+  v.resize(v.size() / 4 * 4);
+  test::TempDir dir;
+  const std::string path = dir.file("f32.h5");
+  {
+    H5Writer w(path);
+    w.write_f32("train", v.data(), static_cast<std::int64_t>(v.size() / 4), 4);
+  }
+  for (bool f16c : {true, false}) {
+    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
+    std::vector<std::uint16_t> got;
+    ReadOptions opt;
+    opt.threads = 2;
+    read_row_blocks(path, "train", RowRange{0, static_cast<std::int64_t>(v.size() / 4)}, RowFormat::kFloat16Bits, opt,
+                    [&](const RowBlock& b) {
+                      const auto* h = static_cast<const std::uint16_t*>(b.data);
+                      got.insert(got.end(), h, h + b.rows * b.cols);
+                    });
+    ASSERT_EQ(got.size(), v.size());
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(got[i], half::to_f16(v[i])) << v[i] << " f16c " << f16c;
+  }
+}
+
+TEST(CorpusIo, BadValueMessageIsTheFirstInRowOrderWhateverTheThreads) {
+  // Several bad values in different pieces and chunks: every thread count names the same one.
+  test::TempDir dir;
+  const std::string path = dir.file("many.h5");
+  const std::int64_t rows = 4000, cols = 64;
+  auto v = test::random_floats(rows * cols, 5);
+  v[3999 * cols + 1] = std::numeric_limits<float>::quiet_NaN();
+  v[2500 * cols + 60] = std::numeric_limits<float>::infinity();
+  v[1234 * cols + 7] = -std::numeric_limits<float>::infinity();
+  {
+    H5Writer w(path);
+    w.write_f32("flat", v.data(), rows, cols);
+    w.write_f32("gz", v.data(), rows, cols, 100);
+  }
+  for (const char* ds : {"flat", "gz"}) {
+    for (int t : {1, 2, 4}) {
+      ReadOptions opt;
+      opt.threads = t;
+      opt.label = "corpus row";
+      EXPECT_THAT(error_of([&] { read_rows(path, ds, RowRange{0, rows}, opt); }),
+                  AllOf(HasSubstr("corpus row 1234 "), HasSubstr("-inf"), HasSubstr("column 7")))
+          << ds << " threads " << t;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ issue 10 faults
+
+// (2) HDF5 indirection that hides missing data: virtual datasets.
+class HiddenMissingData : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    src_ = dir_.file("src_a.h5");
+    vals_.resize(300 * 4);
+    for (size_t i = 0; i < vals_.size(); ++i) vals_[i] = static_cast<double>(i % 97) - 40.0;
+    write_with_dcpl(src_, "data", H5T_IEEE_F32LE, 300, 4, H5P_DEFAULT, &vals_);
+  }
+  // A virtual [600, 4] 'train' in vds.h5: rows [0, 300) from src_a.h5 'data', rows [300, 600)
+  // from `second` (file, dataset, rows it has), or unmapped when second_file is empty.
+  std::string make_vds(const std::string& second_file, const std::string& second_ds, hsize_t second_rows) {
+    const std::string vds = dir_.file("vds.h5");
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const hsize_t vdims[2] = {600, 4};
+    hid_t vspace = H5Screate_simple(2, vdims, nullptr);
+    const hsize_t sdims[2] = {300, 4};
+    hid_t sspace = H5Screate_simple(2, sdims, nullptr);
+    hsize_t start[2] = {0, 0}, count[2] = {300, 4};
+    H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    EXPECT_GE(H5Pset_virtual(dcpl, vspace, "src_a.h5", "data", sspace), 0);
+    if (!second_file.empty()) {
+      start[0] = 300;
+      H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start, nullptr, count, nullptr);
+      (void)second_rows;
+      EXPECT_GE(H5Pset_virtual(dcpl, vspace, second_file.c_str(), second_ds.c_str(), sspace), 0);
+    }
+    hid_t f = H5Fcreate(vds.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t ds = H5Dcreate2(f, "train", H5T_IEEE_F32LE, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    EXPECT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+    H5Sclose(sspace);
+    H5Sclose(vspace);
+    H5Pclose(dcpl);
+    return vds;
+  }
+  test::TempDir dir_;
+  std::string src_;
+  std::vector<double> vals_;
+};
+
+TEST_F(HiddenMissingData, VirtualDatasetWithAMissingSourceFile) {
+  const std::string vds = make_vds("missing_b.h5", "data", 300);
+  // Issue 10 item 2: rows 300-599 would come back as zeros. Refused, naming file and rows.
+  EXPECT_THAT(error_of([&] { read_rows(vds, "train", RowRange{0, 600}); }),
+              AllOf(HasSubstr("virtual dataset"), HasSubstr("rows [300, 600)"), HasSubstr("'missing_b.h5'"),
+                    HasSubstr("does not exist"), HasSubstr("fill value")));
+  // A rank whose rows all come from the present source reads them.
+  const HostMatrix m = read_rows(vds, "train", RowRange{100, 300});
+  for (size_t i = 0; i < m.data.size(); ++i) ASSERT_EQ(m.data[i], static_cast<float>(vals_[400 + i])) << i;
+  EXPECT_THAT(error_of([&] { read_rows(vds, "train", RowRange{299, 301}); }), HasSubstr("'missing_b.h5'"));
+}
+
+TEST_F(HiddenMissingData, VirtualDatasetWithAMissingSourceDataset) {
+  const std::string vds = make_vds("src_a.h5", "nope", 300);
+  EXPECT_THAT(error_of([&] { read_rows(vds, "train", RowRange{0, 600}); }),
+              AllOf(HasSubstr("rows [300, 600)"), HasSubstr("has no dataset 'nope'")));
+}
+
+TEST_F(HiddenMissingData, VirtualDatasetWhoseSourceIsTooShort) {
+  std::vector<double> short_vals(120 * 4, 1.0);
+  write_with_dcpl(dir_.file("short.h5"), "data", H5T_IEEE_F32LE, 120, 4, H5P_DEFAULT, &short_vals);
+  const std::string vds = make_vds("short.h5", "data", 120);
+  EXPECT_THAT(error_of([&] { read_rows(vds, "train", RowRange{0, 600}); }),
+              AllOf(HasSubstr("rows [300, 600)"), HasSubstr("'short.h5'"), HasSubstr("is [120,4] (480 values)"),
+                    HasSubstr("the mapping reads 1200 values")));
+}
+
+TEST_F(HiddenMissingData, VirtualDatasetWithUnmappedRows) {
+  const std::string vds = make_vds("", "", 0);
+  EXPECT_THAT(error_of([&] { read_rows(vds, "train", RowRange{250, 400}); }),
+              AllOf(HasSubstr("rows [300, 400) are not mapped to any source"), HasSubstr("fill value")));
+  EXPECT_NO_THROW(read_rows(vds, "train", RowRange{0, 300}));
+}
+
+TEST_F(HiddenMissingData, ExternalStorageFiles) {
+  const std::string h5 = dir_.file("ext.h5");
+  // [10, 4] float32 in two external files of 5 rows (80 bytes) each, the first one present.
+  const std::string ext_a = dir_.file("ext_a.bin"), ext_b = dir_.file("ext_b.bin");
+  std::vector<float> raw(20);
+  for (int i = 0; i < 20; ++i) raw[i] = static_cast<float>(i) + 0.5f;
+  {
+    FILE* fa = std::fopen(ext_a.c_str(), "wb");
+    ASSERT_NE(fa, nullptr);
+    std::fwrite(raw.data(), 4, 20, fa);
+    std::fclose(fa);
+  }
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_external(dcpl, ext_a.c_str(), 0, 80);
+  H5Pset_external(dcpl, ext_b.c_str(), 0, 80);
+  write_with_dcpl(h5, "train", H5T_IEEE_F32LE, 10, 4, dcpl, nullptr);
+  H5Pclose(dcpl);
+  const HostMatrix m = read_rows(h5, "train", RowRange{0, 5});
+  EXPECT_EQ(m.data, raw);
+  EXPECT_THAT(error_of([&] { read_rows(h5, "train", RowRange{0, 10}); }),
+              AllOf(HasSubstr("rows [5, 10)"), HasSubstr("external file"), HasSubstr("ext_b.bin"),
+                    HasSubstr("No such file or directory")));
+  // Present but short: HDF5 would read zeros past its end.
+  {
+    FILE* fb = std::fopen(ext_b.c_str(), "wb");
+    std::fwrite(raw.data(), 4, 6, fb);  // 24 of 80 bytes: rows 5 and part of 6
+    std::fclose(fb);
+  }
+  EXPECT_THAT(error_of([&] { read_rows(h5, "train", RowRange{3, 10}); }),
+              AllOf(HasSubstr("ext_b.bin"), HasSubstr("holds 24 bytes but must hold 80"),
+                    HasSubstr("HDF5 would return zeros for rows [6, 10)")));
+}
+
+TEST_F(HiddenMissingData, ChunksNeverWritten) {
+  // [40, 3] in chunks of 8 rows; only rows [0, 16) written: chunks from row 16 are not allocated.
+  const std::string p = dir_.file("holes.h5");
+  for (bool deflate : {false, true}) {
+    const std::string name = deflate ? "gz" : "plain";
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const hsize_t chunk[2] = {8, 3};
+    H5Pset_chunk(dcpl, 2, chunk);
+    if (deflate) H5Pset_deflate(dcpl, 1);
+    write_with_dcpl(p, name, H5T_IEEE_F32LE, 40, 3, dcpl, nullptr);
+    H5Pclose(dcpl);
+    hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+    hid_t fs = H5Dget_space(ds);
+    const hsize_t start[2] = {0, 0}, count[2] = {16, 3};
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    hid_t ms = H5Screate_simple(2, count, nullptr);
+    std::vector<double> v(48, 2.0);
+    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, v.data()), 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(ds);
+    H5Fclose(f);
+    EXPECT_THAT(error_of([&] { read_rows(p, name, RowRange{0, 40}); }),
+                AllOf(HasSubstr("rows [16, 24) were never written"), HasSubstr("not allocated"),
+                      HasSubstr("fill value (0)")))
+        << name;
+    EXPECT_THAT(error_of([&] { read_rows(p, name, RowRange{30, 35}); }), HasSubstr("rows [30, 32) were never written"));
+    EXPECT_EQ(read_rows(p, name, RowRange{0, 16}).data, std::vector<float>(48, 2.0f));
+  }
+  // Contiguous storage never written (late allocation, no write).
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_LATE);
+  write_with_dcpl(p, "empty", H5T_IEEE_F32LE, 10, 3, dcpl, nullptr);
+  H5Pclose(dcpl);
+  EXPECT_THAT(error_of([&] { read_rows(p, "empty", RowRange{2, 5}); }),
+              AllOf(HasSubstr("'empty' has no data written"), HasSubstr("rows [2, 5)")));
+}
+
+// (3) OS-level causes are named as such, not as a corrupt HDF5 file.
+TEST_F(CorpusIoErrors, OsLevelCausesAreNamed) {
+  EXPECT_THAT(error_of([&] { read_rows(dir_.path(), "train", RowRange{0, 1}); }),
+              AllOf(HasSubstr("is a directory"), Not(HasSubstr("corrupt"))));
+  EXPECT_THAT(error_of([&] { inspect_dataset(dir_.path() + "/", "train"); }), HasSubstr("is a directory"));
+  EXPECT_THAT(error_of([&] { read_rows(path_ + "/x.h5", "train", RowRange{0, 1}); }),
+              AllOf(HasSubstr("cannot open"), HasSubstr("Not a directory")));
+  EXPECT_THAT(error_of([&] { read_rows("/dev/null", "train", RowRange{0, 1}); }),
+              AllOf(HasSubstr("not a regular file"), HasSubstr("character device")));
+  const std::string empty = dir_.file("empty.h5");
+  test::write_text(empty, "");
+  EXPECT_THAT(error_of([&] { read_rows(empty, "train", RowRange{0, 1}); }), HasSubstr("is empty (0 bytes)"));
+}
+
+TEST_F(CorpusIoErrors, PermissionDeniedIsNamed) {
+  if (geteuid() == 0) GTEST_SKIP() << "running as root: file permissions are not enforced, EACCES cannot happen";
+  const std::string p = dir_.file("locked.h5");
+  {
+    H5Writer w(p);
+    w.write_f32("train", good_.data(), 37, 5);
+  }
+  ASSERT_EQ(chmod(p.c_str(), 0), 0);
+  EXPECT_THAT(error_of([&] { read_rows(p, "train", RowRange{0, 1}); }),
+              AllOf(HasSubstr("cannot open"), HasSubstr("Permission denied")));
+}
+
+// (4) Finite values outside the storage type's range are "out of range", not "non-finite".
+TEST_F(CorpusIoErrors, FiniteValuesOutOfRangeOfTheStorageType) {
+  std::vector<double> d(6 * 3, 0.5);
+  d[4 * 3 + 1] = 1e300;
+  write_raw_dataset(path_, "big64", Disk::kF64, d, {6, 3}, 0);
+  write_raw_dataset(path_, "big64gz", Disk::kF64, d, {6, 3}, 2);
+  for (const char* ds : {"big64", "big64gz"}) {
+    const std::string msg = error_of([&] { read_rows(path_, ds, RowRange{0, 6}, 65536, {}, "corpus row"); });
+    EXPECT_THAT(msg, AllOf(HasSubstr("corpus row 4 "), HasSubstr("value 1e+300"), HasSubstr("column 1"),
+                           HasSubstr("out of range of float32"), HasSubstr("3.40282e+38"), Not(HasSubstr("non-finite"))))
+        << ds;
+  }
+  d[4 * 3 + 1] = -4e38;  // just past float32's largest finite value
+  write_raw_dataset(path_, "big64b", Disk::kF64, d, {6, 3}, 0);
+  EXPECT_THAT(error_of([&] { read_rows(path_, "big64b", RowRange{0, 6}); }),
+              AllOf(HasSubstr("value -4e+38"), HasSubstr("out of range of float32")));
+  // float32 on disk, float16 storage in the engine: 70000 does not fit (65504 is the largest).
+  auto v = good_;
+  v[7 * 5 + 3] = 70000.0f;
+  v[9 * 5 + 0] = 65504.0f;  // fits
+  const std::string p = dir_.file("f16range.h5");
+  {
+    H5Writer w(p);
+    w.write_f32("train", v.data(), 37, 5);
+  }
+  ReadOptions opt;
+  opt.label = "corpus row";
+  EXPECT_NO_THROW(read_rows(p, "train", RowRange{0, 37}, opt));  // float32 storage: fine
+  opt.storage = Dtype::kFloat16;
+  EXPECT_THAT(error_of([&] { read_rows(p, "train", RowRange{0, 37}, opt); }),
+              AllOf(HasSubstr("corpus row 7 "), HasSubstr("value 70000"), HasSubstr("column 3"),
+                    HasSubstr("out of range of float16 (largest finite 65504)"),
+                    HasSubstr("overflows float16, the storage type (engine.dtype)")));
+  EXPECT_NO_THROW(read_rows(p, "train", RowRange{8, 37}, opt));
+  opt.storage = Dtype::kFloat32;
+  EXPECT_THAT(error_of([&] {
+                read_row_blocks(p, "train", RowRange{0, 37}, RowFormat::kFloat16Bits, opt, [](const RowBlock&) {});
+              }),
+              AllOf(HasSubstr("corpus row 7 "), HasSubstr("out of range of float16")));
+  v[7 * 5 + 3] = 3.4e38f;  // beyond bfloat16's largest finite value (3.3895e38)
+  {
+    H5Writer w(p);
+    w.write_f32("train", v.data(), 37, 5);
+  }
+  opt.storage = Dtype::kBFloat16;
+  EXPECT_THAT(error_of([&] { read_rows(p, "train", RowRange{0, 37}, opt); }),
+              AllOf(HasSubstr("corpus row 7 "), HasSubstr("out of range of bfloat16")));
+  // A NaN is still non-finite.
+  d[4 * 3 + 1] = std::numeric_limits<double>::quiet_NaN();
+  write_raw_dataset(path_, "nan64", Disk::kF64, d, {6, 3}, 0);
+  EXPECT_THAT(error_of([&] { read_rows(path_, "nan64", RowRange{0, 6}); }), HasSubstr("non-finite value (nan)"));
+}
+
+// (5) Unsigned ids above INT64_MAX are refused by name before any conversion clips them.
+TEST_F(CorpusIoErrors, UnsignedIdsAboveInt64Max) {
+  hid_t f = H5Fopen(path_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  auto write_u = [&](const char* name, hid_t ftype, hid_t mtype, const void* data, int nd, const hsize_t* dims) {
+    hid_t sp = H5Screate_simple(nd, dims, nullptr);
+    hid_t ds = H5Dcreate2(f, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+    H5Dclose(ds);
+    H5Sclose(sp);
+  };
+  const std::uint64_t big[5] = {0, 1, 2, (std::uint64_t{1} << 63) + 5, 4};
+  const std::uint64_t fine[5] = {0, 1, 2, (std::uint64_t{1} << 63) - 2, 4};
+  const std::uint32_t u32[5] = {0, 1, 4294967295u, 3, 4};
+  const hsize_t n5 = 5, m32[2] = {5, 1};
+  write_u("ids_big", H5T_STD_U64LE, H5T_NATIVE_UINT64, big, 1, &n5);
+  write_u("ids_fine", H5T_STD_U64LE, H5T_NATIVE_UINT64, fine, 1, &n5);
+  write_u("ids_u32", H5T_STD_U32LE, H5T_NATIVE_UINT32, u32, 1, &n5);
+  write_u("nb_big", H5T_STD_U64LE, H5T_NATIVE_UINT64, big, 2, m32);
+  H5Fclose(f);
+  EXPECT_THAT(error_of([&] { read_int64_vector(path_, "ids_big"); }),
+              AllOf(HasSubstr("'ids_big' is uint64"), HasSubstr("9223372036854775813 at index 3"),
+                    HasSubstr("above the largest int64 id 9223372036854775807"), Not(HasSubstr("reserved"))));
+  EXPECT_EQ(read_int64_vector(path_, "ids_fine")[3], INT64_MAX - 1);
+  EXPECT_EQ(read_int64_vector(path_, "ids_u32")[2], 4294967295LL);
+  std::int64_t r = 0, c = 0;
+  EXPECT_THAT(error_of([&] { read_int64_matrix(path_, "nb_big", &r, &c); }),
+              HasSubstr("9223372036854775813 at row 3, column 0"));
 }
 
 }  // namespace
