@@ -10,6 +10,8 @@
 #        GPU_TEST_TIMEOUT=s   per mpirun limit (default 420 s); a hang is killed, not waited for
 #        SHARDTOPK_DATA_DIR   real-data folder (default: shared/data next to or inside the repo)
 #        BUILD_DIR            build folder (default build-gpu; configured on first use)
+#        FM_MAX_QUERIES       Fashion-MNIST queries imported on the device (default all; match the
+#                             carried truth file, e.g. 2000 for a truth made with --max-queries 2000)
 # Header-only fallbacks for machines without CLI11/json/spdlog/fmt: run bench/pack_vendor.sh
 # here first and carry .vendor/ along.
 set -euo pipefail
@@ -202,7 +204,7 @@ if stage main_job || stage bench || stage faults; then
     FM="$ROOT/data/fashion-mnist-784-euclidean-notruth.h5"
     if [[ ! -s "$FM" ]]; then
       log "importing Fashion-MNIST from $DATA_CARRY/fashion-mnist (no truth: carried)"
-      "$BIN" import fashion-mnist --dir "$DATA_CARRY/fashion-mnist" --truth-k 0 -o "$FM" 2>&1 | tail -2
+      "$BIN" import fashion-mnist --dir "$DATA_CARRY/fashion-mnist" --truth-k 0 --max-queries "${FM_MAX_QUERIES:--1}" -o "$FM" 2>&1 | tail -2
     fi
     DATASETS+=("fashion-mnist|$FM|$DATA_CARRY/fm_truth.h5|l2")
   fi
