@@ -370,7 +370,7 @@ int run_plan(const PlanArgs& a) {
   const int ngpu = cuda_device_count();
   const bool use_gpu = cfg.engine.backend == EngineBackend::kCuda ||
                        (cfg.engine.backend == EngineBackend::kAuto && ngpu > 0);
-  EngineLimits lim{cfg.search.batch_max, cfg.search.k_max, a.ranks};
+  const EngineLimits lim = index_engine_limits(cfg.search, a.ranks);  // what load_index builds
   std::printf("corpus %s '%s' [%lld x %lld], %s storage, %d rank(s), %d per node, engine %s, %d GPU(s) visible\n",
               cfg.corpus.path.c_str(), info.name.c_str(), static_cast<long long>(n), static_cast<long long>(dim),
               to_string(cfg.engine.dtype).c_str(), a.ranks, per_node, use_gpu ? "cuda" : "cpu", ngpu);

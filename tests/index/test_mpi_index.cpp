@@ -99,18 +99,24 @@ Answer index_search(ShardedIndex& idx, const std::vector<float>& queries, std::i
   return a;
 }
 
-// What the same CPU engine gives over rows [lo, hi) of the corpus in one process: rows
-// normalised for cosine as the index does at ingest, queries prepared by the engine.
+// What an engine of the same backend (one arithmetic per backend: DESIGN.md invariant 3) gives
+// over rows [lo, hi) of the corpus in one process: rows normalised for cosine as the index does
+// at ingest, queries prepared by the engine.
 std::vector<Candidate> engine_candidates(const std::vector<float>& corpus, std::int64_t lo, std::int64_t hi,
                                          std::int64_t dim, const std::vector<std::int64_t>& ids, Metric m, Dtype dt,
-                                         const float* queries, int batch, int k) {
+                                         const float* queries, int batch, int k, const Engine& like, int device) {
   std::vector<float> shard(corpus.begin() + lo * dim, corpus.begin() + hi * dim);
   if (m == Metric::kCosine) normalize_rows(shard.data(), hi - lo, dim, lo, "corpus row");
-  auto e = make_cpu_engine(ShardInput{shard.data(), hi - lo, dim, ids.data() + lo}, m, dt, 1, EngineLimits{batch, k, 1});
-  std::copy(queries, queries + static_cast<std::int64_t>(batch) * dim, e->query_buffer());
+  const ShardInput in{shard.data(), hi - lo, dim, ids.data() + lo};
+  auto e = like.name() == "cuda" ? make_cuda_engine(in, m, dt, device, EngineLimits{batch, k, 1})
+                                 : make_cpu_engine(in, m, dt, 1, EngineLimits{batch, k, 1});
+  const size_t n = static_cast<size_t>(batch) * k;
+  e->copy_from_host(e->query_buffer(), queries, sizeof(float) * static_cast<size_t>(batch) * dim);
   e->prepare_queries(e->query_buffer(), batch);
   e->search(e->query_buffer(), batch, k, e->local_buffer());
-  return std::vector<Candidate>(e->local_buffer(), e->local_buffer() + static_cast<size_t>(batch) * k);
+  std::vector<Candidate> out(n);
+  e->copy_to_host(out.data(), e->local_buffer(), n * sizeof(Candidate));
+  return out;
 }
 
 Answer to_answer(const std::vector<Candidate>& c, Metric m) {
@@ -145,7 +151,8 @@ void expect_local_candidates_from_own_rows(ShardedIndex& idx, const std::vector<
         EXPECT_EQ(c.id, kPadId) << "[rank " << g_rank << "] slot " << j << " past the shard's " << rr.size() << " rows";
       }
     }
-  const auto expect = engine_candidates(corpus, rr.lo, rr.hi, dim, ids, m, dt, queries, batch, k);
+  const auto expect = engine_candidates(corpus, rr.lo, rr.hi, dim, ids, m, dt, queries, batch, k, idx.engine(),
+                                        idx.host_comm().local_rank());
   test::expect_bit_identical(to_answer(local, m), to_answer(expect, m), "rank " + std::to_string(g_rank) + " local");
 }
 
@@ -241,12 +248,14 @@ TEST_P(MpiIndex, SameAnswerAsOneProcessAndTheOracle) {
   }
   if (g_rank != 0) return;
 
-  // The single-process answer: one CPU engine over the whole corpus, bit for bit.
+  // The single-process answer: one engine of the index's backend over the whole corpus, bit for bit.
   Answer single;
   for (std::int64_t q0 = 0; q0 < c.nq; q0 += c.batch) {
     const int b = static_cast<int>(std::min<std::int64_t>(c.batch, c.nq - q0));
     const Answer a = to_answer(
-        engine_candidates(corpus, 0, c.n, c.dim, ids, c.metric, c.dtype, queries.data() + q0 * c.dim, b, c.k), c.metric);
+        engine_candidates(corpus, 0, c.n, c.dim, ids, c.metric, c.dtype, queries.data() + q0 * c.dim, b, c.k,
+                          idx.engine(), idx.host_comm().local_rank()),
+        c.metric);
     single.ids.insert(single.ids.end(), a.ids.begin(), a.ids.end());
     single.scores.insert(single.scores.end(), a.scores.begin(), a.scores.end());
   }
