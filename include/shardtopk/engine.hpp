@@ -109,6 +109,14 @@ class Engine {
 std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype,
                                         int threads, const EngineLimits& limits);
 
+/// Bytes the CPU engine will allocate in host memory for a shard (shard storage, ids, query and
+/// candidate buffers, per-thread selection buffers; equals its resident_bytes()). `threads` as
+/// for make_cpu_engine (0 = hardware concurrency). Saturates at UINT64_MAX. make_cpu_engine
+/// refuses, before allocating, limits whose buffers exceed the machine's physical memory,
+/// naming the largest buffer and its bytes.
+std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits,
+                                    int threads);
+
 /// The CUDA engine on device `device`. @throws Error when shardtopk was built without CUDA,
 /// when the device does not exist, or when the shard does not fit (bytes needed and free).
 std::unique_ptr<Engine> make_cuda_engine(const ShardInput& shard, Metric metric, Dtype dtype,

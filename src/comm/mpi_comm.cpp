@@ -33,8 +33,22 @@ class MpiCommunicator final : public Communicator {
               "MPI_Comm_split_type");
     MPI_Comm_rank(node_, &local_rank_);
     MPI_Comm_size(node_, &local_size_);
+    if (size_ > 1) {
+      // Arrival counters (see arrive() and who_is_missing()): one int64 per rank, read by peers
+      // with one-sided gets only after a timeout. Passive target for the communicator's life.
+      check_mpi(MPI_Win_allocate(sizeof(std::int64_t), sizeof(std::int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &arrived_,
+                                 &win_),
+                "MPI_Win_allocate");
+      MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
+      *arrived_ = 0;
+      check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "MPI_Win_lock_all");
+    }
   }
   ~MpiCommunicator() override {
+    if (win_ != MPI_WIN_NULL) {
+      MPI_Win_unlock_all(win_);
+      MPI_Win_free(&win_);
+    }
     if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
   }
 
@@ -48,6 +62,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (size_ == 1) return;
+    arrive();
     MPI_Request req;
     check_mpi(MPI_Ibcast(buf, as_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
     wait(req, "MPI_Ibcast");
@@ -58,6 +73,7 @@ class MpiCommunicator final : public Communicator {
       if (recv != send) std::memcpy(recv, send, bytes);
       return;
     }
+    arrive();
     MPI_Request req;
     check_mpi(MPI_Iallgather(send, as_count(bytes), MPI_BYTE, recv, as_count(bytes), MPI_BYTE, MPI_COMM_WORLD, &req),
               "MPI_Iallgather");
@@ -67,6 +83,7 @@ class MpiCommunicator final : public Communicator {
   void check(bool ok, const std::string& message) override {
     int failed = ok ? 0 : 1, any = failed;
     if (size_ > 1) {
+      arrive();
       MPI_Request req;
       check_mpi(MPI_Iallreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req), "MPI_Iallreduce");
       wait(req, "MPI_Iallreduce (status check)");
@@ -78,6 +95,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> lens(static_cast<size_t>(size_), 0), displs(static_cast<size_t>(size_), 0);
     std::string all;
     if (size_ > 1) {
+      arrive();
       MPI_Request req;
       check_mpi(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &req), "MPI_Iallgather");
       wait(req, "MPI_Iallgather (error lengths)");
@@ -87,6 +105,7 @@ class MpiCommunicator final : public Communicator {
         total += lens[r];
       }
       all.resize(static_cast<size_t>(total));
+      arrive();
       check_mpi(MPI_Iallgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
                                 MPI_COMM_WORLD, &req),
                 "MPI_Iallgatherv");
@@ -113,6 +132,7 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     if (size_ == 1) return;
+    arrive();
     MPI_Request req;
     check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
     wait(req, "MPI_Ibarrier");
@@ -139,17 +159,74 @@ class MpiCommunicator final : public Communicator {
       if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
       if ((spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
         char msg[256];
-        std::snprintf(msg, sizeof msg,
-                      "rank %d: %s did not complete within %.3g s (comm.timeout_s); a peer rank is stalled or dead",
-                      rank_, what, timeout_s_);
-        throw CommError(msg);
+        std::snprintf(msg, sizeof msg, "rank %d: %s did not complete within %.3g s (comm.timeout_s)", rank_, what,
+                      timeout_s_);
+        const std::string missing = who_is_missing();
+        throw CommError(std::string(msg) + (missing.empty() ? "; a peer rank is stalled or dead" : "; " + missing));
       }
     }
+  }
+
+  // Every rank counts the collectives it enters (they are entered in the same order on every
+  // rank) and publishes the count in its window. No MPI call: a store the peers read only after
+  // a timeout.
+  void arrive() {
+    ++seq_;
+    if (arrived_) __atomic_store_n(arrived_, seq_, __ATOMIC_RELEASE);
+  }
+
+  // After a timeout in collective #seq_: read every peer's count with one-sided gets, bounded in
+  // time (a dead peer, or a transport that needs the target's progress, may never answer).
+  // A peer whose count is below seq_ has not entered this collective: it is the stalled (or
+  // dead) one. Returns "" when nothing could be learnt.
+  std::string who_is_missing() {
+    if (win_ == MPI_WIN_NULL) return "";
+    std::vector<std::int64_t> seen(static_cast<size_t>(size_), -1);
+    std::vector<MPI_Request> reqs(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+    for (int t = 0; t < size_; ++t) {
+      if (t == rank_) continue;
+      if (MPI_Rget(&seen[t], 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win_, &reqs[t]) != MPI_SUCCESS)
+        reqs[t] = MPI_REQUEST_NULL;
+    }
+    std::vector<bool> answered(static_cast<size_t>(size_), false);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(2.0, timeout_s_));
+    for (int pending = size_ - 1; pending > 0 && std::chrono::steady_clock::now() < deadline;) {
+      pending = 0;
+      for (int t = 0; t < size_; ++t) {
+        if (t == rank_ || answered[t] || reqs[t] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        if (MPI_Test(&reqs[t], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          reqs[t] = MPI_REQUEST_NULL;
+          continue;
+        }
+        if (done) answered[t] = true;
+        else ++pending;
+      }
+      if (pending > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::string late, silent;
+    for (int t = 0; t < size_; ++t) {
+      if (t == rank_) continue;
+      if (!answered[t]) {
+        silent += (silent.empty() ? "" : ", ") + std::to_string(t);
+      } else if (seen[t] < seq_) {
+        late += (late.empty() ? "rank " : "; rank ") + std::to_string(t) + " did not arrive (it has entered " +
+                std::to_string(seen[t]) + " collectives, this is #" + std::to_string(seq_) + ")";
+      }
+    }
+    // Requests still pending are left to MPI_Abort, which ends the job next.
+    std::string out = late;
+    if (!silent.empty()) out += (out.empty() ? "" : "; ") + std::string("no answer from rank(s) ") + silent;
+    if (out.empty()) return "";
+    return out + ": stalled or dead";
   }
 
   double timeout_s_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   MPI_Comm node_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;     // arrival counters, size_ > 1 only
+  std::int64_t* arrived_ = nullptr;  // this rank's count in win_
+  std::int64_t seq_ = 0;           // collectives entered
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "index/admission.hpp"
 #include "shardtopk/corpus_io.hpp"
 
 namespace shardtopk {
@@ -109,6 +110,8 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
     stats_.total_rows = info.dims[0];
     stats_.dim = info.dims[1];
     stats_.rows = shard_rows(stats_.total_rows, world, rank);
+    spdlog::debug("shard plan: rank {} of {} holds rows [{}, {}) ({} of {} rows, dim {})", rank, world, stats_.rows.lo,
+                  stats_.rows.hi, stats_.rows.size(), stats_.total_rows, stats_.dim);
 
     if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
     if (backend == EngineBackend::kCuda) {
@@ -136,6 +139,11 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
     }
     HostMatrix rows = read_rows(cfg_.corpus.path, cfg_.corpus.dataset, stats_.rows, cfg_.engine.read_chunk_rows,
                                 progress, "corpus row");
+    // Score range (admission.hpp): raw row norms, before any cosine normalisation.
+    const NormSummary norms = shard_norms(rows.data.data(), rows.rows, rows.cols, stats_.rows.lo);
+    stats_.max_row_norm = norms.max_norm;
+    stats_.max_row_norm_row = norms.row;
+    check_corpus_norms(metric_, norms, rows.cols, "'" + cfg_.corpus.path + "': corpus row");
     std::vector<std::int64_t> ids(static_cast<size_t>(stats_.rows.size()));
     if (!cfg_.corpus.ids_dataset.empty()) {
       std::vector<std::int64_t> all = read_int64_vector(cfg_.corpus.path, cfg_.corpus.ids_dataset);
@@ -168,12 +176,15 @@ ShardedIndex::ShardedIndex(const Config& cfg, bool log_progress) : cfg_(cfg) {
       engine_ = make_cpu_engine(in, metric_, cfg_.engine.dtype, resolve_threads(cfg_, host_comm_->local_size()), lim);
     }
     stats_.upload_s = seconds_since(tu);
+    spdlog::debug("rank {}: read + validated {} rows in {:.3f} s, engine built in {:.3f} s", rank, stats_.rows.size(),
+                  stats_.read_s, stats_.upload_s);
     stats_.engine_resident_bytes = engine_->resident_bytes();
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
   }
   host_comm_->check(ok, msg);
+  allgather_norms(*host_comm_, metric_, &stats_);
 
   // Communicator for the data path.
   CommBackend cb = cfg_.comm.backend;
@@ -222,6 +233,7 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(batch) * d; ++i)
       SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
                         queries[i], ") at column ", i % d);
+    check_query_norms(metric_, NormSummary{stats_.max_row_norm, stats_.max_row_norm_row}, queries, batch, d);
     engine_->copy_from_host(engine_->query_buffer(), queries, sizeof(float) * batch * d);
   });
   run_search(pending_batch_, pending_k_, ids, scores);
