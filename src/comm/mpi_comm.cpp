@@ -13,6 +13,19 @@
 namespace shardtopk {
 namespace {
 
+// Host collectives on MPI_COMM_WORLD entered by this process (every rank enters them in the
+// same order, whichever communicator object issues them) and the window that publishes the
+// count. Process-wide: one collective MPI_Win_allocate per job, not one per communicator.
+struct ArrivalWindow {
+  MPI_Win win = MPI_WIN_NULL;
+  std::int64_t* count = nullptr;
+  std::int64_t seq = 0;
+};
+ArrivalWindow& arrivals() {
+  static ArrivalWindow a;
+  return a;
+}
+
 std::string mpi_error_string(int code) {
   char buf[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -33,22 +46,21 @@ class MpiCommunicator final : public Communicator {
               "MPI_Comm_split_type");
     MPI_Comm_rank(node_, &local_rank_);
     MPI_Comm_size(node_, &local_size_);
-    if (size_ > 1) {
+    if (size_ > 1 && arrivals().win == MPI_WIN_NULL) {
       // Arrival counters (see arrive() and who_is_missing()): one int64 per rank, read by peers
-      // with one-sided gets only after a timeout. Passive target for the communicator's life.
-      check_mpi(MPI_Win_allocate(sizeof(std::int64_t), sizeof(std::int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &arrived_,
-                                 &win_),
+      // with one-sided gets only after a timeout. One window per process (created by the first
+      // communicator, collectively like this constructor; freed by MpiSession before
+      // MPI_Finalize), passive target for its whole life.
+      ArrivalWindow& a = arrivals();
+      check_mpi(MPI_Win_allocate(sizeof(std::int64_t), sizeof(std::int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &a.count,
+                                 &a.win),
                 "MPI_Win_allocate");
-      MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
-      *arrived_ = 0;
-      check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "MPI_Win_lock_all");
+      MPI_Win_set_errhandler(a.win, MPI_ERRORS_RETURN);
+      *a.count = a.seq;
+      check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, a.win), "MPI_Win_lock_all");
     }
   }
   ~MpiCommunicator() override {
-    if (win_ != MPI_WIN_NULL) {
-      MPI_Win_unlock_all(win_);
-      MPI_Win_free(&win_);
-    }
     if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
   }
 
@@ -171,21 +183,24 @@ class MpiCommunicator final : public Communicator {
   // rank) and publishes the count in its window. No MPI call: a store the peers read only after
   // a timeout.
   void arrive() {
-    ++seq_;
-    if (arrived_) __atomic_store_n(arrived_, seq_, __ATOMIC_RELEASE);
+    ArrivalWindow& a = arrivals();
+    ++a.seq;
+    if (a.count) __atomic_store_n(a.count, a.seq, __ATOMIC_RELEASE);
   }
 
-  // After a timeout in collective #seq_: read every peer's count with one-sided gets, bounded in
+  // After a timeout in collective #seq: read every peer's count with one-sided gets, bounded in
   // time (a dead peer, or a transport that needs the target's progress, may never answer).
-  // A peer whose count is below seq_ has not entered this collective: it is the stalled (or
+  // A peer whose count is below seq has not entered this collective: it is the stalled (or
   // dead) one. Returns "" when nothing could be learnt.
   std::string who_is_missing() {
-    if (win_ == MPI_WIN_NULL) return "";
+    const MPI_Win win = arrivals().win;
+    const std::int64_t seq = arrivals().seq;
+    if (win == MPI_WIN_NULL) return "";
     std::vector<std::int64_t> seen(static_cast<size_t>(size_), -1);
     std::vector<MPI_Request> reqs(static_cast<size_t>(size_), MPI_REQUEST_NULL);
     for (int t = 0; t < size_; ++t) {
       if (t == rank_) continue;
-      if (MPI_Rget(&seen[t], 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win_, &reqs[t]) != MPI_SUCCESS)
+      if (MPI_Rget(&seen[t], 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win, &reqs[t]) != MPI_SUCCESS)
         reqs[t] = MPI_REQUEST_NULL;
     }
     std::vector<bool> answered(static_cast<size_t>(size_), false);
@@ -209,9 +224,9 @@ class MpiCommunicator final : public Communicator {
       if (t == rank_) continue;
       if (!answered[t]) {
         silent += (silent.empty() ? "" : ", ") + std::to_string(t);
-      } else if (seen[t] < seq_) {
+      } else if (seen[t] < seq) {
         late += (late.empty() ? "rank " : "; rank ") + std::to_string(t) + " did not arrive (it has entered " +
-                std::to_string(seen[t]) + " collectives, this is #" + std::to_string(seq_) + ")";
+                std::to_string(seen[t]) + " collectives, this is #" + std::to_string(seq) + ")";
       }
     }
     // Requests still pending are left to MPI_Abort, which ends the job next.
@@ -224,9 +239,6 @@ class MpiCommunicator final : public Communicator {
   double timeout_s_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   MPI_Comm node_ = MPI_COMM_NULL;
-  MPI_Win win_ = MPI_WIN_NULL;     // arrival counters, size_ > 1 only
-  std::int64_t* arrived_ = nullptr;  // this rank's count in win_
-  std::int64_t seq_ = 0;           // collectives entered
 };
 
 }  // namespace
@@ -247,6 +259,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int fin = 0;
   MPI_Finalized(&fin);
+  ArrivalWindow& a = arrivals();
+  if (owns_ && !fin && a.win != MPI_WIN_NULL) {
+    MPI_Win_unlock_all(a.win);
+    MPI_Win_free(&a.win);
+    a.count = nullptr;
+  }
   if (owns_ && !fin) MPI_Finalize();
 }
 int MpiSession::rank() const {
