@@ -2,6 +2,7 @@
 // reads of small datasets) on mutated HDF5 files. The seeds (fuzz/corpus/hdf5) are valid small
 // files written by shardtopk's H5Writer; libFuzzer mutates their bytes. Each input is written
 // to a temporary file (HDF5 reads files, not memory) and opened as a corpus would be.
+// Set FUZZ_HDF5_STRINGS=1 to also read string datasets (a libhdf5 bug; see below).
 // Contract checked: a damaged file throws shardtopk::Error (no crash, no sanitizer report in
 // shardtopk's code, no other exception type). Crashes inside libhdf5 itself are reported by
 // libFuzzer too; they are the library's, and are listed in fuzz/README.md when found.
@@ -42,8 +43,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (std::int64_t n : again.dims) elems = (n > 0 && elems <= (1 << 16) / n) ? elems * n : (1 << 16) + 1;
         if (elems > 4096) continue;  // metadata is the target; small reads exercise the checks
         if (again.is_float && again.dims.size() == 2) read_matrix(path, d.name, "row");
+        static const bool strings = std::getenv("FUZZ_HDF5_STRINGS") != nullptr;
+        if (strings && again.dtype == "string") read_string_vector(path, d.name);
         if (again.dims.size() == 1 && again.dtype.rfind("int", 0) == 0) read_int64_vector(path, d.name);
-        if (again.dtype == "string") read_string_vector(path, d.name);
+        // Not read_string_vector: libhdf5 1.10.8 itself overruns memory reading variable-length
+        // strings from a damaged global heap (H5HG_read memcpy; fuzz/README.md, finding 3).
       } catch (const Error&) {
       }
     }
