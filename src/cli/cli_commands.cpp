@@ -30,8 +30,8 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
-// Argument checks that need no corpus, made before the (possibly long) ingest. The same on
-// every rank, so every rank fails alike and rank 0 speaks.
+// Argument checks that need no corpus rows (only file headers), made before the (possibly long)
+// ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
 void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
                     " (K is the number of neighbours per query and must be at least 1)");
