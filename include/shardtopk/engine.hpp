@@ -39,6 +39,8 @@ struct EngineLimits {
   int batch_max = 64;
   int k_max = 1024;
   int world_size = 1;  ///< sizes the gathered-candidates buffer [world_size, batch_max, k_max]
+  int extra_rows = 0;  ///< rows of batch_max that are not queries (the index's status row): messages
+                       ///< name search.batch_max as batch_max - extra_rows
 };
 
 /// Host↔device traffic counters (bytes), for tests of the data path.
@@ -133,6 +135,14 @@ class Engine {
 /// arithmetic order otherwise), `threads` worker threads (0 = hardware concurrency).
 std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype,
                                         int threads, const EngineLimits& limits);
+
+/// Bytes the CPU engine will allocate in host memory for a shard (shard storage, ids, query and
+/// candidate buffers, per-thread selection buffers; equals its resident_bytes()). `threads` as
+/// for make_cpu_engine (0 = hardware concurrency). Saturates at UINT64_MAX. make_cpu_engine
+/// refuses, before allocating, limits whose buffers exceed the machine's physical memory,
+/// naming the largest buffer and its bytes.
+std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits,
+                                    int threads);
 
 /// The CUDA engine on device `device`. @throws Error when shardtopk was built without CUDA,
 /// when the device does not exist, or when the shard does not fit (bytes needed and free).

@@ -25,6 +25,10 @@ struct IngestStats {
   std::int64_t dim = 0;
   RowRange rows;         ///< this rank's rows
   std::uint64_t engine_resident_bytes = 0;  ///< this rank's engine memory (device or host)
+  /// Largest float64 norm of a raw corpus row over all ranks and its global row (-1: none);
+  /// bounds every score (src/index/admission.hpp, README "Score range").
+  double max_row_norm = 0;
+  std::int64_t max_row_norm_row = -1;
 };
 
 /// What a step of the collective loop does. Rank 0 broadcasts one header per step carrying the

@@ -36,7 +36,8 @@ void write_results(const std::string& path, const ResultMeta& meta, const std::v
 
 /// Recall of a result file against ann-benchmarks ground truth.
 struct EvalReport {
-  int k = 0;                      ///< K of the result file
+  int k = 0;                      ///< K evaluated: the result file's, or the truth's when that is smaller
+  int result_k = 0;               ///< K (columns) of the result file; > k when the truth has fewer columns
   std::int64_t queries = 0;
   std::map<int, double> recall;   ///< recall@k for k in {1, 10, 100, K} that fit both files
   std::int64_t near_tie_swaps = 0;  ///< positions where ids differ from the truth but lie within ε

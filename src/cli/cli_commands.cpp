@@ -31,11 +31,24 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
-// Argument checks that need no corpus, made before the (possibly long) ingest. The same on
-// every rank, so every rank fails alike and rank 0 speaks.
+// Argument checks that need no corpus rows (only file headers), made before the (possibly long)
+// ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
 void check_search_args(const SearchArgs& a, const Config& cfg) {
-  SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= cfg.search.k_max, "--k ", a.k, " out of range: allowed 1 .. ",
-                    cfg.search.k_max, " (search.k_max; raise it with --set search.k_max=", std::max(a.k, 1), ")");
+  SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
+                    " (K is the number of neighbours per query and must be at least 1)");
+  SHARDTOPK_EXPECTS(a.k <= cfg.search.k_max, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
+                    " (search.k_max; raise it with --set search.k_max=", a.k, ")");
+  // K larger than the corpus: the row count is in the file header, so say it before loading.
+  // A file that cannot be inspected is left for the index to report (with the rank).
+  std::int64_t corpus_rows = -1;
+  try {
+    const DatasetInfo ci = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+    if (ci.dims.size() == 2) corpus_rows = ci.dims[0];
+  } catch (const Error&) {
+  }
+  SHARDTOPK_EXPECTS(corpus_rows < 0 || a.k <= corpus_rows, "--k ", a.k, " is larger than the corpus: '",
+                    cfg.corpus.path, "' dataset '", cfg.corpus.dataset, "' has ", corpus_rows,
+                    " rows (from the file header; nothing was loaded)");
   SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= cfg.search.batch_max, "--batch ", a.batch,
                     " out of range: allowed 1 .. ", cfg.search.batch_max,
                     " (search.batch_max; raise it with --set search.batch_max=N)");
@@ -176,6 +189,9 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
                           true);
       }
       batch_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - tb).count());
+      if (rank == 0)
+        spdlog::debug("batch {}: queries [{}, {}), k={}, {:.3f} ms", batch_ms.size() - 1, b0, b0 + b, a.k,
+                      batch_ms.back());
       if (rank == 0 && std::chrono::duration<double>(Clock::now() - last_log).count() > 2.0) {
         last_log = Clock::now();
         spdlog::info("searched {}/{} queries", b0 + b, nq);
@@ -302,7 +318,11 @@ int run_eval(const EvalArgs& a) {
   const EvalReport r = evaluate(a.results, a.truth);
   std::printf("%lld queries, K=%d, metric %s (tie-tolerant, eps = 1e-5*(max(|best|,|kth|)+1))\n",
               static_cast<long long>(r.queries), r.k, r.metric.c_str());
-  nlohmann::json j = {{"queries", r.queries}, {"k", r.k}, {"metric", r.metric}, {"near_tie_swaps", r.near_tie_swaps},
+  if (r.result_k > r.k)
+    std::printf("  note: '%s' has K=%d columns but the truth has %d neighbours per query: recall is evaluated at "
+                "K=%d on the first %d columns of each (best-first) result list\n",
+                a.results.c_str(), r.result_k, r.k, r.k, r.k);
+  nlohmann::json j = {{"queries", r.queries}, {"k", r.k}, {"result_k", r.result_k}, {"metric", r.metric}, {"near_tie_swaps", r.near_tie_swaps},
                       {"misses", r.misses}};
   for (const auto& kv : r.recall) {
     std::printf("  recall@%-4d %.4f\n", kv.first, kv.second);
@@ -374,15 +394,20 @@ int run_plan(const PlanArgs& a) {
   std::printf("corpus %s '%s' [%lld x %lld], %s storage, %d rank(s), %d per node, engine %s, %d GPU(s) visible\n",
               cfg.corpus.path.c_str(), info.name.c_str(), static_cast<long long>(n), static_cast<long long>(dim),
               to_string(cfg.engine.dtype).c_str(), a.ranks, per_node, use_gpu ? "cuda" : "cpu", ngpu);
-  std::printf("%6s %12s %12s %16s %16s %16s  %s\n", "rank", "row_lo", "rows", "host_bytes", "device_bytes",
+  std::printf("%6s %12s %12s %20s %16s %16s  %s\n", "rank", "row_lo", "rows", "load_peak_host_bytes", "engine_bytes",
               "gpu_free_bytes", "fits");
   bool all_fit = true;
   for (int r = 0; r < a.ranks; ++r) {
     const RowRange rr = shard_rows(n, a.ranks, r);
-    // peak host memory at ingest: float32 rows + ids (+ storage copy on the CPU engine)
-    const std::uint64_t host = static_cast<std::uint64_t>(rr.size()) * (dim * 4 + 8) +
-                               (use_gpu ? 0 : static_cast<std::uint64_t>(rr.size()) * dim * dtype_bytes(cfg.engine.dtype));
-    const std::uint64_t dev = use_gpu ? cuda_engine_device_bytes(rr.size(), dim, cfg.engine.dtype, lim) : 0;
+    // engine_bytes: what the engine allocates at start-up and refuses before allocating when it
+    // cannot have it (device memory for cuda, host memory for cpu); equals its resident bytes.
+    const std::uint64_t dev =
+        use_gpu ? cuda_engine_device_bytes(rr.size(), dim, cfg.engine.dtype, lim)
+                : cpu_engine_host_bytes(rr.size(), dim, cfg.engine.dtype, lim, resolve_threads(cfg, per_node));
+    // load_peak_host_bytes: host memory at the peak of loading: the float32 rows read from the
+    // file and their ids, plus the CPU engine's buffers (built while the rows are still held).
+    const std::uint64_t rows_bytes = static_cast<std::uint64_t>(rr.size()) * (dim * 4 + 8);
+    const std::uint64_t host = use_gpu ? rows_bytes : (dev > UINT64_MAX - rows_bytes ? UINT64_MAX : rows_bytes + dev);
     std::string fits = "-";
     std::uint64_t free_b = 0, total_b = 0;
     if (use_gpu) {
@@ -395,10 +420,13 @@ int run_plan(const PlanArgs& a) {
         all_fit = all_fit && dev <= free_b;
       }
     }
-    std::printf("%6d %12lld %12lld %16llu %16llu %16llu  %s\n", r, static_cast<long long>(rr.lo),
+    std::printf("%6d %12lld %12lld %20llu %16llu %16llu  %s\n", r, static_cast<long long>(rr.lo),
                 static_cast<long long>(rr.size()), static_cast<unsigned long long>(host),
                 static_cast<unsigned long long>(dev), static_cast<unsigned long long>(free_b), fits.c_str());
   }
+  std::printf("load_peak_host_bytes: peak host memory while loading a shard; engine_bytes: %s memory the %s engine "
+              "allocates at start-up (checked before allocating)\n",
+              use_gpu ? "device" : "host", use_gpu ? "cuda" : "cpu");
   return all_fit ? 0 : 3;
 }
 

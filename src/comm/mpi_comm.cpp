@@ -13,6 +13,19 @@
 namespace shardtopk {
 namespace {
 
+// Host collectives on MPI_COMM_WORLD entered by this process (every rank enters them in the
+// same order, whichever communicator object issues them) and the window that publishes the
+// count. Process-wide: one collective MPI_Win_allocate per job, not one per communicator.
+struct ArrivalWindow {
+  MPI_Win win = MPI_WIN_NULL;
+  std::int64_t* count = nullptr;
+  std::int64_t seq = 0;
+};
+ArrivalWindow& arrivals() {
+  static ArrivalWindow a;
+  return a;
+}
+
 std::string mpi_error_string(int code) {
   char buf[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -33,6 +46,19 @@ class MpiCommunicator final : public Communicator {
               "MPI_Comm_split_type");
     MPI_Comm_rank(node_, &local_rank_);
     MPI_Comm_size(node_, &local_size_);
+    if (size_ > 1 && arrivals().win == MPI_WIN_NULL) {
+      // Arrival counters (see arrive() and who_is_missing()): one int64 per rank, read by peers
+      // with one-sided gets only after a timeout. One window per process (created by the first
+      // communicator, collectively like this constructor; freed by MpiSession before
+      // MPI_Finalize), passive target for its whole life.
+      ArrivalWindow& a = arrivals();
+      check_mpi(MPI_Win_allocate(sizeof(std::int64_t), sizeof(std::int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &a.count,
+                                 &a.win),
+                "MPI_Win_allocate");
+      MPI_Win_set_errhandler(a.win, MPI_ERRORS_RETURN);
+      *a.count = a.seq;
+      check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, a.win), "MPI_Win_lock_all");
+    }
   }
   ~MpiCommunicator() override {
     if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
@@ -48,6 +74,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (size_ == 1) return;
+    arrive();
     MPI_Request req;
     check_mpi(MPI_Ibcast(buf, as_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
     wait(req, "MPI_Ibcast");
@@ -55,6 +82,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast_untimed(void* buf, std::size_t bytes, int root) override {
     if (size_ == 1) return;
+    arrive();  // the same collective as rank 0's broadcast: counted alike, or the counts drift
     MPI_Request req;
     check_mpi(MPI_Ibcast(buf, as_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
     wait(req, "MPI_Ibcast (waiting for rank 0)", /*timed=*/false);
@@ -65,6 +93,7 @@ class MpiCommunicator final : public Communicator {
       if (recv != send) std::memcpy(recv, send, bytes);
       return;
     }
+    arrive();
     MPI_Request req;
     check_mpi(MPI_Iallgather(send, as_count(bytes), MPI_BYTE, recv, as_count(bytes), MPI_BYTE, MPI_COMM_WORLD, &req),
               "MPI_Iallgather");
@@ -74,6 +103,7 @@ class MpiCommunicator final : public Communicator {
   void check(bool ok, const std::string& message) override {
     int failed = ok ? 0 : 1, any = failed;
     if (size_ > 1) {
+      arrive();
       MPI_Request req;
       check_mpi(MPI_Iallreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req), "MPI_Iallreduce");
       wait(req, "MPI_Iallreduce (status check)");
@@ -85,6 +115,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> lens(static_cast<size_t>(size_), 0), displs(static_cast<size_t>(size_), 0);
     std::string all;
     if (size_ > 1) {
+      arrive();
       MPI_Request req;
       check_mpi(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &req), "MPI_Iallgather");
       wait(req, "MPI_Iallgather (error lengths)");
@@ -94,6 +125,7 @@ class MpiCommunicator final : public Communicator {
         total += lens[r];
       }
       all.resize(static_cast<size_t>(total));
+      arrive();
       check_mpi(MPI_Iallgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
                                 MPI_COMM_WORLD, &req),
                 "MPI_Iallgatherv");
@@ -120,6 +152,7 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     if (size_ == 1) return;
+    arrive();
     MPI_Request req;
     check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
     wait(req, "MPI_Ibarrier");
@@ -147,12 +180,69 @@ class MpiCommunicator final : public Communicator {
       if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(!timed && spins > 200000 ? 200 : 50));
       if (timed && (spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
         char msg[256];
-        std::snprintf(msg, sizeof msg,
-                      "rank %d: %s did not complete within %.3g s (comm.timeout_s); a peer rank is stalled or dead",
-                      rank_, what, timeout_s_);
-        throw CommError(msg);
+        std::snprintf(msg, sizeof msg, "rank %d: %s did not complete within %.3g s (comm.timeout_s)", rank_, what,
+                      timeout_s_);
+        const std::string missing = who_is_missing();
+        throw CommError(std::string(msg) + (missing.empty() ? "; a peer rank is stalled or dead" : "; " + missing));
       }
     }
+  }
+
+  // Every rank counts the collectives it enters (they are entered in the same order on every
+  // rank) and publishes the count in its window. No MPI call: a store the peers read only after
+  // a timeout.
+  void arrive() {
+    ArrivalWindow& a = arrivals();
+    ++a.seq;
+    if (a.count) __atomic_store_n(a.count, a.seq, __ATOMIC_RELEASE);
+  }
+
+  // After a timeout in collective #seq: read every peer's count with one-sided gets, bounded in
+  // time (a dead peer, or a transport that needs the target's progress, may never answer).
+  // A peer whose count is below seq has not entered this collective: it is the stalled (or
+  // dead) one. Returns "" when nothing could be learnt.
+  std::string who_is_missing() {
+    const MPI_Win win = arrivals().win;
+    const std::int64_t seq = arrivals().seq;
+    if (win == MPI_WIN_NULL) return "";
+    std::vector<std::int64_t> seen(static_cast<size_t>(size_), -1);
+    std::vector<MPI_Request> reqs(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+    for (int t = 0; t < size_; ++t) {
+      if (t == rank_) continue;
+      if (MPI_Rget(&seen[t], 1, MPI_INT64_T, t, 0, 1, MPI_INT64_T, win, &reqs[t]) != MPI_SUCCESS)
+        reqs[t] = MPI_REQUEST_NULL;
+    }
+    std::vector<bool> answered(static_cast<size_t>(size_), false);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(2.0, timeout_s_));
+    for (int pending = size_ - 1; pending > 0 && std::chrono::steady_clock::now() < deadline;) {
+      pending = 0;
+      for (int t = 0; t < size_; ++t) {
+        if (t == rank_ || answered[t] || reqs[t] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        if (MPI_Test(&reqs[t], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          reqs[t] = MPI_REQUEST_NULL;
+          continue;
+        }
+        if (done) answered[t] = true;
+        else ++pending;
+      }
+      if (pending > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::string late, silent;
+    for (int t = 0; t < size_; ++t) {
+      if (t == rank_) continue;
+      if (!answered[t]) {
+        silent += (silent.empty() ? "" : ", ") + std::to_string(t);
+      } else if (seen[t] < seq) {
+        late += (late.empty() ? "rank " : "; rank ") + std::to_string(t) + " did not arrive (it has entered " +
+                std::to_string(seen[t]) + " collectives, this is #" + std::to_string(seq) + ")";
+      }
+    }
+    // Requests still pending are left to MPI_Abort, which ends the job next.
+    std::string out = late;
+    if (!silent.empty()) out += (out.empty() ? "" : "; ") + std::string("no answer from rank(s) ") + silent;
+    if (out.empty()) return "";
+    return out + ": stalled or dead";
   }
 
   double timeout_s_;
@@ -178,6 +268,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int fin = 0;
   MPI_Finalized(&fin);
+  ArrivalWindow& a = arrivals();
+  if (owns_ && !fin && a.win != MPI_WIN_NULL) {
+    MPI_Win_unlock_all(a.win);
+    MPI_Win_free(&a.win);
+    a.count = nullptr;
+  }
   if (owns_ && !fin) MPI_Finalize();
 }
 int MpiSession::rank() const {

@@ -1,11 +1,15 @@
 #include "common/log.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 namespace shardtopk {
+namespace {
+std::atomic<bool> warned_bad_level{false};
+}  // namespace
 
 void init_logging(int rank, int world_size) {
   auto logger = spdlog::get("shardtopk");
@@ -19,7 +23,8 @@ void init_logging(int rank, int world_size) {
     // from_str answers "off" for anything it does not know: only accept real names
     if (level != spdlog::level::off || std::string(lvl) == "off") {
       spdlog::set_level(level);
-    } else if (rank == 0) {
+    } else if (rank == 0 && !warned_bad_level.exchange(true)) {
+      // init_logging runs more than once per process (command, then index): warn once.
       spdlog::warn("SHARDTOPK_LOG_LEVEL='{}' is not a level (trace, debug, info, warn, error, critical, off); ignored",
                    lvl);
     }

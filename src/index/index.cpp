@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "index/admission.hpp"
 #include "shardtopk/corpus_io.hpp"
 
 namespace shardtopk {
@@ -97,7 +98,7 @@ int resolve_threads(const Config& cfg, int local_size) {
 
 EngineLimits index_engine_limits(const SearchConfig& search, int world_size) {
   // One query row more than batch_max: the status row of run_data_path.
-  return EngineLimits{search.batch_max + 1, search.k_max, world_size};
+  return EngineLimits{search.batch_max + 1, search.k_max, world_size, 1};
 }
 
 EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm) {
@@ -124,6 +125,17 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
   std::string msg;
   std::unique_ptr<Engine> engine;
   try {
+    if (stats.max_row_norm_row < 0 && shard.rows > 0) {  // norms not measured by the caller (admission.hpp)
+      NormSummary norms;
+      if (shard.generated) {  // every generated value is below 4 in magnitude (generator.hpp): a bound
+        norms = NormSummary{4.0 * std::sqrt(static_cast<double>(shard.dim)), shard.first_row};
+      } else {
+        norms = shard_norms(shard.data, shard.rows, shard.dim, rows.lo);
+        check_corpus_norms(metric, norms, shard.dim, "corpus row");
+      }
+      stats.max_row_norm = norms.max_norm;
+      stats.max_row_norm_row = norms.row;
+    }
     const EngineBackend backend = choose_backend(cfg, *host_comm);
     const EngineLimits lim = index_engine_limits(cfg.search, world);
     if (backend == EngineBackend::kCuda) {
@@ -132,12 +144,14 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
       engine = make_cpu_engine(shard, metric, cfg.engine.dtype, resolve_threads(cfg, host_comm->local_size()), lim);
     }
     stats.upload_s = seconds_since(tu);
+    spdlog::debug("rank {}: engine built in {:.3f} s", host_comm->rank(), stats.upload_s);
     stats.engine_resident_bytes = engine->resident_bytes();
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
   }
   host_comm->check(ok, msg);
+  allgather_norms(*host_comm, metric, &stats);
 
   // Communicator for the data path.
   std::unique_ptr<Communicator> data_comm;
@@ -192,6 +206,8 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     stats.total_rows = info.dims[0];
     stats.dim = info.dims[1];
     stats.rows = shard_rows(stats.total_rows, world, rank);
+    spdlog::debug("shard plan: rank {} of {} holds rows [{}, {}) ({} of {} rows, dim {})", rank, world, stats.rows.lo,
+                  stats.rows.hi, stats.rows.size(), stats.total_rows, stats.dim);
     (void)choose_backend(cfg, *host_comm);  // refuse a bad backend before reading anything
 
     // Read this rank's rows only, in blocks, on the rank's cores.
@@ -220,6 +236,11 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     nrows = stats.rows.size();
     shard.reset(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats.dim))]);
     read_rows_into(cfg.corpus.path, cfg.corpus.dataset, stats.rows, ropt, shard.get());
+    // Score range (admission.hpp): raw row norms, before any cosine normalisation.
+    const NormSummary norms = shard_norms(shard.get(), nrows, stats.dim, stats.rows.lo);
+    stats.max_row_norm = norms.max_norm;
+    stats.max_row_norm_row = norms.row;
+    check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
     ids.resize(static_cast<size_t>(stats.rows.size()));
     if (!cfg.corpus.ids_dataset.empty()) {
       std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
@@ -309,6 +330,7 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(batch) * d; ++i)
       SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
                         queries[i], ") at column ", i % d);
+    check_query_norms(metric_, NormSummary{stats_.max_row_norm, stats_.max_row_norm_row}, queries, batch, d);
     std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
     if (metric_ == Metric::kCosine) normalize_rows(host_queries_.data(), batch, d, 0, "query");
     engine_->stage_queries(host_queries_.data(), batch);

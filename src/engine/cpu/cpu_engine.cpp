@@ -30,6 +30,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <initializer_list>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +42,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics initialise their "undefined" operand from itself, which
@@ -521,16 +525,104 @@ SHARDTOPK_AVX512 void scan512(const T* base, std::int64_t dp, std::int64_t r0, s
 }
 #endif
 
+// ---------------------------------------------------------------- buffer plan
+
+// Every buffer the engine allocates at start-up, sized from the limits (the constructor and
+// cpu_engine_host_bytes() both use this list, so `plan` shows what the engine will hold).
+// Saturating arithmetic: absurd limits give UINT64_MAX, never a wrapped small number.
+struct CpuBuffer {
+  const char* name;
+  std::string shape;
+  std::uint64_t bytes;
+};
+
+std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) {
+  return (a != 0 && b > UINT64_MAX / a) ? UINT64_MAX : a * b;
+}
+std::uint64_t mul_sat(std::initializer_list<std::uint64_t> xs) {
+  std::uint64_t p = 1;
+  for (std::uint64_t x : xs) p = mul_sat(p, x);
+  return p;
+}
+
+int pool_threads(int threads) {
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& lim,
+                                   int threads) {
+  const std::uint64_t dp = static_cast<std::uint64_t>(round_up(std::max<std::int64_t>(dim, 1), kLanes));
+  const std::uint64_t r2 = static_cast<std::uint64_t>(round_up(std::max<std::int64_t>(rows, 0), 2));
+  const std::uint64_t b = static_cast<std::uint64_t>(std::max(lim.batch_max, 0));
+  const std::uint64_t k = static_cast<std::uint64_t>(std::max(lim.k_max, 0));
+  const std::uint64_t w = static_cast<std::uint64_t>(std::max(lim.world_size, 0));
+  const std::uint64_t t = static_cast<std::uint64_t>(pool_threads(threads));
+  const std::uint64_t cand = sizeof(Candidate);
+  const std::uint64_t cap = static_cast<std::uint64_t>(selection_cap(0)) + 2 * k;  // selection_cap(k_max)
+  const std::string bk = "[batch_max=" + std::to_string(b) + ", k_max=" + std::to_string(k) + "]";
+  return {
+      {"shard", "[" + std::to_string(rows) + " rows, " + std::to_string(dp) + " padded dims] " + to_string(dtype),
+       mul_sat({r2, dp, static_cast<std::uint64_t>(dtype == Dtype::kFloat32 ? 4 : 2)})},
+      {"ids", "[" + std::to_string(rows) + "] int64", mul_sat(static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0)), 8)},
+      {"queries", "[batch_max, dim] float32", mul_sat({b, static_cast<std::uint64_t>(std::max<std::int64_t>(dim, 0)), 4})},
+      {"padded queries", "[batch_max, padded dim] float32", mul_sat({b, dp, 4})},
+      {"local candidates", bk + " x 16 B", mul_sat({b, k, cand})},
+      {"gathered candidates", "[world_size=" + std::to_string(w) + "] x " + bk + " x 16 B", mul_sat({w, b, k, cand})},
+      {"merged candidates", bk + " x 16 B", mul_sat({b, k, cand})},
+      {"per-thread lists", "[threads=" + std::to_string(t) + "] x " + bk + " x 16 B", mul_sat({t, b, k, cand})},
+      {"selection buffers", "[threads=" + std::to_string(t) + ", batch_max, 2*k_max+32] x 16 B", mul_sat({t, b, cap, cand})},
+      {"selection state", "[threads, batch_max]", mul_sat({t, b, static_cast<std::uint64_t>(sizeof(QueryState))})},
+  };
+}
+
+std::uint64_t total_bytes(const std::vector<CpuBuffer>& bufs) {
+  std::uint64_t s = 0;
+  for (const auto& b : bufs) s = (UINT64_MAX - s < b.bytes) ? UINT64_MAX : s + b.bytes;
+  return s;
+}
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : UINT64_MAX;
+}
+
+std::string human_bytes(std::uint64_t n) {
+  if (n == UINT64_MAX) return "more than 2^64 bytes";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llu bytes (%.1f %s)", static_cast<unsigned long long>(n), v, units[u]);
+  return buf;
+}
+
+// Refuse, before allocating anything, buffers that cannot fit this machine's memory: name the
+// largest buffer, its shape and bytes, and the total (what `plan` shows as engine_bytes).
+void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& lim) {
+  const std::uint64_t total = total_bytes(bufs), phys = physical_memory_bytes();
+  if (total <= phys) return;
+  const CpuBuffer& big = *std::max_element(bufs.begin(), bufs.end(),
+                                           [](const CpuBuffer& a, const CpuBuffer& b) { return a.bytes < b.bytes; });
+  throw Error(detail::concat("cpu engine: search.batch_max=", lim.batch_max - lim.extra_rows, " and search.k_max=", lim.k_max,
+                             " need ", human_bytes(big.bytes), " for the ", big.name, " buffer ", big.shape, ", ",
+                             human_bytes(total), " in all (`shardtopk plan` shows it as engine_bytes), but this "
+                             "machine has ", human_bytes(phys), " of memory; lower search.batch_max or search.k_max"));
+}
+
 // ---------------------------------------------------------------- engine
 
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const ShardInput& s, Metric metric, Dtype dtype, int threads, const EngineLimits& lim)
       : metric_(metric), dtype_(dtype), isa_(choose_isa()), rows_(s.rows), dim_(s.dim),
-        dp_(round_up(std::max<std::int64_t>(s.dim, 1), kLanes)), limits_(lim),
-        pool_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+        dp_(round_up(std::max<std::int64_t>(s.dim, 1), kLanes)), limits_(lim), pool_(pool_threads(threads)) {
     SHARDTOPK_EXPECTS(s.dim >= 1, "cpu engine: dimension must be >= 1");
     SHARDTOPK_EXPECTS(lim.batch_max >= 1 && lim.k_max >= 1 && lim.world_size >= 1, "cpu engine: bad limits");
+    check_buffers_fit(cpu_buffers(s.rows, s.dim, dtype, lim, pool_.size()), lim);
     SHARDTOPK_EXPECTS(s.rows >= 0 && (s.generated || s.rows == 0 || s.data != nullptr),
                       "cpu engine: shard has no data (data == nullptr and not generated)");
     if (s.ids) {
@@ -771,6 +863,11 @@ class CpuEngine final : public Engine {
 };
 
 }  // namespace
+
+std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits,
+                                    int threads) {
+  return total_bytes(cpu_buffers(rows, dim, dtype, limits, threads));
+}
 
 std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype, int threads,
                                         const EngineLimits& limits) {

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# libFuzzer run of the config loader and the HDF5 metadata checks, bounded in time.
+#   launch/fuzz.sh                  # install clang if missing, build build-fuzz/, fuzz 2 × 50 s
+#   FUZZ_SECONDS=300 launch/fuzz.sh # longer runs (per target)
+# Seeds: fuzz/corpus/{config,hdf5} (read-only here: new inputs go to build-fuzz/corpus-*).
+# A crash, a sanitizer report or a timeout fails the script and leaves the input in
+# build-fuzz/artifacts/; turn it into a regular test (see fuzz/README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+# Debian 12: clang is clang-14; libFuzzer's runtime is in libclang-rt-14-dev (libclang-rt-dev).
+PACKAGES=(clang libclang-rt-dev)
+if [ "${SKIP_APT:-0}" != "1" ]; then
+  missing=()
+  for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+SECONDS_PER_TARGET=${FUZZ_SECONDS:-50}
+echo "== configuring $BUILD_DIR (clang, libFuzzer + ASan + UBSan)"
+mkdir -p "$BUILD_DIR"
+CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DSHARDTOPK_CUDA=OFF -DSHARDTOPK_TESTS=OFF \
+  -DSHARDTOPK_BENCH=OFF -DSHARDTOPK_FUZZ=ON -DCMAKE_BUILD_TYPE=None >"$BUILD_DIR/configure.log" 2>&1 ||
+  { cat "$BUILD_DIR/configure.log"; exit 1; }
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target fuzz_config fuzz_hdf5_meta
+# allocator_may_return_null: a damaged size field makes libhdf5 ask for terabytes; in production
+# malloc returns NULL and HDF5 reports an error, so let ASan do the same. fast_unwind_on_malloc=0:
+# full stacks through libhdf5 (no frame pointers), for the leak suppressions in fuzz/lsan.supp.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:fast_unwind_on_malloc=0"
+export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export TMPDIR="$(mktemp -d)"
+trap 'rm -rf "$TMPDIR"' EXIT
+mkdir -p "$BUILD_DIR/artifacts/libhdf5"
+rc=0
+# libhdf5 1.10.8 (Debian 12) has memory errors of its own on damaged files (fuzz/README.md). A
+# report whose every stack starts inside libhdf5 is saved under artifacts/libhdf5/ and the run
+# goes on (up to 20 restarts within the time budget); any other report fails the job.
+# fuzz_hdf5_meta runs without leak detection: libhdf5 keeps free lists and metadata-cache state
+# between files that LeakSanitizer reports as leaks almost every few seconds (finding 6), and
+# shardtopk's HDF5 handles are RAII-closed; fuzz_config keeps it.
+for t in config:fuzz_config:1 hdf5:fuzz_hdf5_meta:0; do
+  IFS=: read -r seeds bin leaks <<<"$t"
+  work="$BUILD_DIR/corpus-$seeds"
+  mkdir -p "$work"
+  echo "== $bin: ${SECONDS_PER_TARGET} s from fuzz/corpus/$seeds"
+  end=$((SECONDS + SECONDS_PER_TARGET))
+  for attempt in $(seq 1 20); do
+    left=$((end - SECONDS))
+    (( left > 0 )) || break
+    log="$BUILD_DIR/$bin.$attempt.log"
+    rm -f "$BUILD_DIR"/artifacts/"$bin"-*
+    if ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=$leaks" "$BUILD_DIR/fuzz/$bin" "$work" "fuzz/corpus/$seeds" -max_total_time="$left" -timeout=10 \
+        -rss_limit_mb=2048 -malloc_limit_mb=100000 -max_len=65536 -print_final_stats=1 -detect_leaks="$leaks" \
+        -artifact_prefix="$BUILD_DIR/artifacts/$bin-" >"$log" 2>&1; then
+      grep -E "stat::number_of_executed_units|stat::new_units_added" "$log" || true
+      break
+    fi
+    kind=$(awk -f fuzz/classify.awk "$log")
+    grep -E "ERROR: |SUMMARY: " "$log" | head -3 || true
+    if [[ $kind == libhdf5 ]]; then
+      for a in "$BUILD_DIR"/artifacts/"$bin"-*; do [[ -e $a ]] && mv "$a" "$BUILD_DIR/artifacts/libhdf5/"; done
+      echo "   (inside libhdf5, not shardtopk's code: input kept in $BUILD_DIR/artifacts/libhdf5/; fuzzing goes on)"
+      continue
+    fi
+    rc=1
+    echo "!! $bin found a failure in shardtopk's code; input(s) and log:"
+    ls -l "$BUILD_DIR"/artifacts/"$bin"-* 2>/dev/null || true
+    grep -E "^    #[0-9]+ " "$log" | head -25 || true
+    echo "   log: $log; reproduce: $BUILD_DIR/fuzz/$bin <input>"
+    break
+  done
+done
+n=$(find "$BUILD_DIR/artifacts/libhdf5" -type f | wc -l)
+echo "== fuzzing done: $n libhdf5 finding(s) this run (kept, not failing CI); shardtopk failures: $rc"
+exit $rc

@@ -1,0 +1,95 @@
+// Score-range admission: see admission.hpp for the bound and its derivation.
+#include "index/admission.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "common/log.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk {
+namespace {
+
+double row_norm(const float* x, std::int64_t dim) {
+  double ss = 0.0;  // float64: (3.4e38)² · 1e7 ≈ 1e84, far from overflow
+  for (std::int64_t d = 0; d < dim; ++d) ss += static_cast<double>(x[d]) * static_cast<double>(x[d]);
+  return std::sqrt(ss);
+}
+
+bool larger(const NormSummary& a, const NormSummary& b) {
+  if (a.row < 0) return false;
+  if (b.row < 0) return true;
+  return a.max_norm > b.max_norm || (a.max_norm == b.max_norm && a.row < b.row);
+}
+
+}  // namespace
+
+NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row) {
+  NormSummary s;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double n = row_norm(data + i * dim, dim);
+    if (s.row < 0 || n > s.max_norm) s = NormSummary{n, first_row + i};
+  }
+  return s;
+}
+
+NormSummary combine_norms(const std::vector<NormSummary>& parts) {
+  NormSummary best;
+  for (const NormSummary& p : parts)
+    if (larger(p, best)) best = p;
+  return best;
+}
+
+void check_corpus_norms(Metric m, const NormSummary& shard, std::int64_t dim, const std::string& label) {
+  SHARDTOPK_EXPECTS(dim <= kMaxBoundedDim, label, ": dimension ", dim, " is above ", kMaxBoundedDim,
+                    ", the largest for which float32 score overflow is bounded (README 'Score range')");
+  if (m != Metric::kL2 || shard.row < 0) return;
+  const double sq = shard.max_norm * shard.max_norm;
+  SHARDTOPK_EXPECTS(sq <= kScoreBound, label, " ", shard.row, " has norm ", shard.max_norm,
+                    ": its squared norm ", sq, " exceeds the float32 score bound ", kScoreBound,
+                    " (FLT_MAX/2), so no l2 distance to it can be computed without overflow; "
+                    "scale the corpus down (README 'Score range')");
+}
+
+double max_query_norm(Metric m, const NormSummary& corpus) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (m == Metric::kCosine || corpus.row < 0) return inf;
+  if (m == Metric::kL2) return std::sqrt(kScoreBound) - corpus.max_norm;
+  return corpus.max_norm > 0.0 ? kScoreBound / corpus.max_norm : inf;
+}
+
+void check_query_norms(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim) {
+  if (m == Metric::kCosine || corpus.row < 0) return;
+  for (int b = 0; b < batch; ++b) {
+    const double qn = row_norm(queries + static_cast<std::int64_t>(b) * dim, dim);
+    const double reach = m == Metric::kL2 ? (qn + corpus.max_norm) * (qn + corpus.max_norm) : qn * corpus.max_norm;
+    if (reach <= kScoreBound) continue;
+    throw Error(detail::concat(
+        "query ", b, " of the batch has norm ", qn, ": with the corpus's largest row norm ", corpus.max_norm,
+        " (row ", corpus.row, "), ",
+        m == Metric::kL2 ? "(|q| + max|x|)^2 = " : "|q| * max|x| = ", reach, " exceeds the float32 score bound ",
+        kScoreBound, " (FLT_MAX/2), so scores could overflow; the largest admissible query norm is ",
+        max_query_norm(m, corpus), " (README 'Score range')"));
+  }
+}
+
+void allgather_norms(Communicator& comm, Metric m, IngestStats* stats) {
+  struct Wire {
+    double norm;
+    std::int64_t row;
+  };
+  const Wire mine{stats->max_row_norm, stats->max_row_norm_row};
+  std::vector<Wire> all(static_cast<size_t>(comm.world_size()));
+  comm.allgather(&mine, all.data(), sizeof(Wire));
+  std::vector<NormSummary> parts;
+  for (const Wire& w : all) parts.push_back(NormSummary{w.norm, w.row});
+  const NormSummary c = combine_norms(parts);
+  stats->max_row_norm = c.max_norm;
+  stats->max_row_norm_row = c.row;
+  if (comm.rank() == 0)
+    spdlog::debug("score range: largest corpus row norm {:.6g} (row {}); {} admits queries of norm up to {:.6g} "
+                  "(bound B = FLT_MAX/2)",
+                  c.max_norm, c.row, to_string(m), max_query_norm(m, c));
+}
+
+}  // namespace shardtopk

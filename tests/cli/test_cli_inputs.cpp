@@ -1,0 +1,385 @@
+// Issue 10 (items 1, 6, 7, 8), run as a user runs shardtopk: float32 score overflow is refused
+// up front (naming the query or row and the bound) and scores just below the bound are answered
+// correctly; buffers too large for the machine are refused naming the buffer and its bytes (the
+// figure `plan` shows); a stalled rank is named; small messages name the real cause.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/engine.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/oracle.hpp"
+#include "shardtopk/ordering.hpp"
+#include "shardtopk/types.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CmdResult {
+  int rc = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+class CliInputs : public ::testing::Test {
+ protected:
+  CmdResult run(const std::string& cmd) {
+    CmdResult r;
+    const std::string out = dir_.file("stdout.txt"), err = dir_.file("stderr.txt");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int st = std::system((cmd + " >" + out + " 2>" + err + " </dev/null").c_str());
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    r.out = test::read_text(out);
+    r.err = test::read_text(err);
+    std::printf("$ %s\n  -> exit %d in %.2f s\n%s", cmd.c_str(), r.rc, r.seconds, r.err.c_str());
+    return r;
+  }
+  std::string mpi(int ranks) {
+    return std::string(SHARDTOPK_MPIEXEC) + " " + SHARDTOPK_MPIEXEC_NUMPROC_FLAG + " " + std::to_string(ranks) + " " +
+           SHARDTOPK_MPIEXEC_FLAGS + " " + SHARDTOPK_BIN;
+  }
+  std::string write_h5(const std::string& name, const std::string& dataset, const std::vector<float>& v,
+                       std::int64_t dim) {
+    const std::string path = dir_.file(name);
+    H5Writer w(path);
+    w.write_f32(dataset, v.data(), static_cast<std::int64_t>(v.size()) / dim, dim);
+    w.close();
+    return path;
+  }
+  std::string write_config(const std::string& corpus, const std::string& metric, const std::string& extra = "",
+                           const std::string& name = "c.yaml") {
+    const std::string path = dir_.file(name);
+    test::write_text(path, "corpus:\n  path: " + corpus + "\nsearch:\n  metric: " + metric +
+                               "\n  k_max: 64\n  batch_max: 4\nengine:\n  backend: cpu\n  threads: 1\n"
+                               "comm:\n  backend: mpi\n  timeout_s: 20\n" + extra);
+    return path;
+  }
+  // Search; on success read the result file back.
+  CmdResult search(int ranks, const std::string& cfg, const std::string& q, int k, test::Answer* got = nullptr,
+                   const std::string& extra = "") {
+    const std::string out = dir_.file("r.h5");
+    std::remove(out.c_str());
+    CmdResult r = run(mpi(ranks) + " search --config " + cfg + " --queries " + q + " --k " + std::to_string(k) +
+                      " --out " + out + extra);
+    if (r.rc == 0 && got) {
+      std::int64_t rows = 0, cols = 0;
+      got->ids = read_int64_matrix(out, "ids", &rows, &cols);
+      got->scores = read_matrix(out, "scores").data;
+    }
+    return r;
+  }
+  // Every returned id real, every score finite, within DESIGN.md's tolerance of the oracle.
+  void expect_correct(Metric m, const std::vector<float>& corpus, std::int64_t dim, const std::vector<float>& q,
+                      int k, const test::Answer& got, const std::string& what) {
+    const std::int64_t n = static_cast<std::int64_t>(corpus.size()) / dim, nq = static_cast<std::int64_t>(q.size()) / dim;
+    ASSERT_EQ(got.ids.size(), static_cast<size_t>(nq * k)) << what;
+    for (size_t i = 0; i < got.ids.size(); ++i) {
+      EXPECT_NE(got.ids[i], kPadId) << what << ": the reserved pad id at position " << i;
+      EXPECT_TRUE(std::isfinite(got.scores[i])) << what << ": score " << got.scores[i] << " at position " << i;
+    }
+    test::expect_within_tolerance(m, corpus, n, nullptr, q, nq, dim, k, got, what);
+  }
+  test::TempDir dir_;
+};
+
+// ---------------------------------------------------------------- item 1: score overflow
+
+// The issue's input: 1e20·1e20 + 1e20·(−1e20) is +inf + −inf = NaN in float32; before the fix
+// the row was dropped and the pad id came back with score −inf.
+TEST_F(CliInputs, InnerProductOverflowIsRefusedNamingTheQueryAndTheBound) {
+  const std::vector<float> corpus = {1e20f, -1e20f};
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "inner_product");
+  const std::string q = write_h5("q.h5", "test", {1e20f, 1e20f}, 2);
+  for (int ranks : {1, 2}) {
+    const CmdResult r = search(ranks, cfg, q, 1);
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_THAT(r.err, AllOf(HasSubstr("queries [0, 1): query 0 of the batch has norm 1.41421e+20"),
+                             HasSubstr("largest row norm 1.41421e+20 (row 0)"), HasSubstr("|q| * max|x| = 2e+40"),
+                             HasSubstr("exceeds the float32 score bound 1.70141e+38 (FLT_MAX/2)"),
+                             HasSubstr("largest admissible query norm is 1.2030")))
+        << r.err;
+    EXPECT_EQ(test::count_of(r.err, "score bound"), 1) << "rank 0 speaks once:\n" << r.err;
+  }
+}
+
+// 4 rows, K = 4: before the fix the pad id appeared among real ids and rows were misordered.
+TEST_F(CliInputs, FourRowOverflowIsRefusedAndSmallQueriesOnTheSameCorpusAreExact) {
+  const std::vector<float> corpus = {1e20f, -1e20f, 1, 2, 3e19f, 3e19f, -2e19f, 1e19f};
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "inner_product");
+  for (int ranks : {1, 2, 3}) {
+    const CmdResult r = search(ranks, cfg, write_h5("q.h5", "test", {1e20f, 1e20f}, 2), 4);
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_THAT(r.err, AllOf(HasSubstr("query 0 of the batch"), HasSubstr("score bound 1.70141e+38"))) << r.err;
+  }
+  // The same corpus with queries inside the bound: answered, every id real, in the float64 order.
+  const std::vector<float> q = {1e17f, 1e17f, -1e18f, 2e17f, 1, -1};
+  test::Answer got;
+  const CmdResult r = search(2, cfg, write_h5("q2.h5", "test", q, 2), 4, &got);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_correct(Metric::kInnerProduct, corpus, 2, q, 4, got, "ip, queries inside the bound");
+}
+
+// l2: the row's own squared norm overflows the bound, so no distance to it can be computed: the
+// corpus is refused at start-up naming the row (on the rank that holds it).
+TEST_F(CliInputs, L2CorpusWhoseRowCannotBeBoundedIsRefusedAtStartUpNamingTheRow) {
+  const std::vector<float> corpus = {1, 2, 3, 4, 1e20f, -1e20f, 5, 6};
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "l2");
+  const std::string q = write_h5("q.h5", "test", {1e20f, 1e20f}, 2);
+  for (int ranks : {1, 2}) {
+    const CmdResult r = search(ranks, cfg, q, 1);
+    EXPECT_NE(r.rc, 0);
+    EXPECT_THAT(r.err, AllOf(HasSubstr("corpus row 2 has norm 1.41421e+20"), HasSubstr("squared norm 2e+40"),
+                             HasSubstr("exceeds the float32 score bound 1.70141e+38"),
+                             HasSubstr("no l2 distance to it can be computed")))
+        << r.err;
+    if (ranks == 2) EXPECT_THAT(r.err, HasSubstr("rank 1: ")) << "row 2 lives on rank 1:\n" << r.err;
+  }
+}
+
+// l2 with a corpus inside the bound but a query that is not.
+TEST_F(CliInputs, L2QueryBeyondTheBoundIsRefused) {
+  const std::vector<float> corpus = {1, 2, 3e18f, 4e18f};
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "l2");
+  const CmdResult r = search(1, cfg, write_h5("q.h5", "test", {1, 1, 1e19f, -1e19f}, 2), 1);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("query 1 of the batch has norm 1.41421e+19"), HasSubstr("(|q| + max|x|)^2"),
+                           HasSubstr("row 1"), HasSubstr("score bound 1.70141e+38")))
+      << r.err;
+}
+
+// Cosine normalises rows at ingest and queries per batch in float64: every score lies in
+// [−1, 1], so the issue's input is answered, correctly.
+TEST_F(CliInputs, CosineOnTheOverflowInputsIsAnsweredCorrectly) {
+  const std::vector<float> corpus = {1e20f, -1e20f, 1, 2, 3e19f, 3e19f, -2e19f, 1e19f};
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "cosine");
+  const std::vector<float> q = {1e20f, 1e20f, 3e38f, -3e38f};
+  for (int ranks : {1, 2}) {
+    test::Answer got;
+    const CmdResult r = search(ranks, cfg, write_h5("q.h5", "test", q, 2), 4, &got);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    expect_correct(Metric::kCosine, corpus, 2, q, 4, got, "cosine, np " + std::to_string(ranks));
+  }
+}
+
+// Just below the bound the answer is correct; just above it is refused. B = FLT_MAX/2 ≈ 1.70141e38.
+TEST_F(CliInputs, JustBelowTheBoundIsAnsweredCorrectlyAndJustAboveIsRefused) {
+  {  // inner product: M = 2e19 (row 0); c·[1,1,1,1] has norm 2c; 2c·M ≤ B ⇔ c ≤ 4.2535e18
+    const std::vector<float> corpus = {1e19f, 1e19f,  1e19f, 1e19f, 1e19f, -1e19f, 5e18f, 0,
+                                       -1e19f, 2e18f, 3e18f, 1e19f, 3,     1,      2,     0};
+    const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "inner_product");
+    const float c = 4.25e18f;
+    const std::vector<float> q = {c, c, c, c, c, -c, c, 0};
+    for (int ranks : {1, 2}) {
+      test::Answer got;
+      const CmdResult r = search(ranks, cfg, write_h5("q.h5", "test", q, 4), 4, &got);
+      ASSERT_EQ(r.rc, 0) << r.err;
+      expect_correct(Metric::kInnerProduct, corpus, 4, q, 4, got, "ip just below the bound");
+      EXPECT_GT(got.scores[0], 1.69e38f) << "the best score is close to the bound";
+    }
+    const float c2 = 4.26e18f;
+    const CmdResult r = search(1, cfg, write_h5("q3.h5", "test", {c2, c2, c2, c2}, 4), 4);
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_THAT(r.err, HasSubstr("score bound 1.70141e+38")) << r.err;
+  }
+  {  // l2: M = 1e19 (row 0); −c·[1,1,1,1] has norm 2c; (2c + M)² ≤ B ⇔ c ≤ 1.5219e18
+    const std::vector<float> corpus = {5e18f, 5e18f, 5e18f, 5e18f, -1e18f, 2e18f, 0, 1, 1, 2, 3, 4, 3e18f, -3e18f, 0, 0};
+    const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "l2");
+    const float c = 1.52e18f;
+    const std::vector<float> q = {-c, -c, -c, -c, c, c, -c, c};
+    for (int ranks : {1, 3}) {
+      test::Answer got;
+      const CmdResult r = search(ranks, cfg, write_h5("q.h5", "test", q, 4), 4, &got);
+      ASSERT_EQ(r.rc, 0) << r.err;
+      expect_correct(Metric::kL2, corpus, 4, q, 4, got, "l2 just below the bound");
+      EXPECT_GT(got.scores[3], 1.69e38f) << "the farthest row's distance is close to the bound";
+    }
+    const float c2 = 1.53e18f;
+    const CmdResult r = search(1, cfg, write_h5("q3.h5", "test", {-c2, -c2, -c2, -c2}, 4), 4);
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_THAT(r.err, HasSubstr("score bound 1.70141e+38")) << r.err;
+  }
+}
+
+// ---------------------------------------------------------------- item 6: buffers too large
+
+TEST_F(CliInputs, HugeLimitsAreRefusedNamingTheBufferAndBytesThatPlanAlsoShows) {
+  const std::vector<float> corpus = test::small_ints(40 * 4, 61, -2, 3);
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "l2");
+  const std::string set = " --set search.k_max=1048576 --set search.batch_max=1048576";
+  const CmdResult r = search(1, cfg, write_h5("q.h5", "test", test::small_ints(8, 62), 4), 5, nullptr, set);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, Not(HasSubstr("bad_alloc"))) << r.err;
+  // threads 1, world 1: the selection buffers [1, 2^20, 2·2^20+32] × 16 B are the largest
+  EXPECT_THAT(r.err, AllOf(HasSubstr("search.batch_max=1048576 and search.k_max=1048576 need 35184942514688 bytes"),
+                           HasSubstr("for the selection buffers buffer [threads=1, batch_max, 2*k_max+32] x 16 B"),
+                           HasSubstr("lower search.batch_max or search.k_max")))
+      << r.err;
+  const auto at = r.err.find(" in all");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const auto start = r.err.rfind(", ", r.err.rfind(" bytes (", at)) + 2;
+  const std::string total = r.err.substr(start, r.err.find(' ', start) - start);
+  SearchConfig sc;  // what load_index builds: index_engine_limits (one status row more than batch_max)
+  sc.batch_max = 1 << 20;
+  sc.k_max = 1 << 20;
+  EXPECT_EQ(total, std::to_string(cpu_engine_host_bytes(40, 4, Dtype::kFloat32, index_engine_limits(sc, 1), 1)));
+  const CmdResult p = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 1" + set);
+  ASSERT_EQ(p.rc, 0) << p.err;
+  std::istringstream lines(p.out);
+  std::string line;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    std::istringstream f(line);
+    std::string rank, lo, rows, peak, engine;
+    if (f >> rank >> lo >> rows >> peak >> engine && rank == "0") {
+      EXPECT_EQ(engine, total) << "plan's engine_bytes is the figure the engine refused:\n" << p.out;
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found) << p.out;
+}
+
+// ---------------------------------------------------------------- item 7: the stalled rank
+
+TEST_F(CliInputs, StalledRankIsNamed) {
+  const std::vector<float> corpus = test::small_ints(30 * 4, 63, -2, 3);
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "l2");
+  const std::string q = write_h5("q.h5", "test", test::small_ints(12 * 4, 64), 4);
+  struct Case {
+    int ranks, stalled;
+  };
+  for (const Case c : {Case{2, 1}, Case{3, 2}, Case{3, 0}}) {
+    const CmdResult r = run("SHARDTOPK_FAULT=stall:" + std::to_string(c.stalled) + ":1:60 " + mpi(c.ranks) +
+                            " search --config " + cfg + " --queries " + q + " --k 3 --set comm.timeout_s=2");
+    EXPECT_NE(r.rc, 0);
+    EXPECT_LT(r.seconds, 2.0 + 15.0);
+    EXPECT_THAT(r.err, AllOf(HasSubstr("did not complete within 2 s"),
+                             HasSubstr("rank " + std::to_string(c.stalled) + " did not arrive"),
+                             HasSubstr("stalled or dead")))
+        << r.err;
+    for (int other = 0; other < c.ranks; ++other)
+      if (other != c.stalled)
+        EXPECT_THAT(r.err, Not(HasSubstr("rank " + std::to_string(other) + " did not arrive"))) << r.err;
+  }
+}
+
+// ---------------------------------------------------------------- item 8: small faults
+
+TEST_F(CliInputs, KZeroOrNegativeIsOutOfRangeWithoutAKMaxHint) {
+  const std::string cfg = write_config(write_h5("c.h5", "train", test::small_ints(40, 65), 4), "l2");
+  const std::string q = write_h5("q.h5", "test", test::small_ints(8, 66), 4);
+  for (const std::string k : {"0", "-3"}) {
+    const CmdResult r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k " + k);
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_THAT(r.err, AllOf(HasSubstr("--k " + k + " out of range: allowed 1 .. 64"), HasSubstr("at least 1"),
+                             Not(HasSubstr("raise")), Not(HasSubstr("search.k_max="))))
+        << r.err;
+  }
+}
+
+TEST_F(CliInputs, KLargerThanTheCorpusIsRefusedFromTheHeaderBeforeLoading) {
+  // Row 7 holds a NaN: loading would fail on it. The K error comes first, so nothing was loaded.
+  std::vector<float> corpus = test::small_ints(10 * 4, 67);
+  corpus[7 * 4 + 1] = std::numeric_limits<float>::quiet_NaN();
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "l2");
+  const CmdResult r = search(2, cfg, write_h5("q.h5", "test", test::small_ints(8, 68), 4), 11);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--k 11 is larger than the corpus"), HasSubstr("dataset 'train' has 10 rows"),
+                           HasSubstr("from the file header"), Not(HasSubstr("nan"))))
+      << r.err;
+  EXPECT_EQ(test::count_of(r.err, "larger than the corpus"), 1) << r.err;
+}
+
+TEST_F(CliInputs, EvalOfWiderResultsUsesTheTruthsK) {
+  const std::int64_t n = 60, dim = 4, nq = 5, tk = 5;
+  const std::vector<float> corpus = test::random_floats(n * dim, 69);
+  const std::vector<float> q = test::random_floats(nq * dim, 70);
+  const std::string corpus_path = dir_.file("c.h5");
+  {
+    std::vector<std::int64_t> tid;
+    std::vector<double> tsc;
+    oracle::topk(Metric::kL2, corpus.data(), n, nullptr, q.data(), nq, dim, static_cast<int>(tk), &tid, &tsc);
+    std::vector<float> tdist(tsc.begin(), tsc.end());
+    H5Writer w(corpus_path);
+    w.write_f32("train", corpus.data(), n, dim);
+    w.write_f32("test", q.data(), nq, dim);
+    w.write_i64("neighbors", tid.data(), nq, tk);
+    w.write_f32("distances", tdist.data(), nq, tk);
+    w.set_attr("distance", std::string("euclidean"));
+    w.set_attr("distance_units", std::string("squared"));
+    w.close();
+  }
+  const std::string cfg = write_config(corpus_path, "l2");
+  ASSERT_EQ(search(1, cfg, corpus_path, 9).rc, 0);
+  const CmdResult r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + corpus_path);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("K=5"), HasSubstr("has K=9 columns but the truth has 5 neighbours per query"),
+                           HasSubstr("recall@5    1.0000"), HasSubstr("recall@1    1.0000")))
+      << r.out;
+}
+
+TEST_F(CliInputs, DebugLogLevelLogsShardPlanAndBatchTimingsAndABadLevelWarnsOnce) {
+  const std::string cfg = write_config(write_h5("c.h5", "train", test::small_ints(50 * 4, 71), 4), "l2");
+  const std::string q = write_h5("q.h5", "test", test::small_ints(6 * 4, 72), 4);
+  const std::string cmd = mpi(2) + " search --config " + cfg + " --queries " + q + " --k 3";
+  CmdResult r = run("SHARDTOPK_LOG_LEVEL=debug " + cmd);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("shard plan: rank 0 of 2 holds rows [0, 25)"),
+                           HasSubstr("shard plan: rank 1 of 2 holds rows [25, 50)"),
+                           HasSubstr("batch 0: queries [0, 4), k=3"), HasSubstr("batch 1: queries [4, 6), k=3"),
+                           HasSubstr("score range: largest corpus row norm")))
+      << r.err;
+  r = run("SHARDTOPK_LOG_LEVEL=info " + cmd);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, AllOf(Not(HasSubstr("shard plan:")), Not(HasSubstr("batch 0:")))) << r.err;
+  r = run("SHARDTOPK_LOG_LEVEL=loud " + cmd);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(test::count_of(r.err, "SHARDTOPK_LOG_LEVEL='loud' is not a level"), 1) << "once per job:\n" << r.err;
+}
+
+TEST_F(CliInputs, PlanLabelsTheLoadingPeakAndTheEngineBytes) {
+  const std::vector<float> corpus = test::small_ints(41 * 4, 73);
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "l2");
+  const CmdResult r = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("load_peak_host_bytes"), HasSubstr("engine_bytes"),
+                           HasSubstr("peak host memory while loading a shard"), Not(HasSubstr(" host_bytes"))))
+      << r.out;
+  // rank 1 holds 20 rows: the engine figure is cpu_engine_host_bytes, the peak adds the rows read
+  SearchConfig sc;
+  sc.batch_max = 4;
+  sc.k_max = 64;
+  const std::uint64_t eng = cpu_engine_host_bytes(20, 4, Dtype::kFloat32, index_engine_limits(sc, 2), 1);
+  EXPECT_THAT(r.out, HasSubstr(" " + std::to_string(20 * (4 * 4 + 8) + eng) + " ")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(" " + std::to_string(eng) + " ")) << r.out;
+}
+
+TEST_F(CliInputs, ReadmeShowsTheHelpCommandWithItsPath) {
+  const std::string readme = test::read_text(std::string(SHARDTOPK_SOURCE_DIR) + "/README.md");
+  ASSERT_FALSE(readme.empty());
+  for (size_t at = readme.find("shardtopk --help"); at != std::string::npos;
+       at = readme.find("shardtopk --help", at + 1))
+    EXPECT_TRUE(at >= 6 && readme.compare(at - 6, 6, "build/") == 0)
+        << "README: `shardtopk --help` is not on PATH after setup; write build/shardtopk: ..."
+        << readme.substr(at > 40 ? at - 40 : 0, 80);
+  const CmdResult r = run(std::string(SHARDTOPK_BIN) + " --help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_THAT(r.out, HasSubstr("search"));
+}
+
+}  // namespace
+}  // namespace shardtopk
