@@ -295,6 +295,20 @@ __global__ void generate_kernel(float* __restrict__ dst, std::int64_t m, std::in
     dst[i] = generated_value(seed, first_row + i / dim, i % dim);
 }
 
+/// Generated rows straight into storage: dst [m, dpad] (storage T, padding stays zero), with the
+/// overflow check of convert_pad_kernel (values are below 4 in magnitude: never fires). For
+/// metrics without normalisation; one write of the shard instead of staging + convert.
+template <typename T>
+__global__ void generate_store_kernel(T* __restrict__ dst, std::int64_t m, std::int64_t dim, std::int64_t dpad,
+                                      std::uint64_t seed, std::int64_t first_row) {
+  const std::int64_t n = m * dim;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / dim, c = i % dim;
+    dst[r * dpad + c] = storage_from_float<T>(generated_value(seed, first_row + r, c));
+  }
+}
+
 /// L2-normalises staging rows x [m, dim] in place with normalize_rows()' arithmetic (float64
 /// sum in index order, x · (1 / norm)); a zero-norm row's index (first_row + r) goes to *status.
 __global__ void normalize_kernel(float* __restrict__ x, std::int64_t m, std::int64_t dim, std::int64_t first_row,
@@ -914,8 +928,15 @@ class CudaEngine final : public Engine {
       CHECK_CUDA_LAUNCH();
     }
     CHECK_CUDA(cudaMemsetAsync(status_, 0xFF, 2 * sizeof(unsigned long long), stream_.s));
+    if (s.generated && metric_ != Metric::kCosine) {
+      switch (dtype_) {
+        case Dtype::kFloat32: generate_store<float>(s); break;
+        case Dtype::kFloat16: generate_store<__half>(s); break;
+        case Dtype::kBFloat16: generate_store<__nv_bfloat16>(s); break;
+      }
+    }
     const std::int64_t chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
-    for (std::int64_t r0 = 0; r0 < rows_; r0 += chunk) {
+    for (std::int64_t r0 = 0; r0 < rows_ && !(s.generated && metric_ != Metric::kCosine); r0 += chunk) {
       const std::int64_t m = std::min(chunk, rows_ - r0);
       if (s.generated) {
         generate_kernel<<<grid_for(m * dim_, 256), 256, 0, stream_.s>>>(scores_, m, dim_, s.seed, s.first_row + r0);
@@ -959,6 +980,17 @@ class CudaEngine final : public Engine {
     double mx = 0.0;
     std::memcpy(&mx, &host_status_[2], sizeof mx);
     max_sq_ = mx;
+  }
+
+  template <typename T>
+  void generate_store(const ShardInput& s) {
+    const std::int64_t per = std::max<std::int64_t>(1, (std::int64_t{1} << 28) / dim_);  // bounded launches
+    for (std::int64_t r0 = 0; r0 < rows_; r0 += per) {
+      const std::int64_t m = std::min(per, rows_ - r0);
+      generate_store_kernel<T><<<grid_for(m * dim_, 256), 256, 0, stream_.s>>>(
+          static_cast<T*>(shard_) + r0 * dpad_, m, dim_, dpad_, s.seed, s.first_row + r0);
+      CHECK_CUDA_LAUNCH();
+    }
   }
 
   template <typename T>
