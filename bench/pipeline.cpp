@@ -169,12 +169,8 @@ void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* id
 void BenchIndex::search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
                               StepTimes* t) {
   Engine& e = engine();
-  static thread_local std::unique_ptr<DeviceTimer> timer;
-  static thread_local Engine* timer_engine = nullptr;
-  if (!timer || timer_engine != &e) {
-    timer = make_device_timer(e);
-    timer_engine = &e;
-  }
+  if (!timer_) timer_ = make_device_timer(e);  // events on this index's engine stream, freed with it
+  DeviceTimer* timer = timer_.get();
   auto t0 = Clock::now();
   admit(queries, batch, k);
   e.synchronize();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "device_timer.hpp"
 #include "harness.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/config.hpp"
@@ -74,6 +75,7 @@ class BenchIndex {
   Options opt_;
   RowRange mine_;
   std::unique_ptr<ShardedIndex> index_;
+  std::unique_ptr<DeviceTimer> timer_;  // after index_: destroyed first, while the engine's stream exists
   std::vector<float> host_rows_, host_queries_;
   std::vector<Candidate> host_candidates_, host_gathered_;
   std::string device_name_, generated_on_;
