@@ -1,5 +1,5 @@
 // libFuzzer target: the HDF5 metadata checks (inspect_file, inspect_dataset, attributes, and
-// reads of small datasets) on mutated HDF5 files. The seeds (fuzz/corpus/hdf5) are valid small
+// reads of small integer datasets) on mutated HDF5 files. The seeds (fuzz/corpus/hdf5) are valid small
 // files written by shardtopk's H5Writer; libFuzzer mutates their bytes. Each input is written
 // to a temporary file (HDF5 reads files, not memory) and opened as a corpus would be.
 // Set FUZZ_HDF5_STRINGS=1 to also read string datasets (a libhdf5 bug; see below).
@@ -42,7 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::int64_t elems = 1;
         for (std::int64_t n : again.dims) elems = (n > 0 && elems <= (1 << 16) / n) ? elems * n : (1 << 16) + 1;
         if (elems > 4096) continue;  // metadata is the target; small reads exercise the checks
-        if (again.is_float && again.dims.size() == 2) read_matrix(path, d.name, "row");
+        // Rows (read_matrix, src/io/row_reader.cpp) are not read here: that file does not
+        // build with clang 14 (fuzz/CMakeLists.txt); finding 8 came from a row read.
         static const bool strings = std::getenv("FUZZ_HDF5_STRINGS") != nullptr;
         if (strings && again.dtype == "string") read_string_vector(path, d.name);
         if (again.dims.size() == 1 && again.dtype.rfind("int", 0) == 0) read_int64_vector(path, d.name);

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include <fcntl.h>
@@ -133,7 +134,25 @@ DatasetInfo describe(hid_t ds, const std::string& name) {
   return info;
 }
 
+// Where an object lives in the file, as a key (1.10: its address; 1.12+: its token).
+std::string object_key(const H5O_info_t& oi) {
+#if H5_VERSION_GE(1, 12, 0)
+  return std::string(reinterpret_cast<const char*>(&oi.token), sizeof oi.token);
+#else
+  return std::to_string(static_cast<unsigned long long>(oi.addr));
+#endif
+}
+
+// Groups can link to themselves or to an ancestor (hard links form cycles, in valid files
+// too): each group is walked once (fuzz/README.md, finding 9: a damaged file recursed forever).
+void collect_walk(hid_t file, const std::string& group, std::vector<DatasetInfo>* out, std::set<std::string>* seen);
+
 void collect(hid_t file, const std::string& group, std::vector<DatasetInfo>* out) {
+  std::set<std::string> seen;
+  collect_walk(file, group, out, &seen);
+}
+
+void collect_walk(hid_t file, const std::string& group, std::vector<DatasetInfo>* out, std::set<std::string>* seen) {
   Handle g(H5Gopen2(file, group.empty() ? "/" : group.c_str(), H5P_DEFAULT), H5Gclose);
   if (!g.ok()) return;
   H5G_info_t ginfo;
@@ -150,7 +169,7 @@ void collect(hid_t file, const std::string& group, std::vector<DatasetInfo>* out
     if (H5Oget_info_by_name2(file, full.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0) continue;
 #endif
     if (oinfo.type == H5O_TYPE_GROUP) {
-      collect(file, full, out);
+      if (seen->insert(object_key(oinfo)).second) collect_walk(file, full, out, seen);
     } else if (oinfo.type == H5O_TYPE_DATASET) {
       Handle ds(H5Dopen2(file, full.c_str(), H5P_DEFAULT), H5Dclose);
       if (ds.ok()) out->push_back(describe(ds.get(), full));

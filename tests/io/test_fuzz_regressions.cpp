@@ -71,5 +71,20 @@ TEST(FuzzRegressions, DamagedAttributeCountEndsPromptly) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
 }
 
+// Finding 9 (fuzz_hdf5_meta, timeout in CI): a group linking to its ancestor made the dataset
+// walk of inspect_file (and of every "has no dataset" message) recurse forever. Each group is
+// now walked once.
+TEST(FuzzRegressions, GroupCycleEndsPromptly) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5/group_cycle_timeout.h5";
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    inspect_file(f);
+    inspect_dataset(f, "no-such-dataset");
+  } catch (const Error& e) {
+    std::printf("  error: %s\n", e.what());
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+}
+
 }  // namespace
 }  // namespace shardtopk
