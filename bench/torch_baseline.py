@@ -64,16 +64,20 @@ def pct(v, p):
 class Searcher:
     """Scores + top-k over a resident corpus xb [N, D] (storage dtype) for one metric."""
 
-    def __init__(self, xb, metric, norms):
-        self.xb, self.metric, self.norms = xb, metric, norms
+    def __init__(self, xb, metric, norms, upcast=False):
+        self.xb, self.metric, self.norms, self.upcast = xb, metric, norms, upcast
 
     def scores_topk(self, q, k):
         if self.metric == "cosine":
             q = torch.nn.functional.normalize(q, dim=1)
         if q.shape[0] == 1:
-            s = torch.mv(self.xb, q[0].to(self.xb.dtype)).float().unsqueeze(0)
+            s = torch.mv(self.xb, q[0].to(self.xb.dtype)).unsqueeze(0)
         else:
-            s = torch.mm(q.to(self.xb.dtype), self.xb.t()).float()
+            s = torch.mm(q.to(self.xb.dtype), self.xb.t())
+        # The one-liner a user writes selects on the matmul's own dtype; --upcast (the recorded
+        # 2026-11-30 runs) first converts the [B, N] scores to float32, an extra pass at large B.
+        if self.upcast or self.metric == "l2":
+            s = s.float()
         if self.metric == "l2":
             s = self.norms.unsqueeze(0) - 2 * s  # + |q|^2 does not change the order
             return torch.topk(s, k, dim=1, largest=False)
@@ -161,6 +165,8 @@ def main():
     ap.add_argument("--queries", type=int, default=1000, help="HDF5: queries from /test")
     ap.add_argument("-J", "--json", default="-", help="append JSON lines to FILE ('-': stdout)")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--upcast", type=int, default=0,
+                    help="1: convert the [B, N] scores to float32 before topk (the 2026-11-30 recorded runs)")
     a = ap.parse_args()
     if not a.generated and not a.file:
         ap.error("give an HDF5 FILE or --generated")
@@ -211,7 +217,7 @@ def main():
                            corpus=os.path.basename(a.file), file=os.path.basename(a.file)), xb, norms, xq
 
     for info, xb, norms, xq in corpora():
-        srch = Searcher(xb, info["metric"], norms)
+        srch = Searcher(xb, info["metric"], norms, bool(a.upcast))
         qs = torch.from_numpy(np.ascontiguousarray(xq)).pin_memory()
         floor_ms = xb.numel() * xb.element_size() / bw * 1e3
         for k in ks:
