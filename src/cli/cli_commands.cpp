@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iostream>
 
@@ -72,6 +73,25 @@ Config load_with_overrides(const std::string& path, const std::vector<std::strin
   return cfg;
 }
 
+/// How a job command (search, serve) ends on an error that escaped it, on every rank: a failed
+/// or timed-out collective ends the job (exit 2) without unwinding the NCCL/CUDA state a dead
+/// peer may hold; an error every rank knows (RemoteError) is printed by rank 0 (exit 1); any other
+/// error is known to this rank alone, so it ends every rank (exit 1) rather than leave them waiting.
+int end_job(std::exception_ptr err, int rank) {
+  try {
+    std::rethrow_exception(err);
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    abort_job(2);
+  } catch (const RemoteError& e) {
+    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
+    abort_job(1);
+  }
+}
+
 }  // namespace
 
 int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int rank);
@@ -101,16 +121,8 @@ int run_search(const SearchArgs& a, int* argc, char*** argv) {
       std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
       abort_job(2);
     }
-  } catch (const CommError& e) {
-    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
-    abort_job(2);
-  } catch (const RemoteError& e) {
-    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    // Not a collective failure: this rank alone knows; end every rank so none waits forever.
-    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
-    abort_job(1);
+  } catch (const std::exception&) {
+    return end_job(std::current_exception(), rank);
   }
 }
 
@@ -273,15 +285,8 @@ int run_serve(const ServeArgs& a, int* argc, char*** argv) {
     service::ServeOptions o;
     o.port_file = a.port_file;
     return service::serve(cfg, o);
-  } catch (const CommError& e) {
-    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
-    abort_job(2);
-  } catch (const RemoteError& e) {
-    if (rank == 0) std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "shardtopk: error: rank %d: %s\n", rank, e.what());
-    abort_job(1);
+  } catch (const std::exception&) {
+    return end_job(std::current_exception(), rank);
   }
 }
 
