@@ -174,25 +174,18 @@ __device__ __forceinline__ void hist_add(std::uint32_t* h, std::uint32_t bin, bo
   if (static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&h[bin], static_cast<std::uint32_t>(__popc(peers)));
 }
 
-/// Every thread of a block calls it when the block's global writes are done: true in the last
-/// block of the grid to get there (which then sees every other block's writes).
-__device__ inline bool last_block(std::uint32_t* done) {
-  __shared__ unsigned ticket;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(done, 1u);
-  __syncthreads();
-  if (ticket != gridDim.x - 1) return false;
-  __threadfence();
-  return true;
-}
-
 /// Called by every thread of a block after it flushed its histogram: the last block of the grid
 /// to finish resolves the threshold from levels 1 .. `levels` and publishes it in *st.
 template <int NT>
 __device__ void publish_if_last(const std::uint32_t* hists, int levels, std::uint32_t k, std::uint32_t cap,
                                 Batch1State* st) {
-  if (!last_block(&st->done)) return;
+  __shared__ unsigned ticket;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(&st->done, 1u);
+  __syncthreads();
+  if (ticket != gridDim.x - 1) return;
+  __threadfence();
   const Resolution r = resolve<NT>(hists, levels, k, cap);
   if (threadIdx.x == 0) {
     st->status = static_cast<std::uint32_t>(r.status);
@@ -355,7 +348,14 @@ __global__ void __launch_bounds__(kSelThreads)
     }
     (void)warp_append(take, PoolEntry{s, static_cast<std::int32_t>(r)}, cand, count, cap);
   }
-  if (!last_block(&st->done)) return;  // the last block sorts
+  // the last block sorts
+  __shared__ unsigned ticket;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(&st->done, 1u);
+  __syncthreads();
+  if (ticket != gridDim.x - 1) return;
+  __threadfence();
   Batch1State fin{};
   fin.thr = res.thr;
   fin.tie_overflow = res.tie_overflow;
