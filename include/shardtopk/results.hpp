@@ -41,7 +41,9 @@ struct EvalReport {
   std::int64_t queries = 0;
   std::map<int, double> recall;   ///< recall@k for k in {1, 10, 100, K} that fit both files
   std::int64_t near_tie_swaps = 0;  ///< positions where ids differ from the truth but lie within ε
-  std::int64_t misses = 0;          ///< returned ids worse than the true k-th by more than ε (at K)
+  std::int64_t misses = 0;          ///< returned ids worse than the true k-th by more than ε, or repeated (at K)
+  std::int64_t duplicates = 0;      ///< ids returned twice or more for one query (at K; counted in misses)
+  bool scores_verified = false;     ///< near ties judged by the truth file's rows (float64), not the result's scores
   std::string metric;
 };
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,12 @@ double percentile(std::vector<double> v, double p) {
 
 // Argument checks that need no corpus rows (only file headers), made before the (possibly long)
 // ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
+/// True when both paths name one existing file (same device and inode).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
                     " (K is the number of neighbours per query and must be at least 1)");
@@ -59,6 +66,9 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
                     "' must be a 2-D float dataset [Q, dim]");
   for (const std::string* out : {&a.out, &a.timings_json}) {
     if (out->empty()) continue;
+    for (const std::string* in : {&cfg.corpus.path, &a.queries})
+      SHARDTOPK_EXPECTS(!same_file(*out, *in), "refusing to write '", *out, "': it is the ",
+                        (in == &a.queries ? "queries" : "corpus"), " file '", *in, "' (choose another output path)");
     const auto slash = out->find_last_of('/');
     const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out->substr(0, slash));
     SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", *out, "': folder '", dir,
@@ -328,13 +338,18 @@ int run_eval(const EvalArgs& a) {
                 "K=%d on the first %d columns of each (best-first) result list\n",
                 a.results.c_str(), r.result_k, r.k, r.k, r.k);
   nlohmann::json j = {{"queries", r.queries}, {"k", r.k}, {"result_k", r.result_k}, {"metric", r.metric}, {"near_tie_swaps", r.near_tie_swaps},
-                      {"misses", r.misses}};
+                      {"misses", r.misses}, {"duplicates", r.duplicates}, {"scores_verified", r.scores_verified}};
   for (const auto& kv : r.recall) {
     std::printf("  recall@%-4d %.4f\n", kv.first, kv.second);
     j["recall@" + std::to_string(kv.first)] = kv.second;
   }
-  std::printf("  near-tie swaps (id differs from the truth, score within eps): %lld; misses at K: %lld\n",
-              static_cast<long long>(r.near_tie_swaps), static_cast<long long>(r.misses));
+  std::printf("  near-tie swaps (id differs from the truth, score within eps): %lld; misses at K: %lld"
+              " (of which repeated ids: %lld)\n",
+              static_cast<long long>(r.near_tie_swaps), static_cast<long long>(r.misses),
+              static_cast<long long>(r.duplicates));
+  if (!r.scores_verified)
+    std::printf("  note: the truth file has no train/test rows, so near ties are judged by the result file's own"
+                " scores\n");
   if (a.show > 0) {
     // Show a few answers with their class labels (Fashion-MNIST) or words (GloVe).
     std::int64_t nq = 0, k = 0;

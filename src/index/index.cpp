@@ -365,7 +365,7 @@ void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const s
   try {
     const std::int64_t kmax = std::min<std::int64_t>(cfg_.search.k_max, stats_.total_rows);
     SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
-                      (k > cfg_.search.k_max ? " (search.k_max)" : k > stats_.total_rows ? " (corpus rows)" : ""));
+                      (k <= kmax ? "" : kmax == stats_.total_rows ? " (the corpus rows)" : " (search.k_max)"));
     SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
                       " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
     stage_queries();

@@ -79,6 +79,25 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
   std::vector<int> ks;
   for (int c : {1, 10, 100}) if (c <= k) ks.push_back(c);
   if (std::find(ks.begin(), ks.end(), static_cast<int>(k)) == ks.end()) ks.push_back(static_cast<int>(k));
+  // An id outside the truth's top-k is a hit only when its *true* score is within ε of the k-th
+  // (a near tie). The true score comes from the truth file's own rows (float64 oracle), never
+  // from the result file; without `train` and `test` in the truth file, the result's score is
+  // used and the report says so. A repeated id is never a hit.
+  HostMatrix train, test;
+  bool have_rows = false;
+  {
+    bool tr = false, te = false;
+    for (const auto& d : inspect_file(truth_path).datasets) {
+      tr = tr || d.name == "train" || d.name == "/train";
+      te = te || d.name == "test" || d.name == "/test";
+    }
+    if (tr && te) {
+      train = read_matrix(truth_path, "train", "truth train row");
+      test = read_matrix(truth_path, "test", "truth test row");
+      have_rows = train.cols == test.cols && test.rows >= nq;
+    }
+  }
+  rep.scores_verified = have_rows;
   std::map<int, std::int64_t> hits;
   for (std::int64_t q = 0; q < nq; ++q) {
     for (int kk : ks) {
@@ -86,13 +105,21 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
       const double kth = truth_units(tdist.data[q * tk + kk - 1]);
       const double eps = oracle::epsilon(best, kth);
       std::unordered_set<std::int64_t> truth(tids.begin() + q * tk, tids.begin() + q * tk + kk);
+      std::unordered_set<std::int64_t> seen;
       for (int j = 0; j < kk; ++j) {
         const std::int64_t id = ids[q * result_k + j];
-        const double s = scores.data[q * result_k + j];
+        const bool repeated = !seen.insert(id).second;
+        double s = scores.data[q * result_k + j];
+        if (have_rows && !truth.count(id)) {
+          s = (id >= 0 && id < train.rows)
+                  ? oracle::score(m, test.data.data() + q * test.cols, train.data.data() + id * train.cols, train.cols)
+                  : (m == Metric::kL2 ? HUGE_VAL : -HUGE_VAL);  // not a row of the corpus: never a hit
+        }
         const bool within = m == Metric::kL2 ? s <= kth + eps : s >= kth - eps;
-        if (truth.count(id) || within) ++hits[kk];
+        if (!repeated && (truth.count(id) || within)) ++hits[kk];
         else if (kk == k) ++rep.misses;
-        if (kk == k && id != tids[q * tk + j]) {
+        if (kk == k && repeated) ++rep.duplicates;
+        if (kk == k && !repeated && id != tids[q * tk + j]) {
           const double tj = truth_units(tdist.data[q * tk + j]);
           if (std::fabs(s - tj) <= eps) ++rep.near_tie_swaps;
         }

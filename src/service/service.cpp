@@ -292,7 +292,9 @@ class FrontEnd {
  private:
   static void json_error(httplib::Response& res, int status, const std::string& msg) {
     res.status = status;
-    res.set_content(json{{"error", msg}, {"status", status}}.dump(), "application/json");
+    // replace: a message may quote the client's bytes, which need not be valid UTF-8
+    res.set_content(json{{"error", msg}, {"status", status}}.dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
   }
 
   static std::string route_label(const std::string& path) {
@@ -368,7 +370,16 @@ class FrontEnd {
       }
       res.set_content(metrics_.render(), "text/plain; version=0.0.4");
     });
-    svr_.Post("/v1/search", [this](const httplib::Request& req, httplib::Response& res) { search(req, res); });
+    svr_.Post("/v1/search", [this](const httplib::Request& req, httplib::Response& res) {
+      // httplib enforces the limit on Content-Length bodies only; a chunked body is checked here
+      // (after it was read: such a client can still make rank 0 buffer it, see README Limitations).
+      if (req.body.size() > static_cast<size_t>(cfg_.service.max_body_bytes)) {
+        json_error(res, 413, "request body of " + std::to_string(req.body.size()) + " bytes over service.max_body_bytes (" +
+                                 std::to_string(cfg_.service.max_body_bytes) + " bytes)");
+        return;
+      }
+      search(req, res);
+    });
 
     // Wrong method on a known route: 405 (httplib alone would answer 404).
     auto not_allowed = [](const char* allow) {
@@ -451,7 +462,7 @@ class FrontEnd {
   static void check_k(long long k, const IndexInfo& info) {
     const long long kmax = std::min<long long>(info.k_max, info.rows);
     SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
-                      k > info.k_max ? " (search.k_max)" : k > info.rows ? " (corpus rows)" : "");
+                      k <= kmax ? "" : kmax == info.rows ? " (the corpus rows)" : " (search.k_max)");
   }
 
   static long long parse_int_param(const std::string& name, const std::string& v) {
@@ -493,7 +504,7 @@ class FrontEnd {
     json j;
     try {
       j = json::parse(body);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // syntax, numbers out of range (1e400), invalid UTF-8
       throw Error(std::string("malformed JSON: ") + e.what());
     }
     SHARDTOPK_EXPECTS(j.is_object(), "expected a JSON object like {\"queries\": [[...]], \"k\": 10}");
@@ -503,6 +514,8 @@ class FrontEnd {
     long long k = 10;
     if (j.contains("k")) {
       SHARDTOPK_EXPECTS(j["k"].is_number_integer(), "\"k\" must be an integer, got ", j["k"].dump());
+      SHARDTOPK_EXPECTS(!j["k"].is_number_unsigned() || j["k"].get<unsigned long long>() <= 1ull << 31,
+                        "\"k\" = ", j["k"].dump(), " is out of range");
       k = j["k"].get<long long>();
     }
     check_k(k, info);
@@ -529,7 +542,10 @@ class FrontEnd {
                         " but the index has dimension ", info.dim);
       for (size_t c = 0; c < r.size(); ++c) {
         SHARDTOPK_EXPECTS(r[c].is_number(), "query ", q, ", column ", c, ": ", r[c].dump(), " is not a number");
-        job.queries[q * info.dim + c] = static_cast<float>(r[c].get<double>());
+        const double v = r[c].get<double>();
+        SHARDTOPK_EXPECTS(std::fabs(v) <= 3.4028234663852886e38, "query ", q, ", column ", c, ": value ", r[c].dump(),
+                          " is too large for float32");
+        job.queries[q * info.dim + c] = static_cast<float>(v);
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -330,6 +331,67 @@ TEST_F(CliInputs, EvalOfWiderResultsUsesTheTruthsK) {
   EXPECT_THAT(r.out, AllOf(HasSubstr("K=5"), HasSubstr("has K=9 columns but the truth has 5 neighbours per query"),
                            HasSubstr("recall@5    1.0000"), HasSubstr("recall@1    1.0000")))
       << r.out;
+}
+
+// eval judges near ties by the truth file's own rows (float64), never by the scores a result
+// file claims, and a repeated id is never a hit (adversarial review, 2026-11-30).
+TEST_F(CliInputs, EvalCountsRepeatedAndWrongIdsAsMisses) {
+  const std::int64_t n = 40, dim = 4, nq = 3, tk = 3;
+  const std::vector<float> corpus = test::random_floats(n * dim, 91);
+  const std::vector<float> q = test::random_floats(nq * dim, 92);
+  std::vector<std::int64_t> tid;
+  std::vector<double> tsc;
+  oracle::topk(Metric::kL2, corpus.data(), n, nullptr, q.data(), nq, dim, static_cast<int>(tk), &tid, &tsc);
+  const std::string truth = dir_.file("t.h5");
+  {
+    std::vector<float> tdist(tsc.begin(), tsc.end());
+    H5Writer w(truth);
+    w.write_f32("train", corpus.data(), n, dim);
+    w.write_f32("test", q.data(), nq, dim);
+    w.write_i64("neighbors", tid.data(), nq, tk);
+    w.write_f32("distances", tdist.data(), nq, tk);
+    w.set_attr("distance", std::string("euclidean"));
+    w.set_attr("distance_units", std::string("squared"));
+    w.close();
+  }
+  // A result file whose ids repeat the best one, or name a far row, with the *true* K-th's
+  // distance written as its score (so the file's own scores would pass as near ties).
+  auto result = [&](const std::string& name, bool repeat) {
+    std::vector<std::int64_t> ids = tid;
+    std::vector<float> sc(tsc.begin(), tsc.end());
+    std::vector<std::pair<double, std::int64_t>> all;
+    for (std::int64_t r = 0; r < n; ++r) all.push_back({oracle::score(Metric::kL2, q.data(), corpus.data() + r * dim, dim), r});
+    std::sort(all.begin(), all.end());
+    for (std::int64_t i = 0; i < nq; ++i) {
+      if (repeat) ids[i * tk + 1] = ids[i * tk + 2] = ids[i * tk];
+      sc[i * tk + 2] = static_cast<float>(tsc[i * tk + 2]);
+    }
+    if (!repeat) ids[2] = all.back().second;  // query 0's farthest row, claiming the K-th's distance
+    H5Writer w(dir_.file(name));
+    w.write_i64("ids", ids.data(), nq, tk);
+    w.write_f32("scores", sc.data(), nq, tk);
+    w.set_attr("metric", std::string("l2"));
+    w.close();
+    return dir_.file(name);
+  };
+  const CmdResult dup = run(std::string(SHARDTOPK_BIN) + " eval -r " + result("dup.h5", true) + " -t " + truth);
+  ASSERT_EQ(dup.rc, 0) << dup.err;
+  EXPECT_THAT(dup.out, AllOf(HasSubstr("recall@1    1.0000"), HasSubstr("recall@3    0.3333"),
+                             HasSubstr("of which repeated ids: 6")))
+      << dup.out;
+  const CmdResult far = run(std::string(SHARDTOPK_BIN) + " eval -r " + result("far.h5", false) + " -t " + truth);
+  ASSERT_EQ(far.rc, 0) << far.err;
+  EXPECT_THAT(far.out, AllOf(HasSubstr("recall@3    0.8889"), HasSubstr("misses at K: 1"))) << far.out;
+}
+
+// An output path that is the corpus or the queries file is refused before anything is written.
+TEST_F(CliInputs, SearchRefusesToOverwriteItsInputs) {
+  const std::string c = write_h5("c.h5", "train", test::small_ints(20 * 4, 93), 4);
+  const std::string cfg = write_config(c, "l2");
+  const CmdResult r = run(mpi(1) + " search --config " + cfg + " --queries " + c + " --queries-dataset train --k 3 -o " + c);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("refusing to write")) << r.err;
+  EXPECT_TRUE(inspect_dataset(c, "train").dims.size() == 2) << "the corpus must be untouched";
 }
 
 TEST_F(CliInputs, DebugLogLevelLogsShardPlanAndBatchTimingsAndABadLevelWarnsOnce) {

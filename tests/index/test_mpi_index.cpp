@@ -598,8 +598,8 @@ TEST_F(MpiIndexQueryErrors, KOutOfRange) {
   build(kL2);
   expect_rejected(good_.data(), 3, 0, {"k=0 out of range", "allowed 1 .. 12"});
   expect_rejected(good_.data(), 3, -3, {"k=-3 out of range"});
-  expect_rejected(good_.data(), 3, 13, {"k=13", "(corpus rows)"});  // K > N (N = 12 < k_max = 16)
-  expect_rejected(good_.data(), 3, 17, {"k=17", "(search.k_max)"});
+  expect_rejected(good_.data(), 3, 13, {"k=13", "(the corpus rows)"});  // K > N (N = 12 < k_max = 16)
+  expect_rejected(good_.data(), 3, 17, {"k=17", "(the corpus rows)"});  // the binding limit is N
 }
 
 TEST_F(MpiIndexQueryErrors, KAboveKMaxWhenTheCorpusIsLarger) {

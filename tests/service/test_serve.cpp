@@ -401,7 +401,9 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
       {"not an object", "/v1/search", "[1,2,3]", "application/json", "POST", 400, "JSON object"},
       {"wrong D", "/v1/search", json{{"queries", json::array({row(short_row)})}, {"k", 5}}.dump(), "application/json",
        "POST", 400, "dimension 100 but the index has dimension 1024"},
-      {"non-finite (JSON)", "/v1/search", nan_json, "application/json", "POST", 400, "not finite"},
+      {"too large for float32 (JSON)", "/v1/search", nan_json, "application/json", "POST", 400, "too large for float32"},
+      {"beyond double (JSON)", "/v1/search", "{\"query\": [1e400], \"k\": 5}", "application/json", "POST", 400, "malformed JSON"},
+      {"k beyond int64 (JSON)", "/v1/search", "{\"query\": [1], \"k\": 9223372036854775808}", "application/json", "POST", 400, "out of range"},
       {"NaN (binary)", "/v1/search?k=5", std::string(reinterpret_cast<const char*>(nan_bin.data()), kDim * 4),
        "application/octet-stream", "POST", 400, "column 5"},
       {"Inf (binary)", "/v1/search?k=5", std::string(reinterpret_cast<const char*>(inf_bin.data()), kDim * 4),
@@ -449,6 +451,20 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
     ASSERT_NO_THROW(j = json::parse(r->body)) << cs.what << ": the error is not JSON: " << r->body;
     ASSERT_TRUE(j.contains("error")) << cs.what;
     EXPECT_THAT(j["error"].get<std::string>(), HasSubstr(cs.needle)) << cs.what;
+  }
+  {  // the same over-size body sent chunked (no Content-Length): 413 too
+    const std::string big(5 << 20, 'x');
+    httplib::Result r = c.Post(
+        "/v1/search?k=5",
+        [&big](size_t offset, httplib::DataSink& sink) {
+          const size_t n = std::min<size_t>(1 << 16, big.size() - offset);
+          sink.write(big.data() + offset, n);
+          if (offset + n == big.size()) sink.done();
+          return true;
+        },
+        "application/octet-stream");
+    ASSERT_TRUE(r) << "chunked body: no reply (" << httplib::to_string(r.error()) << ")";
+    EXPECT_EQ(r->status, 413) << "chunked body: " << r->body;
   }
   // A client that disconnects mid-request harms no other request.
   {
