@@ -3,7 +3,7 @@
 # about was allocated, freed and touched by the library itself; prints "ours" otherwise.
 # A stack is a run of "    #N 0x..." lines; the report ends at "SUMMARY:".
 function runtime(line) {
-  return line ~ /__interceptor_|__sanitizer|__asan|__ubsan|__lsan|fuzzer::|in malloc |in calloc |in realloc |in free |in operator new|in operator delete|libc\.so|sysdeps\/|libstdc\+\+|in raise |in abort |pthread_kill|_start|__libc_start/
+  return line ~ /__interceptor_|__sanitizer|__asan|__ubsan|__lsan|fuzzer::|in malloc |in calloc |in realloc |in free |in strdup |in strndup |in memcpy |in memmove |in memset |in strlen |in operator new|in operator delete|libc\.so|sysdeps\/|libstdc\+\+|in raise |in abort |pthread_kill|_start|__libc_start/
 }
 /libFuzzer: (timeout|out-of-memory)/ { slow = 1 }  # a hang or a memory blow-up: never the library's alone
 # glibc's stack-protector abort: shardtopk and the fuzz targets are built without stack

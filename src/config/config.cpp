@@ -136,6 +136,9 @@ void set_key(Config& c, const std::string& key, const std::string& value, const 
 
 void walk(Config& c, const YAML::Node& node, const std::string& prefix, const std::string& where) {
   for (auto it = node.begin(); it != node.end(); ++it) {
+    SHARDTOPK_EXPECTS(it->first.IsScalar(), where, "a key ", (prefix.empty() ? "at the top level" : "in '" + prefix + "'"),
+                      " is a ", (it->first.IsSequence() ? "list" : it->first.IsMap() ? "mapping" : "null"),
+                      " (line ", it->first.Mark().line + 1, "); keys are plain names like search.k_max");
     const std::string name = it->first.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     const YAML::Node v = it->second;  // a copy: a reference to the iterator's temporary dangles

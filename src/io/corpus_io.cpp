@@ -310,6 +310,11 @@ std::vector<std::int64_t> read_all_as_int64(hid_t ds, const std::string& path, c
   if (n == 0) return v;
   Handle ftype(H5Dget_type(ds), H5Tclose);
   STK_H5_CHECK(ftype.get(), "'", path, "': type of '", info.name, "'");
+  // A damaged (or exotic) file can declare integers of any width; HDF5 would allocate its
+  // conversion buffers for them (fuzzing found a 1.6 GB-wide "integer").
+  const size_t width = H5Tget_size(ftype.get());
+  SHARDTOPK_EXPECTS(width == 1 || width == 2 || width == 4 || width == 8, "'", path, "': dataset '", info.name,
+                    "' has integers of ", width, " bytes; ids must be 1, 2, 4 or 8-byte integers");
   if (H5Tget_sign(ftype.get()) == H5T_SGN_NONE && H5Tget_size(ftype.get()) >= 8) {
     std::vector<std::uint64_t> u(n);
     STK_H5_CHECK(H5Dread(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data()), "'", path, "': reading '",

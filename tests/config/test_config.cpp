@@ -92,6 +92,19 @@ TEST(Config, RoundTripsThroughToYaml) {
   EXPECT_DOUBLE_EQ(d.comm.timeout_s, c.comm.timeout_s);
 }
 
+// A list or mapping used as a key (found by the config fuzzer) is an Error naming it, not a
+// yaml-cpp exception that would end the job on every rank.
+TEST(Config, NonScalarKeysAreRefusedByName) {
+  for (const char* text : {"[o] : x\n", "? {corpus: 1}\n: x\n", "search:\n  [k_max]: 3\n"}) {
+    try {
+      (void)parse_config(text, "c.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("keys are plain names"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Config, LoadsFromFile) {
   test::TempDir dir;
   test::write_text(dir.file("c.yaml"), kFull);

@@ -730,7 +730,7 @@ TEST_F(CorpusIoErrors, OsLevelCausesAreNamed) {
 }
 
 TEST_F(CorpusIoErrors, PermissionDeniedIsNamed) {
-  if (geteuid() == 0) GTEST_SKIP() << "running as root: file permissions are not enforced, EACCES cannot happen";
+  if (geteuid() == 0) GTEST_SKIP() << "skipped: running as root, file permissions are not enforced, EACCES cannot happen";
   const std::string p = dir_.file("locked.h5");
   {
     H5Writer w(p);
