@@ -125,9 +125,8 @@ Engine& BenchIndex::engine() const { return index_->engine(); }
 std::string BenchIndex::engine_name() const { return engine().name(); }
 std::string BenchIndex::comm_name() const { return data().name(); }
 
-void BenchIndex::admit(const float* queries, int batch, int k) {
+void BenchIndex::admit(const float* queries, int batch) {
   Engine& e = engine();
-  (void)k;
   if (rank() == 0) {
     e.copy_from_host(e.query_buffer(), queries, sizeof(float) * batch * corpus_.dim);
     e.prepare_queries(e.query_buffer(), batch);
@@ -172,7 +171,7 @@ void BenchIndex::search_split(const float* queries, int batch, int k, std::int64
   if (!timer_) timer_ = make_device_timer(e);  // events on this index's engine stream, freed with it
   DeviceTimer* timer = timer_.get();
   auto t0 = Clock::now();
-  admit(queries, batch, k);
+  admit(queries, batch);
   e.synchronize();
   t->admit = ms_since(t0);
   t0 = Clock::now();

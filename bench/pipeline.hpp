@@ -67,7 +67,7 @@ class BenchIndex {
 
  private:
   Communicator& data() const;
-  void admit(const float* queries, int batch, int k);
+  void admit(const float* queries, int batch);
   void broadcast(int batch);
   void gather(int batch, int k);
 

@@ -14,6 +14,7 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/oracle.hpp"
 #include "shardtopk/types.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {
@@ -23,11 +24,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CmdResult {
-  int rc = -1;
-  std::string out, err;
-  double seconds = 0;
-};
+using test::CmdResult;
 
 class Cli : public ::testing::Test {
  protected:
@@ -39,24 +36,9 @@ class Cli : public ::testing::Test {
     queries_ = test::small_ints(kQ * kDim, 52, -2, 2);
   }
 
-  // Runs a shell command line, capturing stdout and stderr.
-  CmdResult run(const std::string& cmd) {
-    CmdResult r;
-    const std::string out = dir_.file("stdout.txt"), err = dir_.file("stderr.txt");
-    const auto t0 = std::chrono::steady_clock::now();
-    const int st = std::system((cmd + " >" + out + " 2>" + err + " </dev/null").c_str());
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    r.out = test::read_text(out);
-    r.err = test::read_text(err);
-    std::printf("$ %s\n  -> exit %d in %.2f s\n", cmd.c_str(), r.rc, r.seconds);
-    return r;
-  }
+  CmdResult run(const std::string& cmd) { return test::run_command(cmd, dir_, false); }
 
-  std::string mpi(int ranks) {
-    return std::string(SHARDTOPK_MPIEXEC) + " " + SHARDTOPK_MPIEXEC_NUMPROC_FLAG + " " + std::to_string(ranks) + " " +
-           SHARDTOPK_MPIEXEC_FLAGS + " " + SHARDTOPK_BIN;
-  }
+  std::string mpi(int ranks) { return test::mpi_prefix(ranks); }
 
   std::string write_corpus(const std::vector<float>& corpus, std::int64_t dim = kDim) {
     const std::string path = dir_.file("corpus.h5");

@@ -21,6 +21,7 @@
 #include "shardtopk/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
+#include "cli_support.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {
@@ -30,35 +31,35 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CmdResult {
-  int rc = -1;
-  std::string out, err;
-  double seconds = 0;
-};
+using test::CmdResult;
 
 class CliInputs : public ::testing::Test {
  protected:
-  CmdResult run(const std::string& cmd) {
-    CmdResult r;
-    const std::string out = dir_.file("stdout.txt"), err = dir_.file("stderr.txt");
-    const auto t0 = std::chrono::steady_clock::now();
-    const int st = std::system((cmd + " >" + out + " 2>" + err + " </dev/null").c_str());
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    r.out = test::read_text(out);
-    r.err = test::read_text(err);
-    std::printf("$ %s\n  -> exit %d in %.2f s\n%s", cmd.c_str(), r.rc, r.seconds, r.err.c_str());
-    return r;
-  }
-  std::string mpi(int ranks) {
-    return std::string(SHARDTOPK_MPIEXEC) + " " + SHARDTOPK_MPIEXEC_NUMPROC_FLAG + " " + std::to_string(ranks) + " " +
-           SHARDTOPK_MPIEXEC_FLAGS + " " + SHARDTOPK_BIN;
-  }
+  CmdResult run(const std::string& cmd) { return test::run_command(cmd, dir_, true); }
+  std::string mpi(int ranks) { return test::mpi_prefix(ranks); }
   std::string write_h5(const std::string& name, const std::string& dataset, const std::vector<float>& v,
                        std::int64_t dim) {
     const std::string path = dir_.file(name);
     H5Writer w(path);
     w.write_f32(dataset, v.data(), static_cast<std::int64_t>(v.size()) / dim, dim);
+    w.close();
+    return path;
+  }
+  // An ann-benchmarks style l2 file: train, test and the float64 truth (squared distances)
+  // computed by the oracle; returns the truth's ids and distances through tid / tsc.
+  std::string write_l2_truth(const std::string& name, const std::vector<float>& corpus, const std::vector<float>& q,
+                             std::int64_t dim, int tk, std::vector<std::int64_t>* tid, std::vector<double>* tsc) {
+    const std::int64_t n = static_cast<std::int64_t>(corpus.size()) / dim, nq = static_cast<std::int64_t>(q.size()) / dim;
+    oracle::topk(Metric::kL2, corpus.data(), n, nullptr, q.data(), nq, dim, tk, tid, tsc);
+    const std::vector<float> tdist(tsc->begin(), tsc->end());
+    const std::string path = dir_.file(name);
+    H5Writer w(path);
+    w.write_f32("train", corpus.data(), n, dim);
+    w.write_f32("test", q.data(), nq, dim);
+    w.write_i64("neighbors", tid->data(), nq, tk);
+    w.write_f32("distances", tdist.data(), nq, tk);
+    w.set_attr("distance", std::string("euclidean"));
+    w.set_attr("distance_units", std::string("squared"));
     w.close();
     return path;
   }
@@ -309,21 +310,9 @@ TEST_F(CliInputs, EvalOfWiderResultsUsesTheTruthsK) {
   const std::int64_t n = 60, dim = 4, nq = 5, tk = 5;
   const std::vector<float> corpus = test::random_floats(n * dim, 69);
   const std::vector<float> q = test::random_floats(nq * dim, 70);
-  const std::string corpus_path = dir_.file("c.h5");
-  {
-    std::vector<std::int64_t> tid;
-    std::vector<double> tsc;
-    oracle::topk(Metric::kL2, corpus.data(), n, nullptr, q.data(), nq, dim, static_cast<int>(tk), &tid, &tsc);
-    std::vector<float> tdist(tsc.begin(), tsc.end());
-    H5Writer w(corpus_path);
-    w.write_f32("train", corpus.data(), n, dim);
-    w.write_f32("test", q.data(), nq, dim);
-    w.write_i64("neighbors", tid.data(), nq, tk);
-    w.write_f32("distances", tdist.data(), nq, tk);
-    w.set_attr("distance", std::string("euclidean"));
-    w.set_attr("distance_units", std::string("squared"));
-    w.close();
-  }
+  std::vector<std::int64_t> tid;
+  std::vector<double> tsc;
+  const std::string corpus_path = write_l2_truth("c.h5", corpus, q, dim, static_cast<int>(tk), &tid, &tsc);
   const std::string cfg = write_config(corpus_path, "l2");
   ASSERT_EQ(search(1, cfg, corpus_path, 9).rc, 0);
   const CmdResult r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + corpus_path);
@@ -341,19 +330,7 @@ TEST_F(CliInputs, EvalCountsRepeatedAndWrongIdsAsMisses) {
   const std::vector<float> q = test::random_floats(nq * dim, 92);
   std::vector<std::int64_t> tid;
   std::vector<double> tsc;
-  oracle::topk(Metric::kL2, corpus.data(), n, nullptr, q.data(), nq, dim, static_cast<int>(tk), &tid, &tsc);
-  const std::string truth = dir_.file("t.h5");
-  {
-    std::vector<float> tdist(tsc.begin(), tsc.end());
-    H5Writer w(truth);
-    w.write_f32("train", corpus.data(), n, dim);
-    w.write_f32("test", q.data(), nq, dim);
-    w.write_i64("neighbors", tid.data(), nq, tk);
-    w.write_f32("distances", tdist.data(), nq, tk);
-    w.set_attr("distance", std::string("euclidean"));
-    w.set_attr("distance_units", std::string("squared"));
-    w.close();
-  }
+  const std::string truth = write_l2_truth("t.h5", corpus, q, dim, static_cast<int>(tk), &tid, &tsc);
   // A result file whose ids repeat the best one, or name a far row, with the *true* K-th's
   // distance written as its score (so the file's own scores would pass as near ties).
   auto result = [&](const std::string& name, bool repeat) {
