@@ -183,7 +183,7 @@ if stage gpu_tests; then
     # The ShardedIndex suite (the same binary CI runs on CPUs) with the CUDA engine + NCCL, and
     # CUDA + MPI (staged through host memory). Its one GPU-less test skips by design.
     if [[ -n "$INDEX_BIN" ]]; then
-      SHARDTOPK_TEST_ENGINE=cuda ALLOWED_SKIP='needs at least 2 ranks|a GPU is visible: nothing to refuse' \
+      SHARDTOPK_TEST_ENGINE=cuda SHARDTOPK_TEST_COMM=nccl ALLOWED_SKIP='needs at least 2 ranks|a GPU is visible: nothing to refuse' \
         run_gtest "$INDEX_BIN" "$np" "index_cuda_nccl_np$np"
       SHARDTOPK_TEST_ENGINE=cuda SHARDTOPK_TEST_COMM=mpi ALLOWED_SKIP='needs at least 2 ranks|a GPU is visible: nothing to refuse' \
         run_gtest "$INDEX_BIN" "$np" "index_cuda_mpi_np$np"

@@ -159,6 +159,7 @@ class ShardedIndex {
   long batches_ = 0;                        // searches run, for SHARDTOPK_FAULT (test-only fault injection)
   double local_search_s_ = 0;
   bool shut_down_ = false;
+  bool queries_on_host_ = false;  // host_queries_ holds the batch staged to the engine (search())
 };
 
 /// Build this rank's index from a config (collective over MPI_COMM_WORLD; MPI must be

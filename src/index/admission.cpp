@@ -1,8 +1,11 @@
 // Score-range admission: see admission.hpp for the bound and its derivation.
 #include "index/admission.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "common/log.hpp"
 #include "shardtopk/error.hpp"
@@ -24,13 +27,25 @@ bool larger(const NormSummary& a, const NormSummary& b) {
 
 }  // namespace
 
-NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row) {
-  NormSummary s;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const double n = row_norm(data + i * dim, dim);
-    if (s.row < 0 || n > s.max_norm) s = NormSummary{n, first_row + i};
-  }
-  return s;
+NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row, int threads) {
+  auto part = [&](std::int64_t lo, std::int64_t hi) {
+    NormSummary s;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const double n = row_norm(data + i * dim, dim);
+      if (s.row < 0 || n > s.max_norm) s = NormSummary{n, first_row + i};
+    }
+    return s;
+  };
+  // Below ~1M values a thread costs more than it saves.
+  const std::int64_t nt = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, rows * dim / (1 << 20)));
+  if (nt == 1) return part(0, rows);
+  std::vector<NormSummary> parts(static_cast<size_t>(nt));
+  std::vector<std::thread> pool;
+  const std::int64_t per = (rows + nt - 1) / nt;
+  for (std::int64_t t = 0; t < nt; ++t)
+    pool.emplace_back([&, t] { parts[t] = part(std::min(rows, t * per), std::min(rows, (t + 1) * per)); });
+  for (auto& th : pool) th.join();
+  return combine_norms(parts);  // the largest; equal norms: the smaller row, as one pass gives
 }
 
 NormSummary combine_norms(const std::vector<NormSummary>& parts) {

@@ -46,8 +46,10 @@ struct NormSummary {
 };
 
 /// Float64 norms of rows [rows, dim] (raw values, before any cosine normalisation); rows are
-/// named first_row + i. Largest wins; equal norms: the smaller row.
-NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row);
+/// named first_row + i. Largest wins; equal norms: the smaller row. Split by rows over `threads`
+/// threads (the result does not depend on it).
+NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row,
+                        int threads = 1);
 
 /// Combine the shards' summaries (e.g. all-gathered from every rank).
 NormSummary combine_norms(const std::vector<NormSummary>& parts);

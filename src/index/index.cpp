@@ -96,6 +96,27 @@ int resolve_threads(const Config& cfg, int local_size) {
   return std::max(1, hw / std::max(1, local_size));
 }
 
+// comm.backend 'auto'. NCCL for CUDA engines whose GPUs reach each other directly (peer access
+// on every rank's node) or that span nodes; staged MPI otherwise. Without peer access NCCL moves
+// intra-node data through host memory with a proxy thread, and measured on two H200s without
+// P2P (bench/NOTES.md, "comm backends") each small collective cost 0.1-0.2 ms against 15-30 us
+// for a device copy + MPI shared-memory collective + device copy. Every rank decides alike.
+static CommBackend auto_comm_backend(const Engine& engine, Communicator& host) {
+  if (engine.space() != MemSpace::kDevice || !built_with_nccl()) return CommBackend::kMpi;
+  const int world = host.world_size();
+  if (world == 1) return CommBackend::kNccl;
+  const bool one_node = host.local_size() == world;
+  const int mine = !one_node || cuda_peer_access(host.local_rank(), host.local_size()) ? 1 : 0;
+  std::vector<int> all(static_cast<size_t>(world), 0);
+  host.allgather(&mine, all.data(), sizeof(int));
+  const bool direct = std::all_of(all.begin(), all.end(), [](int v) { return v == 1; });
+  if (host.rank() == 0)
+    spdlog::info("comm.backend auto: {}", direct ? "nccl (GPUs with peer access, or ranks on several nodes)"
+                                                 : "mpi, staged through host memory (the node's GPUs have no peer "
+                                                   "access, so NCCL would also go through host memory, slower)");
+  return direct ? CommBackend::kNccl : CommBackend::kMpi;
+}
+
 EngineLimits index_engine_limits(const SearchConfig& search, int world_size) {
   // One query row more than batch_max: the status row of run_data_path.
   return EngineLimits{search.batch_max + 1, search.k_max, world_size, 1};
@@ -130,7 +151,7 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
       if (shard.generated) {  // every generated value is below 4 in magnitude (generator.hpp): a bound
         norms = NormSummary{4.0 * std::sqrt(static_cast<double>(shard.dim)), shard.first_row};
       } else {
-        norms = shard_norms(shard.data, shard.rows, shard.dim, rows.lo);
+        norms = shard_norms(shard.data, shard.rows, shard.dim, rows.lo, resolve_threads(cfg, host_comm->local_size()));
         check_corpus_norms(metric, norms, shard.dim, "corpus row");
       }
       stats.max_row_norm = norms.max_norm;
@@ -144,7 +165,10 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
       engine = make_cpu_engine(shard, metric, cfg.engine.dtype, resolve_threads(cfg, host_comm->local_size()), lim);
     }
     stats.upload_s = seconds_since(tu);
-    spdlog::debug("rank {}: engine built in {:.3f} s", host_comm->rank(), stats.upload_s);
+    if (host_comm->rank() == 0 && !shard.generated)
+      spdlog::info("rank 0: engine {} built (rows uploaded) in {:.2f} s", engine->name(), stats.upload_s);
+    else
+      spdlog::debug("rank {}: engine built in {:.3f} s", host_comm->rank(), stats.upload_s);
     stats.engine_resident_bytes = engine->resident_bytes();
   } catch (const std::exception& e) {
     ok = false;
@@ -156,8 +180,7 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
   // Communicator for the data path.
   std::unique_ptr<Communicator> data_comm;
   CommBackend cb = cfg.comm.backend;
-  if (cb == CommBackend::kAuto)
-    cb = (engine->space() == MemSpace::kDevice && built_with_nccl()) ? CommBackend::kNccl : CommBackend::kMpi;
+  if (cb == CommBackend::kAuto) cb = auto_comm_backend(*engine, *host_comm);
   ok = true;
   try {
     if (cb == CommBackend::kNccl) {
@@ -236,8 +259,9 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     nrows = stats.rows.size();
     shard.reset(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats.dim))]);
     read_rows_into(cfg.corpus.path, cfg.corpus.dataset, stats.rows, ropt, shard.get());
+    const double read_only_s = seconds_since(tr);
     // Score range (admission.hpp): raw row norms, before any cosine normalisation.
-    const NormSummary norms = shard_norms(shard.get(), nrows, stats.dim, stats.rows.lo);
+    const NormSummary norms = shard_norms(shard.get(), nrows, stats.dim, stats.rows.lo, ropt.threads);
     stats.max_row_norm = norms.max_norm;
     stats.max_row_norm_row = norms.row;
     check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
@@ -258,11 +282,29 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
       for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
     }
     if (metric == Metric::kCosine) {
-      // norms computed once at ingest: rows are stored normalised. Messages use global rows.
-      for (std::int64_t i = 0; i < nrows; ++i)
-        normalize_rows(shard.get() + i * stats.dim, 1, stats.dim, stats.rows.lo + i, "corpus row");
+      // norms computed once at ingest: rows are stored normalised. Messages use global rows;
+      // parts are in row order, so the first error names the first zero-norm row.
+      const std::int64_t nt = std::max<std::int64_t>(1, std::min<std::int64_t>(ropt.threads, nrows / 4096));
+      const std::int64_t per = (nrows + nt - 1) / nt;
+      std::vector<std::string> errors(static_cast<size_t>(nt));
+      std::vector<std::thread> pool;
+      for (std::int64_t t = 0; t < nt; ++t)
+        pool.emplace_back([&, t] {
+          try {
+            const std::int64_t lo = std::min(nrows, t * per), hi = std::min(nrows, (t + 1) * per);
+            if (hi > lo) normalize_rows(shard.get() + lo * stats.dim, hi - lo, stats.dim, stats.rows.lo + lo, "corpus row");
+          } catch (const std::exception& e) {
+            errors[t] = e.what();
+          }
+        });
+      for (auto& th : pool) th.join();
+      for (const auto& e : errors) SHARDTOPK_EXPECTS(e.empty(), e);
     }
     stats.read_s = seconds_since(tr);
+    if (log_progress && rank == 0)
+      spdlog::info("rank 0 read its {} rows in {:.2f} s ({:.0f} MB/s as stored), then norms{} in {:.2f} s", nrows,
+                   read_only_s, nrows * row_bytes / std::max(read_only_s, 1e-9) / 1e6,
+                   metric == Metric::kCosine ? " and normalisation" : "", stats.read_s - read_only_s);
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
@@ -334,6 +376,7 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
     std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
     if (metric_ == Metric::kCosine) normalize_rows(host_queries_.data(), batch, d, 0, "query");
     engine_->stage_queries(host_queries_.data(), batch);
+    queries_on_host_ = true;
   });
   run_search(batch, k, ids, scores);
 }
@@ -347,6 +390,7 @@ void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int 
     return;
   }
   admit_batch(batch, k, /*prepare_on_device=*/true, [&] {
+    queries_on_host_ = false;
     SHARDTOPK_EXPECTS(d_queries != nullptr, "no queries given");
     (void)cuda_stream;  // copy_within synchronises the device first, so work on any stream is done
     engine_->copy_within(engine_->query_buffer(), d_queries, sizeof(float) * batch * stats_.dim);
@@ -496,7 +540,8 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   // 1. queries from rank 0 to every rank
   if (world > 1) {
     if (staged) {
-      if (rank() == 0) e.copy_to_host(host_queries_.data(), e.query_buffer(), qbytes);
+      // Rank 0's host queries are what it staged (search()); device queries come back first.
+      if (rank() == 0 && !queries_on_host_) e.copy_to_host(host_queries_.data(), e.query_buffer(), qbytes);
       dc.broadcast(host_queries_.data(), qbytes, 0);
       if (rank() != 0) e.copy_from_host(e.query_buffer(), host_queries_.data(), qbytes);
     } else {

@@ -62,7 +62,7 @@ Config gpu_config(const std::string& path) {
   c.search.k_max = 64;
   c.search.batch_max = 8;
   c.engine.backend = EngineBackend::kCuda;
-  c.comm.backend = CommBackend::kAuto;  // NCCL
+  c.comm.backend = CommBackend::kNccl;  // the device data path this test counts bytes of
   c.comm.timeout_s = 60;
   return c;
 }

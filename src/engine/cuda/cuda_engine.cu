@@ -1274,6 +1274,21 @@ int cuda_device_count() {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
+bool cuda_peer_access(int device, int devices) {
+  const int n = cuda_device_count();
+  if (device < 0 || device >= n || devices > n) return false;
+  for (int other = 0; other < devices; ++other) {
+    if (other == device) continue;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, device, other) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (!can) return false;
+  }
+  return true;
+}
+
 bool built_with_cuda() { return true; }
 
 std::uint64_t cuda_engine_device_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits) {
