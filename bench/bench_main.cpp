@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -129,7 +130,7 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
   if (!opt.metric.empty()) cfg.search.metric = parse_metric(opt.metric);
 
   const char* corrupt_env = std::getenv("SHARDTOPK_BENCH_CORRUPT");
-  const bool corrupt = corrupt_env && std::string(corrupt_env) == "1";
+  const int corrupt = corrupt_env ? std::atoi(corrupt_env) : 0;
   std::vector<json> baseline;
   if (rank == 0 && !opt.baseline.empty()) {
     if (std::ifstream(opt.baseline).good()) {
@@ -167,7 +168,7 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
   if (corpora.empty() && rank == 0) std::cerr << program << ": nothing to run (give -N or --rows-per-rank)\n";
 
   const Table table = make_table(view);
-  bool header_printed = false, failed = false;
+  bool header_printed = false, failed = false, skipped = false;
   long long total_wrong = 0;
   std::ostringstream summary;
   for (const CorpusSpec& spec : corpora) {
@@ -259,9 +260,13 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
               s.ids.assign(ids.begin() + static_cast<size_t>(j) * k, ids.begin() + static_cast<size_t>(j + 1) * k);
               s.scores.assign(scores.begin() + static_cast<size_t>(j) * k,
                               scores.begin() + static_cast<size_t>(j + 1) * k);
-              // Test hook: SHARDTOPK_BENCH_CORRUPT=1 swaps the returned K-th id for another row, so a
-              // test can see the check catch a wrong answer (bench_search_catches_wrong).
-              if (corrupt && s.ids.size() > 0) s.ids.back() = (s.ids.back() + corpus.rows / 2 + 1) % corpus.rows;
+              // Test hooks, so a test can see the check catch a wrong answer: SHARDTOPK_BENCH_CORRUPT=1
+              // swaps the returned K-th id for another row (bench_search_catches_wrong: a bad score);
+              // =2 swaps the best id instead, scores kept, so (K >= 2, no near tie) the true best row
+              // beats the returned K-th and is missing: the count check's miss count must see it
+              // (bench_search_count_catches_missed).
+              if (corrupt == 1 && !s.ids.empty()) s.ids.back() = (s.ids.back() + corpus.rows / 2 + 1) % corpus.rows;
+              if (corrupt == 2 && !s.ids.empty()) s.ids.front() = (s.ids.front() + corpus.rows / 2 + 1) % corpus.rows;
               samples.push_back(std::move(s));
             }
           }
@@ -281,12 +286,28 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
                                                                                      : CheckMode::kOracle;
     std::vector<CheckResult> checks(entries.size());
     double check_s = 0;
+    CheckInfo info;
+    info.mode = "none";
     if (opt.check) {
       const auto tc = Clock::now();
       const int threads = opt.check_threads > 0 ? opt.check_threads : resolve_threads(cfg, host.local_size());
-      checks = check_samples(corpus, host, idx->my_rows(), queries, samples, static_cast<int>(entries.size()), mode,
-                             threads);
+      try {
+        checks = check_samples(corpus, host, idx->my_rows(), queries, samples, static_cast<int>(entries.size()), mode,
+                               threads, opt.check_device, &info);
+      } catch (const RemoteError& e) {  // from host.check: every rank is here
+        if (rank == 0) std::cerr << program << ": check failed: " << e.what() << "\n";
+        failed = true;
+        continue;
+      }
       check_s = std::chrono::duration<double>(Clock::now() - tc).count();
+      // --check-device 2 is a comparison: when some rank could not run the device pass there was
+      // none, and the run says so (exit 77, "skipped") unless something else failed.
+      if (opt.check_device == 2 && mode == CheckMode::kCount && info.mode != "count-device+host") {
+        skipped = true;
+        if (rank == 0)
+          std::cout << "# --check-device 2: device and host counts not compared (" << info.mode
+                    << ": some rank had no device pass)\n";
+      }
     }
     if (rank != 0) continue;
 
@@ -350,7 +371,8 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
       }
       r["efficiency"] = num_or_null(eff);
       r["check"] = opt.check;
-      r["check_mode"] = opt.check ? (mode == CheckMode::kCount ? "count" : "oracle") : "none";
+      r["check_mode"] = info.mode;
+      r["check_device_s"] = info.device_s >= 0 ? json(info.device_s) : json(nullptr);
       r["checked_queries"] = checks[ei].queries;
       r["wrong"] = checks[ei].wrong;
       r["near_tie_swaps"] = checks[ei].near_ties;
@@ -373,17 +395,25 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
                 << " K=" << en.k << " B=" << en.batch << ": " << checks[ei].wrong << " (" << checks[ei].first_problem
                 << ")\n";
     }
-    if (opt.check) std::cout << "# checked " << samples.size() << " answers (" << (mode == CheckMode::kCount ? "count" : "oracle") << ") in " << fmt_num(check_s, 2) << " s\n" << std::flush;
+    if (opt.check) {
+      std::cout << "# checked " << samples.size() << " answers (" << info.mode << ") in " << fmt_num(check_s, 2)
+                << " s";
+      if (info.device_s >= 0) std::cout << " (device pass on rank 0: " << fmt_num(info.device_s, 2) << " s)";
+      if (!info.note.empty()) std::cout << "; count on the host: " << info.note;
+      std::cout << "\n" << std::flush;
+    }
   }
   // Every rank takes the same exit code.
-  long long flags[2] = {total_wrong, failed ? 1 : 0};
-  MPI_Bcast(flags, 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  long long flags[3] = {total_wrong, failed ? 1 : 0, skipped ? 1 : 0};
+  MPI_Bcast(flags, 3, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  const bool ok = flags[0] == 0 && flags[1] == 0;
   if (rank == 0) {
     std::cout << summary.str();
-    std::cout << "# " << (flags[0] == 0 && flags[1] == 0 ? "OK" : "FAILED") << ": #wrong total " << flags[0]
-              << (flags[1] ? ", some configurations failed" : "") << "\n";
+    std::cout << "# " << (!ok ? "FAILED" : flags[2] ? "SKIPPED" : "OK") << ": #wrong total " << flags[0]
+              << (flags[1] ? ", some configurations failed" : "")
+              << (flags[2] ? ", --check-device 2 compared nothing (no device pass; exit 77)" : "") << "\n";
   }
-  return flags[0] == 0 && flags[1] == 0 ? 0 : 1;
+  return !ok ? 1 : flags[2] ? 77 : 0;
 }
 }  // namespace
 

@@ -83,6 +83,11 @@ bool parse_options(int argc, char** argv, const std::string& program, const std:
   app.add_option("--check-queries", o->check_queries, "sampled queries checked per configuration")
       ->check(CLI::PositiveNumber);
   app.add_option("--check-mode", mode, "auto | oracle (float64 top-K) | count (rows beating the returned K-th)");
+  app.add_option("--check-device", o->check_device,
+                 "count mode: 0 scan rows on the host, 1 count on the rank's GPU when available (generated "
+                 "corpus, inner_product or l2), 2 both: wrong where they disagree, exit 77 (skipped) when a rank "
+                 "had no device pass")
+      ->check(CLI::Range(0, 2));
   app.add_option("--oracle-max-values", o->oracle_max_values, "auto mode: oracle top-K up to N*D values, count above");
   app.add_option("--split", o->split, "extra instrumented iterations timing broadcast/scan/all-gather/merge (0|1)")
       ->check(CLI::Range(0, 1));

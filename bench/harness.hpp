@@ -36,6 +36,7 @@ struct Options {
   std::uint64_t seed = 1;                   ///< corpus seed; queries use seed + 1
   int check_queries = 8;                    ///< sampled queries checked per configuration
   CheckMode check_mode = CheckMode::kAuto;
+  int check_device = 1;                     ///< count mode: 0 host scan, 1 GPU when available, 2 both (must agree)
   double oracle_max_values = 4e9;           ///< auto: oracle top-K below N·D, independent count above
   int split = 1;                            ///< extra instrumented iterations timing each step
   int host_rows = 0;                        ///< CUDA: materialise rows on the host (engines without `generated`)

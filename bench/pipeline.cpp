@@ -9,6 +9,7 @@
 
 #include "common/half.hpp"
 #include "common/log.hpp"
+#include "device_check.hpp"
 #include "device_timer.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
@@ -229,7 +230,8 @@ void bcast_vector(Communicator& c, std::vector<T>* v) {
 
 std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, RowRange mine,
                                        const std::vector<float>& queries_in, const std::vector<Sample>& samples_in,
-                                       int entries, CheckMode mode, int threads) {
+                                       int entries, CheckMode mode, int threads, int check_device,
+                                       CheckInfo* info) {
   // What the oracle scores is what the engine scores. float16/bfloat16 cosine: the inner product
   // of the rounded unit rows with the unit query (normalize_rows' arithmetic), as the engine
   // tests do; float32 cosine: the oracle divides by its own float64 norms.
@@ -283,15 +285,72 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
   std::vector<std::vector<int>> samples_of_query(nq);
   for (int i = 0; i < ns; ++i) samples_of_query[qslot[meta[3 * i + 1]]].push_back(i);
 
-  // Scan this rank's rows in slices: float64 scores of every sampled query.
+  // Count mode on this rank's GPU (device_check.hpp): regenerated rows, float64 scores, the
+  // same comparisons as the host scan below. Each rank decides for itself; the path is reported.
   const bool oracle_mode = mode != CheckMode::kCount;
+  bool use_device = false;
+  std::string why;
+  if (!oracle_mode && check_device > 0) {
+    if (!c.generated) {
+      why = "rows read from " + c.path + " (the device pass regenerates rows)";
+    } else {
+      use_device = device_count_available(c.metric, host.local_rank(), &why);
+    }
+  }
+  std::vector<long long> missed_dev(ns, 0);
+  double device_s = -1;
+  if (!oracle_mode) {
+    bool ok = true;
+    std::string msg;
+    if (use_device) {
+      try {
+        std::vector<float> qrows(static_cast<size_t>(nq) * dim);
+        for (int qi = 0; qi < nq; ++qi)
+          std::copy_n(queries.data() + static_cast<size_t>(qs[qi]) * dim, dim,
+                      qrows.data() + static_cast<size_t>(qi) * dim);
+        std::vector<std::int32_t> sample_query(ns);
+        std::vector<std::int64_t> flat_ids, id_off(ns + 1, 0);
+        for (int i = 0; i < ns; ++i) {
+          sample_query[i] = qslot[meta[3 * i + 1]];
+          flat_ids.insert(flat_ids.end(), sorted_ids[i].begin(), sorted_ids[i].end());
+          id_off[i + 1] = static_cast<std::int64_t>(flat_ids.size());
+        }
+        DeviceCountInput in;
+        in.seed = c.seed;
+        in.dtype = c.dtype;
+        in.metric = c.metric;
+        in.dim = dim;
+        in.rows = mine;
+        in.device = host.local_rank();
+        in.queries = qrows.data();
+        in.nq = nq;
+        in.ns = ns;
+        in.sample_query = sample_query.data();
+        in.thr = thr.data();
+        in.eps = eps.data();
+        in.sorted_ids = flat_ids.data();
+        in.id_off = id_off.data();
+        ok = device_count_missed(in, missed_dev.data(), &device_s);
+        if (!ok) msg = "device count pass unavailable on device " + std::to_string(in.device);
+      } catch (const std::exception& e) {
+        ok = false;
+        msg = e.what();
+      }
+    }
+    host.check(ok, msg);  // every rank, device pass or not: one failure ends the check everywhere
+  }
+
+  // Scan this rank's rows in slices on the host: float64 scores of every sampled query (count
+  // mode: unless the device pass counted the misses, or --check-device 2 wants both).
+  const bool host_scan = oracle_mode || !use_device || check_device == 2;
   threads = std::max(1, threads);
   std::vector<std::vector<Scored>> heaps(static_cast<size_t>(threads) * nq);  // worst on top
   std::vector<long long> missed(static_cast<size_t>(threads) * ns, 0);
   auto heap_cmp = [&](const Scored& a, const Scored& b) { return better(a.s, a.id, b.s, b.id); };
   const std::int64_t slice = std::max<std::int64_t>(1024, std::min<std::int64_t>(65536, (1 << 24) / dim));
-  std::vector<float> rows(static_cast<size_t>(std::min(slice, std::max<std::int64_t>(mine.size(), 1)) * dim));
-  for (std::int64_t lo = mine.lo; lo < mine.hi; lo += slice) {
+  std::vector<float> rows(host_scan ? static_cast<size_t>(std::min(slice, std::max<std::int64_t>(mine.size(), 1)) * dim)
+                                    : 0);
+  for (std::int64_t lo = mine.lo; host_scan && lo < mine.hi; lo += slice) {
     const std::int64_t n = std::min(slice, mine.hi - lo);
     stored_rows(c, lo, n, rows.data(), threads);
     parallel_for(n, threads, [&](std::int64_t a, std::int64_t b, int t) {
@@ -324,7 +383,9 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
 
   // Combine threads, then ranks, on rank 0.
   std::vector<std::vector<Scored>> truth(nq);
-  std::vector<long long> missed_total(ns, 0);
+  std::vector<long long> missed_total(ns, 0), disagree(ns, 0);
+  std::vector<std::string> disagree_first(ns);
+  std::string path = "oracle";
   if (oracle_mode) {
     std::vector<Scored> local(static_cast<size_t>(nq) * kmax, Scored{0, -1});
     for (int qi = 0; qi < nq; ++qi) {
@@ -350,13 +411,39 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
       truth[qi] = std::move(all);
     }
   } else {
-    std::vector<long long> local(ns, 0);
+    // Per rank: the counts used ([ns], the device's when it ran), then with --check-device 2 the
+    // host's ([ns]) to compare with them.
+    const int w = check_device == 2 ? 2 : 1;
+    std::vector<long long> host_counts(ns, 0);
     for (int t = 0; t < threads; ++t)
-      for (int i = 0; i < ns; ++i) local[i] += missed[static_cast<size_t>(t) * ns + i];
-    std::vector<long long> gathered(static_cast<size_t>(ns) * world);
-    if (ns > 0) host.allgather(local.data(), gathered.data(), sizeof(long long) * ns);
+      for (int i = 0; i < ns; ++i) host_counts[i] += missed[static_cast<size_t>(t) * ns + i];
+    std::vector<long long> local(static_cast<size_t>(w) * ns);
+    for (int i = 0; i < ns; ++i) {
+      local[i] = use_device ? missed_dev[i] : host_counts[i];
+      if (w == 2) local[ns + i] = host_counts[i];
+    }
+    std::vector<long long> gathered(local.size() * world);
+    if (ns > 0) host.allgather(local.data(), gathered.data(), sizeof(long long) * local.size());
     for (int r = 0; r < world; ++r)
-      for (int i = 0; i < ns; ++i) missed_total[i] += gathered[static_cast<size_t>(r) * ns + i];
+      for (int i = 0; i < ns; ++i) {
+        const long long* g = gathered.data() + static_cast<size_t>(r) * w * ns;
+        missed_total[i] += g[i];
+        if (w == 2 && g[i] != g[ns + i] && disagree[i]++ == 0)
+          disagree_first[i] = "rank " + std::to_string(r) + " counted " + std::to_string(g[i]) +
+                              " missed rows on the device, " + std::to_string(g[ns + i]) + " on the host";
+      }
+    int flag = use_device ? 1 : 0;
+    std::vector<int> flags(world, 0);
+    host.allgather(&flag, flags.data(), sizeof flag);
+    const int on_device = static_cast<int>(std::count(flags.begin(), flags.end(), 1));
+    path = on_device == world ? (check_device == 2 ? "count-device+host" : "count-device")
+           : on_device == 0   ? "count-host"
+                              : "count-mixed";
+  }
+  if (info) {
+    info->mode = path;
+    info->note = check_device > 0 && !oracle_mode && !use_device ? why : "";
+    info->device_s = device_s;
   }
 
   std::vector<CheckResult> out(entries);
@@ -421,7 +508,10 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
           ++order;
       }
       for (size_t j = 1; j < sorted_ids[i].size(); ++j) dup += sorted_ids[i][j] == sorted_ids[i][j - 1];
-      wrong = missed_total[i] + bad + order + dup;
+      wrong = missed_total[i] + bad + order + dup + disagree[i];
+      if (disagree[i] > 0)
+        note(res, "query " + std::to_string(q) + " k=" + std::to_string(k) + ": device and host counts differ on " +
+                      std::to_string(disagree[i]) + " rank(s): " + disagree_first[i]);
       if (wrong > 0)
         note(res, "query " + std::to_string(q) + " k=" + std::to_string(k) + ": " + std::to_string(missed_total[i]) +
                       " rows beat the returned K-th by more than eps, bad scores " + std::to_string(bad) +

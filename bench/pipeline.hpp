@@ -103,9 +103,21 @@ struct CheckResult {
 /// kOracle: float64 top-K of every sampled query (merged over ranks), then oracle::check_query;
 /// kCount: an independent count, per sample, of rows outside the returned list scoring better
 /// than the returned K-th by more than ε, plus the returned scores against float64.
-/// Returns per-entry results on rank 0 (`entries` long).
+/// kCount on a GPU (`check_device`, bench/device_check.hpp): 0 always scans on the host; 1 counts
+/// the misses on the rank's GPU (device host.local_rank()) when the corpus is generated, the
+/// metric is inner_product or l2 and a GPU is visible, else on the host; 2 runs both and counts
+/// every (rank, sample) whose two counts differ as wrong (a rank that cannot run the device pass
+/// scans on the host only: `info->mode` is then not "count-device+host"). The returned rows are
+/// re-scored on rank 0's host in every case.
+/// Returns per-entry results on rank 0 (`entries` long); `info` (rank 0) says which path ran.
+struct CheckInfo {
+  std::string mode;      ///< "oracle", "count-host", "count-device", "count-device+host", "count-mixed"
+  std::string note;      ///< why a requested device pass did not run ("" otherwise)
+  double device_s = -1;  ///< rank 0's device pass (s), -1 when none ran
+};
 std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, RowRange mine,
                                        const std::vector<float>& queries, const std::vector<Sample>& samples,
-                                       int entries, CheckMode mode, int threads);
+                                       int entries, CheckMode mode, int threads, int check_device = 0,
+                                       CheckInfo* info = nullptr);
 
 }  // namespace shardtopk::bench
