@@ -1110,7 +1110,14 @@ class CudaEngine final : public Engine {
   /// Rows per chunk for a batch: the [batch, R] float32 GEMM output fits one ping-pong buffer
   /// (L2-resident) and stays below 65,536 rows.
   std::int64_t chunk_rows(int batch) const {
-    std::int64_t r = static_cast<std::int64_t>(plan_.sbuf_bytes / (4ull * static_cast<std::uint64_t>(batch)));
+    // SHARDTOPK_CHUNK_MB (experiments, bench/NOTES.md): a smaller GEMM output per chunk.
+    static const std::uint64_t budget = [] {
+      const char* e = std::getenv("SHARDTOPK_CHUNK_MB");
+      const long mb = e ? std::atol(e) : 0;
+      return mb > 0 ? static_cast<std::uint64_t>(mb) << 20 : ~0ull;
+    }();
+    std::int64_t r = static_cast<std::int64_t>(std::min(plan_.sbuf_bytes, budget) /
+                                               (4ull * static_cast<std::uint64_t>(batch)));
     r = std::min<std::int64_t>(r, 65536);
     if (r >= 256) r = r / 256 * 256;
     return std::max<std::int64_t>(1, std::min(r, rows_));
