@@ -156,12 +156,6 @@ int cuda_device_count();
 /// True when shardtopk was compiled with CUDA support.
 bool built_with_cuda();
 
-/// True when GPU `device` can read and write every GPU in [0, devices) other than itself
-/// directly (cudaDeviceCanAccessPeer: NVLink or PCIe peer-to-peer). False when built without
-/// CUDA or a device does not exist. comm.backend 'auto' uses it: without peer access NCCL's
-/// intra-node traffic goes through host memory, and the staged MPI path is faster.
-bool cuda_peer_access(int device, int devices);
-
 /// Free and total memory of GPU `device` in bytes. Returns false when built without CUDA or the
 /// device does not exist.
 bool cuda_device_memory(int device, std::uint64_t* free_bytes, std::uint64_t* total_bytes);

@@ -10,7 +10,6 @@ bool built_with_cuda() { return false; }
 bool built_with_nccl() { return false; }
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
-bool cuda_peer_access(int, int) { return false; }
 
 std::unique_ptr<Engine> make_cuda_engine(const ShardInput&, Metric, Dtype, int, const EngineLimits&) {
   throw Error("engine.backend 'cuda': this shardtopk was built without CUDA (reconfigure with -DSHARDTOPK_CUDA=ON)");

@@ -96,25 +96,51 @@ int resolve_threads(const Config& cfg, int local_size) {
   return std::max(1, hw / std::max(1, local_size));
 }
 
-// comm.backend 'auto'. NCCL for CUDA engines whose GPUs reach each other directly (peer access
-// on every rank's node) or that span nodes; staged MPI otherwise. Without peer access NCCL moves
-// intra-node data through host memory with a proxy thread, and measured on two H200s without
-// P2P (bench/NOTES.md, "comm backends") each small collective cost 0.1-0.2 ms against 15-30 us
-// for a device copy + MPI shared-memory collective + device copy. Every rank decides alike.
-static CommBackend auto_comm_backend(const Engine& engine, Communicator& host) {
-  if (engine.space() != MemSpace::kDevice || !built_with_nccl()) return CommBackend::kMpi;
+// comm.backend 'auto' with the CUDA engine on several ranks: NCCL or MPI staged through host
+// memory, whichever moves a batch-1 search's collectives faster, measured here at start-up
+// (median of 30 after 5 warm-ups, rank 0's clock; rank 0 decides for all). Where GPUs talk over
+// NVLink NCCL's small all-gather takes microseconds; on two H200s whose NCCL found no P2P path it
+// took 0.1-0.2 ms per collective against 15-30 us staged (bench/NOTES.md, "comm backends").
+// Returns the NCCL communicator when it wins, nullptr for staged MPI.
+static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& host, const Config& cfg) {
+  auto nccl = make_nccl_communicator(host, e.stream(), host.local_rank(), cfg.comm.timeout_s);
   const int world = host.world_size();
-  if (world == 1) return CommBackend::kNccl;
-  const bool one_node = host.local_size() == world;
-  const int mine = !one_node || cuda_peer_access(host.local_rank(), host.local_size()) ? 1 : 0;
-  std::vector<int> all(static_cast<size_t>(world), 0);
-  host.allgather(&mine, all.data(), sizeof(int));
-  const bool direct = std::all_of(all.begin(), all.end(), [](int v) { return v == 1; });
+  const size_t qbytes = sizeof(float) * static_cast<size_t>(e.dim());
+  const size_t cbytes = sizeof(Candidate) * 2 * static_cast<size_t>(std::min(cfg.search.k_max, 100));
+  std::vector<char> hq(qbytes), hc(cbytes), hg(cbytes * world);
+  auto staged = [&] {
+    if (host.rank() == 0) e.copy_to_host(hq.data(), e.query_buffer(), qbytes);
+    host.broadcast(hq.data(), qbytes, 0);
+    if (host.rank() != 0) e.copy_from_host(e.query_buffer(), hq.data(), qbytes);
+    e.copy_to_host(hc.data(), e.local_buffer(), cbytes);
+    host.allgather(hc.data(), hg.data(), cbytes);
+    if (host.rank() == 0) e.copy_from_host(e.gathered_buffer(), hg.data(), cbytes * world);
+  };
+  auto direct = [&] {
+    nccl->broadcast_async(e.query_buffer(), qbytes, 0);
+    nccl->allgather_async(e.local_buffer(), e.gathered_buffer(), cbytes);
+    nccl->wait("ncclAllGather (comm.backend auto: timing)");
+  };
+  auto median_us = [&](const std::function<void()>& step) {
+    std::vector<double> t;
+    for (int i = 0; i < 35; ++i) {
+      host.barrier();
+      const auto t0 = Clock::now();
+      step();
+      if (i >= 5) t.push_back(seconds_since(t0) * 1e6);
+    }
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    return t[t.size() / 2];
+  };
+  const double us_nccl = median_us(direct), us_mpi = median_us(staged);
+  int pick_nccl = us_nccl <= us_mpi ? 1 : 0;
+  host.broadcast(&pick_nccl, sizeof pick_nccl, 0);
   if (host.rank() == 0)
-    spdlog::info("comm.backend auto: {}", direct ? "nccl (GPUs with peer access, or ranks on several nodes)"
-                                                 : "mpi, staged through host memory (the node's GPUs have no peer "
-                                                   "access, so NCCL would also go through host memory, slower)");
-  return direct ? CommBackend::kNccl : CommBackend::kMpi;
+    spdlog::info("comm.backend auto: {} (a batch-1 search's broadcast + all-gather took {:.0f} us with nccl, {:.0f} us "
+                 "with mpi staged through host memory)",
+                 pick_nccl ? "nccl" : "mpi", us_nccl, us_mpi);
+  if (!pick_nccl) nccl.reset();
+  return nccl;
 }
 
 EngineLimits index_engine_limits(const SearchConfig& search, int world_size) {
@@ -180,10 +206,14 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
   // Communicator for the data path.
   std::unique_ptr<Communicator> data_comm;
   CommBackend cb = cfg.comm.backend;
-  if (cb == CommBackend::kAuto) cb = auto_comm_backend(*engine, *host_comm);
+  if (cb == CommBackend::kAuto)
+    cb = (engine->space() == MemSpace::kDevice && built_with_nccl()) ? CommBackend::kNccl : CommBackend::kMpi;
+  const bool measure = cfg.comm.backend == CommBackend::kAuto && cb == CommBackend::kNccl && world > 1;
   ok = true;
   try {
-    if (cb == CommBackend::kNccl) {
+    if (measure) {
+      data_comm = measure_auto_comm(*engine, *host_comm, cfg);
+    } else if (cb == CommBackend::kNccl) {
       SHARDTOPK_EXPECTS(engine->space() == MemSpace::kDevice,
                         "comm.backend 'nccl' needs the CUDA engine (engine.backend 'cuda' or 'auto' with GPUs)");
       data_comm = make_nccl_communicator(*host_comm, engine->stream(), host_comm->local_rank(), cfg.comm.timeout_s);

@@ -174,7 +174,10 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_thr = take(mul_bytes(bmax, 4));
   p.off_state = take(sizeof(Batch1State));
   p.off_pool = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(pool_cap(lim))), sizeof(PoolEntry)));
-  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(kChunkBudget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
+  // SHARDTOPK_CHUNK_MB (experiments, bench/NOTES.md) may raise the budget.
+  const char* cmb = std::getenv("SHARDTOPK_CHUNK_MB");
+  const std::uint64_t budget = std::max<std::uint64_t>(kChunkBudget, cmb ? std::strtoull(cmb, nullptr, 10) << 20 : 0);
+  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(budget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
   p.scores_bytes = std::max<std::uint64_t>({mul_bytes(urows, 4), 2 * p.sbuf_bytes, kMinScratch,
                                             mul_bytes(static_cast<std::uint64_t>(dim), 4)});
   p.off_scores = take(p.scores_bytes);
@@ -1280,21 +1283,6 @@ int cuda_device_count() {
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }
-
-bool cuda_peer_access(int device, int devices) {
-  const int n = cuda_device_count();
-  if (device < 0 || device >= n || devices > n) return false;
-  for (int other = 0; other < devices; ++other) {
-    if (other == device) continue;
-    int can = 0;
-    if (cudaDeviceCanAccessPeer(&can, device, other) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    if (!can) return false;
-  }
-  return true;
-}
 
 bool built_with_cuda() { return true; }
 
