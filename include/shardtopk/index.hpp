@@ -150,8 +150,10 @@ class ShardedIndex {
   std::unique_ptr<Communicator> data_comm_;  // nccl, when used
   std::unique_ptr<Engine> engine_;
   std::vector<float> host_queries_;          // [batch_max, dim] staging
-  std::vector<Candidate> host_candidates_;   // [batch_max + 1, k_max] staging for mpi-over-device
-  std::vector<Candidate> host_gathered_;     // [world, batch_max + 1, k_max]
+  // CUDA engine + MPI (staged through host memory), from Engine::alloc_host_staging (pinned):
+  float* staged_queries_ = nullptr;          // [batch_max, dim]
+  Candidate* staged_candidates_ = nullptr;   // [batch_max + 1, k_max]
+  Candidate* staged_gathered_ = nullptr;     // [world, batch_max + 1, k_max]
   std::vector<Candidate> host_status_;       // [k_max] this rank's status row
   std::vector<std::int64_t> host_ids_;       // [batch_max + 1, k_max] answer + status row
   std::vector<float> host_scores_;

@@ -107,14 +107,16 @@ static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& 
   const int world = host.world_size();
   const size_t qbytes = sizeof(float) * static_cast<size_t>(e.dim());
   const size_t cbytes = sizeof(Candidate) * 2 * static_cast<size_t>(std::min(cfg.search.k_max, 100));
-  std::vector<char> hq(qbytes), hc(cbytes), hg(cbytes * world);
+  void* hq = e.alloc_host_staging(qbytes);  // pinned, as the index's staged path uses
+  void* hc = e.alloc_host_staging(cbytes);
+  void* hg = e.alloc_host_staging(cbytes * world);
   auto staged = [&] {
-    if (host.rank() == 0) e.copy_to_host(hq.data(), e.query_buffer(), qbytes);
-    host.broadcast(hq.data(), qbytes, 0);
-    if (host.rank() != 0) e.copy_from_host(e.query_buffer(), hq.data(), qbytes);
-    e.copy_to_host(hc.data(), e.local_buffer(), cbytes);
-    host.allgather(hc.data(), hg.data(), cbytes);
-    if (host.rank() == 0) e.copy_from_host(e.gathered_buffer(), hg.data(), cbytes * world);
+    if (host.rank() == 0) e.copy_to_host(hq, e.query_buffer(), qbytes);
+    host.broadcast(hq, qbytes, 0);
+    if (host.rank() != 0) e.copy_from_host(e.query_buffer(), hq, qbytes);
+    e.copy_to_host(hc, e.local_buffer(), cbytes);
+    host.allgather(hc, hg, cbytes);
+    if (host.rank() == 0) e.copy_from_host(e.gathered_buffer(), hg, cbytes * world);
   };
   auto direct = [&] {
     nccl->broadcast_async(e.query_buffer(), qbytes, 0);
@@ -376,12 +378,15 @@ ShardedIndex::ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_
   const int world = host_comm_->world_size();
   const size_t bk1 = static_cast<size_t>(cfg_.search.batch_max + 1) * cfg_.search.k_max;
   host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
-  host_candidates_.assign(bk1, pad_candidate());
   host_status_.assign(static_cast<size_t>(cfg_.search.k_max), pad_candidate());
   host_ids_.assign(bk1, 0);
   host_scores_.assign(bk1, 0.0f);
-  if (engine_->space() == MemSpace::kDevice && this->data_comm().space() == MemSpace::kHost)
-    host_gathered_.assign(bk1 * world, pad_candidate());
+  if (engine_->space() == MemSpace::kDevice && this->data_comm().space() == MemSpace::kHost && world > 1) {
+    staged_queries_ = static_cast<float*>(
+        engine_->alloc_host_staging(sizeof(float) * static_cast<size_t>(cfg_.search.batch_max) * stats_.dim));
+    staged_candidates_ = static_cast<Candidate*>(engine_->alloc_host_staging(sizeof(Candidate) * bk1));
+    staged_gathered_ = static_cast<Candidate*>(engine_->alloc_host_staging(sizeof(Candidate) * bk1 * world));
+  }
 }
 
 ShardedIndex::~ShardedIndex() = default;
@@ -571,9 +576,12 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   if (world > 1) {
     if (staged) {
       // Rank 0's host queries are what it staged (search()); device queries come back first.
-      if (rank() == 0 && !queries_on_host_) e.copy_to_host(host_queries_.data(), e.query_buffer(), qbytes);
-      dc.broadcast(host_queries_.data(), qbytes, 0);
-      if (rank() != 0) e.copy_from_host(e.query_buffer(), host_queries_.data(), qbytes);
+      if (rank() == 0) {
+        if (queries_on_host_) std::memcpy(staged_queries_, host_queries_.data(), qbytes);
+        else e.copy_to_host(staged_queries_, e.query_buffer(), qbytes);
+      }
+      dc.broadcast(staged_queries_, qbytes, 0);
+      if (rank() != 0) e.copy_from_host(e.query_buffer(), staged_queries_, qbytes);
     } else {
       dc.broadcast_async(e.query_buffer(), qbytes, 0);
       if (batch > 1) dc.wait("ncclBroadcast");
@@ -604,9 +612,9 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   const Candidate* final_list = e.local_buffer();
   if (world > 1) {
     if (staged) {
-      e.copy_to_host(host_candidates_.data(), e.local_buffer(), cbytes);
-      dc.allgather(host_candidates_.data(), host_gathered_.data(), cbytes);
-      if (rank() == 0) e.copy_from_host(e.gathered_buffer(), host_gathered_.data(), cbytes * world);
+      e.copy_to_host(staged_candidates_, e.local_buffer(), cbytes);
+      dc.allgather(staged_candidates_, staged_gathered_, cbytes);
+      if (rank() == 0) e.copy_from_host(e.gathered_buffer(), staged_gathered_, cbytes * world);
     } else {
       dc.allgather_async(e.local_buffer(), e.gathered_buffer(), cbytes);
     }

@@ -745,6 +745,10 @@ class CpuEngine final : public Engine {
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void* alloc_host_staging(std::size_t bytes) override {
+    staging_.emplace_back(new char[std::max<std::size_t>(bytes, 1)]);
+    return staging_.back().get();
+  }
   void copy_within(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }
   void synchronize() override {}
   void* stream() override { return nullptr; }
@@ -856,6 +860,7 @@ class CpuEngine final : public Engine {
   std::vector<std::uint16_t> u16_;  // the same layout, float16 or bfloat16 bits
   std::vector<float> queries_, padded_q_;
   std::vector<Candidate> local_, gathered_, merged_;
+  std::vector<std::unique_ptr<char[]>> staging_;  // alloc_host_staging
   std::vector<Candidate> lists_;        // [threads, batch, k]: each thread's top k, best first
   std::int64_t sel_stride_ = 0;         // selection slots per query: selection_cap(k_max)
   std::vector<Candidate> sel_buf_;      // [threads, batch_max, sel_stride_]

@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <list>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -73,7 +74,8 @@ constexpr int kMergeThreads = 256;
 constexpr int kMergeElemsPerBlock = 2048;
 constexpr std::uint64_t kAlign = 256;
 constexpr unsigned long long kStatusOk = ~0ull;
-constexpr std::uint64_t kChunkBudget = 24ull << 20;   // batched GEMM output per chunk (×2 buffers): L2-resident
+constexpr std::uint64_t kChunkBudget = 24ull << 20;   // batched GEMM output per chunk (×2 buffers): L2-resident;
+                                                      // 6/12/48 MB measured slower (bench/NOTES.md)
 constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
 constexpr std::uint64_t kMinScratch = 4ull << 20;     // upload staging at least
 constexpr int kMaxCandCap = 16384;                   // final sort in shared memory: 16384 × 12 B
@@ -174,10 +176,7 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_thr = take(mul_bytes(bmax, 4));
   p.off_state = take(sizeof(Batch1State));
   p.off_pool = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(pool_cap(lim))), sizeof(PoolEntry)));
-  // SHARDTOPK_CHUNK_MB (experiments, bench/NOTES.md) may raise the budget.
-  const char* cmb = std::getenv("SHARDTOPK_CHUNK_MB");
-  const std::uint64_t budget = std::max<std::uint64_t>(kChunkBudget, cmb ? std::strtoull(cmb, nullptr, 10) << 20 : 0);
-  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(budget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
+  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(kChunkBudget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
   p.scores_bytes = std::max<std::uint64_t>({mul_bytes(urows, 4), 2 * p.sbuf_bytes, kMinScratch,
                                             mul_bytes(static_cast<std::uint64_t>(dim), 4)});
   p.off_scores = take(p.scores_bytes);
@@ -837,6 +836,13 @@ class CudaEngine final : public Engine {
     counters_.device_to_host += bytes;
   }
 
+  void* alloc_host_staging(std::size_t bytes) override {
+    DeviceGuard guard(device_);
+    staging_.emplace_back();
+    CHECK_CUDA(cudaHostAlloc(&staging_.back().p, std::max<std::size_t>(bytes, 1), cudaHostAllocDefault));
+    return staging_.back().p;
+  }
+
   void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override {
     if (bytes == 0) return;
     DeviceGuard guard(device_);
@@ -1113,14 +1119,7 @@ class CudaEngine final : public Engine {
   /// Rows per chunk for a batch: the [batch, R] float32 GEMM output fits one ping-pong buffer
   /// (L2-resident) and stays below 65,536 rows.
   std::int64_t chunk_rows(int batch) const {
-    // SHARDTOPK_CHUNK_MB (experiments, bench/NOTES.md): a smaller GEMM output per chunk.
-    static const std::uint64_t budget = [] {
-      const char* e = std::getenv("SHARDTOPK_CHUNK_MB");
-      const long mb = e ? std::atol(e) : 0;
-      return mb > 0 ? static_cast<std::uint64_t>(mb) << 20 : ~0ull;
-    }();
-    std::int64_t r = static_cast<std::int64_t>(std::min(plan_.sbuf_bytes, budget) /
-                                               (4ull * static_cast<std::uint64_t>(batch)));
+    std::int64_t r = static_cast<std::int64_t>(plan_.sbuf_bytes / (4ull * static_cast<std::uint64_t>(batch)));
     r = std::min<std::int64_t>(r, 65536);
     if (r >= 256) r = r / 256 * 256;
     return std::max<std::int64_t>(1, std::min(r, rows_));
@@ -1234,6 +1233,7 @@ class CudaEngine final : public Engine {
   // their work used is freed.
   DeviceBuffer arena_;
   PinnedBuffer pinned_;
+  std::list<PinnedBuffer> staging_;  // alloc_host_staging (a list: elements never move)
   StreamHolder stream_;
   StreamHolder side_;  // the batched path's filter stream
   EventHolder ev_scored_[2], ev_filtered_[2];
