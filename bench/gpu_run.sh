@@ -272,24 +272,27 @@ PY
 fi
 
 # ---------------------------------------------------------------- fault injection (2 GPUs)
-# Invariant 7 on the NCCL path: one rank stalls past comm.timeout_s, or exits, mid-batch; the
-# job must end within the timeout plus a few seconds, non-zero, with a message naming a rank.
+# Invariant 7 on the NCCL path and on the staged MPI path: one rank stalls past comm.timeout_s,
+# or exits, mid-batch; the job must end within the timeout plus a few seconds, non-zero, with a
+# message naming a rank.
 if stage faults && (( GPUS >= 2 )) && (( ${#DATASETS[@]} > 0 )); then
   IFS='|' read -r name corpus truth metric <<<"${DATASETS[0]}"
-  fcfg="$OUTDIR/fault.yaml"
-  printf 'corpus:\n  path: %s\nsearch:\n  k_max: 100\n  batch_max: 64\nengine:\n  backend: cuda\ncomm:\n  backend: nccl\n  timeout_s: 5\n' "$corpus" > "$fcfg"
+  for cb in nccl mpi; do
+  fcfg="$OUTDIR/fault_$cb.yaml"
+  printf 'corpus:\n  path: %s\nsearch:\n  k_max: 100\n  batch_max: 64\nengine:\n  backend: cuda\ncomm:\n  backend: %s\n  timeout_s: 5\n' "$corpus" "$cb" > "$fcfg"
   for fault in stall:1:3:60 exit:1:3; do
     t0=$(date +%s.%N)
     frc=0
     SHARDTOPK_FAULT=$fault timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe --bind-to none \
       -x NCCL_NVLS_ENABLE=0 -x SHARDTOPK_FAULT -np 2 "$BIN" search -c "$fcfg" -q "$corpus" -k 10 \
-      > "$OUTDIR/fault_${fault%%:*}.log" 2>&1 || frc=$?
+      > "$OUTDIR/fault_${cb}_${fault%%:*}.log" 2>&1 || frc=$?
     took=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')")
-    named=$(grep -cE 'rank [0-9]+: .*(did not complete|aborted)|exits during batch|Process name' "$OUTDIR/fault_${fault%%:*}.log" || true)
-    SUMMARY+=("$(printf '%-34s %4s %7s %7s %8s %10s' "fault $fault (nccl, timeout 5 s)" "$frc" "${took}s" "named:$named" - -)")
+    named=$(grep -cE 'rank [0-9]+: .*(did not complete|aborted)|exits during batch|Process name' "$OUTDIR/fault_${cb}_${fault%%:*}.log" || true)
+    SUMMARY+=("$(printf '%-34s %4s %7s %7s %8s %10s' "fault $fault ($cb, timeout 5 s)" "$frc" "${took}s" "named:$named" - -)")
     if [[ $frc -eq 0 || $frc -eq 124 || $frc -eq 137 || "$named" == 0 ]] || ! python3 -c "import sys; sys.exit(0 if $took < 20 else 1)"; then
-      fail "fault $fault: rc=$frc after ${took}s (want non-zero within 20 s, naming a rank)"; tail -8 "$OUTDIR/fault_${fault%%:*}.log"
+      fail "fault $fault ($cb): rc=$frc after ${took}s (want non-zero within 20 s, naming a rank)"; tail -8 "$OUTDIR/fault_${cb}_${fault%%:*}.log"
     fi
+  done
   done
 fi
 
