@@ -106,7 +106,12 @@ class MpiCommunicator final : public Communicator {
       arrive();
       MPI_Request req;
       check_mpi(MPI_Iallreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req), "MPI_Iallreduce");
-      wait(req, "MPI_Iallreduce (status check)");
+      // A rank that failed on its own (e.g. NCCL init refused on its GPU) arrives here at once,
+      // while its peers may be blocked on it in their own step (an NCCL init or collective) until
+      // comm.timeout_s before they arrive too: give it twice the timeout, or it times out first,
+      // blames a healthy rank and loses its own reason (and its abandoned request is matched by
+      // the peers' status check).
+      wait(req, "MPI_Iallreduce (status check)", /*timed=*/true, ok ? 1.0 : 2.0);
     }
     if (!any) return;
     // Somebody failed: every rank learns every failing rank's message.
@@ -170,9 +175,9 @@ class MpiCommunicator final : public Communicator {
   }
   // Poll until complete or timeout_s: spin briefly (latency), then back off to 50 µs sleeps.
   // Untimed waits (an idle follower) sleep longer once idle, to leave the cores to the engine.
-  void wait(MPI_Request& req, const char* what, bool timed = true) {
+  void wait(MPI_Request& req, const char* what, bool timed = true, double timeout_factor = 1.0) {
     const auto start = std::chrono::steady_clock::now();
-    const auto limit = std::chrono::duration<double>(timeout_s_);
+    const auto limit = std::chrono::duration<double>(timeout_s_ * timeout_factor);
     int done = 0;
     for (long spins = 0;; ++spins) {
       check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
@@ -187,8 +192,8 @@ class MpiCommunicator final : public Communicator {
       }
       if (timed && (spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
         char msg[256];
-        std::snprintf(msg, sizeof msg, "rank %d: %s did not complete within %.3g s (comm.timeout_s)", rank_, what,
-                      timeout_s_);
+        std::snprintf(msg, sizeof msg, "rank %d: %s did not complete within %.3g s (%scomm.timeout_s)", rank_, what,
+                      timeout_s_ * timeout_factor, timeout_factor == 1.0 ? "" : "a multiple of ");
         const std::string missing = who_is_missing();
         throw CommError(std::string(msg) + (missing.empty() ? "; a peer rank is stalled or dead" : "; " + missing));
       }

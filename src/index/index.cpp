@@ -220,6 +220,12 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
                         "comm.backend 'nccl' needs the CUDA engine (engine.backend 'cuda' or 'auto' with GPUs)");
       data_comm = make_nccl_communicator(*host_comm, engine->stream(), host_comm->local_rank(), cfg.comm.timeout_s);
     }
+  } catch (const CommError&) {
+    // A host collective timed out or failed: its request is abandoned (MpiCommunicator::wait),
+    // so no further collective may follow on this rank (it would be matched with the abandoned
+    // one, or write into its dead stack buffers). End the job with this message (the callers'
+    // end_job / abort_job), as a CommError anywhere else does.
+    throw;
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
