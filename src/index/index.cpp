@@ -99,8 +99,9 @@ int resolve_threads(const Config& cfg, int local_size) {
 // comm.backend 'auto' with the CUDA engine on several ranks: NCCL or MPI staged through host
 // memory, whichever moves a batch-1 search's collectives faster, measured here at start-up
 // (median of 30 after 5 warm-ups, rank 0's clock; rank 0 decides for all). Where GPUs talk over
-// NVLink NCCL's small all-gather takes microseconds; on two H200s whose NCCL found no P2P path it
-// took 0.1-0.2 ms per collective against 15-30 us staged (bench/NOTES.md, "comm backends").
+// NVLink NCCL's small all-gather takes microseconds; on two H200s whose NCCL found no P2P path a
+// batch-1 search's broadcast + all-gather took 124-187 us against 38-45 us staged (bench/NOTES.md,
+// "Comm backends").
 // Returns the NCCL communicator when it wins, nullptr for staged MPI.
 static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& host, const Config& cfg) {
   auto nccl = make_nccl_communicator(host, e.stream(), host.local_rank(), cfg.comm.timeout_s);
