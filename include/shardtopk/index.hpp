@@ -53,6 +53,11 @@ struct RankStats {
 /// (see ShardedIndex::run_data_path).
 EngineLimits index_engine_limits(const SearchConfig& search, int world_size);
 
+/// The K a search may ask for: 1 .. min(search.k_max, total_rows). ShardedIndex::search and the
+/// service's request parsing share it, so both refuse alike. @throws Error naming k, the range
+/// and the binding limit ("(search.k_max)" or "(the corpus rows)").
+void check_k(long long k, std::int64_t k_max, std::int64_t total_rows);
+
 /// The collective search over an already loaded shard, engine and communicators. Knows nothing
 /// of files, HTTP or the command line: `load_index` reads a corpus and builds one; tests and
 /// benchmarks may build one from data in memory.

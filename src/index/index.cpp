@@ -146,6 +146,12 @@ static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& 
   return nccl;
 }
 
+void check_k(long long k, std::int64_t k_max, std::int64_t total_rows) {
+  const std::int64_t kmax = std::min<std::int64_t>(k_max, total_rows);
+  SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
+                    (k <= kmax ? "" : kmax == total_rows ? " (the corpus rows)" : " (search.k_max)"));
+}
+
 EngineLimits index_engine_limits(const SearchConfig& search, int world_size) {
   // One query row more than batch_max: the status row of run_data_path.
   return EngineLimits{search.batch_max + 1, search.k_max, world_size, 1};
@@ -449,9 +455,7 @@ void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const s
   Header h;
   std::string reject;
   try {
-    const std::int64_t kmax = std::min<std::int64_t>(cfg_.search.k_max, stats_.total_rows);
-    SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
-                      (k <= kmax ? "" : kmax == stats_.total_rows ? " (the corpus rows)" : " (search.k_max)"));
+    check_k(k, cfg_.search.k_max, stats_.total_rows);
     SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
                       " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
     stage_queries();

@@ -459,11 +459,7 @@ class FrontEnd {
     res.set_content(out.dump(), "application/json");
   }
 
-  static void check_k(long long k, const IndexInfo& info) {
-    const long long kmax = std::min<long long>(info.k_max, info.rows);
-    SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
-                      k <= kmax ? "" : kmax == info.rows ? " (the corpus rows)" : " (search.k_max)");
-  }
+  static void check_k(long long k, const IndexInfo& info) { shardtopk::check_k(k, info.k_max, info.rows); }
 
   static long long parse_int_param(const std::string& name, const std::string& v) {
     std::size_t pos = 0;
