@@ -7,19 +7,10 @@
 # build-fuzz/artifacts/; turn it into a regular test (see fuzz/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # Debian 12: clang is clang-14; libFuzzer's runtime is in libclang-rt-14-dev (libclang-rt-dev).
 PACKAGES=(clang libclang-rt-dev)
-if [ "${SKIP_APT:-0}" != "1" ]; then
-  missing=()
-  for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "== installing: ${missing[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  fi
-fi
+. launch/apt_install.sh
+apt_install_missing "${PACKAGES[@]}"
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-50}
 echo "== configuring $BUILD_DIR (clang, libFuzzer + ASan + UBSan)"

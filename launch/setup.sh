@@ -6,22 +6,13 @@
 # /usr/local/cuda); force with SHARDTOPK_CUDA=ON|OFF. BUILD_DIR defaults to build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PACKAGES=(build-essential cmake ninja-build
   libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-numpy python3-h5py python3-matplotlib)
-if [ "${SKIP_APT:-0}" != "1" ]; then
-  missing=()
-  for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "== installing: ${missing[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  fi
-fi
+. launch/apt_install.sh
+apt_install_missing "${PACKAGES[@]}"
 
 BUILD_DIR=${BUILD_DIR:-build}
 echo "== configuring $BUILD_DIR (SHARDTOPK_CUDA=${SHARDTOPK_CUDA:-AUTO})"
