@@ -161,6 +161,17 @@ class H5Writer {
   /// Variable-length UTF-8 strings [n].
   void write_strings(const std::string& name, const std::vector<std::string>& values);
 
+  /// Streamed writing of a matrix larger than memory: creates a [rows, cols] dataset stored as
+  /// `dtype` (float32 or float16), contiguous and allocated at once, or chunked by `chunk_rows`
+  /// rows with deflate level 1 when chunk_rows > 0; then write_rows fills it, in any order. One
+  /// such dataset is open at a time (the next create_rows or close() ends it).
+  /// @throws Error for another dtype, a bad shape, or when HDF5 refuses (its reason named).
+  void create_rows(const std::string& name, Dtype dtype, std::int64_t rows, std::int64_t cols,
+                   std::int64_t chunk_rows = 0);
+  /// Rows [first, first + n) of the create_rows dataset from float32 values [n, cols] (float16:
+  /// rounded as write_f16 does, on all cores). @throws Error outside the dataset or on HDF5 failure.
+  void write_rows(std::int64_t first, std::int64_t n, const float* data);
+
   /// Root attributes.
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, std::int64_t value);
@@ -170,8 +181,15 @@ class H5Writer {
   void close();
 
  private:
+  void end_rows();
+
   long long file_ = -1;  // hid_t, kept opaque so this header needs no hdf5.h
   std::string path_;
+  long long rows_ds_ = -1;  // the create_rows dataset (hid_t)
+  std::string rows_name_;
+  Dtype rows_dtype_ = Dtype::kFloat32;
+  std::int64_t rows_n_ = 0, rows_cols_ = 0;
+  std::vector<std::uint16_t> rows_bits_;  // float16 conversion buffer
 };
 
 }  // namespace shardtopk

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -402,10 +403,19 @@ H5Writer::H5Writer(const std::string& path) : path_(path) {
 }
 
 H5Writer::~H5Writer() {
+  if (rows_ds_ >= 0) H5Dclose(static_cast<hid_t>(rows_ds_));
   if (file_ >= 0) H5Fclose(static_cast<hid_t>(file_));
 }
 
+void H5Writer::end_rows() {
+  if (rows_ds_ < 0) return;
+  const herr_t st = H5Dclose(static_cast<hid_t>(rows_ds_));
+  rows_ds_ = -1;
+  STK_H5_CHECK(st, "'", path_, "': closing dataset '", rows_name_, "'");
+}
+
 void H5Writer::close() {
+  end_rows();
   if (file_ >= 0) {
     const herr_t st = H5Fclose(static_cast<hid_t>(file_));
     file_ = -1;
@@ -442,12 +452,19 @@ void H5Writer::write_f32(const std::string& name, const float* data, std::int64_
   write_any(file_, path_, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, rows, cols, chunk_rows);
 }
 
-void H5Writer::write_f16(const std::string& name, const float* data, std::int64_t rows, std::int64_t cols) {
-  // IEEE binary16 as HDF5 sees it (the layout h5py and numpy use for float16).
+namespace {
+// IEEE binary16 as HDF5 sees it (the layout h5py and numpy use for float16).
+Handle f16_file_type() {
   Handle t(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
   H5Tset_fields(t.get(), 15, 10, 5, 0, 10);
   H5Tset_size(t.get(), 2);
   H5Tset_ebias(t.get(), 15);
+  return t;
+}
+}  // namespace
+
+void H5Writer::write_f16(const std::string& name, const float* data, std::int64_t rows, std::int64_t cols) {
+  Handle t = f16_file_type();
   // Round with half::to_f16 (nearest, ties to even: the engines' float16 storage) instead of
   // HDF5's float->half conversion, which rounds ties away from zero; the file then holds exactly
   // what an engine stores for the same float32 values.
@@ -455,6 +472,73 @@ void H5Writer::write_f16(const std::string& name, const float* data, std::int64_
   std::vector<std::uint16_t> bits(n);
   for (size_t i = 0; i < n; ++i) bits[i] = half::to_f16(data[i]);
   write_any(file_, path_, name, t.get(), t.get(), bits.data(), rows, cols, 0);
+}
+
+void H5Writer::create_rows(const std::string& name, Dtype dtype, std::int64_t rows, std::int64_t cols,
+                           std::int64_t chunk_rows) {
+  SHARDTOPK_ASSERT(file_ >= 0, "writer closed");
+  SHARDTOPK_EXPECTS(dtype == Dtype::kFloat32 || dtype == Dtype::kFloat16, "'", path_, "': dataset '", name,
+                    "': create_rows stores float32 or float16, not ", to_string(dtype));
+  SHARDTOPK_EXPECTS(rows >= 1 && cols >= 1 && chunk_rows >= 0, "'", path_, "': dataset '", name, "': bad shape [",
+                    rows, ", ", cols, "] or chunk_rows ", chunk_rows);
+  end_rows();
+  const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
+  Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (chunk_rows > 0) {
+    const hsize_t chunk[2] = {static_cast<hsize_t>(std::min(chunk_rows, rows)), dims[1]};
+    STK_H5_CHECK(H5Pset_chunk(dcpl.get(), 2, chunk), "'", path_, "': dataset '", name, "': chunks of ",
+                 chunk[0], " rows");
+    STK_H5_CHECK(H5Pset_deflate(dcpl.get(), 1), "'", path_, "': dataset '", name, "': deflate");
+  } else {
+    STK_H5_CHECK(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "'", path_, "': dataset '", name, "': layout");
+    STK_H5_CHECK(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "'", path_, "': dataset '", name,
+                 "': allocation");
+  }
+  Handle t = dtype == Dtype::kFloat16 ? f16_file_type() : Handle(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+  const hid_t ds = H5Dcreate2(static_cast<hid_t>(file_), strip_slash(name).c_str(), t.get(), space.get(), lcpl.get(),
+                              dcpl.get(), H5P_DEFAULT);
+  STK_H5_CHECK(ds, "'", path_, "': creating dataset '", name, "' [", rows, ", ", cols, "] ", to_string(dtype));
+  rows_ds_ = ds;
+  rows_name_ = name;
+  rows_dtype_ = dtype;
+  rows_n_ = rows;
+  rows_cols_ = cols;
+}
+
+void H5Writer::write_rows(std::int64_t first, std::int64_t n, const float* data) {
+  SHARDTOPK_EXPECTS(rows_ds_ >= 0, "'", path_, "': write_rows without create_rows");
+  SHARDTOPK_EXPECTS(first >= 0 && n >= 0 && first + n <= rows_n_, "'", path_, "': rows [", first, ", ", first + n,
+                    ") outside dataset '", rows_name_, "' of ", rows_n_, " rows");
+  if (n == 0) return;
+  const void* src = data;
+  Handle mem = rows_dtype_ == Dtype::kFloat16 ? f16_file_type() : Handle(H5Tcopy(H5T_NATIVE_FLOAT), H5Tclose);
+  if (rows_dtype_ == Dtype::kFloat16) {
+    // half::to_f16 (nearest, ties to even: what write_f16 and the engines store), on all cores.
+    const std::int64_t total = n * rows_cols_;
+    rows_bits_.resize(static_cast<size_t>(total));
+    const std::int64_t nt =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(static_cast<std::int64_t>(std::thread::hardware_concurrency()), total >> 20));
+    const std::int64_t per = (total + nt - 1) / nt;
+    std::vector<std::thread> pool;
+    for (std::int64_t t = 0; t < nt; ++t)
+      pool.emplace_back([&, t] {
+        for (std::int64_t i = t * per; i < std::min(total, (t + 1) * per); ++i)
+          rows_bits_[static_cast<size_t>(i)] = half::to_f16(data[i]);
+      });
+    for (auto& th : pool) th.join();
+    src = rows_bits_.data();
+  }
+  const hsize_t start[2] = {static_cast<hsize_t>(first), 0};
+  const hsize_t count[2] = {static_cast<hsize_t>(n), static_cast<hsize_t>(rows_cols_)};
+  Handle fspace(H5Dget_space(static_cast<hid_t>(rows_ds_)), H5Sclose);
+  STK_H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), "'", path_,
+               "': selecting rows [", first, ", ", first + n, ") of '", rows_name_, "'");
+  Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
+  STK_H5_CHECK(H5Dwrite(static_cast<hid_t>(rows_ds_), mem.get(), mspace.get(), fspace.get(), H5P_DEFAULT, src), "'",
+               path_, "': writing rows [", first, ", ", first + n, ") of '", rows_name_, "'");
 }
 
 void H5Writer::write_f64(const std::string& name, const double* data, std::int64_t rows, std::int64_t cols) {

@@ -201,6 +201,42 @@ TEST(CorpusIo, Float16WriteRoundsLikeTheEngine) {
   EXPECT_EQ(differ, 0);
 }
 
+TEST(CorpusIo, StreamedRowsMatchWholeDatasetWrites) {
+  // create_rows + write_rows (blocks out of order) store what write_f16 / write_f32 store for the
+  // same values, contiguous and chunked; rows outside the dataset and other dtypes are refused.
+  const std::int64_t rows = 1000, cols = 7;
+  std::vector<float> v = test::random_floats(rows * cols, 78, -70000.0f, 70000.0f);
+  for (std::int64_t i = 0; i < rows * cols; i += 3) v[i] *= 1e-4f;  // small values too
+  for (auto& x : v) x = std::fmax(-65000.0f, std::fmin(65000.0f, x));  // within float16
+  test::TempDir dir;
+  for (const Dtype dt : {Dtype::kFloat16, Dtype::kFloat32}) {
+    for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{128}}) {
+      SCOPED_TRACE(to_string(dt) + (chunk ? " chunked" : " contiguous"));
+      const std::string path = dir.file("rows.h5"), whole = dir.file("whole.h5");
+      {
+        H5Writer w(path);
+        w.create_rows("emb/train", dt, rows, cols, chunk);
+        w.write_rows(600, 400, v.data() + 600 * cols);
+        w.write_rows(0, 600, v.data());
+        EXPECT_THAT(error_of([&] { w.write_rows(990, 11, v.data()); }),
+                    AllOf(HasSubstr("rows [990, 1001)"), HasSubstr("emb/train"), HasSubstr("1000 rows")));
+        w.close();
+      }
+      {
+        H5Writer w(whole);
+        if (dt == Dtype::kFloat16) w.write_f16("emb/train", v.data(), rows, cols);
+        else w.write_f32("emb/train", v.data(), rows, cols);
+      }
+      const HostMatrix a = read_matrix(path, "emb/train"), b = read_matrix(whole, "emb/train");
+      EXPECT_EQ(a.data, b.data);
+      EXPECT_EQ(inspect_dataset(path, "emb/train").dtype, to_string(dt));
+    }
+  }
+  H5Writer w(dir.file("bad.h5"));
+  EXPECT_THAT(error_of([&] { w.create_rows("x", Dtype::kBFloat16, 4, 4); }), HasSubstr("not bfloat16"));
+  EXPECT_THAT(error_of([&] { w.write_rows(0, 1, v.data()); }), HasSubstr("write_rows without create_rows"));
+}
+
 TEST(CorpusIo, OnlyTheRequestedRowsAreValidated) {
   // A NaN in row 30 is not this rank's problem when it reads rows [0, 20).
   test::TempDir dir;
