@@ -8,6 +8,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/parse.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
@@ -19,30 +20,14 @@ using Setter = std::function<void(Config&, const std::string& value, const std::
 
 long long parse_int(const std::string& key, const std::string& v, long long lo, long long hi,
                     const std::string& where) {
-  std::size_t pos = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(v, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  SHARDTOPK_EXPECTS(pos == v.size() && !v.empty(), where, "key '", key, "': expected an integer, got '",
-                    v, "'");
+  const long long x = parse_integer(v, where + "key '" + key + "'");
   SHARDTOPK_EXPECTS(x >= lo && x <= hi, where, "key '", key, "': value ", x, " out of range (allowed: ",
                     lo, " .. ", hi, ")");
   return x;
 }
 
 double parse_positive_double(const std::string& key, const std::string& v, const std::string& where) {
-  std::size_t pos = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  SHARDTOPK_EXPECTS(pos == v.size() && !v.empty(), where, "key '", key, "': expected a number, got '", v,
-                    "'");
+  const double x = parse_number(v, where + "key '" + key + "'");
   SHARDTOPK_EXPECTS(std::isfinite(x) && x > 0, where, "key '", key, "': value ", v,
                     " out of range (allowed: a number > 0)");
   return x;

@@ -29,6 +29,7 @@
 
 #include "common/log.hpp"
 #include "shardtopk/communicator.hpp"
+#include "common/parse.hpp"
 #include "shardtopk/index.hpp"
 
 namespace shardtopk::service {
@@ -462,16 +463,7 @@ class FrontEnd {
   static void check_k(long long k, const IndexInfo& info) { shardtopk::check_k(k, info.k_max, info.rows); }
 
   static long long parse_int_param(const std::string& name, const std::string& v) {
-    std::size_t pos = 0;
-    long long x = 0;
-    try {
-      x = std::stoll(v, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    SHARDTOPK_EXPECTS(!v.empty() && pos == v.size(), "query parameter '", name, "': expected an integer, got '", v,
-                      "'");
-    return x;
+    return parse_integer(v, "query parameter '" + name + "'");
   }
 
   static void parse_binary(const httplib::Request& req, const IndexInfo& info, Job& job) {

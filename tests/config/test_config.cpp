@@ -148,6 +148,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"wrong_type_float_for_int", "engine:\n  threads: 1.5\n", {"engine.threads", "'1.5'"}},
         BadConfig{"wrong_type_list", "search:\n  k_max: [1, 2]\n", {"search.k_max", "list"}},
         BadConfig{"wrong_type_number", "comm:\n  timeout_s: soon\n", {"comm.timeout_s", "expected a number", "'soon'"}},
+        BadConfig{"int_beyond_int64", "search:\n  k_max: 99999999999999999999\n", {"search.k_max", "beyond the 64-bit integer range"}},
+        BadConfig{"number_beyond_double", "comm:\n  timeout_s: 1e999\n", {"comm.timeout_s", "beyond the double range"}},
         BadConfig{"bad_metric", "search:\n  metric: hamming\n", {"search.metric", "'hamming'", "inner_product, cosine, l2"}},
         BadConfig{"negative_batch_max", "search:\n  batch_max: -4\n", {"search.batch_max", "-4", "out of range"}},
         BadConfig{"zero_batch_max", "search:\n  batch_max: 0\n", {"search.batch_max", "0 out of range"}},

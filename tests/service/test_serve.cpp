@@ -416,6 +416,8 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
        "\"k\" must be an integer"},
       {"k missing (binary)", "/v1/search", bin, "application/octet-stream", "POST", 400, "query parameter k"},
       {"k not a number (binary)", "/v1/search?k=ten", bin, "application/octet-stream", "POST", 400, "expected an integer"},
+      {"k beyond int64 (binary)", "/v1/search?k=99999999999999999999", bin, "application/octet-stream", "POST", 400,
+       "beyond the 64-bit integer range"},
       {"empty query list", "/v1/search", json{{"queries", json::array()}, {"k", 5}}.dump(), "application/json", "POST",
        400, "empty query list"},
       {"empty binary body", "/v1/search?k=5", "", "application/octet-stream", "POST", 400, "empty query list"},
