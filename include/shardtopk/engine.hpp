@@ -32,6 +32,10 @@ struct ShardInput {
   bool generated = false;
   std::uint64_t seed = 0;
   std::int64_t first_row = 0;
+  /// Streamed shard (CUDA engine; `data` unused): the engine allocates and takes the ids, and the
+  /// rows arrive later through upload_buffer() / upload_rows() / finish_upload(), so the caller
+  /// can read the next block of a file while the previous one is copied to the device.
+  bool streamed = false;
 };
 
 /// Sizes fixed at start-up.
@@ -118,6 +122,19 @@ class Engine {
   /// for the CPU engine. Owned by the engine, valid while it lives; allocate at start-up, not
   /// per search. @throws Error when the memory cannot be allocated.
   virtual void* alloc_host_staging(std::size_t bytes) = 0;
+
+  /// Streamed upload (an engine built with ShardInput::streamed; the CUDA engine only).
+  /// upload_buffer: page-locked host memory for `rows` rows [rows, dim] float32, one of two
+  /// buffers used in turn; it waits until the previous copy out of that buffer has finished.
+  /// `rows` may not exceed the first call's. upload_rows: queues the copy of shard rows
+  /// [first, first + rows) (local row numbers) from `data` (a buffer from upload_buffer: returns
+  /// at once; other host memory: copied before it returns) and their conversion to the storage
+  /// type. finish_upload: waits for the copies, then checks that every row arrived once and
+  /// computes the norms. @throws Error when the engine does not stream, a block is out of
+  /// range or too large, rows are missing at the end, or a value overflows the storage type.
+  virtual float* upload_buffer(std::int64_t rows);
+  virtual void upload_rows(std::int64_t first, std::int64_t rows, const float* data);
+  virtual void finish_upload();
   /// Copy within the engine's space (e.g. a caller's device query buffer into query_buffer()).
   virtual void copy_within(void* dst, const void* src, std::size_t bytes) = 0;
 

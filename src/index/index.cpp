@@ -172,16 +172,35 @@ EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm) {
   return backend;
 }
 
+namespace {
+/// Streams a ShardInput::streamed shard's rows into the just-built engine; returns their norms.
+using StreamRows = std::function<NormSummary(Engine&)>;
+
+std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
+                                               RowRange rows, const ShardInput& shard,
+                                               std::unique_ptr<Communicator> host_comm, IngestStats stats,
+                                               const StreamRows& stream_rows);
+}  // namespace
+
 std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
                                           const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
                                           IngestStats stats) {
+  SHARDTOPK_EXPECTS(!shard.streamed, "build_index: a streamed shard is load_index's own (ShardInput::streamed)");
+  return build_index_impl(cfg, metric, total_rows, rows, shard, std::move(host_comm), stats, {});
+}
+
+namespace {
+std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
+                                               RowRange rows, const ShardInput& shard,
+                                               std::unique_ptr<Communicator> host_comm, IngestStats stats,
+                                               const StreamRows& stream_rows) {
   const auto tu = Clock::now();
   const int world = host_comm->world_size();
   bool ok = true;
   std::string msg;
   std::unique_ptr<Engine> engine;
   try {
-    if (stats.max_row_norm_row < 0 && shard.rows > 0) {  // norms not measured by the caller (admission.hpp)
+    if (stats.max_row_norm_row < 0 && shard.rows > 0 && !shard.streamed) {  // norms not measured by the caller
       NormSummary norms;
       if (shard.generated) {  // every generated value is below 4 in magnitude (generator.hpp): a bound
         norms = NormSummary{4.0 * std::sqrt(static_cast<double>(shard.dim)), shard.first_row};
@@ -198,6 +217,13 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
       engine = make_cuda_engine(shard, metric, cfg.engine.dtype, host_comm->local_rank(), lim);
     } else {
       engine = make_cpu_engine(shard, metric, cfg.engine.dtype, resolve_threads(cfg, host_comm->local_size()), lim);
+    }
+    if (shard.streamed) {  // the rows now, while the engine copies the previous block to its device
+      const auto ts = Clock::now();
+      const NormSummary norms = stream_rows(*engine);
+      stats.read_s = seconds_since(ts);
+      stats.max_row_norm = norms.max_norm;
+      stats.max_row_norm_row = norms.row;
     }
     stats.upload_s = seconds_since(tu);
     if (host_comm->rank() == 0 && !shard.generated)
@@ -246,6 +272,7 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
   index->set_ingest_stats(stats);
   return index;
 }
+}  // namespace
 
 std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
   const auto t0 = Clock::now();
@@ -261,6 +288,13 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   std::unique_ptr<float[]> shard;
   std::int64_t nrows = 0;
   std::vector<std::int64_t> ids;
+  // Read state shared with the streamed path, which reads inside build_index_impl.
+  ReadOptions ropt;
+  auto tr = Clock::now();
+  auto last_log = tr;
+  double row_bytes = 0;
+  bool streamed = false;
+  StreamRows stream_rows;
   try {
     validate(cfg);
     const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
@@ -276,20 +310,21 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     stats.rows = shard_rows(stats.total_rows, world, rank);
     spdlog::debug("shard plan: rank {} of {} holds rows [{}, {}) ({} of {} rows, dim {})", rank, world, stats.rows.lo,
                   stats.rows.hi, stats.rows.size(), stats.total_rows, stats.dim);
-    (void)choose_backend(cfg, *host_comm);  // refuse a bad backend before reading anything
+    // Refuse a bad backend before reading anything. The CUDA engine takes inner-product and L2
+    // rows streamed: each block is read into pinned memory while the previous one is copied to
+    // the GPU (no host copy of the shard). Cosine rows are normalised on the host first.
+    streamed = choose_backend(cfg, *host_comm) == EngineBackend::kCuda && metric != Metric::kCosine;
 
     // Read this rank's rows only, in blocks, on the rank's cores.
-    const auto tr = Clock::now();
-    auto last_log = Clock::now();
-    ReadOptions ropt;
+    tr = Clock::now();
+    last_log = tr;
     ropt.chunk_rows = cfg.engine.read_chunk_rows;
     ropt.threads = resolve_threads(cfg, host_comm->local_size());
     ropt.label = "corpus row";
     // Values the engine's storage cannot hold are refused by name (cosine rows are normalised
     // first, so only float32's range applies to them).
     ropt.storage = metric == Metric::kCosine ? Dtype::kFloat32 : cfg.engine.dtype;
-    const double row_bytes =
-        static_cast<double>(stats.dim) * (info.dtype == "float16" ? 2 : info.dtype == "float64" ? 8 : 4);
+    row_bytes = static_cast<double>(stats.dim) * (info.dtype == "float16" ? 2 : info.dtype == "float64" ? 8 : 4);
     if (log_progress && rank == 0) {
       ropt.progress = [&](std::int64_t done, std::int64_t total) {
         if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
@@ -300,16 +335,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         }
       };
     }
-    // new float[] (not a zeroed std::vector): the reader's threads fault the pages in in parallel.
     nrows = stats.rows.size();
-    shard.reset(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats.dim))]);
-    read_rows_into(cfg.corpus.path, cfg.corpus.dataset, stats.rows, ropt, shard.get());
-    const double read_only_s = seconds_since(tr);
-    // Score range (admission.hpp): raw row norms, before any cosine normalisation.
-    const NormSummary norms = shard_norms(shard.get(), nrows, stats.dim, stats.rows.lo, ropt.threads);
-    stats.max_row_norm = norms.max_norm;
-    stats.max_row_norm_row = norms.row;
-    check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
     ids.resize(static_cast<size_t>(stats.rows.size()));
     if (!cfg.corpus.ids_dataset.empty()) {
       std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
@@ -326,6 +352,45 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     } else {
       for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
     }
+    if (streamed) {
+      stream_rows = [&](Engine& e) {
+        tr = Clock::now();
+        last_log = tr;
+        std::vector<NormSummary> parts;
+        read_row_blocks(
+            cfg.corpus.path, cfg.corpus.dataset, stats.rows, RowFormat::kFloat32, ropt,
+            [&](const RowBlock& b) {
+              const float* x = static_cast<const float*>(b.data);
+              e.upload_rows(b.first_row - stats.rows.lo, b.rows, x);  // queued: the copy runs meanwhile
+              parts.push_back(shard_norms(x, b.rows, b.cols, b.first_row, ropt.threads));
+            },
+            [&](std::int64_t, std::int64_t n) -> void* { return e.upload_buffer(n); });
+        e.finish_upload();
+        const NormSummary norms = combine_norms(parts);
+        check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
+        if (log_progress && rank == 0) {
+          const double sec = seconds_since(tr);
+          spdlog::info("rank 0 read its {} rows into its GPU in {:.2f} s ({:.0f} MB/s as stored; each block read "
+                       "while the previous one is copied)",
+                       nrows, sec, nrows * row_bytes / std::max(sec, 1e-9) / 1e6);
+        }
+        return norms;
+      };
+    }
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  if (ok && !streamed) try {
+    // new float[] (not a zeroed std::vector): the reader's threads fault the pages in in parallel.
+    shard.reset(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats.dim))]);
+    read_rows_into(cfg.corpus.path, cfg.corpus.dataset, stats.rows, ropt, shard.get());
+    const double read_only_s = seconds_since(tr);
+    // Score range (admission.hpp): raw row norms, before any cosine normalisation.
+    const NormSummary norms = shard_norms(shard.get(), nrows, stats.dim, stats.rows.lo, ropt.threads);
+    stats.max_row_norm = norms.max_norm;
+    stats.max_row_norm_row = norms.row;
+    check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
     if (metric == Metric::kCosine) {
       // norms computed once at ingest: rows are stored normalised. Messages use global rows;
       // parts are in row order, so the first error names the first zero-norm row.
@@ -356,8 +421,9 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   }
   host_comm->check(ok, msg);
 
-  const ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
-  auto index = build_index(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats);
+  ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
+  in.streamed = streamed;
+  auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows);
   IngestStats final_stats = index->ingest_stats();
   double mine = seconds_since(t0);
   std::vector<double> all(static_cast<size_t>(world));

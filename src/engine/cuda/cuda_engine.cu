@@ -570,7 +570,7 @@ class CudaEngine final : public Engine {
   CudaEngine(const ShardInput& s, Metric metric, Dtype dtype, int device, const EngineLimits& lim)
       : device_(device), metric_(metric), dtype_(dtype), rows_(s.rows), dim_(s.dim), limits_(lim) {
     check_shape(s.rows, s.dim, lim);
-    SHARDTOPK_EXPECTS(s.rows == 0 || s.generated || s.data != nullptr, "CUDA engine: shard of ", s.rows,
+    SHARDTOPK_EXPECTS(s.rows == 0 || s.generated || s.streamed || s.data != nullptr, "CUDA engine: shard of ", s.rows,
                       " rows given without data");
     int count = 0;
     const cudaError_t cerr = cudaGetDeviceCount(&count);
@@ -677,6 +677,8 @@ class CudaEngine final : public Engine {
 
   ~CudaEngine() override {
     for (auto& kv : graphs_) (void)cudaGraphExecDestroy(kv.second);
+    // A streamed upload abandoned by an exception: no copy may still read the pinned buffers.
+    if (up_buf_[0].p || up_buf_[1].p) (void)cudaStreamSynchronize(stream_.s);
   }
 
   std::string name() const override { return "cuda"; }
@@ -928,7 +930,10 @@ class CudaEngine final : public Engine {
   /// storage dtype, zero-padded to dpad; then ids, ‖x‖² and the largest norm. Synchronous;
   /// checks float16/bfloat16 overflow and, for generated cosine shards, zero norms.
   void upload(const ShardInput& s) {
-    if (rows_ == 0) return;
+    if (rows_ == 0) {
+      streaming_ = s.streamed;  // an empty streamed shard: finish_upload() only
+      return;
+    }
     CHECK_CUDA(cudaMemsetAsync(shard_, 0, static_cast<std::size_t>(rows_) * dpad_ * storage_bytes(dtype_), stream_.s));
     if (s.ids) {
       CHECK_CUDA(cudaMemcpyAsync(ids_, s.ids, sizeof(std::int64_t) * rows_, cudaMemcpyHostToDevice, stream_.s));
@@ -937,6 +942,14 @@ class CudaEngine final : public Engine {
       CHECK_CUDA_LAUNCH();
     }
     CHECK_CUDA(cudaMemsetAsync(status_, 0xFF, 2 * sizeof(unsigned long long), stream_.s));
+    if (s.streamed) {  // rows follow through upload_rows(); finish_upload() ends with upload_checks()
+      SHARDTOPK_EXPECTS(metric_ != Metric::kCosine, "CUDA engine: a streamed shard cannot be cosine (rows are "
+                                                    "normalised on the host before the upload)");
+      streaming_ = true;
+      stream_ids_ = s.ids;
+      stream_first_row_ = s.first_row;
+      return;
+    }
     if (s.generated && metric_ != Metric::kCosine) {
       switch (dtype_) {
         case Dtype::kFloat32: generate_store<float>(s); break;
@@ -966,6 +979,12 @@ class CudaEngine final : public Engine {
         case Dtype::kBFloat16: convert<__nv_bfloat16>(m, r0); break;
       }
     }
+    upload_checks(s);
+  }
+
+  /// The end of every upload: ‖x‖², the largest norm, and the status checks (zero-norm cosine
+  /// rows, storage overflow). Synchronous.
+  void upload_checks(const ShardInput& s) {
     CHECK_CUDA(cudaMemsetAsync(status_ + 2, 0, sizeof(unsigned long long), stream_.s));
     switch (dtype_) {
       case Dtype::kFloat32: norms<float>(); break;
@@ -982,13 +1001,88 @@ class CudaEngine final : public Engine {
     if (st != kStatusOk) {
       const std::int64_t row = static_cast<std::int64_t>(st) / dim_, col = static_cast<std::int64_t>(st) % dim_;
       const std::int64_t gid = s.ids ? s.ids[row] : s.first_row + row;
-      const std::string val = s.generated ? std::string("(generated)") : detail::concat(s.data[st]);
-      throw Error(detail::concat("corpus row ", gid, " value ", val, " at column ", col, " overflows ",
-                                 dtype_name(dtype_), "; use engine.dtype float32"));
+      const std::string val = s.generated ? std::string(" (generated)")
+                              : s.data    ? " value " + detail::concat(s.data[st])
+                                          : std::string();
+      throw Error(detail::concat("corpus row ", gid, val, " at column ", col, " overflows ", dtype_name(dtype_),
+                                 "; use engine.dtype float32"));
     }
     double mx = 0.0;
     std::memcpy(&mx, &host_status_[2], sizeof mx);
     max_sq_ = mx;
+  }
+
+  // ------------------------------------------------------------ streamed upload
+
+  float* upload_buffer(std::int64_t rows) override {
+    SHARDTOPK_EXPECTS(streaming_, "upload_buffer: this CUDA engine was not built with ShardInput::streamed, or its "
+                                  "upload has finished");
+    SHARDTOPK_EXPECTS(rows >= 1 && rows <= rows_, "upload_buffer: ", rows, " rows out of range 1 .. ", rows_);
+    DeviceGuard guard(device_);
+    if (up_cap_rows_ == 0) {
+      up_cap_rows_ = rows;
+      const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(rows) * dim_;
+      for (int i = 0; i < 2; ++i) {
+        CHECK_CUDA(cudaHostAlloc(&up_buf_[i].p, bytes, cudaHostAllocDefault));
+        CHECK_CUDA(cudaEventCreateWithFlags(&up_ev_[i].e, cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventRecord(up_ev_[i].e, stream_.s));
+      }
+    }
+    SHARDTOPK_EXPECTS(rows <= up_cap_rows_, "upload_buffer: ", rows, " rows, more than the first call's ",
+                      up_cap_rows_);
+    const int i = up_next_;
+    up_next_ ^= 1;
+    CHECK_CUDA(cudaEventSynchronize(up_ev_[i].e));  // its previous copy has left the buffer
+    return static_cast<float*>(up_buf_[i].p);
+  }
+
+  void upload_rows(std::int64_t first, std::int64_t rows, const float* data) override {
+    SHARDTOPK_EXPECTS(streaming_, "upload_rows: this CUDA engine was not built with ShardInput::streamed, or its "
+                                  "upload has finished");
+    SHARDTOPK_EXPECTS(first == up_rows_done_ && rows >= 0 && first + rows <= rows_, "upload_rows: rows [", first,
+                      ", ", first + rows, ") out of order or range: expected row ", up_rows_done_, " of ", rows_);
+    SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, "upload_rows: no data");
+    if (rows == 0) return;
+    DeviceGuard guard(device_);
+    // Through the scores workspace in chunks, as upload(): H2D, then convert + pad, in stream order.
+    const std::int64_t chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
+    for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const std::int64_t m = std::min(chunk, rows - r0);
+      CHECK_CUDA(cudaMemcpyAsync(scores_, data + r0 * dim_, sizeof(float) * m * dim_, cudaMemcpyHostToDevice,
+                                 stream_.s));
+      switch (dtype_) {
+        case Dtype::kFloat32: convert<float>(m, first + r0); break;
+        case Dtype::kFloat16: convert<__half>(m, first + r0); break;
+        case Dtype::kBFloat16: convert<__nv_bfloat16>(m, first + r0); break;
+      }
+    }
+    for (int i = 0; i < 2; ++i)
+      if (up_buf_[i].p == data) CHECK_CUDA(cudaEventRecord(up_ev_[i].e, stream_.s));
+    up_rows_done_ += rows;
+  }
+
+  void finish_upload() override {
+    SHARDTOPK_EXPECTS(streaming_, "finish_upload: this CUDA engine was not built with ShardInput::streamed, or its "
+                                  "upload has finished");
+    SHARDTOPK_EXPECTS(up_rows_done_ == rows_, "finish_upload: ", up_rows_done_, " of ", rows_, " rows uploaded");
+    if (rows_ == 0) {
+      streaming_ = false;
+      return;
+    }
+    DeviceGuard guard(device_);
+    CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    streaming_ = false;
+    for (int i = 0; i < 2; ++i) {
+      if (up_buf_[i].p) (void)cudaFreeHost(up_buf_[i].p);
+      up_buf_[i].p = nullptr;
+    }
+    ShardInput s;
+    s.rows = rows_;
+    s.dim = dim_;
+    s.ids = stream_ids_;
+    s.first_row = stream_first_row_;
+    upload_checks(s);
+    stream_ids_ = nullptr;
   }
 
   template <typename T>
@@ -1237,6 +1331,13 @@ class CudaEngine final : public Engine {
   StreamHolder stream_;
   StreamHolder side_;  // the batched path's filter stream
   EventHolder ev_scored_[2], ev_filtered_[2];
+  // streamed upload (ShardInput::streamed): two pinned blocks used in turn, their copy events
+  bool streaming_ = false;
+  PinnedBuffer up_buf_[2];
+  EventHolder up_ev_[2];
+  std::int64_t up_cap_rows_ = 0, up_rows_done_ = 0, stream_first_row_ = 0;
+  int up_next_ = 0;
+  const std::int64_t* stream_ids_ = nullptr;
   CublasHolder cublas_;
   void* shard_ = nullptr;
   std::int64_t* ids_ = nullptr;
