@@ -108,30 +108,60 @@ static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& 
   const int world = host.world_size();
   const size_t qbytes = sizeof(float) * static_cast<size_t>(e.dim());
   const size_t cbytes = sizeof(Candidate) * 2 * static_cast<size_t>(std::min(cfg.search.k_max, 100));
-  void* hq = e.alloc_host_staging(qbytes);  // pinned, as the index's staged path uses
-  void* hc = e.alloc_host_staging(cbytes);
-  void* hg = e.alloc_host_staging(cbytes * world);
+  // Every rank must enter every host collective below, also after a local failure (pinned memory
+  // refused, a CUDA error): a rank that threw straight to build_index's status check would meet
+  // the others' barrier or broadcast with its all-reduce, and mismatched MPI collectives end in
+  // MPI_ERR_TRUNCATE or garbage instead of the reason. So local steps are guarded, a failed rank
+  // skips its remaining local steps but not the collectives, and the failure travels in
+  // host.check, which stands in for the barrier.
+  bool ok = true;
+  std::string msg;
+  auto local = [&](const std::function<void()>& f) {
+    if (!ok) return;
+    try {
+      f();
+    } catch (const std::exception& ex) {
+      ok = false;
+      msg = ex.what();
+    }
+  };
+  void *hq = nullptr, *hc = nullptr, *hg = nullptr;
+  local([&] {
+    hq = e.alloc_host_staging(qbytes);  // pinned, as the index's staged path uses
+    hc = e.alloc_host_staging(cbytes);
+    hg = e.alloc_host_staging(cbytes * world);
+    // The engine's buffers are not initialised before the first search: give the timed copies
+    // and collectives defined bytes (compute-sanitizer initcheck reads NCCL's loads of them).
+    std::memset(hq, 0, qbytes);
+    std::memset(hc, 0, cbytes);
+    e.copy_from_host(e.query_buffer(), hq, qbytes);
+    e.copy_from_host(e.local_buffer(), hc, cbytes);
+  });
+  host.check(ok, msg);
   auto staged = [&] {
-    if (host.rank() == 0) e.copy_to_host(hq, e.query_buffer(), qbytes);
+    if (host.rank() == 0) local([&] { e.copy_to_host(hq, e.query_buffer(), qbytes); });
     host.broadcast(hq, qbytes, 0);
-    if (host.rank() != 0) e.copy_from_host(e.query_buffer(), hq, qbytes);
-    e.copy_to_host(hc, e.local_buffer(), cbytes);
+    if (host.rank() != 0) local([&] { e.copy_from_host(e.query_buffer(), hq, qbytes); });
+    local([&] { e.copy_to_host(hc, e.local_buffer(), cbytes); });
     host.allgather(hc, hg, cbytes);
-    if (host.rank() == 0) e.copy_from_host(e.gathered_buffer(), hg, cbytes * world);
+    if (host.rank() == 0) local([&] { e.copy_from_host(e.gathered_buffer(), hg, cbytes * world); });
   };
   auto direct = [&] {
-    nccl->broadcast_async(e.query_buffer(), qbytes, 0);
-    nccl->allgather_async(e.local_buffer(), e.gathered_buffer(), cbytes);
-    nccl->wait("ncclAllGather (comm.backend auto: timing)");
+    local([&] {
+      nccl->broadcast_async(e.query_buffer(), qbytes, 0);
+      nccl->allgather_async(e.local_buffer(), e.gathered_buffer(), cbytes);
+      nccl->wait("ncclAllGather (comm.backend auto: timing)");
+    });
   };
   auto median_us = [&](const std::function<void()>& step) {
     std::vector<double> t;
     for (int i = 0; i < 35; ++i) {
-      host.barrier();
+      host.check(ok, msg);  // the barrier; it also ends the timing on every rank after a failure
       const auto t0 = Clock::now();
       step();
       if (i >= 5) t.push_back(seconds_since(t0) * 1e6);
     }
+    host.check(ok, msg);
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
     return t[t.size() / 2];
   };
