@@ -14,9 +14,15 @@ namespace shardtopk {
 namespace {
 
 double row_norm(const float* x, std::int64_t dim) {
-  double ss = 0.0;  // float64: (3.4e38)² · 1e7 ≈ 1e84, far from overflow
-  for (std::int64_t d = 0; d < dim; ++d) ss += static_cast<double>(x[d]) * static_cast<double>(x[d]);
-  return std::sqrt(ss);
+  // float64: (3.4e38)² · 1e7 ≈ 1e84, far from overflow. Four partial sums (element d goes to
+  // d mod 4, combined as (s0 + s1) + (s2 + s3)): one sum per element was a chain of dependent
+  // adds, ~1 µs per 768-element query on the admission path of every batch.
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  std::int64_t d = 0;
+  for (; d + 4 <= dim; d += 4)
+    for (int j = 0; j < 4; ++j) s[j] += static_cast<double>(x[d + j]) * static_cast<double>(x[d + j]);
+  for (int j = 0; d < dim; ++d, ++j) s[j] += static_cast<double>(x[d]) * static_cast<double>(x[d]);
+  return std::sqrt((s[0] + s[1]) + (s[2] + s[3]));
 }
 
 bool larger(const NormSummary& a, const NormSummary& b) {

@@ -79,7 +79,7 @@ constexpr std::uint64_t kChunkBudget = 24ull << 20;   // batched GEMM output per
 constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
 constexpr std::uint64_t kMinScratch = 4ull << 20;     // upload staging at least
 constexpr int kMaxCandCap = 16384;                   // final sort in shared memory: 16384 × 12 B
-constexpr std::uint32_t kPoolTriggerDiv = 4;          // compact a pool above min(cap / 4, max(2k, 256))
+constexpr std::uint32_t kPoolTriggerDiv = 4;          // compact a pool above cap / 4 (first chunks: 2k)
 constexpr std::int64_t kFirstChunkRows = 8192;        // batched: rows that seed the thresholds
 constexpr std::int64_t kCompactEvery = 4;             // batched: chunks between pool compactions
 
@@ -1309,11 +1309,14 @@ class CudaEngine final : public Engine {
     // (memory, side_); the GEMM output alternates between two buffers.
     float* sbuf[2] = {scores_, scores_ + plan_.sbuf_bytes / sizeof(float)};
     const std::int64_t R0 = std::min<std::int64_t>(R, kFirstChunkRows);  // seeds the thresholds
-    // Compact (and raise the threshold) once a pool holds 2k entries: the first chunk's
-    // threshold (the k-th of 8,192 rows) lets ~k · R / 8192 rows of each later chunk through, and
-    // waiting for pool_cap / 4 entries kept it that loose for several chunks (bench/NOTES.md).
-    const std::uint32_t trigger = static_cast<std::uint32_t>(
+    // Over the first chunks, compact (and raise the threshold) once a pool holds 2k entries: the
+    // first chunk's threshold (the k-th of 8,192 rows) lets ~k · R / 8192 rows of each later
+    // chunk through, and waiting for pool_cap / 4 entries kept it that loose for several chunks.
+    // Later, pool_cap / 4: the threshold is tight and a compaction would only cost time
+    // (bench/NOTES.md, "Batched filter").
+    const std::uint32_t early_trigger = static_cast<std::uint32_t>(
         std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
+    const std::uint32_t late_trigger = static_cast<std::uint32_t>(pcap / kPoolTriggerDiv);
     int last = 0;
     for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
       const int rc = static_cast<int>(std::min(c == 0 ? R0 : R, rows_ - r0));
@@ -1338,7 +1341,8 @@ class CudaEngine final : public Engine {
         // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
         // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
         if (c < 8 || c % kCompactEvery == 0)
-          compact_kernel<<<batch, kSelThreads, 0, side_.s>>>(qinfo_, uk, pool_, pcap, counts_, thr_, trigger);
+          compact_kernel<<<batch, kSelThreads, 0, side_.s>>>(qinfo_, uk, pool_, pcap, counts_, thr_,
+                                                             c < 8 ? early_trigger : late_trigger);
       }
       CHECK_CUDA_LAUNCH();
       CHECK_CUDA(cudaEventRecord(ev_filtered_[b].e, side_.s));

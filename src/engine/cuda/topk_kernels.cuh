@@ -29,7 +29,7 @@ constexpr int kHist2Bins = 4096;  // key bits 19..8
 constexpr int kHist3Bins = 256;   // key bits 7..0
 constexpr int kHistWords = kHist1Bins + kHist2Bins + kHist3Bins;
 constexpr int kFilterThreads = 256;
-constexpr int kFilterPerThread = 16;
+constexpr int kFilterPerThread = 32;
 
 /// A candidate row of one query: its score (exact or approximate, by context) and shard row.
 struct PoolEntry {
