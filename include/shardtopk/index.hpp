@@ -154,7 +154,7 @@ class ShardedIndex {
   std::unique_ptr<Communicator> host_comm_;
   std::unique_ptr<Communicator> data_comm_;  // nccl, when used
   std::unique_ptr<Engine> engine_;
-  std::vector<float> host_queries_;          // [batch_max, dim] staging
+  std::vector<float> host_queries_;          // [batch_max, dim] cosine queries, normalised
   // CUDA engine + MPI (staged through host memory), from Engine::alloc_host_staging (pinned):
   float* staged_queries_ = nullptr;          // [batch_max, dim]
   Candidate* staged_candidates_ = nullptr;   // [batch_max + 1, k_max]
@@ -166,7 +166,8 @@ class ShardedIndex {
   long batches_ = 0;                        // searches run, for SHARDTOPK_FAULT (test-only fault injection)
   double local_search_s_ = 0;
   bool shut_down_ = false;
-  bool queries_on_host_ = false;  // host_queries_ holds the batch staged to the engine (search())
+  bool queries_on_host_ = false;  // host_query_src_ holds the batch staged to the engine (search())
+  const float* host_query_src_ = nullptr;  // the caller's queries, or host_queries_ (cosine), during search()
 };
 
 /// Build this rank's index from a config (collective over MPI_COMM_WORLD; MPI must be

@@ -534,9 +534,15 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
         SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
                           queries[i], ") at column ", i % d);
     check_query_norms(metric_, NormSummary{stats_.max_row_norm, stats_.max_row_norm_row}, queries, batch, d);
-    std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
-    if (metric_ == Metric::kCosine) normalize_rows(host_queries_.data(), batch, d, 0, "query");
-    engine_->stage_queries(host_queries_.data(), batch);
+    // Only cosine needs a copy (normalised in place); otherwise the caller's array, alive until
+    // run_search below returns, is staged as it is (a copy of [batch, dim] less per batch).
+    host_query_src_ = queries;
+    if (metric_ == Metric::kCosine) {
+      std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
+      normalize_rows(host_queries_.data(), batch, d, 0, "query");
+      host_query_src_ = host_queries_.data();
+    }
+    engine_->stage_queries(host_query_src_, batch);
     queries_on_host_ = true;
   });
   run_search(batch, k, ids, scores);
@@ -701,7 +707,7 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
     if (staged) {
       // Rank 0's host queries are what it staged (search()); device queries come back first.
       if (rank() == 0) {
-        if (queries_on_host_) std::memcpy(staged_queries_, host_queries_.data(), qbytes);
+        if (queries_on_host_) std::memcpy(staged_queries_, host_query_src_, qbytes);
         else e.copy_to_host(staged_queries_, e.query_buffer(), qbytes);
       }
       dc.broadcast(staged_queries_, qbytes, 0);

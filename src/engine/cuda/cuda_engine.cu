@@ -79,7 +79,7 @@ constexpr std::uint64_t kChunkBudget = 24ull << 20;   // batched GEMM output per
 constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
 constexpr std::uint64_t kMinScratch = 4ull << 20;     // upload staging at least
 constexpr int kMaxCandCap = 16384;                   // final sort in shared memory: 16384 × 12 B
-constexpr std::uint32_t kPoolTriggerDiv = 4;          // compact a pool above cap / 4 (first chunks: 2k)
+constexpr std::uint32_t kPoolTriggerDiv = 4;          // compact a pool above min(cap / 4, max(2k, 256))
 constexpr std::int64_t kFirstChunkRows = 8192;        // batched: rows that seed the thresholds
 constexpr std::int64_t kCompactEvery = 4;             // batched: chunks between pool compactions
 
@@ -587,7 +587,6 @@ class CudaEngine final : public Engine {
     CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
     sms_ = prop.multiProcessorCount;
-    cc_major_ = prop.major;
     cap_ = cand_cap(lim);
     const std::size_t sort_smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
     SHARDTOPK_EXPECTS(prop.sharedMemPerBlockOptin >= sort_smem + 8192, "CUDA engine: device ", device, " (",
@@ -674,10 +673,6 @@ class CudaEngine final : public Engine {
     counters_ = {};
     const char* ng = std::getenv("SHARDTOPK_NO_GRAPH");
     use_graphs_ = !(ng && *ng && std::string(ng) != "0");
-    const char* sv = std::getenv("SHARDTOPK_SCAN_VARIANT");  // experiments only (bench/NOTES.md)
-    if (sv && *sv) scan_variant_ = std::atoi(sv);
-    const char* ex = std::getenv("SHARDTOPK_EXP");  // TEMPORARY timing experiment: 1 no filter, 2 no GEMM
-    if (ex && *ex) exp_ = std::atoi(ex);
   }
 
   ~CudaEngine() override {
@@ -1177,7 +1172,10 @@ class CudaEngine final : public Engine {
     // Small shards: fewer blocks (each flushes a histogram and all must finish before select1).
     const int grid = static_cast<int>(std::min<std::int64_t>(scan_grid<T, kL2>(qsmem), (rows_ + 255) / 256));
     const std::uint32_t uk = static_cast<std::uint32_t>(k), ucap = static_cast<std::uint32_t>(cap_);
-    launch_scan1<T, kL2>(grid, qsmem, nvec, query, uk, ucap);
+    scan1_kernel<T, kL2><<<grid, kScanThreads, qsmem, stream_.s>>>(static_cast<const T*>(shard_), rows_, nvec, query,
+                                                                   static_cast<int>(dim_), scores_, hists_, uk, ucap,
+                                                                   state_);
+    CHECK_CUDA_LAUNCH();
     CHECK_CUDA_LAUNCH();
     const std::size_t smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
     if (select_grid_ == 0)
@@ -1189,65 +1187,12 @@ class CudaEngine final : public Engine {
     CHECK_CUDA_LAUNCH();
   }
 
-  /// The batch-1 scan launch: kernel, grid and dynamic shared memory, chosen once per engine.
-  struct ScanLaunch {
-    const void* fn = nullptr;
-    int grid = 0;
-    std::size_t smem = 0;
-    int stages = 0;  // > 0: the bulk-copy kernel (its last argument)
-  };
-
-  /// The scan kernel of the chosen variant: 0–5 per-thread loads (rows per warp, chunks per
-  /// lane, L2 hint), 6 bulk copies (Hopper TMA) through shared memory.
-  template <typename T, bool kL2>
-  const ScanLaunch& scan_launch(std::size_t qsmem) {
-    using namespace cuda_detail;
-    ScanLaunch& L = scan_launch_;
-    if (L.fn) return L;
-    const std::size_t row_bytes = static_cast<std::size_t>(dpad_) * sizeof(T);
-    if (scan_variant_ == 6 && cc_major_ >= 9) {
-      const int rpw = row_bytes <= 768 ? 4 : row_bytes <= 1536 ? 2 : 1;
-      const std::size_t tile = (row_bytes * 8 * rpw + 127) / 128 * 128;
-      const int stages = static_cast<int>(std::min<std::size_t>(8, std::max<std::size_t>(2, (90u << 10) / tile)));
-      const std::size_t smem = stages * tile + qsmem + 8u * stages;
-      if (smem <= (200u << 10)) {
-        L.fn = rpw == 4   ? reinterpret_cast<const void*>(scan1_bulk_kernel<T, kL2, 4>)
-               : rpw == 2 ? reinterpret_cast<const void*>(scan1_bulk_kernel<T, kL2, 2>)
-                          : reinterpret_cast<const void*>(scan1_bulk_kernel<T, kL2, 1>);
-        set_smem(L.fn, smem);
-        L.smem = smem;
-        L.stages = stages;
-        L.grid = persistent_grid(L.fn, kScanThreads, smem);
-        return L;
-      }
-    }
-    switch (scan_variant_) {
-      case 1: L.fn = reinterpret_cast<const void*>(scan1_kernel<T, kL2, 2, 4, true>); break;
-      case 2: L.fn = reinterpret_cast<const void*>(scan1_kernel<T, kL2, 4, 4, false>); break;
-      case 3: L.fn = reinterpret_cast<const void*>(scan1_kernel<T, kL2, 4, 4, true>); break;
-      case 4: L.fn = reinterpret_cast<const void*>(scan1_kernel<T, kL2, 4, 2, true>); break;
-      case 5: L.fn = reinterpret_cast<const void*>(scan1_kernel<T, kL2, 8, 2, true>); break;
-      default: L.fn = reinterpret_cast<const void*>(scan1_kernel<T, kL2>); break;
-    }
-    L.smem = qsmem;
-    L.grid = persistent_grid(L.fn, kScanThreads, qsmem);
-    return L;
-  }
-
-  template <typename T, bool kL2>
-  void launch_scan1(int grid, std::size_t qsmem, int nvec, const float* query, std::uint32_t uk, std::uint32_t ucap) {
-    const ScanLaunch& L = scan_launch<T, kL2>(qsmem);
-    const T* shard = static_cast<const T*>(shard_);
-    std::int64_t rows = rows_;
-    int dim = static_cast<int>(dim_);
-    int stages = L.stages;
-    void* args[] = {&shard, &rows, &nvec, &query, &dim, &scores_, &hists_, &uk, &ucap, &state_, &stages};
-    CHECK_CUDA(cudaLaunchKernel(L.fn, dim3(grid), dim3(cuda_detail::kScanThreads), args, L.smem, stream_.s));
-  }
-
   template <typename T, bool kL2>
   int scan_grid(std::size_t qsmem) {
-    return scan_launch<T, kL2>(qsmem).grid;
+    int& g = scan_grid_cache_;
+    if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2>),
+                                    cuda_detail::kScanThreads, qsmem);
+    return g;
   }
 
   // ------------------------------------------------------------ batched
@@ -1309,28 +1254,25 @@ class CudaEngine final : public Engine {
     // (memory, side_); the GEMM output alternates between two buffers.
     float* sbuf[2] = {scores_, scores_ + plan_.sbuf_bytes / sizeof(float)};
     const std::int64_t R0 = std::min<std::int64_t>(R, kFirstChunkRows);  // seeds the thresholds
-    // Over the first chunks, compact (and raise the threshold) once a pool holds 2k entries: the
-    // first chunk's threshold (the k-th of 8,192 rows) lets ~k · R / 8192 rows of each later
-    // chunk through, and waiting for pool_cap / 4 entries kept it that loose for several chunks.
-    // Later, pool_cap / 4: the threshold is tight and a compaction would only cost time
-    // (bench/NOTES.md, "Batched filter").
-    const std::uint32_t early_trigger = static_cast<std::uint32_t>(
+    // Compact (and raise the threshold) once a pool holds 2k entries: the first chunk's threshold
+    // (the k-th of 8,192 rows) lets ~k · R / 8192 rows of each later chunk through, and waiting
+    // for pool_cap / 4 entries kept it that loose for several chunks (bench/NOTES.md, "Batched
+    // filter": a trigger of pool_cap / 4 after the first 8 chunks measured 3 % slower).
+    const std::uint32_t trigger = static_cast<std::uint32_t>(
         std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
-    const std::uint32_t late_trigger = static_cast<std::uint32_t>(pcap / kPoolTriggerDiv);
     int last = 0;
     for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
       const int rc = static_cast<int>(std::min(c == 0 ? R0 : R, rows_ - r0));
       const int b = static_cast<int>(c & 1);
       if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream_.s, ev_filtered_[b].e, 0));
       // sbuf[b][q * rc + i] = Σ_d qhat[q, d] · shard[r0 + i, d]   (column-major [rc, batch])
-      if (!(exp_ & 2)) CHECK_CUBLAS(cublasGemmEx(cublas_.h, CUBLAS_OP_T, CUBLAS_OP_N, rc, batch, static_cast<int>(dpad_), &one,
+      CHECK_CUBLAS(cublasGemmEx(cublas_.h, CUBLAS_OP_T, CUBLAS_OP_N, rc, batch, static_cast<int>(dpad_), &one,
                                 static_cast<const T*>(shard_) + r0 * dpad_, ty, static_cast<int>(dpad_), qhat_, ty,
                                 static_cast<int>(dpad_), &zero, sbuf[b], CUDA_R_32F, rc, ct, CUBLAS_GEMM_DEFAULT));
       CHECK_CUDA(cudaEventRecord(ev_scored_[b].e, stream_.s));
       CHECK_CUDA(cudaStreamWaitEvent(side_.s, ev_scored_[b].e, 0));
       Approx ap{sbuf[b], rc, row_sq_, r0, kL2};
-      if (exp_ & 1) {
-      } else if (c == 0) {
+      if (c == 0) {
         chunk0_kernel<<<batch, kSelThreads, 0, side_.s>>>(ap, rc, qinfo_, uk, pool_, pcap, counts_, thr_, overflow_);
       } else {
         const dim3 grid(static_cast<unsigned>((rc + kFilterThreads * kFilterPerThread - 1) /
@@ -1341,8 +1283,7 @@ class CudaEngine final : public Engine {
         // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
         // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
         if (c < 8 || c % kCompactEvery == 0)
-          compact_kernel<<<batch, kSelThreads, 0, side_.s>>>(qinfo_, uk, pool_, pcap, counts_, thr_,
-                                                             c < 8 ? early_trigger : late_trigger);
+          compact_kernel<<<batch, kSelThreads, 0, side_.s>>>(qinfo_, uk, pool_, pcap, counts_, thr_, trigger);
       }
       CHECK_CUDA_LAUNCH();
       CHECK_CUDA(cudaEventRecord(ev_filtered_[b].e, side_.s));
@@ -1374,7 +1315,6 @@ class CudaEngine final : public Engine {
   int device_;
   std::string device_name_;
   int sms_ = 1;
-  int cc_major_ = 0;
   Metric metric_;
   Dtype dtype_;
   std::int64_t rows_, dim_, dpad_ = 0;
@@ -1382,7 +1322,7 @@ class CudaEngine final : public Engine {
   Plan plan_;
   int cap_ = 0;
   double max_sq_ = 0.0;
-  ScanLaunch scan_launch_;
+  int scan_grid_cache_ = 0;
   int scan_variant_ = 0;
   int exp_ = 0;  // SHARDTOPK_SCAN_VARIANT (experiments): 0 = 2 rows × 4 chunks, no hint
   std::uint64_t pinned_queries_off_ = 0, pinned_ids_off_ = 0, pinned_scores_off_ = 0;

@@ -29,7 +29,7 @@ constexpr int kHist2Bins = 4096;  // key bits 19..8
 constexpr int kHist3Bins = 256;   // key bits 7..0
 constexpr int kHistWords = kHist1Bins + kHist2Bins + kHist3Bins;
 constexpr int kFilterThreads = 256;
-constexpr int kFilterPerThread = 32;
+constexpr int kFilterPerThread = 16;
 
 /// A candidate row of one query: its score (exact or approximate, by context) and shard row.
 struct PoolEntry {
@@ -201,24 +201,13 @@ __device__ void publish_if_last(const std::uint32_t* hists, int levels, std::uin
 
 /// One pass over the shard [rows, nvec chunks] against one query [dim] (float32, read with
 /// zero padding to nvec · V): scores[r] = exact ranking score, level-1 histogram += the top 12
-/// bits of its key; the last block resolves the threshold. A warp scores kRows adjacent rows at
-/// a time, issuing all of a lane's loads (up to kCh chunks per row) before its FMAs; kHint loads
-/// with the L2 256-byte prefetch hint and no L1 allocation. The per-row arithmetic (score.cuh)
-/// does not depend on kRows, kCh or kHint. Grid: persistent, blocks per SM from the occupancy;
-/// dynamic shared memory: nvec · V floats. Tuned for D = 384–1024 float16/float32 on H200
-/// (bench/NOTES.md, "Scan variants").
+/// bits of its key; the last block resolves the threshold. A warp scores two adjacent rows at a
+/// time, issuing all of a lane's loads (up to kScanChunks per row) before its FMAs. Grid:
+/// persistent, blocks per SM from the occupancy; dynamic shared memory: nvec · V floats.
+/// Tuned for D = 384–1024 (1–4 chunks per lane) float16/float32 on H200.
 constexpr int kScanChunks = 4;
 
-__device__ __forceinline__ uint4 load_chunk_stream(const void* base, std::int64_t chunk) {
-  uint4 r;
-  const uint4* p = reinterpret_cast<const uint4*>(base) + chunk;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
-template <typename T, bool kL2, int kRows = 2, int kCh = kScanChunks, bool kHint = false>
+template <typename T, bool kL2>
 __global__ void __launch_bounds__(kScanThreads)
     scan1_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
                  int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
@@ -232,165 +221,43 @@ __global__ void __launch_bounds__(kScanThreads)
   const int lane = threadIdx.x & 31;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32);
   const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
-  for (std::int64_t r = (static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5)) * kRows;
-       r < rows; r += warps * kRows) {
-    const T* rp[kRows];
-    float a[kRows];
+  for (std::int64_t r = (static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5)) * 2;
+       r < rows; r += warps * 2) {
+    const bool two = r + 1 < rows;
+    const T* row0 = shard + r * stride;
+    const T* row1 = two ? row0 + stride : row0;
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int v0 = 0; v0 < nvec; v0 += 32 * kScanChunks) {
+      uint4 x0[kScanChunks], x1[kScanChunks];
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-      rp[j] = shard + (r + j < rows ? r + j : r) * stride;  // past the end: re-read row r, unused
-      a[j] = 0.0f;
-    }
-    for (int v0 = 0; v0 < nvec; v0 += 32 * kCh) {
-      uint4 x[kRows][kCh];
-#pragma unroll
-      for (int c = 0; c < kCh; ++c) {
+      for (int c = 0; c < kScanChunks; ++c) {
         const int v = v0 + lane + 32 * c;
         if (v < nvec) {
-#pragma unroll
-          for (int j = 0; j < kRows; ++j) x[j][c] = kHint ? load_chunk_stream(rp[j], v) : load_chunk(rp[j], v);
+          x0[c] = load_chunk(row0, v);
+          x1[c] = load_chunk(row1, v);
         }
       }
 #pragma unroll
-      for (int c = 0; c < kCh; ++c) {
+      for (int c = 0; c < kScanChunks; ++c) {
         const int v = v0 + lane + 32 * c;
         if (v < nvec) {
-#pragma unroll
-          for (int j = 0; j < kRows; ++j) a[j] = chunk_step<T, kL2>(qs + v * V, x[j][c], a[j]);
+          a0 = chunk_step<T, kL2>(qs + v * V, x0[c], a0);
+          a1 = chunk_step<T, kL2>(qs + v * V, x1[c], a1);
         }
       }
     }
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-      float s = warp_tree(a[j]);
-      if (kL2) s = -s;
-      if (lane == j && r + j < rows) {
-        scores[r + j] = s;
-        atomicAdd(&h[score_key(s) >> 20], 1u);
-      }
+    float s0 = warp_tree(a0), s1 = warp_tree(a1);
+    if (kL2) {
+      s0 = -s0;
+      s1 = -s1;
     }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x)
-    if (h[i]) atomicAdd(&hists[i], h[i]);
-  publish_if_last<kScanThreads>(hists, 1, k, cap, st);
-}
-
-// ---- batch 1, bulk-copy (TMA) scan: the same per-row arithmetic, rows staged in shared memory
-
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(std::uint64_t* bar, std::uint32_t count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-#else
-  __trap();  // the launcher uses the bulk scan on compute capability 9.0+ only
-#endif
-}
-
-/// Thread 0: the stage's barrier expects `bytes` and one bulk copy global → shared brings them.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-#endif
-}
-
-/// scan1_kernel's work with the rows brought to shared memory by bulk copies (the Hopper TMA
-/// engine) instead of per-thread loads: tiles of 8 · kRpw consecutive rows (one contiguous byte
-/// range each) go round-robin to the blocks; `stages` tiles per block are in flight; warp w
-/// scores rows w, w + 8, … of a tile with exactly score.cuh's arithmetic (lane l: chunks l,
-/// l + 32, … in order, one accumulator, then the xor butterfly), so the bits equal
-/// scan1_kernel's. Dynamic shared memory: stages · tile bytes (128-aligned), the query
-/// (nvec · V floats), then `stages` mbarriers.
-template <typename T, bool kL2, int kRpw>
-__global__ void __launch_bounds__(kScanThreads)
-    scan1_bulk_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
-                      int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
-                      std::uint32_t cap, Batch1State* __restrict__ st, int stages) {
-  constexpr int V = VecTraits<T>::kElems;
-  constexpr int kWarps = kScanThreads / 32;
-  constexpr int kTileRows = kWarps * kRpw;
-  extern __shared__ __align__(128) unsigned char dsm[];
-  __shared__ std::uint32_t h[kHist1Bins];
-  const std::uint32_t row_bytes = static_cast<std::uint32_t>(nvec) * 16u;
-  const std::uint32_t tile_bytes = (row_bytes * kTileRows + 127u) / 128u * 128u;
-  unsigned char* tiles = dsm;
-  float* qs = reinterpret_cast<float*>(dsm + static_cast<std::size_t>(stages) * tile_bytes);
-  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(qs + nvec * V);  // nvec · V · 4 is a multiple of 16
-  const std::int64_t ntiles = (rows + kTileRows - 1) / kTileRows;
-  const std::int64_t my_tiles =
-      blockIdx.x < ntiles ? (ntiles - 1 - static_cast<std::int64_t>(blockIdx.x)) / gridDim.x + 1 : 0;
-  const auto issue = [&](std::int64_t i) {  // the block's i-th tile into stage i mod stages
-    const std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) + i * gridDim.x;
-    const std::int64_t r0 = tile * kTileRows;
-    const std::int64_t n = rows - r0 < kTileRows ? rows - r0 : kTileRows;
-    const int sidx = static_cast<int>(i % stages);
-    bulk_load(tiles + static_cast<std::size_t>(sidx) * tile_bytes,
-              reinterpret_cast<const unsigned char*>(shard) + r0 * row_bytes,
-              static_cast<std::uint32_t>(n) * row_bytes, &bars[sidx]);
-  };
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < stages; ++i) mbar_init(&bars[i], 1);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-  }
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (std::int64_t i = 0; i < my_tiles && i < stages; ++i) issue(i);
-  for (int i = threadIdx.x; i < nvec * V; i += blockDim.x) qs[i] = i < dim ? query[i] : 0.0f;
-  for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x) h[i] = 0;
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (std::int64_t i = 0; i < my_tiles; ++i) {
-    const int sidx = static_cast<int>(i % stages);
-    mbar_wait(&bars[sidx], static_cast<std::uint32_t>((i / stages) & 1));
-    const std::int64_t r0 = (static_cast<std::int64_t>(blockIdx.x) + i * gridDim.x) * kTileRows;
-    const unsigned char* tile = tiles + static_cast<std::size_t>(sidx) * tile_bytes;
-    float a[kRpw];
-#pragma unroll
-    for (int j = 0; j < kRpw; ++j) a[j] = 0.0f;
-    for (int v = lane; v < nvec; v += 32) {
-#pragma unroll
-      for (int j = 0; j < kRpw; ++j) {
-        const uint4 x = *reinterpret_cast<const uint4*>(tile + (warp + kWarps * j) * row_bytes + v * 16);
-        a[j] = chunk_step<T, kL2>(qs + v * V, x, a[j]);
-      }
+    if (lane == 0) {
+      scores[r] = s0;
+      atomicAdd(&h[score_key(s0) >> 20], 1u);
+    } else if (lane == 1 && two) {
+      scores[r + 1] = s1;
+      atomicAdd(&h[score_key(s1) >> 20], 1u);
     }
-#pragma unroll
-    for (int j = 0; j < kRpw; ++j) {
-      float s = warp_tree(a[j]);
-      if (kL2) s = -s;
-      const std::int64_t r = r0 + warp + kWarps * j;
-      if (lane == j && r < rows) {
-        scores[r] = s;
-        atomicAdd(&h[score_key(s) >> 20], 1u);
-      }
-    }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-    if (threadIdx.x == 0 && i + stages < my_tiles) issue(i + stages);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x)
