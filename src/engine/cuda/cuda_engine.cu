@@ -1211,11 +1211,13 @@ class CudaEngine final : public Engine {
     batched_m<T, false>(queries, batch, k, out);
   }
 
-  /// Rows per chunk for a batch: the [batch, R] float32 GEMM output fits one ping-pong buffer
-  /// (L2-resident) and stays below 65,536 rows.
+  /// Rows per chunk for a batch (the largest; see enqueue_batched for the first chunks): the
+  /// [batch, R] float32 GEMM output fits one ping-pong buffer (L2-resident). float32 storage
+  /// (TF32 GEMM) stays at 65,536 rows: longer chunks measured 6 % slower at B = 8, while
+  /// float16 gained 11 % there (bench/NOTES.md, "Batched chunks").
   std::int64_t chunk_rows(int batch) const {
     std::int64_t r = static_cast<std::int64_t>(plan_.sbuf_bytes / (4ull * static_cast<std::uint64_t>(batch)));
-    r = std::min<std::int64_t>(r, 65536);
+    if (dtype_ == Dtype::kFloat32) r = std::min<std::int64_t>(r, 65536);
     if (r >= 256) r = r / 256 * 256;
     return std::max<std::int64_t>(1, std::min(r, rows_));
   }
@@ -1262,7 +1264,10 @@ class CudaEngine final : public Engine {
         std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
     int last = 0;
     for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
-      const int rc = static_cast<int>(std::min(c == 0 ? R0 : R, rows_ - r0));
+      // Chunk c ≥ 1 has at most as many rows as came before it (doubling from R0 up to R): a
+      // threshold from n rows lets about k · rows_c / n rows of the next chunk through, so the
+      // early chunks cannot flood the pools, and small batches still get long GEMMs.
+      const int rc = static_cast<int>(std::min({c == 0 ? R0 : std::min(R, r0), rows_ - r0}));
       const int b = static_cast<int>(c & 1);
       if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream_.s, ev_filtered_[b].e, 0));
       // sbuf[b][q * rc + i] = Σ_d qhat[q, d] · shard[r0 + i, d]   (column-major [rc, batch])
