@@ -125,10 +125,11 @@ class Engine {
 
   /// Streamed upload (an engine built with ShardInput::streamed; the CUDA engine only).
   /// upload_buffer: page-locked host memory for `rows` rows [rows, dim] float32, one of two
-  /// buffers used in turn; it waits until the previous copy out of that buffer has finished.
+  /// buffers used in turn (each allocated on its first use); it waits until the previous copy
+  /// out of that buffer has finished.
   /// `rows` may not exceed the first call's. upload_rows: queues the copy of shard rows
-  /// [first, first + rows) (local row numbers) from `data` (a buffer from upload_buffer: returns
-  /// at once; other host memory: copied before it returns) and their conversion to the storage
+  /// [first, first + rows) (local row numbers) from `data` (inside a buffer from upload_buffer:
+  /// returns at once; any other host memory: copied before it returns) and their conversion to the storage
   /// type. finish_upload: waits for the copies, then checks that every row arrived once and
   /// computes the norms. @throws Error when the engine does not stream, a block is out of
   /// range or too large, rows are missing at the end, or a value overflows the storage type.

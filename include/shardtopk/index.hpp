@@ -18,8 +18,8 @@ namespace shardtopk {
 
 /// What start-up did, for logs and timing summaries.
 struct IngestStats {
-  double read_s = 0;     ///< HDF5 read + validation of this rank's rows
-  double upload_s = 0;   ///< engine construction (conversion, upload, norms)
+  double read_s = 0;     ///< HDF5 read + validation of this rank's rows (streamed: read + upload overlapped)
+  double upload_s = 0;   ///< engine construction (conversion, upload, norms); streamed: includes read_s, do not add them
   double total_s = 0;    ///< whole constructor, max over ranks
   std::int64_t total_rows = 0;
   std::int64_t dim = 0;

@@ -1019,19 +1019,17 @@ class CudaEngine final : public Engine {
                                   "upload has finished");
     SHARDTOPK_EXPECTS(rows >= 1 && rows <= rows_, "upload_buffer: ", rows, " rows out of range 1 .. ", rows_);
     DeviceGuard guard(device_);
-    if (up_cap_rows_ == 0) {
-      up_cap_rows_ = rows;
-      const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(rows) * dim_;
-      for (int i = 0; i < 2; ++i) {
-        CHECK_CUDA(cudaHostAlloc(&up_buf_[i].p, bytes, cudaHostAllocDefault));
-        CHECK_CUDA(cudaEventCreateWithFlags(&up_ev_[i].e, cudaEventDisableTiming));
-        CHECK_CUDA(cudaEventRecord(up_ev_[i].e, stream_.s));
-      }
-    }
+    if (up_cap_rows_ == 0) up_cap_rows_ = rows;
     SHARDTOPK_EXPECTS(rows <= up_cap_rows_, "upload_buffer: ", rows, " rows, more than the first call's ",
                       up_cap_rows_);
     const int i = up_next_;
     up_next_ ^= 1;
+    if (!up_buf_[i].p) {  // allocated on first use: a one-block shard pins one buffer, not two
+      const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(up_cap_rows_) * dim_;
+      CHECK_CUDA(cudaHostAlloc(&up_buf_[i].p, bytes, cudaHostAllocDefault));
+      CHECK_CUDA(cudaEventCreateWithFlags(&up_ev_[i].e, cudaEventDisableTiming));
+      CHECK_CUDA(cudaEventRecord(up_ev_[i].e, stream_.s));
+    }
     CHECK_CUDA(cudaEventSynchronize(up_ev_[i].e));  // its previous copy has left the buffer
     return static_cast<float*>(up_buf_[i].p);
   }
@@ -1056,8 +1054,20 @@ class CudaEngine final : public Engine {
         case Dtype::kBFloat16: convert<__nv_bfloat16>(m, first + r0); break;
       }
     }
-    for (int i = 0; i < 2; ++i)
-      if (up_buf_[i].p == data) CHECK_CUDA(cudaEventRecord(up_ev_[i].e, stream_.s));
+    // Data inside one of upload_buffer()'s pinned buffers: its event says when the copy has left
+    // it. Any other memory: wait here, so the caller may reuse or free it on return (pinned
+    // memory of its own would otherwise still be read by the asynchronous copy).
+    bool ours = false;
+    const std::size_t cap_bytes = sizeof(float) * static_cast<std::size_t>(up_cap_rows_) * dim_;
+    for (int i = 0; i < 2; ++i) {
+      const char* p = static_cast<const char*>(up_buf_[i].p);
+      const char* d = reinterpret_cast<const char*>(data);
+      if (p && d >= p && d < p + cap_bytes) {
+        CHECK_CUDA(cudaEventRecord(up_ev_[i].e, stream_.s));
+        ours = true;
+      }
+    }
+    if (!ours) CHECK_CUDA(cudaStreamSynchronize(stream_.s));
     up_rows_done_ += rows;
   }
 
@@ -1176,7 +1186,6 @@ class CudaEngine final : public Engine {
                                                                    static_cast<int>(dim_), scores_, hists_, uk, ucap,
                                                                    state_);
     CHECK_CUDA_LAUNCH();
-    CHECK_CUDA_LAUNCH();
     const std::size_t smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
     if (select_grid_ == 0)
       select_grid_ = persistent_grid(reinterpret_cast<const void*>(select1_kernel), kSelThreads, smem);
@@ -1287,7 +1296,7 @@ class CudaEngine final : public Engine {
         CHECK_CUDA_LAUNCH();
         // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
         // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
-        if (c < 8 || c % kCompactEvery == 0)
+        if (c < 8 || c % kCompactEvery == 0 || rc > 65536)  // long chunks: after each
           compact_kernel<<<batch, kSelThreads, 0, side_.s>>>(qinfo_, uk, pool_, pcap, counts_, thr_, trigger);
       }
       CHECK_CUDA_LAUNCH();
@@ -1328,8 +1337,6 @@ class CudaEngine final : public Engine {
   int cap_ = 0;
   double max_sq_ = 0.0;
   int scan_grid_cache_ = 0;
-  int scan_variant_ = 0;
-  int exp_ = 0;  // SHARDTOPK_SCAN_VARIANT (experiments): 0 = 2 rows × 4 chunks, no hint
   std::uint64_t pinned_queries_off_ = 0, pinned_ids_off_ = 0, pinned_scores_off_ = 0;
   std::size_t persist_max_ = 0;  // persisting L2 the device offers (bytes)
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
