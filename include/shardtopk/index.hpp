@@ -196,4 +196,15 @@ Metric resolve_metric(const Config& cfg);
 /// Number of worker threads for the CPU engine: cfg value, or hardware cores ÷ ranks on the node.
 int resolve_threads(const Config& cfg, int local_size);
 
+/// Whether load_index streams a shard into the engine (blocks through pinned buffers, no host
+/// copy of the shard): the CUDA engine with inner product or l2. Cosine rows are normalised on
+/// the host first, so they are read into one host array.
+bool streams_shard(bool cuda_engine, Metric metric);
+
+/// Host bytes held at the peak of loading `rows` rows of `dim` columns (not counting the CPU
+/// engine's own buffers): streamed, the ids (8 B/row) and one or two pinned float32 blocks of
+/// min(read_chunk_rows, rows) rows (two when the shard spans more than one block); otherwise
+/// the float32 rows and their ids, rows · (4 · dim + 8). Estimate used by `shardtopk plan`.
+std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows);
+
 }  // namespace shardtopk

@@ -440,6 +440,7 @@ int run_plan(const PlanArgs& a) {
   const bool use_gpu = cfg.engine.backend == EngineBackend::kCuda ||
                        (cfg.engine.backend == EngineBackend::kAuto && ngpu > 0);
   const EngineLimits lim = index_engine_limits(cfg.search, a.ranks);  // what load_index builds
+  const bool streamed = streams_shard(use_gpu, resolve_metric(cfg));
   std::printf("corpus %s '%s' [%lld x %lld], %s storage, %d rank(s), %d per node, engine %s, %d GPU(s) visible\n",
               cfg.corpus.path.c_str(), info.name.c_str(), static_cast<long long>(n), static_cast<long long>(dim),
               to_string(cfg.engine.dtype).c_str(), a.ranks, per_node, use_gpu ? "cuda" : "cpu", ngpu);
@@ -453,9 +454,10 @@ int run_plan(const PlanArgs& a) {
     const std::uint64_t dev =
         use_gpu ? cuda_engine_device_bytes(rr.size(), dim, cfg.engine.dtype, lim)
                 : cpu_engine_host_bytes(rr.size(), dim, cfg.engine.dtype, lim, resolve_threads(cfg, per_node));
-    // load_peak_host_bytes: host memory at the peak of loading: the float32 rows read from the
-    // file and their ids, plus the CPU engine's buffers (built while the rows are still held).
-    const std::uint64_t rows_bytes = static_cast<std::uint64_t>(rr.size()) * (dim * 4 + 8);
+    // load_peak_host_bytes: host memory at the peak of loading: the rows read from the file and
+    // their ids (streamed into the CUDA engine: the ids and its pinned blocks), plus the CPU
+    // engine's buffers (built while the rows are still held).
+    const std::uint64_t rows_bytes = load_peak_host_bytes(rr.size(), dim, streamed, cfg.engine.read_chunk_rows);
     const std::uint64_t host = use_gpu ? rows_bytes : (dev > UINT64_MAX - rows_bytes ? UINT64_MAX : rows_bytes + dev);
     std::string fits = "-";
     std::uint64_t free_b = 0, total_b = 0;
@@ -473,8 +475,9 @@ int run_plan(const PlanArgs& a) {
                 static_cast<long long>(rr.size()), static_cast<unsigned long long>(host),
                 static_cast<unsigned long long>(dev), static_cast<unsigned long long>(free_b), fits.c_str());
   }
-  std::printf("load_peak_host_bytes: peak host memory while loading a shard; engine_bytes: %s memory the %s engine "
+  std::printf("load_peak_host_bytes: peak host memory while loading a shard%s; engine_bytes: %s memory the %s engine "
               "allocates at start-up (checked before allocating)\n",
+              streamed ? " (streamed: ids and pinned blocks of engine.read_chunk_rows rows)" : "",
               use_gpu ? "device" : "host", use_gpu ? "cuda" : "cpu");
   return all_fit ? 0 : 3;
 }

@@ -90,6 +90,17 @@ Metric resolve_metric(const Config& cfg) {
               "' is not understood; set search.metric (inner_product, cosine, l2)");
 }
 
+bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
+
+std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows) {
+  const std::uint64_t r = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0));
+  const std::uint64_t d = static_cast<std::uint64_t>(std::max<std::int64_t>(dim, 0));
+  if (!streamed) return r * (4 * d + 8);
+  const std::uint64_t block = std::min<std::uint64_t>(r, static_cast<std::uint64_t>(std::max(1LL, read_chunk_rows)));
+  const std::uint64_t buffers = r > block ? 2 : (r > 0 ? 1 : 0);
+  return r * 8 + buffers * block * d * 4;
+}
+
 int resolve_threads(const Config& cfg, int local_size) {
   if (cfg.engine.threads > 0) return cfg.engine.threads;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -359,7 +370,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     // Refuse a bad backend before reading anything. The CUDA engine takes inner-product and L2
     // rows streamed: each block is read into pinned memory while the previous one is copied to
     // the GPU (no host copy of the shard). Cosine rows are normalised on the host first.
-    streamed = choose_backend(cfg, *host_comm) == EngineBackend::kCuda && metric != Metric::kCosine;
+    streamed = streams_shard(choose_backend(cfg, *host_comm) == EngineBackend::kCuda, metric);
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();

@@ -407,6 +407,26 @@ TEST_F(CliInputs, PlanLabelsTheLoadingPeakAndTheEngineBytes) {
   EXPECT_THAT(r.out, HasSubstr(" " + std::to_string(eng) + " ")) << r.out;
 }
 
+// With the CUDA engine, inner-product and l2 shards are streamed (no host copy of the shard):
+// the peak is the ids plus one or two pinned blocks of engine.read_chunk_rows rows; cosine
+// shards are read into one host array first. Rank 1 holds 20 rows of 4 columns.
+TEST_F(CliInputs, PlanCountsStreamedLoadsAsIdsPlusPinnedBlocks) {
+  const std::vector<float> corpus = test::small_ints(41 * 4, 73);
+  const std::string h5 = write_h5("c.h5", "train", corpus, 4);
+  const std::string cuda = " --set engine.backend=cuda --set engine.read_chunk_rows=8";
+  CmdResult r = run(std::string(SHARDTOPK_BIN) + " plan --config " + write_config(h5, "l2") + " --ranks 2" + cuda);
+  EXPECT_THAT(r.out, AllOf(HasSubstr(" " + std::to_string(20 * 8 + 2 * 8 * 4 * 4) + " "),
+                           HasSubstr("streamed: ids and pinned blocks of engine.read_chunk_rows rows")))
+      << r.out << r.err;
+  r = run(std::string(SHARDTOPK_BIN) + " plan --config " + write_config(h5, "l2") + " --ranks 2" +
+          " --set engine.backend=cuda --set engine.read_chunk_rows=64");  // one block: one buffer
+  EXPECT_THAT(r.out, HasSubstr(" " + std::to_string(20 * 8 + 20 * 4 * 4) + " ")) << r.out << r.err;
+  r = run(std::string(SHARDTOPK_BIN) + " plan --config " + write_config(h5, "cosine", "", "cos.yaml") +
+          " --ranks 2" + cuda);
+  EXPECT_THAT(r.out, AllOf(HasSubstr(" " + std::to_string(20 * (4 * 4 + 8)) + " "), Not(HasSubstr("streamed:"))))
+      << r.out << r.err;
+}
+
 TEST_F(CliInputs, ReadmeShowsTheHelpCommandWithItsPath) {
   const std::string readme = test::read_text(std::string(SHARDTOPK_SOURCE_DIR) + "/README.md");
   ASSERT_FALSE(readme.empty());
