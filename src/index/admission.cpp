@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "common/log.hpp"
+#include "common/parallel.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
@@ -42,15 +42,9 @@ NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, 
     }
     return s;
   };
-  // Below ~1M values a thread costs more than it saves.
-  const std::int64_t nt = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, rows * dim / (1 << 20)));
-  if (nt == 1) return part(0, rows);
+  const int nt = range_parts(rows * dim, std::max(1, threads), 1 << 20);  // ≥ 1M values per thread
   std::vector<NormSummary> parts(static_cast<size_t>(nt));
-  std::vector<std::thread> pool;
-  const std::int64_t per = (rows + nt - 1) / nt;
-  for (std::int64_t t = 0; t < nt; ++t)
-    pool.emplace_back([&, t] { parts[t] = part(std::min(rows, t * per), std::min(rows, (t + 1) * per)); });
-  for (auto& th : pool) th.join();
+  parallel_ranges(rows, nt, [&](std::int64_t lo, std::int64_t hi, int p) { parts[p] = part(lo, hi); });
   return combine_norms(parts);  // the largest; equal norms: the smaller row, as one pass gives
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "common/parallel.hpp"
 #include "index/admission.hpp"
 #include "shardtopk/corpus_io.hpp"
 
@@ -227,9 +228,6 @@ bool all_finite(const float* x, std::int64_t n) {
   return bad == 0;
 }
 
-}  // namespace
-
-namespace {
 /// Streams a ShardInput::streamed shard's rows into the just-built engine; returns their norms.
 using StreamRows = std::function<NormSummary(Engine&)>;
 
@@ -451,21 +449,11 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     if (metric == Metric::kCosine) {
       // norms computed once at ingest: rows are stored normalised. Messages use global rows;
       // parts are in row order, so the first error names the first zero-norm row.
-      const std::int64_t nt = std::max<std::int64_t>(1, std::min<std::int64_t>(ropt.threads, nrows / 4096));
-      const std::int64_t per = (nrows + nt - 1) / nt;
-      std::vector<std::string> errors(static_cast<size_t>(nt));
-      std::vector<std::thread> pool;
-      for (std::int64_t t = 0; t < nt; ++t)
-        pool.emplace_back([&, t] {
-          try {
-            const std::int64_t lo = std::min(nrows, t * per), hi = std::min(nrows, (t + 1) * per);
-            if (hi > lo) normalize_rows(shard.get() + lo * stats.dim, hi - lo, stats.dim, stats.rows.lo + lo, "corpus row");
-          } catch (const std::exception& e) {
-            errors[t] = e.what();
-          }
-        });
-      for (auto& th : pool) th.join();
-      for (const auto& e : errors) SHARDTOPK_EXPECTS(e.empty(), e);
+      parallel_ranges(nrows, range_parts(nrows, std::max(1, ropt.threads), 4096),
+                      [&](std::int64_t lo, std::int64_t hi, int) {
+                        normalize_rows(shard.get() + lo * stats.dim, hi - lo, stats.dim, stats.rows.lo + lo,
+                                       "corpus row");
+                      });
     }
     stats.read_s = seconds_since(tr);
     if (log_progress && rank == 0)
@@ -513,7 +501,8 @@ ShardedIndex::ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_
   stats_.engine_resident_bytes = engine_->resident_bytes();
   const int world = host_comm_->world_size();
   const size_t bk1 = static_cast<size_t>(cfg_.search.batch_max + 1) * cfg_.search.k_max;
-  host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
+  if (metric_ == Metric::kCosine)  // normalised copies; other metrics stage the caller's queries
+    host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
   host_status_.assign(static_cast<size_t>(cfg_.search.k_max), pad_candidate());
   host_ids_.assign(bk1, 0);
   host_scores_.assign(bk1, 0.0f);

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,6 +16,7 @@
 #include "io/h5_detail.hpp"
 
 #include "common/half.hpp"
+#include "common/parallel.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
@@ -316,7 +316,7 @@ std::vector<std::int64_t> read_all_as_int64(hid_t ds, const std::string& path, c
   const size_t width = H5Tget_size(ftype.get());
   SHARDTOPK_EXPECTS(width == 1 || width == 2 || width == 4 || width == 8, "'", path, "': dataset '", info.name,
                     "' has integers of ", width, " bytes; ids must be 1, 2, 4 or 8-byte integers");
-  if (H5Tget_sign(ftype.get()) == H5T_SGN_NONE && H5Tget_size(ftype.get()) >= 8) {
+  if (H5Tget_sign(ftype.get()) == H5T_SGN_NONE && width == 8) {
     std::vector<std::uint64_t> u(n);
     STK_H5_CHECK(H5Dread(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data()), "'", path, "': reading '",
                  info.name, "'");
@@ -519,16 +519,9 @@ void H5Writer::write_rows(std::int64_t first, std::int64_t n, const float* data)
     // half::to_f16 (nearest, ties to even: what write_f16 and the engines store), on all cores.
     const std::int64_t total = n * rows_cols_;
     rows_bits_.resize(static_cast<size_t>(total));
-    const std::int64_t nt =
-        std::max<std::int64_t>(1, std::min<std::int64_t>(static_cast<std::int64_t>(std::thread::hardware_concurrency()), total >> 20));
-    const std::int64_t per = (total + nt - 1) / nt;
-    std::vector<std::thread> pool;
-    for (std::int64_t t = 0; t < nt; ++t)
-      pool.emplace_back([&, t] {
-        for (std::int64_t i = t * per; i < std::min(total, (t + 1) * per); ++i)
-          rows_bits_[static_cast<size_t>(i)] = half::to_f16(data[i]);
-      });
-    for (auto& th : pool) th.join();
+    parallel_ranges(total, range_parts(total, 0, 1 << 20), [&](std::int64_t lo, std::int64_t hi, int) {
+      for (std::int64_t i = lo; i < hi; ++i) rows_bits_[static_cast<size_t>(i)] = half::to_f16(data[i]);
+    });
     src = rows_bits_.data();
   }
   const hsize_t start[2] = {static_cast<hsize_t>(first), 0};
