@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/backoff.hpp"
 #include "shardtopk/communicator.hpp"
 
 namespace shardtopk {
@@ -182,14 +183,7 @@ class MpiCommunicator final : public Communicator {
     for (long spins = 0;; ++spins) {
       check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
       if (done) return;
-      // Spin for 0.2 ms, then yield (no latency added while the core is free; oversubscribed
-      // CPU ranks still progress) up to 20 ms, then sleep: 50 us, or 200 us for an untimed
-      // wait past 1 s (a follower waiting for the next request).
-      if ((spins & 15) == 15) {
-        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (waited > 0.02) std::this_thread::sleep_for(std::chrono::microseconds(!timed && waited > 1.0 ? 200 : 50));
-        else if (waited > 0.0002) std::this_thread::yield();
-      }
+      poll_backoff(spins, start, /*idle=*/!timed);
       if (timed && (spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
         char msg[256];
         std::snprintf(msg, sizeof msg, "rank %d: %s did not complete within %.3g s (%scomm.timeout_s)", rank_, what,

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "common/backoff.hpp"
 #include "common/cuda_check.cuh"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
@@ -175,7 +176,7 @@ class NcclCommunicator final : public Communicator {
       if (r != ncclSuccess) fail(what, r);
       if (state != ncclSuccess && state != ncclInProgress) fail(what, state);
       if (elapsed_s(start) > timeout_s_) timed_out(what);
-      backoff(spins, start);
+      poll_backoff(spins, start);
     }
   }
 
@@ -228,7 +229,7 @@ class NcclCommunicator final : public Communicator {
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) fail(what, state);
       if (elapsed_s(start) > timeout_s_) timed_out(what);
-      backoff(spins, start);
+      poll_backoff(spins, start);
     }
   }
 
@@ -237,15 +238,6 @@ class NcclCommunicator final : public Communicator {
   void enqueued(const char* what, ncclResult_t issued, Clock::time_point start) {
     if (issued != ncclSuccess && issued != ncclInProgress) fail(what, issued);
     wait_ready(what, start);
-  }
-
-  /// Spin for 0.2 ms, yield up to 20 ms (no latency added while the core is free), then sleep
-  /// 50 us per poll.
-  static void backoff(long spins, Clock::time_point start) {
-    if ((spins & 15) != 15) return;
-    const double waited = elapsed_s(start);
-    if (waited > 0.02) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    else if (waited > 0.0002) std::this_thread::yield();
   }
 
   /// One tiny all-gather at start-up: connections are set up now (within the timeout, while
