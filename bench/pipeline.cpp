@@ -331,7 +331,12 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
         in.sorted_ids = flat_ids.data();
         in.id_off = id_off.data();
         ok = device_count_missed(in, missed_dev.data(), &device_s);
-        if (!ok) msg = "device count pass unavailable on device " + std::to_string(in.device);
+        if (!ok) {
+          std::string reason;
+          (void)device_count_available(c.metric, in.device, &reason);
+          msg = "device count pass unavailable on device " + std::to_string(in.device) +
+                (reason.empty() ? std::string() : ": " + reason);
+        }
       } catch (const std::exception& e) {
         ok = false;
         msg = e.what();

@@ -191,6 +191,21 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     std::vector<std::int64_t> ids(rank == 0 ? static_cast<size_t>(nq * a.k) : 0);
     std::vector<float> scores(ids.size());
     std::vector<double> batch_ms;
+    // Queries [b0, b0 + b) of the file; a batch rank 0 rejects is named by those indices.
+    auto search_batch = [&](std::int64_t b0, int b, std::int64_t* out_ids, float* out_scores) {
+      try {
+        index.search(q.data.data() + b0 * dim, b, a.k, out_ids, out_scores);
+      } catch (const RemoteError&) {
+        throw;
+      } catch (const CommError&) {
+        guard.comm_failed = true;
+        throw;  // handled by run_search while the index is alive
+      } catch (const Error& e) {
+        throw RemoteError(std::string("queries [") + std::to_string(b0) + ", " + std::to_string(b0 + b) + "): " +
+                              e.what(),
+                          true);
+      }
+    };
     // One search per distinct batch size (full batches, the last one) before the timed loop:
     // the CUDA engine captures a graph per (batch size, k) on first use (tens of ms), which
     // would otherwise land in the timings. Answers are deterministic, so the warm-up's own
@@ -202,18 +217,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       std::vector<std::int64_t> wid(static_cast<size_t>(sizes[0]) * a.k);
       std::vector<float> wsc(wid.size());
       const auto tw = Clock::now();
-      for (int b : sizes) {
-        try {
-          index.search(q.data.data(), b, a.k, wid.data(), wsc.data());
-        } catch (const RemoteError&) {
-          throw;
-        } catch (const CommError&) {
-          guard.comm_failed = true;
-          throw;
-        } catch (const Error& e) {
-          throw RemoteError(std::string("queries [0, ") + std::to_string(b) + "): " + e.what(), true);
-        }
-      }
+      for (int b : sizes) search_batch(0, b, wid.data(), wsc.data());
       warmup_ms = std::chrono::duration<double, std::milli>(Clock::now() - tw).count();
       spdlog::info("warm-up: {} batch(es) (sizes {}) in {:.1f} ms, not in the timings", sizes.size(),
                    sizes.size() == 1 ? std::to_string(sizes[0]) : std::to_string(sizes[0]) + ", " + std::to_string(sizes[1]),
@@ -225,19 +229,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     for (std::int64_t b0 = 0; b0 < nq; b0 += batch_max) {
       const int b = static_cast<int>(std::min<std::int64_t>(batch_max, nq - b0));
       const auto tb = Clock::now();
-      try {
-        index.search(q.data.data() + b0 * dim, b, a.k, ids.data() + b0 * a.k, scores.data() + b0 * a.k);
-      } catch (const RemoteError&) {
-        throw;
-      } catch (const CommError&) {
-        guard.comm_failed = true;
-        throw;  // handled by run_search while the index is alive
-      } catch (const Error& e) {
-        // rank 0 rejected the batch: name the query by its index in the file
-        throw RemoteError(std::string("queries [") + std::to_string(b0) + ", " + std::to_string(b0 + b) +
-                              "): " + e.what(),
-                          true);
-      }
+      search_batch(b0, b, ids.data() + b0 * a.k, scores.data() + b0 * a.k);
       batch_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - tb).count());
       if (rank == 0)
         spdlog::debug("batch {}: queries [{}, {}), k={}, {:.3f} ms", batch_ms.size() - 1, b0, b0 + b, a.k,

@@ -18,6 +18,7 @@
 #include <deque>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -531,7 +532,7 @@ class FrontEnd {
       for (size_t c = 0; c < r.size(); ++c) {
         SHARDTOPK_EXPECTS(r[c].is_number(), "query ", q, ", column ", c, ": ", r[c].dump(), " is not a number");
         const double v = r[c].get<double>();
-        SHARDTOPK_EXPECTS(std::fabs(v) <= 3.4028234663852886e38, "query ", q, ", column ", c, ": value ", r[c].dump(),
+        SHARDTOPK_EXPECTS(std::fabs(v) <= std::numeric_limits<float>::max(), "query ", q, ", column ", c, ": value ", r[c].dump(),
                           " is too large for float32");
         job.queries[q * info.dim + c] = static_cast<float>(v);
       }
