@@ -45,23 +45,31 @@ class CliInputs : public ::testing::Test {
     w.close();
     return path;
   }
-  // An ann-benchmarks style l2 file: train, test and the float64 truth (squared distances)
-  // computed by the oracle; returns the truth's ids and distances through tid / tsc.
-  std::string write_l2_truth(const std::string& name, const std::vector<float>& corpus, const std::vector<float>& q,
-                             std::int64_t dim, int tk, std::vector<std::int64_t>* tid, std::vector<double>* tsc) {
-    const std::int64_t n = static_cast<std::int64_t>(corpus.size()) / dim, nq = static_cast<std::int64_t>(q.size()) / dim;
-    oracle::topk(Metric::kL2, corpus.data(), n, nullptr, q.data(), nq, dim, tk, tid, tsc);
-    const std::vector<float> tdist(tsc->begin(), tsc->end());
-    const std::string path = dir_.file(name);
-    H5Writer w(path);
-    w.write_f32("train", corpus.data(), n, dim);
-    w.write_f32("test", q.data(), nq, dim);
-    w.write_i64("neighbors", tid->data(), nq, tk);
+  // An ann-benchmarks style l2 file `name`: random train [n, dim] (seed) and test [nq, dim]
+  // (seed + 1) rows and their float64 truth (squared distances, top tk) from the oracle.
+  struct L2Truth {
+    std::vector<float> corpus, q;
+    std::vector<std::int64_t> tid;
+    std::vector<double> tsc;
+    std::string path;
+  };
+  L2Truth write_l2_truth(const std::string& name, std::int64_t n, std::int64_t dim, std::int64_t nq, int tk,
+                         std::uint64_t seed) {
+    L2Truth t;
+    t.corpus = test::random_floats(n * dim, seed);
+    t.q = test::random_floats(nq * dim, seed + 1);
+    oracle::topk(Metric::kL2, t.corpus.data(), n, nullptr, t.q.data(), nq, dim, tk, &t.tid, &t.tsc);
+    const std::vector<float> tdist(t.tsc.begin(), t.tsc.end());
+    t.path = dir_.file(name);
+    H5Writer w(t.path);
+    w.write_f32("train", t.corpus.data(), n, dim);
+    w.write_f32("test", t.q.data(), nq, dim);
+    w.write_i64("neighbors", t.tid.data(), nq, tk);
     w.write_f32("distances", tdist.data(), nq, tk);
     w.set_attr("distance", std::string("euclidean"));
     w.set_attr("distance_units", std::string("squared"));
     w.close();
-    return path;
+    return t;
   }
   std::string write_config(const std::string& corpus, const std::string& metric, const std::string& extra = "",
                            const std::string& name = "c.yaml") {
@@ -307,12 +315,7 @@ TEST_F(CliInputs, KLargerThanTheCorpusIsRefusedFromTheHeaderBeforeLoading) {
 }
 
 TEST_F(CliInputs, EvalOfWiderResultsUsesTheTruthsK) {
-  const std::int64_t n = 60, dim = 4, nq = 5, tk = 5;
-  const std::vector<float> corpus = test::random_floats(n * dim, 69);
-  const std::vector<float> q = test::random_floats(nq * dim, 70);
-  std::vector<std::int64_t> tid;
-  std::vector<double> tsc;
-  const std::string corpus_path = write_l2_truth("c.h5", corpus, q, dim, static_cast<int>(tk), &tid, &tsc);
+  const std::string corpus_path = write_l2_truth("c.h5", 60, 4, 5, 5, 69).path;
   const std::string cfg = write_config(corpus_path, "l2");
   ASSERT_EQ(search(1, cfg, corpus_path, 9).rc, 0);
   const CmdResult r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + corpus_path);
@@ -326,11 +329,12 @@ TEST_F(CliInputs, EvalOfWiderResultsUsesTheTruthsK) {
 // file claims, and a repeated id is never a hit (adversarial review, 2026-11-30).
 TEST_F(CliInputs, EvalCountsRepeatedAndWrongIdsAsMisses) {
   const std::int64_t n = 40, dim = 4, nq = 3, tk = 3;
-  const std::vector<float> corpus = test::random_floats(n * dim, 91);
-  const std::vector<float> q = test::random_floats(nq * dim, 92);
-  std::vector<std::int64_t> tid;
-  std::vector<double> tsc;
-  const std::string truth = write_l2_truth("t.h5", corpus, q, dim, static_cast<int>(tk), &tid, &tsc);
+  const L2Truth t = write_l2_truth("t.h5", n, dim, nq, static_cast<int>(tk), 91);
+  const std::vector<float>& corpus = t.corpus;
+  const std::vector<float>& q = t.q;
+  const std::vector<std::int64_t>& tid = t.tid;
+  const std::vector<double>& tsc = t.tsc;
+  const std::string& truth = t.path;
   // A result file whose ids repeat the best one, or name a far row, with the *true* K-th's
   // distance written as its score (so the file's own scores would pass as near ties).
   auto result = [&](const std::string& name, bool repeat) {
