@@ -3,13 +3,23 @@
 # about was allocated, freed and touched by the library itself; prints "ours" otherwise.
 # A stack is a run of "    #N 0x..." lines; the report ends at "SUMMARY:".
 function runtime(line) {
-  return line ~ /__interceptor_|__sanitizer|__asan|__ubsan|__lsan|fuzzer::|in malloc |in calloc |in realloc |in free |in strdup |in strndup |in memcpy |in memmove |in memset |in strlen |in operator new|in operator delete|libc\.so|sysdeps\/|libstdc\+\+|in raise |in abort |pthread_kill|_start|__libc_start/
+  return line ~ /__interceptor_|__sanitizer|__asan|__ubsan|__lsan|fuzzer::|in malloc |in calloc |in realloc |in free |in strdup |in strndup |in memcpy |in memmove |in memset |in strlen |in operator new|in operator delete|libc\.so|sysdeps\/|libstdc\+\+|in raise |in abort |pthread_kill|_start|__libc_start|in main \(/
 }
-# A hang or a memory blow-up (RSS over -rss_limit_mb) is never the library's alone. One
-# allocation over -malloc_limit_mb ("out-of-memory (malloc(N))") comes with the stack of that
-# malloc and is judged by it like any other report (libhdf5 asks for up to 16 GB on damaged
-# files: seen 2026-11-30, H5C_protect under H5Fopen).
-/ERROR: libFuzzer: (timeout|out-of-memory)/ && !/out-of-memory \(malloc\(/ { slow = 1 }
+# A hang is never the library's alone. One allocation over -malloc_limit_mb ("out-of-memory
+# (malloc(N))") comes with the stack of that malloc and is judged by it like any other report
+# (libhdf5 asks for up to 16 GB on damaged files: seen 2026-11-30, H5C_protect under H5Fopen).
+/ERROR: libFuzzer: timeout/ { slow = 1 }
+# RSS over -rss_limit_mb ("out-of-memory (used: N Mb ...)") is judged by ASan's live-heap profile
+# that follows it ("Live Heap Allocations: B bytes ...", then contexts "N byte(s) (P%) in K
+# allocation(s)", each with its allocation stack). It is libhdf5's only when the profile explains
+# the RSS (live bytes at least half of it) and libhdf5's contexts hold the most bytes, shardtopk's
+# (stacks that leave the runtime outside libhdf5) under a quarter of that: finding 14's 3 GB
+# realloc inside the library. A profile that does not explain the RSS (a block being allocated
+# when the watchdog sampled: finding 14's 20 GB malloc, now refused by ASan's
+# max_allocation_size_mb in launch/fuzz.sh) or no profile at all: shardtopk's.
+/ERROR: libFuzzer: out-of-memory \(used:/ { rss = 1; s = $0; sub(/.*used: /, "", s); used_mb = s + 0 }
+/^Live Heap Allocations: [0-9]+ bytes/ { live_bytes = $4 + 0 }
+/^[0-9]+ byte\(s\) \([0-9]+%\) in [0-9]+ allocation\(s\)/ { context_bytes = $1 + 0 }
 # glibc's stack-protector abort: shardtopk and the fuzz targets are built without stack
 # protector (no __stack_chk_fail in the binary), Debian's libhdf5 with it, so the smashed frame
 # is the library's (seen once: the unwinder then crashed on it and no input was saved).
@@ -18,10 +28,15 @@ function runtime(line) {
 /^    #[0-9]+ / {
   if (!decided && !runtime($0)) {
     decided = 1
-    if ($0 ~ /libhdf5/) lib++
+    if ($0 ~ /libhdf5/) { lib++; lib_bytes += context_bytes } else ours_bytes += context_bytes
   }
 }
 /^SUMMARY:/ { exit }
 END {
+  if (rss) {
+    explained = used_mb > 0 && live_bytes >= used_mb * 1048576 / 2
+    print (explained && lib_bytes > 0 && 4 * ours_bytes < lib_bytes) ? "libhdf5" : "ours"
+    exit
+  }
   if (!slow && (smashed || (nstacks > 0 && lib == nstacks))) print "libhdf5"; else print "ours"
 }
