@@ -461,16 +461,22 @@ Handle f16_file_type() {
   H5Tset_ebias(t.get(), 15);
   return t;
 }
+
+// float16 bits of data [n], on all cores. Rounded with half::to_f16 (nearest, ties to even: the
+// engines' float16 storage) instead of HDF5's float->half conversion, which rounds ties away
+// from zero; the file then holds exactly what an engine stores for the same float32 values.
+void f16_bits(const float* data, std::int64_t n, std::vector<std::uint16_t>& bits) {
+  bits.resize(static_cast<size_t>(n));
+  parallel_ranges(n, range_parts(n, 0, 1 << 20), [&](std::int64_t lo, std::int64_t hi, int) {
+    for (std::int64_t i = lo; i < hi; ++i) bits[static_cast<size_t>(i)] = half::to_f16(data[i]);
+  });
+}
 }  // namespace
 
 void H5Writer::write_f16(const std::string& name, const float* data, std::int64_t rows, std::int64_t cols) {
   Handle t = f16_file_type();
-  // Round with half::to_f16 (nearest, ties to even: the engines' float16 storage) instead of
-  // HDF5's float->half conversion, which rounds ties away from zero; the file then holds exactly
-  // what an engine stores for the same float32 values.
-  const size_t n = static_cast<size_t>(rows * std::max<std::int64_t>(cols, 1));
-  std::vector<std::uint16_t> bits(n);
-  for (size_t i = 0; i < n; ++i) bits[i] = half::to_f16(data[i]);
+  std::vector<std::uint16_t> bits;
+  f16_bits(data, rows * std::max<std::int64_t>(cols, 1), bits);
   write_any(file_, path_, name, t.get(), t.get(), bits.data(), rows, cols, 0);
 }
 
@@ -516,12 +522,7 @@ void H5Writer::write_rows(std::int64_t first, std::int64_t n, const float* data)
   const void* src = data;
   Handle mem = rows_dtype_ == Dtype::kFloat16 ? f16_file_type() : Handle(H5Tcopy(H5T_NATIVE_FLOAT), H5Tclose);
   if (rows_dtype_ == Dtype::kFloat16) {
-    // half::to_f16 (nearest, ties to even: what write_f16 and the engines store), on all cores.
-    const std::int64_t total = n * rows_cols_;
-    rows_bits_.resize(static_cast<size_t>(total));
-    parallel_ranges(total, range_parts(total, 0, 1 << 20), [&](std::int64_t lo, std::int64_t hi, int) {
-      for (std::int64_t i = lo; i < hi; ++i) rows_bits_[static_cast<size_t>(i)] = half::to_f16(data[i]);
-    });
+    f16_bits(data, n * rows_cols_, rows_bits_);  // rounded as write_f16 does
     src = rows_bits_.data();
   }
   const hsize_t start[2] = {static_cast<hsize_t>(first), 0};
