@@ -186,8 +186,10 @@ class MpiCommunicator final : public Communicator {
       poll_backoff(spins, start, /*idle=*/!timed);
       if (timed && (spins & 63) == 0 && std::chrono::steady_clock::now() - start > limit) {
         char msg[256];
+        char factor[32] = "";
+        if (timeout_factor != 1.0) std::snprintf(factor, sizeof factor, "%.3g x ", timeout_factor);
         std::snprintf(msg, sizeof msg, "rank %d: %s did not complete within %.3g s (%scomm.timeout_s)", rank_, what,
-                      timeout_s_ * timeout_factor, timeout_factor == 1.0 ? "" : "a multiple of ");
+                      timeout_s_ * timeout_factor, factor);
         const std::string missing = who_is_missing();
         throw CommError(std::string(msg) + (missing.empty() ? "; a peer rank is stalled or dead" : "; " + missing));
       }
