@@ -98,6 +98,11 @@ class Engine {
     copy_from_host(query_buffer(), host_queries, sizeof(float) * static_cast<std::size_t>(batch) * dim());
   }
 
+  /// The host copy of the batch of the last stage_queries() [batch, dim], valid until the next
+  /// stage_queries(): the CUDA engine's pinned staging buffer (the staged multi-rank path
+  /// broadcasts from it instead of copying the queries once more); nullptr where there is none.
+  virtual const float* staged_host_queries() const { return nullptr; }
+
   /// Queues export_results() of list [batch, k] into the engine's own host-side buffers (the
   /// CUDA engine: a split kernel and k × 12 bytes per query device→host into pinned memory, on
   /// its stream, no wait). read_export() copies the answer out once the stream has completed

@@ -16,14 +16,18 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "common/backoff.hpp"
 #include "common/cuda_check.cuh"
+#include "common/log.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
 
@@ -86,6 +90,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
+    drop_graphs();
     if (!comm_) return;
     // Finalize flushes outstanding work and waits for the peers to finish with this
     // communicator; bounded by timeout_s, after which (or on any error) we abort instead.
@@ -141,9 +146,8 @@ class NcclCommunicator final : public Communicator {
     usable("ncclBroadcast");
     if (bytes == 0) return;
     DeviceGuard guard(device_);
-    const auto start = Clock::now();
-    const ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_);
-    enqueued("ncclBroadcast", r, start);
+    issue(GraphKey{0, buf, buf, bytes, root}, "ncclBroadcast",
+          [&] { return ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_); });
   }
 
   /// Enqueues the all-gather on the engine's stream and returns (wait() completes it).
@@ -151,9 +155,8 @@ class NcclCommunicator final : public Communicator {
     usable("ncclAllGather");
     if (bytes == 0) return;
     DeviceGuard guard(device_);
-    const auto start = Clock::now();
-    const ncclResult_t r = ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_);
-    enqueued("ncclAllGather", r, start);
+    issue(GraphKey{1, send, recv, bytes, 0}, "ncclAllGather",
+          [&] { return ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_); });
   }
 
   /// Waits until all work queued on the engine's stream has completed (collectives and the
@@ -204,6 +207,7 @@ class NcclCommunicator final : public Communicator {
   void abort_comm() noexcept {
     if (!comm_) return;
     (void)cudaSetDevice(device_);
+    drop_graphs();
     (void)ncclCommAbort(comm_);
     comm_ = nullptr;
   }
@@ -255,11 +259,108 @@ class NcclCommunicator final : public Communicator {
     allgather(base + n * static_cast<std::size_t>(rank()), base, n);
   }
 
+  /// One collective on fixed buffers: op (0 broadcast, 1 all-gather), send, recv, bytes, root.
+  using GraphKey = std::tuple<int, const void*, void*, std::size_t, int>;
+  struct Replay {
+    int eager_runs = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  /// Enqueues one collective (`call` issues it on stream_). Issued eagerly on this non-blocking
+  /// communicator, a batch-1 search's broadcast + all-gather took 105-160 us host to host on two
+  /// NVLink-connected H200s, and 8 ms when the rank was bound to one core (NCCL's enqueue of a
+  /// non-blocking communicator goes through its background thread); replayed from CUDA graphs
+  /// they took 19-24 us (bench/NOTES.md, "Fifth session"). So each (op, buffers, bytes, root) runs eagerly the
+  /// first time (which also sets up any connection NCCL makes lazily, within the timeout
+  /// polling), is captured on the second, and is replayed from then on. The enqueue of a
+  /// capture is completed like an eager one (wait_ready). If capturing fails, graphs are off for
+  /// this communicator (logged once) and the collective runs eagerly. SHARDTOPK_NO_GRAPH=1 turns
+  /// graphs off. The cache holds at most 256 graphs (it is cleared when full).
+  template <typename Call>
+  void issue(const GraphKey& key, const char* what, const Call& call) {
+    const auto start = Clock::now();
+    Replay* rp = nullptr;
+    if (use_graphs_) {
+      if (replays_.size() >= 256 && !replays_.count(key)) drop_graphs();
+      rp = &replays_[key];
+    }
+    if (!rp || rp->eager_runs == 0) {
+      if (rp) ++rp->eager_runs;
+      enqueued(what, call(), start);
+      return;
+    }
+    if (!rp->exec) {
+      cudaGraphExec_t exec = capture(what, call, start);
+      if (!exec) {  // capture failed: graphs are off now (and rp is gone with the cache)
+        enqueued(what, call(), start);
+        return;
+      }
+      rp->exec = exec;
+    }
+    const cudaError_t e = cudaGraphLaunch(rp->exec, stream_);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      abort_comm();
+      throw CommError(prefix() + what + ": cudaGraphLaunch failed: " + cudaGetErrorName(e) + " (" +
+                      cudaGetErrorString(e) + ") on device " + std::to_string(device_));
+    }
+  }
+
+  /// Captures call() into a graph and returns it; nullptr (graphs now off) if that failed.
+  template <typename Call>
+  cudaGraphExec_t capture(const char* what, const Call& call, Clock::time_point start) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::string why;
+    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      why = cudaGetErrorString(cudaGetLastError());
+    } else {
+      try {
+        enqueued(what, call(), start);
+      } catch (...) {
+        (void)cudaStreamEndCapture(stream_, &g);
+        if (g) (void)cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        throw;  // a failed or timed-out enqueue aborted the communicator: the job ends
+      }
+      cudaError_t e = cudaStreamEndCapture(stream_, &g);
+      if (e == cudaSuccess) {
+        e = cudaGraphInstantiate(&exec, g, 0);
+        if (e != cudaSuccess) exec = nullptr;
+      }
+      if (g) (void)cudaGraphDestroy(g);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        why = cudaGetErrorString(e);
+      }
+    }
+    if (!exec) {
+      spdlog::warn("rank {}: {} could not be captured in a CUDA graph ({}); NCCL collectives run eagerly from now on",
+                   host_.rank(), what, why);
+      drop_graphs();
+      use_graphs_ = false;
+    }
+    return exec;
+  }
+
+  void drop_graphs() noexcept {
+    for (auto& kv : replays_)
+      if (kv.second.exec) (void)cudaGraphExecDestroy(kv.second.exec);
+    replays_.clear();
+  }
+
   Communicator& host_;
   cudaStream_t stream_;
   int device_;
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
+  bool use_graphs_ = graphs_enabled();
+  std::map<GraphKey, Replay> replays_;
+
+  static bool graphs_enabled() {
+    const char* ng = std::getenv("SHARDTOPK_NO_GRAPH");
+    return !(ng && *ng && std::string(ng) != "0");
+  }
 };
 
 }  // namespace

@@ -110,10 +110,10 @@ int resolve_threads(const Config& cfg, int local_size) {
 
 // comm.backend 'auto' with the CUDA engine on several ranks: NCCL or MPI staged through host
 // memory, whichever moves a batch-1 search's collectives faster, measured here at start-up
-// (median of 30 after 5 warm-ups, rank 0's clock; rank 0 decides for all). Where GPUs talk over
-// NVLink NCCL's small all-gather takes microseconds; on two H200s whose NCCL found no P2P path a
-// batch-1 search's broadcast + all-gather took 124-187 us against 38-45 us staged (bench/NOTES.md,
-// "Comm backends").
+// (median of 30 rounds of each, alternating, after 5 warm-ups; rank 0's clock; rank 0 decides
+// for all). On two NVLink-connected H200s a batch-1 search's broadcast + all-gather took
+// 19-20 us with NCCL (collectives replayed from CUDA graphs) against 35-37 us staged; issued
+// eagerly on NCCL's non-blocking communicator they took 120 us (bench/NOTES.md, "Fifth session").
 // Returns the NCCL communicator when it wins, nullptr for staged MPI.
 static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& host, const Config& cfg) {
   auto nccl = make_nccl_communicator(host, e.stream(), host.local_rank(), cfg.comm.timeout_s);
@@ -165,19 +165,23 @@ static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& 
       nccl->wait("ncclAllGather (comm.backend auto: timing)");
     });
   };
-  auto median_us = [&](const std::function<void()>& step) {
-    std::vector<double> t;
-    for (int i = 0; i < 35; ++i) {
+  // The two alternate round by round, so that a drift in clocks or load over the measurement
+  // (the GPU still settling after the upload) weighs on both alike.
+  std::vector<double> t_nccl, t_mpi;
+  for (int i = 0; i < 35; ++i) {
+    for (int which = 0; which < 2; ++which) {
       host.check(ok, msg);  // the barrier; it also ends the timing on every rank after a failure
       const auto t0 = Clock::now();
-      step();
-      if (i >= 5) t.push_back(seconds_since(t0) * 1e6);
+      which == 0 ? direct() : staged();
+      if (i >= 5) (which == 0 ? t_nccl : t_mpi).push_back(seconds_since(t0) * 1e6);
     }
-    host.check(ok, msg);
+  }
+  host.check(ok, msg);
+  auto median = [](std::vector<double>& t) {
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
     return t[t.size() / 2];
   };
-  const double us_nccl = median_us(direct), us_mpi = median_us(staged);
+  const double us_nccl = median(t_nccl), us_mpi = median(t_mpi);
   int pick_nccl = us_nccl <= us_mpi ? 1 : 0;
   host.broadcast(&pick_nccl, sizeof pick_nccl, 0);
   if (host.rank() == 0)
@@ -705,12 +709,16 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   // 1. queries from rank 0 to every rank
   if (world > 1) {
     if (staged) {
-      // Rank 0's host queries are what it staged (search()); device queries come back first.
+      // Rank 0 sends what it staged (search(): the engine's pinned copy, read-only here while its
+      // upload also reads it); device queries (search_device) come back to the host first.
+      float* send = staged_queries_;
       if (rank() == 0) {
-        if (queries_on_host_) std::memcpy(staged_queries_, host_query_src_, qbytes);
+        const float* pinned = queries_on_host_ ? e.staged_host_queries() : nullptr;
+        if (pinned) send = const_cast<float*>(pinned);  // the root's buffer is only read
+        else if (queries_on_host_) std::memcpy(staged_queries_, host_query_src_, qbytes);
         else e.copy_to_host(staged_queries_, e.query_buffer(), qbytes);
       }
-      dc.broadcast(staged_queries_, qbytes, 0);
+      dc.broadcast(send, qbytes, 0);
       if (rank() != 0) e.copy_from_host(e.query_buffer(), staged_queries_, qbytes);
     } else {
       dc.broadcast_async(e.query_buffer(), qbytes, 0);

@@ -127,6 +127,51 @@ TEST(NcclComm, BroadcastAndAllgather) {
   EXPECT_NO_THROW(nccl->check(true, ""));
 }
 
+// The communicator issues a collective eagerly the first time it sees its (buffers, bytes,
+// root), captures it in a CUDA graph the second time and replays the graph from then on
+// (nccl_comm.cu). Every round here must carry that round's data, whichever of the three ran it,
+// for two sizes on the same buffers and, for the broadcast, every root.
+TEST(NcclComm, RepeatedCollectivesCarryEachRoundsData) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: NCCL test skipped";
+  RankGpu s = rank_gpu();
+  if (!s.skip.empty()) GTEST_SKIP() << s.skip;
+  const int P = s.host->world_size(), r = s.host->rank();
+  const int dim = 16, batch = 4, k = 32;
+  auto e = make_cuda_engine(ShardInput{nullptr, 0, dim, nullptr}, Metric::kInnerProduct, Dtype::kFloat32, s.device,
+                            limits(batch, k, P));
+  auto nccl = make_nccl_communicator(*s.host, e->stream(), s.device, 30.0);
+  for (int round = 0; round < 6; ++round) {
+    for (const int rows : {1, batch}) {
+      SCOPED_TRACE("round " + std::to_string(round) + ", " + std::to_string(rows) + " row(s)");
+      const int root = round % P;
+      std::vector<float> q(static_cast<size_t>(rows) * dim);
+      for (size_t i = 0; i < q.size(); ++i)
+        q[i] = r == root ? static_cast<float>(round * 10000 + rows * 100 + static_cast<int>(i)) : -1.0f;
+      e->copy_from_host(e->query_buffer(), q.data(), q.size() * sizeof(float));
+      nccl->broadcast_async(e->query_buffer(), q.size() * sizeof(float), root);
+      const int per = rows * k;
+      std::vector<Candidate> mine(static_cast<size_t>(per));
+      for (int i = 0; i < per; ++i) mine[i] = Candidate{static_cast<float>(round), r * 1000000LL + round * 1000 + i};
+      // ordered after the broadcast on the engine's stream, as the index's data path does
+      e->copy_from_host(e->local_buffer(), mine.data(), mine.size() * sizeof(Candidate));
+      nccl->allgather_async(e->local_buffer(), e->gathered_buffer(), mine.size() * sizeof(Candidate));
+      nccl->wait("test collectives");
+      std::vector<float> got(q.size());
+      e->copy_to_host(got.data(), e->query_buffer(), got.size() * sizeof(float));
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], static_cast<float>(round * 10000 + rows * 100 + static_cast<int>(i)))
+            << "broadcast from root " << root << ", element " << i;
+      std::vector<Candidate> all(static_cast<size_t>(P) * per);
+      e->copy_to_host(all.data(), e->gathered_buffer(), all.size() * sizeof(Candidate));
+      for (int p = 0; p < P; ++p)
+        for (int i = 0; i < per; ++i) {
+          ASSERT_EQ(all[p * per + i].id, p * 1000000LL + round * 1000 + i) << "block of rank " << p;
+          ASSERT_EQ(all[p * per + i].score, static_cast<float>(round)) << "block of rank " << p;
+        }
+    }
+  }
+}
+
 // Each rank holds a contiguous shard (shard_rows) of the same corpus with shuffled global ids;
 // broadcast the queries from rank 0, search, all-gather, merge on the device. The answer must
 // equal a single engine over the whole corpus bit for bit, for any rank count, and (small

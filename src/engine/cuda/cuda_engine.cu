@@ -803,6 +803,10 @@ class CudaEngine final : public Engine {
     counters_.host_to_device += bytes;
   }
 
+  const float* staged_host_queries() const override {
+    return reinterpret_cast<const float*>(static_cast<const char*>(pinned_.p) + pinned_queries_off_);
+  }
+
   /// Queues the split of list [batch, k] into ids and reported scores and their copy into pinned
   /// memory (k × 12 bytes per query), without waiting.
   void enqueue_export(const Candidate* list, int batch, int k) override {
@@ -956,30 +960,47 @@ class CudaEngine final : public Engine {
         case Dtype::kFloat16: generate_store<__half>(s); break;
         case Dtype::kBFloat16: generate_store<__nv_bfloat16>(s); break;
       }
-    }
-    const std::int64_t chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
-    for (std::int64_t r0 = 0; r0 < rows_ && !(s.generated && metric_ != Metric::kCosine); r0 += chunk) {
-      const std::int64_t m = std::min(chunk, rows_ - r0);
-      if (s.generated) {
+    } else if (s.generated) {  // cosine: generated float32 rows are normalised before storage
+      const std::int64_t chunk = staging_rows();
+      for (std::int64_t r0 = 0; r0 < rows_; r0 += chunk) {
+        const std::int64_t m = std::min(chunk, rows_ - r0);
         generate_kernel<<<grid_for(m * dim_, 256), 256, 0, stream_.s>>>(scores_, m, dim_, s.seed, s.first_row + r0);
         CHECK_CUDA_LAUNCH();
-        if (metric_ == Metric::kCosine) {
-          normalize_kernel<<<grid_for(m, 128), 128, 0, stream_.s>>>(scores_, m, dim_, s.first_row + r0, status_ + 1);
-          CHECK_CUDA_LAUNCH();
-        }
-      } else {
-        // Pageable source: cudaMemcpyAsync returns after staging the host data, and the kernel
-        // that reads scores_ is ordered after the copy, so the next iteration may overwrite it.
-        CHECK_CUDA(cudaMemcpyAsync(scores_, s.data + r0 * dim_, sizeof(float) * m * dim_, cudaMemcpyHostToDevice,
-                                   stream_.s));
+        normalize_kernel<<<grid_for(m, 128), 128, 0, stream_.s>>>(scores_, m, dim_, s.first_row + r0, status_ + 1);
+        CHECK_CUDA_LAUNCH();
+        convert_staged(m, r0);
       }
-      switch (dtype_) {
-        case Dtype::kFloat32: convert<float>(m, r0); break;
-        case Dtype::kFloat16: convert<__half>(m, r0); break;
-        case Dtype::kBFloat16: convert<__nv_bfloat16>(m, r0); break;
-      }
+    } else {
+      upload_block(s.data, rows_, 0);
     }
     upload_checks(s);
+  }
+
+  /// Rows per chunk staged as float32 in the scores workspace during an upload.
+  std::int64_t staging_rows() const {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
+  }
+
+  /// The float32 rows [m, dim] staged in scores_ → storage rows [first, first + m), padded to dpad.
+  void convert_staged(std::int64_t m, std::int64_t first) {
+    switch (dtype_) {
+      case Dtype::kFloat32: convert<float>(m, first); break;
+      case Dtype::kFloat16: convert<__half>(m, first); break;
+      case Dtype::kBFloat16: convert<__nv_bfloat16>(m, first); break;
+    }
+  }
+
+  /// Host float32 rows data [rows, dim] → storage rows [first, first + rows), through the scores
+  /// workspace in chunks (H2D copy, then convert + pad, in stream order). A pageable source is
+  /// staged by cudaMemcpyAsync before it returns; the caller decides how to wait for a pinned one.
+  void upload_block(const float* data, std::int64_t rows, std::int64_t first) {
+    const std::int64_t chunk = staging_rows();
+    for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const std::int64_t m = std::min(chunk, rows - r0);
+      CHECK_CUDA(cudaMemcpyAsync(scores_, data + r0 * dim_, sizeof(float) * m * dim_, cudaMemcpyHostToDevice,
+                                 stream_.s));
+      convert_staged(m, first + r0);
+    }
   }
 
   /// The end of every upload: ‖x‖², the largest norm, and the status checks (zero-norm cosine
@@ -1042,18 +1063,7 @@ class CudaEngine final : public Engine {
     SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, "upload_rows: no data");
     if (rows == 0) return;
     DeviceGuard guard(device_);
-    // Through the scores workspace in chunks, as upload(): H2D, then convert + pad, in stream order.
-    const std::int64_t chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
-    for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const std::int64_t m = std::min(chunk, rows - r0);
-      CHECK_CUDA(cudaMemcpyAsync(scores_, data + r0 * dim_, sizeof(float) * m * dim_, cudaMemcpyHostToDevice,
-                                 stream_.s));
-      switch (dtype_) {
-        case Dtype::kFloat32: convert<float>(m, first + r0); break;
-        case Dtype::kFloat16: convert<__half>(m, first + r0); break;
-        case Dtype::kBFloat16: convert<__nv_bfloat16>(m, first + r0); break;
-      }
-    }
+    upload_block(data, rows, first);
     // Data inside one of upload_buffer()'s pinned buffers: its event says when the copy has left
     // it. Any other memory: wait here, so the caller may reuse or free it on return (pinned
     // memory of its own would otherwise still be read by the asynchronous copy).

@@ -174,18 +174,26 @@ __device__ __forceinline__ void hist_add(std::uint32_t* h, std::uint32_t bin, bo
   if (static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&h[bin], static_cast<std::uint32_t>(__popc(peers)));
 }
 
+/// Called by every thread of a block when its global writes are done: true in the last block of
+/// the grid to get here (which then sees every block's writes), false elsewhere. Counts in *done,
+/// which the caller resets after use.
+__device__ __forceinline__ bool last_block_done(unsigned* done) {
+  __shared__ unsigned ticket;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(done, 1u);
+  __syncthreads();
+  if (ticket != gridDim.x - 1) return false;
+  __threadfence();
+  return true;
+}
+
 /// Called by every thread of a block after it flushed its histogram: the last block of the grid
 /// to finish resolves the threshold from levels 1 .. `levels` and publishes it in *st.
 template <int NT>
 __device__ void publish_if_last(const std::uint32_t* hists, int levels, std::uint32_t k, std::uint32_t cap,
                                 Batch1State* st) {
-  __shared__ unsigned ticket;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(&st->done, 1u);
-  __syncthreads();
-  if (ticket != gridDim.x - 1) return;
-  __threadfence();
+  if (!last_block_done(&st->done)) return;
   const Resolution r = resolve<NT>(hists, levels, k, cap);
   if (threadIdx.x == 0) {
     st->status = static_cast<std::uint32_t>(r.status);
@@ -348,14 +356,7 @@ __global__ void __launch_bounds__(kSelThreads)
     }
     (void)warp_append(take, PoolEntry{s, static_cast<std::int32_t>(r)}, cand, count, cap);
   }
-  // the last block sorts
-  __shared__ unsigned ticket;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(&st->done, 1u);
-  __syncthreads();
-  if (ticket != gridDim.x - 1) return;
-  __threadfence();
+  if (!last_block_done(&st->done)) return;  // the last block sorts
   Batch1State fin{};
   fin.thr = res.thr;
   fin.tie_overflow = res.tie_overflow;
@@ -579,11 +580,13 @@ __global__ void __launch_bounds__(kFilterThreads)
   const int lane = threadIdx.x & 31;
   const int base = blockIdx.x * kFilterThreads * kFilterPerThread;
   const float* src = ap.S + q * ap.ld;
+  // Value m of this thread: 4 consecutive values per float4, float4s kFilterThreads apart.
+  auto index = [&](int m) { return base + 4 * ((m / 4) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % 4); };
   float v[kFilterPerThread];
   const bool vec = (ap.ld & 3) == 0;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
-    const int i = base + 4 * (j * kFilterThreads + static_cast<int>(threadIdx.x));
+    const int i = index(4 * j);
     if (vec && i + 4 <= rows_c) {
       const float4 f = __ldg(reinterpret_cast<const float4*>(src + i));
       v[4 * j] = f.x;
@@ -600,7 +603,7 @@ __global__ void __launch_bounds__(kFilterThreads)
   unsigned takes = 0;  // bit m: value m passes
 #pragma unroll
   for (int m = 0; m < kFilterPerThread; ++m) {
-    const int i = base + 4 * ((m / 4) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % 4);
+    const int i = index(m);
     if (i < rows_c) {
       v[m] = ap.finish(v[m], i, qi);
       if (v[m] >= t) takes |= 1u << m;
@@ -623,7 +626,7 @@ __global__ void __launch_bounds__(kFilterThreads)
 #pragma unroll
   for (int m = 0; m < kFilterPerThread; ++m) {
     if (takes & (1u << m)) {
-      const int i = base + 4 * ((m / 4) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % 4);
+      const int i = index(m);
       if (at < static_cast<std::uint32_t>(pool_cap)) list[at] = PoolEntry{v[m], static_cast<std::int32_t>(ap.row0 + i)};
       else ok = false;
       ++at;
