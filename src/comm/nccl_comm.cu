@@ -244,8 +244,9 @@ class NcclCommunicator final : public Communicator {
     wait_ready(what, start);
   }
 
-  /// One tiny all-gather at start-up: connections are set up now (within the timeout, while
-  /// every rank is known to be alive) instead of lazily during the first search.
+  /// One tiny all-gather and one broadcast at start-up, issued eagerly: connections are set up
+  /// now (within the timeout, while every rank is known to be alive) instead of lazily during
+  /// the first search, and before any collective is captured in a graph (issue()).
   void warm_up() {
     void* buf = nullptr;
     const std::size_t n = 16;
@@ -256,48 +257,49 @@ class NcclCommunicator final : public Communicator {
     } free_buf{buf};
     CHECK_CUDA(cudaMemsetAsync(buf, 0, n * static_cast<std::size_t>(world_size()), stream_));
     char* base = static_cast<char*>(buf);
-    allgather(base + n * static_cast<std::size_t>(rank()), base, n);
+    const bool graphs = use_graphs_;
+    use_graphs_ = false;  // eager: these two are not replayed later
+    try {
+      allgather(base + n * static_cast<std::size_t>(rank()), base, n);
+      broadcast(base, n, 0);
+    } catch (...) {
+      use_graphs_ = graphs;
+      throw;
+    }
+    use_graphs_ = graphs;
   }
 
   /// One collective on fixed buffers: op (0 broadcast, 1 all-gather), send, recv, bytes, root.
   using GraphKey = std::tuple<int, const void*, void*, std::size_t, int>;
-  struct Replay {
-    int eager_runs = 0;
-    cudaGraphExec_t exec = nullptr;
-  };
 
   /// Enqueues one collective (`call` issues it on stream_). Issued eagerly on this non-blocking
   /// communicator, a batch-1 search's broadcast + all-gather took 105-160 us host to host on two
   /// NVLink-connected H200s, and 8 ms when the rank was bound to one core (NCCL's enqueue of a
   /// non-blocking communicator goes through its background thread); replayed from CUDA graphs
-  /// they took 19-24 us (bench/NOTES.md, "Fifth session"). So each (op, buffers, bytes, root) runs eagerly the
-  /// first time (which also sets up any connection NCCL makes lazily, within the timeout
-  /// polling), is captured on the second, and is replayed from then on. The enqueue of a
-  /// capture is completed like an eager one (wait_ready). If capturing fails, graphs are off for
-  /// this communicator (logged once) and the collective runs eagerly. SHARDTOPK_NO_GRAPH=1 turns
-  /// graphs off. The cache holds at most 256 graphs (it is cleared when full).
+  /// they took 19-24 us (bench/NOTES.md, "Fifth session"). So each (op, buffers, bytes, root) is
+  /// captured in a graph the first time it is seen and replayed from then on; warm_up() has
+  /// already run both collectives eagerly, so NCCL's connections exist before any capture. The
+  /// enqueue of a capture is completed like an eager one (wait_ready). If capturing fails, graphs
+  /// are off for this communicator (logged once) and collectives run eagerly.
+  /// SHARDTOPK_NO_GRAPH=1 turns graphs off. The cache holds at most 256 graphs (cleared when full).
   template <typename Call>
   void issue(const GraphKey& key, const char* what, const Call& call) {
     const auto start = Clock::now();
-    Replay* rp = nullptr;
+    cudaGraphExec_t exec = nullptr;
     if (use_graphs_) {
-      if (replays_.size() >= 256 && !replays_.count(key)) drop_graphs();
-      rp = &replays_[key];
+      auto it = replays_.find(key);
+      if (it != replays_.end()) {
+        exec = it->second;
+      } else if ((exec = capture(what, call, start)) != nullptr) {
+        if (replays_.size() >= 256) drop_graphs();
+        replays_.emplace(key, exec);
+      }
     }
-    if (!rp || rp->eager_runs == 0) {
-      if (rp) ++rp->eager_runs;
+    if (!exec) {
       enqueued(what, call(), start);
       return;
     }
-    if (!rp->exec) {
-      cudaGraphExec_t exec = capture(what, call, start);
-      if (!exec) {  // capture failed: graphs are off now (and rp is gone with the cache)
-        enqueued(what, call(), start);
-        return;
-      }
-      rp->exec = exec;
-    }
-    const cudaError_t e = cudaGraphLaunch(rp->exec, stream_);
+    const cudaError_t e = cudaGraphLaunch(exec, stream_);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       abort_comm();
@@ -306,7 +308,9 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  /// Captures call() into a graph and returns it; nullptr (graphs now off) if that failed.
+  /// Captures call() into a graph and returns it; nullptr (graphs now off) if that failed. An
+  /// error returned by the call under capture turns graphs off instead of failing the job: the
+  /// caller issues the collective once more, eagerly, and that one fails loudly if it must.
   template <typename Call>
   cudaGraphExec_t capture(const char* what, const Call& call, Clock::time_point start) {
     cudaGraph_t g = nullptr;
@@ -315,16 +319,19 @@ class NcclCommunicator final : public Communicator {
     if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
       why = cudaGetErrorString(cudaGetLastError());
     } else {
+      const ncclResult_t r = call();
       try {
-        enqueued(what, call(), start);
+        if (r == ncclInProgress) wait_ready(what, start);  // an error here aborts: the job ends
       } catch (...) {
         (void)cudaStreamEndCapture(stream_, &g);
         if (g) (void)cudaGraphDestroy(g);
         (void)cudaGetLastError();
-        throw;  // a failed or timed-out enqueue aborted the communicator: the job ends
+        throw;
       }
       cudaError_t e = cudaStreamEndCapture(stream_, &g);
-      if (e == cudaSuccess) {
+      if (r != ncclSuccess && r != ncclInProgress) {
+        why = std::string(ncclGetErrorString(r)) + ": " + last_error();
+      } else if (e == cudaSuccess) {
         e = cudaGraphInstantiate(&exec, g, 0);
         if (e != cudaSuccess) exec = nullptr;
       }
@@ -344,8 +351,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void drop_graphs() noexcept {
-    for (auto& kv : replays_)
-      if (kv.second.exec) (void)cudaGraphExecDestroy(kv.second.exec);
+    for (auto& kv : replays_) (void)cudaGraphExecDestroy(kv.second);
     replays_.clear();
   }
 
@@ -355,7 +361,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
   bool use_graphs_ = graphs_enabled();
-  std::map<GraphKey, Replay> replays_;
+  std::map<GraphKey, cudaGraphExec_t> replays_;
 
   static bool graphs_enabled() {
     const char* ng = std::getenv("SHARDTOPK_NO_GRAPH");

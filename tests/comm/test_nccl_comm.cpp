@@ -127,10 +127,10 @@ TEST(NcclComm, BroadcastAndAllgather) {
   EXPECT_NO_THROW(nccl->check(true, ""));
 }
 
-// The communicator issues a collective eagerly the first time it sees its (buffers, bytes,
-// root), captures it in a CUDA graph the second time and replays the graph from then on
-// (nccl_comm.cu). Every round here must carry that round's data, whichever of the three ran it,
-// for two sizes on the same buffers and, for the broadcast, every root.
+// The communicator captures a collective in a CUDA graph the first time it sees its (buffers,
+// bytes, root) and replays the graph from then on (nccl_comm.cu). Every round here must carry
+// that round's data, captured or replayed, for two sizes on the same buffers and, for the
+// broadcast, every root.
 TEST(NcclComm, RepeatedCollectivesCarryEachRoundsData) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: NCCL test skipped";
   RankGpu s = rank_gpu();
