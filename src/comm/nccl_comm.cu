@@ -226,13 +226,21 @@ class NcclCommunicator final : public Communicator {
 
   /// Polls until the communicator leaves ncclInProgress (a non-blocking init or enqueue).
   void wait_ready(const char* what, Clock::time_point start) {
+    const ncclResult_t r = poll_ready(start);
+    if (r == ncclInProgress) timed_out(what);
+    if (r != ncclSuccess) fail(what, r);
+  }
+
+  /// Polls until the communicator leaves ncclInProgress or timeout_s has passed since `start`,
+  /// without aborting: ncclSuccess, the error, or ncclInProgress for a timeout. The caller
+  /// releases what it holds (a graph under capture) before it aborts.
+  ncclResult_t poll_ready(Clock::time_point start) {
     for (long spins = 0;; ++spins) {
       ncclResult_t state = ncclSuccess;
       const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-      if (r != ncclSuccess) fail(what, r);
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) fail(what, state);
-      if (elapsed_s(start) > timeout_s_) timed_out(what);
+      if (r != ncclSuccess) return r;
+      if (state != ncclInProgress) return state;
+      if (elapsed_s(start) > timeout_s_) return ncclInProgress;
       poll_backoff(spins, start);
     }
   }
@@ -320,15 +328,17 @@ class NcclCommunicator final : public Communicator {
       why = cudaGetErrorString(cudaGetLastError());
     } else {
       const ncclResult_t r = call();
-      try {
-        if (r == ncclInProgress) wait_ready(what, start);  // an error here aborts: the job ends
-      } catch (...) {
-        (void)cudaStreamEndCapture(stream_, &g);
+      const ncclResult_t ready = r == ncclInProgress ? poll_ready(start) : ncclSuccess;
+      cudaError_t e = cudaStreamEndCapture(stream_, &g);
+      if (ready != ncclSuccess) {
+        // The enqueue failed or timed out: the communicator is unusable and the job ends. The
+        // half-built graph goes first: NCCL ties a captured plan to the communicator, and
+        // ncclCommAbort waits for every such graph to be destroyed.
         if (g) (void)cudaGraphDestroy(g);
         (void)cudaGetLastError();
-        throw;
+        if (ready == ncclInProgress) timed_out(what);
+        fail(what, ready);
       }
-      cudaError_t e = cudaStreamEndCapture(stream_, &g);
       if (r != ncclSuccess && r != ncclInProgress) {
         why = std::string(ncclGetErrorString(r)) + ": " + last_error();
       } else if (e == cudaSuccess) {

@@ -518,7 +518,11 @@ ShardedIndex::ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_
   }
 }
 
-ShardedIndex::~ShardedIndex() = default;
+ShardedIndex::~ShardedIndex() {
+  // The data communicator first: NCCL's replayed graphs and registrations refer to the engine's
+  // buffers and stream, which must outlive them.
+  data_comm_.reset();
+}
 
 int ShardedIndex::rank() const { return host_comm_->rank(); }
 int ShardedIndex::world_size() const { return host_comm_->world_size(); }

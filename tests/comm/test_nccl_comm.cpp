@@ -152,7 +152,7 @@ TEST(NcclComm, RepeatedCollectivesCarryEachRoundsData) {
       const int per = rows * k;
       std::vector<Candidate> mine(static_cast<size_t>(per));
       for (int i = 0; i < per; ++i) mine[i] = Candidate{static_cast<float>(round), r * 1000000LL + round * 1000 + i};
-      // ordered after the broadcast on the engine's stream, as the index's data path does
+      // queued after the broadcast on the engine's stream (copy_from_host then waits for both)
       e->copy_from_host(e->local_buffer(), mine.data(), mine.size() * sizeof(Candidate));
       nccl->allgather_async(e->local_buffer(), e->gathered_buffer(), mine.size() * sizeof(Candidate));
       nccl->wait("test collectives");
