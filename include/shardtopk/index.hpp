@@ -166,8 +166,7 @@ class ShardedIndex {
   long batches_ = 0;                        // searches run, for SHARDTOPK_FAULT (test-only fault injection)
   double local_search_s_ = 0;
   bool shut_down_ = false;
-  bool queries_on_host_ = false;  // host_query_src_ holds the batch staged to the engine (search())
-  const float* host_query_src_ = nullptr;  // the caller's queries, or host_queries_ (cosine), during search()
+  bool queries_on_host_ = false;  // search() staged host queries (the engine keeps a host copy); false: search_device()
 };
 
 /// Build this rank's index from a config (collective over MPI_COMM_WORLD; MPI must be

@@ -542,15 +542,16 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
         SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
                           queries[i], ") at column ", i % d);
     check_query_norms(metric_, NormSummary{stats_.max_row_norm, stats_.max_row_norm_row}, queries, batch, d);
-    // Only cosine needs a copy (normalised in place); otherwise the caller's array, alive until
-    // run_search below returns, is staged as it is (a copy of [batch, dim] less per batch).
-    host_query_src_ = queries;
+    // Only cosine needs a copy (normalised in place); otherwise the caller's array is staged as
+    // it is (stage_queries copies it into the engine's staging buffer, which the staged
+    // multi-rank path then broadcasts from).
+    const float* src = queries;
     if (metric_ == Metric::kCosine) {
       std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
       normalize_rows(host_queries_.data(), batch, d, 0, "query");
-      host_query_src_ = host_queries_.data();
+      src = host_queries_.data();
     }
-    engine_->stage_queries(host_query_src_, batch);
+    engine_->stage_queries(src, batch);
     queries_on_host_ = true;
   });
   run_search(batch, k, ids, scores);
@@ -717,10 +718,12 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
       // upload also reads it); device queries (search_device) come back to the host first.
       float* send = staged_queries_;
       if (rank() == 0) {
-        const float* pinned = queries_on_host_ ? e.staged_host_queries() : nullptr;
-        if (pinned) send = const_cast<float*>(pinned);  // the root's buffer is only read
-        else if (queries_on_host_) std::memcpy(staged_queries_, host_query_src_, qbytes);
-        else e.copy_to_host(staged_queries_, e.query_buffer(), qbytes);
+        if (queries_on_host_) {
+          send = const_cast<float*>(e.staged_host_queries());  // the root's buffer is only read
+          SHARDTOPK_ASSERT(send != nullptr);  // a device engine keeps a host copy of what it staged
+        } else {
+          e.copy_to_host(staged_queries_, e.query_buffer(), qbytes);
+        }
       }
       dc.broadcast(send, qbytes, 0);
       if (rank() != 0) e.copy_from_host(e.query_buffer(), staged_queries_, qbytes);
