@@ -73,19 +73,47 @@ double max_query_norm(Metric m, const NormSummary& corpus) {
   return corpus.max_norm > 0.0 ? kScoreBound / corpus.max_norm : inf;
 }
 
+namespace {
+
+/// Throws when a query of norm qn (row b of the batch) could overflow a score.
+void check_query_norm(Metric m, const NormSummary& corpus, int b, double qn) {
+  const double reach = m == Metric::kL2 ? (qn + corpus.max_norm) * (qn + corpus.max_norm) : qn * corpus.max_norm;
+  if (reach <= kScoreBound) return;
+  throw Error(detail::concat(
+      "query ", b, " of the batch has norm ", qn, ": with the corpus's largest row norm ", corpus.max_norm, " (row ",
+      corpus.row, "), ", m == Metric::kL2 ? "(|q| + max|x|)^2 = " : "|q| * max|x| = ", reach,
+      " exceeds the float32 score bound ", kScoreBound,
+      " (FLT_MAX/2), so scores could overflow; the largest admissible query norm is ", max_query_norm(m, corpus),
+      " (README 'Score range')"));
+}
+
+}  // namespace
+
 void check_query_norms(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim) {
   if (m == Metric::kCosine || corpus.row < 0) return;
+  for (int b = 0; b < batch; ++b)
+    check_query_norm(m, corpus, b, row_norm(queries + static_cast<std::int64_t>(b) * dim, dim));
+}
+
+void admit_query_values(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim,
+                        double* norms) {
+  // Squares of finite floats summed in float64 cannot overflow (3.4e38² · 1e7 ≈ 1e84), so a
+  // norm is finite exactly when its row's values are.
+  bool finite = true;
   for (int b = 0; b < batch; ++b) {
-    const double qn = row_norm(queries + static_cast<std::int64_t>(b) * dim, dim);
-    const double reach = m == Metric::kL2 ? (qn + corpus.max_norm) * (qn + corpus.max_norm) : qn * corpus.max_norm;
-    if (reach <= kScoreBound) continue;
-    throw Error(detail::concat(
-        "query ", b, " of the batch has norm ", qn, ": with the corpus's largest row norm ", corpus.max_norm,
-        " (row ", corpus.row, "), ",
-        m == Metric::kL2 ? "(|q| + max|x|)^2 = " : "|q| * max|x| = ", reach, " exceeds the float32 score bound ",
-        kScoreBound, " (FLT_MAX/2), so scores could overflow; the largest admissible query norm is ",
-        max_query_norm(m, corpus), " (README 'Score range')"));
+    norms[b] = row_norm(queries + static_cast<std::int64_t>(b) * dim, dim);
+    finite &= std::isfinite(norms[b]);
   }
+  if (!finite)
+    for (int b = 0; b < batch; ++b) {
+      if (std::isfinite(norms[b])) continue;
+      const float* x = queries + static_cast<std::int64_t>(b) * dim;
+      for (std::int64_t d = 0; d < dim; ++d)
+        SHARDTOPK_EXPECTS(std::isfinite(x[d]), "query ", b, " of the batch has a non-finite value (", x[d],
+                          ") at column ", d);
+    }
+  if (m == Metric::kCosine || corpus.row < 0) return;
+  for (int b = 0; b < batch; ++b) check_query_norm(m, corpus, b, norms[b]);
 }
 
 void allgather_norms(Communicator& comm, Metric m, IngestStats* stats) {

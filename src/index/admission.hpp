@@ -67,6 +67,14 @@ double max_query_norm(Metric m, const NormSummary& corpus);
 /// bound it would reach, B, and the corpus row with the largest norm.
 void check_query_norms(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim);
 
+/// The admission of a batch in one pass over its values (the per-batch path): every value
+/// finite (a non-finite value makes its query's float64 norm non-finite; only then is the row
+/// searched, and Error names the query, the column and the value), then check_query_norms' test
+/// on the same norms, for every metric but cosine (whose queries are normalised instead).
+/// `norms`: scratch of at least `batch` doubles.
+void admit_query_values(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim,
+                        double* norms);
+
 /// Collective: replaces stats->max_row_norm / max_row_norm_row (this shard's) by the corpus's
 /// (all ranks), and logs the admissible query norm on rank 0 (debug).
 void allgather_norms(Communicator& comm, Metric m, IngestStats* stats);

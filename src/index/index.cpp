@@ -220,18 +220,6 @@ EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm) {
 
 namespace {
 
-/// Whether every value of x [n] is finite: exponent bits not all ones. Branch-free over the
-/// array (the compiler vectorises it); the caller looks for the culprit only when it fails.
-bool all_finite(const float* x, std::int64_t n) {
-  std::uint32_t bad = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::uint32_t b;
-    std::memcpy(&b, x + i, sizeof b);
-    bad |= static_cast<std::uint32_t>((b & 0x7F800000u) == 0x7F800000u);
-  }
-  return bad == 0;
-}
-
 /// Streams a ShardInput::streamed shard's rows into the just-built engine; returns their norms.
 using StreamRows = std::function<NormSummary(Engine&)>;
 
@@ -507,6 +495,7 @@ ShardedIndex::ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_
   const size_t bk1 = static_cast<size_t>(cfg_.search.batch_max + 1) * cfg_.search.k_max;
   if (metric_ == Metric::kCosine)  // normalised copies; other metrics stage the caller's queries
     host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
+  query_norms_.assign(static_cast<size_t>(cfg_.search.batch_max), 0.0);
   host_status_.assign(static_cast<size_t>(cfg_.search.k_max), pad_candidate());
   host_ids_.assign(bk1, 0);
   host_scores_.assign(bk1, 0.0f);
@@ -537,21 +526,20 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
     // engine's prepare_queries uses — then staged without a wait.
     SHARDTOPK_EXPECTS(queries != nullptr, "no queries given");
     const std::int64_t d = stats_.dim;
-    if (!all_finite(queries, static_cast<std::int64_t>(batch) * d))
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(batch) * d; ++i)
-        SHARDTOPK_EXPECTS(std::isfinite(queries[i]), "query ", i / d, " of the batch has a non-finite value (",
-                          queries[i], ") at column ", i % d);
-    check_query_norms(metric_, NormSummary{stats_.max_row_norm, stats_.max_row_norm_row}, queries, batch, d);
-    // Only cosine needs a copy (normalised in place); otherwise the caller's array is staged as
-    // it is (stage_queries copies it into the engine's staging buffer, which the staged
-    // multi-rank path then broadcasts from).
-    const float* src = queries;
-    if (metric_ == Metric::kCosine) {
+    const NormSummary corpus{stats_.max_row_norm, stats_.max_row_norm_row};
+    if (metric_ == Metric::kCosine) {  // checked and normalised in a copy, then staged
+      admit_query_values(metric_, corpus, queries, batch, d, query_norms_.data());
       std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
       normalize_rows(host_queries_.data(), batch, d, 0, "query");
-      src = host_queries_.data();
+      engine_->stage_queries(host_queries_.data(), batch);
+    } else {
+      // Staged first (a device engine copies them into pinned memory and queues the upload), then
+      // checked in one pass over that copy, still in the CPU's cache, while the upload runs. A
+      // rejected batch leaves only the staging buffers changed, which the next batch overwrites.
+      engine_->stage_queries(queries, batch);
+      const float* staged = engine_->staged_host_queries();
+      admit_query_values(metric_, corpus, staged ? staged : queries, batch, d, query_norms_.data());
     }
-    engine_->stage_queries(src, batch);
     queries_on_host_ = true;
   });
   run_search(batch, k, ids, scores);

@@ -619,6 +619,48 @@ TEST_P(FilterBound, NearTiesLargeNormsMixedSigns) {
                           dim, k, to_answer(batched, p.metric, nq, k, k), p.name() + " vs oracle");
 }
 
+// The batched GEMM of float16 shards writes __half (largest finite value 65,504). The engine
+// scales each query so that no output can overflow (an inf would flood the candidate pool and
+// push the query onto the batch-1 fallback) and charges the output's rounding to Δ. Rows with
+// elements near half's range and queries from 1e-30 to 1e30 (‖q‖ · max‖x‖ up to ~1e35, near the
+// admission bound FLT_MAX / 2; l2 up to 1e15 so that (‖q‖ + max‖x‖)² stays admissible) must give
+// the batch-1 bits and the oracle's answer for every storage type and metric, and no fallback for
+// inner product (without the scale cap, float16's outputs overflow and all of them fall back).
+TEST_P(FilterBound, ExtremeNormsNeitherOverflowNorFallBack) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const DtypeMetric& p = GetParam();
+  const std::int64_t n = 20000, dim = 96, nq = 6;
+  const int k = 50;
+  const std::vector<float> base = random_floats(static_cast<size_t>(dim), 1310);
+  const std::vector<float> noise = random_floats(static_cast<size_t>(n * dim), 1311);
+  std::vector<float> raw(static_cast<size_t>(n * dim));
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float sign = (r % 3 == 0) ? -1.0f : 1.0f;
+    const float scale = (r % 5 == 0) ? 2.0e4f : 1.0f;  // elements up to ~6e4 (half: 65,504)
+    for (std::int64_t d = 0; d < dim; ++d) raw[r * dim + d] = scale * sign * (base[d] + 1e-2f * noise[r * dim + d]);
+  }
+  const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1312));
+  auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(8, 128));
+  const float big = p.metric == Metric::kL2 ? 1e15f : 1e30f;
+  const float qscale[nq] = {big, -big, 1.0f, -1.0f, 1e-30f, -1e-30f};
+  std::vector<float> q(static_cast<size_t>(nq * dim));
+  const std::vector<float> qn = random_floats(static_cast<size_t>(nq * dim), 1313);
+  for (std::int64_t i = 0; i < nq; ++i)
+    for (std::int64_t d = 0; d < dim; ++d) q[i * dim + d] = qscale[i] * (base[d] + 1e-1f * qn[i * dim + d]);
+  e->reset_transfer_counters();
+  const auto batched = run_candidates(*e, q, nq, k, nq);
+  // Inner product only: cosine normalises both sides (no extreme norms remain, and its rows all
+  // point one way, so they flood the pool), and for l2 a query norm of 1e15 puts every distance
+  // within Δ of the k-th (u · ‖q‖² ≫ the spread 2 ‖q‖ · ‖x‖): the fallback is the right answer.
+  if (p.metric == Metric::kInnerProduct)
+    EXPECT_EQ(e->transfer_counters().batched_fallbacks, 0u)
+        << p.name() << ": a query left the batched path (an output overflowed or the pool flooded)";
+  const auto single = run_candidates(*e, q, nq, k, 1);
+  expect_same_candidates(batched, single, p.name() + ": batched vs batch 1");
+  expect_within_tolerance(oracle_metric(p.metric), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, p.metric), nq,
+                          dim, k, to_answer(batched, p.metric, nq, k, k), p.name() + " vs oracle");
+}
+
 INSTANTIATE_TEST_SUITE_P(Gpu, FilterBound, ::testing::ValuesIn(dtype_metrics()),
                          [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
 

@@ -53,6 +53,29 @@ TEST(Admission, InnerProductAdmitsUpToTheBoundAndRefusesBeyond) {
   EXPECT_NO_THROW(check_query_norms(Metric::kCosine, corpus, bad.data(), 2, 2));
 }
 
+// The per-batch admission in one pass: non-finite values first (the first one in row-major
+// order, named by query, column and value, also when another query's norm is too large), then
+// the norm bound on the same float64 norms; cosine checks only finiteness.
+TEST(Admission, OnePassNamesTheFirstNonFiniteValueThenTheNormBound) {
+  const NormSummary corpus{1e18, 4};
+  const float inf = INFINITY, nan = NAN;
+  const float big = static_cast<float>(max_query_norm(Metric::kInnerProduct, corpus) * 1.001);
+  std::vector<double> norms(4);
+  const std::vector<float> ok = {1, 2, 3, 4, -5, 6};
+  for (Metric m : {Metric::kInnerProduct, Metric::kL2, Metric::kCosine}) {
+    EXPECT_NO_THROW(admit_query_values(m, corpus, ok.data(), 2, 3, norms.data())) << to_string(m);
+    EXPECT_DOUBLE_EQ(norms[1], std::sqrt(16.0 + 25.0 + 36.0));
+    const std::vector<float> bad = {big, 0, 0, 1, nan, 2, 3, 4, inf};  // query 0 too large, 1 and 2 non-finite
+    EXPECT_EQ(test::error_of([&] { admit_query_values(m, corpus, bad.data(), 3, 3, norms.data()); }),
+              "query 1 of the batch has a non-finite value (nan) at column 1")
+        << to_string(m);
+  }
+  const std::vector<float> large = {1, 0, 0, big, 0, 0};
+  EXPECT_THAT(test::error_of([&] { admit_query_values(Metric::kInnerProduct, corpus, large.data(), 2, 3, norms.data()); }),
+              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(row 4)")));
+  EXPECT_NO_THROW(admit_query_values(Metric::kCosine, corpus, large.data(), 2, 3, norms.data()));
+}
+
 TEST(Admission, L2AdmitsUpToTheBoundAndRefusesUnboundableRowsAtStartUp) {
   const NormSummary corpus{1e19, 0};
   const double qmax = max_query_norm(Metric::kL2, corpus);

@@ -378,12 +378,18 @@ __device__ double block_sum(double v, double* red) {
   return r;
 }
 
-/// Per-query preparation on every rank, block per query (kPrepThreads threads): qpad (the exact
-/// query, zero-padded), and for the batched path qhat = round_T(q · 2^e) (e puts max|q| in
-/// [2^14, 2^15) for 16-bit types; TF32 for float32 storage) and QueryInfo: Δ, the bound on
-/// |approximate − exact| score of docs/EXACTNESS.md, computed in float64 and rounded up.
-/// `max_sq`: the largest stored ‖x‖² of the shard.
+/// The batched GEMM's output type for storage type T: float16 shards write __half (half the
+/// bytes per chunk, bench/NOTES.md "Sixth session"), the others float.
 template <typename T>
+using GemmOut = typename std::conditional<std::is_same<T, __half>::value, __half, float>::type;
+
+/// Per-query preparation on every rank, block per query (kPrepThreads threads): qpad (the exact
+/// query, zero-padded), and for the batched path qhat = round_T(q · 2^e) (16-bit types: e puts
+/// max|q| in [2^14, 2^15), lowered when the GEMM writes __half until ‖q‖ · M · 2^e ≤ 2^15, so no
+/// output can overflow; TF32 for float32 storage) and QueryInfo: Δ, the bound on |approximate −
+/// exact| score of docs/EXACTNESS.md, computed in float64 and rounded up. `max_sq`: the largest
+/// stored ‖x‖² of the shard.
+template <typename T, typename OutT>
 __global__ void __launch_bounds__(kPrepThreads)
     prep_kernel(const float* __restrict__ queries, std::int64_t dim, std::int64_t dpad, float* __restrict__ qpad,
                 T* __restrict__ qhat, QueryInfo* __restrict__ qinfo, double max_sq, int l2, int with_hat) {
@@ -392,24 +398,38 @@ __global__ void __launch_bounds__(kPrepThreads)
   const std::int64_t q = blockIdx.x;
   const float* x = queries + q * dim;
   float mx = 0.0f;
-  for (std::int64_t d = threadIdx.x; d < dim; d += blockDim.x) mx = fmaxf(mx, fabsf(x[d]));
+  double nq2 = 0.0;
+  for (std::int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    mx = fmaxf(mx, fabsf(x[d]));
+    nq2 += static_cast<double>(x[d]) * x[d];
+  }
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
   if (threadIdx.x == 0) maxabs_s = 0.0f;
   __syncthreads();
   if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(&maxabs_s), __float_as_int(mx));  // mx ≥ 0
   __syncthreads();
+  nq2 = block_sum(nq2, red);
   constexpr bool kTf32 = std::is_same<T, float>::value;
+  constexpr bool kHalfOut = std::is_same<OutT, __half>::value;
+  const double M = sqrt(max_sq) * (1.0 + 0x1p-40);
   double scale = 1.0;
   if (!kTf32 && maxabs_s > 0.0f) {
     int ex = 0;
     (void)frexpf(maxabs_s, &ex);  // maxabs = m · 2^ex, m in [0.5, 1)
-    scale = ldexp(1.0, max(-100, min(100, 15 - ex)));
+    int e = 15 - ex;
+    const double reach = sqrt(nq2) * M * (1.0 + 0x1p-8);  // ≥ |GEMM output| / 2^e, with margin
+    if (kHalfOut && reach > 0.0) {
+      int ex2 = 0;
+      (void)frexp(reach, &ex2);  // reach < 2^ex2, so |output| < 2^15 (half's largest: 65,504)
+      e = min(e, 15 - ex2);
+    }
+    // [-120, 100]: 1 / scale stays a float; admitted queries have ‖q‖ · M ≤ 2^127, so e ≥ -113.
+    scale = ldexp(1.0, max(-120, min(100, e)));
   }
-  double diff2 = 0.0, nq2 = 0.0, nqh2 = 0.0;
+  double diff2 = 0.0, nqh2 = 0.0;
   for (std::int64_t d = threadIdx.x; d < dpad; d += blockDim.x) {
     const float v = d < dim ? x[d] : 0.0f;
     qpad[q * dpad + d] = v;
-    nq2 += static_cast<double>(v) * v;
     if (with_hat) {
       double back;
       if constexpr (kTf32) {
@@ -426,18 +446,19 @@ __global__ void __launch_bounds__(kPrepThreads)
     }
   }
   diff2 = block_sum(diff2, red);
-  nq2 = block_sum(nq2, red);
   nqh2 = block_sum(nqh2, red);
   if (threadIdx.x != 0) return;
   // docs/EXACTNESS.md: Δ ≥ |approx − exact| for every row of the shard.
   const double u = 0x1p-24;
-  const double M = sqrt(max_sq) * (1.0 + 0x1p-40);
   const double nq = sqrt(nq2), nqh = sqrt(nqh2), eq = sqrt(diff2);
   const double D = static_cast<double>(dpad);
   const double g_mma = (D + 2.0) * 0x1p-22;                      // tensor-core float32 accumulation
   const double x_round = kTf32 ? 0x1p-10 : 0.0;                  // the GEMM rounds float32 rows to TF32
   const double g_exact = (D / 32.0 + 8.0 + 5.0) * u * 1.01;       // score.cuh: ≤ D/32 + 8 FMAs + 5 adds
-  const double dot_approx = eq * M + x_round * nqh * M + g_mma * nqh * M * (1.0 + x_round);
+  // A __half output adds its rounding: ≤ 2⁻¹⁰ |g| (a full unit, whatever cuBLAS's rounding mode)
+  // with |g| ≤ (1 + γ_mma) ‖q̂‖ M, plus a subnormal step of 2⁻²⁴ / 2^e.
+  const double out_round = kHalfOut ? 0x1p-10 * (1.0 + g_mma) * nqh * M + 0x1p-24 / scale : 0.0;
+  const double dot_approx = eq * M + x_round * nqh * M + g_mma * nqh * M * (1.0 + x_round) + out_round;
   double delta;
   if (!l2) {
     delta = dot_approx + g_exact * nq * M;
@@ -1231,11 +1252,12 @@ class CudaEngine final : public Engine {
   }
 
   /// Rows per chunk for a batch (the largest; see enqueue_batched for the first chunks): the
-  /// [batch, R] float32 GEMM output fits one ping-pong buffer (L2-resident). float32 storage
-  /// (TF32 GEMM) stays at 65,536 rows: longer chunks measured 6 % slower at B = 8, while
-  /// float16 gained 11 % there (bench/NOTES.md, "Batched chunks").
-  std::int64_t chunk_rows(int batch) const {
-    std::int64_t r = static_cast<std::int64_t>(plan_.sbuf_bytes / (4ull * static_cast<std::uint64_t>(batch)));
+  /// [batch, R] GEMM output (float, __half for float16 shards) fits one ping-pong buffer
+  /// (L2-resident). float32 storage (TF32 GEMM) stays at 65,536 rows: longer chunks measured 6 %
+  /// slower at B = 8, while float16 gained 11 % there (bench/NOTES.md, "Batched chunks").
+  std::int64_t chunk_rows(int batch, std::uint64_t out_bytes) const {
+    std::int64_t r =
+        static_cast<std::int64_t>(plan_.sbuf_bytes / (out_bytes * static_cast<std::uint64_t>(batch)));
     if (dtype_ == Dtype::kFloat32) r = std::min<std::int64_t>(r, 65536);
     if (r >= 256) r = r / 256 * 256;
     return std::max<std::int64_t>(1, std::min(r, rows_));
@@ -1243,37 +1265,39 @@ class CudaEngine final : public Engine {
 
   template <typename T, bool kL2>
   void batched_m(const float* queries, int batch, int k, Candidate* out) {
-    replay(queries, out, k, batch, [&] { enqueue_batched<T, kL2>(queries, batch, k, out); });
+    replay(queries, out, k, batch, [&] { enqueue_batched<T, kL2, GemmOut<T>>(queries, batch, k, out); });
     CHECK_CUDA(cudaMemcpyAsync(host_overflow_, overflow_, static_cast<std::size_t>(batch) * 4, cudaMemcpyDeviceToHost,
                                stream_.s));
     CHECK_CUDA(cudaStreamSynchronize(stream_.s));
     for (int q = 0; q < batch; ++q) {
       if (host_overflow_[q] == 0) continue;
-      ++fallbacks_;  // a pool overflowed (adversarial row order): the exact batch-1 path, same bits
+      ++counters_.batched_fallbacks;  // a pool overflowed (adversarial row order): the exact batch-1 path, same bits
       enqueue1_m<T, kL2>(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
     }
   }
 
   /// The batched path's device work (capturable: no host synchronisation).
-  template <typename T, bool kL2>
+  template <typename T, bool kL2, typename OutT>
   void enqueue_batched(const float* queries, int batch, int k, Candidate* out) {
     using namespace cuda_detail;
     const std::int64_t pcap = pool_cap(limits_);
     const std::uint32_t uk = static_cast<std::uint32_t>(k);
     CHECK_CUDA(cudaMemsetAsync(counts_, 0, static_cast<std::size_t>(batch) * 4, stream_.s));
     CHECK_CUDA(cudaMemsetAsync(overflow_, 0, static_cast<std::size_t>(batch) * 4, stream_.s));
-    prep_kernel<T><<<batch, kPrepThreads, 0, stream_.s>>>(queries, dim_, dpad_, qpad_, static_cast<T*>(qhat_),
+    prep_kernel<T, OutT><<<batch, kPrepThreads, 0, stream_.s>>>(queries, dim_, dpad_, qpad_, static_cast<T*>(qhat_),
                                                           qinfo_, max_sq_, kL2 ? 1 : 0, 1);
     CHECK_CUDA_LAUNCH();
-    const std::int64_t R = chunk_rows(batch);
+    const std::int64_t R = chunk_rows(batch, sizeof(OutT));
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t ty = std::is_same<T, float>::value ? CUDA_R_32F
                               : std::is_same<T, __half>::value ? CUDA_R_16F
                                                                 : CUDA_R_16BF;
+    const cudaDataType_t out_ty = std::is_same<OutT, __half>::value ? CUDA_R_16F : CUDA_R_32F;
     const cublasComputeType_t ct = std::is_same<T, float>::value ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     // Two streams: the GEMM of chunk c + 1 (tensor cores, stream_) overlaps the filter of chunk c
     // (memory, side_); the GEMM output alternates between two buffers.
-    float* sbuf[2] = {scores_, scores_ + plan_.sbuf_bytes / sizeof(float)};
+    OutT* sbuf[2] = {reinterpret_cast<OutT*>(scores_),
+                     reinterpret_cast<OutT*>(reinterpret_cast<char*>(scores_) + plan_.sbuf_bytes)};
     const std::int64_t R0 = std::min<std::int64_t>(R, kFirstChunkRows);  // seeds the thresholds
     // Compact (and raise the threshold) once a pool holds 2k entries: the first chunk's threshold
     // (the k-th of 8,192 rows) lets ~k · R / 8192 rows of each later chunk through, and waiting
@@ -1292,10 +1316,10 @@ class CudaEngine final : public Engine {
       // sbuf[b][q * rc + i] = Σ_d qhat[q, d] · shard[r0 + i, d]   (column-major [rc, batch])
       CHECK_CUBLAS(cublasGemmEx(cublas_.h, CUBLAS_OP_T, CUBLAS_OP_N, rc, batch, static_cast<int>(dpad_), &one,
                                 static_cast<const T*>(shard_) + r0 * dpad_, ty, static_cast<int>(dpad_), qhat_, ty,
-                                static_cast<int>(dpad_), &zero, sbuf[b], CUDA_R_32F, rc, ct, CUBLAS_GEMM_DEFAULT));
+                                static_cast<int>(dpad_), &zero, sbuf[b], out_ty, rc, ct, CUBLAS_GEMM_DEFAULT));
       CHECK_CUDA(cudaEventRecord(ev_scored_[b].e, stream_.s));
       CHECK_CUDA(cudaStreamWaitEvent(side_.s, ev_scored_[b].e, 0));
-      Approx ap{sbuf[b], rc, row_sq_, r0, kL2};
+      Approx<OutT> ap{sbuf[b], rc, row_sq_, r0, kL2};
       if (c == 0) {
         chunk0_kernel<<<batch, kSelThreads, 0, side_.s>>>(ap, rc, qinfo_, uk, pool_, pcap, counts_, thr_, overflow_);
       } else {
@@ -1351,7 +1375,6 @@ class CudaEngine final : public Engine {
   std::size_t persist_max_ = 0;  // persisting L2 the device offers (bytes)
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
   bool use_graphs_ = true;
-  long fallbacks_ = 0;
   std::map<std::tuple<const float*, Candidate*, int, int>, cudaGraphExec_t> graphs_;
   // Declaration order = reverse destruction order: cuBLAS and the stream go before the memory
   // their work used is freed.

@@ -486,9 +486,34 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
 
 // ---------------------------------------------------------------- batched
 
-/// The approximate ranking score of (query q, chunk-local row i) from the GEMM output.
+__device__ __forceinline__ float out_to_float(float g) { return g; }
+__device__ __forceinline__ float out_to_float(__half g) { return __half2float(g); }
+
+/// Four consecutive GEMM outputs from a 4-element-aligned address: one 16-byte (float) or
+/// 8-byte (__half) load.
+__device__ __forceinline__ void load4(const float* p, float* v) {
+  const float4 f = __ldg(reinterpret_cast<const float4*>(p));
+  v[0] = f.x;
+  v[1] = f.y;
+  v[2] = f.z;
+  v[3] = f.w;
+}
+__device__ __forceinline__ void load4(const __half* p, float* v) {
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  v[0] = a.x;
+  v[1] = a.y;
+  v[2] = b.x;
+  v[3] = b.y;
+}
+
+/// The approximate ranking score of (query q, chunk-local row i) from the GEMM output, stored
+/// as OutT: float, or __half for float16 shards (half the bytes written and read back per
+/// chunk; its rounding is charged to Δ, docs/EXACTNESS.md).
+template <typename OutT>
 struct Approx {
-  const float* S;            // [batch, ld] dot(q̂ · scale, row)
+  const OutT* S;             // [batch, ld] dot(q̂ · scale, row)
   std::int64_t ld;
   const float* row_sq;       // [rows] ‖x‖² (l2) or nullptr
   std::int64_t row0;         // shard row of chunk index 0
@@ -500,7 +525,7 @@ struct Approx {
     return __fsub_rn(__fsub_rn(__fmul_rn(2.0f, dot), row_sq[row0 + i]), qi.qsq);
   }
   __device__ __forceinline__ float operator()(int q, std::int64_t i, const QueryInfo& qi) const {
-    return finish(S[q * ld + i], i, qi);
+    return finish(out_to_float(S[q * ld + i]), i, qi);
   }
 };
 
@@ -538,8 +563,9 @@ __device__ __forceinline__ float filter_threshold(std::uint32_t kth_key, int n, 
 
 /// First chunk of a batched search, one block per query: its threshold from the chunk's own
 /// k-th approximate score, and every row of the chunk that passes it into the query's pool.
+template <typename OutT>
 __global__ void __launch_bounds__(kSelThreads)
-    chunk0_kernel(Approx ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
+    chunk0_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                   float* __restrict__ thr, std::uint32_t* __restrict__ overflow) {
   const int q = blockIdx.x;
@@ -566,20 +592,21 @@ __global__ void __launch_bounds__(kSelThreads)
 
 /// Later chunks: every (query, row) whose approximate score reaches the query's threshold
 /// enters the pool. Grid: (ceil(rows_c / (kFilterThreads · kFilterPerThread)), batch). A warp
-/// reads 512 contiguous bytes per load (16-byte loads when the row stride allows; thread t of
-/// the block takes values 4 (j · kFilterThreads + t) … + 3, j < kFilterPerThread / 4), and makes
-/// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts):
+/// reads 128 contiguous values per load (16-byte float / 8-byte __half loads when the row stride
+/// allows; thread t of the block takes values 4 (j · kFilterThreads + t) … + 3,
+/// j < kFilterPerThread / 4), and makes at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts):
 /// a global atomic per passing value made the first chunks latency bound (bench/NOTES.md,
 /// "Batched filter").
+template <typename OutT>
 __global__ void __launch_bounds__(kFilterThreads)
-    filter_kernel(Approx ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
+    filter_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                   std::uint32_t* __restrict__ overflow) {
   constexpr int kVec = kFilterPerThread / 4;
   const int q = blockIdx.y;
   const int lane = threadIdx.x & 31;
   const int base = blockIdx.x * kFilterThreads * kFilterPerThread;
-  const float* src = ap.S + q * ap.ld;
+  const OutT* src = ap.S + q * ap.ld;
   // Value m of this thread: 4 consecutive values per float4, float4s kFilterThreads apart.
   auto index = [&](int m) { return base + 4 * ((m / 4) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % 4); };
   float v[kFilterPerThread];
@@ -588,14 +615,10 @@ __global__ void __launch_bounds__(kFilterThreads)
   for (int j = 0; j < kVec; ++j) {
     const int i = index(4 * j);
     if (vec && i + 4 <= rows_c) {
-      const float4 f = __ldg(reinterpret_cast<const float4*>(src + i));
-      v[4 * j] = f.x;
-      v[4 * j + 1] = f.y;
-      v[4 * j + 2] = f.z;
-      v[4 * j + 3] = f.w;
+      load4(src + i, v + 4 * j);
     } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[4 * j + e] = i + e < rows_c ? src[i + e] : 0.0f;
+      for (int e = 0; e < 4; ++e) v[4 * j + e] = i + e < rows_c ? out_to_float(src[i + e]) : 0.0f;
     }
   }
   const QueryInfo qi = qinfo[q];
