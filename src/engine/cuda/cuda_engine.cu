@@ -1323,9 +1323,8 @@ class CudaEngine final : public Engine {
       if (c == 0) {
         chunk0_kernel<<<batch, kSelThreads, 0, side_.s>>>(ap, rc, qinfo_, uk, pool_, pcap, counts_, thr_, overflow_);
       } else {
-        const dim3 grid(static_cast<unsigned>((rc + kFilterThreads * kFilterPerThread - 1) /
-                                              (kFilterThreads * kFilterPerThread)),
-                        static_cast<unsigned>(batch));
+        constexpr int per_block = FilterShape<OutT>::kPerBlock;
+        const dim3 grid(static_cast<unsigned>((rc + per_block - 1) / per_block), static_cast<unsigned>(batch));
         filter_kernel<<<grid, kFilterThreads, 0, side_.s>>>(ap, rc, qinfo_, thr_, pool_, pcap, counts_, overflow_);
         CHECK_CUDA_LAUNCH();
         // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks

@@ -29,7 +29,6 @@ constexpr int kHist2Bins = 4096;  // key bits 19..8
 constexpr int kHist3Bins = 256;   // key bits 7..0
 constexpr int kHistWords = kHist1Bins + kHist2Bins + kHist3Bins;
 constexpr int kFilterThreads = 256;
-constexpr int kFilterPerThread = 16;
 
 /// A candidate row of one query: its score (exact or approximate, by context) and shard row.
 struct PoolEntry {
@@ -489,23 +488,32 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
 __device__ __forceinline__ float out_to_float(float g) { return g; }
 __device__ __forceinline__ float out_to_float(__half g) { return __half2float(g); }
 
-/// Four consecutive GEMM outputs from a 4-element-aligned address: one 16-byte (float) or
-/// 8-byte (__half) load.
-__device__ __forceinline__ void load4(const float* p, float* v) {
+/// The filter's shape per GEMM output type: kVec consecutive values per 16-byte load, four
+/// loads per thread (float: 16 values, __half: 32).
+template <typename OutT>
+struct FilterShape {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(OutT));
+  static constexpr int kPerThread = 4 * kVec;
+  static constexpr int kPerBlock = kFilterThreads * kPerThread;
+};
+
+/// kVec consecutive GEMM outputs from a 16-byte-aligned address: one 16-byte load.
+__device__ __forceinline__ void load_vec(const float* p, float* v) {
   const float4 f = __ldg(reinterpret_cast<const float4*>(p));
   v[0] = f.x;
   v[1] = f.y;
   v[2] = f.z;
   v[3] = f.w;
 }
-__device__ __forceinline__ void load4(const __half* p, float* v) {
-  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-  v[0] = a.x;
-  v[1] = a.y;
-  v[2] = b.x;
-  v[3] = b.y;
+__device__ __forceinline__ void load_vec(const __half* p, float* v) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
 }
 
 /// The approximate ranking score of (query q, chunk-local row i) from the GEMM output, stored
@@ -591,41 +599,41 @@ __global__ void __launch_bounds__(kSelThreads)
 }
 
 /// Later chunks: every (query, row) whose approximate score reaches the query's threshold
-/// enters the pool. Grid: (ceil(rows_c / (kFilterThreads · kFilterPerThread)), batch). A warp
-/// reads 128 contiguous values per load (16-byte float / 8-byte __half loads when the row stride
-/// allows; thread t of the block takes values 4 (j · kFilterThreads + t) … + 3,
-/// j < kFilterPerThread / 4), and makes at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts):
-/// a global atomic per passing value made the first chunks latency bound (bench/NOTES.md,
+/// enters the pool. Grid: (ceil(rows_c / FilterShape<OutT>::kPerBlock), batch). A warp reads 512
+/// contiguous bytes per load (16-byte loads when the row stride allows: thread t of the block
+/// takes values V (j · kFilterThreads + t) … + V − 1, V = FilterShape::kVec, j < 4), and makes
+/// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
+/// global atomic per passing value made the first chunks latency bound (bench/NOTES.md,
 /// "Batched filter").
 template <typename OutT>
 __global__ void __launch_bounds__(kFilterThreads)
     filter_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                   std::uint32_t* __restrict__ overflow) {
-  constexpr int kVec = kFilterPerThread / 4;
+  constexpr int V = FilterShape<OutT>::kVec, P = FilterShape<OutT>::kPerThread;
   const int q = blockIdx.y;
   const int lane = threadIdx.x & 31;
-  const int base = blockIdx.x * kFilterThreads * kFilterPerThread;
+  const int base = blockIdx.x * FilterShape<OutT>::kPerBlock;
   const OutT* src = ap.S + q * ap.ld;
-  // Value m of this thread: 4 consecutive values per float4, float4s kFilterThreads apart.
-  auto index = [&](int m) { return base + 4 * ((m / 4) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % 4); };
-  float v[kFilterPerThread];
-  const bool vec = (ap.ld & 3) == 0;
+  // Value m of this thread: V consecutive values per 16-byte load, loads kFilterThreads apart.
+  auto index = [&](int m) { return base + V * ((m / V) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % V); };
+  float v[P];
+  const bool vec = ap.ld % V == 0;
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    const int i = index(4 * j);
-    if (vec && i + 4 <= rows_c) {
-      load4(src + i, v + 4 * j);
+  for (int j = 0; j < P / V; ++j) {
+    const int i = index(V * j);
+    if (vec && i + V <= rows_c) {
+      load_vec(src + i, v + V * j);
     } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[4 * j + e] = i + e < rows_c ? out_to_float(src[i + e]) : 0.0f;
+      for (int e = 0; e < V; ++e) v[V * j + e] = i + e < rows_c ? out_to_float(src[i + e]) : 0.0f;
     }
   }
   const QueryInfo qi = qinfo[q];
   const float t = thr[q];
   unsigned takes = 0;  // bit m: value m passes
 #pragma unroll
-  for (int m = 0; m < kFilterPerThread; ++m) {
+  for (int m = 0; m < P; ++m) {
     const int i = index(m);
     if (i < rows_c) {
       v[m] = ap.finish(v[m], i, qi);
@@ -647,7 +655,7 @@ __global__ void __launch_bounds__(kFilterThreads)
   PoolEntry* list = pool + q * pool_cap;
   bool ok = true;
 #pragma unroll
-  for (int m = 0; m < kFilterPerThread; ++m) {
+  for (int m = 0; m < P; ++m) {
     if (takes & (1u << m)) {
       const int i = index(m);
       if (at < static_cast<std::uint32_t>(pool_cap)) list[at] = PoolEntry{v[m], static_cast<std::int32_t>(ap.row0 + i)};
