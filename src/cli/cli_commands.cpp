@@ -59,7 +59,7 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
                     " rows (from the file header; nothing was loaded)");
   SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= cfg.search.batch_max, "--batch ", a.batch,
                     " out of range: allowed 1 .. ", cfg.search.batch_max,
-                    " (search.batch_max; raise it with --set search.batch_max=N)");
+                    " (search.batch_max; raise it with --set search.batch_max=N), or 0 for search.batch_max");
   SHARDTOPK_EXPECTS(a.max_queries >= -1, "--max-queries ", a.max_queries, " must be -1 (all) or >= 0");
   const DatasetInfo qi = inspect_dataset(a.queries, a.queries_dataset);  // exists, names what is there
   SHARDTOPK_EXPECTS(qi.dims.size() == 2 && qi.is_float, "'", a.queries, "': queries dataset '", qi.name,

@@ -90,7 +90,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // Argument errors read like every other error, with the way to the options.
+    std::fprintf(stderr, "shardtopk: error: %s\nRun 'shardtopk --help' (or 'shardtopk SUBCOMMAND --help') for the options.\n",
+                 e.what());
+    return 2;
   }
 
   try {

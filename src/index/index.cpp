@@ -535,7 +535,8 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
     } else {
       // Staged first (a device engine copies them into pinned memory and queues the upload), then
       // checked in one pass over that copy, still in the CPU's cache, while the upload runs. A
-      // rejected batch leaves only the staging buffers changed, which the next batch overwrites.
+      // rejected batch changes only the staging and query buffers, which every later search
+      // stages anew, and counts its upload in the engine's transfer counters.
       engine_->stage_queries(queries, batch);
       const float* staged = engine_->staged_host_queries();
       admit_query_values(metric_, corpus, staged ? staged : queries, batch, d, query_norms_.data());

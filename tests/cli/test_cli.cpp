@@ -149,7 +149,15 @@ TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --k 5 --batch -3");
   EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, HasSubstr("--batch -3 out of range")) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--batch -3 out of range"), HasSubstr("or 0 for search.batch_max"))) << r.err;
+
+  // argument errors found by the option parser read like the others: prefix, value, where to look, exit 2
+  r = run(std::string(SHARDTOPK_BIN) + " search --config " + cfg + " --queries " + q + " --k abc");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("shardtopk: error: "), HasSubstr("abc"), HasSubstr("--help"))) << r.err;
+  r = run(std::string(SHARDTOPK_BIN) + " search --config " + dir_.file("absent.yaml") + " --queries " + q);
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("shardtopk: error: "), HasSubstr("absent.yaml"))) << r.err;
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + dir_.file("absent.h5") + " --k 5");
   EXPECT_NE(r.rc, 0);

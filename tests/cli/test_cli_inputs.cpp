@@ -236,7 +236,7 @@ TEST_F(CliInputs, HugeLimitsAreRefusedNamingTheBufferAndBytesThatPlanAlsoShows) 
   EXPECT_THAT(r.err, Not(HasSubstr("bad_alloc"))) << r.err;
   // threads 1, world 1: the selection buffers [1, 2^20, 2·2^20+32] × 16 B are the largest
   EXPECT_THAT(r.err, AllOf(HasSubstr("search.batch_max=1048576 and search.k_max=1048576 need 35184942514688 bytes"),
-                           HasSubstr("for the selection buffers buffer [threads=1, batch_max, 2*k_max+32] x 16 B"),
+                           HasSubstr("for the selection buffer [threads=1, batch_max, 2*k_max+32] x 16 B"),
                            HasSubstr("lower search.batch_max or search.k_max")))
       << r.err;
   const auto at = r.err.find(" in all");

@@ -570,7 +570,7 @@ std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dt
       {"gathered candidates", "[world_size=" + std::to_string(w) + "] x " + bk + " x 16 B", mul_sat({w, b, k, cand})},
       {"merged candidates", bk + " x 16 B", mul_sat({b, k, cand})},
       {"per-thread lists", "[threads=" + std::to_string(t) + "] x " + bk + " x 16 B", mul_sat({t, b, k, cand})},
-      {"selection buffers", "[threads=" + std::to_string(t) + ", batch_max, 2*k_max+32] x 16 B", mul_sat({t, b, cap, cand})},
+      {"selection", "[threads=" + std::to_string(t) + ", batch_max, 2*k_max+32] x 16 B", mul_sat({t, b, cap, cand})},
       {"selection state", "[threads, batch_max]", mul_sat({t, b, static_cast<std::uint64_t>(sizeof(QueryState))})},
   };
 }
