@@ -89,12 +89,6 @@ void check_query_norm(Metric m, const NormSummary& corpus, int b, double qn) {
 
 }  // namespace
 
-void check_query_norms(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim) {
-  if (m == Metric::kCosine || corpus.row < 0) return;
-  for (int b = 0; b < batch; ++b)
-    check_query_norm(m, corpus, b, row_norm(queries + static_cast<std::int64_t>(b) * dim, dim));
-}
-
 void admit_query_values(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim,
                         double* norms) {
   // Squares of finite floats summed in float64 cannot overflow (3.4e38² · 1e7 ≈ 1e84), so a

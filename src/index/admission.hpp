@@ -62,16 +62,13 @@ void check_corpus_norms(Metric m, const NormSummary& shard, std::int64_t dim, co
 /// (and +inf when M = 0).
 double max_query_norm(Metric m, const NormSummary& corpus);
 
-/// Admission of a batch of queries [batch, dim] (raw values, before cosine normalisation):
-/// throws Error naming the first query whose norm could overflow a score, with its norm, the
-/// bound it would reach, B, and the corpus row with the largest norm.
-void check_query_norms(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim);
-
-/// The admission of a batch in one pass over its values (the per-batch path): every value
-/// finite (a non-finite value makes its query's float64 norm non-finite; only then is the row
-/// searched, and Error names the query, the column and the value), then check_query_norms' test
-/// on the same norms, for every metric but cosine (whose queries are normalised instead).
-/// `norms`: scratch of at least `batch` doubles.
+/// Admission of a batch of queries [batch, dim] (raw values, before cosine normalisation), in
+/// one pass over its values: every value finite (a non-finite value makes its query's float64
+/// norm non-finite; only then is the row searched), then, for every metric but cosine, no query
+/// whose norm could overflow a score. Throws Error naming the first non-finite value (query,
+/// column, value; row-major order), else the first query over the bound with its norm, the
+/// bound it would reach, B, and the corpus row with the largest norm. `norms`: scratch of at
+/// least `batch` doubles (left holding the queries' float64 norms).
 void admit_query_values(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim,
                         double* norms);
 

@@ -18,6 +18,12 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
+/// admit_query_values with its own scratch.
+void admit(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim) {
+  std::vector<double> norms(static_cast<size_t>(batch));
+  admit_query_values(m, corpus, queries, batch, dim, norms.data());
+}
+
 TEST(Admission, BoundIsHalfOfFltMaxAndCoversTheAccumulationFactor) {
   EXPECT_DOUBLE_EQ(kScoreBound, 1.7014117331926443e38);
   // (1 + 2^-8)^2 · (1 + 2^-24)^(D+5) ≤ 2 at the largest admitted dimension
@@ -44,13 +50,13 @@ TEST(Admission, InnerProductAdmitsUpToTheBoundAndRefusesBeyond) {
   EXPECT_DOUBLE_EQ(qmax, kScoreBound / 2e19);
   const float below = static_cast<float>(qmax * 0.999 / std::sqrt(2.0)), above = static_cast<float>(qmax * 1.001 / std::sqrt(2.0));
   const std::vector<float> ok = {below, below, 1, 0}, bad = {1, 0, above, -above};
-  EXPECT_NO_THROW(check_query_norms(Metric::kInnerProduct, corpus, ok.data(), 2, 2));
-  const std::string msg = test::error_of([&] { check_query_norms(Metric::kInnerProduct, corpus, bad.data(), 2, 2); });
+  EXPECT_NO_THROW(admit(Metric::kInnerProduct, corpus, ok.data(), 2, 2));
+  const std::string msg = test::error_of([&] { admit(Metric::kInnerProduct, corpus, bad.data(), 2, 2); });
   EXPECT_THAT(msg, AllOf(HasSubstr("query 1 of the batch"), HasSubstr("(row 4)"), HasSubstr("1.70141e+38"),
                          HasSubstr("largest admissible query norm is 8.50706e+18")))
       << msg;
   // cosine: scores are in [-1, 1] whatever the raw norms
-  EXPECT_NO_THROW(check_query_norms(Metric::kCosine, corpus, bad.data(), 2, 2));
+  EXPECT_NO_THROW(admit(Metric::kCosine, corpus, bad.data(), 2, 2));
 }
 
 // The per-batch admission in one pass: non-finite values first (the first one in row-major
@@ -82,8 +88,8 @@ TEST(Admission, L2AdmitsUpToTheBoundAndRefusesUnboundableRowsAtStartUp) {
   const double qmax = max_query_norm(Metric::kL2, corpus);
   EXPECT_NEAR(qmax, std::sqrt(kScoreBound) - 1e19, 1e6);
   const std::vector<float> ok = {static_cast<float>(qmax * 0.999), 0}, bad = {static_cast<float>(qmax * 1.001), 0};
-  EXPECT_NO_THROW(check_query_norms(Metric::kL2, corpus, ok.data(), 1, 2));
-  EXPECT_THAT(test::error_of([&] { check_query_norms(Metric::kL2, corpus, bad.data(), 1, 2); }),
+  EXPECT_NO_THROW(admit(Metric::kL2, corpus, ok.data(), 1, 2));
+  EXPECT_THAT(test::error_of([&] { admit(Metric::kL2, corpus, bad.data(), 1, 2); }),
               HasSubstr("(|q| + max|x|)^2"));
   // a row whose own squared norm exceeds B leaves no admissible query: refused at start-up
   const double edge = std::sqrt(kScoreBound);
@@ -109,7 +115,7 @@ TEST(Admission, EngineScoresJustBelowTheBoundAreFiniteAndCorrect) {
     for (std::int64_t d = 0; d < dim; ++d) qn += double(q[d]) * q[d];
     const double scale = max_query_norm(m, ns) * 0.995 / std::sqrt(qn);
     for (std::int64_t d = 0; d < dim; ++d) q[d] = static_cast<float>(q[d] * scale);  // query 0 at the edge
-    check_query_norms(m, ns, q.data(), 3, dim);
+    admit(m, ns, q.data(), 3, dim);
     auto e = make_cpu_engine(ShardInput{corpus.data(), n, dim, ids.data()}, m, Dtype::kFloat32, 2, EngineLimits{4, 16, 1});
     const test::Answer got = test::run_engine(*e, q, 3, 16, 3);
     for (float s : got.scores) EXPECT_TRUE(std::isfinite(s)) << s;
