@@ -106,6 +106,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> table;
 
   for (int batch : parse_list(batches)) {
+    if (batch < 1 || batch > 1024 || chunk_bytes / (2ll * batch) < 1) {
+      std::fprintf(stderr, "batch %d: allowed 1 .. 1024 with at least one row per chunk (--chunk-bytes)\n", batch);
+      return 2;
+    }
     long long R = std::min<long long>(rows, chunk_bytes / (2ll * batch));
     if (R >= 256) R = R / 256 * 256;
     const long long nchunks = rows / R;  // whole chunks only: every timed GEMM has the same shape

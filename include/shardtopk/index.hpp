@@ -155,7 +155,6 @@ class ShardedIndex {
   std::unique_ptr<Communicator> data_comm_;  // nccl, when used
   std::unique_ptr<Engine> engine_;
   std::vector<float> host_queries_;          // [batch_max, dim] cosine queries, normalised
-  std::vector<double> query_norms_;         // [batch_max] admission scratch (float64 query norms)
   // CUDA engine + MPI (staged through host memory), from Engine::alloc_host_staging (pinned):
   float* staged_queries_ = nullptr;          // [batch_max, dim]
   Candidate* staged_candidates_ = nullptr;   // [batch_max + 1, k_max]

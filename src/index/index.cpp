@@ -495,7 +495,6 @@ ShardedIndex::ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_
   const size_t bk1 = static_cast<size_t>(cfg_.search.batch_max + 1) * cfg_.search.k_max;
   if (metric_ == Metric::kCosine)  // normalised copies; other metrics stage the caller's queries
     host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
-  query_norms_.assign(static_cast<size_t>(cfg_.search.batch_max), 0.0);
   host_status_.assign(static_cast<size_t>(cfg_.search.k_max), pad_candidate());
   host_ids_.assign(bk1, 0);
   host_scores_.assign(bk1, 0.0f);
@@ -528,7 +527,7 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
     const std::int64_t d = stats_.dim;
     const NormSummary corpus{stats_.max_row_norm, stats_.max_row_norm_row};
     if (metric_ == Metric::kCosine) {  // checked and normalised in a copy, then staged
-      admit_query_values(metric_, corpus, queries, batch, d, query_norms_.data());
+      admit_query_values(metric_, corpus, queries, batch, d);
       std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
       normalize_rows(host_queries_.data(), batch, d, 0, "query");
       engine_->stage_queries(host_queries_.data(), batch);
@@ -539,7 +538,7 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
       // stages anew, and counts its upload in the engine's transfer counters.
       engine_->stage_queries(queries, batch);
       const float* staged = engine_->staged_host_queries();
-      admit_query_values(metric_, corpus, staged ? staged : queries, batch, d, query_norms_.data());
+      admit_query_values(metric_, corpus, staged ? staged : queries, batch, d);
     }
     queries_on_host_ = true;
   });

@@ -588,6 +588,22 @@ INSTANTIATE_TEST_SUITE_P(Gpu, BatchIndependence, ::testing::ValuesIn(dtype_metri
 
 class FilterBound : public ::testing::TestWithParam<DtypeMetric> {};
 
+/// Rows [n, dim] = ±(base + eps · noise) (base, noise uniform in [-1, 1] from seeds seed and
+/// seed + 1; every 3rd row negated), every `every`-th row scaled by `scale`; *base_out = base.
+std::vector<float> near_tie_rows(std::int64_t n, std::int64_t dim, std::uint64_t seed, float eps, int every,
+                                 float scale, std::vector<float>* base_out) {
+  *base_out = random_floats(static_cast<size_t>(dim), seed);
+  const std::vector<float>& base = *base_out;
+  const std::vector<float> noise = random_floats(static_cast<size_t>(n * dim), seed + 1);
+  std::vector<float> raw(static_cast<size_t>(n * dim));
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float sign = (r % 3 == 0) ? -1.0f : 1.0f;
+    const float s = (r % every == 0) ? scale : 1.0f;
+    for (std::int64_t d = 0; d < dim; ++d) raw[r * dim + d] = s * sign * (base[d] + eps * noise[r * dim + d]);
+  }
+  return raw;
+}
+
 // Adversarial inputs for the batched path's filter (docs/EXACTNESS.md): rows that are one base
 // vector plus tiny perturbations, so hundreds of scores crowd the k-th within the filter's
 // margin; large norms (×1000) and mixed signs. The batched answer must equal the batch-1 scan's
@@ -597,15 +613,8 @@ TEST_P(FilterBound, NearTiesLargeNormsMixedSigns) {
   const DtypeMetric& p = GetParam();
   const std::int64_t n = 20000, dim = 96, nq = 8;
   const int k = 100;
-  const std::vector<float> base = random_floats(static_cast<size_t>(dim), 1300);
-  const std::vector<float> noise = random_floats(static_cast<size_t>(n * dim), 1301);
-  std::vector<float> raw(static_cast<size_t>(n * dim));
-  for (std::int64_t r = 0; r < n; ++r) {
-    const float sign = (r % 3 == 0) ? -1.0f : 1.0f;
-    const float scale = (r % 7 == 0) ? 1000.0f : 1.0f;
-    for (std::int64_t d = 0; d < dim; ++d)
-      raw[r * dim + d] = scale * sign * (base[d] + 1e-3f * noise[r * dim + d]);
-  }
+  std::vector<float> base;
+  const std::vector<float> raw = near_tie_rows(n, dim, 1300, 1e-3f, 7, 1000.0f, &base);
   const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1302));
   auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(8, 128));
   std::vector<float> q(static_cast<size_t>(nq * dim));
@@ -631,14 +640,8 @@ TEST_P(FilterBound, ExtremeNormsNeitherOverflowNorFallBack) {
   const DtypeMetric& p = GetParam();
   const std::int64_t n = 20000, dim = 96, nq = 6;
   const int k = 50;
-  const std::vector<float> base = random_floats(static_cast<size_t>(dim), 1310);
-  const std::vector<float> noise = random_floats(static_cast<size_t>(n * dim), 1311);
-  std::vector<float> raw(static_cast<size_t>(n * dim));
-  for (std::int64_t r = 0; r < n; ++r) {
-    const float sign = (r % 3 == 0) ? -1.0f : 1.0f;
-    const float scale = (r % 5 == 0) ? 2.0e4f : 1.0f;  // elements up to ~6e4 (half: 65,504)
-    for (std::int64_t d = 0; d < dim; ++d) raw[r * dim + d] = scale * sign * (base[d] + 1e-2f * noise[r * dim + d]);
-  }
+  std::vector<float> base;
+  const std::vector<float> raw = near_tie_rows(n, dim, 1310, 1e-2f, 5, 2.0e4f, &base);  // elements up to ~2e4
   const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1312));
   auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(8, 128));
   const float big = p.metric == Metric::kL2 ? 1e15f : 1e30f;
@@ -659,6 +662,37 @@ TEST_P(FilterBound, ExtremeNormsNeitherOverflowNorFallBack) {
   expect_same_candidates(batched, single, p.name() + ": batched vs batch 1");
   expect_within_tolerance(oracle_metric(p.metric), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, p.metric), nq,
                           dim, k, to_answer(batched, p.metric, nq, k, k), p.name() + " vs oracle");
+}
+
+// Chunk shapes the sizes above never make: a shard of 37 rows (the first chunk only), 8,192 + 37
+// rows (a 37-row second chunk: cuBLAS splits such a GEMM over d and, with float16 output, rounds
+// each partial sum to float16, which Δ charges; and the filter's scalar path, 37 not being a
+// multiple of its 8-value loads) and 20,003 rows (a 3,619-row tail), at D = 768 with near-tied
+// rows, batches of 64 and 8: batched equals batch 1 bit for bit and the float64 oracle.
+TEST_P(FilterBound, OddChunkShapesSmallShardsAndTails) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const DtypeMetric& p = GetParam();
+  const std::int64_t dim = 768, nq = 64;
+  const int k = 10;
+  for (const std::int64_t n : {std::int64_t{37}, std::int64_t{8192 + 37}, std::int64_t{20003}}) {
+    std::vector<float> base;
+    const std::vector<float> raw = near_tie_rows(n, dim, 1320, 1e-3f, 7, 1000.0f, &base);
+    const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1322));
+    auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(64, 16));
+    std::vector<float> q(static_cast<size_t>(nq * dim));
+    const std::vector<float> qn = random_floats(static_cast<size_t>(nq * dim), 1323);
+    for (std::int64_t i = 0; i < nq; ++i)
+      for (std::int64_t d = 0; d < dim; ++d)
+        q[i * dim + d] = (i % 2 ? -1.0f : 1.0f) * (base[d] + 1e-2f * qn[i * dim + d]);
+    const std::string what = p.name() + " n=" + std::to_string(n);
+    const auto single = run_candidates(*e, q, nq, k, 1);
+    for (const int batch : {64, 8}) {
+      const auto batched = run_candidates(*e, q, nq, k, batch);
+      expect_same_candidates(batched, single, what + ": batch " + std::to_string(batch) + " vs batch 1");
+    }
+    expect_within_tolerance(oracle_metric(p.metric), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, p.metric), nq,
+                            dim, k, to_answer(single, p.metric, nq, k, k), what + " vs oracle");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, FilterBound, ::testing::ValuesIn(dtype_metrics()),

@@ -18,10 +18,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-/// admit_query_values with its own scratch.
 void admit(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim) {
-  std::vector<double> norms(static_cast<size_t>(batch));
-  admit_query_values(m, corpus, queries, batch, dim, norms.data());
+  admit_query_values(m, corpus, queries, batch, dim);
 }
 
 TEST(Admission, BoundIsHalfOfFltMaxAndCoversTheAccumulationFactor) {
@@ -61,26 +59,43 @@ TEST(Admission, InnerProductAdmitsUpToTheBoundAndRefusesBeyond) {
 
 // The per-batch admission in one pass: non-finite values first (the first one in row-major
 // order, named by query, column and value, also when another query's norm is too large), then
-// the norm bound on the same float64 norms; cosine checks only finiteness.
+// the norm bound; cosine checks only finiteness.
 TEST(Admission, OnePassNamesTheFirstNonFiniteValueThenTheNormBound) {
   const NormSummary corpus{1e18, 4};
   const float inf = INFINITY, nan = NAN;
   const float big = static_cast<float>(max_query_norm(Metric::kInnerProduct, corpus) * 1.001);
-  std::vector<double> norms(4);
   const std::vector<float> ok = {1, 2, 3, 4, -5, 6};
   for (Metric m : {Metric::kInnerProduct, Metric::kL2, Metric::kCosine}) {
-    EXPECT_NO_THROW(admit_query_values(m, corpus, ok.data(), 2, 3, norms.data())) << to_string(m);
-    EXPECT_DOUBLE_EQ(norms[1], std::sqrt(16.0 + 25.0 + 36.0));
+    EXPECT_NO_THROW(admit_query_values(m, corpus, ok.data(), 2, 3)) << to_string(m);
     // query 0 too large; non-finite: query 1 column 2, query 2 column 0 (row-major: query 1 first)
     const std::vector<float> bad = {big, 0, 0, 1, 2, nan, inf, 3, 4};
-    EXPECT_EQ(test::error_of([&] { admit_query_values(m, corpus, bad.data(), 3, 3, norms.data()); }),
+    EXPECT_EQ(test::error_of([&] { admit_query_values(m, corpus, bad.data(), 3, 3); }),
               "query 1 of the batch has a non-finite value (nan) at column 2")
         << to_string(m);
   }
   const std::vector<float> large = {1, 0, 0, big, 0, 0};
-  EXPECT_THAT(test::error_of([&] { admit_query_values(Metric::kInnerProduct, corpus, large.data(), 2, 3, norms.data()); }),
+  EXPECT_THAT(test::error_of([&] { admit_query_values(Metric::kInnerProduct, corpus, large.data(), 2, 3); }),
               AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(row 4)")));
-  EXPECT_NO_THROW(admit_query_values(Metric::kCosine, corpus, large.data(), 2, 3, norms.data()));
+  EXPECT_NO_THROW(admit_query_values(Metric::kCosine, corpus, large.data(), 2, 3));
+}
+
+// The pass checks the range from ‖q‖ ≤ √dim · max|q_d|; a query whose bound is too large but
+// whose float64 norm is not must still be admitted (its norm decides), at both metrics' edges.
+TEST(Admission, TheMaxBoundOnlyShortcutsTheFloat64Norm) {
+  const NormSummary corpus{1e18, 4};
+  for (Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+    const double qmax = max_query_norm(m, corpus);
+    // one large element: √4 · max = 1.8 qmax, but ‖q‖ ≈ 0.9 qmax
+    const float a = static_cast<float>(0.9 * qmax);
+    const std::vector<float> spiky = {0, a, a * 1e-3f, 0};
+    EXPECT_NO_THROW(admit(m, corpus, spiky.data(), 1, 4)) << to_string(m);
+    // all elements equal: the bound is the norm; 0.999 qmax in, 1.001 qmax out
+    const float in = static_cast<float>(0.999 * qmax / 2), out = static_cast<float>(1.001 * qmax / 2);
+    const std::vector<float> flat = {in, -in, in, -in, out, out, -out, out};
+    EXPECT_NO_THROW(admit(m, corpus, flat.data(), 1, 4)) << to_string(m);
+    EXPECT_THAT(test::error_of([&] { admit(m, corpus, flat.data(), 2, 4); }), HasSubstr("query 1 of the batch has norm"))
+        << to_string(m);
+  }
 }
 
 TEST(Admission, L2AdmitsUpToTheBoundAndRefusesUnboundableRowsAtStartUp) {

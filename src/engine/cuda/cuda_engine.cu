@@ -385,8 +385,8 @@ using GemmOut = typename std::conditional<std::is_same<T, __half>::value, __half
 
 /// Per-query preparation on every rank, block per query (kPrepThreads threads): qpad (the exact
 /// query, zero-padded), and for the batched path qhat = round_T(q · 2^e) (16-bit types: e puts
-/// max|q| in [2^14, 2^15), lowered when the GEMM writes __half until ‖q‖ · M · 2^e ≤ 2^15, so no
-/// output can overflow; TF32 for float32 storage) and QueryInfo: Δ, the bound on |approximate −
+/// max|q| in [2^14, 2^15), lowered until every GEMM output stays below 2^15 (__half output) or
+/// 2^126 (float output), so none can overflow; TF32 for float32 storage) and QueryInfo: Δ, the bound on |approximate −
 /// exact| score of docs/EXACTNESS.md, computed in float64 and rounded up. `max_sq`: the largest
 /// stored ‖x‖² of the shard.
 template <typename T, typename OutT>
@@ -417,13 +417,18 @@ __global__ void __launch_bounds__(kPrepThreads)
     int ex = 0;
     (void)frexpf(maxabs_s, &ex);  // maxabs = m · 2^ex, m in [0.5, 1)
     int e = 15 - ex;
-    const double reach = sqrt(nq2) * M * (1.0 + 0x1p-8);  // ≥ |GEMM output| / 2^e, with margin
-    if (kHalfOut && reach > 0.0) {
+    // |GEMM output| ≤ 2^e · ‖q̂‖ · M · (1 + γ_mma), and ‖q̂‖ ≤ ‖q‖ · (1 + 2⁻⁸) (rounding to 16 bits).
+    const double g_cap = (static_cast<double>(dpad) + 2.0) * 0x1p-22;
+    const double reach = sqrt(nq2) * M * (1.0 + 0x1p-8) * (1.0 + g_cap);
+    if (reach > 0.0) {
       int ex2 = 0;
-      (void)frexp(reach, &ex2);  // reach < 2^ex2, so |output| < 2^15 (half's largest: 65,504)
-      e = min(e, 15 - ex2);
+      (void)frexp(reach, &ex2);  // reach < 2^ex2
+      // __half output below 2^15 (its largest finite value is 65,504); float output (bfloat16
+      // shards) below 2^126, which only binds for rows of norm near bfloat16's range.
+      e = min(e, (kHalfOut ? 15 : 126) - ex2);
     }
-    // [-120, 100]: 1 / scale stays a float; admitted queries have ‖q‖ · M ≤ 2^127, so e ≥ -113.
+    // [-120, 100]: 1 / scale stays a float; admitted queries have ‖q‖ · M ≤ 2^127, so the cap
+    // needs e ≥ -114 (float16 output) or e ≥ -2 (float).
     scale = ldexp(1.0, max(-120, min(100, e)));
   }
   double diff2 = 0.0, nqh2 = 0.0;
@@ -455,9 +460,14 @@ __global__ void __launch_bounds__(kPrepThreads)
   const double g_mma = (D + 2.0) * 0x1p-22;                      // tensor-core float32 accumulation
   const double x_round = kTf32 ? 0x1p-10 : 0.0;                  // the GEMM rounds float32 rows to TF32
   const double g_exact = (D / 32.0 + 8.0 + 5.0) * u * 1.01;       // score.cuh: ≤ D/32 + 8 FMAs + 5 adds
-  // A __half output adds its rounding: ≤ 2⁻¹⁰ |g| (a full unit, whatever cuBLAS's rounding mode)
-  // with |g| ≤ (1 + γ_mma) ‖q̂‖ M, plus a subnormal step of 2⁻²⁴ / 2^e.
-  const double out_round = kHalfOut ? 0x1p-10 * (1.0 + g_mma) * nqh * M + 0x1p-24 / scale : 0.0;
+  // A __half output adds its roundings (docs/EXACTNESS.md): cuBLAS may split the sum over d
+  // into partial sums that it stores as __half before adding them (split-K reduced in the
+  // output type), then rounds the total once more. Each rounding costs ≤ 2⁻¹⁰ of its value (a
+  // full unit, whatever the rounding mode) and the partials' magnitudes add up to at most
+  // (1 + γ_mma) ‖q̂‖ M, so all of them together cost ≤ 2 · 2⁻¹⁰ (1 + γ_mma) ‖q̂‖ M, plus one
+  // subnormal step 2⁻²⁴ / 2^e per rounding: at most D_pad partials and the total.
+  const double out_round =
+      kHalfOut ? 2.0 * 0x1p-10 * (1.0 + g_mma) * nqh * M + (D + 1.0) * 0x1p-24 / scale : 0.0;
   const double dot_approx = eq * M + x_round * nqh * M + g_mma * nqh * M * (1.0 + x_round) + out_round;
   double delta;
   if (!l2) {
