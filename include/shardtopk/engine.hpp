@@ -115,6 +115,14 @@ class Engine {
     pending_export_batch_ = batch;
     pending_export_k_ = k;
   }
+  /// search() into out [batch, k], then enqueue_export() of it: the answer of a one-rank search,
+  /// ready for read_export() after synchronize(). Same errors as search(). The CUDA engine's
+  /// batched path (batch ≥ 2) queues the export behind its search before its one wait (its pool
+  /// overflow check), so the host waits once per batch instead of twice.
+  virtual void search_and_export(const float* queries, int batch, int k, Candidate* out) {
+    search(queries, batch, k, out);
+    enqueue_export(out, batch, k);
+  }
   /// ids [batch, k] and scores [batch, k] of the last enqueue_export().
   virtual void read_export(std::int64_t* ids, float* scores) {
     export_results(pending_export_list_, pending_export_batch_, pending_export_k_, ids, scores);

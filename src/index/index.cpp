@@ -679,7 +679,9 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
 // stream and the host waits once, at the end, inside the communicator's timeout polling
 // (`queued`). Exceptions: batches of 2 or more wait for the broadcast first (the batched engine
 // path synchronises its stream once, which must not wait on a collective without a timeout),
-// and the failure path. The header broadcast (admit_batch / follow_one) stays outside.
+// and the failure path. The header broadcast (admit_batch / follow_one) stays outside. With one
+// rank the engine queues the export together with its search (search_and_export), so the
+// batched path's own wait (its overflow flags) is the only one.
 //
 // Local failures travel in the all-gather payload, not in an extra collective: every rank
 // sends [batch + 1, k] candidates, the last row being its status row. On success that row is
@@ -727,7 +729,10 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   const auto ts = Clock::now();
   try {
     maybe_inject_fault(rank(), batches_++);
-    e.search(e.query_buffer(), batch, k, e.local_buffer());
+    if (world == 1)  // the answer is this search's list: its export is queued with it (one wait)
+      e.search_and_export(e.query_buffer(), batch, k, e.local_buffer());
+    else
+      e.search(e.query_buffer(), batch, k, e.local_buffer());
   } catch (const std::exception& ex) {
     *ok = false;
     msg = ex.what();
@@ -768,7 +773,7 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
 
   // 4. only the final [batch (+1), k] ids and scores come back to the host: one wait
   if (world == 1 && !*ok) return msg;
-  e.enqueue_export(final_list, rows_out, k);
+  if (world > 1) e.enqueue_export(final_list, rows_out, k);
   if (queued && world > 1) dc.wait("ncclAllGather");
   else if (device) e.synchronize();
   e.read_export(host_ids_.data(), host_scores_.data());

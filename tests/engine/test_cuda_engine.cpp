@@ -667,7 +667,7 @@ TEST_P(FilterBound, ExtremeNormsNeitherOverflowNorFallBack) {
 // Chunk shapes the sizes above never make: a shard of 37 rows (the first chunk only), 8,192 + 37
 // rows (a 37-row second chunk: cuBLAS splits such a GEMM over d and, with float16 output, rounds
 // each partial sum to float16, which Δ charges; and the filter's scalar path, 37 not being a
-// multiple of its 8-value loads) and 20,003 rows (a 3,619-row tail), at D = 768 with near-tied
+// multiple of its 8-value loads) and 20,003 rows (an 11,811-row last chunk), at D = 768 with near-tied
 // rows, batches of 64 and 8: batched equals batch 1 bit for bit and the float64 oracle.
 TEST_P(FilterBound, OddChunkShapesSmallShardsAndTails) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
@@ -714,6 +714,23 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
     expect_exact(Metric::kInnerProduct, c.stored, c.n, c.ids.data(), q, 4, dim, k,
                  to_answer(got, Metric::kInnerProduct, 4, k, k), "massive ties, batch " + std::to_string(b));
   }
+  // search_and_export (the one-rank index's call) queues the export before the batched path's
+  // overflow check; here every pool overflows, so the export must be queued again after the
+  // fallback: its ids and scores equal search()'s list, not the overflowed pools'.
+  const std::uint64_t fallbacks = e->transfer_counters().batched_fallbacks;
+  EXPECT_GT(fallbacks, 0u) << "the tied rows were meant to overflow the batched pools";
+  const std::vector<Candidate> listed = run_candidates(*e, q, 4, k, 4);
+  e->copy_from_host(e->query_buffer(), q.data(), sizeof(float) * q.size());
+  e->prepare_queries(e->query_buffer(), 4);
+  e->search_and_export(e->query_buffer(), 4, k, e->local_buffer());
+  e->synchronize();
+  std::vector<std::int64_t> ids(4 * k);
+  std::vector<float> scores(ids.size());
+  e->read_export(ids.data(), scores.data());
+  EXPECT_GT(e->transfer_counters().batched_fallbacks, fallbacks + 4) << "search_and_export took the fallback";
+  const Answer want = to_answer(listed, Metric::kInnerProduct, 4, k, k);
+  EXPECT_EQ(ids, want.ids);
+  EXPECT_EQ(scores, want.scores);
 }
 
 // A generated shard (made on the device) equals the same rows generated on the host.

@@ -82,6 +82,7 @@ constexpr int kMaxCandCap = 16384;                   // final sort in shared mem
 constexpr std::uint32_t kPoolTriggerDiv = 4;          // compact a pool above min(cap / 4, max(2k, 256))
 constexpr std::int64_t kFirstChunkRows = 8192;        // batched: rows that seed the thresholds
 constexpr std::int64_t kCompactEvery = 4;             // batched: chunks between pool compactions
+constexpr std::int64_t kMaxChunkGrowth = 8;           // batched: chunk c ≤ 8 × the rows before it
 
 static_assert(sizeof(Candidate) == 16, "Candidate layout is shared by host and device");
 
@@ -758,26 +759,39 @@ class CudaEngine final : public Engine {
   /// without waiting (a CUDA graph per (queries, out, k), replayed); batch ≥ 2 waits for its
   /// overflow flags and re-runs an overflowing query through the batch-1 path (same bits).
   void search(const float* queries, int batch, int k, Candidate* out) override {
+    search_impl(queries, batch, k, out, /*export_too=*/false);
+  }
+
+  /// search(), and the export of out queued before the batched path's one wait (batch ≥ 2:
+  /// one host wait per batch instead of two).
+  void search_and_export(const float* queries, int batch, int k, Candidate* out) override {
+    search_impl(queries, batch, k, out, /*export_too=*/true);
+  }
+
+  void search_impl(const float* queries, int batch, int k, Candidate* out, bool export_too) {
     SHARDTOPK_EXPECTS(batch >= 0 && batch <= limits_.batch_max, "batch of ", batch,
                       " queries out of range: allowed 0 .. ", limits_.batch_max, " (search.batch_max)");
     SHARDTOPK_EXPECTS(k >= 1 && k <= limits_.k_max, "k=", k, " out of range: allowed 1 .. ", limits_.k_max,
                       " (search.k_max)");
-    if (batch == 0) return;
-    SHARDTOPK_EXPECTS(queries != nullptr && out != nullptr, "search: null query or output buffer");
-    DeviceGuard guard(device_);
-    if (rows_ == 0) {
-      fill_pad(out, static_cast<std::int64_t>(batch) * k);
-      return;
+    if (batch > 0) {
+      SHARDTOPK_EXPECTS(queries != nullptr && out != nullptr, "search: null query or output buffer");
+      DeviceGuard guard(device_);
+      const char* force = std::getenv("SHARDTOPK_FORCE_PATH");  // tests: "scan" or "gemm"
+      const bool force_scan = force && std::string(force) == "scan";
+      const bool force_gemm = force && std::string(force) == "gemm";
+      if (rows_ == 0) {
+        fill_pad(out, static_cast<std::int64_t>(batch) * k);
+      } else if ((batch == 1 && !force_gemm) || force_scan) {
+        for (int q = 0; q < batch; ++q)
+          search1(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
+      } else {
+        search_batched(queries, batch, k, out, export_too);
+        return;
+      }
     }
-    const char* force = std::getenv("SHARDTOPK_FORCE_PATH");  // tests: "scan" or "gemm"
-    const bool force_scan = force && std::string(force) == "scan";
-    const bool force_gemm = force && std::string(force) == "gemm";
-    if ((batch == 1 && !force_gemm) || force_scan) {
-      for (int q = 0; q < batch; ++q) search1(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
-      return;
-    }
-    search_batched(queries, batch, k, out);
+    if (export_too) enqueue_export(out, batch, k);
   }
+
 
   /// Merges lists [parts, batch, k] (device, each best first) into out [batch, k] (device) on
   /// the engine's stream; returns without waiting. `out` must not overlap `lists`.
@@ -1247,18 +1261,19 @@ class CudaEngine final : public Engine {
 
   // ------------------------------------------------------------ batched
 
-  void search_batched(const float* queries, int batch, int k, Candidate* out) {
+  /// export_too: also queue the export of out (search_and_export) before the one wait.
+  void search_batched(const float* queries, int batch, int k, Candidate* out, bool export_too) {
     switch (dtype_) {
-      case Dtype::kFloat32: return batched_t<float>(queries, batch, k, out);
-      case Dtype::kFloat16: return batched_t<__half>(queries, batch, k, out);
-      case Dtype::kBFloat16: return batched_t<__nv_bfloat16>(queries, batch, k, out);
+      case Dtype::kFloat32: return batched_t<float>(queries, batch, k, out, export_too);
+      case Dtype::kFloat16: return batched_t<__half>(queries, batch, k, out, export_too);
+      case Dtype::kBFloat16: return batched_t<__nv_bfloat16>(queries, batch, k, out, export_too);
     }
   }
 
   template <typename T>
-  void batched_t(const float* queries, int batch, int k, Candidate* out) {
-    if (metric_ == Metric::kL2) return batched_m<T, true>(queries, batch, k, out);
-    batched_m<T, false>(queries, batch, k, out);
+  void batched_t(const float* queries, int batch, int k, Candidate* out, bool export_too) {
+    if (metric_ == Metric::kL2) return batched_m<T, true>(queries, batch, k, out, export_too);
+    batched_m<T, false>(queries, batch, k, out, export_too);
   }
 
   /// Rows per chunk for a batch (the largest; see enqueue_batched for the first chunks): the
@@ -1274,16 +1289,20 @@ class CudaEngine final : public Engine {
   }
 
   template <typename T, bool kL2>
-  void batched_m(const float* queries, int batch, int k, Candidate* out) {
+  void batched_m(const float* queries, int batch, int k, Candidate* out, bool export_too) {
     replay(queries, out, k, batch, [&] { enqueue_batched<T, kL2, GemmOut<T>>(queries, batch, k, out); });
     CHECK_CUDA(cudaMemcpyAsync(host_overflow_, overflow_, static_cast<std::size_t>(batch) * 4, cudaMemcpyDeviceToHost,
                                stream_.s));
+    if (export_too) enqueue_export(out, batch, k);  // correct unless a pool overflowed: then queued again below
     CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    bool redo = false;
     for (int q = 0; q < batch; ++q) {
       if (host_overflow_[q] == 0) continue;
       ++counters_.batched_fallbacks;  // a pool overflowed (adversarial row order): the exact batch-1 path, same bits
       enqueue1_m<T, kL2>(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
+      redo = true;
     }
+    if (export_too && redo) enqueue_export(out, batch, k);
   }
 
   /// The batched path's device work (capturable: no host synchronisation).
@@ -1316,11 +1335,14 @@ class CudaEngine final : public Engine {
     const std::uint32_t trigger = static_cast<std::uint32_t>(
         std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
     int last = 0;
+    // Chunk c ≥ 1 has at most G times as many rows as came before it (from R0 up to R): a
+    // threshold from n rows lets about k · rows_c / n ≤ k · G rows of the next chunk through, so
+    // the early chunks cannot flood the pools (k · G ≤ pool_cap / 4), and small batches still get
+    // long GEMMs soon. G = 8 where the pool allows (was 1, i.e. doubling: 1M B = 64 dev 656 → 626
+    // µs, B = 8 542 → 509 µs; bench/NOTES.md, "Seventh session").
+    const std::int64_t G = std::min<std::int64_t>(kMaxChunkGrowth, std::max<std::int64_t>(1, pcap / (4LL * k)));
     for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
-      // Chunk c ≥ 1 has at most as many rows as came before it (doubling from R0 up to R): a
-      // threshold from n rows lets about k · rows_c / n rows of the next chunk through, so the
-      // early chunks cannot flood the pools, and small batches still get long GEMMs.
-      const int rc = static_cast<int>(std::min({c == 0 ? R0 : std::min(R, r0), rows_ - r0}));
+      const int rc = static_cast<int>(std::min({c == 0 ? R0 : std::min(R, G * r0), rows_ - r0}));
       const int b = static_cast<int>(c & 1);
       if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream_.s, ev_filtered_[b].e, 0));
       // sbuf[b][q * rc + i] = Σ_d qhat[q, d] · shard[r0 + i, d]   (column-major [rc, batch])
