@@ -733,6 +733,33 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
   EXPECT_EQ(scores, want.scores);
 }
 
+// The batch-1 scan's two schedules (a persistent grid striding over the shard; blocks of 1,024
+// contiguous rows, which shards of ≥ 8 waves of such blocks take) score every row with the same
+// arithmetic: the same candidates bit for bit, and the float64 oracle's answer. 300,001 rows (a
+// partial last block and an unpaired last row), D = 100 (a partial last chunk).
+TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const std::int64_t n = 300001, dim = 100, nq = 3;
+  const int k = 100;
+  const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 1600);
+  const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 1601);
+  for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+    for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+      const Corpus c = make_corpus(raw, n, dim, m, t, shuffled_ids(n, 1602));
+      const std::string what = std::string(mname(m)) + (t == Dtype::kFloat16 ? " float16" : " float32");
+      std::vector<Candidate> got[2];
+      for (int blocked = 0; blocked < 2; ++blocked) {
+        ::setenv("SHARDTOPK_SCAN_SCHEDULE", blocked ? "blocked" : "persistent", 1);
+        auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
+        got[blocked] = run_candidates(*e, q, nq, k, 1);
+        ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
+      }
+      expect_same_candidates(got[1], got[0], what + ": blocked vs persistent");
+      expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, m), nq, dim, k,
+                              to_answer(got[1], m, nq, k, k), what + " blocked vs oracle");
+    }
+}
+
 // A generated shard (made on the device) equals the same rows generated on the host.
 TEST(CudaEngine, GeneratedShardEqualsHostRows) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";

@@ -210,7 +210,8 @@ __device__ void publish_if_last(const std::uint32_t* hists, int levels, std::uin
 /// zero padding to nvec · V): scores[r] = exact ranking score, level-1 histogram += the top 12
 /// bits of its key; the last block resolves the threshold. A warp scores two adjacent rows at a
 /// time, issuing all of a lane's loads (up to kScanChunks per row) before its FMAs. Grid:
-/// persistent, blocks per SM from the occupancy; dynamic shared memory: nvec · V floats.
+/// persistent (blocks per SM from the occupancy; rows_per_block 0), or one block per
+/// rows_per_block (even) contiguous rows; dynamic shared memory: nvec · V floats.
 /// Tuned for D = 384–1024 (1–4 chunks per lane) float16/float32 on H200.
 constexpr int kScanChunks = 4;
 
@@ -218,7 +219,7 @@ template <typename T, bool kL2>
 __global__ void __launch_bounds__(kScanThreads)
     scan1_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
                  int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
-                 std::uint32_t cap, Batch1State* __restrict__ st) {
+                 std::uint32_t cap, Batch1State* __restrict__ st, std::int64_t rows_per_block) {
   constexpr int V = VecTraits<T>::kElems;
   extern __shared__ __align__(16) float qs[];
   __shared__ std::uint32_t h[kHist1Bins];
@@ -226,11 +227,17 @@ __global__ void __launch_bounds__(kScanThreads)
   for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x) h[i] = 0;
   __syncthreads();
   const int lane = threadIdx.x & 31;
-  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32);
   const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
-  for (std::int64_t r = (static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5)) * 2;
-       r < rows; r += warps * 2) {
-    const bool two = r + 1 < rows;
+  // rows_per_block 0: persistent grid, warps stride over the whole shard; else block b takes
+  // rows [b · rows_per_block, (b + 1) · rows_per_block) and its warps stride over those.
+  const bool blocked = rows_per_block > 0;
+  const std::int64_t lo = blocked ? static_cast<std::int64_t>(blockIdx.x) * rows_per_block : 0;
+  const std::int64_t hi = blocked ? min(rows, lo + rows_per_block) : rows;
+  const std::int64_t warp0 = blocked ? (threadIdx.x >> 5)
+                                     : static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5);
+  const std::int64_t step = 2 * (blocked ? (kScanThreads / 32) : static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32));
+  for (std::int64_t r = lo + warp0 * 2; r < hi; r += step) {
+    const bool two = r + 1 < hi;
     const T* row0 = shard + r * stride;
     const T* row1 = two ? row0 + stride : row0;
     float a0 = 0.0f, a1 = 0.0f;
