@@ -604,6 +604,17 @@ std::vector<float> near_tie_rows(std::int64_t n, std::int64_t dim, std::uint64_t
   return raw;
 }
 
+/// Queries [nq, dim] = ±(base + 1e-2 · noise) (noise uniform in [-1, 1] from `seed`; odd queries
+/// negated): every query near the rows of near_tie_rows, so their scores crowd the k-th.
+std::vector<float> near_base_queries(const std::vector<float>& base, std::int64_t nq, std::int64_t dim,
+                                     std::uint64_t seed) {
+  std::vector<float> q(static_cast<size_t>(nq * dim));
+  const std::vector<float> qn = random_floats(static_cast<size_t>(nq * dim), seed);
+  for (std::int64_t i = 0; i < nq; ++i)
+    for (std::int64_t d = 0; d < dim; ++d) q[i * dim + d] = (i % 2 ? -1.0f : 1.0f) * (base[d] + 1e-2f * qn[i * dim + d]);
+  return q;
+}
+
 // Adversarial inputs for the batched path's filter (docs/EXACTNESS.md): rows that are one base
 // vector plus tiny perturbations, so hundreds of scores crowd the k-th within the filter's
 // margin; large norms (×1000) and mixed signs. The batched answer must equal the batch-1 scan's
@@ -617,10 +628,7 @@ TEST_P(FilterBound, NearTiesLargeNormsMixedSigns) {
   const std::vector<float> raw = near_tie_rows(n, dim, 1300, 1e-3f, 7, 1000.0f, &base);
   const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1302));
   auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(8, 128));
-  std::vector<float> q(static_cast<size_t>(nq * dim));
-  const std::vector<float> qn = random_floats(static_cast<size_t>(nq * dim), 1303);
-  for (std::int64_t i = 0; i < nq; ++i)
-    for (std::int64_t d = 0; d < dim; ++d) q[i * dim + d] = (i % 2 ? -1.0f : 1.0f) * (base[d] + 1e-2f * qn[i * dim + d]);
+  const std::vector<float> q = near_base_queries(base, nq, dim, 1303);
   const auto batched = run_candidates(*e, q, nq, k, 8);
   const auto single = run_candidates(*e, q, nq, k, 1);
   expect_same_candidates(batched, single, p.name() + ": batched vs batch 1");
@@ -679,11 +687,7 @@ TEST_P(FilterBound, OddChunkShapesSmallShardsAndTails) {
     const std::vector<float> raw = near_tie_rows(n, dim, 1320, 1e-3f, 7, 1000.0f, &base);
     const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1322));
     auto e = make_cuda_engine(c.input(), p.metric, p.dtype, test_device(), limits(64, 16));
-    std::vector<float> q(static_cast<size_t>(nq * dim));
-    const std::vector<float> qn = random_floats(static_cast<size_t>(nq * dim), 1323);
-    for (std::int64_t i = 0; i < nq; ++i)
-      for (std::int64_t d = 0; d < dim; ++d)
-        q[i * dim + d] = (i % 2 ? -1.0f : 1.0f) * (base[d] + 1e-2f * qn[i * dim + d]);
+    const std::vector<float> q = near_base_queries(base, nq, dim, 1323);
     const std::string what = p.name() + " n=" + std::to_string(n);
     const auto single = run_candidates(*e, q, nq, k, 1);
     for (const int batch : {64, 8}) {
