@@ -121,48 +121,38 @@ void check_query_norm(Metric m, const NormSummary& corpus, int b, double qn) {
       " (README 'Score range')"));
 }
 
-/// Per-query scratch of the admission pass, one per thread (the index admits on its caller's
-/// thread; tests and the service may admit from several).
-std::uint32_t* amax_scratch(int batch) {
-  thread_local std::vector<std::uint32_t> v;
-  if (v.size() < static_cast<size_t>(batch)) v.resize(static_cast<size_t>(batch));
-  return v.data();
-}
-
 }  // namespace
 
 void admit_query_values(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim) {
   // One pass: per query the largest |value| as its bit pattern with the sign cleared. Those
   // patterns order like the magnitudes they encode, +inf (0x7F800000) and every NaN above all
-  // finite ones, so one integer max per query decides finiteness; the loop has no branch and
+  // finite ones, so one integer max per query decides finiteness; its loop has no branch and
   // no dependent float chain, and vectorises (64 × 768 queries on the development VM: 1.9 µs,
   // against 11.9 µs for the float64 norms it replaces; bench/NOTES.md, "Seventh session").
-  constexpr std::uint32_t kFiniteMax = 0x7F7FFFFFu;  // FLT_MAX's pattern
-  std::uint32_t worst = 0;
-  std::uint32_t* amax = amax_scratch(batch);
+  constexpr std::int32_t kFiniteMax = 0x7F7FFFFF;  // FLT_MAX's pattern
+  const bool ranged = m != Metric::kCosine && corpus.row >= 0;
+  // ‖q‖ ≤ √dim · max|q_d|: a query this bound clears cannot overflow a score.
+  const double root_dim = std::sqrt(static_cast<double>(dim)) * (1.0 + 0x1p-50);
+  const auto cleared = [&](std::int32_t bits) {
+    float a;
+    std::memcpy(&a, &bits, sizeof a);
+    return reach_of(m, corpus, root_dim * a) * (1.0 + 0x1p-50) <= kScoreBound;
+  };
+  int first_uncleared = batch;
   for (int b = 0; b < batch; ++b) {
     const float* x = queries + static_cast<std::int64_t>(b) * dim;
     const std::int32_t mx = abs_max_bits(x, dim);
-    amax[b] = static_cast<std::uint32_t>(mx);
-    worst = amax[b] > worst ? amax[b] : worst;
-  }
-  if (worst > kFiniteMax)  // the first non-finite value in row-major order
-    for (int b = 0; b < batch; ++b) {
-      if (amax[b] <= kFiniteMax) continue;
-      const float* x = queries + static_cast<std::int64_t>(b) * dim;
+    if (mx > kFiniteMax)  // the first non-finite value in row-major order: this query's first
       for (std::int64_t d = 0; d < dim; ++d)
         SHARDTOPK_EXPECTS(std::isfinite(x[d]), "query ", b, " of the batch has a non-finite value (", x[d],
                           ") at column ", d);
-    }
-  if (m == Metric::kCosine || corpus.row < 0) return;
-  // ‖q‖ ≤ √dim · max|q_d|; only a query whose bound could overflow a score gets its float64
-  // norm, which decides exactly (and is what the error reports).
-  const double root_dim = std::sqrt(static_cast<double>(dim)) * (1.0 + 0x1p-50);
-  for (int b = 0; b < batch; ++b) {
-    float a;
-    std::memcpy(&a, &amax[b], sizeof a);
-    if (reach_of(m, corpus, root_dim * a) * (1.0 + 0x1p-50) <= kScoreBound) continue;
-    check_query_norm(m, corpus, b, row_norm(queries + static_cast<std::int64_t>(b) * dim, dim));
+    if (ranged && first_uncleared == batch && !cleared(mx)) first_uncleared = b;
+  }
+  // Every value is finite. Queries the bound did not clear (rare: from first_uncleared on) get
+  // their float64 norm, which decides exactly and is what the error reports.
+  for (int b = first_uncleared; b < batch; ++b) {
+    const float* x = queries + static_cast<std::int64_t>(b) * dim;
+    if (!cleared(abs_max_bits(x, dim))) check_query_norm(m, corpus, b, row_norm(x, dim));
   }
 }
 
