@@ -107,7 +107,7 @@ class Engine {
   virtual const float* staged_host_queries() const { return nullptr; }
 
   /// Queues export_results() of list [batch, k] into the engine's own host-side buffers (the
-  /// CUDA engine: a split kernel and k × 12 bytes per query device→host into pinned memory, on
+  /// CUDA engine: a split kernel that writes k × 12 bytes per query into mapped pinned memory, on
   /// its stream, no wait). read_export() copies the answer out once the stream has completed
   /// (after synchronize() or a communicator's wait()). The list must stay unchanged until then.
   virtual void enqueue_export(const Candidate* list, int batch, int k) {

@@ -265,16 +265,13 @@ class NcclCommunicator final : public Communicator {
     } free_buf{buf};
     CHECK_CUDA(cudaMemsetAsync(buf, 0, n * static_cast<std::size_t>(world_size()), stream_));
     char* base = static_cast<char*>(buf);
-    const bool graphs = use_graphs_;
-    use_graphs_ = false;  // eager: these two are not replayed later
-    try {
-      allgather(base + n * static_cast<std::size_t>(rank()), base, n);
-      broadcast(base, n, 0);
-    } catch (...) {
-      use_graphs_ = graphs;
-      throw;
-    }
-    use_graphs_ = graphs;
+    warming_up_ = true;  // eager: these two are not replayed later
+    struct Done {
+      bool& f;
+      ~Done() { f = false; }
+    } done{warming_up_};
+    allgather(base + n * static_cast<std::size_t>(rank()), base, n);
+    broadcast(base, n, 0);
   }
 
   /// One collective on fixed buffers: op (0 broadcast, 1 all-gather), send, recv, bytes, root.
@@ -294,7 +291,7 @@ class NcclCommunicator final : public Communicator {
   void issue(const GraphKey& key, const char* what, const Call& call) {
     const auto start = Clock::now();
     cudaGraphExec_t exec = nullptr;
-    if (use_graphs_) {
+    if (use_graphs_ && !warming_up_) {
       auto it = replays_.find(key);
       if (it != replays_.end()) {
         exec = it->second;
@@ -371,6 +368,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
   bool use_graphs_ = graphs_enabled();
+  bool warming_up_ = false;  // warm_up(): collectives issued eagerly, never captured
   std::map<GraphKey, cudaGraphExec_t> replays_;
 
   static bool graphs_enabled() {

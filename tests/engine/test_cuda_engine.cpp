@@ -891,6 +891,52 @@ TEST(CudaEngine, TransferCountersCountOnlyQueryAndResultTraffic) {
   }
 }
 
+// The one-rank index's call: search_and_export queues search and export as one CUDA graph (the
+// export kernel writes ids and scores into mapped pinned memory). Its answer equals search() and
+// then export_results() bit for bit on both paths (batch 1: scan; 7 and 64: tensor cores), on
+// the graph's first use and on replays with other queries; the counters see exactly the queries
+// and the [batch, k] ids and scores.
+TEST(CudaEngine, SearchAndExportEqualsSearchThenExport) {
+  if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
+  const std::int64_t n = 70000, dim = 100;
+  const int k = 20;
+  for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+    for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+      const std::string what = std::string(mname(m)) + " " + dname(t);
+      const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 1700), n, dim, m, t,
+                                   shuffled_ids(n, 1701));
+      auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(64, 32));
+      for (const int b : {1, 7, 64})
+        for (int rep = 0; rep < 3; ++rep) {
+          const std::string at = what + ", batch " + std::to_string(b) + ", call " + std::to_string(rep);
+          const std::vector<float> q = random_floats(static_cast<size_t>(b * dim), 1710 + 10 * b + rep);
+          std::vector<std::int64_t> ids(static_cast<size_t>(b) * k, -7), want_ids(ids.size());
+          std::vector<float> scores(ids.size()), want_scores(ids.size());
+          e->stage_queries(q.data(), b);
+          e->search(e->query_buffer(), b, k, e->local_buffer());
+          e->export_results(e->local_buffer(), b, k, want_ids.data(), want_scores.data());
+          e->reset_transfer_counters();
+          e->stage_queries(q.data(), b);
+          e->search_and_export(e->query_buffer(), b, k, e->local_buffer());
+          e->synchronize();
+          e->read_export(ids.data(), scores.data());
+          EXPECT_EQ(ids, want_ids) << at;
+          std::vector<std::uint32_t> got_bits(scores.size()), want_bits(scores.size());
+          std::transform(scores.begin(), scores.end(), got_bits.begin(), bits_of);
+          std::transform(want_scores.begin(), want_scores.end(), want_bits.begin(), bits_of);
+          EXPECT_EQ(got_bits, want_bits) << at;
+          EXPECT_EQ(e->transfer_counters().host_to_device, static_cast<std::uint64_t>(b) * dim * 4) << at;
+          EXPECT_EQ(e->transfer_counters().device_to_host, static_cast<std::uint64_t>(b) * k * 12) << at;
+          if (rep == 0 && b == 7) {
+            Answer a;
+            a.ids = ids;
+            a.scores = scores;
+            expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), q, b, dim, k, a, at + " vs oracle");
+          }
+        }
+    }
+}
+
 TEST(CudaEngine, CopyWithinTakesDeviceQueries) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   // The index's search_device path: queries already in device memory are copied into the

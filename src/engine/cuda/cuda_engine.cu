@@ -12,7 +12,6 @@
 //   qhat     [batch_max, dpad]       storage dtype, scaled queries for the tensor-core GEMM
 //   qinfo    [batch_max]             per-query Δ, scale, ‖q‖²
 //   local / gathered / merged        Candidate buffers of the index's data path
-//   out_ids, out_scores              export staging [batch_max, k_max]
 //   hists, counters, thresholds      selection state
 //   pool     [batch_max, pool_cap]   (score, row) candidates per query
 //   scores   [max(rows, chunk)]      batch-1 exact scores / batched GEMM output [B, R] / upload staging
@@ -119,8 +118,8 @@ std::int64_t pool_cap(const EngineLimits& lim) { return 4LL * cand_cap(lim); }
 struct Plan {
   std::int64_t dpad = 0;
   std::uint64_t off_shard = 0, off_ids = 0, off_row_sq = 0, off_queries = 0, off_qpad = 0, off_qhat = 0,
-                off_qinfo = 0, off_local = 0, off_gathered = 0, off_merged = 0, off_status = 0, off_out_ids = 0,
-                off_out_scores = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
+                off_qinfo = 0, off_local = 0, off_gathered = 0, off_merged = 0, off_status = 0, off_hists = 0,
+                off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
                 off_pool = 0, off_scores = 0, off_cublas = 0;
   std::uint64_t scores_bytes = 0;
   std::uint64_t sbuf_bytes = 0;   // one batched GEMM output buffer (two, ping-pong)
@@ -171,8 +170,6 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_gathered = take(mul_bytes(bk, static_cast<std::uint64_t>(lim.world_size)));
   p.off_merged = take(bk);
   p.off_status = take(4 * sizeof(unsigned long long));
-  p.off_out_ids = take(mul_bytes(mul_bytes(bmax, kmax), 8));
-  p.off_out_scores = take(mul_bytes(mul_bytes(bmax, kmax), 4));
   p.off_hists = take(cuda_detail::kHistWords * 4);
   p.off_counts = take(mul_bytes(bmax, 4));
   p.off_overflow = take(mul_bytes(bmax, 4));
@@ -415,14 +412,15 @@ __global__ void __launch_bounds__(kPrepThreads)
   constexpr bool kTf32 = std::is_same<T, float>::value;
   constexpr bool kHalfOut = std::is_same<OutT, __half>::value;
   const double M = sqrt(max_sq) * (1.0 + 0x1p-40);
+  const double D = static_cast<double>(dpad);
+  const double g_mma = (D + 2.0) * 0x1p-22;  // tensor-core float32 accumulation
   double scale = 1.0;
   if (!kTf32 && maxabs_s > 0.0f) {
     int ex = 0;
     (void)frexpf(maxabs_s, &ex);  // maxabs = m · 2^ex, m in [0.5, 1)
     int e = 15 - ex;
     // |GEMM output| ≤ 2^e · ‖q̂‖ · M · (1 + γ_mma), and ‖q̂‖ ≤ ‖q‖ · (1 + 2⁻⁸) (rounding to 16 bits).
-    const double g_cap = (static_cast<double>(dpad) + 2.0) * 0x1p-22;
-    const double reach = sqrt(nq2) * M * (1.0 + 0x1p-8) * (1.0 + g_cap);
+    const double reach = sqrt(nq2) * M * (1.0 + 0x1p-8) * (1.0 + g_mma);
     if (reach > 0.0) {
       int ex2 = 0;
       (void)frexp(reach, &ex2);  // reach < 2^ex2
@@ -459,8 +457,6 @@ __global__ void __launch_bounds__(kPrepThreads)
   // docs/EXACTNESS.md: Δ ≥ |approx − exact| for every row of the shard.
   const double u = 0x1p-24;
   const double nq = sqrt(nq2), nqh = sqrt(nqh2), eq = sqrt(diff2);
-  const double D = static_cast<double>(dpad);
-  const double g_mma = (D + 2.0) * 0x1p-22;                      // tensor-core float32 accumulation
   const double x_round = kTf32 ? 0x1p-10 : 0.0;                  // the GEMM rounds float32 rows to TF32
   const double g_exact = (D / 32.0 + 8.0 + 5.0) * u * 1.01;       // score.cuh: ≤ D/32 + 8 FMAs + 5 adds
   // A __half output adds its roundings (docs/EXACTNESS.md): cuBLAS may split the sum over d
@@ -506,7 +502,8 @@ __device__ __forceinline__ int count_not_worse(const Candidate* list, int len, c
 }
 
 /// Splits the final candidates [n] into ids [n] and reported scores [n] (l2: distance = −score),
-/// so only k·(8+4) bytes per query cross to the host.
+/// so only k·(8+4) bytes per query cross to the host: ids and scores are the engine's pinned
+/// host buffers, written through their device mapping (no copy node after the kernel).
 __global__ void split_results_kernel(const Candidate* __restrict__ list, std::int64_t n, bool l2,
                                      std::int64_t* __restrict__ ids, float* __restrict__ scores) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -677,8 +674,6 @@ class CudaEngine final : public Engine {
     gathered_ = reinterpret_cast<Candidate*>(base + plan_.off_gathered);
     merged_ = reinterpret_cast<Candidate*>(base + plan_.off_merged);
     status_ = reinterpret_cast<unsigned long long*>(base + plan_.off_status);
-    out_ids_ = reinterpret_cast<std::int64_t*>(base + plan_.off_out_ids);
-    out_scores_ = reinterpret_cast<float*>(base + plan_.off_out_scores);
     hists_ = reinterpret_cast<std::uint32_t*>(base + plan_.off_hists);
     counts_ = reinterpret_cast<std::uint32_t*>(base + plan_.off_counts);
     overflow_ = reinterpret_cast<std::uint32_t*>(base + plan_.off_overflow);
@@ -688,6 +683,12 @@ class CudaEngine final : public Engine {
     scores_ = reinterpret_cast<float*>(base + plan_.off_scores);
     cublas_ws_ = base + plan_.off_cublas;
     host_status_ = static_cast<unsigned long long*>(pinned_.p);
+    // The export kernel writes ids and scores straight into pinned memory (mapped into the
+    // device's address space: cudaHostAlloc under unified addressing).
+    void* pinned_dev = nullptr;
+    CHECK_CUDA(cudaHostGetDevicePointer(&pinned_dev, pinned_.p, 0));
+    out_ids_ = reinterpret_cast<std::int64_t*>(static_cast<char*>(pinned_dev) + pinned_ids_off_);
+    out_scores_ = reinterpret_cast<float*>(static_cast<char*>(pinned_dev) + pinned_scores_off_);
     host_overflow_ = reinterpret_cast<std::uint32_t*>(static_cast<char*>(pinned_.p) + 4096);
 
     if (rows_ > 0) {
@@ -775,23 +776,30 @@ class CudaEngine final : public Engine {
                       " queries out of range: allowed 0 .. ", limits_.batch_max, " (search.batch_max)");
     SHARDTOPK_EXPECTS(k >= 1 && k <= limits_.k_max, "k=", k, " out of range: allowed 1 .. ", limits_.k_max,
                       " (search.k_max)");
-    if (batch > 0) {
-      SHARDTOPK_EXPECTS(queries != nullptr && out != nullptr, "search: null query or output buffer");
-      DeviceGuard guard(device_);
-      const char* force = std::getenv("SHARDTOPK_FORCE_PATH");  // tests: "scan" or "gemm"
-      const bool force_scan = force && std::string(force) == "scan";
-      const bool force_gemm = force && std::string(force) == "gemm";
+    if (batch == 0) {
+      if (export_too) note_export(0, k);
+      return;
+    }
+    SHARDTOPK_EXPECTS(queries != nullptr && out != nullptr, "search: null query or output buffer");
+    DeviceGuard guard(device_);
+    const char* force = std::getenv("SHARDTOPK_FORCE_PATH");  // tests: "scan" or "gemm"
+    const bool force_scan = force && std::string(force) == "scan";
+    const bool force_gemm = force && std::string(force) == "gemm";
+    if (rows_ > 0 && !((batch == 1 && !force_gemm) || force_scan)) {
+      search_batched(queries, batch, k, out, export_too);
+      return;
+    }
+    // Batch 1 (or an empty shard): one scan + select per query, then the export: one graph.
+    replay(queries, out, k, batch, export_too, [&] {
       if (rows_ == 0) {
         fill_pad(out, static_cast<std::int64_t>(batch) * k);
-      } else if ((batch == 1 && !force_gemm) || force_scan) {
-        for (int q = 0; q < batch; ++q)
-          search1(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
       } else {
-        search_batched(queries, batch, k, out, export_too);
-        return;
+        for (int q = 0; q < batch; ++q)
+          enqueue1(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
       }
-    }
-    if (export_too) enqueue_export(out, batch, k);
+      if (export_too) export_ops(out, batch, k);
+    });
+    if (export_too) note_export(batch, k);
   }
 
 
@@ -859,22 +867,12 @@ class CudaEngine final : public Engine {
   void enqueue_export(const Candidate* list, int batch, int k) override {
     SHARDTOPK_EXPECTS(batch >= 0 && batch <= limits_.batch_max && k >= 1 && k <= limits_.k_max,
                       "enqueue_export: batch ", batch, " / k=", k, " out of range");
-    pending_export_batch_ = batch;
-    pending_export_k_ = k;
-    const std::int64_t n = static_cast<std::int64_t>(batch) * k;
-    if (n == 0) return;
+    note_export(batch, k);
     DeviceGuard guard(device_);
-    split_results_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_.s>>>(
-        list, n, metric_ == Metric::kL2, out_ids_, out_scores_);
-    CHECK_CUDA_LAUNCH();
-    CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(pinned_.p) + pinned_ids_off_, out_ids_,
-                               static_cast<std::size_t>(n) * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream_.s));
-    CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(pinned_.p) + pinned_scores_off_, out_scores_,
-                               static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_.s));
-    counters_.device_to_host += static_cast<std::uint64_t>(n) * (sizeof(std::int64_t) + sizeof(float));
+    export_ops(list, batch, k);
   }
 
-  /// The answer of the last enqueue_export() (its copies must have completed on the stream).
+  /// The answer of the last enqueue_export() (its kernel must have completed on the stream).
   void read_export(std::int64_t* ids, float* scores) override {
     const std::size_t n = static_cast<std::size_t>(pending_export_batch_) * pending_export_k_;
     if (ids) std::memcpy(ids, static_cast<char*>(pinned_.p) + pinned_ids_off_, n * sizeof(std::int64_t));
@@ -927,6 +925,23 @@ class CudaEngine final : public Engine {
   std::uint64_t resident_bytes() const override { return plan_.total; }
 
  private:
+  /// The host-side record of an export (what read_export() returns, the transfer counters); the
+  /// device side is export_ops(), which a graph may hold.
+  void note_export(int batch, int k) {
+    pending_export_batch_ = batch;
+    pending_export_k_ = k;
+    counters_.device_to_host += static_cast<std::uint64_t>(batch) * k * (sizeof(std::int64_t) + sizeof(float));
+  }
+
+  /// The split of list [batch, k] into the pinned ids and scores (capturable).
+  void export_ops(const Candidate* list, int batch, int k) {
+    const std::int64_t n = static_cast<std::int64_t>(batch) * k;
+    if (n == 0) return;
+    split_results_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_.s>>>(
+        list, n, metric_ == Metric::kL2, out_ids_, out_scores_);
+    CHECK_CUDA_LAUNCH();
+  }
+
   static void set_smem(const void* fn, std::size_t bytes) {
     CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
@@ -1179,13 +1194,13 @@ class CudaEngine final : public Engine {
 
   // ------------------------------------------------------------ batch 1
 
-  /// Replays the CUDA graph of `enqueue` for (queries, out, k, batch), capturing it on first use
-  /// (bounded cache). Graphs take the per-batch launch cost off the host: the batched path is
-  /// hundreds of kernels.
+  /// Replays the CUDA graph of `enqueue` for (queries, out, k, batch, export_too), capturing it on
+  /// first use (bounded cache). Graphs take the per-batch launch cost off the host: the batched
+  /// path is hundreds of kernels. export_too: the graph ends with the export.
   template <typename Enqueue>
-  void replay(const float* queries, Candidate* out, int k, int batch, const Enqueue& enqueue) {
+  void replay(const float* queries, Candidate* out, int k, int batch, bool export_too, const Enqueue& enqueue) {
     if (!use_graphs_) return enqueue();
-    const auto key = std::make_tuple(queries, out, k, batch);
+    const auto key = std::make_tuple(queries, out, k, batch, export_too);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t g = nullptr;
@@ -1209,11 +1224,6 @@ class CudaEngine final : public Engine {
       it = graphs_.emplace(key, exec).first;
     }
     CHECK_CUDA(cudaGraphLaunch(it->second, stream_.s));
-  }
-
-  /// One query [dim] (device) → out [k], enqueued as one graph.
-  void search1(const float* query, int k, Candidate* out) {
-    replay(query, out, k, 1, [&] { enqueue1(query, k, out); });
   }
 
   void enqueue1(const float* query, int k, Candidate* out) {
@@ -1303,10 +1313,15 @@ class CudaEngine final : public Engine {
 
   template <typename T, bool kL2>
   void batched_m(const float* queries, int batch, int k, Candidate* out, bool export_too) {
-    replay(queries, out, k, batch, [&] { enqueue_batched<T, kL2, GemmOut<T>>(queries, batch, k, out); });
-    CHECK_CUDA(cudaMemcpyAsync(host_overflow_, overflow_, static_cast<std::size_t>(batch) * 4, cudaMemcpyDeviceToHost,
-                               stream_.s));
-    if (export_too) enqueue_export(out, batch, k);  // correct unless a pool overflowed: then queued again below
+    // One graph: the batched search, its overflow flags to the host [, the export — correct
+    // unless a pool overflowed: then queued again below].
+    replay(queries, out, k, batch, export_too, [&] {
+      enqueue_batched<T, kL2, GemmOut<T>>(queries, batch, k, out);
+      CHECK_CUDA(cudaMemcpyAsync(host_overflow_, overflow_, static_cast<std::size_t>(batch) * 4,
+                                 cudaMemcpyDeviceToHost, stream_.s));
+      if (export_too) export_ops(out, batch, k);
+    });
+    if (export_too) note_export(batch, k);
     CHECK_CUDA(cudaStreamSynchronize(stream_.s));
     bool redo = false;
     for (int q = 0; q < batch; ++q) {
@@ -1419,7 +1434,7 @@ class CudaEngine final : public Engine {
   std::size_t persist_max_ = 0;  // persisting L2 the device offers (bytes)
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
   bool use_graphs_ = true;
-  std::map<std::tuple<const float*, Candidate*, int, int>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<const float*, Candidate*, int, int, bool>, cudaGraphExec_t> graphs_;
   // Declaration order = reverse destruction order: cuBLAS and the stream go before the memory
   // their work used is freed.
   DeviceBuffer arena_;
@@ -1447,7 +1462,7 @@ class CudaEngine final : public Engine {
   Candidate* gathered_ = nullptr;
   Candidate* merged_ = nullptr;
   unsigned long long* status_ = nullptr;
-  std::int64_t* out_ids_ = nullptr;
+  std::int64_t* out_ids_ = nullptr;  // pinned export buffers, as the device addresses them
   float* out_scores_ = nullptr;
   std::uint32_t* hists_ = nullptr;
   std::uint32_t* counts_ = nullptr;
