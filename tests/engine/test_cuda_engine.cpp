@@ -726,8 +726,10 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
   const std::vector<Candidate> listed = run_candidates(*e, q, 4, k, 4);
   e->copy_from_host(e->query_buffer(), q.data(), sizeof(float) * q.size());
   e->prepare_queries(e->query_buffer(), 4);
+  const std::uint64_t d2h = e->transfer_counters().device_to_host;
   e->search_and_export(e->query_buffer(), 4, k, e->local_buffer());
   e->synchronize();
+  EXPECT_EQ(e->transfer_counters().device_to_host - d2h, 4u * k * 12u) << "the export is counted once";
   std::vector<std::int64_t> ids(4 * k);
   std::vector<float> scores(ids.size());
   e->read_export(ids.data(), scores.data());
@@ -737,31 +739,44 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
   EXPECT_EQ(scores, want.scores);
 }
 
-// The batch-1 scan's two schedules (a persistent grid striding over the shard; blocks of 1,024
-// contiguous rows, which shards of ≥ 8 waves of such blocks take) score every row with the same
-// arithmetic: the same candidates bit for bit, and the float64 oracle's answer. 300,001 rows (a
-// partial last block and an unpaired last row), D = 100 (a partial last chunk).
-TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
+// The batch-1 scan's kernels (the loop over chunks; the pipelined one at its tuned rows per step
+// and at 1, 2 and 4 rows per warp step) and its two schedules (a persistent grid striding over
+// the shard; blocks of 1,024 contiguous rows, which shards of ≥ 8 waves of such blocks take)
+// score every row with the same arithmetic: the same candidates bit for bit, and the float64
+// oracle's answer. D = 100 (1 or 2 chunks per lane, a partial last chunk; 300,001 rows: a partial
+// last block and rows left over by every rows-per-step), 768 (3 / 6 chunks) and 1,500 (6
+// chunks for float16; float32 takes the loop).
+TEST(CudaEngine, ScanKernelsAndSchedulesAgreeBitForBit) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
-  const std::int64_t n = 300001, dim = 100, nq = 3;
-  const int k = 100;
-  const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 1600);
-  const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 1601);
-  for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
-    for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
-      const Corpus c = make_corpus(raw, n, dim, m, t, shuffled_ids(n, 1602));
-      const std::string what = std::string(mname(m)) + (t == Dtype::kFloat16 ? " float16" : " float32");
-      std::vector<Candidate> got[2];
-      for (int blocked = 0; blocked < 2; ++blocked) {
-        ::setenv("SHARDTOPK_SCAN_SCHEDULE", blocked ? "blocked" : "persistent", 1);
-        auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
-        got[blocked] = run_candidates(*e, q, nq, k, 1);
-        ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
+  const int nq = 3, k = 100;
+  const char* kernels[] = {"loop", "", "pipe1", "pipe2", "pipe4"};
+  for (const auto& [n, dim] : {std::pair<std::int64_t, std::int64_t>{300001, 100}, {20003, 768}, {5001, 1500}}) {
+    const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 1600);
+    const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 1601);
+    for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32, Dtype::kBFloat16})
+      for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+        const Corpus c = make_corpus(raw, n, dim, m, t, shuffled_ids(n, 1602));
+        const std::string what = std::string(mname(m)) + " " + dname(t) + " D=" + std::to_string(dim);
+        std::vector<Candidate> ref;
+        for (const char* kern : kernels)
+          for (int blocked = 0; blocked < 2; ++blocked) {
+            ::setenv("SHARDTOPK_SCAN_SCHEDULE", blocked ? "blocked" : "persistent", 1);
+            if (*kern) ::setenv("SHARDTOPK_SCAN_KERNEL", kern, 1);
+            auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
+            const std::vector<Candidate> got = run_candidates(*e, q, nq, k, 1);
+            ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
+            ::unsetenv("SHARDTOPK_SCAN_KERNEL");
+            const std::string v = what + " kernel '" + kern + "' " + (blocked ? "blocked" : "persistent");
+            if (ref.empty()) {
+              ref = got;
+              expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, m), nq,
+                                      dim, k, to_answer(got, m, nq, k, k), v + " vs oracle");
+            } else {
+              expect_same_candidates(got, ref, v + " vs the loop kernel, persistent");
+            }
+          }
       }
-      expect_same_candidates(got[1], got[0], what + ": blocked vs persistent");
-      expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, m), nq, dim, k,
-                              to_answer(got[1], m, nq, k, k), what + " blocked vs oracle");
-    }
+  }
 }
 
 // A generated shard (made on the device) equals the same rows generated on the host.

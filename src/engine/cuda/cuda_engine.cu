@@ -38,6 +38,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -647,7 +648,6 @@ class CudaEngine final : public Engine {
       CHECK_CUDA(cudaEventCreateWithFlags(&ev_filtered_[i].e, cudaEventDisableTiming));
     }
     arena_.device = device;
-    persist_max_ = static_cast<std::size_t>(prop.persistingL2CacheMaxSize);
     const cudaError_t merr = cudaMalloc(&arena_.p, plan_.total);
     if (merr == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -698,7 +698,6 @@ class CudaEngine final : public Engine {
       CHECK_CUBLAS(cublasSetPointerMode(cublas_.h, CUBLAS_POINTER_MODE_HOST));
     }
     upload(s);
-    keep_scores_in_l2();
     const std::int64_t bk = static_cast<std::int64_t>(lim.batch_max) * lim.k_max;
     fill_pad(local_, bk);
     fill_pad(gathered_, bk * lim.world_size);
@@ -758,8 +757,9 @@ class CudaEngine final : public Engine {
   }
 
   /// Enqueues the local top-k of queries [batch, dim] (device, float32) into out [batch, k]
-  /// (device), best first by the ordering rule, on the engine's stream. Batch 1 returns
-  /// without waiting (a CUDA graph per (queries, out, k), replayed); batch ≥ 2 waits for its
+  /// (device), best first by the ordering rule, on the engine's stream, through one CUDA graph
+  /// per (queries, out, k, batch, with or without the export), captured once and replayed.
+  /// Batch 1 returns without waiting; batch ≥ 2 waits for its
   /// overflow flags and re-runs an overflowing query through the batch-1 path (same bits).
   void search(const float* queries, int batch, int k, Candidate* out) override {
     search_impl(queries, batch, k, out, /*export_too=*/false);
@@ -960,28 +960,6 @@ class CudaEngine final : public Engine {
     if (n == 0) return;
     fill_pad_kernel<<<grid_for(n, 256), 256, 0, stream_.s>>>(p, n);
     CHECK_CUDA_LAUNCH();
-  }
-
-  /// Asks L2 to keep the batched path's GEMM output (both ping-pong buffers, written by the
-  /// GEMM and read back by the filter) while the shard streams past it. Best effort: devices or
-  /// drivers without persisting L2 are left as they are.
-  void keep_scores_in_l2() {
-    if (persist_max_ == 0 || rows_ == 0) return;
-    const std::size_t window = static_cast<std::size_t>(2 * plan_.sbuf_bytes);
-    const std::size_t persist = std::min(persist_max_, window);
-    if (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, persist) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    cudaStreamAttrValue attr{};
-    attr.accessPolicyWindow.base_ptr = scores_;
-    attr.accessPolicyWindow.num_bytes = window;
-    attr.accessPolicyWindow.hitRatio = static_cast<float>(persist) / static_cast<float>(window);
-    attr.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
-    attr.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-    for (cudaStream_t st : {stream_.s, side_.s})
-      if (cudaStreamSetAttribute(st, cudaStreamAttributeAccessPolicyWindow, &attr) != cudaSuccess)
-        (void)cudaGetLastError();
   }
 
   int persistent_grid(const void* fn, int threads, std::size_t smem) const {
@@ -1260,9 +1238,9 @@ class CudaEngine final : public Engine {
       grid = static_cast<int>((rows_ + rpb - 1) / rpb);
     }
     const std::uint32_t uk = static_cast<std::uint32_t>(k), ucap = static_cast<std::uint32_t>(cap_);
-    scan1_kernel<T, kL2><<<grid, kScanThreads, qsmem, stream_.s>>>(static_cast<const T*>(shard_), rows_, nvec, query,
-                                                                   static_cast<int>(dim_), scores_, hists_, uk, ucap,
-                                                                   state_, rpb);
+    const Scan1Fn<T> fn = scan1_fn<T, kL2>(nvec);
+    fn<<<grid, kScanThreads, qsmem, stream_.s>>>(static_cast<const T*>(shard_), rows_, nvec, query,
+                                                  static_cast<int>(dim_), scores_, hists_, uk, ucap, state_, rpb);
     CHECK_CUDA_LAUNCH();
     const std::size_t smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
     if (select_grid_ == 0)
@@ -1276,10 +1254,57 @@ class CudaEngine final : public Engine {
 
   template <typename T, bool kL2>
   int scan_grid(std::size_t qsmem) {
-    int& g = scan_grid_cache_;
-    if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2>),
-                                    cuda_detail::kScanThreads, qsmem);
+    const void* fn = reinterpret_cast<const void*>(scan1_fn<T, kL2>(static_cast<int>(dpad_ / cuda_detail::VecTraits<T>::kElems)));
+    int& g = scan_grid_cache_[fn];
+    if (g == 0) g = persistent_grid(fn, cuda_detail::kScanThreads, qsmem);
     return g;
+  }
+
+  template <typename T>
+  using Scan1Fn = void (*)(const T*, std::int64_t, int, const float*, int, float*, std::uint32_t*, std::uint32_t,
+                           std::uint32_t, cuda_detail::Batch1State*, std::int64_t);
+
+  /// The batch-1 scan kernel for nvec chunks per row: the pipelined one (C = ceil(nvec / 32)
+  /// chunks per lane, up to 8: D ≤ 2,048 for float16, ≤ 1,024 for float32), else the loop over
+  /// chunks. SHARDTOPK_SCAN_KERNEL (tests and A/B runs): "loop", or "pipe1" / "pipe2" / "pipe4"
+  /// (R rows per warp step; float16 and float32 inner product).
+  template <typename T, bool kL2>
+  static Scan1Fn<T> scan1_fn(int nvec) {
+    using namespace cuda_detail;
+    const char* e = std::getenv("SHARDTOPK_SCAN_KERNEL");
+    const std::string want = e ? e : "";
+    const int c = (nvec + 31) / 32;
+    if (want == "loop" || c > 8) return scan1_kernel<T, kL2>;
+    if constexpr (!std::is_same<T, __nv_bfloat16>::value && !kL2) {
+      const int r = want == "pipe1" ? 1 : want == "pipe2" ? 2 : want == "pipe4" ? 4 : 0;
+      if (r != 0) return scan1p_pick<T, kL2, 1>(c, r);
+    }
+    return scan1p_pick<T, kL2, 0>(c, 0);
+  }
+
+  /// kAny 0: the tuned rows per step (scan1p_rows); 1: r rows (≤ 8 chunks per lane in all).
+  template <typename T, bool kL2, int kAny>
+  static Scan1Fn<T> scan1p_pick(int c, int r) {
+    using namespace cuda_detail;
+    auto one = [&](auto cc) -> Scan1Fn<T> {
+      constexpr int C = decltype(cc)::value;
+      if constexpr (kAny == 0) {
+        return scan1p_kernel<T, kL2, C, scan1p_rows(C)>;
+      } else {
+        if (r == 4 && 4 * C <= 8) return scan1p_kernel<T, kL2, C, (4 * C <= 8 ? 4 : 1)>;
+        if (r >= 2 && 2 * C <= 8) return scan1p_kernel<T, kL2, C, (2 * C <= 8 ? 2 : 1)>;
+        return scan1p_kernel<T, kL2, C, 1>;
+      }
+    };
+    switch (c) {
+      case 1: return one(std::integral_constant<int, 1>{});
+      case 2: return one(std::integral_constant<int, 2>{});
+      case 3: return one(std::integral_constant<int, 3>{});
+      case 4: return one(std::integral_constant<int, 4>{});
+      case 5:
+      case 6: return one(std::integral_constant<int, 6>{});
+      default: return one(std::integral_constant<int, 8>{});
+    }
   }
 
   // ------------------------------------------------------------ batched
@@ -1330,7 +1355,7 @@ class CudaEngine final : public Engine {
       enqueue1_m<T, kL2>(queries + static_cast<std::int64_t>(q) * dim_, k, out + static_cast<std::int64_t>(q) * k);
       redo = true;
     }
-    if (export_too && redo) enqueue_export(out, batch, k);
+    if (export_too && redo) export_ops(out, batch, k);  // counted once, by note_export above
   }
 
   /// The batched path's device work (capturable: no host synchronisation).
@@ -1429,9 +1454,8 @@ class CudaEngine final : public Engine {
   Plan plan_;
   int cap_ = 0;
   double max_sq_ = 0.0;
-  int scan_grid_cache_ = 0;
+  std::map<const void*, int> scan_grid_cache_;  // per scan kernel
   std::uint64_t pinned_queries_off_ = 0, pinned_ids_off_ = 0, pinned_scores_off_ = 0;
-  std::size_t persist_max_ = 0;  // persisting L2 the device offers (bytes)
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
   bool use_graphs_ = true;
   std::map<std::tuple<const float*, Candidate*, int, int, bool>, cudaGraphExec_t> graphs_;

@@ -279,6 +279,85 @@ __global__ void __launch_bounds__(kScanThreads)
   publish_if_last<kScanThreads>(hists, 1, k, cap, st);
 }
 
+/// The batch-1 scan, software-pipelined: a warp takes R adjacent rows at a time and issues the
+/// loads of its next R rows before it scores the current ones, so its loads stay in flight while
+/// it computes, reduces and records (two register buffers of R × C chunks per lane). C = the
+/// chunks per lane of a row (≥ ceil(nvec / 32)), a compile-time constant (no loop over chunks). The
+/// same per-lane chunk order and butterfly as scan1_kernel and exact_score (score.cuh), so the
+/// same bits; same arguments, grid and shared memory as scan1_kernel.
+template <typename T, bool kL2, int C, int R>
+__global__ void __launch_bounds__(kScanThreads)
+    scan1p_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
+                  int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
+                  std::uint32_t cap, Batch1State* __restrict__ st, std::int64_t rows_per_block) {
+  constexpr int V = VecTraits<T>::kElems;
+  extern __shared__ __align__(16) float qs[];
+  __shared__ std::uint32_t h[kHist1Bins];
+  for (int i = threadIdx.x; i < nvec * V; i += blockDim.x) qs[i] = i < dim ? query[i] : 0.0f;
+  for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x) h[i] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
+  const bool blocked = rows_per_block > 0;
+  const std::int64_t lo = blocked ? static_cast<std::int64_t>(blockIdx.x) * rows_per_block : 0;
+  const std::int64_t hi = blocked ? min(rows, lo + rows_per_block) : rows;
+  const std::int64_t warp0 = blocked ? (threadIdx.x >> 5)
+                                     : static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5);
+  const std::int64_t step = R * (blocked ? (kScanThreads / 32) : static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32));
+  // Rows past hi load row hi − 1 again (in bounds, never recorded).
+  auto load = [&](std::int64_t r, uint4 (&x)[R][C]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const T* row = shard + min(r + i, hi - 1) * stride;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        if (lane + 32 * c < nvec) x[i][c] = load_chunk(row, lane + 32 * c);
+    }
+  };
+  auto consume = [&](std::int64_t r, const uint4 (&x)[R][C]) {
+    float a[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) a[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if (lane + 32 * c < nvec) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) a[i] = chunk_step<T, kL2>(qs + (lane + 32 * c) * V, x[i][c], a[i]);
+      }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      float s = warp_tree(a[i]);
+      if (kL2) s = -s;
+      if (lane == i && r + i < hi) {
+        scores[r + i] = s;
+        atomicAdd(&h[score_key(s) >> 20], 1u);
+      }
+    }
+  };
+  uint4 xa[R][C], xb[R][C];
+  std::int64_t r = lo + warp0 * R;
+  if (r < hi) load(r, xa);
+  while (r < hi) {
+    std::int64_t rn = r + step;
+    if (rn < hi) load(rn, xb);
+    consume(r, xa);
+    r = rn;
+    if (r >= hi) break;
+    rn = r + step;
+    if (rn < hi) load(rn, xa);
+    consume(r, xb);
+    r = rn;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x)
+    if (h[i]) atomicAdd(&hists[i], h[i]);
+  publish_if_last<kScanThreads>(hists, 1, k, cap, st);
+}
+
+/// Rows per warp step of scan1p_kernel for C chunks per lane: at most 6 chunks (96 bytes) per
+/// lane and buffer.
+constexpr int scan1p_rows(int c) { return c == 1 ? 4 : c <= 3 ? 2 : 1; }
+
 /// A barrier across the whole grid. Only for grids whose blocks are all resident at once (the
 /// launcher sizes the grid from the occupancy); `bar` [2] = {arrived, generation}, zeroed
 /// before the launch (the last arriver resets `arrived`).
