@@ -739,17 +739,15 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
   EXPECT_EQ(scores, want.scores);
 }
 
-// The batch-1 scan's kernels (the loop over chunks; the pipelined one at its tuned rows per step
-// and at 1, 2 and 4 rows per warp step) and its two schedules (a persistent grid striding over
-// the shard; blocks of 1,024 contiguous rows, which shards of ≥ 8 waves of such blocks take)
-// score every row with the same arithmetic: the same candidates bit for bit, and the float64
-// oracle's answer. D = 100 (1 or 2 chunks per lane, a partial last chunk; 300,001 rows: a partial
-// last block and rows left over by every rows-per-step), 768 (3 / 6 chunks) and 1,500 (6
-// chunks for float16; float32 takes the loop).
-TEST(CudaEngine, ScanKernelsAndSchedulesAgreeBitForBit) {
+// The batch-1 scan's two schedules (a persistent grid striding over the shard; blocks of 1,024
+// contiguous rows, which shards of ≥ 8 waves of such blocks take) score every row with the same
+// arithmetic: the same candidates bit for bit, and the float64 oracle's answer. D = 100 (a
+// partial last chunk; 300,001 rows: a partial last block and an unpaired last row), 768 and
+// 1,500 (2 or more chunks per lane, several passes of the chunk loop for float32), every storage
+// type and both metrics.
+TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const int nq = 3, k = 100;
-  const char* kernels[] = {"loop", "", "pipe1", "pipe2", "pipe4"};
   for (const auto& [n, dim] : {std::pair<std::int64_t, std::int64_t>{300001, 100}, {20003, 768}, {5001, 1500}}) {
     const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 1600);
     const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 1601);
@@ -758,23 +756,20 @@ TEST(CudaEngine, ScanKernelsAndSchedulesAgreeBitForBit) {
         const Corpus c = make_corpus(raw, n, dim, m, t, shuffled_ids(n, 1602));
         const std::string what = std::string(mname(m)) + " " + dname(t) + " D=" + std::to_string(dim);
         std::vector<Candidate> ref;
-        for (const char* kern : kernels)
-          for (int blocked = 0; blocked < 2; ++blocked) {
-            ::setenv("SHARDTOPK_SCAN_SCHEDULE", blocked ? "blocked" : "persistent", 1);
-            if (*kern) ::setenv("SHARDTOPK_SCAN_KERNEL", kern, 1);
-            auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
-            const std::vector<Candidate> got = run_candidates(*e, q, nq, k, 1);
-            ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
-            ::unsetenv("SHARDTOPK_SCAN_KERNEL");
-            const std::string v = what + " kernel '" + kern + "' " + (blocked ? "blocked" : "persistent");
-            if (ref.empty()) {
-              ref = got;
-              expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, m), nq,
-                                      dim, k, to_answer(got, m, nq, k, k), v + " vs oracle");
-            } else {
-              expect_same_candidates(got, ref, v + " vs the loop kernel, persistent");
-            }
+        for (int blocked = 0; blocked < 2; ++blocked) {
+          ::setenv("SHARDTOPK_SCAN_SCHEDULE", blocked ? "blocked" : "persistent", 1);
+          auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
+          const std::vector<Candidate> got = run_candidates(*e, q, nq, k, 1);
+          ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
+          const std::string v = what + (blocked ? " blocked" : " persistent");
+          if (ref.empty()) {
+            ref = got;
+            expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, m), nq, dim,
+                                    k, to_answer(got, m, nq, k, k), v + " vs oracle");
+          } else {
+            expect_same_candidates(got, ref, v + " vs persistent");
           }
+        }
       }
   }
 }

@@ -38,7 +38,6 @@
 #include <memory>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -1238,9 +1237,9 @@ class CudaEngine final : public Engine {
       grid = static_cast<int>((rows_ + rpb - 1) / rpb);
     }
     const std::uint32_t uk = static_cast<std::uint32_t>(k), ucap = static_cast<std::uint32_t>(cap_);
-    const Scan1Fn<T> fn = scan1_fn<T, kL2>(nvec);
-    fn<<<grid, kScanThreads, qsmem, stream_.s>>>(static_cast<const T*>(shard_), rows_, nvec, query,
-                                                  static_cast<int>(dim_), scores_, hists_, uk, ucap, state_, rpb);
+    scan1_kernel<T, kL2><<<grid, kScanThreads, qsmem, stream_.s>>>(static_cast<const T*>(shard_), rows_, nvec, query,
+                                                                   static_cast<int>(dim_), scores_, hists_, uk, ucap,
+                                                                   state_, rpb);
     CHECK_CUDA_LAUNCH();
     const std::size_t smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
     if (select_grid_ == 0)
@@ -1254,57 +1253,10 @@ class CudaEngine final : public Engine {
 
   template <typename T, bool kL2>
   int scan_grid(std::size_t qsmem) {
-    const void* fn = reinterpret_cast<const void*>(scan1_fn<T, kL2>(static_cast<int>(dpad_ / cuda_detail::VecTraits<T>::kElems)));
-    int& g = scan_grid_cache_[fn];
-    if (g == 0) g = persistent_grid(fn, cuda_detail::kScanThreads, qsmem);
+    int& g = scan_grid_cache_;
+    if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2>),
+                                    cuda_detail::kScanThreads, qsmem);
     return g;
-  }
-
-  template <typename T>
-  using Scan1Fn = void (*)(const T*, std::int64_t, int, const float*, int, float*, std::uint32_t*, std::uint32_t,
-                           std::uint32_t, cuda_detail::Batch1State*, std::int64_t);
-
-  /// The batch-1 scan kernel for nvec chunks per row: the pipelined one (C = ceil(nvec / 32)
-  /// chunks per lane, up to 8: D ≤ 2,048 for float16, ≤ 1,024 for float32), else the loop over
-  /// chunks. SHARDTOPK_SCAN_KERNEL (tests and A/B runs): "loop", or "pipe1" / "pipe2" / "pipe4"
-  /// (R rows per warp step; float16 and float32 inner product).
-  template <typename T, bool kL2>
-  static Scan1Fn<T> scan1_fn(int nvec) {
-    using namespace cuda_detail;
-    const char* e = std::getenv("SHARDTOPK_SCAN_KERNEL");
-    const std::string want = e ? e : "";
-    const int c = (nvec + 31) / 32;
-    if (want == "loop" || c > 8) return scan1_kernel<T, kL2>;
-    if constexpr (!std::is_same<T, __nv_bfloat16>::value && !kL2) {
-      const int r = want == "pipe1" ? 1 : want == "pipe2" ? 2 : want == "pipe4" ? 4 : 0;
-      if (r != 0) return scan1p_pick<T, kL2, 1>(c, r);
-    }
-    return scan1p_pick<T, kL2, 0>(c, 0);
-  }
-
-  /// kAny 0: the tuned rows per step (scan1p_rows); 1: r rows (≤ 8 chunks per lane in all).
-  template <typename T, bool kL2, int kAny>
-  static Scan1Fn<T> scan1p_pick(int c, int r) {
-    using namespace cuda_detail;
-    auto one = [&](auto cc) -> Scan1Fn<T> {
-      constexpr int C = decltype(cc)::value;
-      if constexpr (kAny == 0) {
-        return scan1p_kernel<T, kL2, C, scan1p_rows(C)>;
-      } else {
-        if (r == 4 && 4 * C <= 8) return scan1p_kernel<T, kL2, C, (4 * C <= 8 ? 4 : 1)>;
-        if (r >= 2 && 2 * C <= 8) return scan1p_kernel<T, kL2, C, (2 * C <= 8 ? 2 : 1)>;
-        return scan1p_kernel<T, kL2, C, 1>;
-      }
-    };
-    switch (c) {
-      case 1: return one(std::integral_constant<int, 1>{});
-      case 2: return one(std::integral_constant<int, 2>{});
-      case 3: return one(std::integral_constant<int, 3>{});
-      case 4: return one(std::integral_constant<int, 4>{});
-      case 5:
-      case 6: return one(std::integral_constant<int, 6>{});
-      default: return one(std::integral_constant<int, 8>{});
-    }
   }
 
   // ------------------------------------------------------------ batched
@@ -1454,7 +1406,7 @@ class CudaEngine final : public Engine {
   Plan plan_;
   int cap_ = 0;
   double max_sq_ = 0.0;
-  std::map<const void*, int> scan_grid_cache_;  // per scan kernel
+  int scan_grid_cache_ = 0;
   std::uint64_t pinned_queries_off_ = 0, pinned_ids_off_ = 0, pinned_scores_off_ = 0;
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
   bool use_graphs_ = true;
