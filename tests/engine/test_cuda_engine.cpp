@@ -744,7 +744,9 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
 // arithmetic: the same candidates bit for bit, and the float64 oracle's answer. D = 100 (a
 // partial last chunk; 300,001 rows: a partial last block and an unpaired last row), 768 and
 // 1,500 (2 or more chunks per lane, several passes of the chunk loop for float32), every storage
-// type and both metrics.
+// type and both metrics. Either schedule reads the shard forward with plain loads or, alternating
+// between searches, forward and last row first with L2 hints: with three queries run twice, each
+// query is searched once in each direction.
 TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const int nq = 3, k = 100;
@@ -756,19 +758,24 @@ TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
         const Corpus c = make_corpus(raw, n, dim, m, t, shuffled_ids(n, 1602));
         const std::string what = std::string(mname(m)) + " " + dname(t) + " D=" + std::to_string(dim);
         std::vector<Candidate> ref;
-        for (int blocked = 0; blocked < 2; ++blocked) {
+        for (int variant = 0; variant < 4; ++variant) {
+          const bool blocked = variant & 1, alternate = variant & 2;
           ::setenv("SHARDTOPK_SCAN_SCHEDULE", blocked ? "blocked" : "persistent", 1);
+          ::setenv("SHARDTOPK_SCAN_L2", alternate ? "1" : "0", 1);
           auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
-          const std::vector<Candidate> got = run_candidates(*e, q, nq, k, 1);
-          ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
-          const std::string v = what + (blocked ? " blocked" : " persistent");
-          if (ref.empty()) {
-            ref = got;
-            expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, m), nq, dim,
-                                    k, to_answer(got, m, nq, k, k), v + " vs oracle");
-          } else {
-            expect_same_candidates(got, ref, v + " vs persistent");
+          ::unsetenv("SHARDTOPK_SCAN_L2");  // read by the constructor; the schedule, by each search
+          const std::string v = what + (blocked ? " blocked" : " persistent") + (alternate ? " alternating" : " forward");
+          for (int run = 0; run < (alternate ? 2 : 1); ++run) {
+            const std::vector<Candidate> got = run_candidates(*e, q, nq, k, 1);
+            if (ref.empty()) {
+              ref = got;
+              expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, m), nq,
+                                      dim, k, to_answer(got, m, nq, k, k), v + " vs oracle");
+            } else {
+              expect_same_candidates(got, ref, v + " run " + std::to_string(run) + " vs persistent forward");
+            }
           }
+          ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
         }
       }
   }

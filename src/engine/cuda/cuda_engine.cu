@@ -73,6 +73,9 @@ constexpr int kMergeThreads = 256;
 constexpr int kMergeElemsPerBlock = 2048;
 constexpr std::uint64_t kAlign = 256;
 constexpr unsigned long long kStatusOk = ~0ull;
+constexpr int kStatusScanDir = 3;                   // status_ word holding the batch-1 scan direction
+constexpr std::uint64_t kScanL2KeepBytes = 32ull << 20;  // the rows a batch-1 scan leaves in L2 (of 50 MB;
+                                                        // 16 and 44 MiB measured no better: bench/NOTES.md)
 constexpr std::uint64_t kChunkBudget = 24ull << 20;   // batched GEMM output per chunk (×2 buffers): L2-resident;
                                                       // 6/12/48 MB measured slower (bench/NOTES.md)
 constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
@@ -169,7 +172,7 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_local = take(bk);
   p.off_gathered = take(mul_bytes(bk, static_cast<std::uint64_t>(lim.world_size)));
   p.off_merged = take(bk);
-  p.off_status = take(4 * sizeof(unsigned long long));
+  p.off_status = take(4 * sizeof(unsigned long long));  // [kStatusScanDir]: the batch-1 scan's direction
   p.off_hists = take(cuda_detail::kHistWords * 4);
   p.off_counts = take(mul_bytes(bmax, 4));
   p.off_overflow = take(mul_bytes(bmax, 4));
@@ -706,6 +709,12 @@ class CudaEngine final : public Engine {
     counters_ = {};
     const char* ng = std::getenv("SHARDTOPK_NO_GRAPH");
     use_graphs_ = !(ng && *ng && std::string(ng) != "0");
+    // Batch-1 scans alternate direction with L2 eviction hints (scan1_kernel's dir);
+    // SHARDTOPK_SCAN_L2=0: forward with plain loads (A B runs, tests).
+    const char* l2 = std::getenv("SHARDTOPK_SCAN_L2");
+    scan_dir_ = (l2 && std::string(l2) == "0") ? nullptr : reinterpret_cast<std::uint32_t*>(status_ + kStatusScanDir);
+    CHECK_CUDA(cudaMemsetAsync(status_ + kStatusScanDir, 0, sizeof(unsigned long long), stream_.s));
+    CHECK_CUDA(cudaStreamSynchronize(stream_.s));
   }
 
   ~CudaEngine() override {
@@ -1237,9 +1246,11 @@ class CudaEngine final : public Engine {
       grid = static_cast<int>((rows_ + rpb - 1) / rpb);
     }
     const std::uint32_t uk = static_cast<std::uint32_t>(k), ucap = static_cast<std::uint32_t>(cap_);
+    const std::int64_t keep_rows = static_cast<std::int64_t>(kScanL2KeepBytes) / (dpad_ * static_cast<std::int64_t>(sizeof(T)));
     scan1_kernel<T, kL2><<<grid, kScanThreads, qsmem, stream_.s>>>(static_cast<const T*>(shard_), rows_, nvec, query,
                                                                    static_cast<int>(dim_), scores_, hists_, uk, ucap,
-                                                                   state_, rpb);
+                                                                   state_, rpb, scan_dir_,
+                                                                   std::max<std::int64_t>(0, rows_ - keep_rows));
     CHECK_CUDA_LAUNCH();
     const std::size_t smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
     if (select_grid_ == 0)
@@ -1445,6 +1456,7 @@ class CudaEngine final : public Engine {
   std::uint32_t* overflow_ = nullptr;
   float* thr_ = nullptr;
   Batch1State* state_ = nullptr;
+  std::uint32_t* scan_dir_ = nullptr;  // status_[kStatusScanDir], or null: scans always forward
   PoolEntry* pool_ = nullptr;
   float* scores_ = nullptr;
   void* cublas_ws_ = nullptr;

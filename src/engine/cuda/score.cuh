@@ -75,6 +75,28 @@ __device__ __forceinline__ uint4 load_chunk(const void* base, std::int64_t chunk
   return __ldg(reinterpret_cast<const uint4*>(base) + chunk);
 }
 
+/// L2 eviction-priority policies for load_chunk_hint (PTX ISA, "createpolicy"; sm_80+):
+/// evict_first lines are the first the L2 replaces, evict_normal lines the default.
+__device__ __forceinline__ std::uint64_t l2_evict_first() {
+  std::uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ std::uint64_t l2_evict_normal() {
+  std::uint64_t p;
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+/// load_chunk with an L2 eviction-priority policy (l2_evict_first / l2_evict_normal).
+__device__ __forceinline__ uint4 load_chunk_hint(const void* base, std::int64_t chunk, std::uint64_t pol) {
+  uint4 r;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(reinterpret_cast<const uint4*>(base) + chunk), "l"(pol));
+  return r;
+}
+
 /// The xor butterfly over the warp (offsets 16 … 1); every lane returns the same bits.
 __device__ __forceinline__ float warp_tree(float acc) {
 #pragma unroll

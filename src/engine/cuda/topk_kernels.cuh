@@ -188,11 +188,12 @@ __device__ __forceinline__ bool last_block_done(unsigned* done) {
 }
 
 /// Called by every thread of a block after it flushed its histogram: the last block of the grid
-/// to finish resolves the threshold from levels 1 .. `levels` and publishes it in *st.
+/// to finish resolves the threshold from levels 1 .. `levels` and publishes it in *st. Returns
+/// true in that block.
 template <int NT>
-__device__ void publish_if_last(const std::uint32_t* hists, int levels, std::uint32_t k, std::uint32_t cap,
+__device__ bool publish_if_last(const std::uint32_t* hists, int levels, std::uint32_t k, std::uint32_t cap,
                                 Batch1State* st) {
-  if (!last_block_done(&st->done)) return;
+  if (!last_block_done(&st->done)) return false;
   const Resolution r = resolve<NT>(hists, levels, k, cap);
   if (threadIdx.x == 0) {
     st->status = static_cast<std::uint32_t>(r.status);
@@ -202,6 +203,7 @@ __device__ void publish_if_last(const std::uint32_t* hists, int levels, std::uin
     st->need_ties = r.tie_overflow ? k - r.above : 0u;
     st->done = 0;
   }
+  return true;
 }
 
 // ---------------------------------------------------------------- batch 1
@@ -212,6 +214,12 @@ __device__ void publish_if_last(const std::uint32_t* hists, int levels, std::uin
 /// time, issuing all of a lane's loads (up to kScanChunks per row) before its FMAs. Grid:
 /// persistent (blocks per SM from the occupancy; rows_per_block 0), or one block per
 /// rows_per_block (even) contiguous rows; dynamic shared memory: nvec · V floats.
+/// L2 reuse between searches (dir non-null): bit 0 of *dir set reads the shard last row first,
+/// and the last block flips it, so consecutive searches sweep in alternate directions; rows
+/// before logical row keep_from (in this search's order) load as evict_first, later ones as
+/// evict_normal, so the last ≈ 32 MiB a search reads stay in L2 while the rest streams past them,
+/// and the next search starts on them. dir null: forward, plain loads (A B runs). Every row's
+/// score is the same bits either way (bench/NOTES.md, "Tenth session").
 /// Tuned for D = 384–1024 (1–4 chunks per lane) float16/float32 on H200.
 constexpr int kScanChunks = 4;
 
@@ -219,8 +227,12 @@ template <typename T, bool kL2>
 __global__ void __launch_bounds__(kScanThreads)
     scan1_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
                  int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
-                 std::uint32_t cap, Batch1State* __restrict__ st, std::int64_t rows_per_block) {
+                 std::uint32_t cap, Batch1State* __restrict__ st, std::int64_t rows_per_block,
+                 std::uint32_t* __restrict__ dir, std::int64_t keep_from) {
   constexpr int V = VecTraits<T>::kElems;
+  const bool hints = dir != nullptr;
+  const bool rev = hints && (*dir & 1u) != 0u;
+  const std::uint64_t pol_stream = l2_evict_first(), pol_keep = l2_evict_normal();
   extern __shared__ __align__(16) float qs[];
   __shared__ std::uint32_t h[kHist1Bins];
   for (int i = threadIdx.x; i < nvec * V; i += blockDim.x) qs[i] = i < dim ? query[i] : 0.0f;
@@ -236,10 +248,14 @@ __global__ void __launch_bounds__(kScanThreads)
   const std::int64_t warp0 = blocked ? (threadIdx.x >> 5)
                                      : static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5);
   const std::int64_t step = 2 * (blocked ? (kScanThreads / 32) : static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32));
+  // r, r + 1: logical rows; p0, p1: the rows read (rows − 1 − r, rows − 2 − r when reversed).
   for (std::int64_t r = lo + warp0 * 2; r < hi; r += step) {
     const bool two = r + 1 < hi;
-    const T* row0 = shard + r * stride;
-    const T* row1 = two ? row0 + stride : row0;
+    const std::int64_t p0 = rev ? rows - 1 - r : r;
+    const std::int64_t p1 = two ? (rev ? p0 - 1 : p0 + 1) : p0;
+    const T* row0 = shard + p0 * stride;
+    const T* row1 = shard + p1 * stride;
+    const std::uint64_t pol = r >= keep_from ? pol_keep : pol_stream;
     float a0 = 0.0f, a1 = 0.0f;
     for (int v0 = 0; v0 < nvec; v0 += 32 * kScanChunks) {
       uint4 x0[kScanChunks], x1[kScanChunks];
@@ -247,8 +263,13 @@ __global__ void __launch_bounds__(kScanThreads)
       for (int c = 0; c < kScanChunks; ++c) {
         const int v = v0 + lane + 32 * c;
         if (v < nvec) {
-          x0[c] = load_chunk(row0, v);
-          x1[c] = load_chunk(row1, v);
+          if (hints) {
+            x0[c] = load_chunk_hint(row0, v, pol);
+            x1[c] = load_chunk_hint(row1, v, pol);
+          } else {
+            x0[c] = load_chunk(row0, v);
+            x1[c] = load_chunk(row1, v);
+          }
         }
       }
 #pragma unroll
@@ -266,17 +287,18 @@ __global__ void __launch_bounds__(kScanThreads)
       s1 = -s1;
     }
     if (lane == 0) {
-      scores[r] = s0;
+      scores[p0] = s0;
       atomicAdd(&h[score_key(s0) >> 20], 1u);
     } else if (lane == 1 && two) {
-      scores[r + 1] = s1;
+      scores[p1] = s1;
       atomicAdd(&h[score_key(s1) >> 20], 1u);
     }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x)
     if (h[i]) atomicAdd(&hists[i], h[i]);
-  publish_if_last<kScanThreads>(hists, 1, k, cap, st);
+  // Every block read *dir before it got here; the last one flips it for the next search.
+  if (publish_if_last<kScanThreads>(hists, 1, k, cap, st) && dir != nullptr && threadIdx.x == 0) *dir ^= 1u;
 }
 
 /// A barrier across the whole grid. Only for grids whose blocks are all resident at once (the
