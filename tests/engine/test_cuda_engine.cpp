@@ -746,11 +746,17 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
 // 1,500 (2 or more chunks per lane, several passes of the chunk loop for float32), every storage
 // type and both metrics. Either schedule reads the shard forward with plain loads or, alternating
 // between searches, forward and last row first with L2 hints: with three queries run twice, each
-// query is searched once in each direction.
+// query is searched once in each direction. The scan's rows per warp (8 below 33 chunks of 16
+// bytes per row: D = 100, 200 float16; 4 up to 64 chunks: D = 384 float16, 200 float32; 2 above)
+// give the same bits as 2 rows per warp at every D (SHARDTOPK_SCAN_ROWS=2).
 TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const int nq = 3, k = 100;
-  for (const auto& [n, dim] : {std::pair<std::int64_t, std::int64_t>{300001, 100}, {20003, 768}, {5001, 1500}}) {
+  for (const auto& [n, dim] : {std::pair<std::int64_t, std::int64_t>{300001, 100},
+                               {30001, 200},
+                               {40001, 384},
+                               {20003, 768},
+                               {5001, 1500}}) {
     const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 1600);
     const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 1601);
     for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32, Dtype::kBFloat16})
@@ -758,13 +764,15 @@ TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
         const Corpus c = make_corpus(raw, n, dim, m, t, shuffled_ids(n, 1602));
         const std::string what = std::string(mname(m)) + " " + dname(t) + " D=" + std::to_string(dim);
         std::vector<Candidate> ref;
-        for (int variant = 0; variant < 4; ++variant) {
-          const bool blocked = variant & 1, alternate = variant & 2;
+        for (int variant = 0; variant < 6; ++variant) {
+          const bool blocked = variant & 1, alternate = variant & 2, two_rows = variant & 4;
           ::setenv("SHARDTOPK_SCAN_SCHEDULE", blocked ? "blocked" : "persistent", 1);
+          if (two_rows) ::setenv("SHARDTOPK_SCAN_ROWS", "2", 1);
           ::setenv("SHARDTOPK_SCAN_L2", alternate ? "1" : "0", 1);
           auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
           ::unsetenv("SHARDTOPK_SCAN_L2");  // read by the constructor; the schedule, by each search
-          const std::string v = what + (blocked ? " blocked" : " persistent") + (alternate ? " alternating" : " forward");
+          const std::string v = what + (blocked ? " blocked" : " persistent") + (alternate ? " alternating" : " forward") +
+                                (two_rows ? " 2 rows per warp" : "");
           for (int run = 0; run < (alternate ? 2 : 1); ++run) {
             const std::vector<Candidate> got = run_candidates(*e, q, nq, k, 1);
             if (ref.empty()) {
@@ -776,6 +784,7 @@ TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
             }
           }
           ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
+          ::unsetenv("SHARDTOPK_SCAN_ROWS");
         }
       }
   }

@@ -210,20 +210,20 @@ __device__ bool publish_if_last(const std::uint32_t* hists, int levels, std::uin
 
 /// One pass over the shard [rows, nvec chunks] against one query [dim] (float32, read with
 /// zero padding to nvec · V): scores[r] = exact ranking score, level-1 histogram += the top 12
-/// bits of its key; the last block resolves the threshold. A warp scores two adjacent rows at a
-/// time, issuing all of a lane's loads (up to kScanChunks per row) before its FMAs. Grid:
+/// bits of its key; the last block resolves the threshold. A warp scores kR adjacent rows at a
+/// time, issuing all of a lane's loads (up to kC chunks per row) before its FMAs: kR · kC = 8
+/// chunks (128 bytes) in flight per lane whatever D (scan_shape picks kR, kC from nvec), in the
+/// same per-row arithmetic (lane l adds chunks l, l + 32, … in order; docs/EXACTNESS.md). Grid:
 /// persistent (blocks per SM from the occupancy; rows_per_block 0), or one block per
-/// rows_per_block (even) contiguous rows; dynamic shared memory: nvec · V floats.
+/// rows_per_block (a multiple of kR) contiguous rows; dynamic shared memory: nvec · V floats.
 /// L2 reuse between searches (dir non-null): bit 0 of *dir set reads the shard last row first,
 /// and the last block flips it, so consecutive searches sweep in alternate directions; rows
 /// before logical row keep_from (in this search's order) load as evict_first, later ones as
 /// evict_normal, so the last ≈ 32 MiB a search reads stay in L2 while the rest streams past them,
 /// and the next search starts on them. dir null: forward, plain loads (A B runs). Every row's
 /// score is the same bits either way (bench/NOTES.md, "Tenth session").
-/// Tuned for D = 384–1024 (1–4 chunks per lane) float16/float32 on H200.
-constexpr int kScanChunks = 4;
-
-template <typename T, bool kL2>
+/// Tuned for D = 128–1024 float16/float32 on H200.
+template <typename T, bool kL2, int kR, int kC>
 __global__ void __launch_bounds__(kScanThreads)
     scan1_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
                  int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
@@ -247,51 +247,50 @@ __global__ void __launch_bounds__(kScanThreads)
   const std::int64_t hi = blocked ? min(rows, lo + rows_per_block) : rows;
   const std::int64_t warp0 = blocked ? (threadIdx.x >> 5)
                                      : static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5);
-  const std::int64_t step = 2 * (blocked ? (kScanThreads / 32) : static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32));
-  // r, r + 1: logical rows; p0, p1: the rows read (rows − 1 − r, rows − 2 − r when reversed).
-  for (std::int64_t r = lo + warp0 * 2; r < hi; r += step) {
-    const bool two = r + 1 < hi;
-    const std::int64_t p0 = rev ? rows - 1 - r : r;
-    const std::int64_t p1 = two ? (rev ? p0 - 1 : p0 + 1) : p0;
-    const T* row0 = shard + p0 * stride;
-    const T* row1 = shard + p1 * stride;
-    const std::uint64_t pol = r >= keep_from ? pol_keep : pol_stream;
-    float a0 = 0.0f, a1 = 0.0f;
-    for (int v0 = 0; v0 < nvec; v0 += 32 * kScanChunks) {
-      uint4 x0[kScanChunks], x1[kScanChunks];
+  const std::int64_t step = kR * (blocked ? (kScanThreads / 32) : static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32));
+  // r + i: logical rows, read as rows − 1 − (r + i) when reversed.
+  for (std::int64_t r = lo + warp0 * kR; r < hi; r += step) {
+    // Row i of this step: first + i · dr (dr = ±1); rows past hi read the first row again.
+    const std::int64_t first = rev ? rows - 1 - r : r, dr = rev ? -1 : 1;
+    const T* row[kR];
 #pragma unroll
-      for (int c = 0; c < kScanChunks; ++c) {
+    for (int i = 0; i < kR; ++i) row[i] = shard + (r + i < hi ? first + i * dr : first) * stride;
+    const std::uint64_t pol = r >= keep_from ? pol_keep : pol_stream;
+    float a[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) a[i] = 0.0f;
+    for (int v0 = 0; v0 < nvec; v0 += 32 * kC) {
+      uint4 x[kR][kC];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
         const int v = v0 + lane + 32 * c;
         if (v < nvec) {
           if (hints) {
-            x0[c] = load_chunk_hint(row0, v, pol);
-            x1[c] = load_chunk_hint(row1, v, pol);
+#pragma unroll
+            for (int i = 0; i < kR; ++i) x[i][c] = load_chunk_hint(row[i], v, pol);
           } else {
-            x0[c] = load_chunk(row0, v);
-            x1[c] = load_chunk(row1, v);
+#pragma unroll
+            for (int i = 0; i < kR; ++i) x[i][c] = load_chunk(row[i], v);
           }
         }
       }
 #pragma unroll
-      for (int c = 0; c < kScanChunks; ++c) {
+      for (int c = 0; c < kC; ++c) {
         const int v = v0 + lane + 32 * c;
         if (v < nvec) {
-          a0 = chunk_step<T, kL2>(qs + v * V, x0[c], a0);
-          a1 = chunk_step<T, kL2>(qs + v * V, x1[c], a1);
+#pragma unroll
+          for (int i = 0; i < kR; ++i) a[i] = chunk_step<T, kL2>(qs + v * V, x[i][c], a[i]);
         }
       }
     }
-    float s0 = warp_tree(a0), s1 = warp_tree(a1);
-    if (kL2) {
-      s0 = -s0;
-      s1 = -s1;
-    }
-    if (lane == 0) {
-      scores[p0] = s0;
-      atomicAdd(&h[score_key(s0) >> 20], 1u);
-    } else if (lane == 1 && two) {
-      scores[p1] = s1;
-      atomicAdd(&h[score_key(s1) >> 20], 1u);
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      float si = warp_tree(a[i]);
+      if (kL2) si = -si;
+      if (lane == i && r + i < hi) {
+        scores[first + i * dr] = si;
+        atomicAdd(&h[score_key(si) >> 20], 1u);
+      }
     }
   }
   __syncthreads();
