@@ -746,13 +746,15 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
 // 1,500 (2 or more chunks per lane, several passes of the chunk loop for float32), every storage
 // type and both metrics. Either schedule reads the shard forward with plain loads or, alternating
 // between searches, forward and last row first with L2 hints: with three queries run twice, each
-// query is searched once in each direction. The scan's rows per warp (8 below 33 chunks of 16
-// bytes per row: D = 100, 200 float16; 4 up to 64 chunks: D = 384 float16, 200 float32; 2 above)
-// give the same bits as 2 rows per warp at every D (SHARDTOPK_SCAN_ROWS=2).
+// query is searched once in each direction. The scan's rows per warp (8, two side by side, up
+// to 16 chunks of 16 bytes per row: D = 64 float16 / float32, 100 float16; 8 up to 32 chunks:
+// D = 200 float16, 100 float32; 4 up to 64: D = 384 float16, 200 float32; 2 above) give the same
+// bits as 2 rows per warp of 32 lanes at every D (SHARDTOPK_SCAN_ROWS=2).
 TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
   if (!shardtopk::cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA engine test skipped";
   const int nq = 3, k = 100;
   for (const auto& [n, dim] : {std::pair<std::int64_t, std::int64_t>{300001, 100},
+                               {50001, 64},
                                {30001, 200},
                                {40001, 384},
                                {20003, 768},

@@ -1226,26 +1226,29 @@ class CudaEngine final : public Engine {
     enqueue1_m<T, false>(query, k, out);
   }
 
-  /// Rows per warp of the batch-1 scan: 2 rows × up to 4 chunks per lane from D_pad > 64 chunks,
-  /// 4 × 2 for 33–64 chunks (e.g. D = 384 float16), 8 × 1 below (bench/NOTES.md, "Tenth
-  /// session"); SHARDTOPK_SCAN_ROWS=2 (tests, A B runs) takes 2 × 4 at every D.
+  /// Rows per warp of the batch-1 scan, from the row's 16-byte chunks: 2 rows × up to 4 chunks
+  /// per lane above 64 chunks, 4 × 2 for 33–64 (e.g. D = 384 float16), 8 × 1 for 17–32, and
+  /// 8 rows (4 pairs side by side, 16 lanes each) × 1 up to 16 chunks (D ≤ 128 float16; 16 rows
+  /// measured slower: 96–106 registers) (bench/NOTES.md, "Tenth session");
+  /// SHARDTOPK_SCAN_ROWS=2 (tests, A B runs) takes 2 × 4 at every D.
   template <typename T, bool kL2>
   void enqueue1_m(const float* query, int k, Candidate* out) {
     const int nvec = static_cast<int>(dpad_ / cuda_detail::VecTraits<T>::kElems);
     const char* rows_env = std::getenv("SHARDTOPK_SCAN_ROWS");
-    if ((rows_env && std::string(rows_env) == "2") || nvec > 64) return scan_select1<T, kL2, 2, 4>(query, k, out);
-    if (nvec > 32) return scan_select1<T, kL2, 4, 2>(query, k, out);
-    return scan_select1<T, kL2, 8, 1>(query, k, out);
+    if ((rows_env && std::string(rows_env) == "2") || nvec > 64) return scan_select1<T, kL2, 2, 4, 32>(query, k, out);
+    if (nvec > 32) return scan_select1<T, kL2, 4, 2, 32>(query, k, out);
+    if (nvec > 16) return scan_select1<T, kL2, 8, 1, 32>(query, k, out);
+    return scan_select1<T, kL2, 4, 1, 16>(query, k, out);
   }
 
-  template <typename T, bool kL2, int kR, int kC>
+  template <typename T, bool kL2, int kR, int kC, int kLanes>
   void scan_select1(const float* query, int k, Candidate* out) {
     using namespace cuda_detail;
     const int nvec = static_cast<int>(dpad_ / VecTraits<T>::kElems);
     CHECK_CUDA(cudaMemsetAsync(hists_, 0, plan_.off_pool - plan_.off_hists, stream_.s));  // hists … state
     const std::size_t qsmem = static_cast<std::size_t>(dpad_) * sizeof(float);
     // Small shards: fewer blocks (each flushes a histogram and all must finish before select1).
-    const int pgrid = scan_grid<T, kL2, kR, kC>(qsmem);
+    const int pgrid = scan_grid<T, kL2, kR, kC, kLanes>(qsmem);
     int grid = static_cast<int>(std::min<std::int64_t>(pgrid, (rows_ + 255) / 256));
     // Large shards: blocks of kScanBlockRows contiguous rows, scheduled by the hardware, instead
     // of the persistent grid-stride loop (10M × 768 float16 / float32: −3 % device time; at 1M,
@@ -1260,7 +1263,7 @@ class CudaEngine final : public Engine {
     }
     const std::uint32_t uk = static_cast<std::uint32_t>(k), ucap = static_cast<std::uint32_t>(cap_);
     const std::int64_t keep_rows = static_cast<std::int64_t>(kScanL2KeepBytes) / (dpad_ * static_cast<std::int64_t>(sizeof(T)));
-    scan1_kernel<T, kL2, kR, kC><<<grid, kScanThreads, qsmem, stream_.s>>>(
+    scan1_kernel<T, kL2, kR, kC, kLanes><<<grid, kScanThreads, qsmem, stream_.s>>>(
         static_cast<const T*>(shard_), rows_, nvec, query, static_cast<int>(dim_), scores_, hists_, uk, ucap, state_,
         rpb, scan_dir_, std::max<std::int64_t>(0, rows_ - keep_rows));
     CHECK_CUDA_LAUNCH();
@@ -1274,10 +1277,10 @@ class CudaEngine final : public Engine {
     CHECK_CUDA_LAUNCH();
   }
 
-  template <typename T, bool kL2, int kR, int kC>
+  template <typename T, bool kL2, int kR, int kC, int kLanes>
   int scan_grid(std::size_t qsmem) {
-    int& g = scan_grid_cache_[kR];
-    if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2, kR, kC>),
+    int& g = scan_grid_cache_[kR * 32 / kLanes];
+    if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2, kR, kC, kLanes>),
                                     cuda_detail::kScanThreads, qsmem);
     return g;
   }
@@ -1429,7 +1432,7 @@ class CudaEngine final : public Engine {
   Plan plan_;
   int cap_ = 0;
   double max_sq_ = 0.0;
-  int scan_grid_cache_[9] = {};  // [rows per warp of the scan]
+  int scan_grid_cache_[17] = {};  // [rows per warp step of the scan]
   std::uint64_t pinned_queries_off_ = 0, pinned_ids_off_ = 0, pinned_scores_off_ = 0;
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
   bool use_graphs_ = true;

@@ -104,6 +104,17 @@ __device__ __forceinline__ float warp_tree(float acc) {
   return acc;
 }
 
+/// warp_tree for two rows side by side (lanes 0–15 and 16–31, each half's lanes ≥ the row's
+/// chunk count holding +0): the step at offset 16 would add such a +0 to every partial, so it
+/// is `acc + 0`; the steps 8 … 1 stay within each half. Every lane of a half returns the same
+/// bits, equal to warp_tree over that row alone.
+__device__ __forceinline__ float half_warp_tree(float acc) {
+  acc = __fadd_rn(acc, 0.0f);
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, o));
+  return acc;
+}
+
 /// The ranking score of query q [nvec · V] (float32, zero-padded) against `row`
 /// [nvec chunks of T]: every lane of the warp calls it and gets the same value. l2: the
 /// negated squared distance.

@@ -210,12 +210,17 @@ __device__ bool publish_if_last(const std::uint32_t* hists, int levels, std::uin
 
 /// One pass over the shard [rows, nvec chunks] against one query [dim] (float32, read with
 /// zero padding to nvec · V): scores[r] = exact ranking score, level-1 histogram += the top 12
-/// bits of its key; the last block resolves the threshold. A warp scores kR adjacent rows at a
-/// time, issuing all of a lane's loads (up to kC chunks per row) before its FMAs: kR · kC = 8
-/// chunks (128 bytes) in flight per lane whatever D (scan_shape picks kR, kC from nvec), in the
-/// same per-row arithmetic (lane l adds chunks l, l + 32, … in order; docs/EXACTNESS.md). Grid:
-/// persistent (blocks per SM from the occupancy; rows_per_block 0), or one block per
-/// rows_per_block (a multiple of kR) contiguous rows; dynamic shared memory: nvec · V floats.
+/// bits of its key; the last block resolves the threshold. A warp scores kR · (32 / kLanes)
+/// adjacent rows at a time, kLanes lanes per row, issuing all of a lane's loads (up to kC chunks
+/// per row) before its FMAs: kR · kC = 8 chunks (128 bytes) in flight per lane whatever D
+/// (enqueue1_m picks the shape from nvec), in the same per-row arithmetic (lane l adds chunks
+/// l, l + 32, … in order, then the xor butterfly; docs/EXACTNESS.md). kLanes = 16 (rows of at
+/// most 16 chunks, kC = 1): two rows share a warp, lanes l and l + 16 taking chunk l of each; the
+/// butterfly's first step (offset 16) would add the +0 partials of lanes ≥ nvec, so it becomes
+/// `a + 0`, and the steps 8 … 1 stay within each half: the same bits as 32 lanes per row.
+/// Grid: persistent (blocks per SM from the occupancy; rows_per_block 0), or one block per
+/// rows_per_block (a multiple of the rows per step) contiguous rows; dynamic shared memory:
+/// nvec · V floats.
 /// L2 reuse between searches (dir non-null): bit 0 of *dir set reads the shard last row first,
 /// and the last block flips it, so consecutive searches sweep in alternate directions; rows
 /// before logical row keep_from (in this search's order) load as evict_first, later ones as
@@ -223,7 +228,7 @@ __device__ bool publish_if_last(const std::uint32_t* hists, int levels, std::uin
 /// and the next search starts on them. dir null: forward, plain loads (A B runs). Every row's
 /// score is the same bits either way (bench/NOTES.md, "Tenth session").
 /// Tuned for D = 128–1024 float16/float32 on H200.
-template <typename T, bool kL2, int kR, int kC>
+template <typename T, bool kL2, int kR, int kC, int kLanes>
 __global__ void __launch_bounds__(kScanThreads)
     scan1_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
                  int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
@@ -247,14 +252,20 @@ __global__ void __launch_bounds__(kScanThreads)
   const std::int64_t hi = blocked ? min(rows, lo + rows_per_block) : rows;
   const std::int64_t warp0 = blocked ? (threadIdx.x >> 5)
                                      : static_cast<std::int64_t>(blockIdx.x) * (kScanThreads / 32) + (threadIdx.x >> 5);
-  const std::int64_t step = kR * (blocked ? (kScanThreads / 32) : static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32));
-  // r + i: logical rows, read as rows − 1 − (r + i) when reversed.
-  for (std::int64_t r = lo + warp0 * kR; r < hi; r += step) {
-    // Row i of this step: first + i · dr (dr = ±1); rows past hi read the first row again.
+  static_assert(kLanes == 32 || (kLanes == 16 && kC == 1 && kR <= 16), "scan1_kernel: unsupported shape");
+  constexpr int G = 32 / kLanes;  // rows side by side in a warp
+  constexpr int kStepRows = kR * G;
+  const int g = lane / kLanes, sl = lane % kLanes;
+  const std::int64_t step =
+      kStepRows * (blocked ? (kScanThreads / 32) : static_cast<std::int64_t>(gridDim.x) * (kScanThreads / 32));
+  // r + j: logical rows, read as rows − 1 − (r + j) when reversed; this lane's row i is
+  // j = i · G + g.
+  for (std::int64_t r = lo + warp0 * kStepRows; r < hi; r += step) {
+    // Row j of this step: first + j · dr (dr = ±1); rows past hi read the first row again.
     const std::int64_t first = rev ? rows - 1 - r : r, dr = rev ? -1 : 1;
     const T* row[kR];
 #pragma unroll
-    for (int i = 0; i < kR; ++i) row[i] = shard + (r + i < hi ? first + i * dr : first) * stride;
+    for (int i = 0; i < kR; ++i) row[i] = shard + (r + i * G + g < hi ? first + (i * G + g) * dr : first) * stride;
     const std::uint64_t pol = r >= keep_from ? pol_keep : pol_stream;
     float a[kR];
 #pragma unroll
@@ -263,7 +274,7 @@ __global__ void __launch_bounds__(kScanThreads)
       uint4 x[kR][kC];
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const int v = v0 + lane + 32 * c;
+        const int v = v0 + sl + 32 * c;
         if (v < nvec) {
           if (hints) {
 #pragma unroll
@@ -276,7 +287,7 @@ __global__ void __launch_bounds__(kScanThreads)
       }
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const int v = v0 + lane + 32 * c;
+        const int v = v0 + sl + 32 * c;
         if (v < nvec) {
 #pragma unroll
           for (int i = 0; i < kR; ++i) a[i] = chunk_step<T, kL2>(qs + v * V, x[i][c], a[i]);
@@ -285,10 +296,11 @@ __global__ void __launch_bounds__(kScanThreads)
     }
 #pragma unroll
     for (int i = 0; i < kR; ++i) {
-      float si = warp_tree(a[i]);
+      float si = kLanes == 32 ? warp_tree(a[i]) : half_warp_tree(a[i]);
       if (kL2) si = -si;
-      if (lane == i && r + i < hi) {
-        scores[first + i * dr] = si;
+      const int j = i * G + g;
+      if (sl == i && r + j < hi) {
+        scores[first + j * dr] = si;
         atomicAdd(&h[score_key(si) >> 20], 1u);
       }
     }
