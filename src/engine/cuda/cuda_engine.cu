@@ -1245,6 +1245,8 @@ class CudaEngine final : public Engine {
   void scan_select1(const float* query, int k, Candidate* out) {
     using namespace cuda_detail;
     const int nvec = static_cast<int>(dpad_ / VecTraits<T>::kElems);
+    // 16 lanes per row read chunks 0 … 15 only.
+    SHARDTOPK_EXPECTS(kLanes == 32 || nvec <= 16, "scan1: 16 lanes per row take at most 16 chunks (got ", nvec, ")");
     CHECK_CUDA(cudaMemsetAsync(hists_, 0, plan_.off_pool - plan_.off_hists, stream_.s));  // hists … state
     const std::size_t qsmem = static_cast<std::size_t>(dpad_) * sizeof(float);
     // Small shards: fewer blocks (each flushes a histogram and all must finish before select1).
@@ -1277,8 +1279,11 @@ class CudaEngine final : public Engine {
     CHECK_CUDA_LAUNCH();
   }
 
+  /// The persistent grid of a scan shape, cached per rows per warp step (one engine uses one
+  /// shape, or 2 × 4 too under SHARDTOPK_SCAN_ROWS=2).
   template <typename T, bool kL2, int kR, int kC, int kLanes>
   int scan_grid(std::size_t qsmem) {
+    static_assert(kR * 32 / kLanes < 17, "scan_grid_cache_ has 17 entries");
     int& g = scan_grid_cache_[kR * 32 / kLanes];
     if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2, kR, kC, kLanes>),
                                     cuda_detail::kScanThreads, qsmem);

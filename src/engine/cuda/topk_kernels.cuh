@@ -212,8 +212,8 @@ __device__ bool publish_if_last(const std::uint32_t* hists, int levels, std::uin
 /// zero padding to nvec · V): scores[r] = exact ranking score, level-1 histogram += the top 12
 /// bits of its key; the last block resolves the threshold. A warp scores kR · (32 / kLanes)
 /// adjacent rows at a time, kLanes lanes per row, issuing all of a lane's loads (up to kC chunks
-/// per row) before its FMAs: kR · kC = 8 chunks (128 bytes) in flight per lane whatever D
-/// (enqueue1_m picks the shape from nvec), in the same per-row arithmetic (lane l adds chunks
+/// per row) before its FMAs: kR · kC = 8 chunks (128 bytes) in flight per lane (4 with 16 lanes
+/// per row; enqueue1_m picks the shape from nvec), in the same per-row arithmetic (lane l adds chunks
 /// l, l + 32, … in order, then the xor butterfly; docs/EXACTNESS.md). kLanes = 16 (rows of at
 /// most 16 chunks, kC = 1): two rows share a warp, lanes l and l + 16 taking chunk l of each; the
 /// butterfly's first step (offset 16) would add the +0 partials of lanes ≥ nvec, so it becomes
