@@ -772,7 +772,8 @@ TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
           if (two_rows) ::setenv("SHARDTOPK_SCAN_ROWS", "2", 1);
           ::setenv("SHARDTOPK_SCAN_L2", alternate ? "1" : "0", 1);
           auto e = make_cuda_engine(c.input(), m, t, test_device(), limits(4, 128));
-          ::unsetenv("SHARDTOPK_SCAN_L2");  // read by the constructor; the schedule, by each search
+          ::unsetenv("SHARDTOPK_SCAN_L2");  // these two are read by the constructor; the schedule,
+          ::unsetenv("SHARDTOPK_SCAN_ROWS");  // by each search
           const std::string v = what + (blocked ? " blocked" : " persistent") + (alternate ? " alternating" : " forward") +
                                 (two_rows ? " 2 rows per warp" : "");
           for (int run = 0; run < (alternate ? 2 : 1); ++run) {
@@ -786,7 +787,6 @@ TEST(CudaEngine, ScanSchedulesAgreeBitForBit) {
             }
           }
           ::unsetenv("SHARDTOPK_SCAN_SCHEDULE");
-          ::unsetenv("SHARDTOPK_SCAN_ROWS");
         }
       }
   }

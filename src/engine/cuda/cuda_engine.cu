@@ -705,6 +705,7 @@ class CudaEngine final : public Engine {
     fill_pad(gathered_, bk * lim.world_size);
     fill_pad(merged_, bk);
     CHECK_CUDA(cudaMemsetAsync(qpad_, 0, static_cast<std::size_t>(lim.batch_max) * dpad_ * sizeof(float), stream_.s));
+    CHECK_CUDA(cudaMemsetAsync(status_ + kStatusScanDir, 0, sizeof(unsigned long long), stream_.s));
     CHECK_CUDA(cudaStreamSynchronize(stream_.s));
     counters_ = {};
     const char* ng = std::getenv("SHARDTOPK_NO_GRAPH");
@@ -713,8 +714,9 @@ class CudaEngine final : public Engine {
     // SHARDTOPK_SCAN_L2=0: forward with plain loads (A B runs, tests).
     const char* l2 = std::getenv("SHARDTOPK_SCAN_L2");
     scan_dir_ = (l2 && std::string(l2) == "0") ? nullptr : reinterpret_cast<std::uint32_t*>(status_ + kStatusScanDir);
-    CHECK_CUDA(cudaMemsetAsync(status_ + kStatusScanDir, 0, sizeof(unsigned long long), stream_.s));
-    CHECK_CUDA(cudaStreamSynchronize(stream_.s));
+    // SHARDTOPK_SCAN_ROWS=2 (tests, A B runs): 2 rows × 4 chunks per warp at every D.
+    const char* sr = std::getenv("SHARDTOPK_SCAN_ROWS");
+    scan_two_rows_ = sr && std::string(sr) == "2";
   }
 
   ~CudaEngine() override {
@@ -1230,23 +1232,22 @@ class CudaEngine final : public Engine {
   /// per lane above 64 chunks, 4 × 2 for 33–64 (e.g. D = 384 float16), 8 × 1 for 17–32, and
   /// 8 rows (4 pairs side by side, 16 lanes each) × 1 up to 16 chunks (D ≤ 128 float16; 16 rows
   /// measured slower: 96–106 registers) (bench/NOTES.md, "Tenth session");
-  /// SHARDTOPK_SCAN_ROWS=2 (tests, A B runs) takes 2 × 4 at every D.
+  /// SHARDTOPK_SCAN_ROWS=2 (tests, A B runs) takes 2 × 4 at every D. An engine's shape never
+  /// changes (nvec and the switch are fixed at construction).
   template <typename T, bool kL2>
   void enqueue1_m(const float* query, int k, Candidate* out) {
     const int nvec = static_cast<int>(dpad_ / cuda_detail::VecTraits<T>::kElems);
-    const char* rows_env = std::getenv("SHARDTOPK_SCAN_ROWS");
-    if ((rows_env && std::string(rows_env) == "2") || nvec > 64) return scan_select1<T, kL2, 2, 4, 32>(query, k, out);
-    if (nvec > 32) return scan_select1<T, kL2, 4, 2, 32>(query, k, out);
-    if (nvec > 16) return scan_select1<T, kL2, 8, 1, 32>(query, k, out);
-    return scan_select1<T, kL2, 4, 1, 16>(query, k, out);
+    if (scan_two_rows_ || nvec > 64) return scan_select1<T, kL2, 2, 4, 32>(nvec, query, k, out);
+    if (nvec > 32) return scan_select1<T, kL2, 4, 2, 32>(nvec, query, k, out);
+    if (nvec > 16) return scan_select1<T, kL2, 8, 1, 32>(nvec, query, k, out);
+    return scan_select1<T, kL2, 4, 1, 16>(nvec, query, k, out);
   }
 
+  /// One batch-1 search with scan shape kR × kC × kLanes (scan1_kernel); nvec: 16-byte chunks per
+  /// row, at most 16 when kLanes is 16 (enqueue1_m's choice).
   template <typename T, bool kL2, int kR, int kC, int kLanes>
-  void scan_select1(const float* query, int k, Candidate* out) {
+  void scan_select1(int nvec, const float* query, int k, Candidate* out) {
     using namespace cuda_detail;
-    const int nvec = static_cast<int>(dpad_ / VecTraits<T>::kElems);
-    // 16 lanes per row read chunks 0 … 15 only.
-    SHARDTOPK_EXPECTS(kLanes == 32 || nvec <= 16, "scan1: 16 lanes per row take at most 16 chunks (got ", nvec, ")");
     CHECK_CUDA(cudaMemsetAsync(hists_, 0, plan_.off_pool - plan_.off_hists, stream_.s));  // hists … state
     const std::size_t qsmem = static_cast<std::size_t>(dpad_) * sizeof(float);
     // Small shards: fewer blocks (each flushes a histogram and all must finish before select1).
@@ -1279,12 +1280,10 @@ class CudaEngine final : public Engine {
     CHECK_CUDA_LAUNCH();
   }
 
-  /// The persistent grid of a scan shape, cached per rows per warp step (one engine uses one
-  /// shape, or 2 × 4 too under SHARDTOPK_SCAN_ROWS=2).
+  /// The persistent grid of the engine's scan shape (one per engine: enqueue1_m), cached.
   template <typename T, bool kL2, int kR, int kC, int kLanes>
   int scan_grid(std::size_t qsmem) {
-    static_assert(kR * 32 / kLanes < 17, "scan_grid_cache_ has 17 entries");
-    int& g = scan_grid_cache_[kR * 32 / kLanes];
+    int& g = scan_grid_cache_;
     if (g == 0) g = persistent_grid(reinterpret_cast<const void*>(cuda_detail::scan1_kernel<T, kL2, kR, kC, kLanes>),
                                     cuda_detail::kScanThreads, qsmem);
     return g;
@@ -1437,7 +1436,7 @@ class CudaEngine final : public Engine {
   Plan plan_;
   int cap_ = 0;
   double max_sq_ = 0.0;
-  int scan_grid_cache_[17] = {};  // [rows per warp step of the scan]
+  int scan_grid_cache_ = 0;
   std::uint64_t pinned_queries_off_ = 0, pinned_ids_off_ = 0, pinned_scores_off_ = 0;
   int select_grid_ = 0;  // all resident: select1_kernel's grid barrier needs it
   bool use_graphs_ = true;
@@ -1477,6 +1476,7 @@ class CudaEngine final : public Engine {
   float* thr_ = nullptr;
   Batch1State* state_ = nullptr;
   std::uint32_t* scan_dir_ = nullptr;  // status_[kStatusScanDir], or null: scans always forward
+  bool scan_two_rows_ = false;         // SHARDTOPK_SCAN_ROWS=2
   PoolEntry* pool_ = nullptr;
   float* scores_ = nullptr;
   void* cublas_ws_ = nullptr;
