@@ -17,10 +17,31 @@ enum class Dtype { kFloat32, kFloat16, kBFloat16 };
 enum class EngineBackend { kAuto, kCpu, kCuda };
 enum class CommBackend { kAuto, kMpi, kNccl };
 
+/// Where a buffer lives: host memory, or the memory of the engine's GPU.
+enum class MemSpace { kHost, kDevice };
+
+/// CUDA batch-1 scan: rows per warp. kAuto: from the row length (2, 4 or 8 rows); kTwo: 2 rows
+/// of up to 4 chunks per lane at every D (engine.scan_rows: auto | 2).
+enum class ScanRows { kAuto, kTwo };
+/// CUDA batch-1 scan: a persistent grid, or blocks of 1,024 rows scheduled by the hardware;
+/// kAuto: blocks from 8 waves of such blocks on (engine.scan_schedule: auto | blocked | persistent).
+enum class ScanSchedule { kAuto, kBlocked, kPersistent };
+/// Which CUDA path serves a batch: kAuto = the scan for batch 1, the tensor-core GEMM path for
+/// larger batches; kScan / kGemm force one (tests; engine.search_path: auto | scan | gemm).
+enum class SearchPath { kAuto, kScan, kGemm };
+/// CPU engine scoring instructions: kAuto = the best the processor has (AVX-512, else AVX2/FMA,
+/// else portable C++ with the same arithmetic order) (engine.cpu_isa: auto | avx512 | avx2 | portable).
+enum class CpuIsa { kAuto, kAvx512, kAvx2, kPortable };
+
 std::string to_string(Metric m);
 std::string to_string(Dtype d);
 std::string to_string(EngineBackend b);
 std::string to_string(CommBackend b);
+std::string to_string(MemSpace s);
+std::string to_string(ScanRows r);
+std::string to_string(ScanSchedule s);
+std::string to_string(SearchPath p);
+std::string to_string(CpuIsa i);
 
 /// Parse a name ("inner_product", "cosine", "l2"). @throws Error naming `what` and the value.
 Metric parse_metric(const std::string& s, const std::string& what = "metric");
@@ -30,6 +51,13 @@ Dtype parse_dtype(const std::string& s, const std::string& what = "dtype");
 EngineBackend parse_engine_backend(const std::string& s, const std::string& what = "engine.backend");
 /// Parse "auto", "mpi", "nccl". @throws Error.
 CommBackend parse_comm_backend(const std::string& s, const std::string& what = "comm.backend");
+
+/// Parse the option enums' names (as listed above). @throws Error naming `what`, the value and
+/// the allowed names.
+ScanRows parse_scan_rows(const std::string& s, const std::string& what = "engine.scan_rows");
+ScanSchedule parse_scan_schedule(const std::string& s, const std::string& what = "engine.scan_schedule");
+SearchPath parse_search_path(const std::string& s, const std::string& what = "engine.search_path");
+CpuIsa parse_cpu_isa(const std::string& s, const std::string& what = "engine.cpu_isa");
 
 /// Bytes per element of a storage dtype.
 std::size_t dtype_bytes(Dtype d);

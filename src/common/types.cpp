@@ -62,6 +62,59 @@ CommBackend parse_comm_backend(const std::string& s, const std::string& what) {
   throw Error(what + ": unknown communicator backend '" + s + "' (allowed: auto, mpi, nccl)");
 }
 
+std::string to_string(MemSpace s) { return s == MemSpace::kHost ? "host" : "device"; }
+std::string to_string(ScanRows r) { return r == ScanRows::kAuto ? "auto" : "2"; }
+std::string to_string(ScanSchedule s) {
+  switch (s) {
+    case ScanSchedule::kAuto: return "auto";
+    case ScanSchedule::kBlocked: return "blocked";
+    case ScanSchedule::kPersistent: return "persistent";
+  }
+  return "?";
+}
+std::string to_string(SearchPath p) {
+  switch (p) {
+    case SearchPath::kAuto: return "auto";
+    case SearchPath::kScan: return "scan";
+    case SearchPath::kGemm: return "gemm";
+  }
+  return "?";
+}
+std::string to_string(CpuIsa i) {
+  switch (i) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kPortable: return "portable";
+  }
+  return "?";
+}
+
+ScanRows parse_scan_rows(const std::string& s, const std::string& what) {
+  if (s == "auto") return ScanRows::kAuto;
+  if (s == "2") return ScanRows::kTwo;
+  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, 2)");
+}
+ScanSchedule parse_scan_schedule(const std::string& s, const std::string& what) {
+  if (s == "auto") return ScanSchedule::kAuto;
+  if (s == "blocked") return ScanSchedule::kBlocked;
+  if (s == "persistent") return ScanSchedule::kPersistent;
+  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, blocked, persistent)");
+}
+SearchPath parse_search_path(const std::string& s, const std::string& what) {
+  if (s == "auto") return SearchPath::kAuto;
+  if (s == "scan") return SearchPath::kScan;
+  if (s == "gemm") return SearchPath::kGemm;
+  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, scan, gemm)");
+}
+CpuIsa parse_cpu_isa(const std::string& s, const std::string& what) {
+  if (s == "auto") return CpuIsa::kAuto;
+  if (s == "avx512") return CpuIsa::kAvx512;
+  if (s == "avx2") return CpuIsa::kAvx2;
+  if (s == "portable") return CpuIsa::kPortable;
+  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, avx512, avx2, portable)");
+}
+
 std::size_t dtype_bytes(Dtype d) { return d == Dtype::kFloat32 ? 4 : 2; }
 
 const char* version() { return SHARDTOPK_VERSION; }
