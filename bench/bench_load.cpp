@@ -26,7 +26,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "common/half.hpp"
+#include "core/half.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"

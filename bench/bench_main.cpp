@@ -11,8 +11,9 @@
 
 #include <mpi.h>
 
-#include "common/log.hpp"
+#include "core/log.hpp"
 #include "pipeline.hpp"
+#include "shardtopk/ingest.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"

@@ -55,8 +55,8 @@
 #include <cstring>
 #include <vector>
 
-#include "common/cuda_check.cuh"
-#include "common/half.hpp"
+#include "core/cuda_check.cuh"
+#include "core/half.hpp"
 #include "device_check.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"

@@ -45,12 +45,12 @@ class EventTimer final : public DeviceTimer {
 }  // namespace
 
 std::unique_ptr<DeviceTimer> make_device_timer(Engine& engine) {
-  if (engine.space() != MemSpace::kDevice) return make_host_timer();
-  return std::make_unique<EventTimer>(engine.stream());
+  if (engine.info().space != MemSpace::kDevice) return make_host_timer();
+  return std::make_unique<EventTimer>(static_cast<cudaStream_t>(engine.stream()));
 }
 
 std::string engine_device_name(Engine& engine, int device) {
-  if (engine.space() != MemSpace::kDevice) return cpu_name();
+  if (engine.info().space != MemSpace::kDevice) return cpu_name();
   cudaDeviceProp p{};
   check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
   return p.name;

@@ -7,10 +7,12 @@
 #include <thread>
 #include <unordered_map>
 
-#include "common/half.hpp"
-#include "common/log.hpp"
+#include "core/half.hpp"
+#include "core/log.hpp"
 #include "device_check.hpp"
 #include "device_timer.hpp"
+#include "engine/space.hpp"
+#include "shardtopk/ingest.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
@@ -111,11 +113,16 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
   index_ = build_index(cfg, corpus_.metric, corpus_.rows, mine_, in, std::move(host_comm));
   std::vector<float>().swap(host_rows_);
   device_name_ = engine_device_name(index_->engine(), index_->host_comm().local_rank());
-  const size_t bk = static_cast<size_t>(cfg.search.batch_max + 1) * cfg.search.k_max;
-  host_queries_.assign(static_cast<size_t>(cfg.search.batch_max) * corpus_.dim, 0.0f);
-  host_candidates_.assign(bk, pad_candidate());
-  if (engine().space() == MemSpace::kDevice && data().space() == MemSpace::kHost)
-    host_gathered_.assign(bk * world, pad_candidate());
+  // The instrumented path's own buffers, in the index's memory space (search_split).
+  Space& sp = index_->space();
+  const std::size_t bmax = static_cast<std::size_t>(cfg.search.batch_max);
+  const std::size_t bk = bmax * static_cast<std::size_t>(cfg.search.k_max);
+  split_queries_ = static_cast<float*>(sp.alloc(bmax * static_cast<std::size_t>(corpus_.dim) * sizeof(float)));
+  split_local_ = static_cast<Candidate*>(sp.alloc(bk * sizeof(Candidate)));
+  split_gathered_ = static_cast<Candidate*>(sp.alloc(bk * static_cast<std::size_t>(world) * sizeof(Candidate)));
+  split_merged_ = static_cast<Candidate*>(sp.alloc(bk * sizeof(Candidate)));
+  split_ids_ = static_cast<std::int64_t*>(sp.alloc_host(bk * sizeof(std::int64_t)));
+  split_scores_ = static_cast<float*>(sp.alloc_host(bk * sizeof(float)));
 }
 
 BenchIndex::~BenchIndex() = default;
@@ -123,43 +130,27 @@ BenchIndex::~BenchIndex() = default;
 Communicator& BenchIndex::host() const { return index_->host_comm(); }
 Communicator& BenchIndex::data() const { return index_->data_comm(); }
 Engine& BenchIndex::engine() const { return index_->engine(); }
-std::string BenchIndex::engine_name() const { return engine().name(); }
+std::string BenchIndex::engine_name() const { return engine().info().name; }
 std::string BenchIndex::comm_name() const { return data().name(); }
 
 void BenchIndex::admit(const float* queries, int batch) {
-  Engine& e = engine();
   if (rank() == 0) {
-    e.copy_from_host(e.query_buffer(), queries, sizeof(float) * batch * corpus_.dim);
-    e.prepare_queries(e.query_buffer(), batch);
+    Space& sp = index_->space();
+    sp.from_host(split_queries_, queries, sizeof(float) * batch * corpus_.dim, /*wait=*/true);
+    engine().prepare_queries(split_queries_, batch, sp.stream());
   }
 }
 
 void BenchIndex::broadcast(int batch) {
   if (world_size() == 1) return;
-  Engine& e = engine();
-  Communicator& dc = data();
-  const size_t qbytes = sizeof(float) * batch * corpus_.dim;
-  if (e.space() == MemSpace::kDevice && dc.space() == MemSpace::kHost) {
-    if (rank() == 0) e.copy_to_host(host_queries_.data(), e.query_buffer(), qbytes);
-    dc.broadcast(host_queries_.data(), qbytes, 0);
-    if (rank() != 0) e.copy_from_host(e.query_buffer(), host_queries_.data(), qbytes);
-  } else {
-    dc.broadcast(e.query_buffer(), qbytes, 0);
-  }
+  data().broadcast_async(split_queries_, sizeof(float) * batch * corpus_.dim, 0);
+  data().wait("broadcast");
 }
 
 void BenchIndex::gather(int batch, int k) {
   if (world_size() == 1) return;
-  Engine& e = engine();
-  Communicator& dc = data();
-  const size_t cbytes = sizeof(Candidate) * batch * k;
-  if (e.space() == MemSpace::kDevice && dc.space() == MemSpace::kHost) {
-    e.copy_to_host(host_candidates_.data(), e.local_buffer(), cbytes);
-    dc.allgather(host_candidates_.data(), host_gathered_.data(), cbytes);
-    if (rank() == 0) e.copy_from_host(e.gathered_buffer(), host_gathered_.data(), cbytes * world_size());
-  } else {
-    dc.allgather(e.local_buffer(), e.gathered_buffer(), cbytes);
-  }
+  data().allgather_async(split_local_, split_gathered_, sizeof(Candidate) * batch * k);
+  data().wait("all-gather");
 }
 
 void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
@@ -169,21 +160,28 @@ void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* id
 void BenchIndex::search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
                               StepTimes* t) {
   Engine& e = engine();
-  if (!timer_) timer_ = make_device_timer(e);  // events on this index's engine stream, freed with it
+  Space& sp = index_->space();
+  if (!timer_) timer_ = make_device_timer(e);  // events on this index's stream, freed with it
   DeviceTimer* timer = timer_.get();
   auto t0 = Clock::now();
   admit(queries, batch);
-  e.synchronize();
+  sp.synchronize();
   t->admit = ms_since(t0);
   t0 = Clock::now();
   broadcast(batch);
-  e.synchronize();
+  sp.synchronize();
   t->bcast = ms_since(t0);
   t0 = Clock::now();
   timer->start();
-  e.search(e.query_buffer(), batch, k, e.local_buffer());
+  SearchArgs a;
+  a.queries = split_queries_;
+  a.batch = batch;
+  a.k = k;
+  a.out = split_local_;
+  a.stream = sp.stream();
+  e.search(a);
   timer->stop();
-  e.synchronize();
+  sp.synchronize();
   t->scan = ms_since(t0);
   t->scan_dev = timer->elapsed_ms();
   t0 = Clock::now();
@@ -191,21 +189,26 @@ void BenchIndex::search_split(const float* queries, int batch, int k, std::int64
   t->skew = ms_since(t0);
   t0 = Clock::now();
   gather(batch, k);
-  e.synchronize();
+  sp.synchronize();
   t->gather = ms_since(t0);
   t->merge = 0;
   t->exported = 0;
   if (rank() != 0) return;
-  const Candidate* fin = e.local_buffer();
+  const Candidate* fin = split_local_;
   if (world_size() > 1) {
     t0 = Clock::now();
-    e.merge(e.gathered_buffer(), world_size(), batch, k, e.merged_buffer());
-    e.synchronize();
+    sp.merge(split_gathered_, world_size(), static_cast<std::int64_t>(batch) * k, batch, k, split_merged_);
+    sp.synchronize();
     t->merge = ms_since(t0);
-    fin = e.merged_buffer();
+    fin = split_merged_;
   }
   t0 = Clock::now();
-  e.export_results(fin, batch, k, ids, scores);
+  const std::int64_t n = static_cast<std::int64_t>(batch) * k;
+  sp.split(fin, n, corpus_.metric == Metric::kL2, static_cast<std::int64_t*>(sp.mapped(split_ids_)),
+           static_cast<float*>(sp.mapped(split_scores_)), sp.stream());
+  sp.synchronize();
+  std::memcpy(ids, split_ids_, static_cast<std::size_t>(n) * sizeof(std::int64_t));
+  std::memcpy(scores, split_scores_, static_cast<std::size_t>(n) * sizeof(float));
   t->exported = ms_since(t0);
 }
 

@@ -76,8 +76,14 @@ class BenchIndex {
   RowRange mine_;
   std::unique_ptr<ShardedIndex> index_;
   std::unique_ptr<DeviceTimer> timer_;  // after index_: destroyed first, while the engine's stream exists
-  std::vector<float> host_rows_, host_queries_;
-  std::vector<Candidate> host_candidates_, host_gathered_;
+  std::vector<float> host_rows_;
+  // search_split's buffers in the index's memory space (the answer in mapped host memory)
+  float* split_queries_ = nullptr;
+  Candidate* split_local_ = nullptr;
+  Candidate* split_gathered_ = nullptr;
+  Candidate* split_merged_ = nullptr;
+  std::int64_t* split_ids_ = nullptr;
+  float* split_scores_ = nullptr;
   std::string device_name_, generated_on_;
 };
 

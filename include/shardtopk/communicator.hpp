@@ -3,8 +3,9 @@
 /// Collectives between ranks: broadcast of the query batch, all-gather of candidates, and a
 /// collective status check that carries one rank's error to every rank.
 ///
-/// Implementations: MPI (host buffers; device buffers staged through pinned host memory by the
-/// caller) and NCCL (device buffers, ordered on the CUDA engine's stream). Every collective
+/// Implementations: MPI (host buffers), MPI staged through its own page-locked host buffers (device
+/// buffers of the CUDA engine without NCCL; src/comm/staged_comm.hpp) and NCCL (device buffers,
+/// ordered on the data path's stream). Every collective
 /// completes within `timeout_s` or throws `CommTimeout` naming this rank and the collective;
 /// after a timeout the communicator is unusable and the job must end (see `abort_job`).
 
@@ -12,7 +13,6 @@
 #include <memory>
 #include <string>
 
-#include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/types.hpp"
 
@@ -62,9 +62,17 @@ class Communicator {
   /// they return once the collective is enqueued; `wait` then blocks until everything queued on
   /// the stream so far has completed, within timeout_s (CommError otherwise, naming `what`).
   /// The host (MPI) communicator completes them at once, and `wait` does nothing.
-  virtual void broadcast_async(void* buf, std::size_t bytes, int root) { broadcast(buf, bytes, root); }
+  /// `root_copy`: on the root, the same bytes in host memory when the caller has them (a staged
+  /// communicator sends from there instead of copying `buf` back to the host); ignored elsewhere.
+  virtual void broadcast_async(void* buf, std::size_t bytes, int root, const void* root_copy = nullptr) {
+    (void)root_copy;
+    broadcast(buf, bytes, root);
+  }
   virtual void allgather_async(const void* send, void* recv, std::size_t bytes) { allgather(send, recv, bytes); }
   virtual void wait(const char* what) { (void)what; }
+  /// True when the data collectives only queue their work on a stream (NCCL): the caller must
+  /// wait() before it relies on them having completed.
+  virtual bool asynchronous() const { return false; }
 
   /// Collective status check over the host (always MPI underneath): every rank says whether
   /// it succeeded; if any failed, every rank throws RemoteError carrying the failing ranks'
@@ -78,16 +86,16 @@ class Communicator {
 /// MPI_COMM_WORLD-based communicator. Requires MPI to be initialised (see MpiSession).
 std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s);
 
-/// NCCL communicator over the same ranks, its collectives ordered on `cuda_stream` (the CUDA
-/// engine's stream). The ncclUniqueId travels from rank 0 by MPI_Bcast. Uses `host` for
-/// check()/barrier(). Each collective is captured in a CUDA graph the first time its (buffers,
-/// bytes, root) is seen and replayed from then on (one capture per new shape, then ≈ 10 µs per
-/// collective on NVLink-connected H200s; SHARDTOPK_NO_GRAPH=1 issues every one eagerly): the
-/// device buffers and the stream must stay allocated until the communicator is destroyed, and
-/// a buffer freed and allocated again at the same address must be treated as the same buffer.
-/// @throws Error when built without NCCL.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, void* cuda_stream,
-                                                     int device, double timeout_s);
+/// NCCL communicator over the same ranks, its collectives ordered on `cuda_stream` (the data
+/// path's stream). The ncclUniqueId travels from rank 0 by MPI_Bcast. Uses `host` for
+/// check()/barrier(). With `cuda_graphs` (engine.cuda_graphs) each collective is captured in a
+/// CUDA graph the first time its (buffers, bytes, root) is seen and replayed from then on (one
+/// capture per new shape, then ≈ 10 µs per collective on NVLink-connected H200s); otherwise
+/// every one is issued eagerly. The device buffers and the stream must stay allocated until the
+/// communicator is destroyed, and a buffer freed and allocated again at the same address must be
+/// treated as the same buffer. @throws Error when built without NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, void* cuda_stream, int device,
+                                                     double timeout_s, bool cuda_graphs = true);
 
 /// True when shardtopk was compiled with NCCL.
 bool built_with_nccl();

@@ -15,6 +15,12 @@
 /// | engine.dtype        | string | float32                         | float32, float16, bfloat16      |
 /// | engine.threads      | int    | 0 (= cores ÷ ranks on the node) | 0 .. 4096                       |
 /// | engine.read_chunk_rows | int | 65536                           | 1 .. 2^31                       |
+/// | engine.cuda_graphs  | bool   | true                            | replay searches from CUDA graphs |
+/// | engine.scan_l2_hints | bool  | true                            | batch-1 scan L2 hints (CUDA)    |
+/// | engine.scan_rows    | string | auto                            | auto, 2 (batch-1 rows per warp) |
+/// | engine.scan_schedule | string | auto                           | auto, blocked, persistent       |
+/// | engine.search_path  | string | auto                            | auto, scan, gemm (tests)        |
+/// | engine.cpu_isa      | string | auto                            | auto, avx512, avx2, portable    |
 /// | comm.backend        | string | auto                            | auto, mpi, nccl                 |
 /// | comm.timeout_s      | number | 60                              | > 0                             |
 /// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
@@ -22,11 +28,16 @@
 /// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
 /// | service.max_body_bytes | int | 67108864                        | 1024 .. 2^32 (larger: 413)      |
 /// | service.threads     | int    | 128                             | 1 .. 4096 HTTP worker threads   |
+/// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
+///
+/// Booleans: true/false (also yes/no, on/off, 1/0). docs/OPERATIONS.md explains the engine.*
+/// tuning keys and testing.fault.
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "shardtopk/engine.hpp"
 #include "shardtopk/types.hpp"
 
 namespace shardtopk {
@@ -48,6 +59,28 @@ struct EngineConfig {
   Dtype dtype = Dtype::kFloat32;
   int threads = 0;  ///< 0: hardware cores ÷ ranks on this node
   long long read_chunk_rows = 65536;
+  // Tuning and test switches (EngineOptions).
+  bool cuda_graphs = true;
+  bool scan_l2_hints = true;
+  ScanRows scan_rows = ScanRows::kAuto;
+  ScanSchedule scan_schedule = ScanSchedule::kAuto;
+  SearchPath search_path = SearchPath::kAuto;
+  CpuIsa cpu_isa = CpuIsa::kAuto;
+};
+
+/// A fault to inject (tests of DESIGN.md invariant 7; builds with SHARDTOPK_FAULT_INJECTION only):
+/// rank `rank` stalls `seconds` before, exits (code 17) during, or fails (throws) in its local
+/// search of batch number `batch` (0-based, counted per index).
+struct FaultSpec {
+  enum Kind { kNone, kStall, kExit, kFail } kind = kNone;
+  int rank = -1;
+  long long batch = -1;
+  double seconds = 0;
+  std::string text;  ///< as configured, for log lines
+};
+
+struct TestingConfig {
+  FaultSpec fault;
 };
 
 struct CommConfig {
@@ -70,6 +103,7 @@ struct Config {
   EngineConfig engine;
   CommConfig comm;
   ServiceConfig service;
+  TestingConfig testing;
   std::string source;  ///< where it came from (file name or "<string>"), for messages
 };
 
@@ -86,6 +120,15 @@ void apply_override(Config& cfg, const std::string& key_equals_value);
 
 /// Validate cross-field constraints (e.g. corpus.path set). @throws Error.
 void validate(const Config& cfg);
+
+/// The engine options of a config, for the engine on `device` with `threads` workers.
+EngineOptions engine_options(const Config& cfg, int device, int threads);
+
+/// Whether this build honours testing.fault (CMake option SHARDTOPK_FAULT_INJECTION).
+bool fault_injection_built();
+
+/// Parse a testing.fault value. @throws Error naming `what` and the text.
+FaultSpec parse_fault(const std::string& text, const std::string& what);
 
 /// Render the config as YAML (for logs and result attributes).
 std::string to_yaml(const Config& cfg);

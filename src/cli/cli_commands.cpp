@@ -12,10 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/log.hpp"
+#include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/index.hpp"
+#include "shardtopk/ingest.hpp"
 #include "service/service.hpp"
 #include "shardtopk/results.hpp"
 
@@ -211,7 +212,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     // would otherwise land in the timings. Answers are deterministic, so the warm-up's own
     // answers (of the first queries) are discarded.
     double warmup_ms = 0;
-    if (index.engine().space() == MemSpace::kDevice && nq > 0) {
+    if (index.engine_info().space == MemSpace::kDevice && nq > 0) {
       std::vector<int> sizes{static_cast<int>(std::min<std::int64_t>(batch_max, nq))};
       if (nq % batch_max != 0 && nq > batch_max) sizes.push_back(static_cast<int>(nq % batch_max));
       std::vector<std::int64_t> wid(static_cast<size_t>(sizes[0]) * a.k);
@@ -250,9 +251,9 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
           {"dim", dim},
           {"metric", to_string(index.metric())},
           {"world_size", index.world_size()},
-          {"engine", index.engine().name()},
+          {"engine", index.engine_info().name},
           {"comm", index.data_comm().name()},
-          {"dtype", to_string(index.engine().dtype())},
+          {"dtype", to_string(index.engine_info().dtype)},
           {"threads_per_rank", cfg.engine.threads > 0 ? cfg.engine.threads : resolve_threads(cfg, index.host_comm().local_size())},
           {"queries", nq},
           {"k", a.k},
@@ -272,7 +273,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       std::printf("ingest %.2f s | %lld queries, k=%d, %zu batch(es) of <=%d | batch ms p50 %.3f p99 %.3f | QPS %.1f | "
                   "%s/%s, %d rank(s)\n",
                   st.total_s, static_cast<long long>(nq), a.k, batch_ms.size(), batch_max, percentile(batch_ms, 50),
-                  percentile(batch_ms, 99), qps, index.engine().name().c_str(), index.data_comm().name().c_str(),
+                  percentile(batch_ms, 99), qps, index.engine_info().name.c_str(), index.data_comm().name().c_str(),
                   index.world_size());
       if (!a.timings_json.empty()) {
         std::ofstream out(a.timings_json);
@@ -284,9 +285,9 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
         m.metric = index.metric();
         m.k = a.k;
         m.world_size = index.world_size();
-        m.engine = index.engine().name();
+        m.engine = index.engine_info().name;
         m.comm = index.data_comm().name();
-        m.dtype = index.engine().dtype();
+        m.dtype = index.engine_info().dtype;
         m.corpus_path = cfg.corpus.path;
         m.corpus_dataset = cfg.corpus.dataset;
         m.corpus_rows = index.total_rows();
@@ -431,7 +432,7 @@ int run_plan(const PlanArgs& a) {
   const int ngpu = cuda_device_count();
   const bool use_gpu = cfg.engine.backend == EngineBackend::kCuda ||
                        (cfg.engine.backend == EngineBackend::kAuto && ngpu > 0);
-  const EngineLimits lim = index_engine_limits(cfg.search, a.ranks);  // what load_index builds
+  const EngineLimits lim = index_engine_limits(cfg.search);  // what load_index builds
   const bool streamed = streams_shard(use_gpu, resolve_metric(cfg));
   std::printf("corpus %s '%s' [%lld x %lld], %s storage, %d rank(s), %d per node, engine %s, %d GPU(s) visible\n",
               cfg.corpus.path.c_str(), info.name.c_str(), static_cast<long long>(n), static_cast<long long>(dim),
@@ -443,9 +444,12 @@ int run_plan(const PlanArgs& a) {
     const RowRange rr = shard_rows(n, a.ranks, r);
     // engine_bytes: what the engine allocates at start-up and refuses before allocating when it
     // cannot have it (device memory for cuda, host memory for cpu); equals its resident bytes.
-    const std::uint64_t dev =
+    // The index's own buffers (queries, candidates) live beside the engine's.
+    const std::uint64_t eng =
         use_gpu ? cuda_engine_device_bytes(rr.size(), dim, cfg.engine.dtype, lim)
                 : cpu_engine_host_bytes(rr.size(), dim, cfg.engine.dtype, lim, resolve_threads(cfg, per_node));
+    const std::uint64_t idx = index_buffer_bytes(cfg.search, a.ranks, dim);
+    const std::uint64_t dev = eng > UINT64_MAX - idx ? UINT64_MAX : eng + idx;
     // load_peak_host_bytes: host memory at the peak of loading: the rows read from the file and
     // their ids (streamed into the CUDA engine: the ids and its pinned blocks), plus the CPU
     // engine's buffers (built while the rows are still held).

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli/cli_commands.hpp"
-#include "common/log.hpp"
+#include "core/log.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/importers.hpp"
 #include "shardtopk/types.hpp"

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/backoff.hpp"
+#include "core/backoff.hpp"
 #include "shardtopk/communicator.hpp"
 
 namespace shardtopk {

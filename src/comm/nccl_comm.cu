@@ -25,9 +25,9 @@
 #include <thread>
 #include <tuple>
 
-#include "common/backoff.hpp"
-#include "common/cuda_check.cuh"
-#include "common/log.hpp"
+#include "core/backoff.hpp"
+#include "core/cuda_check.cuh"
+#include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
 
@@ -45,8 +45,8 @@ std::string seconds_text(double s) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& host, cudaStream_t stream, int device, double timeout_s)
-      : host_(host), stream_(stream), device_(device), timeout_s_(timeout_s) {
+  NcclCommunicator(Communicator& host, cudaStream_t stream, int device, double timeout_s, bool cuda_graphs)
+      : host_(host), stream_(stream), device_(device), timeout_s_(timeout_s), use_graphs_(cuda_graphs) {
     SHARDTOPK_EXPECTS(timeout_s > 0, "comm.timeout_s must be > 0 (got ", timeout_s, ")");
     // Every rank must reach each host collective below even when its own step failed, or the
     // others would wait in MPI; so failures are collected and reported through host.check().
@@ -140,7 +140,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   /// Enqueues the broadcast on the engine's stream and returns (wait() completes it).
-  void broadcast_async(void* buf, std::size_t bytes, int root) override {
+  void broadcast_async(void* buf, std::size_t bytes, int root, const void* /*root_copy*/ = nullptr) override {
     SHARDTOPK_EXPECTS(root >= 0 && root < world_size(), "broadcast: root ", root, " out of range: allowed 0 .. ",
                       world_size() - 1);
     usable("ncclBroadcast");
@@ -182,6 +182,8 @@ class NcclCommunicator final : public Communicator {
       poll_backoff(spins, start);
     }
   }
+
+  bool asynchronous() const override { return true; }
 
   void check(bool ok, const std::string& message) override { host_.check(ok, message); }
   void barrier() override { host_.barrier(); }
@@ -286,7 +288,7 @@ class NcclCommunicator final : public Communicator {
   /// already run both collectives eagerly, so NCCL's connections exist before any capture. The
   /// enqueue of a capture is completed like an eager one (wait_ready). If capturing fails, graphs
   /// are off for this communicator (logged once) and collectives run eagerly.
-  /// SHARDTOPK_NO_GRAPH=1 turns graphs off. The cache holds at most 256 graphs (cleared when full).
+  /// engine.cuda_graphs: false turns graphs off. The cache holds at most 256 graphs (cleared when full).
   template <typename Call>
   void issue(const GraphKey& key, const char* what, const Call& call) {
     const auto start = Clock::now();
@@ -367,21 +369,17 @@ class NcclCommunicator final : public Communicator {
   int device_;
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
-  bool use_graphs_ = graphs_enabled();
+  bool use_graphs_ = true;
   bool warming_up_ = false;  // warm_up(): collectives issued eagerly, never captured
   std::map<GraphKey, cudaGraphExec_t> replays_;
-
-  static bool graphs_enabled() {
-    const char* ng = std::getenv("SHARDTOPK_NO_GRAPH");
-    return !(ng && *ng && std::string(ng) != "0");
-  }
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, void* cuda_stream, int device,
-                                                     double timeout_s) {
-  return std::make_unique<NcclCommunicator>(host, static_cast<cudaStream_t>(cuda_stream), device, timeout_s);
+                                                     double timeout_s, bool cuda_graphs) {
+  return std::make_unique<NcclCommunicator>(host, static_cast<cudaStream_t>(cuda_stream), device, timeout_s,
+                                            cuda_graphs);
 }
 
 bool built_with_nccl() { return true; }

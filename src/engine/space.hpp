@@ -56,10 +56,19 @@ class Space {
   virtual void merge(const Candidate* lists, int parts, std::int64_t list_stride, int batch, int k,
                      Candidate* out) = 0;
   /// Splits list [n] into ids [n] and reported scores [n] (l2: the distance −score), written to
-  /// this space or to mapped alloc_host() memory (pass the mapped() address). Returns at once.
-  /// Capturable (the CUDA engine runs it inside its search graph as an epilogue).
-  virtual void split(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores,
-                     void* stream) = 0;
+  /// this space or to mapped alloc_host() memory (pass the mapped() address), on `stream`
+  /// (nullptr: stream()). With `status`, the same launch also copies status.count 16-byte slots,
+  /// slot i from status.src + i · status.stride, to status.dst [count] (one per rank: the
+  /// all-gathered rank statuses). Returns at once. Capturable (the CUDA engine runs it inside its
+  /// search graph as an epilogue).
+  struct StatusCopy {
+    const Candidate* src = nullptr;
+    std::int64_t stride = 0;  ///< in candidates
+    int count = 0;
+    Candidate* dst = nullptr;
+  };
+  virtual void split(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores, void* stream,
+                     const StatusCopy* status = nullptr) = 0;
 
   virtual TransferCounters& counters() = 0;
 };

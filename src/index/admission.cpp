@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
-#include "common/log.hpp"
-#include "common/parallel.hpp"
+#include "core/log.hpp"
+#include "core/parallel.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {

@@ -1,20 +1,19 @@
+// ShardedIndex: the rank protocol of a collective search (one header broadcast per step, then
+// the data path), the status each rank reports with its candidates, and the export of rank 0's
+// answer. Files, backends and communicator choice live in src/ingest; memory in the Space.
 #include "shardtopk/index.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <memory>
 #include <limits>
 #include <thread>
 
-#include "common/log.hpp"
-#include "common/parallel.hpp"
+#include "core/log.hpp"
+#include "engine/space.hpp"
 #include "index/admission.hpp"
-#include "shardtopk/corpus_io.hpp"
 
 namespace shardtopk {
 namespace {
@@ -22,175 +21,96 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// A failing rank's status row (see ShardedIndex::run_data_path): slot 0 holds this marker,
-// score +inf and id kPadId - 1 - rank. No engine produces it: scores are finite for finite
-// inputs and the id is far outside any corpus row count (an ids dataset would need exactly this
-// id with an infinite score). The merge ranks +inf first, so the merged status row starts with
-// the failing ranks' markers.
-constexpr std::int64_t kFailIdBase = kPadId - 1;
-Candidate fail_marker(int rank) { return Candidate{std::numeric_limits<float>::infinity(), kFailIdBase - rank}; }
-bool is_fail_marker(std::int64_t id, float reported_score, int world) {
-  return std::isinf(reported_score) && id <= kFailIdBase && id > kFailIdBase - world;
-}
-
-// Fault injection for tests of invariant 7 (never hang): SHARDTOPK_FAULT="stall:RANK:BATCH:SECONDS"
-// makes RANK sleep before its local search of batch number BATCH (0-based, counted per index);
-// "exit:RANK:BATCH" makes it exit(17) there, as a crashed rank would; "fail:RANK:BATCH" makes its
-// local search throw (a recoverable failure: rank 0 reports it, every rank keeps serving).
-struct Fault {
-  enum Kind { kNone, kStall, kExit, kFail } kind = kNone;
-  int rank = -1;
-  long batch = -1;
-  double seconds = 0;
+/// The first 16 bytes a rank sends in the all-gather: whether its local search succeeded.
+/// Written only on failure (and reset after the gather), so a successful search costs nothing.
+struct RankStatus {
+  std::int32_t failed = 0;
+  std::int32_t rank = 0;
+  std::int64_t reserved = 0;
 };
+static_assert(sizeof(RankStatus) == sizeof(Candidate), "a rank status travels in a candidate slot");
 
-Fault parse_fault() {
-  Fault f;
-  const char* env = std::getenv("SHARDTOPK_FAULT");
-  if (!env || !*env) return f;
-  char kind[16] = {0};
-  int rank = -1;
-  long batch = -1;
-  double secs = 0;
-  const int n = std::sscanf(env, "%15[a-z]:%d:%ld:%lf", kind, &rank, &batch, &secs);
-  const std::string k = kind;
-  SHARDTOPK_EXPECTS((k == "stall" && n == 4) || ((k == "exit" || k == "fail") && n >= 3), "SHARDTOPK_FAULT='", env,
-                    "': expected stall:RANK:BATCH:SECONDS, exit:RANK:BATCH or fail:RANK:BATCH");
-  f.kind = k == "stall" ? Fault::kStall : k == "exit" ? Fault::kExit : Fault::kFail;
-  f.rank = rank;
-  f.batch = batch;
-  f.seconds = secs;
-  return f;
+Candidate status_slot(bool failed, int rank) {
+  RankStatus s;
+  s.failed = failed ? 1 : 0;
+  s.rank = rank;
+  Candidate c;
+  std::memcpy(&c, &s, sizeof c);
+  return c;
 }
 
-void maybe_inject_fault(int rank, long batch) {
-  static const Fault f = parse_fault();
-  if (f.kind == Fault::kNone || f.rank != rank || f.batch != batch) return;
-  if (f.kind == Fault::kStall) {
-    spdlog::warn("SHARDTOPK_FAULT: rank {} stalls {} s before batch {}", rank, f.seconds, batch);
+RankStatus read_status(const Candidate& c) {
+  RankStatus s;
+  std::memcpy(&s, &c, sizeof s);
+  return s;
+}
+
+#ifdef SHARDTOPK_FAULT_INJECTION
+// testing.fault (tests of DESIGN.md invariant 7; fault-injection builds only).
+void maybe_inject_fault(const FaultSpec& f, int rank, long batch) {
+  if (f.kind == FaultSpec::kNone || f.rank != rank || f.batch != batch) return;
+  if (f.kind == FaultSpec::kStall) {
+    spdlog::warn("testing.fault {}: rank {} stalls {} s before batch {}", f.text, rank, f.seconds, batch);
     std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
-  } else if (f.kind == Fault::kFail) {
-    throw Error("SHARDTOPK_FAULT: injected local search failure in batch " + std::to_string(batch));
+  } else if (f.kind == FaultSpec::kFail) {
+    throw Error("testing.fault " + f.text + ": injected local search failure in batch " + std::to_string(batch));
   } else {
-    spdlog::warn("SHARDTOPK_FAULT: rank {} exits during batch {}", rank, batch);
+    spdlog::warn("testing.fault {}: rank {} exits during batch {}", f.text, rank, batch);
     std::fflush(nullptr);
     std::_Exit(17);
   }
 }
+#endif
 
 }  // namespace
 
-Metric resolve_metric(const Config& cfg) {
-  if (cfg.search.metric) return *cfg.search.metric;
-  const std::string d = read_string_attribute(cfg.corpus.path, "distance");
-  if (d.empty()) return Metric::kInnerProduct;
-  if (d == "angular" || d == "cosine") return Metric::kCosine;
-  if (d == "euclidean" || d == "l2") return Metric::kL2;
-  if (d == "dot" || d == "ip" || d == "inner_product") return Metric::kInnerProduct;
-  throw Error("'" + cfg.corpus.path + "': attribute distance='" + d +
-              "' is not understood; set search.metric (inner_product, cosine, l2)");
-}
+// ------------------------------------------------------------------------------ export
 
-bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
-
-std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows) {
-  const std::uint64_t r = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0));
-  const std::uint64_t d = static_cast<std::uint64_t>(std::max<std::int64_t>(dim, 0));
-  if (!streamed) return r * (4 * d + 8);
-  const std::uint64_t block = std::min<std::uint64_t>(r, static_cast<std::uint64_t>(std::max(1LL, read_chunk_rows)));
-  const std::uint64_t buffers = r > block ? 2 : (r > 0 ? 1 : 0);
-  return r * 8 + buffers * block * d * 4;
-}
-
-int resolve_threads(const Config& cfg, int local_size) {
-  if (cfg.engine.threads > 0) return cfg.engine.threads;
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, hw / std::max(1, local_size));
-}
-
-// comm.backend 'auto' with the CUDA engine on several ranks: NCCL or MPI staged through host
-// memory, whichever moves a batch-1 search's collectives faster, measured here at start-up
-// (median of 30 rounds of each, alternating, after 5 warm-ups; rank 0's clock; rank 0 decides
-// for all). On two NVLink-connected H200s a batch-1 search's broadcast + all-gather took
-// 19-20 us with NCCL (collectives replayed from CUDA graphs) against 35-37 us staged; issued
-// eagerly on NCCL's non-blocking communicator they took 120 us (bench/NOTES.md, "Fifth session").
-// Returns the NCCL communicator when it wins, nullptr for staged MPI.
-static std::unique_ptr<Communicator> measure_auto_comm(Engine& e, Communicator& host, const Config& cfg) {
-  auto nccl = make_nccl_communicator(host, e.stream(), host.local_rank(), cfg.comm.timeout_s);
-  const int world = host.world_size();
-  const size_t qbytes = sizeof(float) * static_cast<size_t>(e.dim());
-  const size_t cbytes = sizeof(Candidate) * 2 * static_cast<size_t>(std::min(cfg.search.k_max, 100));
-  // Every rank must enter every host collective below, also after a local failure (pinned memory
-  // refused, a CUDA error): a rank that threw straight to build_index's status check would meet
-  // the others' barrier or broadcast with its all-reduce, and mismatched MPI collectives end in
-  // MPI_ERR_TRUNCATE or garbage instead of the reason. So local steps are guarded, a failed rank
-  // skips its remaining local steps but not the collectives, and the failure travels in
-  // host.check, which stands in for the barrier.
-  bool ok = true;
-  std::string msg;
-  auto local = [&](const std::function<void()>& f) {
-    if (!ok) return;
-    try {
-      f();
-    } catch (const std::exception& ex) {
-      ok = false;
-      msg = ex.what();
-    }
-  };
-  void *hq = nullptr, *hc = nullptr, *hg = nullptr;
-  local([&] {
-    hq = e.alloc_host_staging(qbytes);  // pinned, as the index's staged path uses
-    hc = e.alloc_host_staging(cbytes);
-    hg = e.alloc_host_staging(cbytes * world);
-    // The engine's buffers are not initialised before the first search: give the timed copies
-    // and collectives defined bytes (compute-sanitizer initcheck reads NCCL's loads of them).
-    std::memset(hq, 0, qbytes);
-    std::memset(hc, 0, cbytes);
-    e.copy_from_host(e.query_buffer(), hq, qbytes);
-    e.copy_from_host(e.local_buffer(), hc, cbytes);
-  });
-  host.check(ok, msg);
-  auto staged = [&] {
-    if (host.rank() == 0) local([&] { e.copy_to_host(hq, e.query_buffer(), qbytes); });
-    host.broadcast(hq, qbytes, 0);
-    if (host.rank() != 0) local([&] { e.copy_from_host(e.query_buffer(), hq, qbytes); });
-    local([&] { e.copy_to_host(hc, e.local_buffer(), cbytes); });
-    host.allgather(hc, hg, cbytes);
-    if (host.rank() == 0) local([&] { e.copy_from_host(e.gathered_buffer(), hg, cbytes * world); });
-  };
-  auto direct = [&] {
-    local([&] {
-      nccl->broadcast_async(e.query_buffer(), qbytes, 0);
-      nccl->allgather_async(e.local_buffer(), e.gathered_buffer(), cbytes);
-      nccl->wait("ncclAllGather (comm.backend auto: timing)");
-    });
-  };
-  // The two alternate round by round, so that a drift in clocks or load over the measurement
-  // (the GPU still settling after the upload) weighs on both alike.
-  std::vector<double> t_nccl, t_mpi;
-  for (int i = 0; i < 35; ++i) {
-    for (int which = 0; which < 2; ++which) {
-      host.check(ok, msg);  // the barrier; it also ends the timing on every rank after a failure
-      const auto t0 = Clock::now();
-      which == 0 ? direct() : staged();
-      if (i >= 5) (which == 0 ? t_nccl : t_mpi).push_back(seconds_since(t0) * 1e6);
-    }
+/// Rank 0's answer: ids and reported scores of the final list (and, on several ranks, every
+/// rank's status) written by one kernel into host memory that the device writes directly
+/// (mapped pinned memory; plain memory on the host). enqueue() only queues device work: the
+/// CUDA engine captures it into its search graph, so it must not keep per-search host state.
+class ShardedIndex::Exporter final : public SearchEpilogue {
+ public:
+  Exporter(Space& space, Metric metric, std::size_t max_n, int world) : space_(space), l2_(metric == Metric::kL2) {
+    ids_ = static_cast<std::int64_t*>(space.alloc_host(max_n * sizeof(std::int64_t)));
+    scores_ = static_cast<float*>(space.alloc_host(max_n * sizeof(float)));
+    statuses_ = static_cast<Candidate*>(space.alloc_host(static_cast<std::size_t>(world) * sizeof(Candidate)));
+    d_ids_ = static_cast<std::int64_t*>(space.mapped(ids_));
+    d_scores_ = static_cast<float*>(space.mapped(scores_));
+    d_statuses_ = static_cast<Candidate*>(space.mapped(statuses_));
   }
-  host.check(ok, msg);
-  auto median = [](std::vector<double>& t) {
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    return t[t.size() / 2];
-  };
-  const double us_nccl = median(t_nccl), us_mpi = median(t_mpi);
-  int pick_nccl = us_nccl <= us_mpi ? 1 : 0;
-  host.broadcast(&pick_nccl, sizeof pick_nccl, 0);
-  if (host.rank() == 0)
-    spdlog::info("comm.backend auto: {} (a batch-1 search's broadcast + all-gather took {:.0f} us with nccl, {:.0f} us "
-                 "with mpi staged through host memory)",
-                 pick_nccl ? "nccl" : "mpi", us_nccl, us_mpi);
-  if (!pick_nccl) nccl.reset();
-  return nccl;
-}
+
+  void enqueue(const Candidate* list, int batch, int k, void* stream) override {
+    space_.split(list, static_cast<std::int64_t>(batch) * k, l2_, d_ids_, d_scores_, stream);
+  }
+
+  /// The final list of a multi-rank search and the ranks' statuses (each at gathered + r · stride).
+  void enqueue_with_status(const Candidate* list, int batch, int k, const Candidate* gathered, std::int64_t stride,
+                           int world) {
+    Space::StatusCopy st{gathered, stride, world, d_statuses_};
+    space_.split(list, static_cast<std::int64_t>(batch) * k, l2_, d_ids_, d_scores_, space_.stream(), &st);
+  }
+
+  /// Once the stream has passed the export: the answer [n] and rank r's status.
+  void read(std::int64_t n, std::int64_t* ids, float* scores) const {
+    if (ids) std::memcpy(ids, ids_, static_cast<std::size_t>(n) * sizeof(std::int64_t));
+    if (scores) std::memcpy(scores, scores_, static_cast<std::size_t>(n) * sizeof(float));
+  }
+  RankStatus status(int r) const { return read_status(statuses_[r]); }
+
+ private:
+  Space& space_;
+  bool l2_;
+  std::int64_t* ids_ = nullptr;  // host views
+  float* scores_ = nullptr;
+  Candidate* statuses_ = nullptr;
+  std::int64_t* d_ids_ = nullptr;  // the same memory as the device addresses it
+  float* d_scores_ = nullptr;
+  Candidate* d_statuses_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------ limits
 
 void check_k(long long k, std::int64_t k_max, std::int64_t total_rows) {
   const std::int64_t kmax = std::min<std::int64_t>(k_max, total_rows);
@@ -198,322 +118,107 @@ void check_k(long long k, std::int64_t k_max, std::int64_t total_rows) {
                     (k <= kmax ? "" : kmax == total_rows ? " (the corpus rows)" : " (search.k_max)"));
 }
 
-EngineLimits index_engine_limits(const SearchConfig& search, int world_size) {
-  // One query row more than batch_max: the status row of run_data_path.
-  return EngineLimits{search.batch_max + 1, search.k_max, world_size, 1};
+EngineLimits index_engine_limits(const SearchConfig& search) { return EngineLimits{search.batch_max, search.k_max}; }
+
+std::uint64_t index_buffer_bytes(const SearchConfig& search, int world_size, std::int64_t dim) {
+  const std::uint64_t bk = static_cast<std::uint64_t>(search.batch_max) * static_cast<std::uint64_t>(search.k_max);
+  const std::uint64_t cand = sizeof(Candidate);
+  const std::uint64_t queries = static_cast<std::uint64_t>(search.batch_max) * static_cast<std::uint64_t>(dim) * 4;
+  const std::uint64_t local = (1 + bk) * cand;
+  return queries + local + local * static_cast<std::uint64_t>(world_size) + bk * cand;
 }
 
-EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm) {
-  EngineBackend backend = cfg.engine.backend;
-  if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
-  if (backend == EngineBackend::kCuda) {
-    SHARDTOPK_EXPECTS(built_with_cuda(), "engine.backend 'cuda': this shardtopk was built without CUDA "
-                                         "(reconfigure with -DSHARDTOPK_CUDA=ON) ; use engine.backend 'cpu'");
-    const int ngpu = cuda_device_count();
-    SHARDTOPK_EXPECTS(ngpu > 0, "engine.backend 'cuda': no GPU is visible; use engine.backend 'cpu' or 'auto'");
-    SHARDTOPK_EXPECTS(host_comm.local_size() <= ngpu, "engine.backend 'cuda': ", host_comm.local_size(),
-                      " ranks on this node but only ", ngpu, " GPU(s) visible; start at most ", ngpu,
-                      " ranks per node (one rank per GPU)");
-  }
-  return backend;
-}
-
-namespace {
-
-/// Streams a ShardInput::streamed shard's rows into the just-built engine; returns their norms.
-using StreamRows = std::function<NormSummary(Engine&)>;
-
-std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
-                                               RowRange rows, const ShardInput& shard,
-                                               std::unique_ptr<Communicator> host_comm, IngestStats stats,
-                                               const StreamRows& stream_rows);
-}  // namespace
-
-std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
-                                          const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
-                                          IngestStats stats) {
-  SHARDTOPK_EXPECTS(!shard.streamed, "build_index: a streamed shard is load_index's own (ShardInput::streamed)");
-  return build_index_impl(cfg, metric, total_rows, rows, shard, std::move(host_comm), stats, {});
-}
-
-namespace {
-std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
-                                               RowRange rows, const ShardInput& shard,
-                                               std::unique_ptr<Communicator> host_comm, IngestStats stats,
-                                               const StreamRows& stream_rows) {
-  const auto tu = Clock::now();
-  const int world = host_comm->world_size();
-  bool ok = true;
-  std::string msg;
-  std::unique_ptr<Engine> engine;
-  try {
-    if (stats.max_row_norm_row < 0 && shard.rows > 0 && !shard.streamed) {  // norms not measured by the caller
-      NormSummary norms;
-      if (shard.generated) {  // every generated value is below 4 in magnitude (generator.hpp): a bound
-        norms = NormSummary{4.0 * std::sqrt(static_cast<double>(shard.dim)), shard.first_row};
-      } else {
-        norms = shard_norms(shard.data, shard.rows, shard.dim, rows.lo, resolve_threads(cfg, host_comm->local_size()));
-        check_corpus_norms(metric, norms, shard.dim, "corpus row");
-      }
-      stats.max_row_norm = norms.max_norm;
-      stats.max_row_norm_row = norms.row;
-    }
-    const EngineBackend backend = choose_backend(cfg, *host_comm);
-    const EngineLimits lim = index_engine_limits(cfg.search, world);
-    if (backend == EngineBackend::kCuda) {
-      engine = make_cuda_engine(shard, metric, cfg.engine.dtype, host_comm->local_rank(), lim);
-    } else {
-      engine = make_cpu_engine(shard, metric, cfg.engine.dtype, resolve_threads(cfg, host_comm->local_size()), lim);
-    }
-    if (shard.streamed) {  // the rows now, while the engine copies the previous block to its device
-      const auto ts = Clock::now();
-      const NormSummary norms = stream_rows(*engine);
-      stats.read_s = seconds_since(ts);
-      stats.max_row_norm = norms.max_norm;
-      stats.max_row_norm_row = norms.row;
-    }
-    stats.upload_s = seconds_since(tu);
-    if (host_comm->rank() == 0 && !shard.generated)
-      spdlog::info("rank 0: engine {} built (rows uploaded) in {:.2f} s", engine->name(), stats.upload_s);
-    else
-      spdlog::debug("rank {}: engine built in {:.3f} s", host_comm->rank(), stats.upload_s);
-    stats.engine_resident_bytes = engine->resident_bytes();
-  } catch (const std::exception& e) {
-    ok = false;
-    msg = e.what();
-  }
-  host_comm->check(ok, msg);
-  allgather_norms(*host_comm, metric, &stats);
-
-  // Communicator for the data path.
-  std::unique_ptr<Communicator> data_comm;
-  CommBackend cb = cfg.comm.backend;
-  if (cb == CommBackend::kAuto)
-    cb = (engine->space() == MemSpace::kDevice && built_with_nccl()) ? CommBackend::kNccl : CommBackend::kMpi;
-  const bool measure = cfg.comm.backend == CommBackend::kAuto && cb == CommBackend::kNccl && world > 1;
-  ok = true;
-  try {
-    if (measure) {
-      data_comm = measure_auto_comm(*engine, *host_comm, cfg);
-    } else if (cb == CommBackend::kNccl) {
-      SHARDTOPK_EXPECTS(engine->space() == MemSpace::kDevice,
-                        "comm.backend 'nccl' needs the CUDA engine (engine.backend 'cuda' or 'auto' with GPUs)");
-      data_comm = make_nccl_communicator(*host_comm, engine->stream(), host_comm->local_rank(), cfg.comm.timeout_s);
-    }
-  } catch (const CommError&) {
-    // A host collective timed out or failed: its request is abandoned (MpiCommunicator::wait),
-    // so no further collective may follow on this rank (it would be matched with the abandoned
-    // one, or write into its dead stack buffers). End the job with this message (the callers'
-    // end_job / abort_job), as a CommError anywhere else does.
-    throw;
-  } catch (const std::exception& e) {
-    ok = false;
-    msg = e.what();
-  }
-  host_comm->check(ok, msg);
-  stats.total_rows = total_rows;
-  stats.dim = shard.dim;
-  stats.rows = rows;
-  auto index = std::make_unique<ShardedIndex>(cfg, metric, total_rows, rows, std::move(engine), std::move(host_comm),
-                                              std::move(data_comm));
-  index->set_ingest_stats(stats);
-  return index;
-}
-}  // namespace
-
-std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
-  const auto t0 = Clock::now();
-  Config cfg = cfg_in;
-  std::unique_ptr<Communicator> host_comm = make_mpi_communicator(cfg.comm.timeout_s);
-  const int rank = host_comm->rank(), world = host_comm->world_size();
-  init_logging(rank, world);
-
-  bool ok = true;
-  std::string msg;
-  Metric metric = Metric::kInnerProduct;
-  IngestStats stats;
-  std::unique_ptr<float[]> shard;
-  std::int64_t nrows = 0;
-  std::vector<std::int64_t> ids;
-  // Read state shared with the streamed path, which reads inside build_index_impl.
-  ReadOptions ropt;
-  auto tr = Clock::now();
-  auto last_log = tr;
-  double row_bytes = 0;
-  bool streamed = false;
-  StreamRows stream_rows;
-  try {
-    validate(cfg);
-    const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
-    SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name,
-                      "' must be 2-D [rows, dim], but it is ", info.dims.size(), "-D");
-    SHARDTOPK_EXPECTS(info.is_float, "'", cfg.corpus.path, "': dataset '", info.name, "' has dtype ", info.dtype,
-                      "; expected float16, float32 or float64");
-    SHARDTOPK_EXPECTS(info.dims[0] >= 1 && info.dims[1] >= 1, "'", cfg.corpus.path, "': dataset '", info.name,
-                      "' is empty [", info.dims[0], ", ", info.dims[1], "]");
-    metric = resolve_metric(cfg);
-    stats.total_rows = info.dims[0];
-    stats.dim = info.dims[1];
-    stats.rows = shard_rows(stats.total_rows, world, rank);
-    spdlog::debug("shard plan: rank {} of {} holds rows [{}, {}) ({} of {} rows, dim {})", rank, world, stats.rows.lo,
-                  stats.rows.hi, stats.rows.size(), stats.total_rows, stats.dim);
-    // Refuse a bad backend before reading anything. The CUDA engine takes inner-product and L2
-    // rows streamed: each block is read into pinned memory while the previous one is copied to
-    // the GPU (no host copy of the shard). Cosine rows are normalised on the host first.
-    streamed = streams_shard(choose_backend(cfg, *host_comm) == EngineBackend::kCuda, metric);
-
-    // Read this rank's rows only, in blocks, on the rank's cores.
-    tr = Clock::now();
-    last_log = tr;
-    ropt.chunk_rows = cfg.engine.read_chunk_rows;
-    ropt.threads = resolve_threads(cfg, host_comm->local_size());
-    ropt.label = "corpus row";
-    // Values the engine's storage cannot hold are refused by name (cosine rows are normalised
-    // first, so only float32's range applies to them).
-    ropt.storage = metric == Metric::kCosine ? Dtype::kFloat32 : cfg.engine.dtype;
-    row_bytes = static_cast<double>(stats.dim) * (info.dtype == "float16" ? 2 : info.dtype == "float64" ? 8 : 4);
-    if (log_progress && rank == 0) {
-      ropt.progress = [&](std::int64_t done, std::int64_t total) {
-        if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
-          last_log = Clock::now();
-          const double sec = seconds_since(tr);
-          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} MB/s", done, total, 100.0 * done / total,
-                       sec, done * row_bytes / std::max(sec, 1e-9) / 1e6);
-        }
-      };
-    }
-    nrows = stats.rows.size();
-    ids.resize(static_cast<size_t>(stats.rows.size()));
-    if (!cfg.corpus.ids_dataset.empty()) {
-      std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
-      SHARDTOPK_EXPECTS(static_cast<std::int64_t>(all.size()) == stats.total_rows, "'", cfg.corpus.path,
-                        "': ids dataset '", cfg.corpus.ids_dataset, "' has ", all.size(), " entries but '",
-                        cfg.corpus.dataset, "' has ", stats.total_rows, " rows");
-      std::copy(all.begin() + stats.rows.lo, all.begin() + stats.rows.hi, ids.begin());
-      std::vector<std::int64_t> sorted = std::move(all);
-      std::sort(sorted.begin(), sorted.end());
-      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-      SHARDTOPK_EXPECTS(dup == sorted.end(), "'", cfg.corpus.path, "': ids dataset '", cfg.corpus.ids_dataset,
-                        "' is not unique: id ", (dup == sorted.end() ? 0 : *dup), " appears more than once");
-      SHARDTOPK_EXPECTS(sorted.empty() || sorted.back() != kPadId, "ids dataset: id ", kPadId, " is reserved");
-    } else {
-      for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
-    }
-    if (streamed) {
-      stream_rows = [&](Engine& e) {
-        tr = Clock::now();
-        last_log = tr;
-        std::vector<NormSummary> parts;
-        read_row_blocks(
-            cfg.corpus.path, cfg.corpus.dataset, stats.rows, RowFormat::kFloat32, ropt,
-            [&](const RowBlock& b) {
-              const float* x = static_cast<const float*>(b.data);
-              e.upload_rows(b.first_row - stats.rows.lo, b.rows, x);  // queued: the copy runs meanwhile
-              parts.push_back(shard_norms(x, b.rows, b.cols, b.first_row, ropt.threads));
-            },
-            [&](std::int64_t, std::int64_t n) -> void* { return e.upload_buffer(n); });
-        e.finish_upload();
-        const NormSummary norms = combine_norms(parts);
-        check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
-        if (log_progress && rank == 0) {
-          const double sec = seconds_since(tr);
-          spdlog::info("rank 0 read its {} rows into its GPU in {:.2f} s ({:.0f} MB/s as stored; each block read "
-                       "while the previous one is copied)",
-                       nrows, sec, nrows * row_bytes / std::max(sec, 1e-9) / 1e6);
-        }
-        return norms;
-      };
-    }
-  } catch (const std::exception& e) {
-    ok = false;
-    msg = e.what();
-  }
-  if (ok && !streamed) try {
-    // new float[] (not a zeroed std::vector): the reader's threads fault the pages in in parallel.
-    shard.reset(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats.dim))]);
-    read_rows_into(cfg.corpus.path, cfg.corpus.dataset, stats.rows, ropt, shard.get());
-    const double read_only_s = seconds_since(tr);
-    // Score range (admission.hpp): raw row norms, before any cosine normalisation.
-    const NormSummary norms = shard_norms(shard.get(), nrows, stats.dim, stats.rows.lo, ropt.threads);
-    stats.max_row_norm = norms.max_norm;
-    stats.max_row_norm_row = norms.row;
-    check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
-    if (metric == Metric::kCosine) {
-      // norms computed once at ingest: rows are stored normalised. Messages use global rows;
-      // parts are in row order, so the first error names the first zero-norm row.
-      parallel_ranges(nrows, range_parts(nrows, std::max(1, ropt.threads), 4096),
-                      [&](std::int64_t lo, std::int64_t hi, int) {
-                        normalize_rows(shard.get() + lo * stats.dim, hi - lo, stats.dim, stats.rows.lo + lo,
-                                       "corpus row");
-                      });
-    }
-    stats.read_s = seconds_since(tr);
-    if (log_progress && rank == 0)
-      spdlog::info("rank 0 read its {} rows in {:.2f} s ({:.0f} MB/s as stored), then norms{} in {:.2f} s", nrows,
-                   read_only_s, nrows * row_bytes / std::max(read_only_s, 1e-9) / 1e6,
-                   metric == Metric::kCosine ? " and normalisation" : "", stats.read_s - read_only_s);
-  } catch (const std::exception& e) {
-    ok = false;
-    msg = e.what();
-  }
-  host_comm->check(ok, msg);
-
-  ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
-  in.streamed = streamed;
-  auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows);
-  IngestStats final_stats = index->ingest_stats();
-  double mine = seconds_since(t0);
-  std::vector<double> all(static_cast<size_t>(world));
-  index->host_comm().allgather(&mine, all.data(), sizeof(double));
-  final_stats.total_s = *std::max_element(all.begin(), all.end());
-  index->set_ingest_stats(final_stats);
-  if (rank == 0) {
-    spdlog::info("corpus {} '{}' [{} x {}], metric {}, {} rank(s); engine {} ({}), comm {}; ingest {:.2f} s",
-                 cfg.corpus.path, cfg.corpus.dataset, final_stats.total_rows, final_stats.dim, to_string(metric),
-                 world, index->engine().name(), to_string(index->engine().dtype()), index->data_comm().name(),
-                 final_stats.total_s);
-  }
-  return index;
-}
+// ------------------------------------------------------------------------------ construction
 
 ShardedIndex::ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
-                           std::unique_ptr<Engine> engine, std::unique_ptr<Communicator> host_comm,
-                           std::unique_ptr<Communicator> data_comm)
-    : cfg_(cfg), metric_(metric), host_comm_(std::move(host_comm)), data_comm_(std::move(data_comm)),
+                           std::unique_ptr<Space> space, std::unique_ptr<Engine> engine,
+                           std::unique_ptr<Communicator> host_comm, std::unique_ptr<Communicator> data_comm)
+    : cfg_(cfg),
+      metric_(metric),
+      space_(std::move(space)),
+      host_comm_(std::move(host_comm)),
+      data_comm_(std::move(data_comm)),
       engine_(std::move(engine)) {
-  SHARDTOPK_EXPECTS(engine_ && host_comm_, "ShardedIndex: an engine and a host communicator are required");
-  SHARDTOPK_EXPECTS(engine_->metric() == metric, "ShardedIndex: engine metric ", to_string(engine_->metric()),
-                    " differs from the index metric ", to_string(metric));
-  SHARDTOPK_EXPECTS(engine_->rows() == rows.size(), "ShardedIndex: engine holds ", engine_->rows(),
-                    " rows but this rank's range has ", rows.size());
-  SHARDTOPK_EXPECTS(cfg_.search.batch_max >= 1 && cfg_.search.k_max >= 1, "ShardedIndex: bad search limits");
   stats_.total_rows = total_rows;
-  stats_.dim = engine_->dim();
   stats_.rows = rows;
-  stats_.engine_resident_bytes = engine_->resident_bytes();
-  const int world = host_comm_->world_size();
-  const size_t bk1 = static_cast<size_t>(cfg_.search.batch_max + 1) * cfg_.search.k_max;
-  if (metric_ == Metric::kCosine)  // normalised copies; other metrics stage the caller's queries
-    host_queries_.assign(static_cast<size_t>(cfg_.search.batch_max) * stats_.dim, 0.0f);
-  host_status_.assign(static_cast<size_t>(cfg_.search.k_max), pad_candidate());
-  host_ids_.assign(bk1, 0);
-  host_scores_.assign(bk1, 0.0f);
-  if (engine_->space() == MemSpace::kDevice && this->data_comm().space() == MemSpace::kHost && world > 1) {
-    staged_queries_ = static_cast<float*>(
-        engine_->alloc_host_staging(sizeof(float) * static_cast<size_t>(cfg_.search.batch_max) * stats_.dim));
-    staged_candidates_ = static_cast<Candidate*>(engine_->alloc_host_staging(sizeof(Candidate) * bk1));
-    staged_gathered_ = static_cast<Candidate*>(engine_->alloc_host_staging(sizeof(Candidate) * bk1 * world));
+  SHARDTOPK_EXPECTS(engine_ && host_comm_ && space_, "ShardedIndex: an engine, a space and a host communicator are required");
+  // Checks and allocations may fail on one rank only: the failure travels to every rank.
+  bool ok = true;
+  std::string msg;
+  try {
+    init();
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
   }
+  host_comm_->check(ok, msg);
+}
+
+void ShardedIndex::init() {
+  const EngineInfo info = engine_->info();
+  SHARDTOPK_EXPECTS(info.metric == metric_, "ShardedIndex: engine metric ", to_string(info.metric),
+                    " differs from the index metric ", to_string(metric_));
+  SHARDTOPK_EXPECTS(info.rows == stats_.rows.size(), "ShardedIndex: engine holds ", info.rows,
+                    " rows but this rank's range has ", stats_.rows.size());
+  SHARDTOPK_EXPECTS(info.space == space_->kind(), "ShardedIndex: the engine's memory (", to_string(info.space),
+                    ") is not the data path's (", to_string(space_->kind()), ")");
+  SHARDTOPK_EXPECTS(cfg_.search.batch_max >= 1 && cfg_.search.k_max >= 1, "ShardedIndex: bad search limits");
+  SHARDTOPK_EXPECTS(engine_->limits().batch_max >= cfg_.search.batch_max && engine_->limits().k_max >= cfg_.search.k_max,
+                    "ShardedIndex: the engine was built for batches of ", engine_->limits().batch_max, " and k_max ",
+                    engine_->limits().k_max, ", less than search.batch_max=", cfg_.search.batch_max,
+                    " / search.k_max=", cfg_.search.k_max);
+  stats_.dim = info.dim;
+  stats_.engine_resident_bytes = info.resident_bytes;
+
+  const int world = host_comm_->world_size();
+  const std::size_t bmax = static_cast<std::size_t>(cfg_.search.batch_max);
+  const std::size_t bk = bmax * static_cast<std::size_t>(cfg_.search.k_max);
+  const std::size_t qbytes = bmax * static_cast<std::size_t>(stats_.dim) * sizeof(float);
+  queries_ = static_cast<float*>(space_->alloc(qbytes));
+  // On the host the caller's batch is copied once, straight into the search buffer.
+  host_queries_ = space_->kind() == MemSpace::kHost ? queries_ : static_cast<float*>(space_->alloc_host(qbytes));
+  local_ = static_cast<Candidate*>(space_->alloc((1 + bk) * sizeof(Candidate)));
+  gathered_ = static_cast<Candidate*>(space_->alloc(static_cast<std::size_t>(world) * (1 + bk) * sizeof(Candidate)));
+  merged_ = static_cast<Candidate*>(space_->alloc(bk * sizeof(Candidate)));
+  space_->fill_pad(local_ + 1, static_cast<std::int64_t>(bk));
+  space_->fill_pad(gathered_, static_cast<std::int64_t>(world) * static_cast<std::int64_t>(1 + bk));
+  space_->fill_pad(merged_, static_cast<std::int64_t>(bk));
+  set_status(true);  // this rank's status slot, sent with every all-gather, says "ok" from now on
+  export_ = std::make_unique<Exporter>(*space_, metric_, bk, world);
+  if (metric_ == Metric::kCosine) normalized_.assign(bmax * static_cast<std::size_t>(stats_.dim), 0.0f);
+  space_->synchronize();
+  space_->counters() = {};  // the start-up copies above are not search traffic
+  stats_.engine_resident_bytes += index_buffer_bytes(cfg_.search, world, stats_.dim);
 }
 
 ShardedIndex::~ShardedIndex() {
-  // The data communicator first: NCCL's replayed graphs and registrations refer to the engine's
-  // buffers and stream, which must outlive them.
+  // The data communicator first: NCCL's replayed graphs and registrations refer to the index's
+  // buffers and the space's stream, which must outlive them; then the engine, then the space.
   data_comm_.reset();
+  engine_.reset();
+  export_.reset();
 }
 
 int ShardedIndex::rank() const { return host_comm_->rank(); }
 int ShardedIndex::world_size() const { return host_comm_->world_size(); }
+
+TransferCounters ShardedIndex::transfer_counters() const {
+  TransferCounters t = space_->counters();
+  t.batched_fallbacks += engine_->transfer_counters().batched_fallbacks;
+  return t;
+}
+
+void ShardedIndex::reset_transfer_counters() {
+  space_->counters() = {};
+  engine_->reset_transfer_counters();
+}
+
+void ShardedIndex::set_status(bool ok) {
+  const Candidate c = status_slot(!ok, rank());
+  space_->from_host(local_, &c, sizeof c, /*wait=*/true);
+}
+
+// ------------------------------------------------------------------------------ rank 0 entry points
 
 void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
   if (rank() != 0) {
@@ -522,23 +227,27 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
   }
   admit_batch(batch, k, /*prepare_on_device=*/false, [&] {
     // Validated and (cosine) normalised on the host — normalize_rows is the arithmetic every
-    // engine's prepare_queries uses — then staged without a wait.
+    // engine's prepare_queries uses — then copied to the space without a wait.
     SHARDTOPK_EXPECTS(queries != nullptr, "no queries given");
     const std::int64_t d = stats_.dim;
+    const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(batch) * static_cast<std::size_t>(d);
     const NormSummary corpus{stats_.max_row_norm, stats_.max_row_norm_row};
+    // The previous batch's upload must have left the staging buffer (the stream is idle between
+    // searches on this path; a rejected batch may have left its upload queued).
+    if (host_queries_ != queries_) space_->synchronize();
     if (metric_ == Metric::kCosine) {  // checked and normalised in a copy, then staged
       admit_query_values(metric_, corpus, queries, batch, d);
-      std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, host_queries_.begin());
-      normalize_rows(host_queries_.data(), batch, d, 0, "query");
-      engine_->stage_queries(host_queries_.data(), batch);
+      std::copy(queries, queries + static_cast<std::int64_t>(batch) * d, normalized_.begin());
+      normalize_rows(normalized_.data(), batch, d, 0, "query");
+      std::memcpy(host_queries_, normalized_.data(), bytes);
+      if (host_queries_ != queries_) space_->from_host(queries_, host_queries_, bytes, /*wait=*/false);
     } else {
-      // Staged first (a device engine copies them into pinned memory and queues the upload), then
-      // checked in one pass over that copy, still in the CPU's cache, while the upload runs. A
-      // rejected batch changes only the staging and query buffers, which every later search
-      // stages anew, and counts its upload in the engine's transfer counters.
-      engine_->stage_queries(queries, batch);
-      const float* staged = engine_->staged_host_queries();
-      admit_query_values(metric_, corpus, staged ? staged : queries, batch, d);
+      // Staged first (the copy to the device is queued), then checked in one pass over that
+      // copy, still in the CPU's cache, while the copy runs. A rejected batch changes only the
+      // staging and query buffers, which every later search stages anew.
+      std::memcpy(host_queries_, queries, bytes);
+      if (host_queries_ != queries_) space_->from_host(queries_, host_queries_, bytes, /*wait=*/false);
+      admit_query_values(metric_, corpus, host_queries_, batch, d);
     }
     queries_on_host_ = true;
   });
@@ -547,8 +256,8 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
 
 void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int batch, int k, std::int64_t* ids,
                                  float* scores) {
-  SHARDTOPK_EXPECTS(engine_->space() == MemSpace::kDevice, "search_device needs the CUDA engine (engine is ",
-                    engine_->name(), ")");
+  SHARDTOPK_EXPECTS(space_->kind() == MemSpace::kDevice, "search_device needs the CUDA engine (engine is ",
+                    engine_->info().name, ")");
   if (rank() != 0) {
     follow_one(/*lock_step=*/true);
     return;
@@ -556,17 +265,17 @@ void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int 
   admit_batch(batch, k, /*prepare_on_device=*/true, [&] {
     queries_on_host_ = false;
     SHARDTOPK_EXPECTS(d_queries != nullptr, "no queries given");
-    (void)cuda_stream;  // copy_within synchronises the device first, so work on any stream is done
-    engine_->copy_within(engine_->query_buffer(), d_queries, sizeof(float) * batch * stats_.dim);
+    // Ordered after the caller's work on its stream; no device-wide synchronisation.
+    space_->copy(queries_, d_queries, sizeof(float) * static_cast<std::size_t>(batch) * stats_.dim, cuda_stream);
   });
   run_search(batch, k, ids, scores);
 }
 
 void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries) {
-  // Rank 0 checks the batch and stages the queries into the engine (device queries are then
-  // validated and, for cosine, normalised by the engine), then broadcasts the step's header. A
-  // rejected batch is announced too, so that followers calling search() in lock step throw with
-  // rank 0; a follow() loop skips it. The index stays usable.
+  // Rank 0 checks the batch and stages the queries (device queries are then validated and, for
+  // cosine, normalised by the engine), then broadcasts the step's header. A rejected batch is
+  // announced too, so that followers calling search() in lock step throw with rank 0; a
+  // follow() loop skips it. The index stays usable.
   SHARDTOPK_EXPECTS(!shut_down_, "the index was shut down");
   Header h;
   std::string reject;
@@ -575,7 +284,7 @@ void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const s
     SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
                       " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
     stage_queries();
-    if (prepare_on_device) engine_->prepare_queries(engine_->query_buffer(), batch);
+    if (prepare_on_device) engine_->prepare_queries(queries_, batch, space_->stream());
     h.op = static_cast<std::int32_t>(IndexOp::kSearch);
     h.batch = batch;
     h.k = k;
@@ -586,6 +295,8 @@ void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const s
   host_comm_->broadcast(&h, sizeof h, 0);
   if (h.op != static_cast<std::int32_t>(IndexOp::kSearch)) throw Error(reject);
 }
+
+// ------------------------------------------------------------------------------ the loop
 
 void ShardedIndex::follow() {
   SHARDTOPK_EXPECTS(rank() != 0, "follow() is for ranks 1 .. P-1; rank 0 drives the index");
@@ -639,6 +350,8 @@ void ShardedIndex::shutdown() {
   host_comm_->broadcast(&h, sizeof h, 0);
 }
 
+// ------------------------------------------------------------------------------ one search
+
 void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores) {
   bool ok = true;
   const std::string local_error = run_data_path(batch, k, &ok);
@@ -647,142 +360,120 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
   if (!ok) spdlog::error("rank {}: local search of batch {} (k={}) failed: {}", rank(), batches_ - 1, k, local_error);
   if (rank() != 0) return;
 
-  // Rank 0: the merged status row (row `batch`, multi-rank only) names the failing ranks.
+  // Rank 0: the gathered statuses name the failing ranks.
   const int world = world_size();
   std::vector<int> failed;
   if (world > 1) {
-    const size_t st = static_cast<size_t>(batch) * k;
-    for (int j = 0; j < k; ++j)
-      if (is_fail_marker(host_ids_[st + j], host_scores_[st + j], world))
-        failed.push_back(static_cast<int>(kFailIdBase - host_ids_[st + j]));
+    for (int r = 0; r < world; ++r)
+      if (export_->status(r).failed) failed.push_back(r);
   } else if (!ok) {
     failed.push_back(0);
   }
   if (!failed.empty()) {
-    std::sort(failed.begin(), failed.end());
     std::string text;
     for (int r : failed) {
       text += (text.empty() ? "" : "\n") + std::string("rank ") + std::to_string(r) + ": ";
       text += r == 0 ? local_error : "local search failed (the rank's log has the reason)";
     }
-    if (static_cast<int>(failed.size()) == k && world > k) text += "\n(only the first k failing ranks are named)";
     throw RemoteError(text, !ok);
   }
-  const size_t n = static_cast<size_t>(batch) * k;
-  if (ids) std::copy(host_ids_.begin(), host_ids_.begin() + n, ids);
-  if (scores) std::copy(host_scores_.begin(), host_scores_.begin() + n, scores);
+  export_->read(static_cast<std::int64_t>(batch) * k, ids, scores);
+}
+
+void ShardedIndex::local_search(int batch, int k) {
+#ifdef SHARDTOPK_FAULT_INJECTION
+  maybe_inject_fault(cfg_.testing.fault, rank(), batches_);
+#endif
+  SearchArgs a;
+  a.queries = queries_;
+  a.batch = batch;
+  a.k = k;
+  a.out = local_ + 1;
+  a.stream = space_->stream();
+  // One rank: the answer is this search's list; its export rides in the engine's launch.
+  a.epilogue = world_size() == 1 ? export_.get() : nullptr;
+  engine_->search(a);
 }
 
 // The data path of one search, on every rank, in stream order:
-//   broadcast queries → engine.search → status row → all-gather → merge → export.
-// With the CUDA engine and NCCL (or one GPU rank) every step is only queued on the engine's
-// stream and the host waits once, at the end, inside the communicator's timeout polling
-// (`queued`). Exceptions: batches of 2 or more wait for the broadcast first (the batched engine
-// path synchronises its stream once, which must not wait on a collective without a timeout),
-// and the failure path. The header broadcast (admit_batch / follow_one) stays outside. With one
-// rank the engine queues the export together with its search (search_and_export), so the
-// batched path's own wait (its overflow flags) is the only one.
+//   broadcast queries → engine search → all-gather (status + candidates) → merge → export.
+// With the CUDA engine and NCCL (or one GPU rank) every step is only queued on the space's
+// stream and the host waits once, at the end, inside the communicator's timeout polling.
+// Exceptions: batches of 2 or more wait for the broadcast first (the batched engine path waits
+// for its stream once, which must not wait on a collective without a timeout), and the failure
+// path. The header broadcast (admit_batch / follow_one) stays outside.
 //
-// Local failures travel in the all-gather payload, not in an extra collective: every rank
-// sends [batch + 1, k] candidates, the last row being its status row. On success that row is
-// left as it is (stale candidates, never a marker); on failure slot 0 holds fail_marker(rank)
-// and, after the gather, the row is reset to padding. The merge ranks markers (+inf) first, so
-// rank 0 reads the failing ranks from row `batch` of the exported answer. Cost: k more
-// candidates per rank in the gather, one more merged row and k × 12 bytes more to the host.
+// Local failures travel in the all-gather payload, not in an extra collective: each rank sends
+// [1 + batch · k] slots, its RankStatus first. A successful search leaves the slot as it is
+// ("ok", written at construction); a failure writes "failed" before the gather and "ok" again
+// after it. Rank 0 reads every rank's status with the answer (the export's status copy).
 // Returns this rank's error message ("" and *ok = true on success).
 std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   const int world = world_size();
-  const size_t qbytes = sizeof(float) * batch * stats_.dim;
-  const int rows_out = world > 1 ? batch + 1 : batch;  // + the status row
-  const size_t cbytes = sizeof(Candidate) * rows_out * k;
-  Engine& e = *engine_;
+  const std::size_t qbytes = sizeof(float) * static_cast<std::size_t>(batch) * static_cast<std::size_t>(stats_.dim);
+  const std::int64_t slots = 1 + static_cast<std::int64_t>(batch) * k;
+  const std::size_t cbytes = sizeof(Candidate) * static_cast<std::size_t>(slots);
   Communicator& dc = data_comm();
-  const bool device = e.space() == MemSpace::kDevice;
-  const bool staged = device && dc.space() == MemSpace::kHost && world > 1;
-  const bool queued = device && !staged;
+  const bool device = space_->kind() == MemSpace::kDevice;
 
   // 1. queries from rank 0 to every rank
   if (world > 1) {
-    if (staged) {
-      // Rank 0 sends what it staged (search(): the engine's pinned copy, read-only here while its
-      // upload also reads it); device queries (search_device) come back to the host first.
-      float* send = staged_queries_;
-      if (rank() == 0) {
-        if (queries_on_host_) {
-          send = const_cast<float*>(e.staged_host_queries());  // the root's buffer is only read
-          SHARDTOPK_ASSERT(send != nullptr);  // a device engine keeps a host copy of what it staged
-        } else {
-          e.copy_to_host(staged_queries_, e.query_buffer(), qbytes);
-        }
-      }
-      dc.broadcast(send, qbytes, 0);
-      if (rank() != 0) e.copy_from_host(e.query_buffer(), staged_queries_, qbytes);
-    } else {
-      dc.broadcast_async(e.query_buffer(), qbytes, 0);
-      if (batch > 1) dc.wait("ncclBroadcast");
-    }
+    dc.broadcast_async(queries_, qbytes, 0, rank() == 0 && queries_on_host_ ? host_queries_ : nullptr);
+    if (batch > 1 && dc.asynchronous()) dc.wait("ncclBroadcast");
   }
 
-  // 2. local top-k; a failure marks this rank's status row (multi-rank) instead of a collective
+  // 2. local top-k; a failure marks this rank's status slot instead of a collective
   *ok = true;
   std::string msg;
   const auto ts = Clock::now();
   try {
-    maybe_inject_fault(rank(), batches_++);
-    if (world == 1)  // the answer is this search's list: its export is queued with it (one wait)
-      e.search_and_export(e.query_buffer(), batch, k, e.local_buffer());
-    else
-      e.search(e.query_buffer(), batch, k, e.local_buffer());
+    local_search(batch, k);
   } catch (const std::exception& ex) {
     *ok = false;
     msg = ex.what();
   }
+  ++batches_;
   local_search_s_ += seconds_since(ts);
-  Candidate* status_row = e.local_buffer() + static_cast<size_t>(batch) * k;
   if (!*ok && world > 1) {
-    if (queued) dc.wait("ncclBroadcast");  // failure path: the stream must be idle before the copy
-    std::fill(host_status_.begin(), host_status_.begin() + k, pad_candidate());
-    host_status_[0] = fail_marker(rank());
-    e.copy_from_host(status_row, host_status_.data(), sizeof(Candidate) * k);
+    if (dc.asynchronous()) dc.wait("ncclBroadcast");  // failure path: the stream must be idle first
+    set_status(false);
   }
 
-  // 3. all-gather [batch + 1, k] candidates per rank, merge on rank 0
-  const Candidate* final_list = e.local_buffer();
+  // 3. all-gather [1 + batch · k] slots per rank, merge on rank 0
+  const Candidate* final_list = local_ + 1;
   if (world > 1) {
-    if (staged) {
-      e.copy_to_host(staged_candidates_, e.local_buffer(), cbytes);
-      dc.allgather(staged_candidates_, staged_gathered_, cbytes);
-      if (rank() == 0) e.copy_from_host(e.gathered_buffer(), staged_gathered_, cbytes * world);
-    } else {
-      dc.allgather_async(e.local_buffer(), e.gathered_buffer(), cbytes);
-    }
-    if (!*ok) {  // failure path only: clear the marker so a later search cannot read it again
+    dc.allgather_async(local_, gathered_, cbytes);
+    if (!*ok) {  // failure path only: "ok" again, so that a later search cannot report it
       dc.wait("ncclAllGather");
-      std::fill(host_status_.begin(), host_status_.begin() + k, pad_candidate());
-      e.copy_from_host(status_row, host_status_.data(), sizeof(Candidate) * k);
+      set_status(true);
     }
     if (rank() == 0) {
-      e.merge(e.gathered_buffer(), world, rows_out, k, e.merged_buffer());
-      final_list = e.merged_buffer();
+      space_->merge(gathered_ + 1, world, slots, batch, k, merged_);
+      final_list = merged_;
     }
   }
   if (rank() != 0) {
-    if (queued) dc.wait("ncclAllGather");  // this step's collectives done, within the timeout
+    if (device) dc.wait("ncclAllGather");  // this step's collectives done, within the timeout
     return msg;
   }
 
-  // 4. only the final [batch (+1), k] ids and scores come back to the host: one wait
+  // 4. only the final [batch, k] ids and scores (and the ranks' statuses) come back to the host
   if (world == 1 && !*ok) return msg;
-  if (world > 1) e.enqueue_export(final_list, rows_out, k);
-  if (queued && world > 1) dc.wait("ncclAllGather");
-  else if (device) e.synchronize();
-  e.read_export(host_ids_.data(), host_scores_.data());
+  const std::uint64_t answer_bytes = static_cast<std::uint64_t>(batch) * k * (sizeof(std::int64_t) + sizeof(float));
+  if (world > 1) {
+    export_->enqueue_with_status(final_list, batch, k, gathered_, slots, world);
+    if (device) space_->counters().device_to_host += answer_bytes + static_cast<std::uint64_t>(world) * sizeof(Candidate);
+    if (device) dc.wait("ncclAllGather");
+  } else {
+    if (device) space_->counters().device_to_host += answer_bytes;  // the epilogue of the search
+    if (device) space_->synchronize();
+  }
   return msg;
 }
 
-std::vector<Candidate> ShardedIndex::last_local_candidates() const {
+std::vector<Candidate> ShardedIndex::last_local_candidates() {
   std::vector<Candidate> out(static_cast<size_t>(last_batch_) * last_k_);
-  if (!out.empty()) engine_->copy_to_host(out.data(), engine_->local_buffer(), out.size() * sizeof(Candidate));
+  if (!out.empty()) space_->to_host(out.data(), local_ + 1, out.size() * sizeof(Candidate), /*wait=*/true);
   return out;
 }
 

@@ -15,8 +15,8 @@
 
 #include "io/h5_detail.hpp"
 
-#include "common/half.hpp"
-#include "common/parallel.hpp"
+#include "core/half.hpp"
+#include "core/parallel.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {

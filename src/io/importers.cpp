@@ -24,8 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/half.hpp"
-#include "common/log.hpp"
+#include "core/half.hpp"
+#include "core/log.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/oracle.hpp"

@@ -36,7 +36,7 @@
 #define STK_X86 1
 #endif
 
-#include "common/half.hpp"
+#include "core/half.hpp"
 #include "io/h5_detail.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"

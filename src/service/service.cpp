@@ -28,10 +28,11 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "common/log.hpp"
+#include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
-#include "common/parse.hpp"
+#include "core/parse.hpp"
 #include "shardtopk/index.hpp"
+#include "shardtopk/ingest.hpp"
 
 namespace shardtopk::service {
 namespace {
@@ -264,8 +265,8 @@ class FrontEnd {
     i.ranks = index.world_size();
     i.metric = index.metric();
     i.metric_name = to_string(index.metric());
-    i.dtype = to_string(index.engine().dtype());
-    i.engine = index.engine().name();
+    i.dtype = to_string(index.engine_info().dtype);
+    i.engine = index.engine_info().name;
     i.comm = index.data_comm().name();
     info_ = i;
     ready_.store(true);

@@ -89,10 +89,11 @@ TEST_F(Cli, NanRowInRankOnesShardEndsTheJobPromptlyNamingRankAndRow) {
 // Invariant 7: a rank that stalls past comm.timeout_s mid-search, or dies mid-search, ends the
 // whole job promptly and non-zero; the stall is reported by the rank that timed out, naming it.
 TEST_F(Cli, StalledRankEndsTheJobWithinTheTimeout) {
+  if (!SHARDTOPK_FAULTS_BUILT) GTEST_SKIP() << "built without fault injection (-DSHARDTOPK_FAULT_INJECTION=ON)";
   const std::string cfg = write_config(write_corpus(corpus_));
   const std::string q = write_queries(queries_, kDim);
-  const CmdResult r = run("SHARDTOPK_FAULT=stall:1:1:60 " + mpi(2) + " search --config " + cfg + " --queries " + q +
-                          " --k 5 --set comm.timeout_s=2");
+  const CmdResult r = run(mpi(2) + " search --config " + cfg + " --queries " + q +
+                          " --k 5 --set comm.timeout_s=2 --set testing.fault=stall:1:1:60");
   EXPECT_NE(r.rc, 0);
   EXPECT_LT(r.seconds, 2.0 + 15.0) << "must end within comm.timeout_s plus a few seconds";
   EXPECT_THAT(r.err, AllOf(HasSubstr("rank 0: "), HasSubstr("did not complete within 2 s"),
@@ -101,10 +102,11 @@ TEST_F(Cli, StalledRankEndsTheJobWithinTheTimeout) {
 }
 
 TEST_F(Cli, RankThatExitsMidSearchEndsTheJob) {
+  if (!SHARDTOPK_FAULTS_BUILT) GTEST_SKIP() << "built without fault injection (-DSHARDTOPK_FAULT_INJECTION=ON)";
   const std::string cfg = write_config(write_corpus(corpus_));
   const std::string q = write_queries(queries_, kDim);
-  const CmdResult r = run("SHARDTOPK_FAULT=exit:1:1 " + mpi(2) + " search --config " + cfg + " --queries " + q +
-                          " --k 5 --set comm.timeout_s=5");
+  const CmdResult r = run(mpi(2) + " search --config " + cfg + " --queries " + q +
+                          " --k 5 --set comm.timeout_s=5 --set testing.fault=exit:1:1");
   EXPECT_NE(r.rc, 0);
   EXPECT_LT(r.seconds, 5.0 + 15.0);
   EXPECT_THAT(r.err, HasSubstr("rank 1 exits during batch 1")) << r.err;

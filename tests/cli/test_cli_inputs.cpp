@@ -243,10 +243,10 @@ TEST_F(CliInputs, HugeLimitsAreRefusedNamingTheBufferAndBytesThatPlanAlsoShows) 
   ASSERT_NE(at, std::string::npos) << r.err;
   const auto start = r.err.rfind(", ", r.err.rfind(" bytes (", at)) + 2;
   const std::string total = r.err.substr(start, r.err.find(' ', start) - start);
-  SearchConfig sc;  // what load_index builds: index_engine_limits (one status row more than batch_max)
+  SearchConfig sc;  // what load_index builds: index_engine_limits
   sc.batch_max = 1 << 20;
   sc.k_max = 1 << 20;
-  EXPECT_EQ(total, std::to_string(cpu_engine_host_bytes(40, 4, Dtype::kFloat32, index_engine_limits(sc, 1), 1)));
+  EXPECT_EQ(total, std::to_string(cpu_engine_host_bytes(40, 4, Dtype::kFloat32, index_engine_limits(sc), 1)));
   const CmdResult p = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 1" + set);
   ASSERT_EQ(p.rc, 0) << p.err;
   std::istringstream lines(p.out);
@@ -266,6 +266,7 @@ TEST_F(CliInputs, HugeLimitsAreRefusedNamingTheBufferAndBytesThatPlanAlsoShows) 
 // ---------------------------------------------------------------- item 7: the stalled rank
 
 TEST_F(CliInputs, StalledRankIsNamed) {
+  if (!SHARDTOPK_FAULTS_BUILT) GTEST_SKIP() << "built without fault injection (-DSHARDTOPK_FAULT_INJECTION=ON)";
   const std::vector<float> corpus = test::small_ints(30 * 4, 63, -2, 3);
   const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "l2");
   const std::string q = write_h5("q.h5", "test", test::small_ints(12 * 4, 64), 4);
@@ -273,8 +274,9 @@ TEST_F(CliInputs, StalledRankIsNamed) {
     int ranks, stalled;
   };
   for (const Case c : {Case{2, 1}, Case{3, 2}, Case{3, 0}}) {
-    const CmdResult r = run("SHARDTOPK_FAULT=stall:" + std::to_string(c.stalled) + ":1:60 " + mpi(c.ranks) +
-                            " search --config " + cfg + " --queries " + q + " --k 3 --set comm.timeout_s=2");
+    const CmdResult r = run(mpi(c.ranks) + " search --config " + cfg + " --queries " + q +
+                            " --k 3 --set comm.timeout_s=2 --set testing.fault=stall:" + std::to_string(c.stalled) +
+                            ":1:60");
     EXPECT_NE(r.rc, 0);
     EXPECT_LT(r.seconds, 2.0 + 15.0);
     EXPECT_THAT(r.err, AllOf(HasSubstr("did not complete within 2 s"),
@@ -406,7 +408,9 @@ TEST_F(CliInputs, PlanLabelsTheLoadingPeakAndTheEngineBytes) {
   SearchConfig sc;
   sc.batch_max = 4;
   sc.k_max = 64;
-  const std::uint64_t eng = cpu_engine_host_bytes(20, 4, Dtype::kFloat32, index_engine_limits(sc, 2), 1);
+  // engine_bytes: the engine's and the index's buffers (queries, candidates) on that rank
+  const std::uint64_t eng =
+      cpu_engine_host_bytes(20, 4, Dtype::kFloat32, index_engine_limits(sc), 1) + index_buffer_bytes(sc, 2, 4);
   EXPECT_THAT(r.out, HasSubstr(" " + std::to_string(20 * (4 * 4 + 8) + eng) + " ")) << r.out;
   EXPECT_THAT(r.out, HasSubstr(" " + std::to_string(eng) + " ")) << r.out;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shardtopk/engine.hpp"
+#include "shardtopk/merge.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/oracle.hpp"
 #include "test_support.hpp"
@@ -87,8 +88,8 @@ Fixture make_fixture(Metric m, Dtype dt, Data data, std::int64_t n, std::int64_t
 
 std::unique_ptr<Engine> engine_for(const Fixture& f, Metric m, Dtype dt, std::int64_t n, std::int64_t dim, int threads,
                                    int batch_max, int k_max) {
-  return make_cpu_engine(ShardInput{f.shard.data(), n, dim, f.ids.data()}, m, dt, threads,
-                         EngineLimits{batch_max, k_max, 1});
+  return make_cpu_engine(ShardInput{f.shard.data(), n, dim, f.ids.data()}, m, dt,
+                         EngineLimits{batch_max, k_max}, EngineOptions{threads});
 }
 
 // ------------------------------------------------------------------------------ engine vs oracle
@@ -99,11 +100,13 @@ TEST_P(CpuEngineVsOracle, MatchesTheFloat64Oracle) {
   const EngineCase c = GetParam();
   const Fixture f = make_fixture(c.metric, c.dtype, c.data, c.n, c.dim, c.nq, c.shuffled_ids);
   auto e = engine_for(f, c.metric, c.dtype, c.n, c.dim, c.threads, c.batch, c.k);
-  EXPECT_EQ(e->name(), "cpu");
-  EXPECT_EQ(e->space(), MemSpace::kHost);
-  EXPECT_EQ(e->rows(), c.n);
-  EXPECT_EQ(e->dim(), c.dim);
-  EXPECT_EQ(e->dtype(), c.dtype);
+  const EngineInfo info = e->info();
+  EXPECT_EQ(info.name, "cpu");
+  EXPECT_EQ(info.space, MemSpace::kHost);
+  EXPECT_EQ(info.rows, c.n);
+  EXPECT_EQ(info.dim, c.dim);
+  EXPECT_EQ(info.dtype, c.dtype);
+  EXPECT_EQ(e->stream(), nullptr);
   const Answer got = test::run_engine(*e, f.queries, c.nq, c.k, c.batch);
   const std::int64_t* ids = f.ids.data();
   if (c.data == Data::kSmallInt && c.metric != Metric::kCosine) {
@@ -245,14 +248,13 @@ TEST_P(CpuEngineInvariance, ShardBoundariesDoNotChangeARowsScore) {
   std::vector<Candidate> lists(static_cast<size_t>(parts) * nq * k);
   for (int p = 0; p < parts; ++p) {
     const std::int64_t lo = cuts[p], rows = cuts[p + 1] - lo;
-    auto e = make_cpu_engine(ShardInput{f.shard.data() + lo * dim, rows, dim, f.ids.data() + lo}, m, dt, 1,
-                             EngineLimits{static_cast<int>(nq), k, parts});
-    std::copy(f.queries.begin(), f.queries.end(), e->query_buffer());
-    e->prepare_queries(e->query_buffer(), static_cast<int>(nq));
-    e->search(e->query_buffer(), static_cast<int>(nq), k, lists.data() + static_cast<size_t>(p) * nq * k);
+    auto e = make_cpu_engine(ShardInput{f.shard.data() + lo * dim, rows, dim, f.ids.data() + lo}, m, dt,
+                             EngineLimits{static_cast<int>(nq), k}, EngineOptions{1});
+    const std::vector<Candidate> got = test::EngineRunner(*e).search(f.queries.data(), static_cast<int>(nq), k);
+    std::copy(got.begin(), got.end(), lists.begin() + static_cast<std::ptrdiff_t>(p) * nq * k);
   }
   std::vector<Candidate> merged(static_cast<size_t>(nq) * k);
-  whole->merge(lists.data(), parts, static_cast<int>(nq), k, merged.data());
+  merge_topk_host(lists.data(), parts, static_cast<int>(nq), k, merged.data());
   Answer got;
   for (const auto& c : merged) {
     got.ids.push_back(c.id);
@@ -285,7 +287,7 @@ TEST(CpuEngineTies, AllEqualRowsReturnTheSmallestGlobalIds) {
     for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
       for (int threads : {1, 3}) {
         std::vector<float> shard = m == Metric::kCosine ? test::normalized(rows, n, dim) : rows;
-        auto e = make_cpu_engine(ShardInput{shard.data(), n, dim, ids.data()}, m, dt, threads, EngineLimits{1, k, 1});
+        auto e = make_cpu_engine(ShardInput{shard.data(), n, dim, ids.data()}, m, dt, EngineLimits{1, k}, EngineOptions{threads});
         const Answer a = test::run_engine(*e, q, 1, k, 1);
         EXPECT_EQ(a.ids, smallest) << to_string(m) << " " << to_string(dt) << " threads " << threads;
         for (float s : a.scores) EXPECT_EQ(s, a.scores[0]);
@@ -297,8 +299,8 @@ TEST(CpuEngineTies, PlusAndMinusZeroScoresTieOnTheId) {
   const std::vector<float> rows = {0, 1, -0.0f, -1, 0, 5, -0.0f, 2, 0, -3};
   const std::vector<std::int64_t> ids = {9, 3, 7, 1, 5};
   const std::vector<float> q = {1, 0};
-  auto e = make_cpu_engine(ShardInput{rows.data(), 5, 2, ids.data()}, Metric::kInnerProduct, Dtype::kFloat32, 1,
-                           EngineLimits{1, 5, 1});
+  auto e = make_cpu_engine(ShardInput{rows.data(), 5, 2, ids.data()}, Metric::kInnerProduct, Dtype::kFloat32,
+                           EngineLimits{1, 5}, EngineOptions{1});
   const Answer a = test::run_engine(*e, q, 1, 5, 1);
   EXPECT_EQ(a.ids, (std::vector<std::int64_t>{1, 3, 5, 7, 9}));
 }
@@ -313,8 +315,7 @@ TEST(CpuEngineTies, TieAcrossThreadBoundariesGoesToTheSmallerId) {
   std::vector<std::int64_t> gid = test::iota_ids(n);
   std::swap(gid[0], gid[63]);  // the last row carries the smallest id
   for (int threads : {1, 2, 3, 4}) {
-    auto e = make_cpu_engine(ShardInput{rows.data(), n, dim, gid.data()}, Metric::kInnerProduct, Dtype::kFloat32,
-                             threads, EngineLimits{1, 4, 1});
+    auto e = make_cpu_engine(ShardInput{rows.data(), n, dim, gid.data()}, Metric::kInnerProduct, Dtype::kFloat32, EngineLimits{1, 4}, EngineOptions{threads});
     const Answer a = test::run_engine(*e, best, 1, 4, 1);
     EXPECT_EQ(a.ids, (std::vector<std::int64_t>{0, 31, 32, 63})) << "threads " << threads;
   }
@@ -323,14 +324,13 @@ TEST(CpuEngineTies, TieAcrossThreadBoundariesGoesToTheSmallerId) {
 TEST(CpuEnginePadding, FewerRowsThanKArePaddedAndAnEmptyShardIsAllPadding) {
   const std::vector<float> rows = {1, 0, 0, 1, 1, 1};
   const std::vector<std::int64_t> ids = {10, 11, 12};
-  auto e = make_cpu_engine(ShardInput{rows.data(), 3, 2, ids.data()}, Metric::kL2, Dtype::kFloat32, 2,
-                           EngineLimits{2, 8, 1});
+  auto e = make_cpu_engine(ShardInput{rows.data(), 3, 2, ids.data()}, Metric::kL2, Dtype::kFloat32,
+                           EngineLimits{2, 8}, EngineOptions{2});
   const std::vector<float> q = {1, 1, 0, 0};
-  std::copy(q.begin(), q.end(), e->query_buffer());
-  e->search(e->query_buffer(), 2, 8, e->local_buffer());
+  const std::vector<Candidate> out = test::EngineRunner(*e).search(q.data(), 2, 8);
   for (int b = 0; b < 2; ++b)
     for (int j = 0; j < 8; ++j) {
-      const Candidate& c = e->local_buffer()[b * 8 + j];
+      const Candidate& c = out[b * 8 + j];
       if (j < 3) {
         EXPECT_NE(c.id, kPadId) << b << "," << j;
       } else {
@@ -338,16 +338,15 @@ TEST(CpuEnginePadding, FewerRowsThanKArePaddedAndAnEmptyShardIsAllPadding) {
         EXPECT_TRUE(std::isinf(c.score) && c.score < 0);
       }
     }
-  EXPECT_EQ(e->local_buffer()[0].id, 12);  // distance 0 to {1,1}
-  EXPECT_EQ(e->local_buffer()[8].id, 10);  // {0,0}: rows 10 and 11 tie at 1: smaller id first
-  EXPECT_EQ(e->local_buffer()[9].id, 11);
+  EXPECT_EQ(out[0].id, 12);  // distance 0 to {1,1}
+  EXPECT_EQ(out[8].id, 10);  // {0,0}: rows 10 and 11 tie at 1: smaller id first
+  EXPECT_EQ(out[9].id, 11);
 
-  auto empty = make_cpu_engine(ShardInput{nullptr, 0, 2, nullptr}, Metric::kInnerProduct, Dtype::kFloat16, 2,
-                               EngineLimits{2, 4, 1});
-  EXPECT_EQ(empty->rows(), 0);
-  std::copy(q.begin(), q.end(), empty->query_buffer());
-  empty->search(empty->query_buffer(), 2, 4, empty->local_buffer());
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(empty->local_buffer()[i].id, kPadId);
+  auto empty = make_cpu_engine(ShardInput{nullptr, 0, 2, nullptr}, Metric::kInnerProduct, Dtype::kFloat16,
+                               EngineLimits{2, 4}, EngineOptions{2});
+  EXPECT_EQ(empty->info().rows, 0);
+  const std::vector<Candidate> none = test::EngineRunner(*empty).search(q.data(), 2, 4);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(none[i].id, kPadId);
 }
 
 // ------------------------------------------------------------------------------ engine input errors
@@ -356,13 +355,13 @@ TEST(CpuEngineErrors, ValuesThatOverflowTheStorageDtypeNameTheRow) {
   std::vector<float> rows = {1, 2, 3, 4, 70000.0f, 6};
   const std::vector<std::int64_t> ids = {100, 101, 102};
   EXPECT_THAT(test::error_of([&] {
-                make_cpu_engine(ShardInput{rows.data(), 3, 2, ids.data()}, Metric::kInnerProduct, Dtype::kFloat16, 1,
-                                EngineLimits{1, 1, 1});
+                make_cpu_engine(ShardInput{rows.data(), 3, 2, ids.data()}, Metric::kInnerProduct, Dtype::kFloat16,
+                                EngineLimits{1, 1}, EngineOptions{1});
               }),
               AllOf(HasSubstr("corpus row 102"), HasSubstr("float16"), HasSubstr("column 0")));
   // bfloat16 has float32's range: the same rows are accepted.
-  EXPECT_NO_THROW(make_cpu_engine(ShardInput{rows.data(), 3, 2, ids.data()}, Metric::kInnerProduct, Dtype::kBFloat16, 1,
-                                  EngineLimits{1, 1, 1}));
+  EXPECT_NO_THROW(make_cpu_engine(ShardInput{rows.data(), 3, 2, ids.data()}, Metric::kInnerProduct, Dtype::kBFloat16,
+                                  EngineLimits{1, 1}, EngineOptions{1}));
 }
 
 TEST(CpuEngineErrors, ZeroNormRowsAndQueriesUnderCosine) {
@@ -372,11 +371,10 @@ TEST(CpuEngineErrors, ZeroNormRowsAndQueriesUnderCosine) {
   const std::vector<float> good = {1, 2, 5, 3, 3, 4};
   const std::vector<std::int64_t> ids = {0, 1, 2};
   std::vector<float> shard = test::normalized(good, 3, 2);
-  auto e = make_cpu_engine(ShardInput{shard.data(), 3, 2, ids.data()}, Metric::kCosine, Dtype::kFloat32, 1,
-                           EngineLimits{3, 2, 1});
-  const std::vector<float> q = {1, 1, 0, 0, 2, 2};
-  std::copy(q.begin(), q.end(), e->query_buffer());
-  EXPECT_THAT(test::error_of([&] { e->prepare_queries(e->query_buffer(), 3); }),
+  auto e = make_cpu_engine(ShardInput{shard.data(), 3, 2, ids.data()}, Metric::kCosine, Dtype::kFloat32,
+                           EngineLimits{3, 2}, EngineOptions{1});
+  std::vector<float> q = {1, 1, 0, 0, 2, 2};
+  EXPECT_THAT(test::error_of([&] { e->prepare_queries(q.data(), 3, nullptr); }),
               AllOf(HasSubstr("query 1"), HasSubstr("zero norm")));
 }
 
@@ -385,12 +383,12 @@ TEST(CpuEngineErrors, PrepareQueriesMatchesNormalizeRowsBitForBit) {
   const auto q = test::random_floats(5 * dim, 12);
   const auto rows = test::random_floats(4 * dim, 13);
   const std::vector<std::int64_t> ids = test::iota_ids(4);
-  auto e = make_cpu_engine(ShardInput{rows.data(), 4, dim, ids.data()}, Metric::kCosine, Dtype::kFloat32, 1,
-                           EngineLimits{5, 2, 1});
-  std::copy(q.begin(), q.end(), e->query_buffer());
-  e->prepare_queries(e->query_buffer(), 5);
+  auto e = make_cpu_engine(ShardInput{rows.data(), 4, dim, ids.data()}, Metric::kCosine, Dtype::kFloat32,
+                           EngineLimits{5, 2}, EngineOptions{1});
+  std::vector<float> qq = q;
+  e->prepare_queries(qq.data(), 5, nullptr);
   const auto expect = test::normalized(q, 5, dim);
-  EXPECT_TRUE(std::equal(expect.begin(), expect.end(), e->query_buffer()));
+  EXPECT_TRUE(std::equal(expect.begin(), expect.end(), qq.begin()));
 }
 
 // ------------------------------------------------------------------------------ real vectors
@@ -415,7 +413,7 @@ TEST_P(CpuEngineBgeM3, ParagraphsAsCorpusSentencesAsQueries) {
   if (corpus.empty() || queries.empty()) GTEST_SKIP() << "bge-m3 data not found at " << dir << ": test skipped";
   const std::vector<std::int64_t> ids = test::iota_ids(n);
   std::vector<float> shard = c.metric == Metric::kCosine ? test::normalized(corpus, n, dim) : corpus;
-  auto e = make_cpu_engine(ShardInput{shard.data(), n, dim, ids.data()}, c.metric, c.dtype, 2, EngineLimits{64, c.k, 1});
+  auto e = make_cpu_engine(ShardInput{shard.data(), n, dim, ids.data()}, c.metric, c.dtype, EngineLimits{64, c.k}, EngineOptions{2});
   const Answer got = test::run_engine(*e, queries, nq, c.k, 64);
   // float32 cosine: the oracle divides by float64 norms of the raw vectors. float16: the oracle
   // on the same rounded values the engine holds.
@@ -449,35 +447,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuEngineBgeM3,
 
 // ------------------------------------------------------------------------------ instruction sets
 
-// SHARDTOPK_CPU_ISA for the lifetime of the object (read when an engine is built); the previous
-// value, or its absence, comes back afterwards.
-class ScopedIsa {
- public:
-  explicit ScopedIsa(const char* isa) {
-    const char* old = std::getenv(kVar);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (isa) {
-      setenv(kVar, isa, 1);
-    } else {
-      unsetenv(kVar);
-    }
-  }
-  ~ScopedIsa() {
-    if (had_) {
-      setenv(kVar, old_.c_str(), 1);
-    } else {
-      unsetenv(kVar);
-    }
-  }
-  ScopedIsa(const ScopedIsa&) = delete;
-  ScopedIsa& operator=(const ScopedIsa&) = delete;
-
- private:
-  static constexpr const char* kVar = "SHARDTOPK_CPU_ISA";
-  bool had_ = false;
-  std::string old_;
-};
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__)
@@ -530,8 +499,11 @@ TEST_P(CpuEngineIsa, PortableAvx2AndAvx512AreBitIdentical) {
       Answer ref;
       bool have_ref = false;
       for (const char* isa : isas) {
-        ScopedIsa scoped(isa);
-        auto e = engine_for(f, m, dt, sh.rows, sh.dim, 2, static_cast<int>(nq), k);
+        EngineOptions opt;
+        opt.threads = 2;
+        opt.cpu_isa = parse_cpu_isa(isa);
+        auto e = make_cpu_engine(ShardInput{f.shard.data(), sh.rows, sh.dim, f.ids.data()}, m, dt,
+                                 EngineLimits{static_cast<int>(nq), k}, opt);
         for (int batch : {1, 3, 4, 5, 64}) {
           const Answer a = test::run_engine(*e, f.queries, nq, k, batch);
           if (!have_ref) {
@@ -576,11 +548,13 @@ TEST(CpuEngineIsaTies, RowsTiedWithTheKthScoreEnterOnTheirIdOnEveryPath) {
     for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
       for (const char* isa : {"portable", "avx2", "avx512"}) {
         if ((std::string(isa) == "avx2" && !avx2) || (std::string(isa) == "avx512" && !avx512)) continue;
-        ScopedIsa scoped(isa);
         for (int threads : {1, 2})
           for (int k : {1, 7, 50}) {
-            auto e = make_cpu_engine(ShardInput{rows.data(), n, dim, ids.data()}, m, dt, threads,
-                                     EngineLimits{static_cast<int>(nq), k, 1});
+            EngineOptions opt;
+            opt.threads = threads;
+            opt.cpu_isa = parse_cpu_isa(isa);
+            auto e = make_cpu_engine(ShardInput{rows.data(), n, dim, ids.data()}, m, dt,
+                                     EngineLimits{static_cast<int>(nq), k}, opt);
             for (int batch : {1, 4, 9}) {
               const Answer a = test::run_engine(*e, queries, nq, k, batch);
               test::expect_exact(m, rows, n, ids.data(), queries, nq, dim, k, a,
@@ -595,27 +569,23 @@ TEST(CpuEngineIsaTies, RowsTiedWithTheKthScoreEnterOnTheirIdOnEveryPath) {
 TEST(CpuEngineIsaChoice, UnknownOrUnsupportedValuesAreErrorsNamingThem) {
   const std::vector<float> rows = {1, 2, 3, 4};
   const std::vector<std::int64_t> ids = {0, 1};
-  auto build = [&] {
-    make_cpu_engine(ShardInput{rows.data(), 2, 2, ids.data()}, Metric::kInnerProduct, Dtype::kFloat32, 1,
-                    EngineLimits{1, 1, 1});
+  auto build = [&](CpuIsa isa) {
+    EngineOptions opt;
+    opt.threads = 1;
+    opt.cpu_isa = isa;
+    make_cpu_engine(ShardInput{rows.data(), 2, 2, ids.data()}, Metric::kInnerProduct, Dtype::kFloat32,
+                    EngineLimits{1, 1}, opt);
   };
-  {
-    ScopedIsa scoped("sse9");
-    EXPECT_THAT(test::error_of(build), AllOf(HasSubstr("SHARDTOPK_CPU_ISA"), HasSubstr("sse9")));
-  }
-  for (const char* isa : {"avx2", "avx512"}) {
-    ScopedIsa scoped(isa);
-    const bool ok = std::string(isa) == "avx2" ? cpu_has_avx2() : cpu_has_avx512();
+  EXPECT_THAT(test::error_of([] { parse_cpu_isa("sse9"); }), AllOf(HasSubstr("engine.cpu_isa"), HasSubstr("sse9")));
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    const bool ok = isa == CpuIsa::kAvx2 ? cpu_has_avx2() : cpu_has_avx512();
     if (ok) {
-      EXPECT_NO_THROW(build()) << isa;
+      EXPECT_NO_THROW(build(isa)) << to_string(isa);
     } else {
-      EXPECT_THAT(test::error_of(build), AllOf(HasSubstr("SHARDTOPK_CPU_ISA"), HasSubstr(isa)));
+      EXPECT_THAT(test::error_of([&] { build(isa); }), AllOf(HasSubstr("engine.cpu_isa"), HasSubstr(to_string(isa))));
     }
   }
-  for (const char* isa : {"portable", "auto", ""}) {
-    ScopedIsa scoped(isa);
-    EXPECT_NO_THROW(build()) << "'" << isa << "'";
-  }
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAuto}) EXPECT_NO_THROW(build(isa)) << to_string(isa);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine_runner.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
@@ -47,7 +48,7 @@ TEST_P(GeneratedShard, EqualsExplicitRows) {
   const std::int64_t rows = 20001, dim = 37, first = 5000;
   const std::uint64_t seed = 42;
   const int k = 17, batch = 5;
-  EngineLimits lim{batch, 64, 1};
+  EngineLimits lim{batch, 64};
 
   ShardInput gen;
   gen.rows = rows;
@@ -55,7 +56,7 @@ TEST_P(GeneratedShard, EqualsExplicitRows) {
   gen.generated = true;
   gen.seed = seed;
   gen.first_row = first;
-  auto eg = make_cpu_engine(gen, c.metric, c.dtype, 2, lim);
+  auto eg = make_cpu_engine(gen, c.metric, c.dtype, lim, EngineOptions{2});
 
   std::vector<float> data(rows * dim);
   generate_rows(seed, first, rows, dim, data.data(), 2);
@@ -63,18 +64,15 @@ TEST_P(GeneratedShard, EqualsExplicitRows) {
   std::vector<std::int64_t> ids(rows);
   for (std::int64_t i = 0; i < rows; ++i) ids[i] = first + i;
   ShardInput ex{data.data(), rows, dim, ids.data()};
-  auto ee = make_cpu_engine(ex, c.metric, c.dtype, 2, lim);
-  EXPECT_EQ(eg->resident_bytes(), ee->resident_bytes());
+  auto ee = make_cpu_engine(ex, c.metric, c.dtype, lim, EngineOptions{2});
+  EXPECT_EQ(eg->info().resident_bytes, ee->info().resident_bytes);
 
   std::vector<float> q(batch * dim);
   generate_rows(seed + 1, 0, batch, dim, q.data(), 1);
-  for (Engine* e : {eg.get(), ee.get()}) {
-    std::memcpy(e->query_buffer(), q.data(), q.size() * sizeof(float));
-    e->prepare_queries(e->query_buffer(), batch);
-    e->search(e->query_buffer(), batch, k, e->local_buffer());
-  }
+  const std::vector<Candidate> got_g = test::EngineRunner(*eg).search(q.data(), batch, k);
+  const std::vector<Candidate> got_e = test::EngineRunner(*ee).search(q.data(), batch, k);
   for (int i = 0; i < batch * k; ++i) {
-    const Candidate a = eg->local_buffer()[i], b = ee->local_buffer()[i];
+    const Candidate a = got_g[i], b = got_e[i];
     ASSERT_EQ(a.id, b.id) << "position " << i;
     ASSERT_EQ(0, std::memcmp(&a.score, &b.score, sizeof(float))) << "position " << i;
     ASSERT_GE(a.id, first);
@@ -94,7 +92,7 @@ TEST(GeneratedShard, NoDataAndNotGeneratedIsRefused) {
   ShardInput s;
   s.rows = 10;
   s.dim = 4;
-  EXPECT_THROW(make_cpu_engine(s, Metric::kInnerProduct, Dtype::kFloat32, 1, EngineLimits{}), Error);
+  EXPECT_THROW(make_cpu_engine(s, Metric::kInnerProduct, Dtype::kFloat32, EngineLimits{}, EngineOptions{1}), Error);
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ TEST(Admission, EngineScoresJustBelowTheBoundAreFiniteAndCorrect) {
     const double scale = max_query_norm(m, ns) * 0.995 / std::sqrt(qn);
     for (std::int64_t d = 0; d < dim; ++d) q[d] = static_cast<float>(q[d] * scale);  // query 0 at the edge
     admit(m, ns, q.data(), 3, dim);
-    auto e = make_cpu_engine(ShardInput{corpus.data(), n, dim, ids.data()}, m, Dtype::kFloat32, 2, EngineLimits{4, 16, 1});
+    auto e = make_cpu_engine(ShardInput{corpus.data(), n, dim, ids.data()}, m, Dtype::kFloat32, EngineLimits{4, 16}, EngineOptions{2});
     const test::Answer got = test::run_engine(*e, q, 3, 16, 3);
     for (float s : got.scores) EXPECT_TRUE(std::isfinite(s)) << s;
     test::expect_within_tolerance(m, corpus, n, nullptr, q, 3, dim, 16, got, to_string(m) + " at the bound");
@@ -142,19 +142,19 @@ TEST(CpuEngineBuffers, PlanEqualsResidentBytesAndHugeLimitsAreRefusedBeforeAlloc
   const std::vector<float> rows = test::small_ints(11 * 5, 83);
   const std::vector<std::int64_t> ids = test::iota_ids(11);
   for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16}) {
-    const EngineLimits lim{3, 7, 2};
-    auto e = make_cpu_engine(ShardInput{rows.data(), 11, 5, ids.data()}, Metric::kL2, dt, 3, lim);
-    EXPECT_EQ(e->resident_bytes(), cpu_engine_host_bytes(11, 5, dt, lim, 3)) << to_string(dt);
+    const EngineLimits lim{3, 7};
+    auto e = make_cpu_engine(ShardInput{rows.data(), 11, 5, ids.data()}, Metric::kL2, dt, lim, EngineOptions{3});
+    EXPECT_EQ(e->info().resident_bytes, cpu_engine_host_bytes(11, 5, dt, lim, 3)) << to_string(dt);
   }
-  const EngineLimits huge{1 << 20, 1 << 20, 4};
+  const EngineLimits huge{1 << 20, 1 << 20};
   const std::string msg = test::error_of(
-      [&] { make_cpu_engine(ShardInput{rows.data(), 11, 5, ids.data()}, Metric::kL2, Dtype::kFloat32, 2, huge); });
+      [&] { make_cpu_engine(ShardInput{rows.data(), 11, 5, ids.data()}, Metric::kL2, Dtype::kFloat32, huge, EngineOptions{2}); });
   // 2 threads: selection buffers [2, 2^20, 2^21+32] × 16 B = 70369817919488 bytes are the largest
   EXPECT_THAT(msg, AllOf(HasSubstr("need 70369817919488 bytes"), HasSubstr("selection buffer ["),
                          HasSubstr(std::to_string(cpu_engine_host_bytes(11, 5, Dtype::kFloat32, huge, 2)) + " bytes"),
                          HasSubstr("lower search.batch_max or search.k_max")))
       << msg;
-  EXPECT_EQ(cpu_engine_host_bytes(1, 1, Dtype::kFloat32, EngineLimits{1 << 30, 1 << 30, 1 << 30}, 1 << 20), UINT64_MAX);
+  EXPECT_EQ(cpu_engine_host_bytes(1, 1, Dtype::kFloat32, EngineLimits{1 << 30, 1 << 30}, 1 << 20), UINT64_MAX);
 }
 
 }  // namespace

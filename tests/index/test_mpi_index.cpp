@@ -31,7 +31,9 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
+#include "engine/space.hpp"
 #include "shardtopk/index.hpp"
+#include "shardtopk/ingest.hpp"
 #include "shardtopk/oracle.hpp"
 #include "shardtopk/shard_plan.hpp"
 #include "test_support.hpp"
@@ -108,15 +110,12 @@ std::vector<Candidate> engine_candidates(const std::vector<float>& corpus, std::
   std::vector<float> shard(corpus.begin() + lo * dim, corpus.begin() + hi * dim);
   if (m == Metric::kCosine) normalize_rows(shard.data(), hi - lo, dim, lo, "corpus row");
   const ShardInput in{shard.data(), hi - lo, dim, ids.data() + lo};
-  auto e = like.name() == "cuda" ? make_cuda_engine(in, m, dt, device, EngineLimits{batch, k, 1})
-                                 : make_cpu_engine(in, m, dt, 1, EngineLimits{batch, k, 1});
-  const size_t n = static_cast<size_t>(batch) * k;
-  e->copy_from_host(e->query_buffer(), queries, sizeof(float) * static_cast<size_t>(batch) * dim);
-  e->prepare_queries(e->query_buffer(), batch);
-  e->search(e->query_buffer(), batch, k, e->local_buffer());
-  std::vector<Candidate> out(n);
-  e->copy_to_host(out.data(), e->local_buffer(), n * sizeof(Candidate));
-  return out;
+  EngineOptions opt;
+  opt.threads = 1;
+  opt.device = device;
+  auto e = like.info().name == "cuda" ? make_cuda_engine(in, m, dt, EngineLimits{batch, k}, opt)
+                                      : make_cpu_engine(in, m, dt, EngineLimits{batch, k}, opt);
+  return test::EngineRunner(*e).search(queries, batch, k);
 }
 
 Answer to_answer(const std::vector<Candidate>& c, Metric m) {
@@ -136,7 +135,7 @@ void expect_local_candidates_from_own_rows(ShardedIndex& idx, const std::vector<
   const RowRange rr = shard_rows(n, g_world, g_rank);
   EXPECT_EQ(idx.ingest_stats().rows.lo, rr.lo);
   EXPECT_EQ(idx.ingest_stats().rows.hi, rr.hi);
-  EXPECT_EQ(idx.engine().rows(), rr.size());
+  EXPECT_EQ(idx.engine_info().rows, rr.size());
   const std::vector<Candidate> local = idx.last_local_candidates();
   ASSERT_EQ(local.size(), static_cast<size_t>(batch) * k);
   const std::vector<std::int64_t> mine(ids.begin() + rr.lo, ids.begin() + rr.hi);
@@ -227,7 +226,7 @@ TEST_P(MpiIndex, SameAnswerAsOneProcessAndTheOracle) {
   EXPECT_EQ(idx.total_rows(), c.n);
   EXPECT_EQ(idx.dim(), c.dim);
   EXPECT_EQ(idx.metric(), c.metric);
-  EXPECT_EQ(idx.engine().name(), cfg.engine.backend == EngineBackend::kCuda ? "cuda" : "cpu");
+  EXPECT_EQ(idx.engine_info().name, cfg.engine.backend == EngineBackend::kCuda ? "cuda" : "cpu");
 
   // Batches of c.batch (the last one short), checking each rank's local candidates per batch.
   Answer got;
@@ -674,8 +673,9 @@ TEST(MpiIndexLibrary, BuiltFromPartsWithAFollowerLoop) {
   const RowRange rows = shard_rows(kN, g_world, g_rank);
   std::vector<std::int64_t> ids = test::iota_ids(rows.size(), rows.lo);
   auto engine = make_cpu_engine(ShardInput{corpus.data() + rows.lo * kDim, rows.size(), kDim, ids.data()}, Metric::kL2,
-                                Dtype::kFloat32, 1, index_engine_limits(cfg.search, g_world));
-  ShardedIndex idx(cfg, Metric::kL2, kN, rows, std::move(engine), make_mpi_communicator(cfg.comm.timeout_s));
+                                Dtype::kFloat32, index_engine_limits(cfg.search), EngineOptions{1});
+  ShardedIndex idx(cfg, Metric::kL2, kN, rows, make_host_space(), std::move(engine),
+                   make_mpi_communicator(cfg.comm.timeout_s));
   if (g_rank != 0) {
     idx.follow();  // returns when rank 0 shuts down
     EXPECT_EQ(idx.searches(), 3);
@@ -754,6 +754,23 @@ int main(int argc, char** argv) {
   using shardtopk::g_world;
   g_rank = mpi.rank();
   g_world = mpi.world_size();
+  // SHARDTOPK_TEST_ENGINE=cuda (the GPU registrations in CTest): one GPU per rank on this node.
+  const char* eng = std::getenv("SHARDTOPK_TEST_ENGINE");
+  if (eng && std::string(eng) == "cuda") {
+    int local = 1;
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    const int gpus = shardtopk::cuda_device_count();
+    if (gpus < local) {
+      if (g_rank == 0) {
+        if (gpus == 0) std::printf("no GPU visible: the CUDA engine suite is skipped\n");
+        else std::printf("needs at least %d GPUs (one per rank); %d visible: skipped\n", local, gpus);
+      }
+      return 0;
+    }
+  }
   if (g_rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

@@ -16,7 +16,7 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/shard_plan.hpp"
-#include "common/half.hpp"
+#include "core/half.hpp"
 #include "h5_raw.hpp"
 #include "test_support.hpp"
 

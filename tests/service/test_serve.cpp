@@ -568,7 +568,9 @@ TEST(ServeGenerated, ExactIdsOnSmallIntegersAndARankFailureKeepsServing) {
   }
   const std::string cfg = write_config(dir.path(), path, "l2", 1024, 16, 300);
   // Rank 1's local search number 2 (its third) fails, as an engine error would.
-  Server srv(cfg, dir.path(), 2, "SHARDTOPK_FAULT=fail:1:2");
+  if (!SHARDTOPK_FAULTS_BUILT) GTEST_SKIP() << "built without fault injection (-DSHARDTOPK_FAULT_INJECTION=ON)";
+  test::write_text(cfg, test::read_text(cfg) + "testing:\n  fault: fail:1:2\n");
+  Server srv(cfg, dir.path(), 2);
   ASSERT_TRUE(srv.wait_ready());
   const Answer a0 = search_json(srv.port(), queries.data(), kQ, kDim, kK);   // search 0
   const Answer a1 = search_binary(srv.port(), queries.data(), kQ, kDim, kK); // search 1
@@ -587,7 +589,7 @@ TEST(ServeGenerated, ExactIdsOnSmallIntegersAndARankFailureKeepsServing) {
   EXPECT_THAT(big.body, HasSubstr("corpus rows"));
   ASSERT_EQ(kill(srv.ranks().at(0), SIGTERM), 0);
   EXPECT_EQ(srv.wait_exit(10), 0) << srv.log();
-  EXPECT_THAT(srv.log(), HasSubstr("SHARDTOPK_FAULT: injected local search failure"));
+  EXPECT_THAT(srv.log(), HasSubstr("testing.fault fail:1:2: injected local search failure"));
 }
 
 // A rank that stalls (a dead peer looks the same): the batch's requests get 503 naming the
@@ -604,8 +606,9 @@ TEST(ServeGenerated, AStalledRankAnswers503AndEndsTheJob) {
   std::string cfg = write_config(dir.path(), path, "l2", 8, 4, 300);
   std::string text = test::read_text(cfg);
   text.replace(text.find("timeout_s: 30"), 13, "timeout_s: 2");
-  test::write_text(cfg, text);
-  Server srv(cfg, dir.path(), 2, "SHARDTOPK_FAULT=stall:1:1:60");
+  if (!SHARDTOPK_FAULTS_BUILT) GTEST_SKIP() << "built without fault injection (-DSHARDTOPK_FAULT_INJECTION=ON)";
+  test::write_text(cfg, text + "testing:\n  fault: stall:1:1:60\n");
+  Server srv(cfg, dir.path(), 2);
   ASSERT_TRUE(srv.wait_ready());
   const std::vector<float> q = {1, 0, -1, 2};
   EXPECT_EQ(post(srv.port(), "/v1/search", json{{"query", q}, {"k", 3}}.dump(), "application/json").status, 200);

@@ -14,7 +14,7 @@
 // one row's chunk at row_offset(r) + 16·chunk, which is what the AVX2 and portable paths read.
 //
 // Instruction set: AVX-512 (F/BW/VL) when the CPU has it, else AVX2+FMA+F16C, else portable;
-// SHARDTOPK_CPU_ISA=portable|avx2|avx512|auto picks one (read each time an engine is built).
+// engine.cpu_isa (portable, avx2, avx512, auto) picks one when the engine is built.
 //
 // Tiling: a tile is QB queries × RB rows with one 8-lane sum per (query, row) pair.
 //  - AVX-512: a zmm accumulator holds two pairs (low half: even row, high half: odd row of a row
@@ -55,8 +55,8 @@
 #pragma GCC diagnostic pop
 #endif
 
-#include "common/half.hpp"
-#include "common/log.hpp"
+#include "core/half.hpp"
+#include "core/log.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
@@ -123,22 +123,19 @@ bool have_avx512() {
 #endif
 }
 
-// The best the CPU has, or what SHARDTOPK_CPU_ISA asks for (an Error when the CPU lacks it).
-Isa choose_isa() {
-  const char* env = std::getenv("SHARDTOPK_CPU_ISA");
-  const std::string v = env ? env : "";
-  if (v.empty() || v == "auto") return have_avx512() ? Isa::kAvx512 : have_avx2() ? Isa::kAvx2 : Isa::kPortable;
-  if (v == "portable") return Isa::kPortable;
-  if (v == "avx2") {
-    SHARDTOPK_EXPECTS(have_avx2(), "SHARDTOPK_CPU_ISA=avx2: this CPU lacks AVX2/FMA/F16C (use portable or auto)");
-    return Isa::kAvx2;
+// The best the CPU has, or what engine.cpu_isa asks for (an Error when the CPU lacks it).
+Isa choose_isa(CpuIsa want) {
+  switch (want) {
+    case CpuIsa::kAuto: return have_avx512() ? Isa::kAvx512 : have_avx2() ? Isa::kAvx2 : Isa::kPortable;
+    case CpuIsa::kPortable: return Isa::kPortable;
+    case CpuIsa::kAvx2:
+      SHARDTOPK_EXPECTS(have_avx2(), "engine.cpu_isa avx2: this CPU lacks AVX2/FMA/F16C (use portable or auto)");
+      return Isa::kAvx2;
+    case CpuIsa::kAvx512:
+      SHARDTOPK_EXPECTS(have_avx512(), "engine.cpu_isa avx512: this CPU lacks AVX-512 F/BW/VL (use avx2, portable or auto)");
+      return Isa::kAvx512;
   }
-  if (v == "avx512") {
-    SHARDTOPK_EXPECTS(have_avx512(),
-                      "SHARDTOPK_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL (use avx2, portable or auto)");
-    return Isa::kAvx512;
-  }
-  throw Error("SHARDTOPK_CPU_ISA='" + v + "' is not a known value (expected portable, avx2, avx512 or auto)");
+  throw Error("engine.cpu_isa: unknown value");
 }
 
 // ---------------------------------------------------------------- worker pool
@@ -555,7 +552,6 @@ std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dt
   const std::uint64_t r2 = static_cast<std::uint64_t>(round_up(std::max<std::int64_t>(rows, 0), 2));
   const std::uint64_t b = static_cast<std::uint64_t>(std::max(lim.batch_max, 0));
   const std::uint64_t k = static_cast<std::uint64_t>(std::max(lim.k_max, 0));
-  const std::uint64_t w = static_cast<std::uint64_t>(std::max(lim.world_size, 0));
   const std::uint64_t t = static_cast<std::uint64_t>(pool_threads(threads));
   const std::uint64_t cand = sizeof(Candidate);
   const std::uint64_t cap = static_cast<std::uint64_t>(selection_cap(0)) + 2 * k;  // selection_cap(k_max)
@@ -564,11 +560,7 @@ std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dt
       {"shard", "[" + std::to_string(rows) + " rows, " + std::to_string(dp) + " padded dims] " + to_string(dtype),
        mul_sat({r2, dp, static_cast<std::uint64_t>(dtype == Dtype::kFloat32 ? 4 : 2)})},
       {"ids", "[" + std::to_string(rows) + "] int64", mul_sat(static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0)), 8)},
-      {"queries", "[batch_max, dim] float32", mul_sat({b, static_cast<std::uint64_t>(std::max<std::int64_t>(dim, 0)), 4})},
       {"padded queries", "[batch_max, padded dim] float32", mul_sat({b, dp, 4})},
-      {"local candidates", bk + " x 16 B", mul_sat({b, k, cand})},
-      {"gathered candidates", "[world_size=" + std::to_string(w) + "] x " + bk + " x 16 B", mul_sat({w, b, k, cand})},
-      {"merged candidates", bk + " x 16 B", mul_sat({b, k, cand})},
       {"per-thread lists", "[threads=" + std::to_string(t) + "] x " + bk + " x 16 B", mul_sat({t, b, k, cand})},
       {"selection", "[threads=" + std::to_string(t) + ", batch_max, 2*k_max+32] x 16 B", mul_sat({t, b, cap, cand})},
       {"selection state", "[threads, batch_max]", mul_sat({t, b, static_cast<std::uint64_t>(sizeof(QueryState))})},
@@ -607,7 +599,7 @@ void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& l
   if (total <= phys) return;
   const CpuBuffer& big = *std::max_element(bufs.begin(), bufs.end(),
                                            [](const CpuBuffer& a, const CpuBuffer& b) { return a.bytes < b.bytes; });
-  throw Error(detail::concat("cpu engine: search.batch_max=", lim.batch_max - lim.extra_rows, " and search.k_max=", lim.k_max,
+  throw Error(detail::concat("cpu engine: search.batch_max=", lim.batch_max, " and search.k_max=", lim.k_max,
                              " need ", human_bytes(big.bytes), " for the ", big.name, " buffer ", big.shape, ", ",
                              human_bytes(total), " in all (`shardtopk plan` shows it as engine_bytes), but this "
                              "machine has ", human_bytes(phys), " of memory; lower search.batch_max or search.k_max"));
@@ -617,14 +609,15 @@ void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& l
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const ShardInput& s, Metric metric, Dtype dtype, int threads, const EngineLimits& lim)
-      : metric_(metric), dtype_(dtype), isa_(choose_isa()), rows_(s.rows), dim_(s.dim),
-        dp_(round_up(std::max<std::int64_t>(s.dim, 1), kLanes)), limits_(lim), pool_(pool_threads(threads)) {
+  CpuEngine(const ShardInput& s, Metric metric, Dtype dtype, const EngineLimits& lim, const EngineOptions& opt)
+      : metric_(metric), dtype_(dtype), isa_(choose_isa(opt.cpu_isa)), rows_(s.rows), dim_(s.dim),
+        dp_(round_up(std::max<std::int64_t>(s.dim, 1), kLanes)), limits_(lim), pool_(pool_threads(opt.threads)) {
     SHARDTOPK_EXPECTS(s.dim >= 1, "cpu engine: dimension must be >= 1");
-    SHARDTOPK_EXPECTS(lim.batch_max >= 1 && lim.k_max >= 1 && lim.world_size >= 1, "cpu engine: bad limits");
+    SHARDTOPK_EXPECTS(lim.batch_max >= 1 && lim.k_max >= 1, "cpu engine: bad limits (batch_max ", lim.batch_max,
+                      ", k_max ", lim.k_max, ")");
     check_buffers_fit(cpu_buffers(s.rows, s.dim, dtype, lim, pool_.size()), lim);
-    SHARDTOPK_EXPECTS(s.rows >= 0 && (s.generated || s.rows == 0 || s.data != nullptr),
-                      "cpu engine: shard has no data (data == nullptr and not generated)");
+    SHARDTOPK_EXPECTS(s.rows >= 0 && (s.generated || s.streamed || s.rows == 0 || s.data != nullptr),
+                      "cpu engine: shard has no data (data == nullptr and not generated or streamed)");
     if (s.ids) {
       ids_.assign(s.ids, s.ids + s.rows);
     } else {
@@ -637,43 +630,24 @@ class CpuEngine final : public Engine {
     } else {
       u16_.assign(n, 0);
     }
-    // A generated shard is materialised in blocks (bounded host memory beyond the shard itself),
-    // normalised for cosine with normalize_rows' arithmetic as the ingest of a file would be.
-    const std::int64_t block_rows = s.generated ? 16384 : std::max<std::int64_t>(rows_, 1);
-    std::vector<float> block;
-    if (s.generated) block.resize(static_cast<size_t>(std::min(block_rows, rows_) * dim_));
-    for (std::int64_t b0 = 0; b0 < rows_; b0 += block_rows) {
-      const std::int64_t nb = std::min(block_rows, rows_ - b0);
-      const float* src = s.data ? s.data + b0 * dim_ : nullptr;
-      if (s.generated) {
+    if (s.streamed) {
+      streaming_ = true;
+    } else if (s.generated) {
+      // Materialised in blocks (bounded host memory beyond the shard itself), normalised for
+      // cosine with normalize_rows' arithmetic as the ingest of a file would be.
+      const std::int64_t block_rows = 16384;
+      std::vector<float> block(static_cast<size_t>(std::min(block_rows, rows_) * dim_));
+      for (std::int64_t b0 = 0; b0 < rows_; b0 += block_rows) {
+        const std::int64_t nb = std::min(block_rows, rows_ - b0);
         generate_rows(s.seed, s.first_row + b0, nb, dim_, block.data(), pool_.size());
         if (metric_ == Metric::kCosine) normalize_rows(block.data(), nb, dim_, s.first_row + b0, "generated row");
-        src = block.data();
+        store_rows(b0, nb, block.data());
       }
-      for (std::int64_t i = 0; i < nb; ++i) {
-        const std::int64_t r = b0 + i;
-        const float* row = src + i * dim_;
-        if (dtype_ == Dtype::kFloat32) {
-          for (std::int64_t d = 0; d < dim_; d += kLanes)
-            std::memcpy(&f32_[elem_offset(r, d, dp_)], row + d, sizeof(float) * std::min<std::int64_t>(kLanes, dim_ - d));
-        } else {
-          for (std::int64_t d = 0; d < dim_; ++d) {
-            const float v = row[d];
-            const std::uint16_t h = dtype_ == Dtype::kFloat16 ? half::to_f16(v) : half::to_bf16(v);
-            const float back = load1(&h, dtype_);
-            SHARDTOPK_EXPECTS(std::isfinite(back), "corpus row ", ids_[r], " value ", v, " at column ", d,
-                              " overflows ", to_string(dtype_), "; use engine.dtype float32");
-            u16_[elem_offset(r, d, dp_)] = h;
-          }
-        }
-      }
+    } else {
+      store_rows(0, rows_, s.data);
     }
-    const size_t bk = static_cast<size_t>(lim.batch_max) * lim.k_max;
-    queries_.assign(static_cast<size_t>(lim.batch_max) * dim_, 0.0f);
     padded_q_.assign(static_cast<size_t>(lim.batch_max) * dp_, 0.0f);
-    local_.assign(bk, pad_candidate());
-    gathered_.assign(bk * lim.world_size, pad_candidate());
-    merged_.assign(bk, pad_candidate());
+    const size_t bk = static_cast<size_t>(lim.batch_max) * lim.k_max;
     lists_.assign(bk * pool_.size(), pad_candidate());
     sel_stride_ = selection_cap(lim.k_max);
     sel_buf_.assign(static_cast<size_t>(pool_.size()) * lim.batch_max * sel_stride_, pad_candidate());
@@ -681,24 +655,99 @@ class CpuEngine final : public Engine {
     spdlog::info("cpu engine: {}, {} threads", isa_name(isa_), pool_.size());
   }
 
-  std::string name() const override { return "cpu"; }
-  MemSpace space() const override { return MemSpace::kHost; }
-  Metric metric() const override { return metric_; }
-  Dtype dtype() const override { return dtype_; }
-  std::int64_t rows() const override { return rows_; }
-  std::int64_t dim() const override { return dim_; }
-  float* query_buffer() override { return queries_.data(); }
-  Candidate* local_buffer() override { return local_.data(); }
-  Candidate* gathered_buffer() override { return gathered_.data(); }
-  Candidate* merged_buffer() override { return merged_.data(); }
+  EngineInfo info() const override {
+    EngineInfo i;
+    i.name = "cpu";
+    i.space = MemSpace::kHost;
+    i.metric = metric_;
+    i.dtype = dtype_;
+    i.rows = rows_;
+    i.dim = dim_;
+    i.device = -1;
+    i.device_name = std::string(isa_name(isa_)) + ", " + std::to_string(pool_.size()) + " threads";
+    i.resident_bytes = f32_.size() * 4 + u16_.size() * 2 + ids_.size() * 8 +
+                       (lists_.size() + sel_buf_.size()) * sizeof(Candidate) + sel_state_.size() * sizeof(QueryState) +
+                       padded_q_.size() * 4;
+    return i;
+  }
+  const EngineLimits& limits() const override { return limits_; }
+  void* stream() const override { return nullptr; }
 
-  void prepare_queries(float* q, int batch) override {
+  // Streamed loading: each block is converted into the storage as it arrives.
+  float* load_buffer(std::int64_t rows) override {
+    SHARDTOPK_EXPECTS(streaming_, "load_buffer: this CPU engine was not built with ShardInput::streamed, or its load "
+                                  "has finished");
+    SHARDTOPK_EXPECTS(rows >= 1 && rows <= std::max<std::int64_t>(rows_, 1), "load_buffer: ", rows,
+                      " rows out of range 1 .. ", rows_);
+    if (load_cap_rows_ == 0) load_cap_rows_ = rows;
+    SHARDTOPK_EXPECTS(rows <= load_cap_rows_, "load_buffer: ", rows, " rows, more than the first call's ",
+                      load_cap_rows_);
+    auto& b = load_buf_[load_next_];
+    load_next_ ^= 1;
+    if (b.empty()) b.resize(static_cast<size_t>(load_cap_rows_ * dim_));
+    return b.data();
+  }
+  void load_rows(std::int64_t first, std::int64_t rows, const float* data) override {
+    SHARDTOPK_EXPECTS(streaming_, "load_rows: this CPU engine was not built with ShardInput::streamed, or its load "
+                                  "has finished");
+    SHARDTOPK_EXPECTS(first == loaded_ && rows >= 0 && first + rows <= rows_, "load_rows: rows [", first, ", ",
+                      first + rows, ") out of order or range: expected row ", loaded_, " of ", rows_);
+    SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, "load_rows: no data");
+    store_rows(first, rows, data);
+    loaded_ += rows;
+  }
+  void finish_load() override {
+    SHARDTOPK_EXPECTS(streaming_, "finish_load: this CPU engine was not built with ShardInput::streamed, or its load "
+                                  "has finished");
+    SHARDTOPK_EXPECTS(loaded_ == rows_, "finish_load: ", loaded_, " of ", rows_, " rows loaded");
+    streaming_ = false;
+    load_buf_[0] = {};
+    load_buf_[1] = {};
+  }
+
+  void prepare_queries(float* q, int batch, void*) override {
     if (metric_ == Metric::kCosine) normalize_rows(q, batch, dim_, 0, "query");
   }
 
-  void search(const float* queries, int batch, int k, Candidate* out) override {
-    SHARDTOPK_ASSERT(batch >= 0 && batch <= limits_.batch_max && k >= 1 && k <= limits_.k_max);
-    if (batch == 0) return;
+  void search(const SearchArgs& a) override {
+    SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= limits_.batch_max, "batch of ", a.batch,
+                      " queries out of range: allowed 0 .. ", limits_.batch_max, " (search.batch_max)");
+    SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= limits_.k_max, "k=", a.k, " out of range: allowed 1 .. ", limits_.k_max,
+                      " (search.k_max)");
+    SHARDTOPK_EXPECTS(!streaming_, "search: the shard's rows are still loading (finish_load)");
+    if (a.batch == 0) return;
+    SHARDTOPK_EXPECTS(a.queries != nullptr && a.out != nullptr, "search: null query or output buffer");
+    run(a.queries, a.batch, a.k, a.out);
+    if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, nullptr);
+  }
+
+  TransferCounters transfer_counters() const override { return {}; }
+  void reset_transfer_counters() override {}
+
+ private:
+  /// Host float32 rows src [n, dim] → storage rows [first, first + n) (pair-interleaved layout;
+  /// float16 / bfloat16 rounding with an overflow check naming the row's global id).
+  void store_rows(std::int64_t first, std::int64_t n, const float* src) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t r = first + i;
+      const float* row = src + i * dim_;
+      if (dtype_ == Dtype::kFloat32) {
+        for (std::int64_t d = 0; d < dim_; d += kLanes)
+          std::memcpy(&f32_[elem_offset(r, d, dp_)], row + d, sizeof(float) * std::min<std::int64_t>(kLanes, dim_ - d));
+      } else {
+        for (std::int64_t d = 0; d < dim_; ++d) {
+          const float v = row[d];
+          const std::uint16_t h = dtype_ == Dtype::kFloat16 ? half::to_f16(v) : half::to_bf16(v);
+          const float back = load1(&h, dtype_);
+          SHARDTOPK_EXPECTS(std::isfinite(back), "corpus row ", ids_[r], " value ", v, " at column ", d, " overflows ",
+                            to_string(dtype_), "; use engine.dtype float32");
+          u16_[elem_offset(r, d, dp_)] = h;
+        }
+      }
+    }
+  }
+
+  void run(const float* queries, int batch, int k, Candidate* out) {
     for (int b = 0; b < batch; ++b)
       std::memcpy(&padded_q_[b * dp_], queries + static_cast<std::int64_t>(b) * dim_, sizeof(float) * dim_);
     const int nt = pool_.size();
@@ -734,34 +783,6 @@ class CpuEngine final : public Engine {
     }
   }
 
-  void merge(const Candidate* lists, int parts, int batch, int k, Candidate* out) override {
-    merge_topk_host(lists, parts, batch, k, out);
-  }
-  void export_results(const Candidate* list, int batch, int k, std::int64_t* ids, float* scores) override {
-    for (size_t i = 0; i < static_cast<size_t>(batch) * k; ++i) {
-      ids[i] = list[i].id;
-      scores[i] = reported_score(metric_, list[i].score);
-    }
-  }
-  void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_from_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void* alloc_host_staging(std::size_t bytes) override {
-    staging_.emplace_back(new char[std::max<std::size_t>(bytes, 1)]);
-    return staging_.back().get();
-  }
-  void copy_within(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }
-  void synchronize() override {}
-  void* stream() override { return nullptr; }
-  TransferCounters transfer_counters() const override { return {}; }
-  void reset_transfer_counters() override {}
-  std::uint64_t resident_bytes() const override {
-    return f32_.size() * 4 + u16_.size() * 2 + ids_.size() * 8 +
-           (local_.size() + gathered_.size() + merged_.size() + lists_.size() + sel_buf_.size()) * sizeof(Candidate) +
-           sel_state_.size() * sizeof(QueryState) +
-           (queries_.size() + padded_q_.size()) * 4;
-  }
-
- private:
   template <typename T>
   void scan(const T* base, std::int64_t r0, std::int64_t r1, int batch, const Selector& sel) {
     const bool l2 = metric_ == Metric::kL2;
@@ -858,9 +879,12 @@ class CpuEngine final : public Engine {
   std::vector<std::int64_t> ids_;
   std::vector<float> f32_;          // [ceil(rows/2), dp/8, 2, 8] pair-interleaved (see the top)
   std::vector<std::uint16_t> u16_;  // the same layout, float16 or bfloat16 bits
-  std::vector<float> queries_, padded_q_;
-  std::vector<Candidate> local_, gathered_, merged_;
-  std::vector<std::unique_ptr<char[]>> staging_;  // alloc_host_staging
+  std::vector<float> padded_q_;
+  // streamed loading (ShardInput::streamed): two host blocks used in turn
+  bool streaming_ = false;
+  std::vector<float> load_buf_[2];
+  std::int64_t load_cap_rows_ = 0, loaded_ = 0;
+  int load_next_ = 0;
   std::vector<Candidate> lists_;        // [threads, batch, k]: each thread's top k, best first
   std::int64_t sel_stride_ = 0;         // selection slots per query: selection_cap(k_max)
   std::vector<Candidate> sel_buf_;      // [threads, batch_max, sel_stride_]
@@ -874,9 +898,9 @@ std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype d
   return total_bytes(cpu_buffers(rows, dim, dtype, limits, threads));
 }
 
-std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype, int threads,
-                                        const EngineLimits& limits) {
-  return std::make_unique<CpuEngine>(shard, metric, dtype, threads, limits);
+std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype, const EngineLimits& limits,
+                                        const EngineOptions& options) {
+  return std::make_unique<CpuEngine>(shard, metric, dtype, limits, options);
 }
 
 }  // namespace shardtopk

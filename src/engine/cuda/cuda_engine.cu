@@ -41,7 +41,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/cuda_check.cuh"
+#include "core/cuda_check.cuh"
 #include "engine/cuda/score.cuh"
 #include "engine/cuda/topk_kernels.cuh"
 #include "shardtopk/engine.hpp"

@@ -8,7 +8,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "common/parse.hpp"
+#include "core/log.hpp"
+#include "core/parse.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
@@ -31,6 +32,12 @@ double parse_positive_double(const std::string& key, const std::string& v, const
   SHARDTOPK_EXPECTS(std::isfinite(x) && x > 0, where, "key '", key, "': value ", v,
                     " out of range (allowed: a number > 0)");
   return x;
+}
+
+bool parse_bool(const std::string& key, const std::string& v, const std::string& where) {
+  if (v == "true" || v == "yes" || v == "on" || v == "1") return true;
+  if (v == "false" || v == "no" || v == "off" || v == "0") return false;
+  throw Error(where + "key '" + key + "': '" + v + "' is not a boolean (allowed: true, false)");
 }
 
 std::string nonempty(const std::string& key, const std::string& v, const std::string& where) {
@@ -79,6 +86,30 @@ const std::map<std::string, Setter>& setters() {
       {"engine.read_chunk_rows", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.read_chunk_rows = parse_int("engine.read_chunk_rows", v, 1, 1LL << 31, w);
        }},
+      {"engine.cuda_graphs", [](Config& c, const std::string& v, const std::string& w) {
+         c.engine.cuda_graphs = parse_bool("engine.cuda_graphs", v, w);
+       }},
+      {"engine.scan_l2_hints", [](Config& c, const std::string& v, const std::string& w) {
+         c.engine.scan_l2_hints = parse_bool("engine.scan_l2_hints", v, w);
+       }},
+      {"engine.scan_rows", [](Config& c, const std::string& v, const std::string& w) {
+         c.engine.scan_rows = parse_scan_rows(v, w + "key 'engine.scan_rows'");
+       }},
+      {"engine.scan_schedule", [](Config& c, const std::string& v, const std::string& w) {
+         c.engine.scan_schedule = parse_scan_schedule(v, w + "key 'engine.scan_schedule'");
+       }},
+      {"engine.search_path", [](Config& c, const std::string& v, const std::string& w) {
+         c.engine.search_path = parse_search_path(v, w + "key 'engine.search_path'");
+       }},
+      {"engine.cpu_isa", [](Config& c, const std::string& v, const std::string& w) {
+         c.engine.cpu_isa = parse_cpu_isa(v, w + "key 'engine.cpu_isa'");
+       }},
+      {"testing.fault", [](Config& c, const std::string& v, const std::string& w) {
+         if (!v.empty() && !fault_injection_built())
+           throw Error(w + "key 'testing.fault': this shardtopk was built without fault injection "
+                           "(configure with -DSHARDTOPK_FAULT_INJECTION=ON; test builds only)");
+         c.testing.fault = v.empty() ? FaultSpec{} : parse_fault(v, w + "key 'testing.fault'");
+       }},
       {"comm.backend", [](Config& c, const std::string& v, const std::string& w) {
          c.comm.backend = parse_comm_backend(v, w + "key 'comm.backend'");
        }},
@@ -106,13 +137,25 @@ const std::map<std::string, Setter>& setters() {
   return s;
 }
 
+// Renamed keys: the old name still works, with a warning naming the new one.
+const std::map<std::string, std::string>& deprecated_keys() {
+  static const std::map<std::string, std::string> m = {};
+  return m;
+}
+
 std::string allowed_keys() {
   std::string out;
   for (const auto& kv : setters()) out += (out.empty() ? "" : ", ") + kv.first;
   return out;
 }
 
-void set_key(Config& c, const std::string& key, const std::string& value, const std::string& where) {
+void set_key(Config& c, const std::string& key_in, const std::string& value, const std::string& where) {
+  std::string key = key_in;
+  const auto dep = deprecated_keys().find(key);
+  if (dep != deprecated_keys().end()) {
+    spdlog::warn("{}key '{}' is deprecated; use '{}'", where, key, dep->second);
+    key = dep->second;
+  }
   auto it = setters().find(key);
   SHARDTOPK_EXPECTS(it != setters().end(), where, "unknown key '", key, "' (known keys: ",
                     allowed_keys(), ")");
@@ -176,6 +219,59 @@ void apply_override(Config& cfg, const std::string& kv) {
   set_key(cfg, kv.substr(0, eq), kv.substr(eq + 1), "override: ");
 }
 
+bool fault_injection_built() {
+#ifdef SHARDTOPK_FAULT_INJECTION
+  return true;
+#else
+  return false;
+#endif
+}
+
+FaultSpec parse_fault(const std::string& text, const std::string& what) {
+  // kind:RANK:BATCH[:SECONDS]
+  std::vector<std::string> f;
+  std::string cur;
+  for (char ch : text) {
+    if (ch == ':') {
+      f.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  f.push_back(cur);
+  const std::string usage = "expected stall:RANK:BATCH:SECONDS, exit:RANK:BATCH or fail:RANK:BATCH";
+  SHARDTOPK_EXPECTS(!f.empty(), what, ": '", text, "': ", usage);
+  FaultSpec s;
+  if (f[0] == "stall" && f.size() == 4) {
+    s.kind = FaultSpec::kStall;
+    s.seconds = parse_number(f[3], what + " seconds");
+    SHARDTOPK_EXPECTS(std::isfinite(s.seconds) && s.seconds >= 0, what, ": '", text, "': seconds must be >= 0");
+  } else if ((f[0] == "exit" || f[0] == "fail") && f.size() == 3) {
+    s.kind = f[0] == "exit" ? FaultSpec::kExit : FaultSpec::kFail;
+  } else {
+    throw Error(what + ": '" + text + "': " + usage);
+  }
+  s.rank = static_cast<int>(parse_integer(f[1], what + " rank"));
+  s.batch = parse_integer(f[2], what + " batch");
+  SHARDTOPK_EXPECTS(s.rank >= 0 && s.batch >= 0, what, ": '", text, "': rank and batch must be >= 0");
+  s.text = text;
+  return s;
+}
+
+EngineOptions engine_options(const Config& cfg, int device, int threads) {
+  EngineOptions o;
+  o.threads = threads;
+  o.device = device;
+  o.cuda_graphs = cfg.engine.cuda_graphs;
+  o.scan_l2_hints = cfg.engine.scan_l2_hints;
+  o.scan_rows = cfg.engine.scan_rows;
+  o.scan_schedule = cfg.engine.scan_schedule;
+  o.search_path = cfg.engine.search_path;
+  o.cpu_isa = cfg.engine.cpu_isa;
+  return o;
+}
+
 void validate(const Config& cfg) {
   const std::string where = cfg.source.empty() ? "" : cfg.source + ": ";
   SHARDTOPK_EXPECTS(!cfg.corpus.path.empty(), where, "key 'corpus.path' is required (the corpus HDF5 file)");
@@ -202,6 +298,12 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "dtype" << YAML::Value << to_string(c.engine.dtype);
   out << YAML::Key << "threads" << YAML::Value << c.engine.threads;
   out << YAML::Key << "read_chunk_rows" << YAML::Value << c.engine.read_chunk_rows;
+  out << YAML::Key << "cuda_graphs" << YAML::Value << c.engine.cuda_graphs;
+  out << YAML::Key << "scan_l2_hints" << YAML::Value << c.engine.scan_l2_hints;
+  out << YAML::Key << "scan_rows" << YAML::Value << to_string(c.engine.scan_rows);
+  out << YAML::Key << "scan_schedule" << YAML::Value << to_string(c.engine.scan_schedule);
+  out << YAML::Key << "search_path" << YAML::Value << to_string(c.engine.search_path);
+  out << YAML::Key << "cpu_isa" << YAML::Value << to_string(c.engine.cpu_isa);
   out << YAML::EndMap;
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "backend" << YAML::Value << to_string(c.comm.backend);
@@ -214,6 +316,11 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "max_body_bytes" << YAML::Value << c.service.max_body_bytes;
   out << YAML::Key << "threads" << YAML::Value << c.service.threads;
   out << YAML::EndMap;
+  if (c.testing.fault.kind != FaultSpec::kNone) {
+    out << YAML::Key << "testing" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "fault" << YAML::Value << c.testing.fault.text;
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   return out.c_str();
 }

@@ -1,4 +1,4 @@
-#include "common/parse.hpp"
+#include "core/parse.hpp"
 
 #include <stdexcept>
 

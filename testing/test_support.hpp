@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "common/half.hpp"
+#include "core/half.hpp"
+#include "engine_runner.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/oracle.hpp"
@@ -143,12 +144,8 @@ inline int count_of(const std::string& hay, const std::string& needle) {
 
 // ------------------------------------------------------------------------------ bge-m3
 
-/// Folder of the real bge-m3 vectors: $SHARDTOPK_DATA_DIR/bge-m3, else the shared data folder.
-inline std::string bge_dir() {
-  const char* env = std::getenv("SHARDTOPK_DATA_DIR");
-  const std::string base = env && *env ? std::string(env) : std::string(SHARDTOPK_SOURCE_DIR "/../shared/data");
-  return base + "/bge-m3";
-}
+/// Folder of the real bge-m3 vectors shipped with the tests (tests/data/bge-m3, MIT licence).
+inline std::string bge_dir() { return std::string(SHARDTOPK_SOURCE_DIR "/tests/data/bge-m3"); }
 
 /// Reads a raw float32 [rows, 1024] file; empty when absent or of the wrong size.
 inline std::vector<float> read_raw_f32(const std::string& path, std::int64_t rows, std::int64_t dim) {
@@ -169,20 +166,20 @@ struct Answer {
 };
 
 /// Search nq queries through an engine in batches of `batch` (queries are prepared: cosine
-/// normalises them in the engine's query buffer, as the index does).
+/// normalises them, as the index does).
 inline Answer run_engine(Engine& e, const std::vector<float>& queries, std::int64_t nq, int k, int batch) {
-  const std::int64_t dim = e.dim();
+  const EngineInfo info = e.info();
+  const std::int64_t dim = info.dim;
+  EngineRunner runner(e);
   Answer a;
   a.ids.resize(static_cast<size_t>(nq * k));
   a.scores.resize(a.ids.size());
   for (std::int64_t q0 = 0; q0 < nq; q0 += batch) {
     const int b = static_cast<int>(std::min<std::int64_t>(batch, nq - q0));
-    std::copy(queries.begin() + q0 * dim, queries.begin() + (q0 + b) * dim, e.query_buffer());
-    e.prepare_queries(e.query_buffer(), b);
-    e.search(e.query_buffer(), b, k, e.local_buffer());
+    const std::vector<Candidate> got = runner.search(queries.data() + q0 * dim, b, k);
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(b) * k; ++i) {
-      a.ids[q0 * k + i] = e.local_buffer()[i].id;
-      a.scores[q0 * k + i] = reported_score(e.metric(), e.local_buffer()[i].score);
+      a.ids[q0 * k + i] = got[i].id;
+      a.scores[q0 * k + i] = reported_score(info.metric, got[i].score);
     }
   }
   return a;

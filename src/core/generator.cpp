@@ -1,6 +1,6 @@
 #include "shardtopk/generator.hpp"
 
-#include "common/parallel.hpp"
+#include "core/parallel.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {

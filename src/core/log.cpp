@@ -1,4 +1,4 @@
-#include "common/log.hpp"
+#include "core/log.hpp"
 
 #include <atomic>
 #include <cstdlib>

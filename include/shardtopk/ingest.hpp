@@ -1,0 +1,56 @@
+#pragma once
+/// @file ingest.hpp
+/// From a corpus (an HDF5 file, or rows in memory) to a rank's running ShardedIndex: the shard
+/// plan, the read of this rank's rows, their checks (finite values, norms, ids), the choice of
+/// engine and communicator backends, and the engine's upload.
+
+#include <cstdint>
+#include <memory>
+
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/config.hpp"
+#include "shardtopk/engine.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/shard_plan.hpp"
+
+namespace shardtopk {
+
+/// Build this rank's index from a config (collective over MPI_COMM_WORLD; MPI must be
+/// initialised, see MpiSession): sets up logging, plans the shards, reads this rank's rows
+/// (hyperslab, in blocks of engine.read_chunk_rows), validates them, chooses the engine backend
+/// and builds the engine and the communicators. Every limit that can be checked before the read
+/// (backend, memory) is checked before it. An error on any rank throws RemoteError on every rank
+/// (naming the rank and its message). @param log_progress rank 0 logs read progress.
+std::unique_ptr<ShardedIndex> load_index(const Config& cfg, bool log_progress = true);
+
+/// Build this rank's index from rows already in memory (or a generated shard: ShardInput's
+/// `generated`): chooses the engine backend, builds the engine (index_engine_limits) and the
+/// data communicator. Collective over host_comm's ranks; an error on any rank throws RemoteError
+/// on every rank. `stats` (read times) is completed with upload time and resident bytes.
+std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
+                                          const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
+                                          IngestStats stats = {});
+
+/// The engine backend for cfg.engine.backend (auto: CUDA when a GPU is visible). @throws Error
+/// when CUDA is asked for but unavailable, or more ranks share a node than it has GPUs.
+EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm);
+
+/// Choose the metric: cfg.search.metric when set, else the corpus file's `distance` attribute
+/// (angular → cosine, euclidean → l2, dot/ip → inner_product), else inner_product.
+Metric resolve_metric(const Config& cfg);
+
+/// Number of worker threads for the CPU engine: cfg value, or hardware cores ÷ ranks on the node.
+int resolve_threads(const Config& cfg, int local_size);
+
+/// Whether load_index streams a shard into the engine (blocks through pinned buffers, no host
+/// copy of the shard): the CUDA engine with inner product or l2. Cosine rows are normalised on
+/// the host first, so they are read into one host array.
+bool streams_shard(bool cuda_engine, Metric metric);
+
+/// Host bytes held at the peak of loading `rows` rows of `dim` columns (not counting the CPU
+/// engine's own buffers): streamed, the ids (8 B/row) and one or two pinned float32 blocks of
+/// min(read_chunk_rows, rows) rows (two when the shard spans more than one block); otherwise
+/// the float32 rows and their ids, rows · (4 · dim + 8). Estimate used by `shardtopk plan`.
+std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows);
+
+}  // namespace shardtopk

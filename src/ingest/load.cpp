@@ -1,0 +1,305 @@
+// From a corpus to a rank's running index: shard plan, the read of this rank's rows, checks,
+// backend and communicator choice, engine construction and upload (DESIGN.md "Data flow").
+#include "shardtopk/ingest.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "comm/choose_comm.hpp"
+#include "core/log.hpp"
+#include "core/parallel.hpp"
+#include "engine/space.hpp"
+#include "index/admission.hpp"
+#include "shardtopk/corpus_io.hpp"
+
+namespace shardtopk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+/// Streams a ShardInput::streamed shard's rows into the just-built engine; returns their norms.
+using StreamRows = std::function<NormSummary(Engine&)>;
+
+std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
+                                               RowRange rows, const ShardInput& shard,
+                                               std::unique_ptr<Communicator> host_comm, IngestStats stats,
+                                               const StreamRows& stream_rows) {
+  const auto tu = Clock::now();
+  const int world = host_comm->world_size();
+  bool ok = true;
+  std::string msg;
+  std::unique_ptr<Space> space;
+  std::unique_ptr<Engine> engine;
+  try {
+    if (stats.max_row_norm_row < 0 && shard.rows > 0 && !shard.streamed) {  // norms not measured by the caller
+      NormSummary norms;
+      if (shard.generated) {  // every generated value is below 4 in magnitude (generator.hpp): a bound
+        norms = NormSummary{4.0 * std::sqrt(static_cast<double>(shard.dim)), shard.first_row};
+      } else {
+        norms = shard_norms(shard.data, shard.rows, shard.dim, rows.lo, resolve_threads(cfg, host_comm->local_size()));
+        check_corpus_norms(metric, norms, shard.dim, "corpus row");
+      }
+      stats.max_row_norm = norms.max_norm;
+      stats.max_row_norm_row = norms.row;
+    }
+    const EngineBackend backend = choose_backend(cfg, *host_comm);
+    const EngineLimits lim = index_engine_limits(cfg.search);
+    const int threads = resolve_threads(cfg, host_comm->local_size());
+    if (backend == EngineBackend::kCuda) {
+      const int device = host_comm->local_rank();
+      space = make_cuda_space(device);
+      engine = make_cuda_engine(shard, metric, cfg.engine.dtype, lim, engine_options(cfg, device, threads),
+                                space->stream());
+    } else {
+      space = make_host_space();
+      engine = make_cpu_engine(shard, metric, cfg.engine.dtype, lim, engine_options(cfg, -1, threads));
+    }
+    if (shard.streamed) {  // the rows now, while the engine copies the previous block to its device
+      const auto ts = Clock::now();
+      const NormSummary norms = stream_rows(*engine);
+      stats.read_s = seconds_since(ts);
+      stats.max_row_norm = norms.max_norm;
+      stats.max_row_norm_row = norms.row;
+    }
+    stats.upload_s = seconds_since(tu);
+    if (host_comm->rank() == 0 && !shard.generated)
+      spdlog::info("rank 0: engine {} built (rows uploaded) in {:.2f} s", engine->info().name, stats.upload_s);
+    else
+      spdlog::debug("rank {}: engine built in {:.3f} s", host_comm->rank(), stats.upload_s);
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  host_comm->check(ok, msg);
+  allgather_norms(*host_comm, metric, &stats);
+
+  // The data path's communicator: its staging (if any) is sized for the largest broadcast and
+  // all-gather block (a rank's status slot and its [batch_max, k_max] candidates).
+  const std::size_t query_bytes = sizeof(float) * static_cast<std::size_t>(std::max<std::int64_t>(shard.dim, 1));
+  const std::size_t block = sizeof(Candidate) * (1 + static_cast<std::size_t>(cfg.search.batch_max) *
+                                                         static_cast<std::size_t>(cfg.search.k_max));
+  std::unique_ptr<Communicator> data_comm = choose_data_comm(
+      cfg, *host_comm, *space, query_bytes, std::max(block, query_bytes * static_cast<std::size_t>(cfg.search.batch_max)));
+  stats.total_rows = total_rows;
+  stats.dim = shard.dim;
+  stats.rows = rows;
+  auto index = std::make_unique<ShardedIndex>(cfg, metric, total_rows, rows, std::move(space), std::move(engine),
+                                              std::move(host_comm), std::move(data_comm));
+  stats.engine_resident_bytes = index->ingest_stats().engine_resident_bytes;
+  index->set_ingest_stats(stats);
+  return index;
+}
+
+}  // namespace
+
+Metric resolve_metric(const Config& cfg) {
+  if (cfg.search.metric) return *cfg.search.metric;
+  const std::string d = read_string_attribute(cfg.corpus.path, "distance");
+  if (d.empty()) return Metric::kInnerProduct;
+  if (d == "angular" || d == "cosine") return Metric::kCosine;
+  if (d == "euclidean" || d == "l2") return Metric::kL2;
+  if (d == "dot" || d == "ip" || d == "inner_product") return Metric::kInnerProduct;
+  throw Error("'" + cfg.corpus.path + "': attribute distance='" + d +
+              "' is not understood; set search.metric (inner_product, cosine, l2)");
+}
+
+bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
+
+std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows) {
+  const std::uint64_t r = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0));
+  const std::uint64_t d = static_cast<std::uint64_t>(std::max<std::int64_t>(dim, 0));
+  if (!streamed) return r * (4 * d + 8);
+  const std::uint64_t block = std::min<std::uint64_t>(r, static_cast<std::uint64_t>(std::max(1LL, read_chunk_rows)));
+  const std::uint64_t buffers = r > block ? 2 : (r > 0 ? 1 : 0);
+  return r * 8 + buffers * block * d * 4;
+}
+
+int resolve_threads(const Config& cfg, int local_size) {
+  if (cfg.engine.threads > 0) return cfg.engine.threads;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, hw / std::max(1, local_size));
+}
+
+EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm) {
+  EngineBackend backend = cfg.engine.backend;
+  if (backend == EngineBackend::kAuto) backend = cuda_available() ? EngineBackend::kCuda : EngineBackend::kCpu;
+  if (backend == EngineBackend::kCuda) {
+    SHARDTOPK_EXPECTS(built_with_cuda(), "engine.backend 'cuda': this shardtopk was built without CUDA "
+                                         "(reconfigure with -DSHARDTOPK_CUDA=ON) ; use engine.backend 'cpu'");
+    const int ngpu = cuda_device_count();
+    SHARDTOPK_EXPECTS(ngpu > 0, "engine.backend 'cuda': no GPU is visible; use engine.backend 'cpu' or 'auto'");
+    SHARDTOPK_EXPECTS(host_comm.local_size() <= ngpu, "engine.backend 'cuda': ", host_comm.local_size(),
+                      " ranks on this node but only ", ngpu, " GPU(s) visible; start at most ", ngpu,
+                      " ranks per node (one rank per GPU)");
+  }
+  return backend;
+}
+
+std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
+                                          const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
+                                          IngestStats stats) {
+  SHARDTOPK_EXPECTS(!shard.streamed, "build_index: a streamed shard is load_index's own (ShardInput::streamed)");
+  return build_index_impl(cfg, metric, total_rows, rows, shard, std::move(host_comm), stats, {});
+}
+
+std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
+  const auto t0 = Clock::now();
+  Config cfg = cfg_in;
+  std::unique_ptr<Communicator> host_comm = make_mpi_communicator(cfg.comm.timeout_s);
+  const int rank = host_comm->rank(), world = host_comm->world_size();
+  init_logging(rank, world);
+
+  bool ok = true;
+  std::string msg;
+  Metric metric = Metric::kInnerProduct;
+  IngestStats stats;
+  std::unique_ptr<float[]> shard;
+  std::int64_t nrows = 0;
+  std::vector<std::int64_t> ids;
+  // Read state shared with the streamed path, which reads inside build_index_impl.
+  ReadOptions ropt;
+  auto tr = Clock::now();
+  auto last_log = tr;
+  double row_bytes = 0;
+  bool streamed = false;
+  StreamRows stream_rows;
+  try {
+    validate(cfg);
+    const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+    SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name,
+                      "' must be 2-D [rows, dim], but it is ", info.dims.size(), "-D");
+    SHARDTOPK_EXPECTS(info.is_float, "'", cfg.corpus.path, "': dataset '", info.name, "' has dtype ", info.dtype,
+                      "; expected float16, float32 or float64");
+    SHARDTOPK_EXPECTS(info.dims[0] >= 1 && info.dims[1] >= 1, "'", cfg.corpus.path, "': dataset '", info.name,
+                      "' is empty [", info.dims[0], ", ", info.dims[1], "]");
+    metric = resolve_metric(cfg);
+    stats.total_rows = info.dims[0];
+    stats.dim = info.dims[1];
+    stats.rows = shard_rows(stats.total_rows, world, rank);
+    spdlog::debug("shard plan: rank {} of {} holds rows [{}, {}) ({} of {} rows, dim {})", rank, world, stats.rows.lo,
+                  stats.rows.hi, stats.rows.size(), stats.total_rows, stats.dim);
+    // Refuse a bad backend before reading anything. The CUDA engine takes inner-product and L2
+    // rows streamed: each block is read into pinned memory while the previous one is copied to
+    // the GPU (no host copy of the shard). Cosine rows are normalised on the host first.
+    streamed = streams_shard(choose_backend(cfg, *host_comm) == EngineBackend::kCuda, metric);
+
+    // Read this rank's rows only, in blocks, on the rank's cores.
+    tr = Clock::now();
+    last_log = tr;
+    ropt.chunk_rows = cfg.engine.read_chunk_rows;
+    ropt.threads = resolve_threads(cfg, host_comm->local_size());
+    ropt.label = "corpus row";
+    // Values the engine's storage cannot hold are refused by name (cosine rows are normalised
+    // first, so only float32's range applies to them).
+    ropt.storage = metric == Metric::kCosine ? Dtype::kFloat32 : cfg.engine.dtype;
+    row_bytes = static_cast<double>(stats.dim) * (info.dtype == "float16" ? 2 : info.dtype == "float64" ? 8 : 4);
+    if (log_progress && rank == 0) {
+      ropt.progress = [&](std::int64_t done, std::int64_t total) {
+        if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
+          last_log = Clock::now();
+          const double sec = seconds_since(tr);
+          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} MB/s", done, total, 100.0 * done / total,
+                       sec, done * row_bytes / std::max(sec, 1e-9) / 1e6);
+        }
+      };
+    }
+    nrows = stats.rows.size();
+    ids.resize(static_cast<size_t>(stats.rows.size()));
+    if (!cfg.corpus.ids_dataset.empty()) {
+      std::vector<std::int64_t> all = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
+      SHARDTOPK_EXPECTS(static_cast<std::int64_t>(all.size()) == stats.total_rows, "'", cfg.corpus.path,
+                        "': ids dataset '", cfg.corpus.ids_dataset, "' has ", all.size(), " entries but '",
+                        cfg.corpus.dataset, "' has ", stats.total_rows, " rows");
+      std::copy(all.begin() + stats.rows.lo, all.begin() + stats.rows.hi, ids.begin());
+      std::vector<std::int64_t> sorted = std::move(all);
+      std::sort(sorted.begin(), sorted.end());
+      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+      SHARDTOPK_EXPECTS(dup == sorted.end(), "'", cfg.corpus.path, "': ids dataset '", cfg.corpus.ids_dataset,
+                        "' is not unique: id ", (dup == sorted.end() ? 0 : *dup), " appears more than once");
+      SHARDTOPK_EXPECTS(sorted.empty() || sorted.back() != kPadId, "ids dataset: id ", kPadId, " is reserved");
+    } else {
+      for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
+    }
+    if (streamed) {
+      stream_rows = [&](Engine& e) {
+        tr = Clock::now();
+        last_log = tr;
+        std::vector<NormSummary> parts;
+        read_row_blocks(
+            cfg.corpus.path, cfg.corpus.dataset, stats.rows, RowFormat::kFloat32, ropt,
+            [&](const RowBlock& b) {
+              const float* x = static_cast<const float*>(b.data);
+              e.load_rows(b.first_row - stats.rows.lo, b.rows, x);  // queued: the copy runs meanwhile
+              parts.push_back(shard_norms(x, b.rows, b.cols, b.first_row, ropt.threads));
+            },
+            [&](std::int64_t, std::int64_t n) -> void* { return e.load_buffer(n); });
+        e.finish_load();
+        const NormSummary norms = combine_norms(parts);
+        check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
+        if (log_progress && rank == 0) {
+          const double sec = seconds_since(tr);
+          spdlog::info("rank 0 read its {} rows into its GPU in {:.2f} s ({:.0f} MB/s as stored; each block read "
+                       "while the previous one is copied)",
+                       nrows, sec, nrows * row_bytes / std::max(sec, 1e-9) / 1e6);
+        }
+        return norms;
+      };
+    }
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  if (ok && !streamed) try {
+    // new float[] (not a zeroed std::vector): the reader's threads fault the pages in in parallel.
+    shard.reset(new float[static_cast<size_t>(std::max<std::int64_t>(1, nrows * stats.dim))]);
+    read_rows_into(cfg.corpus.path, cfg.corpus.dataset, stats.rows, ropt, shard.get());
+    const double read_only_s = seconds_since(tr);
+    // Score range (admission.hpp): raw row norms, before any cosine normalisation.
+    const NormSummary norms = shard_norms(shard.get(), nrows, stats.dim, stats.rows.lo, ropt.threads);
+    stats.max_row_norm = norms.max_norm;
+    stats.max_row_norm_row = norms.row;
+    check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
+    if (metric == Metric::kCosine) {
+      // norms computed once at ingest: rows are stored normalised. Messages use global rows;
+      // parts are in row order, so the first error names the first zero-norm row.
+      parallel_ranges(nrows, range_parts(nrows, std::max(1, ropt.threads), 4096),
+                      [&](std::int64_t lo, std::int64_t hi, int) {
+                        normalize_rows(shard.get() + lo * stats.dim, hi - lo, stats.dim, stats.rows.lo + lo,
+                                       "corpus row");
+                      });
+    }
+    stats.read_s = seconds_since(tr);
+    if (log_progress && rank == 0)
+      spdlog::info("rank 0 read its {} rows in {:.2f} s ({:.0f} MB/s as stored), then norms{} in {:.2f} s", nrows,
+                   read_only_s, nrows * row_bytes / std::max(read_only_s, 1e-9) / 1e6,
+                   metric == Metric::kCosine ? " and normalisation" : "", stats.read_s - read_only_s);
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  host_comm->check(ok, msg);
+
+  ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
+  in.streamed = streamed;
+  auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows);
+  IngestStats final_stats = index->ingest_stats();
+  double mine = seconds_since(t0);
+  std::vector<double> all(static_cast<size_t>(world));
+  index->host_comm().allgather(&mine, all.data(), sizeof(double));
+  final_stats.total_s = *std::max_element(all.begin(), all.end());
+  index->set_ingest_stats(final_stats);
+  if (rank == 0) {
+    spdlog::info("corpus {} '{}' [{} x {}], metric {}, {} rank(s); engine {} ({}), comm {}; ingest {:.2f} s",
+                 cfg.corpus.path, cfg.corpus.dataset, final_stats.total_rows, final_stats.dim, to_string(metric),
+                 world, index->engine_info().name, to_string(index->engine_info().dtype), index->data_comm().name(),
+                 final_stats.total_s);
+  }
+  return index;
+}
+
+}  // namespace shardtopk
