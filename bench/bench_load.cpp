@@ -26,6 +26,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "core/stats.hpp"
 #include "core/half.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/engine.hpp"
@@ -47,11 +48,7 @@ struct Result {
   std::string first_error;
 };
 
-double pct(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5)];
-}
+double pct(const std::vector<double>& v, double p) { return v.empty() ? 0.0 : percentile(v, p); }
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;

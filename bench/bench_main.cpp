@@ -122,7 +122,7 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
   int code = 0;
   if (!parse_options(argc, argv, program, about, &opt, &code)) return code;
   init_logging(rank, world);
-  if (std::getenv("SHARDTOPK_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::warn);
+  if (!log_level_from_environment()) spdlog::set_level(spdlog::level::warn);
 
   Config cfg;
   for (const auto& s : opt.sets) apply_override(cfg, s);
@@ -130,8 +130,7 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
   cfg.search.k_max = std::max(cfg.search.k_max, *std::max_element(opt.ks.begin(), opt.ks.end()));
   if (!opt.metric.empty()) cfg.search.metric = parse_metric(opt.metric);
 
-  const char* corrupt_env = std::getenv("SHARDTOPK_BENCH_CORRUPT");
-  const int corrupt = corrupt_env ? std::atoi(corrupt_env) : 0;
+  const int corrupt = opt.corrupt;
   std::vector<json> baseline;
   if (rank == 0 && !opt.baseline.empty()) {
     if (std::ifstream(opt.baseline).good()) {
@@ -197,7 +196,7 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
       std::cout << "# " << program << ": " << world << " rank(s), engine " << idx->engine_name() << " ("
                 << idx->device_name() << "), comm " << idx->comm_name() << ", rows "
                 << (spec.generated ? "generated on the " + idx->generated_on() : "from " + spec.path)
-                << ", git " << git_commit() << "\n"
+                << ", git " << git_commit(opt.git) << "\n"
                 << "# iters " << opt.iters << ", warm-up " << opt.warmup << ", check " << opt.check
                 << ", read floor " << opt.floor_gbps << " GB/s per rank\n"
                 << table.header() << std::flush;
@@ -261,9 +260,9 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
               s.ids.assign(ids.begin() + static_cast<size_t>(j) * k, ids.begin() + static_cast<size_t>(j + 1) * k);
               s.scores.assign(scores.begin() + static_cast<size_t>(j) * k,
                               scores.begin() + static_cast<size_t>(j + 1) * k);
-              // Test hooks, so a test can see the check catch a wrong answer: SHARDTOPK_BENCH_CORRUPT=1
+              // Test hooks, so a test can see the check catch a wrong answer: --corrupt 1
               // swaps the returned K-th id for another row (bench_search_catches_wrong: a bad score);
-              // =2 swaps the best id instead, scores kept, so (K >= 2, no near tie) the true best row
+              // 2 swaps the best id instead, scores kept, so (K >= 2, no near tie) the true best row
               // beats the returned K-th and is missing: the count check's miss count must see it
               // (bench_search_count_catches_missed).
               if (corrupt == 1 && !s.ids.empty()) s.ids.back() = (s.ids.back() + corpus.rows / 2 + 1) % corpus.rows;
@@ -384,7 +383,7 @@ int bench_main_impl(MpiSession& mpi, int argc, char** argv, const char* program,
       r["rows_from"] = spec.generated ? "generated:" + idx->generated_on() : spec.path;
       r["seed"] = opt.seed;
       r["device"] = idx->device_name();
-      r["git"] = git_commit();
+      r["git"] = git_commit(opt.git);
       r["host"] = host_name();
       r["time"] = utc_now();
       if (!opt.tag.empty()) r["tag"] = opt.tag;

@@ -31,7 +31,7 @@ PART=${PART:-all}
 BUILD=${BUILD_DIR:-build-gpu}
 PY=${PYTHON:-python3}
 export NCCL_NVLS_ENABLE=0  # always: NVLink SHARP multicast is not available to these jobs
-export SHARDTOPK_GIT_COMMIT=${SHARDTOPK_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$( [[ -n "$(git status --porcelain -uno 2>/dev/null)" ]] && echo -dirty)}
+GIT_COMMIT=${SHARDTOPK_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$( [[ -n "$(git status --porcelain -uno 2>/dev/null)" ]] && echo -dirty)}
 T_START=$(date +%s)
 status=0
 SUMMARY=()
@@ -60,13 +60,13 @@ GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 {
   echo "date: $(date -u +%FT%TZ)  host: $(hostname)  cpus: $(nproc)  gpus: $GPUS  sweep: $SWEEP  part: $PART"
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null
-  echo "git: $SHARDTOPK_GIT_COMMIT"
+  echo "git: $GIT_COMMIT"
   $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
 } | tee "$OUTDIR/env.txt"
 HAVE_TORCH=0
 $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && HAVE_TORCH=1
 if [[ -z "${NP2:-}" ]]; then NP2=0; (( GPUS >= 2 )) && NP2=1; fi
-MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE=0 -x SHARDTOPK_GIT_COMMIT)
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE=0)
 
 # run NAME TIMEOUT CMD...: one step, its log in OUTDIR/NAME.log, killed at TIMEOUT seconds.
 # Every limit is cut to what is left of BUDGET_S (default 560 s), so one call never overruns.

@@ -98,6 +98,9 @@ bool parse_options(int argc, char** argv, const std::string& program, const std:
   app.add_option("--baseline", o->baseline, "JSON lines holding 1-rank records: strong/weak scaling efficiency");
   app.add_option("--check-threads", o->check_threads, "host threads for checks (0: cores / ranks per node)");
   app.add_option("--tag", o->tag, "free text copied into every JSON record");
+  app.add_option("--git", o->git, "commit recorded in every JSON record (default: the source's at configure time)");
+  app.add_option("--corrupt", o->corrupt, "tests only: 1 damages returned ids, 2 the count check's device pass")
+      ->check(CLI::Range(0, 2));
   try {
     app.parse(argc, argv);
     if (!rows.empty()) o->rows = parse_counts<std::int64_t>(rows, "-N");
@@ -126,18 +129,8 @@ bool parse_options(int argc, char** argv, const std::string& program, const std:
   return true;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-std::string git_commit() {
-  const char* e = std::getenv("SHARDTOPK_GIT_COMMIT");
-  return e && *e ? e : SHARDTOPK_GIT_COMMIT;
+std::string git_commit(const std::string& override) {
+  return override.empty() ? std::string(SHARDTOPK_GIT_COMMIT) : override;
 }
 
 std::string host_name() {

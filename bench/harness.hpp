@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/stats.hpp"
 #include "shardtopk/config.hpp"
 #include "shardtopk/types.hpp"
 
@@ -44,6 +45,8 @@ struct Options {
   std::string baseline;                     ///< JSON lines with 1-rank records for efficiency
   int check_threads = 0;                    ///< host threads for checks (0: cores / local ranks)
   std::string tag;                          ///< free text copied into every record
+  std::string git;                          ///< --git: the commit to record (default: CMake's at configure time)
+  int corrupt = 0;                          ///< --corrupt 1|2 (tests only): damage returned answers so the check must fail
 };
 
 /// Parse argv (CLI11). `defaults` supplies the binary's default sweep. Returns false when the
@@ -51,11 +54,8 @@ struct Options {
 bool parse_options(int argc, char** argv, const std::string& program, const std::string& about,
                    Options* opt, int* exit_code);
 
-/// Percentile (0..100) of `v` (copied and sorted; nearest-rank with linear interpolation).
-double percentile(std::vector<double> v, double p);
-
-/// Git commit of the source: $SHARDTOPK_GIT_COMMIT, else the one CMake saw at configure time.
-std::string git_commit();
+/// Git commit of the source: `override` when given (--git), else the one CMake saw at configure time.
+std::string git_commit(const std::string& override = "");
 std::string host_name();
 /// Model name of this CPU (/proc/cpuinfo).
 std::string cpu_name();

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/half.hpp"
+#include "core/parallel.hpp"
 #include "core/log.hpp"
 #include "device_check.hpp"
 #include "device_timer.hpp"
@@ -26,18 +27,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 template <typename F>
 void parallel_for(std::int64_t n, int threads, F&& f) {  // f(lo, hi, thread)
-  threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
-  if (threads <= 1) {
-    if (n > 0) f(std::int64_t{0}, n, 0);
-    return;
-  }
-  std::vector<std::thread> pool;
-  const std::int64_t per = (n + threads - 1) / threads;
-  for (int t = 0; t < threads; ++t) {
-    const std::int64_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
-    if (lo < hi) pool.emplace_back([&f, lo, hi, t] { f(lo, hi, t); });
-  }
-  for (auto& th : pool) th.join();
+  parallel_ranges(n, range_parts(n, std::max(1, threads), 1), f);
 }
 
 }  // namespace

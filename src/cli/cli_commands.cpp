@@ -17,6 +17,7 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
+#include "core/stats.hpp"
 #include "service/service.hpp"
 #include "shardtopk/results.hpp"
 
@@ -24,15 +25,6 @@ namespace shardtopk::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
 
 // Argument checks that need no corpus rows (only file headers), made before the (possibly long)
 // ingest. The same on every rank, so every rank fails alike and rank 0 speaks.

@@ -11,6 +11,11 @@ namespace {
 std::atomic<bool> warned_bad_level{false};
 }  // namespace
 
+bool log_level_from_environment() {
+  const char* lvl = std::getenv("SHARDTOPK_LOG_LEVEL");
+  return lvl && *lvl;
+}
+
 void init_logging(int rank, int world_size) {
   auto logger = spdlog::get("shardtopk");
   if (!logger) logger = spdlog::stderr_color_mt("shardtopk");

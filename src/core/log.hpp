@@ -6,4 +6,6 @@
 namespace shardtopk {
 /// Set up the default logger for this rank (idempotent).
 void init_logging(int rank, int world_size);
+/// True when SHARDTOPK_LOG_LEVEL is set (programs with a quieter default keep the user's level).
+bool log_level_from_environment();
 }  // namespace shardtopk

@@ -26,6 +26,7 @@
 
 #include "core/half.hpp"
 #include "core/log.hpp"
+#include "core/parallel.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/oracle.hpp"
@@ -112,9 +113,14 @@ void compute_truth(Metric m, const std::vector<float>& corpus, std::int64_t n, c
   const std::int64_t slice = 4;
   std::atomic<std::int64_t> next{0}, done{0};
   std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&]() {
+  const auto t0 = Clock::now();
+  if (progress)
+    spdlog::info("ground truth: {} queries x {} rows x {} dims, k={}, metric {}, float64 oracle on {} thread(s)", nq,
+                 n, dim, k, to_string(m), threads);
+  auto last = Clock::now();
+  // One worker per thread pulls small query slices from a shared counter (queries cost alike,
+  // but a slice per pull keeps every thread busy to the end); worker 0 also logs progress.
+  parallel_ranges(threads, threads, [&](std::int64_t, std::int64_t, int worker) {
     std::vector<std::int64_t> sid;
     std::vector<double> ssc;
     try {
@@ -126,34 +132,20 @@ void compute_truth(Metric m, const std::vector<float>& corpus, std::int64_t n, c
         std::copy(sid.begin(), sid.end(), ids->begin() + q0 * k);
         std::copy(ssc.begin(), ssc.end(), scores->begin() + q0 * k);
         done.fetch_add(q1 - q0);
+        if (worker == 0 && progress && seconds_since(last) >= 5.0) {
+          last = Clock::now();
+          const std::int64_t d = done.load();
+          const double el = seconds_since(t0);
+          const double eta = d > 0 ? el * static_cast<double>(nq - d) / static_cast<double>(d) : 0.0;
+          spdlog::info("ground truth: {}/{} queries ({:.1f}%), {:.0f} s elapsed, ~{:.0f} s left", d, nq,
+                       100.0 * static_cast<double>(d) / static_cast<double>(nq), el, eta);
+        }
       }
     } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
       failed.store(true);
+      throw;  // parallel_ranges rethrows the lowest worker's error after all joined
     }
-  };
-  const auto t0 = Clock::now();
-  if (progress)
-    spdlog::info("ground truth: {} queries x {} rows x {} dims, k={}, metric {}, float64 oracle on {} thread(s)", nq,
-                 n, dim, k, to_string(m), threads);
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-  auto last = Clock::now();
-  while (done.load() < nq && !failed.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (progress && seconds_since(last) >= 5.0) {
-      last = Clock::now();
-      const std::int64_t d = done.load();
-      const double el = seconds_since(t0);
-      const double eta = d > 0 ? el * static_cast<double>(nq - d) / static_cast<double>(d) : 0.0;
-      spdlog::info("ground truth: {}/{} queries ({:.1f}%), {:.0f} s elapsed, ~{:.0f} s left", d, nq,
-                   100.0 * static_cast<double>(d) / static_cast<double>(nq), el, eta);
-    }
-  }
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+  });
   if (progress) spdlog::info("ground truth: {} queries done in {:.1f} s", nq, seconds_since(t0));
 }
 
