@@ -1,5 +1,6 @@
 // Built when shardtopk is configured without CUDA (-DSHARDTOPK_CUDA=OFF or no nvcc): the CUDA
 // engine and NCCL communicator report that they are absent; everything else works on the CPU.
+#include "engine/space.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
@@ -11,8 +12,13 @@ bool built_with_nccl() { return false; }
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 
-std::unique_ptr<Engine> make_cuda_engine(const ShardInput&, Metric, Dtype, int, const EngineLimits&) {
+std::unique_ptr<Engine> make_cuda_engine(const ShardInput&, Metric, Dtype, const EngineLimits&, const EngineOptions&,
+                                         void*) {
   throw Error("engine.backend 'cuda': this shardtopk was built without CUDA (reconfigure with -DSHARDTOPK_CUDA=ON)");
+}
+
+std::unique_ptr<Space> make_cuda_space(int) {
+  throw Error("a CUDA memory space: this shardtopk was built without CUDA (reconfigure with -DSHARDTOPK_CUDA=ON)");
 }
 
 bool cuda_device_memory(int, std::uint64_t*, std::uint64_t*) { return false; }

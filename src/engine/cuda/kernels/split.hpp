@@ -1,0 +1,20 @@
+#pragma once
+// The final answer's split into ids and reported scores (host launcher).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "shardtopk/ordering.hpp"
+
+namespace shardtopk::cuda_detail {
+
+/// Splits list [n] (device) into ids [n] and reported scores [n] (l2: the squared distance
+/// −score; otherwise the score), so that only n × (8 + 4) bytes cross to the host. ids and
+/// scores may be device memory or mapped pinned host memory (pass its device address): the
+/// kernel writes through the mapping, with no copy after it. On `stream`, returns at once
+/// (capturable). n = 0: nothing.
+void split_results(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores,
+                   cudaStream_t stream);
+
+}  // namespace shardtopk::cuda_detail
