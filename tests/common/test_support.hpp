@@ -168,21 +168,29 @@ struct Answer {
   std::vector<float> scores;
 };
 
-/// Search nq queries through an engine in batches of `batch` (queries are prepared: cosine
-/// normalises them in the engine's query buffer, as the index does).
+/// Search nq queries through a host-space engine in batches of `batch` (queries are prepared,
+/// cosine normalising them in place, as the index does).
 inline Answer run_engine(Engine& e, const std::vector<float>& queries, std::int64_t nq, int k, int batch) {
-  const std::int64_t dim = e.dim();
+  const EngineInfo info = e.info();
+  const std::int64_t dim = info.dim;
   Answer a;
   a.ids.resize(static_cast<size_t>(nq * k));
   a.scores.resize(a.ids.size());
+  std::vector<float> q(static_cast<size_t>(batch * dim));
+  std::vector<Candidate> out(static_cast<size_t>(batch) * k);
   for (std::int64_t q0 = 0; q0 < nq; q0 += batch) {
     const int b = static_cast<int>(std::min<std::int64_t>(batch, nq - q0));
-    std::copy(queries.begin() + q0 * dim, queries.begin() + (q0 + b) * dim, e.query_buffer());
-    e.prepare_queries(e.query_buffer(), b);
-    e.search(e.query_buffer(), b, k, e.local_buffer());
+    std::copy(queries.begin() + q0 * dim, queries.begin() + (q0 + b) * dim, q.begin());
+    e.prepare_queries(q.data(), b, nullptr);
+    SearchArgs args;
+    args.queries = q.data();
+    args.batch = b;
+    args.k = k;
+    args.out = out.data();
+    e.search(args);
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(b) * k; ++i) {
-      a.ids[q0 * k + i] = e.local_buffer()[i].id;
-      a.scores[q0 * k + i] = reported_score(e.metric(), e.local_buffer()[i].score);
+      a.ids[q0 * k + i] = out[i].id;
+      a.scores[q0 * k + i] = reported_score(info.metric, out[i].score);
     }
   }
   return a;
