@@ -54,6 +54,8 @@ class CudaEngine final : public Engine {
     check_shape(s.rows, s.dim, lim);
     SHARDTOPK_EXPECTS(s.rows == 0 || s.generated || s.streamed || s.data != nullptr, "CUDA engine: shard of ", s.rows,
                       " rows given without data");
+    SHARDTOPK_EXPECTS(!(s.streamed && s.rows > 0 && metric == Metric::kCosine), "CUDA engine: a streamed shard cannot "
+                      "be cosine (rows are normalised on the host before the upload)");
     select_device();
     cap_ = cand_cap(lim);
     const std::size_t sort_smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
@@ -105,8 +107,13 @@ class CudaEngine final : public Engine {
   }
 
   ~CudaEngine() override {
-    // No work of this engine may still read the memory freed below (the stream may outlive it).
-    (void)cudaStreamSynchronize(stream_);
+    // No work of this engine may still read the memory freed below: searches may have been
+    // ordered on callers' streams, so wait for the whole device (its stream may outlive it).
+    int prev = -1;
+    const bool known = cudaGetDevice(&prev) == cudaSuccess;
+    if (known && prev != device_) (void)cudaSetDevice(device_);
+    (void)cudaDeviceSynchronize();
+    if (known && prev != device_ && prev >= 0) (void)cudaSetDevice(prev);
   }
 
   EngineInfo info() const override {
@@ -155,7 +162,8 @@ class CudaEngine final : public Engine {
 
   /// One CUDA graph per (queries, out, k, batch, epilogue), captured once and replayed on the
   /// search's stream. Batch 1 returns without waiting; batch ≥ 2 waits for its overflow flags
-  /// and re-runs an overflowing query through the batch-1 scan (same bits).
+  /// and re-runs an overflowing query through the batch-1 scan (same bits). Searches share the
+  /// engine's workspace: one on another stream must be ordered after the previous one.
   void search(const SearchArgs& a) override {
     check_batch(a.batch);
     SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= limits_.k_max, "k=", a.k, " out of range: allowed 1 .. ", limits_.k_max,
@@ -328,8 +336,6 @@ class CudaEngine final : public Engine {
     }
     CHECK_CUDA(cudaMemsetAsync(ws_.status, 0xFF, 2 * sizeof(unsigned long long), stream_));
     if (s.streamed) {  // rows follow through load_rows(); finish_load() ends with upload_checks()
-      SHARDTOPK_EXPECTS(metric_ != Metric::kCosine, "CUDA engine: a streamed shard cannot be cosine (rows are "
-                                                    "normalised on the host before the upload)");
       streaming_ = true;
       stream_ids_ = s.ids;
       stream_first_row_ = s.first_row;
