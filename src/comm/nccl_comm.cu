@@ -27,6 +27,7 @@
 
 #include "core/backoff.hpp"
 #include "core/cuda_check.cuh"
+#include "core/cuda_raii.cuh"
 #include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
@@ -258,13 +259,10 @@ class NcclCommunicator final : public Communicator {
   /// now (within the timeout, while every rank is known to be alive) instead of lazily during
   /// the first search, and before any collective is captured in a graph (issue()).
   void warm_up() {
-    void* buf = nullptr;
     const std::size_t n = 16;
-    CHECK_CUDA(cudaMalloc(&buf, n * static_cast<std::size_t>(world_size())));
-    struct Free {
-      void* p;
-      ~Free() { (void)cudaFree(p); }
-    } free_buf{buf};
+    cuda_detail::DeviceBuffer owned;
+    owned.allocate(n * static_cast<std::size_t>(world_size()));
+    void* buf = owned.get();
     CHECK_CUDA(cudaMemsetAsync(buf, 0, n * static_cast<std::size_t>(world_size()), stream_));
     char* base = static_cast<char*>(buf);
     warming_up_ = true;  // eager: these two are not replayed later

@@ -1,15 +1,17 @@
 #pragma once
-// Private helpers for the CUDA sources: checked CUDA/NCCL calls that throw shardtopk::Error
-// (never abort(): in a service one rank's abort() kills every rank), and a device guard.
+// Private helpers for the CUDA sources: checked CUDA/cuBLAS/NCCL calls that throw
+// shardtopk::Error (never abort(): in a service one rank's abort() kills every rank), and a
+// device guard. The RAII holders of CUDA resources are in cuda_raii.cuh.
 //
 // Messages name the call as written, the error's name and description, the current device
 // and file:line, e.g.
 //   CUDA call cudaMalloc(&p, bytes) failed on device 0: cudaErrorMemoryAllocation (out of
-//   memory) at src/cuda/cuda_engine.cu:412
+//   memory) at src/engine/cuda/cuda_space.cu:48
 // Callers that know their MPI rank (the NCCL communicator) prefix "rank R: " themselves.
 // CHECK_NCCL exists only where <nccl.h> was included before this header (nccl_comm.cu), so the
 // engine does not depend on NCCL headers.
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -29,6 +31,11 @@ namespace shardtopk::cuda_detail {
   (void)cudaGetLastError();
   throw Error(detail::concat("CUDA call ", call, " failed on device ", dev, ": ", cudaGetErrorName(err), " (",
                              cudaGetErrorString(err), ") at ", file, ":", line));
+}
+
+/// Builds the message for a failed cuBLAS call and throws Error.
+[[noreturn]] inline void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {
+  throw Error(detail::concat("cuBLAS call ", call, " failed: ", cublasGetStatusString(st), " at ", file, ":", line));
 }
 
 /// Makes `device` current for the lifetime of the guard and restores the previous device, so an
@@ -68,6 +75,15 @@ class DeviceGuard {
 /// Checks the launch of the kernel just enqueued (bad configuration, too much shared memory).
 /// Faults inside the kernel surface at the next synchronising call, which is checked too.
 #define CHECK_CUDA_LAUNCH() CHECK_CUDA(cudaGetLastError())
+
+/// Checks a cuBLAS call; throws shardtopk::Error with the call text, cuBLAS's status string and
+/// file:line.
+#define CHECK_CUBLAS(call)                                                                     \
+  do {                                                                                         \
+    const cublasStatus_t shardtopk_cublas_st_ = (call);                                        \
+    if (shardtopk_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                         \
+      ::shardtopk::cuda_detail::throw_cublas_error(shardtopk_cublas_st_, #call, __FILE__, __LINE__); \
+  } while (0)
 
 #if defined(NCCL_MAJOR)
 namespace shardtopk::cuda_detail {

@@ -29,6 +29,8 @@
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/shard_plan.hpp"
 #include "shardtopk/types.hpp"
+#include "engine/space.hpp"
+#include "engine_runner.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk::test {
@@ -52,18 +54,35 @@ RankGpu rank_gpu() {
   s.host = make_mpi_communicator(60.0);
   const int gpus = cuda_device_count();
   if (s.host->local_size() > gpus)
-    s.skip = "needs one GPU per rank: " + std::to_string(s.host->local_size()) + " ranks on this node, " +
-             std::to_string(gpus) + " GPUs";
+    s.skip = "needs at least " + std::to_string(s.host->local_size()) + " GPUs (one per rank on this node); " +
+             std::to_string(gpus) + " visible";
   s.device = gpus > 0 ? s.host->local_rank() % gpus : 0;
   return s;
 }
 
-EngineLimits limits(int batch_max, int k_max, int world) {
-  EngineLimits l;
-  l.batch_max = batch_max;
-  l.k_max = k_max;
-  l.world_size = world;
-  return l;
+EngineOptions on_device(int device) {
+  EngineOptions o;
+  o.device = device;
+  return o;
+}
+
+/// Device buffers of a test: queries [rows, dim] floats, candidates [cands], gathered [P, cands].
+struct Buffers {
+  std::unique_ptr<Space> space;
+  float* queries = nullptr;
+  Candidate* local = nullptr;
+  Candidate* gathered = nullptr;
+  Candidate* merged = nullptr;
+};
+
+Buffers buffers(int device, std::size_t query_floats, std::size_t cands, int world) {
+  Buffers b;
+  b.space = make_cuda_space(device);
+  b.queries = static_cast<float*>(b.space->alloc(query_floats * sizeof(float)));
+  b.local = static_cast<Candidate*>(b.space->alloc(cands * sizeof(Candidate)));
+  b.gathered = static_cast<Candidate*>(b.space->alloc(cands * static_cast<std::size_t>(world) * sizeof(Candidate)));
+  b.merged = static_cast<Candidate*>(b.space->alloc(cands * sizeof(Candidate)));
+  return b;
 }
 
 std::uint32_t bits_of(float f) {
@@ -73,12 +92,7 @@ std::uint32_t bits_of(float f) {
 }
 
 std::vector<Candidate> device_search(Engine& e, const std::vector<float>& q, int nq, int k) {
-  e.copy_from_host(e.query_buffer(), q.data(), q.size() * sizeof(float));
-  e.prepare_queries(e.query_buffer(), nq);
-  e.search(e.query_buffer(), nq, k, e.local_buffer());
-  std::vector<Candidate> out(static_cast<size_t>(nq) * k);
-  e.copy_to_host(out.data(), e.local_buffer(), out.size() * sizeof(Candidate));
-  return out;
+  return EngineRunner(e).search(q.data(), nq, k);
 }
 
 TEST(NcclComm, BroadcastAndAllgather) {
@@ -88,9 +102,9 @@ TEST(NcclComm, BroadcastAndAllgather) {
   if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   const int P = s.host->world_size(), r = s.host->rank();
   const int dim = 8, batch = 4, k = 16;
-  auto e = make_cuda_engine(ShardInput{nullptr, 0, dim, nullptr}, Metric::kInnerProduct, Dtype::kFloat32, s.device,
-                            limits(batch, k, P));
-  auto nccl = make_nccl_communicator(*s.host, e->stream(), s.device, 30.0);
+  Buffers b = buffers(s.device, static_cast<std::size_t>(batch) * dim, static_cast<std::size_t>(batch) * k, P);
+  Space& sp = *b.space;
+  auto nccl = make_nccl_communicator(*s.host, sp.stream(), s.device, 30.0);
   EXPECT_EQ(nccl->name(), "nccl");
   EXPECT_EQ(nccl->rank(), r);
   EXPECT_EQ(nccl->world_size(), P);
@@ -102,10 +116,10 @@ TEST(NcclComm, BroadcastAndAllgather) {
   for (int root = 0; root < P; ++root) {
     std::vector<float> q(static_cast<size_t>(batch) * dim);
     for (size_t i = 0; i < q.size(); ++i) q[i] = r == root ? static_cast<float>(root * 1000 + i) : -1.0f;
-    e->copy_from_host(e->query_buffer(), q.data(), q.size() * sizeof(float));
-    nccl->broadcast(e->query_buffer(), q.size() * sizeof(float), root);
+    sp.from_host(b.queries, q.data(), q.size() * sizeof(float), true);
+    nccl->broadcast(b.queries, q.size() * sizeof(float), root);
     std::vector<float> got(q.size());
-    e->copy_to_host(got.data(), e->query_buffer(), got.size() * sizeof(float));
+    sp.to_host(got.data(), b.queries, got.size() * sizeof(float), true);
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_EQ(got[i], static_cast<float>(root * 1000 + i)) << "broadcast from root " << root << " element " << i;
   }
@@ -113,10 +127,10 @@ TEST(NcclComm, BroadcastAndAllgather) {
   const int per = 3 * k;  // a [3, k] candidate block per rank
   std::vector<Candidate> mine(static_cast<size_t>(per));
   for (int i = 0; i < per; ++i) mine[i] = Candidate{static_cast<float>(r * 100 + i), r * 100000LL + i};
-  e->copy_from_host(e->local_buffer(), mine.data(), mine.size() * sizeof(Candidate));
-  nccl->allgather(e->local_buffer(), e->gathered_buffer(), mine.size() * sizeof(Candidate));
+  sp.from_host(b.local, mine.data(), mine.size() * sizeof(Candidate), true);
+  nccl->allgather(b.local, b.gathered, mine.size() * sizeof(Candidate));
   std::vector<Candidate> all(static_cast<size_t>(P) * per);
-  e->copy_to_host(all.data(), e->gathered_buffer(), all.size() * sizeof(Candidate));
+  sp.to_host(all.data(), b.gathered, all.size() * sizeof(Candidate), true);
   for (int p = 0; p < P; ++p)
     for (int i = 0; i < per; ++i) {
       ASSERT_EQ(all[p * per + i].id, p * 100000LL + i) << "block of rank " << p;
@@ -137,9 +151,9 @@ TEST(NcclComm, RepeatedCollectivesCarryEachRoundsData) {
   if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   const int P = s.host->world_size(), r = s.host->rank();
   const int dim = 16, batch = 4, k = 32;
-  auto e = make_cuda_engine(ShardInput{nullptr, 0, dim, nullptr}, Metric::kInnerProduct, Dtype::kFloat32, s.device,
-                            limits(batch, k, P));
-  auto nccl = make_nccl_communicator(*s.host, e->stream(), s.device, 30.0);
+  Buffers b = buffers(s.device, static_cast<std::size_t>(batch) * dim, static_cast<std::size_t>(batch) * k, P);
+  Space& sp = *b.space;
+  auto nccl = make_nccl_communicator(*s.host, sp.stream(), s.device, 30.0);
   for (int round = 0; round < 6; ++round) {
     for (const int rows : {1, batch}) {
       SCOPED_TRACE("round " + std::to_string(round) + ", " + std::to_string(rows) + " row(s)");
@@ -147,22 +161,22 @@ TEST(NcclComm, RepeatedCollectivesCarryEachRoundsData) {
       std::vector<float> q(static_cast<size_t>(rows) * dim);
       for (size_t i = 0; i < q.size(); ++i)
         q[i] = r == root ? static_cast<float>(round * 10000 + rows * 100 + static_cast<int>(i)) : -1.0f;
-      e->copy_from_host(e->query_buffer(), q.data(), q.size() * sizeof(float));
-      nccl->broadcast_async(e->query_buffer(), q.size() * sizeof(float), root);
+      sp.from_host(b.queries, q.data(), q.size() * sizeof(float), true);
+      nccl->broadcast_async(b.queries, q.size() * sizeof(float), root);
       const int per = rows * k;
       std::vector<Candidate> mine(static_cast<size_t>(per));
       for (int i = 0; i < per; ++i) mine[i] = Candidate{static_cast<float>(round), r * 1000000LL + round * 1000 + i};
-      // queued after the broadcast on the engine's stream (copy_from_host then waits for both)
-      e->copy_from_host(e->local_buffer(), mine.data(), mine.size() * sizeof(Candidate));
-      nccl->allgather_async(e->local_buffer(), e->gathered_buffer(), mine.size() * sizeof(Candidate));
+      // queued after the broadcast on the space's stream (from_host then waits for both)
+      sp.from_host(b.local, mine.data(), mine.size() * sizeof(Candidate), true);
+      nccl->allgather_async(b.local, b.gathered, mine.size() * sizeof(Candidate));
       nccl->wait("test collectives");
       std::vector<float> got(q.size());
-      e->copy_to_host(got.data(), e->query_buffer(), got.size() * sizeof(float));
+      sp.to_host(got.data(), b.queries, got.size() * sizeof(float), true);
       for (size_t i = 0; i < got.size(); ++i)
         ASSERT_EQ(got[i], static_cast<float>(round * 10000 + rows * 100 + static_cast<int>(i)))
             << "broadcast from root " << root << ", element " << i;
       std::vector<Candidate> all(static_cast<size_t>(P) * per);
-      e->copy_to_host(all.data(), e->gathered_buffer(), all.size() * sizeof(Candidate));
+      sp.to_host(all.data(), b.gathered, all.size() * sizeof(Candidate), true);
       for (int p = 0; p < P; ++p)
         for (int i = 0; i < per; ++i) {
           ASSERT_EQ(all[p * per + i].id, p * 1000000LL + round * 1000 + i) << "block of rank " << p;
@@ -208,30 +222,38 @@ TEST(NcclComm, ShardedSearchEqualsOneGpu) {
 
     const RowRange rr = shard_rows(n, P, r);
     const ShardInput mine{corpus.data() + rr.lo * dim, rr.size(), dim, ids.data() + rr.lo};
-    auto e = make_cuda_engine(mine, c.m, c.dt, s.device, limits(8, 128, P));
-    auto nccl = make_nccl_communicator(*s.host, e->stream(), s.device, 30.0);
+    Buffers b = buffers(s.device, static_cast<std::size_t>(8) * dim, static_cast<std::size_t>(8) * 128, P);
+    Space& sp = *b.space;
+    auto e = make_cuda_engine(mine, c.m, c.dt, EngineLimits{8, 128}, on_device(s.device), sp.stream());
+    auto nccl = make_nccl_communicator(*s.host, sp.stream(), s.device, 30.0);
     const std::size_t qbytes = q.size() * sizeof(float), cbytes = sizeof(Candidate) * nq * k;
     if (r == 0) {
-      e->copy_from_host(e->query_buffer(), q.data(), qbytes);
-      e->prepare_queries(e->query_buffer(), nq);
+      sp.from_host(b.queries, q.data(), qbytes, true);
+      e->prepare_queries(b.queries, nq, sp.stream());
     }
-    nccl->broadcast(e->query_buffer(), qbytes, 0);
-    e->search(e->query_buffer(), nq, k, e->local_buffer());
+    nccl->broadcast(b.queries, qbytes, 0);
+    SearchArgs a;
+    a.queries = b.queries;
+    a.batch = nq;
+    a.k = k;
+    a.out = b.local;
+    a.stream = sp.stream();
+    e->search(a);
     // every local candidate comes from this rank's rows
     std::vector<Candidate> local(static_cast<size_t>(nq) * k);
-    e->copy_to_host(local.data(), e->local_buffer(), cbytes);
+    sp.to_host(local.data(), b.local, cbytes, true);
     for (const Candidate& x : local) {
       if (x.id == kPadId) continue;
       const auto pos = std::find(ids.begin(), ids.end(), x.id) - ids.begin();
       ASSERT_TRUE(pos >= rr.lo && pos < rr.hi) << "rank " << r << " returned id " << x.id << " of row " << pos;
     }
-    nccl->allgather(e->local_buffer(), e->gathered_buffer(), cbytes);
-    e->merge(e->gathered_buffer(), P, nq, k, e->merged_buffer());
+    nccl->allgather(b.local, b.gathered, cbytes);
+    sp.merge(b.gathered, P, static_cast<std::int64_t>(nq) * k, nq, k, b.merged);
     std::vector<Candidate> merged(static_cast<size_t>(nq) * k);
-    e->copy_to_host(merged.data(), e->merged_buffer(), cbytes);
+    sp.to_host(merged.data(), b.merged, cbytes, true);
 
-    auto whole = make_cuda_engine(ShardInput{corpus.data(), n, dim, ids.data()}, c.m, c.dt, s.device,
-                                  limits(8, 128, 1));
+    auto whole = make_cuda_engine(ShardInput{corpus.data(), n, dim, ids.data()}, c.m, c.dt, EngineLimits{8, 128},
+                                  on_device(s.device));
     const std::vector<Candidate> ref = device_search(*whole, q, nq, k);
     int bad = 0;
     for (size_t i = 0; i < ref.size(); ++i)
@@ -262,16 +284,16 @@ TEST(NcclComm, StalledPeerGivesCommErrorWithinTimeout) {
   if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   const int P = s.host->world_size(), r = s.host->rank();
   if (P < 2) GTEST_SKIP() << "needs at least 2 ranks (run under mpirun -np 2): a stalled peer needs a peer";
-  auto e = make_cuda_engine(ShardInput{nullptr, 0, 4, nullptr}, Metric::kInnerProduct, Dtype::kFloat32, s.device,
-                            limits(1, 4, P));
-  auto nccl = make_nccl_communicator(*s.host, e->stream(), s.device, 2.0);
+  Buffers b = buffers(s.device, 4, 4, P);
+  Space& sp = *b.space;
+  auto nccl = make_nccl_communicator(*s.host, sp.stream(), s.device, 2.0);
   s.host->barrier();
   if (r == 1) std::this_thread::sleep_for(std::chrono::seconds(6));
   const auto t0 = std::chrono::steady_clock::now();
   std::string msg = "<no exception>";
   bool comm_error = false;
   try {
-    nccl->allgather(e->local_buffer(), e->gathered_buffer(), 4 * sizeof(Candidate));
+    nccl->allgather(b.local, b.gathered, 4 * sizeof(Candidate));
   } catch (const CommError& ex) {
     comm_error = true;
     msg = ex.what();
@@ -285,7 +307,7 @@ TEST(NcclComm, StalledPeerGivesCommErrorWithinTimeout) {
     // it must then fail on the next one instead of waiting for peers that have gone.
     const auto t1 = std::chrono::steady_clock::now();
     try {
-      nccl->allgather(e->local_buffer(), e->gathered_buffer(), 4 * sizeof(Candidate));
+      nccl->allgather(b.local, b.gathered, 4 * sizeof(Candidate));
       msg = "<no exception>";
     } catch (const CommError& ex) {
       comm_error = true;
@@ -303,10 +325,10 @@ TEST(NcclComm, StalledPeerGivesCommErrorWithinTimeout) {
     EXPECT_NE(msg.find("stalled or dead"), std::string::npos) << msg;
   }
   const std::string again =
-      error_of([&] { nccl->allgather(e->local_buffer(), e->gathered_buffer(), 4 * sizeof(Candidate)); });
+      error_of([&] { nccl->allgather(b.local, b.gathered, 4 * sizeof(Candidate)); });
   EXPECT_NE(again.find("aborted"), std::string::npos) << again;
-  // the engine's stream is usable after the abort
-  EXPECT_NO_THROW(e->synchronize());
+  // the stream is usable after the abort
+  EXPECT_NO_THROW(sp.synchronize());
   s.host->barrier();
 }
 

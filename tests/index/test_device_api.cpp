@@ -1,8 +1,8 @@
-// The data path of a GPU search, end to end through ShardedIndex (issue 3, item 3): a host query
-// moves D×4 bytes in and K×(8+4) bytes out per query; a query already on the device moves nothing
-// in; both give the same bits. Runs under mpirun -np 1 and -np 2 (one GPU per rank) in
-// bench/gpu_run.sh; skips visibly without a GPU. Built only with CUDA (it allocates the caller's
-// device queries with the CUDA runtime, as a caller would).
+// The data path of a GPU search, end to end through ShardedIndex: a host query moves D×4 bytes
+// in and K×(8+4) bytes out per query (plus one 16-byte status per rank when P > 1); a query
+// already on the device moves nothing in; both give the same bits. Registered in CTest under
+// mpiexec -n 1 and -n 2 (label gpu, one GPU per rank); skips visibly without one. Built only with
+// CUDA (it allocates the caller's device queries with the CUDA runtime, as a caller would).
 #include <cuda_runtime.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@
 
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/index.hpp"
+#include "shardtopk/ingest.hpp"
 #include "shardtopk/oracle.hpp"
 #include "test_support.hpp"
 
@@ -69,25 +70,28 @@ Config gpu_config(const std::string& path) {
 
 TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU visible: device API test skipped";
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (cuda_device_count() < world) GTEST_SKIP() << "needs at least " << world << " GPUs (one per rank)";
   const Fixture f = make_fixture();
   auto idx_holder = load_index(gpu_config(f.path), false);
   ShardedIndex& idx = *idx_holder;
-  ASSERT_EQ(idx.engine().name(), "cuda");
+  ASSERT_EQ(idx.engine_info().name, "cuda");
   ASSERT_EQ(idx.data_comm().name(), "nccl");
   const bool root = idx.rank() == 0;
-  // With P > 1 the answer comes back with the merged status row (ShardedIndex::run_data_path).
-  const int status_row = idx.world_size() > 1 ? 1 : 0;
+  // With P > 1 the answer comes back with every rank's 16-byte status (ShardedIndex::run_data_path).
+  const std::uint64_t status_bytes = idx.world_size() > 1 ? 16u * static_cast<std::uint64_t>(idx.world_size()) : 0u;
 
   // host query
   std::vector<std::int64_t> ids_h(kB * kK, -1), ids_d(kB * kK, -2);
   std::vector<float> sc_h(kB * kK, NAN), sc_d(kB * kK, NAN);
-  idx.engine().reset_transfer_counters();
+  idx.reset_transfer_counters();
   idx.search(root ? f.queries.data() : nullptr, kB, kK, root ? ids_h.data() : nullptr, root ? sc_h.data() : nullptr);
-  TransferCounters t = idx.engine().transfer_counters();
+  TransferCounters t = idx.transfer_counters();
   if (root) {
     EXPECT_EQ(t.host_to_device, static_cast<std::uint64_t>(kB * kDim * 4)) << "host query: D×4 bytes in per query";
-    // K×(8+4) bytes out per query, plus one row of K for the ranks' status row when P > 1
-    EXPECT_EQ(t.device_to_host, static_cast<std::uint64_t>((kB + status_row) * kK * (8 + 4)))
+    // K×(8+4) bytes out per query, plus the ranks' statuses when P > 1
+    EXPECT_EQ(t.device_to_host, static_cast<std::uint64_t>(kB * kK * (8 + 4)) + status_bytes)
         << "K×(8+4) bytes out per query";
   } else {
     EXPECT_EQ(t.host_to_device, 0u);
@@ -100,16 +104,16 @@ TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
     ASSERT_EQ(cudaMalloc(&d_q, sizeof(float) * kB * kDim), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(d_q, f.queries.data(), sizeof(float) * kB * kDim, cudaMemcpyHostToDevice), cudaSuccess);
   }
-  idx.engine().reset_transfer_counters();
+  idx.reset_transfer_counters();
   if (root) {
     idx.search_device(d_q, nullptr, kB, kK, ids_d.data(), sc_d.data());
   } else {
     idx.search(nullptr, kB, kK, nullptr, nullptr);  // other ranks join the collective as usual
   }
-  t = idx.engine().transfer_counters();
+  t = idx.transfer_counters();
   if (root) {
     EXPECT_EQ(t.host_to_device, 0u) << "a device-pointer query moves nothing in";
-    EXPECT_EQ(t.device_to_host, static_cast<std::uint64_t>((kB + status_row) * kK * (8 + 4)));
+    EXPECT_EQ(t.device_to_host, static_cast<std::uint64_t>(kB * kK * (8 + 4)) + status_bytes);
     EXPECT_EQ(ids_d, ids_h);
     for (int i = 0; i < kB * kK; ++i) EXPECT_EQ(std::memcmp(&sc_d[i], &sc_h[i], 4), 0) << "slot " << i;
     // exact ids on small integers: the float64 oracle agrees

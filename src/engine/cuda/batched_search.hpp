@@ -1,0 +1,56 @@
+#pragma once
+// The CUDA engine's batched search (B ≥ 2; arithmetic bound): per chunk of rows, approximate
+// scores from a tensor-core GEMM (query rounded to the storage type, float32 accumulation) land
+// in a [B, R] workspace; every row whose approximate score is within 2Δ of the running k-th
+// approximate score enters the query's pool (batched_filter); the pools are re-scored with the
+// exact arithmetic and sorted (rescore). Two streams: the GEMM of chunk c + 1 (tensor cores, on
+// the search's stream) overlaps the filter of chunk c (memory, on a side stream that forks from
+// and joins back into the search's stream through events, so that the whole search can be
+// captured into one CUDA graph).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda_raii.cuh"
+#include "engine/cuda/plan.hpp"
+#include "shardtopk/engine.hpp"
+
+namespace shardtopk::cuda_detail {
+
+class BatchedSearch {
+ public:
+  /// For a shard of rows ≥ 1 laid out by `plan` in `ws` (device). Creates the side stream, the
+  /// events and a cuBLAS handle bound to `stream` with its workspace in the arena, on the
+  /// current device.
+  BatchedSearch(Dtype dtype, bool l2, std::int64_t rows, std::int64_t dim, const Plan& plan, const Workspace& ws,
+                const EngineLimits& limits, int cap, cudaStream_t stream);
+
+  /// Queues the search of queries [batch, dim] (device, float32, validated) into out [batch, k]
+  /// (device) on `stream`: no host synchronisation (capturable). A query whose pool overflowed
+  /// has overflow[q] ≠ 0 afterwards and its out row untouched: the caller re-runs it through
+  /// the batch-1 scan (same bits). max_sq: the shard's largest stored ‖x‖² (Δ's bound).
+  void enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq, cudaStream_t stream);
+
+ private:
+  /// Rows per chunk for a batch: the [batch, R] GEMM output fits one ping-pong buffer.
+  std::int64_t chunk_rows(int batch, std::uint64_t out_bytes) const;
+  /// Points cuBLAS at `stream` (and again at its workspace, which cublasSetStream resets).
+  void bind(cudaStream_t stream);
+
+  Dtype dtype_;
+  bool l2_;
+  std::int64_t rows_, dim_, dpad_;
+  std::uint64_t sbuf_bytes_;
+  std::int64_t pool_cap_;
+  int cap_;
+  Workspace ws_;
+  cudaStream_t bound_ = nullptr;  // the stream cuBLAS is bound to
+  // Declaration order = reverse destruction order: cuBLAS first, then the side stream (which
+  // waits for its work) and the events.
+  Event ev_scored_[2], ev_filtered_[2];
+  Stream side_;
+  CublasHandle cublas_;
+};
+
+}  // namespace shardtopk::cuda_detail

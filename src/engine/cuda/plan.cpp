@@ -1,0 +1,123 @@
+// The CUDA engine's arena layout (host code).
+
+#include "engine/cuda/plan.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "shardtopk/error.hpp"
+
+namespace shardtopk::cuda_detail {
+namespace {
+
+constexpr std::uint64_t kAlign = 256;
+constexpr std::uint64_t kChunkBudget = 24ull << 20;  // batched GEMM output per chunk (×2 buffers): L2-resident;
+                                                     // 6/12/48 MB measured slower
+constexpr std::uint64_t kMinScratch = 4ull << 20;    // upload staging at least
+
+std::uint64_t round_up_u(std::uint64_t x, std::uint64_t m) { return (x + m - 1) / m * m; }
+
+/// Multiplies sizes, refusing results that cannot be a real allocation (avoids silent wrap).
+std::uint64_t mul_bytes(std::uint64_t a, std::uint64_t b) {
+  if (a != 0 && b > (std::uint64_t{1} << 62) / a)
+    throw Error(detail::concat("CUDA engine: buffer size ", a, " x ", b, " bytes overflows"));
+  return a * b;
+}
+
+int next_pow2(std::int64_t x) {
+  int p = 1;
+  while (p < x && p < (1 << 30)) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+int cand_cap(const EngineLimits& lim) { return std::max(4096, next_pow2(2LL * lim.k_max)); }
+std::int64_t pool_cap(const EngineLimits& lim) { return 4LL * cand_cap(lim); }
+
+std::int64_t padded_dim(std::int64_t dim, Dtype d) {
+  const std::int64_t v = 16 / static_cast<std::int64_t>(dtype_bytes(d));
+  return (dim + v - 1) / v * v;
+}
+
+void check_shape(std::int64_t rows, std::int64_t dim, const EngineLimits& lim) {
+  SHARDTOPK_EXPECTS(rows >= 0, "CUDA engine: shard rows must be >= 0 (got ", rows, ")");
+  SHARDTOPK_EXPECTS(rows <= std::numeric_limits<std::int32_t>::max(), "CUDA engine: a shard holds at most ",
+                    std::numeric_limits<std::int32_t>::max(), " rows (got ", rows, "); add ranks");
+  SHARDTOPK_EXPECTS(dim >= 1, "CUDA engine: dimension must be >= 1 (got ", dim, ")");
+  SHARDTOPK_EXPECTS(dim <= (1 << 20), "CUDA engine: dimension must be <= ", (1 << 20), " (got ", dim, ")");
+  SHARDTOPK_EXPECTS(lim.batch_max >= 1, "CUDA engine: batch_max must be >= 1 (got ", lim.batch_max, ")");
+  SHARDTOPK_EXPECTS(lim.batch_max <= 65535, "CUDA engine: batch_max must be <= 65535 (got ", lim.batch_max, ")");
+  SHARDTOPK_EXPECTS(lim.k_max >= 1, "CUDA engine: k_max must be >= 1 (got ", lim.k_max, ")");
+  SHARDTOPK_EXPECTS(cand_cap(lim) <= kMaxCandCap, "CUDA engine: search.k_max=", lim.k_max, " is above its limit of ",
+                    kMaxCandCap / 2, " (the final sort keeps 2 x k_max candidates in shared memory)");
+}
+
+Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& lim) {
+  check_shape(rows, dim, lim);
+  const std::uint64_t bmax = static_cast<std::uint64_t>(lim.batch_max);
+  const std::uint64_t urows = static_cast<std::uint64_t>(rows);
+  const std::uint64_t elem = dtype_bytes(dtype);
+  Plan p;
+  p.dpad = padded_dim(dim, dtype);
+  const std::uint64_t dpad = static_cast<std::uint64_t>(p.dpad);
+  std::uint64_t off = 0;
+  auto take = [&off](std::uint64_t bytes) {
+    const std::uint64_t at = off;
+    off = round_up_u(off + bytes, kAlign);
+    return at;
+  };
+  p.off_shard = take(mul_bytes(mul_bytes(urows, dpad), elem));
+  p.off_ids = take(mul_bytes(urows, 8));
+  p.off_row_sq = take(mul_bytes(urows, 4));  // used by l2; kept for every metric so plans match
+  p.shard_bytes = off;
+  p.off_qpad = take(mul_bytes(mul_bytes(bmax, dpad), 4));
+  p.off_qhat = take(mul_bytes(mul_bytes(bmax, dpad), elem));
+  p.off_qinfo = take(mul_bytes(bmax, sizeof(QueryInfo)));
+  p.off_status = take(4 * sizeof(unsigned long long));
+  // hists … state: one block, zeroed by one memset before each batch-1 scan (select_state_bytes)
+  p.off_hists = take(kHistWords * 4);
+  p.off_counts = take(mul_bytes(bmax, 4));
+  p.off_overflow = take(mul_bytes(bmax, 4));
+  p.off_thr = take(mul_bytes(bmax, 4));
+  p.off_state = take(sizeof(Batch1State));
+  p.off_pool = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(pool_cap(lim))), sizeof(PoolEntry)));
+  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(kChunkBudget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
+  p.scores_bytes = std::max<std::uint64_t>({mul_bytes(urows, 4), 2 * p.sbuf_bytes, kMinScratch,
+                                            mul_bytes(static_cast<std::uint64_t>(dim), 4)});
+  p.off_scores = take(p.scores_bytes);
+  p.off_cublas = take(rows > 0 ? kCublasWorkspace : 0);
+  p.total = off;
+  return p;
+}
+
+Workspace Plan::carve(void* arena, bool l2) const {
+  char* base = static_cast<char*>(arena);
+  Workspace w;
+  w.shard = base + off_shard;
+  w.ids = reinterpret_cast<std::int64_t*>(base + off_ids);
+  w.row_sq = l2 ? reinterpret_cast<float*>(base + off_row_sq) : nullptr;
+  w.qpad = reinterpret_cast<float*>(base + off_qpad);
+  w.qhat = base + off_qhat;
+  w.qinfo = reinterpret_cast<QueryInfo*>(base + off_qinfo);
+  w.status = reinterpret_cast<unsigned long long*>(base + off_status);
+  w.hists = reinterpret_cast<std::uint32_t*>(base + off_hists);
+  w.counts = reinterpret_cast<std::uint32_t*>(base + off_counts);
+  w.overflow = reinterpret_cast<std::uint32_t*>(base + off_overflow);
+  w.thr = reinterpret_cast<float*>(base + off_thr);
+  w.state = reinterpret_cast<Batch1State*>(base + off_state);
+  w.pool = reinterpret_cast<PoolEntry*>(base + off_pool);
+  w.scores = reinterpret_cast<float*>(base + off_scores);
+  w.cublas = base + off_cublas;
+  return w;
+}
+
+}  // namespace shardtopk::cuda_detail
+
+namespace shardtopk {
+
+std::uint64_t cuda_engine_device_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits) {
+  return cuda_detail::make_plan(rows, dim, dtype, limits).total;
+}
+
+}  // namespace shardtopk

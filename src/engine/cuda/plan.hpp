@@ -1,0 +1,86 @@
+#pragma once
+// The CUDA engine's device memory: ONE allocation (the arena) made at construction, laid out
+// by make_plan(), which cuda_engine_device_bytes() also calls, so that `shardtopk plan`
+// predicts info().resident_bytes exactly. A search allocates nothing (DESIGN.md invariant 5).
+//
+//   shard    [rows, dpad]            storage dtype, rows zero-padded to dpad (16-byte chunks)
+//   ids      [rows]                  int64 global ids
+//   row_sq   [rows]                  float ‖x‖² (l2 only; the batched path's approximate score)
+//   qpad     [batch_max, dpad]       float32 zero-padded queries (exact arithmetic)
+//   qhat     [batch_max, dpad]       storage dtype, scaled queries for the tensor-core GEMM
+//   qinfo    [batch_max]             per-query Δ, scale, ‖q‖²
+//   status   [4]                     status words (kStatus*)
+//   hists, counts, overflow, thr, state    selection state (zeroed together before a batch-1 scan)
+//   pool     [batch_max, pool_cap]   (score, row) candidates per query
+//   scores   [max(rows, chunk)]      batch-1 exact scores / batched GEMM output [B, R] ×2 / upload staging
+//   cublas   32 MiB                  cuBLAS workspace (no allocation inside cuBLAS calls)
+//
+// The query, candidate and answer buffers of the data path are not here: the index allocates
+// them (engine/space.hpp).
+
+#include <cstdint>
+
+#include "engine/cuda/kernels/workspace_types.hpp"
+#include "shardtopk/engine.hpp"
+
+namespace shardtopk::cuda_detail {
+
+constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
+constexpr int kMaxCandCap = 16384;  // final sort in shared memory: 16384 × 12 B
+
+/// The words of the status area; kStatusOk: a minimum that nothing lowered.
+constexpr unsigned long long kStatusOk = ~0ull;
+constexpr int kStatusValues = 0;    // first bad query / first stored value that overflows (min)
+constexpr int kStatusZeroNorm = 1;  // first zero-norm corpus row (cosine, generated shards)
+constexpr int kStatusMaxSq = 2;     // bits of the largest ‖x‖² (max)
+constexpr int kStatusScanDir = 3;   // the batch-1 scan's direction (bit 0)
+
+/// Candidates the final sort holds: 2 × k_max at least (ties and the filter's margin), a power
+/// of two, at most kMaxCandCap (shared memory); pools hold 4 × as many.
+int cand_cap(const EngineLimits& lim);
+std::int64_t pool_cap(const EngineLimits& lim);
+
+/// Row length in elements, padded to 16 bytes of the storage type.
+std::int64_t padded_dim(std::int64_t dim, Dtype d);
+
+/// Pointers into an arena laid out by a Plan (device addresses).
+struct Workspace {
+  void* shard = nullptr;
+  std::int64_t* ids = nullptr;
+  float* row_sq = nullptr;  // nullptr unless l2
+  float* qpad = nullptr;
+  void* qhat = nullptr;
+  QueryInfo* qinfo = nullptr;
+  unsigned long long* status = nullptr;
+  std::uint32_t* hists = nullptr;
+  std::uint32_t* counts = nullptr;
+  std::uint32_t* overflow = nullptr;
+  float* thr = nullptr;
+  Batch1State* state = nullptr;
+  PoolEntry* pool = nullptr;
+  float* scores = nullptr;
+  void* cublas = nullptr;
+};
+
+struct Plan {
+  std::int64_t dpad = 0;
+  std::uint64_t off_shard = 0, off_ids = 0, off_row_sq = 0, off_qpad = 0, off_qhat = 0, off_qinfo = 0,
+                off_status = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
+                off_pool = 0, off_scores = 0, off_cublas = 0;
+  std::uint64_t scores_bytes = 0;
+  std::uint64_t sbuf_bytes = 0;   // one batched GEMM output buffer (two, ping-pong)
+  std::uint64_t shard_bytes = 0;  // shard + ids + row norms
+  std::uint64_t total = 0;        // the arena
+
+  /// Bytes from hists to the end of state: the batch-1 scan's per-search state.
+  std::uint64_t select_state_bytes() const { return off_pool - off_hists; }
+  Workspace carve(void* arena, bool l2) const;
+};
+
+/// Checks the shard's shape and the limits. @throws Error naming the value.
+void check_shape(std::int64_t rows, std::int64_t dim, const EngineLimits& lim);
+
+/// The arena layout for a shard (after check_shape). @throws Error when a size overflows.
+Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& lim);
+
+}  // namespace shardtopk::cuda_detail

@@ -1,0 +1,476 @@
+// The batched path (B ≥ 2): kernels/batched_filter and kernels/rescore against their
+// specification computed on the host (the filter's thresholds and pools from given
+// approximate scores; the re-scoring's answer = the float64 oracle's top-k over the pool's
+// rows), and the whole path through BatchedSearch (query prep, cuBLAS GEMM per chunk, filter,
+// compaction, re-scoring) against the float64 oracle and bit for bit against the batch-1 scan.
+// The filter alone has no float64 oracle (its output is a superset of the answer by design):
+// its test checks exactly the sets and thresholds its contract defines.
+
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.hpp"
+#include "engine/cuda/batched_search.hpp"
+#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/rescore.hpp"
+#include "shardtopk/oracle.hpp"
+
+namespace shardtopk::test {
+namespace {
+
+using cuda_detail::CandidatePools;
+using cuda_detail::ChunkScores;
+using cuda_detail::PoolEntry;
+using cuda_detail::QueryInfo;
+
+// ------------------------------------------------------------------------------ filter
+
+/// The host's statement of the filter's arithmetic (Approx::finish, float, no contraction).
+float approx_score(float g, const QueryInfo& qi, bool l2, float row_sq) {
+  const float dot = g * qi.inv_scale;
+  if (!l2) return dot;
+  return (2.0f * dot - row_sq) - qi.qsq;
+}
+
+/// The filter threshold: the k-th largest of `values` minus 2Δ, in float64, rounded down to a
+/// float; -inf when there are fewer than k values.
+float threshold(std::vector<float> values, int k, float delta) {
+  if (static_cast<int>(values.size()) < k) return -std::numeric_limits<float>::infinity();
+  std::nth_element(values.begin(), values.begin() + (k - 1), values.end(), std::greater<float>());
+  const float kth = values[k - 1] == 0.0f ? 0.0f : values[k - 1];  // -0 ranks as +0
+  const double t = static_cast<double>(kth) - 2.0 * static_cast<double>(delta);
+  float f = static_cast<float>(t);
+  if (static_cast<double>(f) > t) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+  return f;
+}
+
+/// Sorted (score bits, row) pairs, to compare pools as multisets.
+std::vector<std::pair<std::int64_t, std::uint32_t>> as_set(const PoolEntry* e, std::size_t n) {
+  std::vector<std::pair<std::int64_t, std::uint32_t>> s;
+  for (std::size_t i = 0; i < n; ++i) s.emplace_back(e[i].row, bits_of(e[i].s));
+  std::sort(s.begin(), s.end());
+  return s;
+}
+
+/// One chunk's GEMM output [batch, ld] as floats (values on a coarse grid: many ties) and its
+/// device copy as float or __half.
+struct ChunkData {
+  int batch, rows;
+  std::int64_t ld, row0;
+  bool half, l2;
+  std::vector<float> g;       // [batch, ld], exact in the output type
+  std::vector<float> row_sq;  // [row0 + rows]
+  std::vector<QueryInfo> qinfo;
+  DeviceArray<std::uint8_t> dev_s;
+  DeviceArray<float> dev_row_sq;
+  DeviceArray<QueryInfo> dev_qinfo;
+
+  ChunkData(int b, int r, std::int64_t ld_, std::int64_t r0, bool h, bool l2_, std::uint64_t seed)
+      : batch(b), rows(r), ld(ld_), row0(r0), half(h), l2(l2_) {
+    std::mt19937_64 rng(seed);
+    g.resize(static_cast<size_t>(batch * ld));
+    for (auto& v : g) v = static_cast<float>(static_cast<int>(rng() % 64) - 32) * 0.125f;  // 64 values
+    row_sq.resize(static_cast<size_t>(row0 + rows));
+    for (auto& v : row_sq) v = static_cast<float>(rng() % 8) * 0.5f;
+    for (int q = 0; q < batch; ++q) qinfo.push_back(QueryInfo{0.03125f * (q + 1), q % 2 ? 0.5f : 1.0f, 1.5f, 0.0f});
+    std::vector<std::uint8_t> raw(g.size() * (half ? 2 : 4));
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (half) {
+        const std::uint16_t hb = half::to_f16(g[i]);
+        std::memcpy(&raw[2 * i], &hb, 2);
+      } else {
+        std::memcpy(&raw[4 * i], &g[i], 4);
+      }
+    }
+    dev_s = DeviceArray<std::uint8_t>(raw);
+    dev_row_sq = DeviceArray<float>(row_sq);
+    dev_qinfo = DeviceArray<QueryInfo>(qinfo);
+  }
+  ChunkScores view() const {
+    return ChunkScores{dev_s.get(), half, ld, rows, row0, l2 ? dev_row_sq.get() : nullptr, l2};
+  }
+  float approx(int q, int i) const { return approx_score(g[q * ld + i], qinfo[q], l2, l2 ? row_sq[row0 + i] : 0.0f); }
+};
+
+/// Pools [batch, cap] on the device, with counts, thresholds and overflow flags.
+struct Pools {
+  int batch;
+  std::int64_t cap;
+  DeviceArray<PoolEntry> pool;
+  DeviceArray<std::uint32_t> count, overflow;
+  DeviceArray<float> thr;
+  Pools(int b, std::int64_t c)
+      : batch(b), cap(c), pool(static_cast<size_t>(b * c), 0xFF), count(b, 0x00), overflow(b, 0x00), thr(b, 0x00) {}
+  CandidatePools view(const QueryInfo* qinfo) const {
+    return CandidatePools{qinfo, pool.get(), cap, count.get(), thr.get(), overflow.get()};
+  }
+};
+
+// The first chunk: each query's threshold is its k-th approximate score minus 2Δ (rounded
+// down; -inf with fewer rows than k), and its pool holds exactly the chunk's rows that reach
+// it. Rows 37, 1,000 and 8,192; k = 1, 10, 100 and more than the rows; float and __half GEMM
+// outputs; inner product and l2 (2 · dot − ‖x‖² − ‖q‖²); scores on a grid of 64 values, so that
+// hundreds tie at the k-th.
+TEST(BatchedFilter, FirstChunkThresholdsAndPools) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const int batch = 3;
+  for (const int rows : {37, 1000, 8192})
+    for (const bool half : {false, true})
+      for (const bool l2 : {false, true})
+        for (const int k : {1, 10, 100, rows + 5}) {
+          std::ostringstream os;
+          os << "rows " << rows << " k " << k << (half ? " __half" : " float") << (l2 ? " l2" : " ip");
+          const std::string what = os.str();
+          const ChunkData c(batch, rows, rows, 4096, half, l2, 7 + rows + k);
+          Pools p(batch, 16384);
+          cuda_detail::filter_first_chunk(c.view(), batch, k, p.view(c.dev_qinfo.get()), nullptr);
+          const std::vector<PoolEntry> pool = p.pool.download();
+          const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
+          const std::vector<float> thr = p.thr.download();
+          for (int q = 0; q < batch; ++q) {
+            std::vector<float> a(static_cast<size_t>(rows));
+            for (int i = 0; i < rows; ++i) a[i] = c.approx(q, i);
+            const float t = threshold(a, k, c.qinfo[q].delta);
+            EXPECT_EQ(bits_of(thr[q]), bits_of(t)) << what << " query " << q << ": threshold " << thr[q] << " want " << t;
+            std::vector<PoolEntry> want;
+            for (int i = 0; i < rows; ++i)
+              if (a[i] >= t) want.push_back(PoolEntry{a[i], static_cast<std::int32_t>(c.row0 + i)});
+            ASSERT_EQ(count[q], want.size()) << what << " query " << q;
+            EXPECT_EQ(overflow[q], 0u) << what;
+            EXPECT_EQ(as_set(pool.data() + q * p.cap, count[q]), as_set(want.data(), want.size())) << what << " query " << q;
+          }
+        }
+}
+
+// A later chunk: every (query, row) reaching the query's threshold is appended after what the
+// pool holds; leading dimensions equal to the rows and beyond (vector loads when the stride
+// allows, scalar ones otherwise); a pool too small for its rows reports an overflow.
+TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const int batch = 3, held = 5;
+  for (const auto& [rows, ld] : {std::pair<int, std::int64_t>{37, 37}, {8192, 8192}, {1000, 1024}, {5000, 5003}})
+    for (const bool half : {false, true})
+      for (const bool l2 : {false, true}) {
+        std::ostringstream os;
+        os << "rows " << rows << " ld " << ld << (half ? " __half" : " float") << (l2 ? " l2" : " ip");
+        const std::string what = os.str();
+        const ChunkData c(batch, rows, ld, 70000, half, l2, 11 + rows);
+        for (const std::int64_t cap : {std::int64_t{16384}, std::int64_t{held + 10}}) {
+          Pools p(batch, cap);
+          const std::vector<float> thr = {0.5f, -std::numeric_limits<float>::infinity(), 2.0f};
+          p.thr.upload(thr);
+          std::vector<PoolEntry> pool(static_cast<size_t>(batch * cap), PoolEntry{-7.0f, -1});
+          p.pool.upload(pool);
+          p.count.upload(std::vector<std::uint32_t>(batch, held));
+          cuda_detail::filter_chunk(c.view(), batch, p.view(c.dev_qinfo.get()), nullptr);
+          const std::vector<PoolEntry> got = p.pool.download();
+          const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
+          for (int q = 0; q < batch; ++q) {
+            std::vector<PoolEntry> want;
+            for (int i = 0; i < rows; ++i) {
+              const float a = c.approx(q, i);
+              if (a >= thr[q]) want.push_back(PoolEntry{a, static_cast<std::int32_t>(c.row0 + i)});
+            }
+            const std::string at = what + " cap " + std::to_string(cap) + " query " + std::to_string(q);
+            EXPECT_EQ(count[q], held + want.size()) << at;
+            for (int i = 0; i < held; ++i) EXPECT_EQ(got[q * cap + i].row, -1) << at << ": held entry " << i << " changed";
+            if (held + static_cast<std::int64_t>(want.size()) <= cap) {
+              EXPECT_EQ(overflow[q], 0u) << at;
+              EXPECT_EQ(as_set(got.data() + q * cap + held, want.size()), as_set(want.data(), want.size())) << at;
+            } else {
+              EXPECT_NE(overflow[q], 0u) << at << ": " << held + want.size() << " entries in a pool of " << cap;
+            }
+          }
+        }
+      }
+}
+
+// Compaction of pools above the trigger: the threshold rises to max(old, k-th − 2Δ) and the
+// entries below it leave, the others keeping their order; pools at or below the trigger and
+// pools with fewer than k entries (threshold -inf: nothing leaves) stay as they are.
+TEST(BatchedFilter, CompactionKeepsTheOrderOfWhatReachesTheNewThreshold) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const int batch = 4;
+  const std::int64_t cap = 16384;
+  const std::uint32_t trigger = 256;
+  const std::vector<int> sizes = {3000, 256, 12000, 300};  // above, at, above, above the trigger
+  const std::vector<float> old_thr = {-1.0f, 0.0f, 3.5f, -100.0f};
+  for (const int k : {1, 10, 500}) {
+    std::mt19937_64 rng(31 + k);
+    std::vector<PoolEntry> pool(static_cast<size_t>(batch * cap), PoolEntry{0.0f, 0});
+    std::vector<QueryInfo> qinfo;
+    for (int q = 0; q < batch; ++q) {
+      for (int i = 0; i < sizes[q]; ++i)
+        pool[q * cap + i] = PoolEntry{static_cast<float>(static_cast<int>(rng() % 80) - 40) * 0.125f, i};
+      qinfo.push_back(QueryInfo{0.0625f * q, 1.0f, 0.0f, 0.0f});
+    }
+    Pools p(batch, cap);
+    p.pool.upload(pool);
+    p.count.upload(std::vector<std::uint32_t>(sizes.begin(), sizes.end()));
+    p.thr.upload(old_thr);
+    DeviceArray<QueryInfo> dq(qinfo);
+    cuda_detail::compact_pools(batch, k, trigger, p.view(dq.get()), nullptr);
+    const std::vector<PoolEntry> got = p.pool.download();
+    const std::vector<std::uint32_t> count = p.count.download();
+    const std::vector<float> thr = p.thr.download();
+    for (int q = 0; q < batch; ++q) {
+      const std::string at = "k " + std::to_string(k) + " query " + std::to_string(q);
+      std::vector<PoolEntry> want(pool.begin() + q * cap, pool.begin() + q * cap + sizes[q]);
+      float t = old_thr[q];
+      if (sizes[q] > static_cast<int>(trigger)) {
+        std::vector<float> s;
+        for (const PoolEntry& e : want) s.push_back(e.s);
+        t = std::max(old_thr[q], threshold(s, k, qinfo[q].delta));
+        want.erase(std::remove_if(want.begin(), want.end(), [&](const PoolEntry& e) { return !(e.s >= t); }),
+                   want.end());
+      }
+      EXPECT_EQ(bits_of(thr[q]), bits_of(t)) << at;
+      ASSERT_EQ(count[q], want.size()) << at;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[q * cap + i].row, want[i].row) << at << ": entry " << i << " (order kept)";
+        ASSERT_EQ(bits_of(got[q * cap + i].s), bits_of(want[i].s)) << at << ": entry " << i;
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ re-scoring
+
+// The pools' rows re-scored exactly: the answer is the float64 oracle's top-k over exactly the
+// rows in each pool, ties included (small integers). Pools whose approximate scores are the
+// exact ones and Δ = 0.25: the threshold (k-th − 0.5) drops the rows below the k-th, keeps the
+// ties; pools of equal approximate scores: every row passes. A query flagged as overflowed is
+// left untouched; one whose passing rows exceed the sort's capacity is flagged (bit 1).
+TEST(Rescore, PoolRowsRescoredEqualTheOracleOverThem) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const std::int64_t n = 6000;
+  const int batch = 4, cap = 4096;
+  const std::int64_t pcap = 4 * cap;
+  cuda_detail::prepare_rescore(cap);
+  for (const Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+    for (const Metric m : {Metric::kInnerProduct, Metric::kL2})
+      for (const std::int64_t dim : {1, 7, 100}) {
+        const std::string what = std::string(dname(dt)) + " " + mname(m) + " D=" + std::to_string(dim);
+        const std::vector<float> rows = small_ints(static_cast<size_t>(n * dim), 40 + dim, -2, 2);
+        const std::vector<std::int64_t> ids = shuffled_ids(n, 41);
+        const DeviceShard shard(rows, n, dim, dt, ids);
+        const std::vector<float> q = small_ints(static_cast<size_t>(batch * dim), 42 + dim, -2, 2);
+        std::vector<float> qpad(static_cast<size_t>(batch * shard.dpad), 0.0f);
+        for (int i = 0; i < batch; ++i) std::copy(q.begin() + i * dim, q.begin() + (i + 1) * dim, qpad.begin() + i * shard.dpad);
+        const int k = 50;
+        // pool of query i: every (i + 2)-th row (query 3: 5,000 rows, beyond cap when all pass)
+        std::vector<PoolEntry> pool(static_cast<size_t>(batch * pcap));
+        std::vector<std::uint32_t> count(batch);
+        std::vector<std::vector<std::int64_t>> members(batch);
+        for (int i = 0; i < batch; ++i) {
+          const int step = i == 3 ? 1 : i + 2;
+          for (std::int64_t r = 0, j = 0; r < n && j < (i == 3 ? 5000 : pcap); r += step, ++j) {
+            double s = 0.0;
+            for (std::int64_t d = 0; d < dim; ++d) {
+              const double x = rows[r * dim + d], y = q[i * dim + d];
+              s += m == Metric::kL2 ? -(x - y) * (x - y) : x * y;
+            }
+            // queries 0 and 2: the exact score as approximation; 1 and 3: all equal
+            pool[i * pcap + j] = PoolEntry{i % 2 == 0 ? static_cast<float>(s) : 1.0f, static_cast<std::int32_t>(r)};
+            members[i].push_back(r);
+            count[i] = static_cast<std::uint32_t>(j + 1);
+          }
+        }
+        const std::vector<QueryInfo> qinfo(batch, QueryInfo{0.25f, 1.0f, 0.0f, 0.0f});
+        DeviceArray<PoolEntry> dpool(pool);
+        DeviceArray<std::uint32_t> dcount(count), doverflow(std::vector<std::uint32_t>{0u, 0u, 1u, 0u});
+        DeviceArray<QueryInfo> dqinfo(qinfo);
+        DeviceArray<float> dqpad(qpad);
+        DeviceArray<Candidate> out(static_cast<size_t>(batch * k), 0xFF);
+        const CandidatePools pools{dqinfo.get(), dpool.get(), pcap, dcount.get(), nullptr, doverflow.get()};
+        cuda_detail::rescore_pools(dt, m == Metric::kL2, shard.rows.get(), shard.nvec(), dqpad.get(), k, pools, cap,
+                                   shard.ids.get(), batch, out.get(), nullptr);
+        const std::vector<Candidate> got = out.download();
+        const std::vector<std::uint32_t> overflow = doverflow.download();
+        for (int i = 0; i < 2; ++i) {
+          std::vector<float> sub;
+          std::vector<std::int64_t> sub_ids;
+          for (const std::int64_t r : members[i]) {
+            sub.insert(sub.end(), rows.begin() + r * dim, rows.begin() + (r + 1) * dim);
+            sub_ids.push_back(ids[r]);
+          }
+          const std::vector<Candidate> mine(got.begin() + i * k, got.begin() + (i + 1) * k);
+          const std::vector<float> qi(q.begin() + i * dim, q.begin() + (i + 1) * dim);
+          expect_exact_candidates(m, sub, static_cast<std::int64_t>(sub_ids.size()), sub_ids, qi, 1, dim, k, mine,
+                                  what + " query " + std::to_string(i));
+          EXPECT_EQ(overflow[i], 0u) << what << " query " << i;
+        }
+        EXPECT_EQ(overflow[2], 1u) << what << ": a flagged query keeps its flag";
+        EXPECT_EQ(overflow[3], 2u) << what << ": 5,000 passing rows exceed the sort's 4,096";
+        for (int i = 2; i < 4; ++i)
+          for (int j = 0; j < k; ++j)
+            ASSERT_EQ(got[i * k + j].id, -1) << what << ": query " << i << " slot " << j << " was written";
+      }
+}
+
+// ------------------------------------------------------------------------------ the whole path
+
+/// A shard in an engine arena (make_plan / carve) searched through BatchedSearch, with the
+/// engine's fallback for overflowed pools: the batch-1 scan of those queries.
+class BatchedRun {
+ public:
+  BatchedRun(const std::vector<float>& rows, std::int64_t n, std::int64_t dim, Dtype dt, bool l2,
+             const std::vector<std::int64_t>& ids, const EngineLimits& lim)
+      : dim_(dim), plan_(cuda_detail::make_plan(n, dim, dt, lim)), shard_(rows, n, dim, dt, ids) {
+    arena_.allocate(plan_.total);
+    ws_ = plan_.carve(arena_.get(), l2);
+    // the engine's layout of the shard: copy the stored rows, ids and norms into the arena
+    CHECK_CUDA(cudaMemcpy(ws_.shard, shard_.rows.get(), static_cast<size_t>(n * plan_.dpad) * dtype_bytes(dt),
+                          cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaMemcpy(ws_.ids, shard_.ids.get(), static_cast<size_t>(n) * 8, cudaMemcpyDeviceToDevice));
+    if (l2) CHECK_CUDA(cudaMemcpy(ws_.row_sq, shard_.row_sq.get(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaMemset(ws_.qpad, 0, static_cast<size_t>(lim.batch_max * plan_.dpad) * 4));
+    stream_.create();
+    search_.emplace(dt, l2, n, dim, plan_, ws_, lim, cuda_detail::cand_cap(lim), stream_.get());
+    scan_.emplace(shard_, l2, cuda_detail::cand_cap(lim));
+  }
+
+  /// Candidates [nq, k] in batches of `batch`; *fallbacks counts the overflowed queries, which
+  /// are re-run through the scan (their rows must have been left unwritten).
+  std::vector<Candidate> search(const std::vector<float>& queries, std::int64_t nq, int batch, int k,
+                                int* fallbacks) {
+    std::vector<Candidate> all(static_cast<size_t>(nq * k));
+    *fallbacks = 0;
+    for (std::int64_t q0 = 0; q0 < nq; q0 += batch) {
+      const int b = static_cast<int>(std::min<std::int64_t>(batch, nq - q0));
+      const std::vector<float> qb(queries.begin() + q0 * dim_, queries.begin() + (q0 + b) * dim_);
+      DeviceArray<float> dq(qb);
+      DeviceArray<Candidate> out(static_cast<size_t>(b) * k, 0xFF);
+      search_->enqueue(dq.get(), b, k, out.get(), shard_.max_sq, stream_.get());
+      CHECK_CUDA(cudaStreamSynchronize(stream_.get()));
+      std::vector<std::uint32_t> overflow(static_cast<size_t>(b));
+      CHECK_CUDA(cudaMemcpy(overflow.data(), ws_.overflow, overflow.size() * 4, cudaMemcpyDeviceToHost));
+      std::vector<Candidate> got = out.download();
+      for (int q = 0; q < b; ++q) {
+        if (overflow[q] == 0) continue;
+        ++*fallbacks;
+        for (int j = 0; j < k; ++j)
+          EXPECT_EQ(got[q * k + j].id, -1) << "an overflowed query's row must be left for the fallback";
+        const std::vector<float> one(qb.begin() + q * dim_, qb.begin() + (q + 1) * dim_);
+        const std::vector<Candidate> alone = scan_->search(one, 1, k);
+        std::copy(alone.begin(), alone.end(), got.begin() + q * k);
+      }
+      std::copy(got.begin(), got.end(), all.begin() + q0 * k);
+    }
+    return all;
+  }
+  ScanRun& scan() { return *scan_; }
+
+ private:
+  std::int64_t dim_;
+  cuda_detail::Plan plan_;
+  DeviceShard shard_;
+  cuda_detail::DeviceBuffer arena_;
+  cuda_detail::Workspace ws_;
+  cuda_detail::Stream stream_;
+  std::optional<cuda_detail::BatchedSearch> search_;
+  std::optional<ScanRun> scan_;
+};
+
+EngineLimits limits(int batch_max, int k_max) {
+  EngineLimits l;
+  l.batch_max = batch_max;
+  l.k_max = k_max;
+  return l;
+}
+
+std::vector<SearchCase> path_cases() {
+  return search_cases(
+      {
+          // n, dim, batch, k, k_max, batch_max     why
+          {1, 7, 3, 1, 16, 8},               // N = 1, K = 1: one chunk of one row
+          {37, 3, 5, 37, 64, 8},             // K = N
+          {5, 33, 2, 10, 16, 8},             // rows < K: padding
+          {100, 5, 2, 1024, 1024, 8},        // K = 1024 > rows
+          {3000, 1, 4, 1024, 1024, 8},       // D = 1: five distinct scores, ties everywhere
+          {5000, 7, 3, 100, 1024, 8},        // D = 7: a partial chunk
+          {4100, 784, 2, 50, 1024, 8},       // D = 784
+          {9000, 16, 64, 10, 1024, 64},      // batch = batch_max = 64
+          {20000, 33, 3, 3000, 4096, 8},     // K = 3000
+          {30000, 3, 2, 8000, 8192, 8},      // K = 8000 (k_max at its limit), 25 distinct scores
+          {20000, 33, 3, 50, 64, 1024},      // batch_max 1024: the GEMM buffer is shared by more queries
+          {8192 + 37, 768, 64, 10, 16, 64},  // a 37-row tail chunk after the first 8,192 rows
+          {1000000, 16, 8, 10, 16, 8},       // many chunks: the chunk growth and the compactions
+      },
+      {Metric::kInnerProduct, Metric::kL2});
+}
+
+class BatchedPath : public ::testing::TestWithParam<SearchCase> {};
+
+// Small integers in [-2, 2]: the batched answer (with the fallback for any overflowed pool,
+// counted and printed) equals the float64 oracle exactly, ties on shuffled global ids included.
+TEST_P(BatchedPath, IdsAndScoresEqualTheOracle) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const SearchCase& p = GetParam();
+  const std::vector<float> rows = small_ints(static_cast<size_t>(p.n * p.dim), 100 + p.n + p.dim, -2, 2);
+  const std::vector<std::int64_t> ids = shuffled_ids(p.n, 200 + p.n);
+  BatchedRun run(rows, p.n, p.dim, p.dtype, p.metric == Metric::kL2, ids, limits(p.batch_max, p.k_max));
+  const std::vector<float> q = small_ints(static_cast<size_t>(p.batch * p.dim), 300 + p.dim, -2, 2);
+  int fallbacks = 0;
+  const std::vector<Candidate> got = run.search(q, p.batch, p.batch, p.k, &fallbacks);
+  std::printf("  [%s] %d of %d queries fell back to the scan\n", p.name().c_str(), fallbacks, p.batch);
+  expect_exact_candidates(p.metric, rows, p.n, ids, q, p.batch, p.dim, p.k, got, p.name());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, BatchedPath, ::testing::ValuesIn(path_cases()), case_name);
+
+// Random data: the batched answer equals the batch-1 scan's bit for bit (one arithmetic for
+// every batch size, DESIGN.md invariant 3) in batches of 7 and 64 over several chunks, and the
+// float64 oracle's within ε; and all queries tied beyond the pools overflow (and nothing else
+// of their rows is written) rather than give a wrong answer.
+TEST(BatchedPath, SameBitsAsTheScanAndOverflowInsteadOfWrongAnswers) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const std::int64_t n = 70000, dim = 100, nq = 64;
+  const int k = 50;
+  const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 800);
+  const std::vector<std::int64_t> ids = shuffled_ids(n, 801);
+  const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 802);
+  for (const Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+    for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+      const std::string what = std::string(dname(dt)) + " " + mname(m);
+      BatchedRun run(raw, n, dim, dt, m == Metric::kL2, ids, limits(64, 64));
+      const std::vector<Candidate> single = run.scan().search(q, nq, k);
+      for (const int b : {7, 64}) {
+        int fallbacks = 0;
+        expect_same_candidates(run.search(q, nq, b, k, &fallbacks), single, what + ": batch " + std::to_string(b));
+        EXPECT_EQ(fallbacks, 0) << what << ": random data should not overflow a pool";
+      }
+      expect_within_tolerance(m, rounded(dt, raw), n, ids.data(), q, nq, dim, k, to_answer(single, m, nq, k, k),
+                              what + " vs oracle");
+    }
+  const std::int64_t tn = 50000, tdim = 8;
+  std::vector<float> tied(static_cast<size_t>(tn * tdim), 0.5f);
+  const std::vector<float> tq(static_cast<size_t>(4 * tdim), 1.0f);
+  BatchedRun run(tied, tn, tdim, Dtype::kFloat32, false, shuffled_ids(tn, 1400), limits(4, 128));
+  int fallbacks = 0;
+  const std::vector<Candidate> got = run.search(tq, 4, 4, 100, &fallbacks);
+  EXPECT_EQ(fallbacks, 4) << "50,000 rows tied: every pool overflows";
+  expect_exact_candidates(Metric::kInnerProduct, tied, tn, shuffled_ids(tn, 1400), tq, 4, tdim, 100, got,
+                          "all tied, after the fallback");
+}
+
+}  // namespace
+}  // namespace shardtopk::test
