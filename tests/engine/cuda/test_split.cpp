@@ -82,6 +82,9 @@ TEST(Split, IntoMappedPinnedMemory) {
   for (const bool l2 : {false, true}) {
     const std::vector<Candidate> list = some_candidates(n, l2 ? 21 : 20);
     DeviceArray<Candidate> dl(list);
+    // The upload (a pageable cudaMemcpy may return before its DMA lands) must be complete before
+    // the split runs on a non-blocking stream, which does not order itself after it.
+    CHECK_CUDA(cudaDeviceSynchronize());
     cuda_detail::split_results(dl.get(), n, l2, static_cast<std::int64_t*>(dev),
                                reinterpret_cast<float*>(static_cast<char*>(dev) + n * 8), stream.get());
     CHECK_CUDA(cudaStreamSynchronize(stream.get()));
