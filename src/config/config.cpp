@@ -53,12 +53,14 @@ const std::map<std::string, Setter>& setters() {
          if (v == "auto" || v.empty()) {
            c.search.metric.reset();
          } else {
+           std::string deprecation;
            try {
-             c.search.metric = parse_metric(v, w + "key 'search.metric'");
+             c.search.metric = parse_metric(v, w + "key 'search.metric'", &deprecation);
            } catch (const Error&) {
              throw Error(w + "key 'search.metric': unknown metric '" + v +
                          "' (allowed: inner_product, cosine, l2, auto)");
            }
+           if (!deprecation.empty()) c.warnings.push_back(deprecation);
          }
        }},
       {"search.k_max", [](Config& c, const std::string& v, const std::string& w) {
