@@ -184,6 +184,21 @@ std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, 
 std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits,
                                     int threads);
 
+/// This machine's physical memory in bytes: what the CPU engine's buffers are checked against.
+std::uint64_t host_memory_bytes();
+
+/// make_cpu_engine's own refusal, without building anything: @throws Error naming the largest
+/// buffer, its bytes and the total when cpu_engine_host_bytes() exceeds host_memory_bytes().
+void check_cpu_engine_fits(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits, int threads);
+
+/// Checks, before any row is read, that the engine `backend` (kCpu or kCuda) for a shard of
+/// [rows, dim] fits this machine: cpu_engine_host_bytes() against host_memory_bytes(), or
+/// cuda_engine_device_bytes() against the free memory of GPU `device` (skipped when that
+/// cannot be queried; the engine checks again when it allocates). `threads` as for make_cpu_engine.
+/// @throws Error naming the bytes needed and the memory there is (what `shardtopk plan` shows).
+void check_engine_fits(EngineBackend backend, std::int64_t rows, std::int64_t dim, Dtype dtype,
+                       const EngineLimits& limits, int threads, int device);
+
 /// The CUDA engine on device `device`. @throws Error when shardtopk was built without CUDA,
 /// when the device does not exist, or when the shard does not fit (bytes needed and free).
 std::unique_ptr<Engine> make_cuda_engine(const ShardInput& shard, Metric metric, Dtype dtype,

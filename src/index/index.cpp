@@ -360,7 +360,11 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     // Refuse a bad backend before reading anything. The CUDA engine takes inner-product and L2
     // rows streamed: each block is read into pinned memory while the previous one is copied to
     // the GPU (no host copy of the shard). Cosine rows are normalised on the host first.
-    streamed = streams_shard(choose_backend(cfg, *host_comm) == EngineBackend::kCuda, metric);
+    const EngineBackend backend = choose_backend(cfg, *host_comm);
+    streamed = streams_shard(backend == EngineBackend::kCuda, metric);
+    // The engine's start-up bytes against this machine, before any row is read (`plan` shows them).
+    check_engine_fits(backend, stats.rows.size(), stats.dim, cfg.engine.dtype, index_engine_limits(cfg.search, world),
+                      resolve_threads(cfg, host_comm->local_size()), host_comm->local_rank());
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();

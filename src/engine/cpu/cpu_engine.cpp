@@ -874,6 +874,12 @@ std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype d
   return total_bytes(cpu_buffers(rows, dim, dtype, limits, threads));
 }
 
+std::uint64_t host_memory_bytes() { return physical_memory_bytes(); }
+
+void check_cpu_engine_fits(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits, int threads) {
+  check_buffers_fit(cpu_buffers(rows, dim, dtype, limits, threads), limits);
+}
+
 std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype, int threads,
                                         const EngineLimits& limits) {
   return std::make_unique<CpuEngine>(shard, metric, dtype, threads, limits);
