@@ -34,24 +34,6 @@ void write_results(const std::string& path, const ResultMeta& m, const std::vect
 }
 
 EvalReport evaluate(const std::string& results_path, const std::string& truth_path) {
-  std::int64_t nq = 0, k = 0, tq = 0, tk = 0, dq = 0, dk = 0;
-  const std::vector<std::int64_t> ids = read_int64_matrix(results_path, "ids", &nq, &k);
-  const HostMatrix scores = read_matrix(results_path, "scores", "result row");
-  const std::vector<std::int64_t> tids = read_int64_matrix(truth_path, "neighbors", &tq, &tk);
-  const HostMatrix tdist = read_matrix(truth_path, "distances", "truth row");
-  dq = tdist.rows;
-  dk = tdist.cols;
-  SHARDTOPK_EXPECTS(scores.rows == nq && scores.cols == k, "'", results_path, "': scores [", scores.rows, ",",
-                    scores.cols, "] do not match ids [", nq, ",", k, "]");
-  SHARDTOPK_EXPECTS(nq <= tq, "'", truth_path, "' has ground truth for ", tq, " queries but '", results_path,
-                    "' has ", nq, " (search the same queries file)");
-  SHARDTOPK_EXPECTS(dq == tq && dk == tk, "'", truth_path, "': distances [", dq, ",", dk,
-                    "] do not match neighbors [", tq, ",", tk, "]");
-  // More result columns than truth columns: the result lists are best first, so their first tk
-  // columns are a top-tk answer; evaluate those at the truth's K and say so.
-  const std::int64_t result_k = k;
-  if (k > tk) k = tk;
-
   // The corpus the results were searched over (search --out records it) against the truth
   // file's own `train`: a truth file for another corpus is the usual mistake behind a mismatch.
   const FileInfo rinfo = inspect_file(results_path);
@@ -73,6 +55,24 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
   SHARDTOPK_EXPECTS(same_corpus != 0, "'", truth_path, "' is not the ground truth of these results: '", results_path,
                     "' was searched over ", corpus_named, " but the truth file's train is a different shape; pass -t ",
                     "the file that holds that corpus's ground truth (the imported .h5 itself)");
+
+  std::int64_t nq = 0, k = 0, tq = 0, tk = 0, dq = 0, dk = 0;
+  const std::vector<std::int64_t> ids = read_int64_matrix(results_path, "ids", &nq, &k);
+  const HostMatrix scores = read_matrix(results_path, "scores", "result row");
+  const std::vector<std::int64_t> tids = read_int64_matrix(truth_path, "neighbors", &tq, &tk);
+  const HostMatrix tdist = read_matrix(truth_path, "distances", "truth row");
+  dq = tdist.rows;
+  dk = tdist.cols;
+  SHARDTOPK_EXPECTS(scores.rows == nq && scores.cols == k, "'", results_path, "': scores [", scores.rows, ",",
+                    scores.cols, "] do not match ids [", nq, ",", k, "]");
+  SHARDTOPK_EXPECTS(nq <= tq, "'", truth_path, "' has ground truth for ", tq, " queries but '", results_path,
+                    "' has ", nq, " (search the same queries file)");
+  SHARDTOPK_EXPECTS(dq == tq && dk == tk, "'", truth_path, "': distances [", dq, ",", dk,
+                    "] do not match neighbors [", tq, ",", tk, "]");
+  // More result columns than truth columns: the result lists are best first, so their first tk
+  // columns are a top-tk answer; evaluate those at the truth's K and say so.
+  const std::int64_t result_k = k;
+  if (k > tk) k = tk;
 
   std::string metric = read_string_attribute(results_path, "metric");
   const std::string tdistance = read_string_attribute(truth_path, "distance");
