@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,12 +14,6 @@
 #include "shardtopk/results.hpp"
 
 namespace shardtopk::cli {
-namespace {
-
-struct EvalArgs {
-  std::string results, truth, json_out;
-  int show = 0;  // print the first N queries' results with labels/words when the truth file has them
-};
 
 int run_eval(const EvalArgs& a) {
   const EvalReport r = evaluate(a.results, a.truth);
@@ -92,18 +85,6 @@ int run_eval(const EvalArgs& a) {
     out << j.dump(2) << "\n";
   }
   return 0;
-}
-
-}  // namespace
-
-Command add_eval(CLI::App& top) {
-  auto a = std::make_shared<EvalArgs>();
-  CLI::App* c = top.add_subcommand("eval", "recall@k of a result file against ann-benchmarks ground truth");
-  c->add_option("--results,-r", a->results, "result file written by search --out")->required();
-  c->add_option("--truth,-t", a->truth, "file with neighbors and distances (e.g. the imported corpus)")->required();
-  c->add_option("--json", a->json_out, "write the report as JSON to this file");
-  c->add_option("--show", a->show, "print the first N queries' top results with their labels or words");
-  return {c, [a] { return run_eval(*a); }};
 }
 
 }  // namespace shardtopk::cli

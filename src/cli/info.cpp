@@ -1,7 +1,6 @@
 // `shardtopk info`: the datasets and root attributes of an HDF5 file, as a table or as JSON.
 #include <cstdio>
 #include <iostream>
-#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,16 +11,13 @@
 namespace shardtopk::cli {
 namespace {
 
-struct InfoArgs {
-  std::string path;
-  bool json = false;
-};
-
 // A numeric attribute as a JSON number (an array when it holds several values); text otherwise.
 template <class T>
 nlohmann::json json_number(const std::vector<T>& v) {
   return v.size() == 1 ? nlohmann::json(v[0]) : nlohmann::json(v);
 }
+
+}  // namespace
 
 int run_info(const InfoArgs& a) {
   const FileInfo fi = inspect_file(a.path);
@@ -58,16 +54,6 @@ int run_info(const InfoArgs& a) {
     for (const auto& kv : fi.attributes) std::printf("    %s = %s\n", kv.first.c_str(), kv.second.c_str());
   }
   return 0;
-}
-
-}  // namespace
-
-Command add_info(CLI::App& top) {
-  auto a = std::make_shared<InfoArgs>();
-  CLI::App* c = top.add_subcommand("info", "list the datasets, shapes, dtypes and attributes of an HDF5 file");
-  c->add_option("file", a->path, "HDF5 file")->required();
-  c->add_flag("--json", a->json, "print JSON (numeric attributes as numbers)");
-  return {c, [a] { return run_info(*a); }};
 }
 
 }  // namespace shardtopk::cli

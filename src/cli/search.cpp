@@ -30,18 +30,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct SearchArgs {
-  std::string config;
-  std::vector<std::string> overrides;  // key=value
-  std::string queries;
-  std::string queries_dataset = "test";
-  int k = 10;
-  std::string out;
-  std::string timings_json;
-  std::int64_t max_queries = -1;
-  int batch = 0;  // 0: search.batch_max
-};
-
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -273,6 +261,8 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   return 0;
 }
 
+}  // namespace
+
 int run_search(const SearchArgs& a, int* argc, char*** argv) {
   MpiSession mpi(argc, argv);
   const int rank = mpi.rank();
@@ -301,23 +291,6 @@ int run_search(const SearchArgs& a, int* argc, char*** argv) {
   } catch (const std::exception&) {
     return end_job(std::current_exception(), rank);
   }
-}
-
-}  // namespace
-
-Command add_search(CLI::App& top, int* argc, char*** argv) {
-  auto a = std::make_shared<SearchArgs>();
-  CLI::App* c = top.add_subcommand("search", "search every query of an HDF5 file (run under mpirun -np P)");
-  c->add_option("--config,-c", a->config, "YAML config (configs/*.yaml)")->required()->check(CLI::ExistingFile);
-  c->add_option("--queries,-q", a->queries, "HDF5 file holding the queries")->required();
-  c->add_option("--queries-dataset", a->queries_dataset, "dataset of the queries")->capture_default_str();
-  c->add_option("--k,-k", a->k, "neighbours per query")->capture_default_str();
-  c->add_option("--out,-o", a->out, "write ids [Q,K] and scores [Q,K] to this HDF5 file");
-  c->add_option("--timings-json", a->timings_json, "write the timing summary as JSON to this file");
-  c->add_option("--max-queries", a->max_queries, "search only the first N queries (-1: all)")->capture_default_str();
-  c->add_option("--batch", a->batch, "queries per batch, 1 .. search.batch_max (0: search.batch_max)");
-  c->add_option("--set", a->overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
-  return {c, [a, argc, argv] { return run_search(*a, argc, argv); }};
 }
 
 }  // namespace shardtopk::cli
