@@ -8,7 +8,6 @@
 # usage: bench/gpu_run.sh [OUTDIR]     (default: $OUT when set, else ./results)
 # env:   SKIP_CTEST=1         skip the full CTest pass (saves time when only GPU tests matter)
 #        GPU_TEST_TIMEOUT=s   per mpirun limit (default 420 s); a hang is killed, not waited for
-#        SHARDTOPK_DATA_DIR   real-data folder (default: shared/data next to or inside the repo)
 #        BUILD_DIR            build folder (default build-gpu; configured on first use)
 #        FM_MAX_QUERIES       Fashion-MNIST queries imported on the device (default all; match the
 #                             carried truth file, e.g. 2000 for a truth made with --max-queries 2000)
@@ -50,15 +49,6 @@ trap pack_out EXIT
 fail() { log "FAIL: $*"; status=1; }
 
 # ---------------------------------------------------------------- environment
-if [[ -z "${SHARDTOPK_DATA_DIR:-}" ]]; then
-  for d in "$DATA_CARRY" "$ROOT/shared/data" "$ROOT/../shared/data"; do
-    if [[ -d "$d/bge-m3" ]]; then
-      SHARDTOPK_DATA_DIR=$(cd "$d" && pwd)
-      export SHARDTOPK_DATA_DIR
-      break
-    fi
-  done
-fi
 GPUS=0
 if command -v nvidia-smi >/dev/null 2>&1; then
   GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
@@ -72,7 +62,6 @@ fi
   /usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -2 || echo "nvcc: not found"
   grep -hE '#define NCCL_(MAJOR|MINOR|PATCH) ' /usr/local/cuda/include/nccl.h /usr/include/nccl.h 2>/dev/null || true
   { command -v mpirun >/dev/null && mpirun --version 2>/dev/null | head -1; } || true
-  echo "SHARDTOPK_DATA_DIR=${SHARDTOPK_DATA_DIR:-<unset>}"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo none) $(git status --porcelain 2>/dev/null | wc -l) changed file(s)"
 } > "$OUTDIR/env.txt" 2>&1
 cat "$OUTDIR/env.txt"
@@ -128,7 +117,7 @@ run_gtest() {
   # bash -c expands the rank per process; each rank gets its own log and JSON.
   # shellcheck disable=SC2016  # expanded by the per-rank shell, not here
   timeout -k 15 "$GPU_TEST_TIMEOUT" mpirun --allow-run-as-root --oversubscribe --bind-to none \
-    -x NCCL_NVLS_ENABLE=0 -x SHARDTOPK_DATA_DIR -x SHARDTOPK_TEST_ENGINE -x SHARDTOPK_TEST_COMM -np "$np" \
+    -x NCCL_NVLS_ENABLE=0 -x SHARDTOPK_TEST_ENGINE -x SHARDTOPK_TEST_COMM -np "$np" \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-0}; exec "$0" --gtest_output=json:"$1/$2.rank$r.json" > "$1/$2.rank$r.log" 2>&1' \
     "$bin" "$OUTDIR" "$tag" || rc=$?
   [[ $rc -eq 124 || $rc -eq 137 ]] && fail "$tag: killed after ${GPU_TEST_TIMEOUT} s (hang?)"

@@ -5,13 +5,17 @@ merge / other = host round trip, control and skew). torch_sharded.py records in 
 are drawn as dashed lines. One set of plots per scaling mode (strong, weak).
 
 usage: bench/plot_scaling.py scaling.jsonl [more.jsonl] -o OUTDIR
+needs matplotlib: apt-get install python3-matplotlib (launch/setup.sh does not install it)
 """
 import argparse
 import json
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot_scaling.py needs matplotlib: apt-get install python3-matplotlib")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job end to end on a real dataset, from a fresh Debian 12 / Ubuntu 24.04 machine:
-#   1. installs the build dependencies and Fashion-MNIST (apt: dataset-fashion-mnist), builds;
+#   1. installs the build dependencies and Fashion-MNIST (apt: dataset-fashion-mnist), builds the
+#      shardtopk binary alone (the CUDA sources only where a GPU is visible; see launch/setup.sh);
 #   2. imports Fashion-MNIST (60,000 x 784 corpus, l2) into data/ with float64 ground truth for
 #      the first $QUERIES test images (default 1000; QUERIES=10000 for all of them);
 #   3. runs `mpirun -np $NP shardtopk search` on it (default NP=2; CPU ranks here, one GPU per
@@ -14,7 +15,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export NCCL_NVLS_ENABLE=0
 
-launch/setup.sh
+launch/setup.sh shardtopk
 BIN=$BUILD_DIR/shardtopk
 DATA=data/fashion-mnist-784-euclidean-q$QUERIES.h5
 mkdir -p data results

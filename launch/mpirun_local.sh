@@ -9,6 +9,10 @@
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 NP=$1; shift
+[[ "$NP" =~ ^[1-9][0-9]*$ ]] || {
+  echo "mpirun_local.sh: NP '$NP' is not a number of ranks (a whole number >= 1), e.g. launch/mpirun_local.sh 2 search ..." >&2
+  exit 2
+}
 BIN=${SHARDTOPK_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/shardtopk}
 [ -x "$BIN" ] || { echo "mpirun_local.sh: $BIN not built: run launch/setup.sh" >&2; exit 1; }
 export NCCL_NVLS_ENABLE=0

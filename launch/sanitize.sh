@@ -26,4 +26,5 @@ export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:allocator_m
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export NCCL_NVLS_ENABLE=0
 echo "== ctest under ASan + UBSan (ASAN_OPTIONS=$ASAN_OPTIONS)"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1
+. launch/ctest_progress.sh
+ctest_with_progress --test-dir "$BUILD_DIR" --output-on-failure -j 1

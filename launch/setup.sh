@@ -1,26 +1,44 @@
 #!/usr/bin/env bash
 # Install the build dependencies (Debian 12 / Ubuntu 24.04) and build shardtopk into build/.
-#   launch/setup.sh            # apt packages + configure + build
-#   SKIP_APT=1 launch/setup.sh # build only
-# CUDA: the CUDA engine and NCCL communicator are built when nvcc is found (PATH or
-# /usr/local/cuda); force with SHARDTOPK_CUDA=ON|OFF. BUILD_DIR defaults to build.
+#   launch/setup.sh                # apt packages + configure + build everything (tests, benchmarks)
+#   launch/setup.sh shardtopk      # ... build only the named targets (the demo needs only shardtopk)
+#   SKIP_APT=1 launch/setup.sh     # build only
+# CUDA: the CUDA engine and NCCL communicator are built when a GPU is visible (nvidia-smi -L lists
+# one) and nvcc is found (PATH or /usr/local/cuda). SHARDTOPK_CUDA=ON|OFF forces it either way;
+# SHARDTOPK_CUDA=AUTO builds them whenever nvcc is found, GPU or not (CI compile-checks them so).
+# BUILD_DIR defaults to build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build
   libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev zlib1g-dev
-  dataset-fashion-mnist python3 python3-numpy python3-h5py python3-matplotlib)
+  dataset-fashion-mnist python3 python3-numpy python3-h5py)
 . launch/apt_install.sh
 apt_install_missing "${PACKAGES[@]}"
 
 BUILD_DIR=${BUILD_DIR:-build}
-echo "== configuring $BUILD_DIR (SHARDTOPK_CUDA=${SHARDTOPK_CUDA:-AUTO})"
+cuda=${SHARDTOPK_CUDA:-}
+case "$cuda" in
+  ON | OFF | AUTO) ;;
+  "")
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+      cuda=AUTO
+    else
+      cuda=OFF
+      echo "== no GPU visible: building without the CUDA sources (SHARDTOPK_CUDA=AUTO or ON compiles them anyway)"
+    fi
+    ;;
+  *) echo "setup.sh: SHARDTOPK_CUDA='$cuda' is not ON, OFF or AUTO" >&2; exit 2 ;;
+esac
+echo "== configuring $BUILD_DIR (SHARDTOPK_CUDA=$cuda)"
 mkdir -p "$BUILD_DIR"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA="${SHARDTOPK_CUDA:-AUTO}" \
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA="$cuda" \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }
 grep -E "shardtopk:" "$BUILD_DIR/configure.log" || true
-echo "== building ($(nproc) jobs)"
-cmake --build "$BUILD_DIR" -j "$(nproc)"
-echo "== built $BUILD_DIR/shardtopk"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+echo "== building ${*:-everything} ($(nproc) jobs)"
+cmake --build "$BUILD_DIR" -j "$(nproc)" "${targets[@]}"
+echo "== built in $BUILD_DIR${*:+: $*}"

@@ -13,6 +13,7 @@
 #include <functional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -147,13 +148,19 @@ inline int count_of(const std::string& hay, const std::string& needle) {
 /// Folder of the real bge-m3 vectors shipped with the tests (tests/data/bge-m3, MIT licence).
 inline std::string bge_dir() { return std::string(SHARDTOPK_SOURCE_DIR "/tests/data/bge-m3"); }
 
-/// Reads a raw float32 [rows, 1024] file; empty when absent or of the wrong size.
+/// Reads a raw float32 [rows, dim] file. The real-data tests never skip for want of their
+/// data: @throws std::runtime_error naming the file when it is absent or not rows x dim x 4 bytes.
 inline std::vector<float> read_raw_f32(const std::string& path, std::int64_t rows, std::int64_t dim) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamsize want = static_cast<std::streamsize>(rows * dim * sizeof(float));
+  if (!in) throw std::runtime_error("cannot open '" + path + "' (the repository's test data)");
+  if (static_cast<std::streamsize>(in.tellg()) != want)
+    throw std::runtime_error("'" + path + "' holds " + std::to_string(static_cast<long long>(in.tellg())) +
+                             " bytes, not [" + std::to_string(rows) + " x " + std::to_string(dim) + "] float32");
+  in.seekg(0);
   std::vector<float> v(static_cast<size_t>(rows * dim));
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  if (in.gcount() != static_cast<std::streamsize>(v.size() * sizeof(float))) return {};
+  in.read(reinterpret_cast<char*>(v.data()), want);
+  if (in.gcount() != want) throw std::runtime_error("short read of '" + path + "'");
   return v;
 }
 

@@ -8,7 +8,7 @@
 /// | corpus.path         | string | (required)                      | an HDF5 file                    |
 /// | corpus.dataset      | string | train                           | dataset path, e.g. emb/vectors  |
 /// | corpus.ids_dataset  | string | "" (ids = row positions)        | int64 [N], unique               |
-/// | search.metric       | string | from file attr `distance`, else inner_product | inner_product, cosine, l2 |
+/// | search.metric       | string | auto: file attr `distance`, else inner_product | inner_product, cosine, l2, auto (¹) |
 /// | search.k_max        | int    | 1024                            | 1 .. 1048576                    |
 /// | search.batch_max    | int    | 64                              | 1 .. 1048576                    |
 /// | engine.backend      | string | auto                            | auto, cpu, cuda                 |
@@ -32,6 +32,11 @@
 ///
 /// Booleans: true/false (also yes/no, on/off, 1/0). docs/OPERATIONS.md explains the engine.*
 /// tuning keys and testing.fault.
+///
+/// (¹) search.metric also accepts the ann-benchmarks distance names as deprecated aliases:
+///     euclidean = l2, angular = cosine, dot = ip = inner_product. They work, and each use adds a
+///     message to Config::warnings (the command line prints it on rank 0). Files keep using these
+///     names in their `distance` attribute, which is read as it is, without a warning.
 
 #include <optional>
 #include <string>
@@ -105,6 +110,7 @@ struct Config {
   ServiceConfig service;
   TestingConfig testing;
   std::string source;  ///< where it came from (file name or "<string>"), for messages
+  std::vector<std::string> warnings;  ///< deprecated spellings accepted while parsing, one message each
 };
 
 /// Parse YAML text. Unknown keys, wrong types and out-of-range values throw Error naming the

@@ -31,6 +31,10 @@ struct FileInfo {
   std::string path;
   std::vector<DatasetInfo> datasets;            ///< every dataset, depth first
   std::map<std::string, std::string> attributes;  ///< root attributes rendered as text
+  /// The numeric ones among `attributes` (integer or float, 1 .. 16 values) as numbers:
+  /// integers exactly, floats as the double nearest their shortest decimal at stored precision.
+  std::map<std::string, std::vector<std::int64_t>> int_attributes;
+  std::map<std::string, std::vector<double>> float_attributes;
 };
 
 /// Row-major float32 matrix on the host: `data` is [rows, cols].

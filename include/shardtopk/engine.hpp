@@ -157,6 +157,15 @@ std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, 
 std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits,
                                     int threads);
 
+/// This machine's physical memory in bytes: what the CPU engine's buffers are checked against.
+std::uint64_t host_memory_bytes();
+
+/// make_cpu_engine's own refusal, without building anything: @throws Error naming the largest
+/// buffer, its bytes and the total when cpu_engine_host_bytes() plus `other_bytes` (the index's
+/// buffers beside the engine) exceeds host_memory_bytes().
+void check_cpu_engine_fits(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits, int threads,
+                           std::uint64_t other_bytes = 0);
+
 /// The CUDA engine on GPU `options.device`. `stream`: the cudaStream_t it uses as its own (the
 /// index passes the one its data path and NCCL share); nullptr: it creates one.
 /// @throws Error when shardtopk was built without CUDA, when the device does not exist, or when

@@ -36,8 +36,11 @@ void import_fashion_mnist(const std::string& dir, const ImportOptions& opt);
 void import_glove_wink(const std::string& json_path, std::uint64_t seed, int n_queries, const ImportOptions& opt);
 
 /// Raw little-endian float32 row-major files: `corpus_path` [N, dim] and optionally
-/// `queries_path` [Q, dim] (empty: no queries and no ground truth).
+/// `queries_path` [Q, dim] (empty: no queries and no ground truth). A raw file has no header,
+/// so `rows` (N) and `query_rows` (Q), when >= 0, are checked against the file sizes (a wrong
+/// `dim` can divide a size evenly); when -1 the counts are inferred from the sizes and a warning
+/// names the inferred shape. @throws Error when a size does not match, or a value is not finite.
 void import_raw_f32(const std::string& corpus_path, std::int64_t dim, const std::string& queries_path, Metric metric,
-                    const ImportOptions& opt);
+                    const ImportOptions& opt, std::int64_t rows = -1, std::int64_t query_rows = -1);
 
 }  // namespace shardtopk

@@ -47,6 +47,19 @@ int resolve_threads(const Config& cfg, int local_size);
 /// the host first, so they are read into one host array.
 bool streams_shard(bool cuda_engine, Metric metric);
 
+/// Checks, before any row is read, that a rank's engine and index buffers fit this machine: for
+/// kCpu, cpu_engine_host_bytes() + index_buffer_bytes() against host_memory_bytes(); for kCuda,
+/// cuda_engine_device_bytes() + index_buffer_bytes() against the free memory of GPU `device`
+/// (skipped when that cannot be queried; the engine checks again when it allocates). load_index
+/// runs it on every rank, `shardtopk plan` for every rank of a plan, so the two cannot disagree.
+/// @throws Error naming the bytes needed and the memory there is.
+void check_engine_fits(EngineBackend backend, std::int64_t rows, std::int64_t dim, Dtype dtype,
+                       const SearchConfig& search, int world_size, int threads, int device);
+
+/// A rank's engine bytes plus the index's buffers beside it: what `plan` shows as engine_bytes.
+std::uint64_t rank_resident_bytes(bool cuda, std::int64_t rows, std::int64_t dim, Dtype dtype,
+                                  const SearchConfig& search, int world_size, int threads);
+
 /// Host bytes held at the peak of loading `rows` rows of `dim` columns (not counting the CPU
 /// engine's own buffers): streamed, the ids (8 B/row) and one or two pinned float32 blocks of
 /// min(read_chunk_rows, rows) rows (two when the shard spans more than one block); otherwise

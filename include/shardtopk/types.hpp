@@ -43,8 +43,13 @@ std::string to_string(ScanSchedule s);
 std::string to_string(SearchPath p);
 std::string to_string(CpuIsa i);
 
-/// Parse a name ("inner_product", "cosine", "l2"). @throws Error naming `what` and the value.
-Metric parse_metric(const std::string& s, const std::string& what = "metric");
+/// Parse a metric name: "inner_product", "cosine", "l2". The ann-benchmarks distance names
+/// "euclidean" (l2), "angular" (cosine), "dot" and "ip" (inner_product) are accepted too: they
+/// are what files carry in their `distance` attribute. Where a user writes the name (config,
+/// flags) they are deprecated: pass `deprecation` and it receives a message naming `what`, the
+/// alias and its replacement ("" for a canonical name); the caller shows it.
+/// @throws Error naming `what`, the value and the allowed names.
+Metric parse_metric(const std::string& s, const std::string& what = "metric", std::string* deprecation = nullptr);
 /// Parse "float32", "float16", "bfloat16". @throws Error.
 Dtype parse_dtype(const std::string& s, const std::string& what = "dtype");
 /// Parse "auto", "cpu", "cuda". @throws Error.

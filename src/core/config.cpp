@@ -8,7 +8,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "core/log.hpp"
 #include "core/parse.hpp"
 #include "shardtopk/error.hpp"
 
@@ -60,12 +59,14 @@ const std::map<std::string, Setter>& setters() {
          if (v == "auto" || v.empty()) {
            c.search.metric.reset();
          } else {
+           std::string deprecation;
            try {
-             c.search.metric = parse_metric(v, w + "key 'search.metric'");
+             c.search.metric = parse_metric(v, w + "key 'search.metric'", &deprecation);
            } catch (const Error&) {
              throw Error(w + "key 'search.metric': unknown metric '" + v +
                          "' (allowed: inner_product, cosine, l2, auto)");
            }
+           if (!deprecation.empty()) c.warnings.push_back(deprecation);
          }
        }},
       {"search.k_max", [](Config& c, const std::string& v, const std::string& w) {
@@ -153,7 +154,7 @@ void set_key(Config& c, const std::string& key_in, const std::string& value, con
   std::string key = key_in;
   const auto dep = deprecated_keys().find(key);
   if (dep != deprecated_keys().end()) {
-    spdlog::warn("{}key '{}' is deprecated; use '{}'", where, key, dep->second);
+    c.warnings.push_back(where + "key '" + key + "' is deprecated; use '" + dep->second + "'");
     key = dep->second;
   }
   auto it = setters().find(key);

@@ -37,11 +37,25 @@ std::string to_string(CommBackend b) {
   return "?";
 }
 
-Metric parse_metric(const std::string& s, const std::string& what) {
-  if (s == "inner_product" || s == "ip" || s == "dot") return Metric::kInnerProduct;
-  if (s == "cosine" || s == "angular") return Metric::kCosine;
-  if (s == "l2" || s == "euclidean") return Metric::kL2;
-  throw Error(what + ": unknown metric '" + s + "' (allowed: inner_product, cosine, l2)");
+Metric parse_metric(const std::string& s, const std::string& what, std::string* deprecation) {
+  if (deprecation) deprecation->clear();
+  if (s == "inner_product") return Metric::kInnerProduct;
+  if (s == "cosine") return Metric::kCosine;
+  if (s == "l2") return Metric::kL2;
+  Metric m;
+  if (s == "ip" || s == "dot") {
+    m = Metric::kInnerProduct;
+  } else if (s == "angular") {
+    m = Metric::kCosine;
+  } else if (s == "euclidean") {
+    m = Metric::kL2;
+  } else {
+    throw Error(what + ": unknown metric '" + s + "' (allowed: inner_product, cosine, l2)");
+  }
+  if (deprecation)
+    *deprecation = what + ": '" + s + "' is a deprecated alias of '" + to_string(m) + "' (the ann-benchmarks " +
+                   "distance name); write " + to_string(m);
+  return m;
 }
 Dtype parse_dtype(const std::string& s, const std::string& what) {
   if (s == "float32") return Dtype::kFloat32;

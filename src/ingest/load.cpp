@@ -140,6 +140,34 @@ EngineBackend choose_backend(const Config& cfg, const Communicator& host_comm) {
   return backend;
 }
 
+std::uint64_t rank_resident_bytes(bool cuda, std::int64_t rows, std::int64_t dim, Dtype dtype,
+                                  const SearchConfig& search, int world_size, int threads) {
+  const EngineLimits lim = index_engine_limits(search);
+  const std::uint64_t eng = cuda ? cuda_engine_device_bytes(rows, dim, dtype, lim)
+                                 : cpu_engine_host_bytes(rows, dim, dtype, lim, threads);
+  const std::uint64_t idx = index_buffer_bytes(search, world_size, dim);
+  return eng > UINT64_MAX - idx ? UINT64_MAX : eng + idx;
+}
+
+void check_engine_fits(EngineBackend backend, std::int64_t rows, std::int64_t dim, Dtype dtype,
+                       const SearchConfig& search, int world_size, int threads, int device) {
+  const EngineLimits lim = index_engine_limits(search);
+  if (backend != EngineBackend::kCuda) {
+    check_cpu_engine_fits(rows, dim, dtype, lim, threads, index_buffer_bytes(search, world_size, dim));
+    return;
+  }
+  std::uint64_t free_b = 0, total_b = 0;
+  if (!cuda_device_memory(device, &free_b, &total_b)) return;
+  const std::uint64_t need = rank_resident_bytes(true, rows, dim, dtype, search, world_size, threads);
+  SHARDTOPK_EXPECTS(need <= free_b, "CUDA engine on device ", device, ": the shard of ", rows, " rows x ", dim,
+                    " dims in ", to_string(dtype), " with search.batch_max=", search.batch_max,
+                    " and search.k_max=", search.k_max, " needs ", need, " bytes of device memory (`shardtopk plan` "
+                    "shows it as engine_bytes) but only ", free_b, " of ", total_b, " bytes are free; add ranks "
+                    "(mpirun -np) so that each shard is smaller",
+                    (dtype == Dtype::kFloat32 ? ", or store the shard as float16/bfloat16 (engine.dtype)" : ""),
+                    ", or lower search.batch_max / search.k_max");
+}
+
 std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
                                           const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
                                           IngestStats stats) {
@@ -186,7 +214,12 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     // Refuse a bad backend before reading anything. The CUDA engine takes inner-product and L2
     // rows streamed: each block is read into pinned memory while the previous one is copied to
     // the GPU (no host copy of the shard). Cosine rows are normalised on the host first.
-    streamed = streams_shard(choose_backend(cfg, *host_comm) == EngineBackend::kCuda, metric);
+    const EngineBackend backend = choose_backend(cfg, *host_comm);
+    streamed = streams_shard(backend == EngineBackend::kCuda, metric);
+    // The engine's and the index's start-up bytes against this machine, before any row is read
+    // (`plan` shows them).
+    check_engine_fits(backend, stats.rows.size(), stats.dim, cfg.engine.dtype, cfg.search, world,
+                      resolve_threads(cfg, host_comm->local_size()), host_comm->local_rank());
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <hdf5.h>
 
 #include "io/h5_detail.hpp"
@@ -52,12 +53,10 @@ Handle open_file(const std::string& path) {
     const int err = errno;
     throw Error(detail::concat("cannot open '", path, "': ", std::strerror(err),
                                err == ENOENT && path.rfind("data/", 0) == 0
-                                   ? " (import the public datasets with launch/import_datasets.sh, or point "
-                                     "corpus.path elsewhere with --set corpus.path=FILE)"
+                                   ? " (launch/import_datasets.sh imports the public datasets into data/)"
                                    : ""));
   }
-  SHARDTOPK_EXPECTS(!S_ISDIR(st.st_mode), "'", path, "' is a directory, not an HDF5 file (corpus.path must name the ",
-                    ".h5 file itself)");
+  SHARDTOPK_EXPECTS(!S_ISDIR(st.st_mode), "'", path, "' is a directory, not an HDF5 file (name the .h5 file itself)");
   SHARDTOPK_EXPECTS(S_ISREG(st.st_mode), "'", path, "' is not a regular file (",
                     S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
                                                     : S_ISSOCK(st.st_mode) ? "a socket" : "a block device or other",
@@ -248,12 +247,25 @@ FileInfo inspect_file(const std::string& path) {
     const H5T_class_t cls = H5Tget_class(t.get());
     if (cls == H5T_STRING) {
       value = read_string_attribute(path, name);
-    } else if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && n >= 1 && n <= 16) {
+    } else if (cls == H5T_INTEGER && n >= 1 && n <= 16) {
+      std::vector<std::int64_t> v(static_cast<size_t>(n));
+      if (H5Aread(a.get(), H5T_NATIVE_INT64, v.data()) >= 0) {
+        for (size_t j = 0; j < v.size(); ++j) value += (j ? "," : "") + std::to_string(v[j]);
+        info.int_attributes[name] = v;
+      }
+    } else if (cls == H5T_FLOAT && n >= 1 && n <= 16) {
+      // Each value as its shortest decimal at the stored precision (a float32 0.1 is "0.1").
+      const bool single = H5Tget_size(t.get()) <= 4;
       std::vector<double> v(static_cast<size_t>(n));
-      if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, v.data()) >= 0) {
-        std::ostringstream os;
-        for (size_t j = 0; j < v.size(); ++j) os << (j ? "," : "") << v[j];
-        value = os.str();
+      std::vector<float> f(single ? v.size() : 0);
+      if (H5Aread(a.get(), single ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, single ? static_cast<void*>(f.data())
+                                                                                : static_cast<void*>(v.data())) >= 0) {
+        for (size_t j = 0; j < v.size(); ++j) {
+          const std::string text = single ? fmt::format("{}", f[j]) : fmt::format("{}", v[j]);
+          if (single) v[j] = std::strtod(text.c_str(), nullptr);
+          value += (j ? "," : "") + text;
+        }
+        info.float_attributes[name] = v;
       }
     } else {
       value = "<" + type_name(t.get()) + " x" + std::to_string(n) + ">";

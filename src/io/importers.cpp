@@ -347,16 +347,35 @@ std::vector<std::uint8_t> read_idx_labels(const std::string& path) {
 
 // ------------------------------------------------------------------ raw float32
 
-std::vector<float> read_raw_f32(const std::string& path, std::int64_t dim, std::int64_t* rows, const char* label) {
+/// A raw file has no header: its shape is [bytes / (4 dim), dim] only if `dim` is right, and a
+/// wrong dim divides the size often enough (512 x 1000 and 500 x 1024 are the same 2,048,000
+/// bytes). `expect_rows` (>= 0: the row count the user stated) is checked against the size;
+/// without it the inferred shape is logged as a warning that asks for the count.
+std::vector<float> read_raw_f32(const std::string& path, std::int64_t dim, std::int64_t expect_rows,
+                                const char* rows_flag, std::int64_t* rows, const char* label) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   SHARDTOPK_EXPECTS(in.good(), "cannot open '", path, "': ", std::strerror(errno));
   const std::int64_t bytes = static_cast<std::int64_t>(in.tellg());
   const std::int64_t row_bytes = dim * 4;
   SHARDTOPK_EXPECTS(bytes > 0, "'", path, "' is empty");
+  if (expect_rows >= 0) {
+    const bool whole = expect_rows > 0 && bytes % (4 * expect_rows) == 0;
+    const std::string fit = std::to_string(whole ? bytes / 4 / expect_rows : 0);
+    const std::string hint = whole ? " (" + std::to_string(expect_rows) + " rows of " + fit +
+                                         " float32 values would fill it: is --dim " + fit + "?)"
+                                   : std::string(" (wrong --dim or ") + rows_flag + ", or not raw float32?)";
+    SHARDTOPK_EXPECTS(bytes == expect_rows * row_bytes, "'", path, "': size ", bytes, " bytes is not ", rows_flag,
+                      " ", expect_rows, " x --dim ", dim, " x 4 bytes = ", expect_rows * row_bytes, hint);
+  }
   SHARDTOPK_EXPECTS(bytes % row_bytes == 0, "'", path, "': size ", bytes, " bytes is not a multiple of dim*4 = ",
                     row_bytes, " (", bytes / row_bytes, " whole rows and ", bytes % row_bytes,
                     " bytes left over): wrong --dim, or not raw float32?");
   *rows = bytes / row_bytes;
+  if (expect_rows < 0)
+    spdlog::warn("'{}': no {} given, so the shape comes from the size alone: {} bytes read as [{} rows x {} dims]. "
+                 "A wrong --dim can divide the size too and then reads wrong rows; state the row count with {} {} "
+                 "to have it checked",
+                 path, rows_flag, bytes, *rows, dim, rows_flag, *rows);
   std::vector<float> v(static_cast<size_t>(*rows * dim));
   in.seekg(0);
   in.read(reinterpret_cast<char*>(v.data()), bytes);
@@ -620,7 +639,7 @@ void import_glove_wink(const std::string& json_path, std::uint64_t seed, int n_q
 // ==================================================================== raw float32
 
 void import_raw_f32(const std::string& corpus_path, std::int64_t dim, const std::string& queries_path, Metric metric,
-                    const ImportOptions& opt) {
+                    const ImportOptions& opt, std::int64_t rows, std::int64_t query_rows) {
   check_options(opt, "import raw");
   SHARDTOPK_EXPECTS(dim >= 1 && dim <= (1 << 24), "import raw: --dim must be in 1 .. 16777216, got ", dim);
   const auto t0 = Clock::now();
@@ -628,11 +647,13 @@ void import_raw_f32(const std::string& corpus_path, std::int64_t dim, const std:
   p.metric = metric;
   p.dim = dim;
   std::int64_t n_total = 0, q_total = 0;
-  p.train = read_raw_f32(corpus_path, dim, &n_total, "corpus row");
+  SHARDTOPK_EXPECTS(rows >= -1 && query_rows >= -1, "import raw: --rows ", rows, " / --query-rows ", query_rows,
+                    " must be >= 0 (or left out)");
+  p.train = read_raw_f32(corpus_path, dim, rows, "--rows", &n_total, "corpus row");
   p.n = clamp_count(n_total, opt.max_rows);
   p.train.resize(static_cast<size_t>(p.n * dim));
   if (!queries_path.empty()) {
-    p.test = read_raw_f32(queries_path, dim, &q_total, "query");
+    p.test = read_raw_f32(queries_path, dim, query_rows, "--query-rows", &q_total, "query");
     p.nq = clamp_count(q_total, opt.max_queries);
     p.test.resize(static_cast<size_t>(p.nq * dim));
   }

@@ -34,6 +34,28 @@ void write_results(const std::string& path, const ResultMeta& m, const std::vect
 }
 
 EvalReport evaluate(const std::string& results_path, const std::string& truth_path) {
+  // The corpus the results were searched over (search --out records it) against the truth
+  // file's own `train`: a truth file for another corpus is the usual mistake behind a mismatch.
+  const FileInfo rinfo = inspect_file(results_path);
+  const FileInfo tinfo = inspect_file(truth_path);
+  auto int_attr = [&](const char* name) -> std::int64_t {
+    const auto it = rinfo.int_attributes.find(name);
+    return it == rinfo.int_attributes.end() || it->second.size() != 1 ? -1 : it->second[0];
+  };
+  const std::int64_t crows = int_attr("corpus_rows"), cdim = int_attr("corpus_dim");
+  const auto rcorpus = rinfo.attributes.find("corpus_path");
+  const std::string corpus_named =
+      rcorpus == rinfo.attributes.end() ? std::string("the corpus")
+                                        : "corpus '" + rcorpus->second + "' [" + std::to_string(crows) + " x " +
+                                              std::to_string(cdim) + "]";
+  int same_corpus = -1;  // unknown
+  for (const auto& d : tinfo.datasets)
+    if ((d.name == "train" || d.name == "/train") && d.dims.size() == 2 && crows >= 0 && cdim >= 0)
+      same_corpus = d.dims[0] == crows && d.dims[1] == cdim ? 1 : 0;
+  SHARDTOPK_EXPECTS(same_corpus != 0, "'", truth_path, "' is not the ground truth of these results: '", results_path,
+                    "' was searched over ", corpus_named, " but the truth file's train is a different shape; pass -t ",
+                    "the file that holds that corpus's ground truth (the imported .h5 itself)");
+
   std::int64_t nq = 0, k = 0, tq = 0, tk = 0, dq = 0, dk = 0;
   const std::vector<std::int64_t> ids = read_int64_matrix(results_path, "ids", &nq, &k);
   const HostMatrix scores = read_matrix(results_path, "scores", "result row");
@@ -60,7 +82,11 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
     const Metric tm = parse_metric(tdistance, "'" + truth_path + "': attribute distance");
     SHARDTOPK_EXPECTS(tm == m, "'", results_path, "' was searched with metric ", to_string(m), " but the ground truth in '",
                       truth_path, "' is for distance='", tdistance, "' (", to_string(tm),
-                      "): recall against it would mean nothing; search with --set search.metric=", to_string(tm));
+                      "): recall against it would mean nothing; ",
+                      same_corpus == 1
+                          ? "search again with --set search.metric=" + to_string(tm) + " (the truth's metric)"
+                          : "pass -t the ground truth of " + corpus_named + " (the imported .h5 itself), or search "
+                            "again with --set search.metric=" + to_string(tm) + " if this truth file is the right one");
   }
   const bool squared = read_string_attribute(truth_path, "distance_units") == "squared";
 

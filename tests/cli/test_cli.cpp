@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/oracle.hpp"
 #include "shardtopk/types.hpp"
@@ -163,7 +165,19 @@ TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + dir_.file("absent.h5") + " --k 5");
   EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, AllOf(HasSubstr("cannot open"), HasSubstr("absent.h5"))) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--queries: cannot open"), HasSubstr("absent.h5"), Not(HasSubstr("corpus.path"))))
+      << r.err;
+  // a missing queries file under data/: the importer hint, not corpus.path
+  r = run("cd " + dir_.path() + " && " + mpi(1) + " search --config " + cfg + " --queries data/q.h5 --k 5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--queries: cannot open 'data/q.h5'"), Not(HasSubstr("corpus.path")))) << r.err;
+  // a missing corpus is a config mistake: the key, the config and the override are named
+  r = run(mpi(2) + " search --config " + cfg + " --queries " + q + " --k 5 --set corpus.path=" + dir_.file("gone.h5"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("corpus.path '" + dir_.file("gone.h5") + "': No such file"), HasSubstr(cfg),
+                           HasSubstr("--set corpus.path=FILE")))
+      << r.err;
+  EXPECT_EQ(test::count_of(r.err, "corpus.path '"), 1) << "rank 0 speaks for all:\n" << r.err;
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --queries-dataset nope --k 5");
   EXPECT_NE(r.rc, 0);
@@ -177,7 +191,33 @@ TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --k 5 --set search.metric=taxicab");
   EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, HasSubstr("'taxicab'")) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("'taxicab'"), HasSubstr("allowed: inner_product, cosine, l2, auto"))) << r.err;
+}
+
+// search.metric: the ann-benchmarks names are deprecated aliases: the same answer as the
+// canonical name, with one warning per job (rank 0) that names the replacement.
+TEST_F(Cli, DeprecatedMetricAliasGivesTheSameAnswerAndOneWarning) {
+  const std::string corpus = write_corpus(corpus_);
+  const std::string q = write_queries(queries_, kDim);
+  std::vector<test::Answer> got;
+  for (const char* m : {"l2", "euclidean"}) {
+    const std::string out = dir_.file(std::string(m) + ".h5");
+    const CmdResult r = run(mpi(2) + " search --config " + write_config(corpus, m) + " --queries " + q +
+                            " --k 5 --out " + out);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    if (std::string(m) == "euclidean") {
+      EXPECT_EQ(test::count_of(r.err, "'euclidean' is a deprecated alias of 'l2'"), 1) << r.err;
+      EXPECT_THAT(r.err, HasSubstr("write l2")) << r.err;
+    } else {
+      EXPECT_THAT(r.err, Not(HasSubstr("deprecated"))) << r.err;
+    }
+    std::int64_t rows = 0, cols = 0;
+    test::Answer a;
+    a.ids = read_int64_matrix(out, "ids", &rows, &cols);
+    a.scores = read_matrix(out, "scores").data;
+    got.push_back(a);
+  }
+  test::expect_bit_identical(got[1], got[0], "search.metric euclidean vs l2");
 }
 
 TEST_F(Cli, ZeroNormQueryUnderCosineIsNamed) {
@@ -201,6 +241,37 @@ TEST_F(Cli, InfoListsDatasetsAndAttributes) {
   r = run(std::string(SHARDTOPK_BIN) + " info " + dir_.file("absent.h5"));
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, AllOf(HasSubstr("cannot open"), HasSubstr("absent.h5")));
+  // info has no config: a missing file under data/ points at the importer, not at corpus.path
+  r = run("cd " + dir_.path() + " && " + SHARDTOPK_BIN + " info data/absent.h5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("cannot open 'data/absent.h5'"), HasSubstr("launch/import_datasets.sh"),
+                           Not(HasSubstr("corpus.path"))))
+      << r.err;
+}
+
+// info --json gives numeric attributes as JSON numbers (integers exactly, beyond 6 digits too),
+// strings as strings; the table prints the same values.
+TEST_F(Cli, InfoJsonGivesNumbersAsNumbers) {
+  const std::string path = dir_.file("attrs.h5");
+  H5Writer w(path);
+  w.write_f32("train", corpus_.data(), kN, kDim);
+  w.set_attr("rows", static_cast<std::int64_t>(1234567891));
+  w.set_attr("ratio", 0.25);
+  w.set_attr("name", std::string("42"));
+  w.close();
+  CmdResult r = run(std::string(SHARDTOPK_BIN) + " info --json " + path);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& a = j.at("attributes");
+  EXPECT_TRUE(a.at("rows").is_number_integer()) << a.dump();
+  EXPECT_EQ(a.at("rows").get<std::int64_t>(), 1234567891);
+  EXPECT_TRUE(a.at("ratio").is_number_float()) << a.dump();
+  EXPECT_EQ(a.at("ratio").get<double>(), 0.25);
+  EXPECT_TRUE(a.at("name").is_string()) << a.dump();
+  EXPECT_EQ(j.at("datasets").at(0).at("shape"), nlohmann::json({kN, kDim}));
+  r = run(std::string(SHARDTOPK_BIN) + " info " + path);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("rows = 1234567891"), HasSubstr("ratio = 0.25"), HasSubstr("name = 42"))) << r.out;
 }
 
 TEST_F(Cli, SearchOutWritesIdsScoresAndAttributes) {

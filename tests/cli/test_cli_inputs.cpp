@@ -227,40 +227,63 @@ TEST_F(CliInputs, JustBelowTheBoundIsAnsweredCorrectlyAndJustAboveIsRefused) {
 
 // ---------------------------------------------------------------- item 6: buffers too large
 
-TEST_F(CliInputs, HugeLimitsAreRefusedNamingTheBufferAndBytesThatPlanAlsoShows) {
-  const std::vector<float> corpus = test::small_ints(40 * 4, 61, -2, 3);
+// Refused before the shard is read: row 30 (rank 1's shard at 2 ranks) holds a NaN that reading
+// would report first. plan gives the same figure and the same refusal, and exits 3.
+TEST_F(CliInputs, HugeLimitsAreRefusedBeforeReadingNamingTheBufferAndBytesThatPlanAlsoShows) {
+  std::vector<float> corpus = test::small_ints(40 * 4, 61, -2, 3);
+  corpus[30 * 4 + 2] = std::numeric_limits<float>::quiet_NaN();
   const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "l2");
   const std::string set = " --set search.k_max=1048576 --set search.batch_max=1048576";
-  const CmdResult r = search(1, cfg, write_h5("q.h5", "test", test::small_ints(8, 62), 4), 5, nullptr, set);
+  const std::string q = write_h5("q.h5", "test", test::small_ints(8, 62), 4);
+  const CmdResult r2 = search(2, cfg, q, 5, nullptr, set);
+  EXPECT_NE(r2.rc, 0);
+  EXPECT_THAT(r2.err, AllOf(HasSubstr("ranks 0, 1: cpu engine: search.batch_max=1048576"), Not(HasSubstr("nan")),
+                            Not(HasSubstr("row 30"))))
+      << r2.err;
+  const CmdResult r = search(1, cfg, q, 5, nullptr, set);
   EXPECT_NE(r.rc, 0);
-  EXPECT_THAT(r.err, Not(HasSubstr("bad_alloc"))) << r.err;
-  // threads 1, world 1: the selection buffers [1, 2^20, 2·2^20+32] × 16 B are the largest
-  EXPECT_THAT(r.err, AllOf(HasSubstr("search.batch_max=1048576 and search.k_max=1048576 need 35184942514688 bytes"),
-                           HasSubstr("for the selection buffer [threads=1, batch_max, 2*k_max+32] x 16 B"),
+  EXPECT_THAT(r.err, AllOf(Not(HasSubstr("bad_alloc")), Not(HasSubstr("nan")))) << r.err;
+  SearchConfig sc;  // what load_index builds: index_engine_limits, and the index's buffers beside the engine
+  sc.batch_max = 1 << 20;
+  sc.k_max = 1 << 20;
+  // threads 1, world 1: the index's candidate buffers (queries, local, gathered, merged:
+  // 2^20 × 4 × 4 B + 3 × 2^40 × 16 B + 2 × 16 B) are the largest
+  const std::uint64_t index_bytes = index_buffer_bytes(sc, 1, 4);
+  EXPECT_EQ(index_bytes, 52776574910496u);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("search.batch_max=1048576 and search.k_max=1048576 need 52776574910496 bytes"),
+                           HasSubstr("for the index buffer [queries and candidates of the data path]"),
                            HasSubstr("lower search.batch_max or search.k_max")))
       << r.err;
   const auto at = r.err.find(" in all");
   ASSERT_NE(at, std::string::npos) << r.err;
   const auto start = r.err.rfind(", ", r.err.rfind(" bytes (", at)) + 2;
   const std::string total = r.err.substr(start, r.err.find(' ', start) - start);
-  SearchConfig sc;  // what load_index builds: index_engine_limits
-  sc.batch_max = 1 << 20;
-  sc.k_max = 1 << 20;
-  EXPECT_EQ(total, std::to_string(cpu_engine_host_bytes(40, 4, Dtype::kFloat32, index_engine_limits(sc), 1)));
+  EXPECT_EQ(total, std::to_string(cpu_engine_host_bytes(40, 4, Dtype::kFloat32, index_engine_limits(sc), 1) +
+                                  index_bytes));
   const CmdResult p = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 1" + set);
-  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_EQ(p.rc, 3) << "plan says it does not fit, as search does:\n" << p.out << p.err;
   std::istringstream lines(p.out);
   std::string line;
   bool found = false;
   while (std::getline(lines, line)) {
     std::istringstream f(line);
-    std::string rank, lo, rows, peak, engine;
-    if (f >> rank >> lo >> rows >> peak >> engine && rank == "0") {
+    std::string rank, lo, rows, peak, engine, limit, fits;
+    if (f >> rank >> lo >> rows >> peak >> engine >> limit >> fits && rank == "0") {
       EXPECT_EQ(engine, total) << "plan's engine_bytes is the figure the engine refused:\n" << p.out;
+      EXPECT_EQ(fits, "NO") << p.out;
       found = true;
     }
   }
   EXPECT_TRUE(found) << p.out;
+  // plan's reason is search's refusal, word for word
+  const auto from = r.err.find("cpu engine: ");
+  ASSERT_NE(from, std::string::npos) << r.err;
+  const std::string reason = r.err.substr(from, r.err.find('\n', from) - from);
+  EXPECT_THAT(p.out, HasSubstr("does not fit: rank 0: " + reason)) << p.out;
+  // the same config with the default limits fits, by both
+  const CmdResult ok = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2");
+  EXPECT_EQ(ok.rc, 0) << ok.out << ok.err;
+  EXPECT_THAT(ok.out, AllOf(HasSubstr("  yes"), Not(HasSubstr("NO")), Not(HasSubstr("does not fit")))) << ok.out;
 }
 
 // ---------------------------------------------------------------- item 7: the stalled rank
@@ -325,6 +348,56 @@ TEST_F(CliInputs, EvalOfWiderResultsUsesTheTruthsK) {
   EXPECT_THAT(r.out, AllOf(HasSubstr("K=5"), HasSubstr("has K=9 columns but the truth has 5 neighbours per query"),
                            HasSubstr("recall@5    1.0000"), HasSubstr("recall@1    1.0000")))
       << r.out;
+}
+
+// eval with the wrong truth file names that mistake (not the metric); with the right truth file
+// and another metric it names search.metric.
+TEST_F(CliInputs, EvalHintFitsTheMistake) {
+  const std::string corpus_path = write_l2_truth("c.h5", 60, 4, 5, 5, 81).path;
+  const std::string other = write_l2_truth("other.h5", 70, 4, 5, 5, 82).path;  // another corpus
+  ASSERT_EQ(search(1, write_config(corpus_path, "inner_product"), corpus_path, 5).rc, 0);
+  CmdResult r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + other);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("'" + other + "' is not the ground truth of these results"),
+                           HasSubstr("searched over corpus '" + corpus_path + "' [60 x 4]"),
+                           Not(HasSubstr("search.metric"))))
+      << r.err;
+  r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + corpus_path);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("searched with metric inner_product"),
+                           HasSubstr("search again with --set search.metric=l2"), Not(HasSubstr("not the ground truth"))))
+      << r.err;
+  // the same metric but another corpus: refused too (recall would mean nothing)
+  ASSERT_EQ(search(1, write_config(corpus_path, "l2"), corpus_path, 5).rc, 0);
+  r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + other);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not the ground truth of these results")) << r.err;
+}
+
+// import raw: a raw file has no header. --rows is checked against the size and names the
+// dimension that fits; without it the inferred shape is a warning that asks for --rows. The
+// 2,048,000-byte bge-m3 file is [500 x 1024], and 1000 divides it too (512 rows).
+TEST_F(CliInputs, ImportRawChecksTheStatedRowCount) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/tests/data/bge-m3/paragraphs-1024.f32";
+  const std::string imp = std::string(SHARDTOPK_BIN) + " import raw --truth-k 0 --corpus " + f;
+  CmdResult r = run(imp + " --dim 1000 --rows 500 -o " + dir_.file("a.h5"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("size 2048000 bytes is not --rows 500 x --dim 1000 x 4 bytes = 2000000"),
+                           HasSubstr("is --dim 1024?")))
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("a.h5")));
+  r = run(imp + " --dim 1000 -o " + dir_.file("b.h5"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("no --rows given"), HasSubstr("[512 rows x 1000 dims]"), HasSubstr("--rows 512")))
+      << r.err;
+  r = run(imp + " --dim 1024 --rows 500 --queries " + f + " --query-rows 499 -o " + dir_.file("c.h5"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not --query-rows 499 x --dim 1024")) << r.err;
+  r = run(imp + " --dim 1024 --rows 500 --queries " + f + " --query-rows 500 --metric angular -o " + dir_.file("d.h5"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, AllOf(Not(HasSubstr("no --rows")), HasSubstr("'angular' is a deprecated alias of 'cosine'")))
+      << r.err;
+  EXPECT_EQ(inspect_dataset(dir_.file("d.h5"), "train").dims, (std::vector<std::int64_t>{500, 1024}));
 }
 
 // eval judges near ties by the truth file's own rows (float64), never by the scores a result

@@ -73,6 +73,33 @@ TEST(Config, MetricNamesAndAliases) {
   EXPECT_EQ(*parse_config("search: {metric: cosine}").search.metric, Metric::kCosine);
   EXPECT_EQ(*parse_config("search: {metric: l2}").search.metric, Metric::kL2);
   EXPECT_FALSE(parse_config("search: {metric: auto}").search.metric.has_value());
+  for (const char* m : {"inner_product", "cosine", "l2", "auto"})
+    EXPECT_TRUE(parse_config(std::string("search: {metric: ") + m + "}").warnings.empty()) << m;
+}
+
+// The ann-benchmarks distance names work as search.metric, each with a deprecation warning that
+// names the replacement; overrides are checked the same way.
+TEST(Config, AnnBenchmarksMetricNamesAreDeprecatedAliases) {
+  struct Alias {
+    const char* name;
+    Metric metric;
+    const char* canonical;
+  };
+  for (const Alias a : {Alias{"euclidean", Metric::kL2, "l2"}, Alias{"angular", Metric::kCosine, "cosine"},
+                        Alias{"dot", Metric::kInnerProduct, "inner_product"},
+                        Alias{"ip", Metric::kInnerProduct, "inner_product"}}) {
+    const Config c = parse_config(std::string("search: {metric: ") + a.name + "}", "a.yaml");
+    EXPECT_EQ(*c.search.metric, a.metric) << a.name;
+    ASSERT_EQ(c.warnings.size(), 1u) << a.name;
+    EXPECT_THAT(c.warnings[0], AllOf(HasSubstr("a.yaml"), HasSubstr("search.metric"), HasSubstr(std::string("'") + a.name + "'"),
+                                     HasSubstr("deprecated"), HasSubstr(std::string("write ") + a.canonical)));
+    Config o;
+    apply_override(o, std::string("search.metric=") + a.name);
+    EXPECT_EQ(*o.search.metric, a.metric) << a.name;
+    EXPECT_EQ(o.warnings.size(), 1u) << a.name;
+  }
+  EXPECT_THAT(error_of([] { parse_config("search: {metric: Euclidean}"); }),
+              AllOf(HasSubstr("'Euclidean'"), HasSubstr("allowed: inner_product, cosine, l2, auto")));
 }
 
 TEST(Config, RoundTripsThroughToYaml) {

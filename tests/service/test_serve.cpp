@@ -236,9 +236,13 @@ class ServeBge : public ::testing::Test {
   static constexpr int kWindowUs = 20000;  // long, so concurrent requests surely share batches
 
   static void SetUpTestSuite() {
-    corpus_ = test::read_raw_f32(test::bge_dir() + "/paragraphs-1024.f32", kN, kDim);
-    queries_ = test::read_raw_f32(test::bge_dir() + "/sentences-1024.f32", kQ, kDim);
-    if (corpus_.empty() || queries_.empty()) return;
+    try {
+      corpus_ = test::read_raw_f32(test::bge_dir() + "/paragraphs-1024.f32", kN, kDim);
+      queries_ = test::read_raw_f32(test::bge_dir() + "/sentences-1024.f32", kQ, kDim);
+    } catch (const std::exception& e) {
+      data_error_ = e.what();
+      return;
+    }
     dir_ = new test::TempDir();
     const std::string path = dir_->file("bge.h5");
     H5Writer w(path);
@@ -256,7 +260,7 @@ class ServeBge : public ::testing::Test {
     dir_ = nullptr;
   }
   void SetUp() override {
-    if (corpus_.empty()) GTEST_SKIP() << "bge-m3 vectors not found under " << test::bge_dir() << " (set SHARDTOPK_DATA_DIR)";
+    ASSERT_TRUE(data_error_.empty()) << data_error_;
     ASSERT_TRUE(ready_) << "the service did not start";
   }
   int port() const { return server_->port(); }
@@ -267,8 +271,10 @@ class ServeBge : public ::testing::Test {
   static std::string config_;
   static Server* server_;
   static bool ready_;
+  static std::string data_error_;  // the real vectors could not be read
 };
 std::vector<float> ServeBge::corpus_, ServeBge::queries_;
+std::string ServeBge::data_error_;
 test::TempDir* ServeBge::dir_ = nullptr;
 std::string ServeBge::config_;
 Server* ServeBge::server_ = nullptr;

@@ -898,6 +898,15 @@ std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype d
   return total_bytes(cpu_buffers(rows, dim, dtype, limits, threads));
 }
 
+std::uint64_t host_memory_bytes() { return physical_memory_bytes(); }
+
+void check_cpu_engine_fits(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits, int threads,
+                           std::uint64_t other_bytes) {
+  std::vector<CpuBuffer> bufs = cpu_buffers(rows, dim, dtype, limits, threads);
+  if (other_bytes > 0) bufs.push_back({"index", "[queries and candidates of the data path]", other_bytes});
+  check_buffers_fit(bufs, limits);
+}
+
 std::unique_ptr<Engine> make_cpu_engine(const ShardInput& shard, Metric metric, Dtype dtype, const EngineLimits& limits,
                                         const EngineOptions& options) {
   return std::make_unique<CpuEngine>(shard, metric, dtype, limits, options);

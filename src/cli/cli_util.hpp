@@ -1,0 +1,24 @@
+#pragma once
+// Helpers shared by the subcommands.
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "shardtopk/config.hpp"
+
+namespace shardtopk::cli {
+
+/// The config file with `--set key=value` overrides applied, validated; rank 0 logs its
+/// warnings (deprecated spellings). @throws Error naming the file, key or value.
+Config load_with_overrides(const std::string& path, const std::vector<std::string>& overrides, int rank = 0);
+
+/// Prints "shardtopk: error: MESSAGE" on stderr.
+void print_error(const char* message);
+
+/// How a job command (search, serve) ends on an error that escaped it, on every rank: a failed
+/// or timed-out collective ends the job (exit 2) without unwinding the NCCL/CUDA state a dead
+/// peer may hold; an error every rank knows (RemoteError) is printed by rank 0 (exit 1); any other
+/// error is known to this rank alone, so it ends every rank (exit 1) rather than leave them waiting.
+int end_job(std::exception_ptr err, int rank);
+
+}  // namespace shardtopk::cli

@@ -1,0 +1,68 @@
+#pragma once
+// The `shardtopk` subcommands, one file each (search.cpp, serve.cpp, info.cpp, eval.cpp,
+// import.cpp, plan.cpp): the arguments main.cpp parses into, and the function that runs the
+// command with them and returns the process exit code. The flags themselves are declared in
+// main.cpp, the one file that includes CLI11 (a heavy header: one copy keeps the build short).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtopk/importers.hpp"
+
+namespace shardtopk::cli {
+
+struct SearchArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // key=value
+  std::string queries;
+  std::string queries_dataset = "test";
+  int k = 10;
+  std::string out;
+  std::string timings_json;
+  std::int64_t max_queries = -1;
+  int batch = 0;  // 0: search.batch_max
+};
+/// search and serve start MPI (MpiSession) with main's argc/argv.
+int run_search(const SearchArgs& a, int* argc, char*** argv);
+
+struct ServeArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // key=value
+  std::string port_file;
+};
+int run_serve(const ServeArgs& a, int* argc, char*** argv);
+
+struct InfoArgs {
+  std::string path;
+  bool json = false;
+};
+int run_info(const InfoArgs& a);
+
+struct EvalArgs {
+  std::string results, truth, json_out;
+  int show = 0;  // print the first N queries' results with labels/words when the truth file has them
+};
+int run_eval(const EvalArgs& a);
+
+struct ImportArgs {
+  std::string source;  // fashion-mnist, glove or raw
+  ImportOptions io;
+  std::string train_dtype = "float32";
+  std::string fm_dir = "/usr/share/datasets/fashion-mnist";
+  std::string glove_json;
+  std::uint64_t glove_seed = 42;
+  int glove_queries = 1000;
+  std::string raw_corpus, raw_queries, raw_metric = "inner_product";
+  std::int64_t raw_dim = 0, raw_rows = -1, raw_query_rows = -1;  // -1: inferred from the file size
+};
+int run_import(const ImportArgs& a);
+
+struct PlanArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int ranks = 1;
+  int ranks_per_node = 0;  // 0: = ranks
+};
+int run_plan(const PlanArgs& a);
+
+}  // namespace shardtopk::cli

@@ -1,0 +1,290 @@
+// `shardtopk search`: every rank loads its shard, rank 0 reads the queries file, the ranks
+// search it batch by batch; rank 0 prints the timings and writes the result file.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/stats.hpp"
+#include "shardtopk/ingest.hpp"
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "core/log.hpp"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/results.hpp"
+
+namespace shardtopk::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+
+/// True when both paths name one existing file (same device and inode).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// Argument checks that need no corpus rows (only file headers), made before the (possibly long)
+// ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
+void check_search_args(const SearchArgs& a, const Config& cfg) {
+  SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
+                    " (K is the number of neighbours per query and must be at least 1)");
+  SHARDTOPK_EXPECTS(a.k <= cfg.search.k_max, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
+                    " (search.k_max; raise it with --set search.k_max=", a.k, ")");
+  // A corpus file that is not there is a config mistake: say which key names it.
+  struct stat st {};
+  if (::stat(cfg.corpus.path.c_str(), &st) != 0) {
+    const int err = errno;
+    throw Error(detail::concat("corpus.path '", cfg.corpus.path, "': ", std::strerror(err),
+                               "; name the corpus HDF5 file in ", cfg.source, " or with --set corpus.path=FILE",
+                               cfg.corpus.path.rfind("data/", 0) == 0
+                                   ? " (launch/import_datasets.sh imports the public datasets into data/)"
+                                   : ""));
+  }
+  // K larger than the corpus: the row count is in the file header, so say it before loading.
+  // A file that cannot be inspected is left for the index to report (with the rank).
+  std::int64_t corpus_rows = -1;
+  try {
+    const DatasetInfo ci = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+    if (ci.dims.size() == 2) corpus_rows = ci.dims[0];
+  } catch (const Error&) {
+  }
+  SHARDTOPK_EXPECTS(corpus_rows < 0 || a.k <= corpus_rows, "--k ", a.k, " is larger than the corpus: '",
+                    cfg.corpus.path, "' dataset '", cfg.corpus.dataset, "' has ", corpus_rows,
+                    " rows (from the file header; nothing was loaded)");
+  SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= cfg.search.batch_max, "--batch ", a.batch,
+                    " out of range: allowed 1 .. ", cfg.search.batch_max,
+                    " (search.batch_max; raise it with --set search.batch_max=N), or 0 for search.batch_max");
+  SHARDTOPK_EXPECTS(a.max_queries >= -1, "--max-queries ", a.max_queries, " must be -1 (all) or >= 0");
+  DatasetInfo qi;
+  try {
+    qi = inspect_dataset(a.queries, a.queries_dataset);  // exists, names what is there
+  } catch (const Error& e) {
+    throw Error(std::string("--queries: ") + e.what());
+  }
+  SHARDTOPK_EXPECTS(qi.dims.size() == 2 && qi.is_float, "'", a.queries, "': queries dataset '", qi.name,
+                    "' must be a 2-D float dataset [Q, dim]");
+  for (const std::string* out : {&a.out, &a.timings_json}) {
+    if (out->empty()) continue;
+    for (const std::string* in : {&cfg.corpus.path, &a.queries})
+      SHARDTOPK_EXPECTS(!same_file(*out, *in), "refusing to write '", *out, "': it is the ",
+                        (in == &a.queries ? "queries" : "corpus"), " file '", *in, "' (choose another output path)");
+    const auto slash = out->find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out->substr(0, slash));
+    SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", *out, "': folder '", dir,
+                      "' does not exist or is not writable");
+  }
+}
+
+// Searches every query of the file on a loaded index (every rank); rank 0 reports.
+int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int rank) {
+  const std::int64_t dim = index.dim();
+
+  // Rank 0 reads the queries; a bad file or a bad query stops every rank.
+  HostMatrix q;
+  std::int64_t nq = 0;
+  bool ok = true;
+  std::string msg;
+  if (rank == 0) {
+    try {
+      q = read_matrix(a.queries, a.queries_dataset, "query");
+      SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
+                        dim);
+      nq = q.rows;
+      if (a.max_queries >= 0) nq = std::min(nq, a.max_queries);
+      if (index.metric() == Metric::kCosine) {
+        // name the query index of a zero-norm query before any batch starts
+        for (std::int64_t i = 0; i < nq; ++i) {
+          bool zero = true;
+          for (std::int64_t d = 0; d < dim && zero; ++d) zero = q.data[i * dim + d] == 0.0f;
+          SHARDTOPK_EXPECTS(!zero, "'", a.queries, "': query ", i, " has zero norm (cosine needs a direction)");
+        }
+      }
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+  }
+  index.host_comm().check(ok, msg);
+  index.host_comm().broadcast(&nq, sizeof nq, 0);
+
+  // Followers serve rank 0's searches until it shuts the index down (also on its errors).
+  if (rank != 0) {
+    index.follow();
+    return 0;
+  }
+  struct ShutdownGuard {  // not after a CommError: the collective could not complete
+    ShardedIndex& idx;
+    bool comm_failed = false;
+    ~ShutdownGuard() {
+      if (comm_failed) return;
+      try {
+        idx.shutdown();
+      } catch (const std::exception& e) {
+        print_error(e.what());
+        abort_job(2);
+      }
+    }
+  } guard{index};
+
+  const int batch_max = a.batch > 0 ? std::min(a.batch, cfg.search.batch_max) : cfg.search.batch_max;
+  std::vector<std::int64_t> ids(rank == 0 ? static_cast<size_t>(nq * a.k) : 0);
+  std::vector<float> scores(ids.size());
+  std::vector<double> batch_ms;
+  // Queries [b0, b0 + b) of the file; a batch rank 0 rejects is named by those indices.
+  auto search_batch = [&](std::int64_t b0, int b, std::int64_t* out_ids, float* out_scores) {
+    try {
+      index.search(q.data.data() + b0 * dim, b, a.k, out_ids, out_scores);
+    } catch (const RemoteError&) {
+      throw;
+    } catch (const CommError&) {
+      guard.comm_failed = true;
+      throw;  // handled by run_search while the index is alive
+    } catch (const Error& e) {
+      throw RemoteError(std::string("queries [") + std::to_string(b0) + ", " + std::to_string(b0 + b) + "): " +
+                            e.what(),
+                        true);
+    }
+  };
+  // One search per distinct batch size (full batches, the last one) before the timed loop:
+  // the CUDA engine captures a graph per (batch size, k) on first use (tens of ms), which
+  // would otherwise land in the timings. Answers are deterministic, so the warm-up's own
+  // answers (of the first queries) are discarded.
+  double warmup_ms = 0;
+  if (index.engine_info().space == MemSpace::kDevice && nq > 0) {
+    std::vector<int> sizes{static_cast<int>(std::min<std::int64_t>(batch_max, nq))};
+    if (nq % batch_max != 0 && nq > batch_max) sizes.push_back(static_cast<int>(nq % batch_max));
+    std::vector<std::int64_t> wid(static_cast<size_t>(sizes[0]) * a.k);
+    std::vector<float> wsc(wid.size());
+    const auto tw = Clock::now();
+    for (int b : sizes) search_batch(0, b, wid.data(), wsc.data());
+    warmup_ms = std::chrono::duration<double, std::milli>(Clock::now() - tw).count();
+    spdlog::info("warm-up: {} batch(es) (sizes {}) in {:.1f} ms, not in the timings", sizes.size(),
+                 sizes.size() == 1 ? std::to_string(sizes[0]) : std::to_string(sizes[0]) + ", " + std::to_string(sizes[1]),
+                 warmup_ms);
+  }
+  if (rank == 0) spdlog::info("searching {} queries, k={}, batches of {}", nq, a.k, batch_max);
+  const auto t0 = Clock::now();
+  auto last_log = t0;
+  for (std::int64_t b0 = 0; b0 < nq; b0 += batch_max) {
+    const int b = static_cast<int>(std::min<std::int64_t>(batch_max, nq - b0));
+    const auto tb = Clock::now();
+    search_batch(b0, b, ids.data() + b0 * a.k, scores.data() + b0 * a.k);
+    batch_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - tb).count());
+    if (rank == 0)
+      spdlog::debug("batch {}: queries [{}, {}), k={}, {:.3f} ms", batch_ms.size() - 1, b0, b0 + b, a.k,
+                    batch_ms.back());
+    if (rank == 0 && std::chrono::duration<double>(Clock::now() - last_log).count() > 2.0) {
+      last_log = Clock::now();
+      spdlog::info("searched {}/{} queries", b0 + b, nq);
+    }
+  }
+  const double search_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  if (rank == 0) {
+    const IngestStats& st = index.ingest_stats();
+    const double qps = search_s > 0 ? static_cast<double>(nq) / search_s : 0;
+    nlohmann::json j = {
+        {"corpus", cfg.corpus.path},
+        {"rows", index.total_rows()},
+        {"dim", dim},
+        {"metric", to_string(index.metric())},
+        {"world_size", index.world_size()},
+        {"engine", index.engine_info().name},
+        {"comm", index.data_comm().name()},
+        {"dtype", to_string(index.engine_info().dtype)},
+        {"threads_per_rank", cfg.engine.threads > 0 ? cfg.engine.threads : resolve_threads(cfg, index.host_comm().local_size())},
+        {"queries", nq},
+        {"k", a.k},
+        {"batch", batch_max},
+        {"batches", batch_ms.size()},
+        {"ingest_s", st.total_s},
+        {"read_s_rank0", st.read_s},
+        {"upload_s_rank0", st.upload_s},
+        {"warmup_ms", warmup_ms},
+        {"search_s", search_s},
+        {"qps", qps},
+        {"batch_ms_p50", (batch_ms.empty() ? 0.0 : percentile(batch_ms, 50))},
+        {"batch_ms_p99", (batch_ms.empty() ? 0.0 : percentile(batch_ms, 99))},
+        {"batch_ms_mean", batch_ms.empty() ? 0.0 : search_s * 1000.0 / static_cast<double>(batch_ms.size())},
+        {"resident_bytes_rank0", st.engine_resident_bytes},
+    };
+    std::printf("ingest %.2f s | %lld queries, k=%d, %zu batch(es) of <=%d | batch ms p50 %.3f p99 %.3f | QPS %.1f | "
+                "%s/%s, %d rank(s)\n",
+                st.total_s, static_cast<long long>(nq), a.k, batch_ms.size(), batch_max, (batch_ms.empty() ? 0.0 : percentile(batch_ms, 50)),
+                (batch_ms.empty() ? 0.0 : percentile(batch_ms, 99)), qps, index.engine_info().name.c_str(), index.data_comm().name().c_str(),
+                index.world_size());
+    if (!a.timings_json.empty()) {
+      std::ofstream out(a.timings_json);
+      SHARDTOPK_EXPECTS(out.good(), "cannot write '", a.timings_json, "'");
+      out << j.dump(2) << "\n";
+    }
+    if (!a.out.empty()) {
+      ResultMeta m;
+      m.metric = index.metric();
+      m.k = a.k;
+      m.world_size = index.world_size();
+      m.engine = index.engine_info().name;
+      m.comm = index.data_comm().name();
+      m.dtype = index.engine_info().dtype;
+      m.corpus_path = cfg.corpus.path;
+      m.corpus_dataset = cfg.corpus.dataset;
+      m.corpus_rows = index.total_rows();
+      m.corpus_dim = dim;
+      m.queries_path = a.queries;
+      m.queries_dataset = a.queries_dataset;
+      write_results(a.out, m, ids, scores, nq);
+      spdlog::info("wrote {} ([{} x {}] ids and scores)", a.out, nq, a.k);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_search(const SearchArgs& a, int* argc, char*** argv) {
+  MpiSession mpi(argc, argv);
+  const int rank = mpi.rank();
+  init_logging(rank, mpi.world_size());
+  try {
+    Config cfg;
+    try {
+      cfg = load_with_overrides(a.config, a.overrides, rank);
+      check_search_args(a, cfg);
+    } catch (const Error& e) {
+      // The config is the same file on every rank, so every rank fails alike; rank 0 speaks.
+      if (rank == 0) print_error(e.what());
+      return 1;
+    }
+    std::unique_ptr<ShardedIndex> holder = load_index(cfg);
+    ShardedIndex& index = *holder;
+    try {
+      return search_all(index, cfg, a, rank);
+    } catch (const CommError& e) {
+      // A collective timed out or failed: a peer is stalled or dead. End the job here, while the
+      // index is alive: unwinding would run the NCCL/CUDA destructors, which may wait on work
+      // that depends on the missing peer.
+      print_error(e.what());
+      abort_job(2);
+    }
+  } catch (const std::exception&) {
+    return end_job(std::current_exception(), rank);
+  }
+}
+
+}  // namespace shardtopk::cli

@@ -1,0 +1,35 @@
+// `shardtopk serve`: the config and flags of the retrieval service; the service itself
+// (src/service/) is called through service::serve alone.
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "core/log.hpp"
+#include "service/service.hpp"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk::cli {
+
+int run_serve(const ServeArgs& a, int* argc, char*** argv) {
+  MpiSession mpi(argc, argv);
+  const int rank = mpi.rank();
+  init_logging(rank, mpi.world_size());
+  Config cfg;
+  try {
+    cfg = load_with_overrides(a.config, a.overrides, rank);
+  } catch (const Error& e) {
+    if (rank == 0) print_error(e.what());
+    return 1;
+  }
+  try {
+    service::ServeOptions o;
+    o.port_file = a.port_file;
+    return service::serve(cfg, o);
+  } catch (const std::exception&) {
+    return end_job(std::current_exception(), rank);
+  }
+}
+
+}  // namespace shardtopk::cli
