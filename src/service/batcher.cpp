@@ -118,7 +118,7 @@ void Batcher::run() {
       running_ = batch;
     }
     if (batch.front()->kind == Job::Kind::kCounters) run_counters(batch.front());
-    else run_batch(batch);
+    else run_batch(batch);  // a RankLost leaves the batch in running_ for fail_all
     std::lock_guard<std::mutex> l(m_);
     running_.clear();
   }
@@ -135,11 +135,8 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
   std::vector<RankCounters> c;
   try {
     c = backend_.rank_counters();
-  } catch (const RankLost& e) {
-    const std::string msg = std::string("a rank is gone: ") + e.what();
-    answer(*job, 503, msg);
-    fail_all(503, msg);
-    throw;
+  } catch (const RankLost&) {
+    throw;  // the job stays unanswered in running_: the caller answers it with fail_all
   } catch (const std::exception& e) {
     answer(*job, 500, std::string("rank counters unavailable: ") + e.what());
     return;
@@ -160,11 +157,8 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
   }
   try {
     backend_.search(queries_.data(), total, k, ids_.data(), scores_.data());
-  } catch (const RankLost& e) {
-    const std::string msg = std::string("a rank is gone: ") + e.what();
-    for (const auto& j : batch) answer(*j, 503, msg);
-    fail_all(503, msg);
-    throw;
+  } catch (const RankLost&) {
+    throw;  // the batch stays unanswered in running_: the caller answers it with fail_all
   } catch (const SearchFailed& e) {
     spdlog::error("search of a batch of {} request(s) failed: {}", batch.size(), e.what());
     for (const auto& j : batch) answer(*j, 500, std::string("search failed: ") + e.what());

@@ -79,8 +79,9 @@ class Batcher {
   void receiving_begin();
   void receiving_end();
 
-  /// Index thread: run jobs until close() and an empty queue. @throws RankLost after answering
-  /// the failed batch 503 and failing everything else (fail_all); the job must end.
+  /// Index thread: run jobs until close() and an empty queue. @throws RankLost from the index;
+  /// the failed batch and the queue are left unanswered for the caller's fail_all (which may
+  /// first learn a better reason, e.g. which rank is gone); the job must end.
   void run();
 
   /// run() returns once the queue is empty (jobs submitted later are still run first).

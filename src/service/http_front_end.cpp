@@ -115,7 +115,9 @@ void mhd_panic(void*, const char* file, unsigned int line, const char* reason) {
 // ------------------------------------------------------------------------------ per request
 
 struct HttpFrontEnd::Request {
-  enum class Phase { kNew, kBody, kWaiting, kAnswered };
+  // kGet: a GET route's request, answered on the handler's next call (an answer queued in the
+  // first call makes libmicrohttpd close the connection after it, which ends pipelining).
+  enum class Phase { kNew, kGet, kBody, kWaiting, kAnswered };
   Phase phase = Phase::kNew;
   Route route = Route::kOther;
   bool accepted = true;         // its request line arrived before drain or failure
@@ -410,6 +412,13 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
     case Request::Phase::kNew:
       r.headers_in = Clock::now();
       return on_headers(c, url, method, r);
+    case Request::Phase::kGet:
+      if (*upload_size > 0) {  // a body on a GET: read and dropped, within the header limit
+        r.discarded += *upload_size;
+        *upload_size = 0;
+        return r.discarded <= static_cast<std::size_t>(cfg_.max_header_bytes) ? MHD_YES : MHD_NO;
+      }
+      return on_get(c, r);
     case Request::Phase::kBody:
       if (*upload_size > 0) {
         const int ok = on_body(c, upload, *upload_size, r);
@@ -440,18 +449,26 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
     return reply_error(c, r, 431, std::to_string(h.fields) + " header fields, over service.max_headers (" +
                                       std::to_string(cfg_.max_headers) + ")", true);
 
+  // Refused from the request line: answered at once, the body (if any) not read, the
+  // connection closed.
   const std::string m = method ? method : "";
   const bool get = m == "GET" || m == "HEAD";
   if (r.route == Route::kOther)
-    return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64));
+    return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
   if (r.route == Route::kSearch && m != "POST")
-    return reply_error(c, r, 405, "method " + excerpt(m, 16) + " not allowed on /v1/search (allowed: POST)", false,
+    return reply_error(c, r, 405, "method " + excerpt(m, 16) + " not allowed on /v1/search (allowed: POST)", true,
                        "POST");
   if (r.route != Route::kSearch && !get)
     return reply_error(c, r, 405,
                        "method " + excerpt(m, 16) + " not allowed on " + route_label(r.route) + " (allowed: GET)",
-                       false, "GET, HEAD");
+                       true, "GET, HEAD");
 
+  if (r.route == Route::kSearch) return on_search_headers(c, r);
+  r.phase = Request::Phase::kGet;
+  return MHD_YES;
+}
+
+int HttpFrontEnd::on_get(MHD_Connection* c, Request& r) {
   const bool ready = ready_.load(std::memory_order_acquire);
   switch (r.route) {
     case Route::kHealth:
@@ -480,7 +497,6 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
       return MHD_YES;
     }
     case Route::kSearch:
-      return on_search_headers(c, r);
     case Route::kOther:
       break;
   }

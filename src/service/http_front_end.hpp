@@ -85,6 +85,7 @@ class HttpFrontEnd {
   int on_request(MHD_Connection* c, const char* url, const char* method, const char* upload, std::size_t* upload_size,
                  Request& r);
   int on_headers(MHD_Connection* c, const char* url, const char* method, Request& r);
+  int on_get(MHD_Connection* c, Request& r);
   int on_search_headers(MHD_Connection* c, Request& r);
   int on_body(MHD_Connection* c, const char* data, std::size_t n, Request& r);
   int on_body_complete(MHD_Connection* c, Request& r);

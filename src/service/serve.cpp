@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -90,7 +91,8 @@ class Supervisor {
     fe_.fail(why);
     batcher_.fail_all(503, why);
     // Flushes the 503s; requests still being received get theirs when their body completes.
-    fe_.wait_idle(Clock::now() + std::chrono::seconds(1));
+    const bool flushed = fe_.wait_idle(Clock::now() + std::chrono::seconds(1));
+    if (!flushed) spdlog::warn("{} request(s) still in progress (being received or sending)", fe_.in_progress());
     std::fprintf(stderr, "shardtopk: error: %s\n", why.c_str());
     std::fflush(nullptr);
     if (on_mpi_thread) abort_job(exit_code);
@@ -244,6 +246,10 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   try {
     batcher.run();
   } catch (const RankLost& e) {
+    // A collective failed. When a follower died, its liveness connection says which one: give
+    // the supervisor a moment to name it (it then ends the job itself) before using the
+    // collective's own message.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 3 * cfg.service.heartbeat_ms)));
     supervisor.fail_and_exit(std::string("a rank is gone: ") + e.what(), 2, /*on_mpi_thread=*/true);
   }
   supervisor.join();
