@@ -21,7 +21,7 @@
 /// | service.port        | int    | 8080                            | 0 .. 65535 (0: any free port)   |
 /// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
 /// | service.max_body_bytes | int | 0 (derived from batch_max × dim) | 0, or 1024 .. 2^32 (larger: 413) |
-/// | service.io_threads  | int    | 2                               | 1 .. 64 HTTP event-loop threads |
+/// | service.io_threads  | int    | 4                               | 1 .. 64 HTTP event-loop threads |
 /// | service.max_connections | int | 16384                          | 1 .. 1048576 open connections   |
 /// | service.idle_timeout_s | int | 30                              | 1 .. 86400 (idle/slow: closed)  |
 /// | service.max_header_bytes | int | 16384                         | 1024 .. 1048576 (larger: 431)   |
@@ -72,7 +72,7 @@ struct ServiceConfig {
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
   int batch_window_us = 300;               ///< longest wait for company while other requests are being received
   long long max_body_bytes = 0;            ///< larger request bodies get 413; 0: derived from batch_max × dim
-  int io_threads = 2;                      ///< HTTP event-loop threads (each serves many connections)
+  int io_threads = 4;                      ///< HTTP event-loop threads (each serves many connections)
   int max_connections = 16384;             ///< open client connections; more wait in the listen backlog
   int idle_timeout_s = 30;                 ///< a connection silent this long is closed (keep-alive or mid-request)
   int max_header_bytes = 16384;            ///< request line + headers; larger: 431

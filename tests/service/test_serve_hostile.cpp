@@ -202,20 +202,22 @@ class Tricklers {
   std::thread thread_;
 };
 
-// Keep-alive connections that are open and silent: half of them were served one /healthz first.
+// Keep-alive connections that are open and silent: all are opened first, then half of them are
+// served one /healthz (answers due within 10 s in all).
 class Idle {
  public:
   Idle(int port, int n) {
-    std::string buf;
     for (int i = 0; i < n; ++i) {
       const int fd = connect_to(port);
       if (fd < 0) break;
-      if (i % 2 == 0) {
-        send_all(fd, raw_get("/healthz"));
-        buf.clear();
-        if (read_reply(fd, buf, 10).status != 200) ++failed_;
-      }
       fds_.push_back(fd);
+    }
+    for (size_t i = 0; i < fds_.size(); i += 2) send_all(fds_[i], raw_get("/healthz"));
+    const auto deadline = Clock::now() + 10s;
+    for (size_t i = 0; i < fds_.size(); i += 2) {
+      std::string buf;
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      if (left <= 0 || read_reply(fds_[i], buf, left).status != 200) ++failed_;
     }
   }
   ~Idle() {
