@@ -361,6 +361,7 @@ void free_string(void* cls) { delete static_cast<std::string*>(cls); }
 int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string body, const char* content_type,
                         bool close, const char* allow) {
   auto* owned = new std::string(std::move(body));
+  const std::size_t out_bytes = owned->size();
   MHD_Response* res =
       MHD_create_response_from_buffer_with_free_callback_cls(owned->size(), owned->data(), &free_string, owned);
   if (!res) {
@@ -369,7 +370,7 @@ int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string b
   }
   MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
   if (allow) MHD_add_response_header(res, MHD_HTTP_HEADER_ALLOW, allow);
-  if (r.job && r.job->status == 200) {
+  if (r.job && r.job->kind == Job::Kind::kSearch && r.job->status == 200) {
     char took[32];
     std::snprintf(took, sizeof took, "%.3f", ms_between(r.headers_in, Clock::now()));
     MHD_add_response_header(res, "X-Took-Ms", took);
@@ -382,6 +383,12 @@ int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string b
   MHD_destroy_response(res);
   r.phase = Request::Phase::kAnswered;
   metrics_.request(route_label(r.route), status);
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("{} -> {} ({} bytes out, {:.3f} ms{})", route_label(r.route), status, out_bytes,
+                  ms_between(r.headers_in, Clock::now()),
+                  r.job && r.job->kind == Job::Kind::kSearch && status == 200
+                      ? ", batch " + std::to_string(r.job->batch_size)
+                      : std::string());
   return ok;
 }
 
