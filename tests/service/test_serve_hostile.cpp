@@ -285,8 +285,8 @@ Data* Hostile::data_ = nullptr;
 Server* Hostile::server_ = nullptr;
 bool Hostile::ready_ = false;
 
-// {"k": [[[…]]]} 60,000 levels deep (120 KB) and the same in a query column: once a crash of rank
-// 0 (the 400 message echoed the value recursively), losing every other client's request.
+// {"k": [[[…]]]} 60,000 levels deep (120 KB) and the same in a query column: a short 400, and
+// rank 0 keeps answering every other client (a recursive echo of the value would overflow its stack).
 TEST_F(Hostile, DeepNestingGetsAShort400AndOtherClientsAreServed) {
   Load others(port(), *data_, 8);
   const std::string deep = std::string(60000, '[') + std::string(60000, ']');
@@ -516,10 +516,10 @@ TEST_F(Hostile, AmbiguousRequestsAreRefused) {
   EXPECT_EQ(json::parse(r.body)["ids"][0].size(), 2u);
 }
 
-// 1,000 connections trickle their headers a byte at a time (once: 130 of them starved /healthz
-// and held SIGTERM for 25 s).
+// 1,000 connections trickle their headers a byte at a time: /healthz and searches are answered
+// as usual (a thread per connection would be starved by them).
 TEST_F(Hostile, TricklingClientsDoNotStarveOthers) {
-  raise_open_files();
+  if (raise_open_files() < 1200) GTEST_SKIP() << "open-file hard limit too low for 1,000 connections (ulimit -Hn)";
   Tricklers slow(port(), 1000);
   ASSERT_EQ(slow.size(), 1000u);
   std::this_thread::sleep_for(300ms);
@@ -540,7 +540,7 @@ TEST_F(Hostile, TricklingClientsDoNotStarveOthers) {
 }
 
 // After the memory attacks rank 0 holds less than its resident size before them plus four of
-// the largest legal requests (once: 64 MiB bodies parsed whole, 1.2 GB each, and kept).
+// the largest legal requests (bodies refused by their length, JSON parsed without a tree).
 TEST_F(Hostile, RankZeroMemoryStaysBoundedAfterTheMemoryAttacks) {
   const size_t limit = json_limit();
   ASSERT_GT(limit, 0u);
@@ -608,12 +608,13 @@ class HostileOwn : public ::testing::Test {
 };
 
 // 10,000 idle keep-alive connections (the file-descriptor limit allowing) and 64 active clients:
-// every search answered right (once: 200 clients, 72 never answered).
+// every search answered right (a thread per connection would leave them waiting behind the idle
+// connections).
 TEST_F(HostileOwn, TenThousandIdleConnectionsAndActiveClients) {
   const long fds = raise_open_files();
   const int idle_n = static_cast<int>(std::min<long>(10000, fds - 1000));
   std::printf("  open-file limit %ld: %d idle connections\n", fds, idle_n);
-  ASSERT_GT(idle_n, 1000) << "too few file descriptors for this test (ulimit -Hn)";
+  if (idle_n < 1000) GTEST_SKIP() << "open-file hard limit " << fds << " too low for 1,000 idle connections (ulimit -Hn)";
   start();  // service.max_connections 16384 by default
   auto run = [&](const char* what) {
     Load load(port(), *data_, 64);
@@ -650,7 +651,7 @@ TEST_F(HostileOwn, TenThousandIdleConnectionsAndActiveClients) {
 // its result, the half-sent ones too once their bodies arrive, and every rank exits 0 within the
 // drain timeout (1 s) plus shutdown.
 TEST_F(HostileOwn, SigtermAnswersEveryAcceptedRequestAndExitsZero) {
-  raise_open_files();
+  if (raise_open_files() < 2000) GTEST_SKIP() << "open-file hard limit too low for 1,800 connections (ulimit -Hn)";
   start();
   Idle idle(port(), 500);
   Tricklers slow(port(), 1000);
@@ -724,7 +725,7 @@ TEST_F(HostileOwn, SigtermAnswersEveryAcceptedRequestAndExitsZero) {
 // A follower killed (SIGKILL) or stopped (SIGSTOP) while 16 clients search: every request
 // written before it is answered (its result, or 503 naming rank 1 with Connection: close), the
 // first 503 within 3 s, and the job ends non-zero.
-void lost_follower(HostileOwn& t, Server& server, const Data& d, int sig) {
+void lost_follower(Server& server, const Data& d, int sig) {
   Load load(server.port(), d, 16);
   std::this_thread::sleep_for(1s);
   const auto ranks = server.ranks();
@@ -776,18 +777,17 @@ void lost_follower(HostileOwn& t, Server& server, const Data& d, int sig) {
   EXPECT_GE(first_503, 0);
   EXPECT_LT(first_503, kLiveness);
   EXPECT_EQ(wrong, 0);
-  (void)t;
 }
 
 TEST_F(HostileOwn, AKilledFollowerGets503NamingItAndEndsTheJob) {
   start();
-  lost_follower(*this, *server_, *data_, SIGKILL);
+  lost_follower(*server_, *data_, SIGKILL);
   EXPECT_THAT(server_->log(), HasSubstr("rank 1 is gone"));
 }
 
 TEST_F(HostileOwn, AStoppedFollowerGets503NamingItAndEndsTheJob) {
   start();  // service.heartbeat_timeout_ms 1500 by default
-  lost_follower(*this, *server_, *data_, SIGSTOP);
+  lost_follower(*server_, *data_, SIGSTOP);
   EXPECT_THAT(server_->log(), HasSubstr("rank 1 stalled"));
 }
 
