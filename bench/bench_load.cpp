@@ -1,15 +1,22 @@
 // bench_load: load generator for `shardtopk serve`. Closed-loop clients (one keep-alive
-// connection each, one query per request) at several concurrencies, JSON and binary; QPS and
-// p50/p99 latency per configuration; every answer to the first --check queries of the pool is
-// checked against the float64 oracle (DESIGN.md "within tolerance": every id a hit, scores
-// within ε, in order, no duplicates); HTTP errors count as wrong too.
+// connection each, one query per request) at several concurrencies, JSON and binary; QPS,
+// p50/p99 latency and the mean micro-batch (X-Batch-Size) per configuration; every answer to the
+// first --check queries of the pool is checked against the float64 oracle (DESIGN.md "within
+// tolerance": every id a hit, scores within ε, in order, no duplicates); HTTP errors count as
+// wrong too. --idle N holds N idle keep-alive connections open during every configuration
+// (docs/SERVING.md's idle-connection target); --binary-header sends the optional binary header.
 //
 // Output (nccl-tests style): one JSON line per configuration, then a table with a #wrong
 // column. Exit status 1 when any answer was wrong, 2 on a usage or set-up error.
 //
 //   bench_load --url http://127.0.0.1:8080 --corpus data/x.h5 --queries data/x.h5 -k 10 \
-//              --clients 1,16,64 --duration 5 --formats json,binary
+//              --clients 1,16,64,256 --duration 5 --formats json,binary [--idle 10000]
 #include <CLI/CLI.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -44,11 +52,57 @@ struct Result {
   std::string format;
   int clients = 0;
   long requests = 0, errors = 0, checked = 0, wrong = 0, near_tie_swaps = 0;
-  double seconds = 0, qps = 0, p50_ms = 0, p99_ms = 0, mean_ms = 0;
+  double seconds = 0, qps = 0, p50_ms = 0, p99_ms = 0, mean_ms = 0, mean_batch = 0;
   std::string first_error;
 };
 
 double pct(const std::vector<double>& v, double p) { return v.empty() ? 0.0 : percentile(v, p); }
+
+// The optional binary request header (docs/SERVING.md, "Binary protocol").
+std::string binary_header(std::uint32_t rows, std::uint32_t dim) {
+  std::string h(32, '\0');
+  const unsigned char magic[4] = {'S', 'T', 0xC0, 0x7F};
+  std::memcpy(&h[0], magic, 4);
+  const std::uint32_t f[4] = {0x01020304u, 1u, rows, dim};  // byte-order mark, float32, rows, dim
+  std::memcpy(&h[4], f, sizeof f);
+  return h;
+}
+
+// `n` idle keep-alive connections to host:port (IPv4 numeric host), each served one GET /healthz
+// first; closed on destruction.
+class IdleConnections {
+ public:
+  IdleConnections(const std::string& host, int port, int n) {
+    if (n <= 0) return;
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(port));
+    SHARDTOPK_EXPECTS(inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1, "--idle needs a numeric IPv4 host in --url, got '",
+                      host, "'");
+    const std::string get = "GET /healthz HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+    for (int i = 0; i < n; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      SHARDTOPK_EXPECTS(fd >= 0, "--idle: socket() failed after ", i, " connections (ulimit -n)");
+      SHARDTOPK_EXPECTS(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0, "--idle: connection ", i,
+                        " refused");
+      fds_.push_back(fd);
+      (void)!::send(fd, get.data(), get.size(), MSG_NOSIGNAL);
+    }
+    char buf[4096];
+    for (int fd : fds_) (void)!::recv(fd, buf, sizeof buf, 0);  // one small reply each
+  }
+  ~IdleConnections() {
+    for (int fd : fds_) ::close(fd);
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -63,8 +117,9 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_load: QPS and latency of `shardtopk serve`, answers checked against the float64 oracle"};
   std::string url = "http://127.0.0.1:8080", queries_path, queries_ds = "test", corpus_path, corpus_ds = "train";
-  std::string clients_s = "1,16,64", formats_s = "json,binary", json_out;
-  int k = 10, check = 64, oracle_threads = 0;
+  std::string clients_s = "1,16,64,256", formats_s = "json,binary", json_out;
+  int k = 10, check = 64, oracle_threads = 0, idle = 0;
+  bool header = false;
   double duration = 5, warmup = 1;
   app.add_option("--url", url, "service base URL")->capture_default_str();
   app.add_option("--queries,-q", queries_path, "HDF5 file with the query pool")->required();
@@ -79,6 +134,8 @@ int main(int argc, char** argv) {
   app.add_option("--check", check, "answers to the first N pool queries are checked by the oracle")->capture_default_str();
   app.add_option("--oracle-threads", oracle_threads, "threads for the oracle (0: all cores)")->capture_default_str();
   app.add_option("-J,--json", json_out, "also write the JSON lines to this file");
+  app.add_option("--idle", idle, "idle keep-alive connections held open during the runs")->capture_default_str();
+  app.add_flag("--binary-header", header, "send the optional 32-byte binary header on the binary route");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -123,6 +180,7 @@ int main(int argc, char** argv) {
       const bool binary = format == "binary";
       std::mutex m;
       std::vector<double> lat_ms;
+      double batch_sum = 0;
       std::atomic<bool> measuring{false}, stop{false};
       std::vector<std::thread> th;
       for (int t = 0; t < clients; ++t) {
@@ -132,15 +190,20 @@ int main(int argc, char** argv) {
           cl.set_tcp_nodelay(true);
           cl.set_read_timeout(60, 0);
           std::vector<double> mine;
+          double batches = 0;
           long errors = 0, checked = 0, wrong = 0, swaps = 0;
+          std::string body;
           std::string first_error;
           for (std::int64_t i = t; !stop.load(); i += clients) {
             const std::int64_t qi = i % nq;
             const float* qv = q.data.data() + qi * dim;
             const auto t0 = Clock::now();
+            if (binary) {
+              body.assign(header ? binary_header(1, static_cast<std::uint32_t>(dim)) : std::string());
+              body.append(reinterpret_cast<const char*>(qv), static_cast<size_t>(dim) * 4);
+            }
             httplib::Result r =
-                binary ? cl.Post(("/v1/search?k=" + std::to_string(k)).c_str(), reinterpret_cast<const char*>(qv),
-                                 static_cast<size_t>(dim) * 4, "application/octet-stream")
+                binary ? cl.Post(("/v1/search?k=" + std::to_string(k)).c_str(), body, "application/octet-stream")
                        : cl.Post("/v1/search", json{{"query", std::vector<float>(qv, qv + dim)}, {"k", k}}.dump(),
                                  "application/json");
             const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -166,6 +229,7 @@ int main(int argc, char** argv) {
             }
             if (!counted) continue;
             mine.push_back(ms);
+            if (ok && r->has_header("X-Batch-Size")) batches += std::atof(r->get_header_value("X-Batch-Size").c_str());
             if (!ok) {
               ++errors;
               if (first_error.empty())
@@ -184,6 +248,7 @@ int main(int argc, char** argv) {
           }
           std::lock_guard<std::mutex> l(m);
           lat_ms.insert(lat_ms.end(), mine.begin(), mine.end());
+          batch_sum += batches;
           res.errors += errors;
           res.checked += checked;
           res.wrong += wrong;
@@ -204,11 +269,24 @@ int main(int argc, char** argv) {
       double sum = 0;
       for (double v : lat_ms) sum += v;
       res.mean_ms = lat_ms.empty() ? 0 : sum / static_cast<double>(lat_ms.size());
+      res.mean_batch = res.requests > res.errors ? batch_sum / static_cast<double>(res.requests - res.errors) : 0;
       res.p50_ms = pct(lat_ms, 50);
       res.p99_ms = pct(lat_ms, 99);
       return res;
     };
 
+    std::unique_ptr<IdleConnections> idle_conns;
+    if (idle > 0) {
+      const auto ti = Clock::now();
+      // --url http://HOST:PORT
+      std::string hp = url.substr(url.find("://") == std::string::npos ? 0 : url.find("://") + 3);
+      hp = hp.substr(0, hp.find('/'));
+      const size_t colon = hp.rfind(':');
+      SHARDTOPK_EXPECTS(colon != std::string::npos, "--idle needs --url http://HOST:PORT, got '", url, "'");
+      idle_conns = std::make_unique<IdleConnections>(hp.substr(0, colon), std::stoi(hp.substr(colon + 1)), idle);
+      std::fprintf(stderr, "# %d idle keep-alive connections open (%.1f s)\n", idle,
+                   std::chrono::duration<double>(Clock::now() - ti).count());
+    }
     std::vector<Result> results;
     std::FILE* jf = json_out.empty() ? nullptr : std::fopen(json_out.c_str(), "w");
     for (const std::string& f : split(formats_s)) {
@@ -222,6 +300,7 @@ int main(int argc, char** argv) {
                         {"engine", info["engine"]}, {"dtype", info["dtype"]}, {"seconds", r.seconds},
                         {"requests", r.requests}, {"errors", r.errors}, {"qps", r.qps},
                         {"p50_ms", r.p50_ms},    {"p99_ms", r.p99_ms},   {"mean_ms", r.mean_ms},
+                        {"mean_batch", r.mean_batch}, {"idle_connections", idle}, {"binary_header", header},
                         {"checked", r.checked},  {"wrong", r.wrong + r.errors}, {"near_tie_swaps", r.near_tie_swaps}};
         std::printf("%s\n", j.dump().c_str());
         std::fflush(stdout);
@@ -232,12 +311,12 @@ int main(int argc, char** argv) {
     }
     if (jf) std::fclose(jf);
 
-    std::printf("#\n# %-7s %8s %10s %10s %10s %10s %9s %8s %7s\n", "format", "clients", "requests", "QPS", "p50_ms",
-                "p99_ms", "checked", "#swaps", "#wrong");
+    std::printf("#\n# %-7s %8s %10s %10s %10s %10s %7s %9s %8s %7s\n", "format", "clients", "requests", "QPS", "p50_ms",
+                "p99_ms", "batch", "checked", "#swaps", "#wrong");
     long wrong = 0;
     for (const Result& r : results) {
-      std::printf("  %-7s %8d %10ld %10.1f %10.3f %10.3f %9ld %8ld %7ld\n", r.format.c_str(), r.clients, r.requests,
-                  r.qps, r.p50_ms, r.p99_ms, r.checked, r.near_tie_swaps, r.wrong + r.errors);
+      std::printf("  %-7s %8d %10ld %10.1f %10.3f %10.3f %7.1f %9ld %8ld %7ld\n", r.format.c_str(), r.clients, r.requests,
+                  r.qps, r.p50_ms, r.p99_ms, r.mean_batch, r.checked, r.near_tie_swaps, r.wrong + r.errors);
       wrong += r.wrong + r.errors;
     }
     std::printf("# #wrong = answers outside the oracle's tolerance + failed requests; total %ld\n", wrong);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The service and the `search` CLI on a GPU machine, in one device call (≈ 80 s after the build):
 # writes a 1M × 768 float16 HDF5 corpus (random normal rows, seed 0, 2,000 float32 queries),
-# starts `serve` on 2 ranks, runs bench_load at 1/16/64 clients (binary and JSON requests, 5 s
-# each, answers checked against the float64 oracle), stops the service with SIGTERM, then times
-# the `search` CLI on 1 and 2 ranks at batch 1 and 64. bench/RESULTS.md ("Service and CLI on 2
-# GPUs") has the numbers.
+# starts `serve` on 2 ranks, runs bench_load at 1/16/64/256 clients (binary and JSON requests, 5 s
+# each, answers checked against the float64 oracle), then 64 binary clients beside 10,000 idle
+# keep-alive connections, stops the service with SIGTERM (and times it), then times the `search`
+# CLI on 1 and 2 ranks at batch 1 and 64. bench/RESULTS.md ("Service and CLI on 2 GPUs") has the
+# numbers.
 #
 # usage: bench/gpu_service_load.sh [OUTDIR]   (default $OUT when set, else ./results/service_load)
 # needs: build-gpu/shardtopk and build-gpu/bench/bench_load (BUILD_DIR), 2 GPUs, python3 with h5py, curl
@@ -49,7 +50,10 @@ MP=$!
 for i in $(seq 1 120); do [[ -s $D/port ]] && curl -sf http://127.0.0.1:$(cat $D/port)/readyz > /dev/null && break; sleep 0.5; done
 PORT=$(cat $D/port); echo "serve ready on $PORT"
 $B/bench/bench_load --url http://127.0.0.1:$PORT --corpus $D/svc.h5 --queries $D/svc.h5 --queries-dataset test -k 10 \
-  --clients 1,16,64 --formats binary,json --duration 5 --warmup 1 --check 64 -J $OUTDIR/load.jsonl 2>&1 | tail -14
+  --clients 1,16,64,256 --formats binary,json --duration 5 --warmup 1 --check 64 -J $OUTDIR/load.jsonl 2>&1 | tail -16
+echo "64 binary clients beside 10,000 idle connections (p99 target: 1.2 x the 64-client row above):"
+$B/bench/bench_load --url http://127.0.0.1:$PORT --corpus $D/svc.h5 --queries $D/svc.h5 --queries-dataset test -k 10 \
+  --clients 64 --formats binary --duration 5 --warmup 1 --check 64 --idle 10000 -J $OUTDIR/load_idle.jsonl 2>&1 | tail -4
 curl -s http://127.0.0.1:$PORT/metrics | grep -E "batch_size|shardtopk_requests_total" | head -12
 R0=$(ps -o pid= --ppid $MP | while read p; do tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && echo $p; done)
 t0=$(date +%s.%N); kill -TERM $R0; wait $MP; rc=$?; echo "serve exit rc=$rc after $(python3 -c "print(round($(date +%s.%N)-$t0,2))") s"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Copies the header-only dependencies installed here (CLI11, nlohmann/json, spdlog, fmt, and
-# cpp-httplib's httplib.h) into
-# .vendor/include (git-ignored), so they can be carried to a GPU machine that lacks the packages;
-# CMake uses them through SHARDTOPK_VENDOR_DIR (bench/gpu_run.sh passes it). spdlog and fmt are
-# then used header-only (SPDLOG_HEADER_ONLY, FMT_HEADER_ONLY; see cmake/Dependencies.cmake).
+# Copies the dependencies installed here that a GPU machine may lack into .vendor/ (git-ignored),
+# to be carried there; CMake uses them through SHARDTOPK_VENDOR_DIR (bench/gpu_run.sh passes it):
+#   .vendor/include: the header-only CLI11, nlohmann/json, spdlog, fmt (spdlog and fmt then used
+#     header-only: SPDLOG_HEADER_ONLY, FMT_HEADER_ONLY; see cmake/Dependencies.cmake), cpp-httplib's
+#     httplib.h (the test and benchmark client), and libmicrohttpd's microhttpd.h;
+#   .vendor/lib: libmicrohttpd.so.12 (the `serve` front end; Debian 12's 0.9.75, which needs
+#     libgnutls.so.30: Ubuntu 24.04 has it), found at run time through the build's RPATH.
 #
-# usage: bench/pack_vendor.sh            (about 2.5 MB)
+# usage: bench/pack_vendor.sh            (about 3 MB)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,4 +33,15 @@ HTTPLIB=$ROOT/third_party/cpp-httplib/httplib.h
 if [[ -f "$SRC/httplib.h" ]] && grep -q "inline bool Server::listen" "$SRC/httplib.h"; then HTTPLIB=$SRC/httplib.h; fi
 grep -q "inline bool Server::listen" "$HTTPLIB" || { echo "pack_vendor: $HTTPLIB is not a single-header httplib" >&2; exit 1; }
 cp "$HTTPLIB" "$DEST/httplib.h"
-echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $DEST (CLI nlohmann spdlog fmt httplib.h)"
+# libmicrohttpd: the header and the shared library (its soname file, not the -dev symlink).
+LIBDIR=${VENDOR_LIBDIR:-/usr/lib/x86_64-linux-gnu}
+MHD=$(readlink -f "$LIBDIR/libmicrohttpd.so.12" 2>/dev/null || true)
+if [[ ! -f "$SRC/microhttpd.h" || -z "$MHD" || ! -f "$MHD" ]]; then
+  echo "pack_vendor: $SRC/microhttpd.h or $LIBDIR/libmicrohttpd.so.12 is missing; install libmicrohttpd-dev" >&2
+  exit 1
+fi
+grep -q "MHD_VERSION 0x0009" "$SRC/microhttpd.h" || { echo "pack_vendor: $SRC/microhttpd.h is not libmicrohttpd 0.9.x" >&2; exit 1; }
+cp "$SRC/microhttpd.h" "$DEST/microhttpd.h"
+mkdir -p "$ROOT/.vendor/lib"
+cp "$MHD" "$ROOT/.vendor/lib/libmicrohttpd.so.12"
+echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: CLI nlohmann spdlog fmt httplib.h microhttpd.h; lib: libmicrohttpd.so.12)"

@@ -99,3 +99,28 @@ else()
   target_link_libraries(shardtopk_httplib INTERFACE Threads::Threads)
   message(STATUS "shardtopk: cpp-httplib header-only from ${_httplib_dir}")
 endif()
+
+# libmicrohttpd (the `serve` HTTP front end: event loops, limits; src/service/http_front_end.hpp
+# says why not evhttp). Debian's libmicrohttpd-dev through pkg-config; without it (a GPU machine
+# without the -dev package): the header and the shared library that bench/pack_vendor.sh copies
+# from a Debian 12 machine into .vendor/include and .vendor/lib (found through the build's RPATH;
+# the library needs libgnutls.so.30, present on Debian 12 and Ubuntu 24.04).
+if(PkgConfig_FOUND)
+  pkg_check_modules(SHARDTOPK_MHD QUIET IMPORTED_TARGET libmicrohttpd>=0.9.75)
+endif()
+add_library(shardtopk_mhd INTERFACE)
+get_filename_component(_vendor_lib "${SHARDTOPK_VENDOR_DIR}/../lib" ABSOLUTE)
+if(SHARDTOPK_MHD_FOUND)
+  target_link_libraries(shardtopk_mhd INTERFACE PkgConfig::SHARDTOPK_MHD)
+  message(STATUS "shardtopk: libmicrohttpd ${SHARDTOPK_MHD_VERSION} (system library)")
+elseif(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/microhttpd.h" AND EXISTS "${_vendor_lib}/libmicrohttpd.so.12")
+  set(SHARDTOPK_USES_VENDOR ON)
+  add_library(shardtopk_mhd_vendor SHARED IMPORTED)
+  set_target_properties(shardtopk_mhd_vendor PROPERTIES IMPORTED_LOCATION "${_vendor_lib}/libmicrohttpd.so.12"
+                        INTERFACE_INCLUDE_DIRECTORIES "${SHARDTOPK_VENDOR_DIR}")
+  target_link_libraries(shardtopk_mhd INTERFACE shardtopk_mhd_vendor Threads::Threads)
+  message(STATUS "shardtopk: libmicrohttpd from ${_vendor_lib}")
+else()
+  message(FATAL_ERROR "libmicrohttpd not found: apt-get install libmicrohttpd-dev (or run bench/pack_vendor.sh "
+                      "on a Debian 12 machine and carry .vendor/)")
+endif()

@@ -7,16 +7,18 @@
     ids, scores = st.search(queries, k=10)      # queries: [B, D] (or [D]) float32 array
     ids, scores = st.search(queries, k=10, binary=False)   # the JSON route instead
 
-The binary route (default) sends B x D little-endian float32 rows and receives B x K int64 ids
-followed by B x K float32 scores (see README, "Binary protocol"). Scores are similarities for
-inner_product and cosine, squared distances for l2. Errors raise ShardTopKError with the
-service's message (HTTP 4xx: the request was wrong and changed nothing; 5xx: a rank failed).
+The binary route (default) sends a 32-byte header and B x D little-endian float32 rows and
+receives B x K int64 ids followed by B x K float32 scores (docs/SERVING.md, "Binary protocol").
+Scores are similarities for inner_product and cosine, squared distances for l2. Errors raise
+ShardTopKError with the service's message (HTTP 4xx: the request was wrong and changed nothing;
+5xx: a rank failed).
 
 Command line (a smoke test; reads queries from a raw float32 file or makes random ones):
     python3 examples/client.py --url http://127.0.0.1:8080 -k 5 [--queries q.f32] [--json]
 """
 import argparse
 import json
+import struct
 import sys
 import urllib.error
 import urllib.request
@@ -74,7 +76,9 @@ class ShardTopK:
             raise ValueError(f"queries must be [B, D] or [D], got shape {q.shape}")
         b = q.shape[0]
         if binary:
-            body = np.ascontiguousarray(q, dtype="<f4").tobytes()
+            # The optional header (docs/SERVING.md): the service checks dtype, rows and dim.
+            header = struct.pack("<4sIIII12x", b"ST\xc0\x7f", 0x01020304, 1, b, q.shape[1])
+            body = header + np.ascontiguousarray(q, dtype="<f4").tobytes()
             raw = self._request(f"/v1/search?k={int(k)}&batch={b}", body, "application/octet-stream")
             if len(raw) != b * k * 12:
                 raise ShardTopKError(200, f"reply of {len(raw)} bytes, expected {b * k * 12}")

@@ -26,12 +26,21 @@
 /// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
 /// | service.port        | int    | 8080                            | 0 .. 65535 (0: any free port)   |
 /// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
-/// | service.max_body_bytes | int | 67108864                        | 1024 .. 2^32 (larger: 413)      |
-/// | service.threads     | int    | 128                             | 1 .. 4096 HTTP worker threads   |
+/// | service.max_body_bytes | int | 0 (derived from batch_max × dim) | 0, or 1024 .. 2^32 (larger: 413) |
+/// | service.io_threads  | int    | 4                               | 1 .. 64 HTTP event-loop threads |
+/// | service.max_connections | int | 16384                          | 1 .. 1048576 open connections   |
+/// | service.idle_timeout_s | int | 30                              | 1 .. 86400 (idle/slow: closed)  |
+/// | service.max_header_bytes | int | 16384                         | 1024 .. 1048576 (larger: 431)   |
+/// | service.max_headers | int    | 100                             | 1 .. 10000 (more: 431)          |
+/// | service.max_inflight_bytes | int | 0 (16 × the body limit, ≥ 16 MiB) | 0, or 65536 .. 2^40 (503) |
+/// | service.drain_timeout_s | number | 1                           | 0 .. 3600 (SIGTERM drain)       |
+/// | service.heartbeat_ms | int   | 100                             | 10 .. 60000 follower heartbeat  |
+/// | service.heartbeat_timeout_ms | int | 1500                      | 20 .. 3600000, ≥ 2 × heartbeat_ms |
+/// | service.threads     | int    | 0                               | deprecated: accepted, ignored   |
 /// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
 ///
 /// Booleans: true/false (also yes/no, on/off, 1/0). docs/OPERATIONS.md explains the engine.*
-/// tuning keys and testing.fault.
+/// tuning keys and testing.fault; docs/SERVING.md ("Limits") the service keys.
 ///
 /// (¹) search.metric also accepts the ann-benchmarks distance names as deprecated aliases:
 ///     euclidean = l2, angular = cosine, dot = ip = inner_product. They work, and each use adds a
@@ -97,9 +106,18 @@ struct CommConfig {
 struct ServiceConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
-  int batch_window_us = 300;               ///< a lone request waits at most this long for company
-  long long max_body_bytes = 64ll << 20;   ///< larger request bodies get 413
-  int threads = 128;                       ///< HTTP worker threads: one per open (keep-alive) connection
+  int batch_window_us = 300;               ///< longest wait for company while other requests are being received
+  long long max_body_bytes = 0;            ///< larger request bodies get 413; 0: derived from batch_max × dim
+  int io_threads = 4;                      ///< HTTP event-loop threads (each serves many connections)
+  int max_connections = 16384;             ///< open client connections; more wait in the listen backlog
+  int idle_timeout_s = 30;                 ///< a connection silent this long is closed (keep-alive or mid-request)
+  int max_header_bytes = 16384;            ///< request line + headers; larger: 431
+  int max_headers = 100;                   ///< header fields per request; more: 431
+  long long max_inflight_bytes = 0;        ///< request bodies held at once; over it: 503; 0: derived
+  double drain_timeout_s = 1.0;            ///< SIGTERM: how long requests being received may still complete
+  int heartbeat_ms = 100;                  ///< followers' liveness heartbeat interval to rank 0
+  int heartbeat_timeout_ms = 1500;         ///< no heartbeat this long: the follower is stalled
+  int threads = 0;                         ///< deprecated (thread-per-connection front end); ignored
 };
 
 struct Config {

@@ -129,10 +129,48 @@ const std::map<std::string, Setter>& setters() {
          c.service.batch_window_us = static_cast<int>(parse_int("service.batch_window_us", v, 0, 1000000, w));
        }},
       {"service.max_body_bytes", [](Config& c, const std::string& v, const std::string& w) {
-         c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 1024, 1LL << 32, w);
+         c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 0, 1LL << 32, w);
+         SHARDTOPK_EXPECTS(c.service.max_body_bytes == 0 || c.service.max_body_bytes >= 1024, w,
+                           "key 'service.max_body_bytes': value ", v,
+                           " out of range (allowed: 0 = derived from search.batch_max x dim, or 1024 .. ", 1LL << 32, ")");
+       }},
+      {"service.io_threads", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.io_threads = static_cast<int>(parse_int("service.io_threads", v, 1, 64, w));
+       }},
+      {"service.max_connections", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.max_connections = static_cast<int>(parse_int("service.max_connections", v, 1, 1 << 20, w));
+       }},
+      {"service.idle_timeout_s", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.idle_timeout_s = static_cast<int>(parse_int("service.idle_timeout_s", v, 1, 86400, w));
+       }},
+      {"service.max_header_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.max_header_bytes = static_cast<int>(parse_int("service.max_header_bytes", v, 1024, 1 << 20, w));
+       }},
+      {"service.max_headers", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.max_headers = static_cast<int>(parse_int("service.max_headers", v, 1, 10000, w));
+       }},
+      {"service.max_inflight_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.max_inflight_bytes = parse_int("service.max_inflight_bytes", v, 0, 1LL << 40, w);
+         SHARDTOPK_EXPECTS(c.service.max_inflight_bytes == 0 || c.service.max_inflight_bytes >= 65536, w,
+                           "key 'service.max_inflight_bytes': value ", v,
+                           " out of range (allowed: 0 = derived from the body limit, or 65536 .. ", 1LL << 40, ")");
+       }},
+      {"service.drain_timeout_s", [](Config& c, const std::string& v, const std::string& w) {
+         const double x = parse_number(v, w + "key 'service.drain_timeout_s'");
+         SHARDTOPK_EXPECTS(std::isfinite(x) && x >= 0 && x <= 3600, w, "key 'service.drain_timeout_s': value ", v,
+                           " out of range (allowed: 0 .. 3600 seconds)");
+         c.service.drain_timeout_s = x;
+       }},
+      {"service.heartbeat_ms", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.heartbeat_ms = static_cast<int>(parse_int("service.heartbeat_ms", v, 10, 60000, w));
+       }},
+      {"service.heartbeat_timeout_ms", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.heartbeat_timeout_ms = static_cast<int>(parse_int("service.heartbeat_timeout_ms", v, 20, 3600000, w));
        }},
       {"service.threads", [](Config& c, const std::string& v, const std::string& w) {
-         c.service.threads = static_cast<int>(parse_int("service.threads", v, 1, 4096, w));
+         // Deprecated: the event-driven front end has no thread per connection. Accepted so that
+         // old configs still load; `serve` warns when it is set.
+         c.service.threads = static_cast<int>(parse_int("service.threads", v, 0, 4096, w));
        }},
   };
   return s;
@@ -279,6 +317,10 @@ void validate(const Config& cfg) {
   SHARDTOPK_EXPECTS(!(cfg.engine.backend == EngineBackend::kCpu && cfg.comm.backend == CommBackend::kNccl),
                     where, "engine.backend 'cpu' with comm.backend 'nccl' is not supported: NCCL moves "
                     "device buffers; use comm.backend 'mpi' (or 'auto') with the CPU engine");
+  SHARDTOPK_EXPECTS(cfg.service.heartbeat_timeout_ms >= 2 * cfg.service.heartbeat_ms, where,
+                    "service.heartbeat_timeout_ms = ", cfg.service.heartbeat_timeout_ms,
+                    " must be at least twice service.heartbeat_ms = ", cfg.service.heartbeat_ms,
+                    " (one late heartbeat must not count as a stalled rank)");
 }
 
 std::string to_yaml(const Config& c) {
@@ -315,7 +357,16 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "port" << YAML::Value << c.service.port;
   out << YAML::Key << "batch_window_us" << YAML::Value << c.service.batch_window_us;
   out << YAML::Key << "max_body_bytes" << YAML::Value << c.service.max_body_bytes;
-  out << YAML::Key << "threads" << YAML::Value << c.service.threads;
+  out << YAML::Key << "io_threads" << YAML::Value << c.service.io_threads;
+  out << YAML::Key << "max_connections" << YAML::Value << c.service.max_connections;
+  out << YAML::Key << "idle_timeout_s" << YAML::Value << c.service.idle_timeout_s;
+  out << YAML::Key << "max_header_bytes" << YAML::Value << c.service.max_header_bytes;
+  out << YAML::Key << "max_headers" << YAML::Value << c.service.max_headers;
+  out << YAML::Key << "max_inflight_bytes" << YAML::Value << c.service.max_inflight_bytes;
+  out << YAML::Key << "drain_timeout_s" << YAML::Value << c.service.drain_timeout_s;
+  out << YAML::Key << "heartbeat_ms" << YAML::Value << c.service.heartbeat_ms;
+  out << YAML::Key << "heartbeat_timeout_ms" << YAML::Value << c.service.heartbeat_timeout_ms;
+  if (c.service.threads != 0) out << YAML::Key << "threads" << YAML::Value << c.service.threads;
   out << YAML::EndMap;
   if (c.testing.fault.kind != FaultSpec::kNone) {
     out << YAML::Key << "testing" << YAML::Value << YAML::BeginMap;

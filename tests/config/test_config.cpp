@@ -188,6 +188,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"bad_comm", "comm:\n  backend: gloo\n", {"comm.backend", "'gloo'"}},
         BadConfig{"zero_timeout", "comm:\n  timeout_s: 0\n", {"comm.timeout_s", "> 0"}},
         BadConfig{"empty_path", "corpus:\n  path: ''\n", {"corpus.path", "empty"}},
+        BadConfig{"small_body_limit", "service:\n  max_body_bytes: 100\n", {"service.max_body_bytes", "100", "0 = derived"}},
+        BadConfig{"zero_io_threads", "service:\n  io_threads: 0\n", {"service.io_threads", "0 out of range"}},
+        BadConfig{"zero_connections", "service:\n  max_connections: 0\n", {"service.max_connections", "0 out of range"}},
+        BadConfig{"zero_idle_timeout", "service:\n  idle_timeout_s: 0\n", {"service.idle_timeout_s", "0 out of range"}},
+        BadConfig{"small_header_limit", "service:\n  max_header_bytes: 100\n", {"service.max_header_bytes", "100"}},
+        BadConfig{"zero_headers", "service:\n  max_headers: 0\n", {"service.max_headers", "0 out of range"}},
+        BadConfig{"small_inflight", "service:\n  max_inflight_bytes: 1000\n", {"service.max_inflight_bytes", "1000"}},
+        BadConfig{"negative_drain", "service:\n  drain_timeout_s: -1\n", {"service.drain_timeout_s", "-1", "0 .. 3600"}},
+        BadConfig{"fast_heartbeat", "service:\n  heartbeat_ms: 1\n", {"service.heartbeat_ms", "1 out of range"}},
         BadConfig{"not_a_mapping", "- a\n- b\n", {"expected a mapping"}},
         BadConfig{"invalid_yaml", "search: {k_max: 3\n", {"invalid YAML"}}),
     [](const ::testing::TestParamInfo<BadConfig>& i) { return std::string(i.param.name); });
@@ -200,6 +209,22 @@ TEST(ConfigErrorsMisc, MissingFile) {
 TEST(ConfigErrorsMisc, ValidateNeedsCorpusPath) {
   const Config c = parse_config("search: {k_max: 5}", "nopath.yaml");
   EXPECT_THAT(error_of([&] { validate(c); }), AllOf(HasSubstr("corpus.path"), HasSubstr("required")));
+}
+
+TEST(ConfigService, LimitsDefaultsAndTheDeprecatedThreadsKey) {
+  Config c = parse_config("corpus: {path: x.h5}\n");
+  EXPECT_EQ(c.service.max_body_bytes, 0);  // derived from batch_max x dim
+  EXPECT_EQ(c.service.io_threads, 4);
+  EXPECT_EQ(c.service.threads, 0);
+  c = parse_config("corpus: {path: x.h5}\nservice:\n  threads: 96\n  max_body_bytes: 0\n  drain_timeout_s: 0.25\n"
+                   "  heartbeat_ms: 50\n  heartbeat_timeout_ms: 100\n  max_connections: 12000\n");
+  EXPECT_EQ(c.service.threads, 96);  // accepted (serve warns and ignores it)
+  EXPECT_DOUBLE_EQ(c.service.drain_timeout_s, 0.25);
+  EXPECT_EQ(c.service.max_connections, 12000);
+  EXPECT_NO_THROW(validate(c));
+  c.service.heartbeat_timeout_ms = 99;  // less than twice the interval: one late beat would end the job
+  EXPECT_THAT(error_of([&] { validate(c); }), AllOf(HasSubstr("service.heartbeat_timeout_ms = 99"),
+                                                    HasSubstr("twice service.heartbeat_ms = 50")));
 }
 
 TEST(ConfigErrorsMisc, CpuEngineWithNcclIsRejected) {

@@ -1,213 +1,34 @@
-// `shardtopk serve` end to end (issue 8): `mpirun -np 2 shardtopk serve` on CPU ranks on a free
+// `shardtopk serve` end to end: `mpirun -np 2 shardtopk serve` on CPU ranks on a free
 // loopback port; real queries (bge-m3) and small generated sets by JSON and binary, compared with
 // the float64 oracle and with `shardtopk search`; every bad request; micro-batched answers equal
 // solo answers bit for bit; a failing rank answers 500 and the service keeps serving; SIGTERM to
 // rank 0 drains in-flight requests and every rank and mpirun exit 0 within 10 s.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-#include <cstring>
-#include <fstream>
-#include <map>
 #include <set>
-#include <thread>
 
-#include <httplib.h>
-#include <nlohmann/json.hpp>
-
+#include "serve_support.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/oracle.hpp"
-#include "test_support.hpp"
 
 namespace shardtopk {
 namespace {
 
 using ::testing::HasSubstr;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 using test::Answer;
+using test::Clock;
+using test::post;
+using test::Reply;
+using test::search_binary;
+using test::search_json;
+using test::secs_since;
+using test::Server;
 
-double secs_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string mpi_prefix(int ranks) {
-  return std::string(SHARDTOPK_MPIEXEC) + " " + SHARDTOPK_MPIEXEC_NUMPROC_FLAG + " " + std::to_string(ranks) + " " +
-         SHARDTOPK_MPIEXEC_FLAGS + " ";
-}
-
-// ------------------------------------------------------------------------------ a running service
-
-// `mpirun -np P shardtopk serve` in the background, its output in a log file.
-class Server {
- public:
-  Server(const std::string& config, const std::string& dir, int ranks = 2, const std::string& env = "")
-      : log_(dir + "/serve.log"), port_file_(dir + "/port") {
-    std::remove(port_file_.c_str());
-    const std::string cmd = env + " exec " + mpi_prefix(ranks) + SHARDTOPK_BIN + " serve -c " + config +
-                            " --port-file " + port_file_ + " >" + log_ + " 2>&1 </dev/null";
-    std::printf("$ %s\n", cmd.c_str());
-    pid_ = fork();
-    if (pid_ == 0) {
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~Server() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Waits for the port file and /readyz; false (with the log printed) after `timeout_s`.
-  bool wait_ready(double timeout_s = 90) {
-    const auto t0 = Clock::now();
-    while (secs_since(t0) < timeout_s) {
-      if (port_ == 0) {
-        std::ifstream in(port_file_);
-        if (in >> port_) std::printf("  service port %d\n", port_);
-      }
-      if (port_ > 0) {
-        httplib::Client c("127.0.0.1", port_);
-        auto r = c.Get("/readyz");
-        if (r && r->status == 200) return true;
-      }
-      int st = 0;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        exited_ = true;
-        std::printf("service exited early:\n%s\n", test::read_text(log_).c_str());
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    std::printf("service not ready after %.0f s:\n%s\n", timeout_s, test::read_text(log_).c_str());
-    return false;
-  }
-
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  std::string log() const { return test::read_text(log_); }
-
-  // The pids of mpirun's children by rank (Open MPI puts OMPI_COMM_WORLD_RANK in their environment).
-  std::map<int, pid_t> ranks() const {
-    std::map<int, pid_t> out;
-    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-      const std::string name = e.path().filename();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream stat(e.path() / "stat");
-      std::string line;
-      std::getline(stat, line);
-      const auto close = line.rfind(')');
-      if (close == std::string::npos) continue;
-      char state = 0;
-      int ppid = 0;
-      if (std::sscanf(line.c_str() + close + 2, "%c %d", &state, &ppid) != 2 || ppid != pid_) continue;
-      std::ifstream env(e.path() / "environ");
-      std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-      const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
-      const auto p = all.find(key);
-      if (p != std::string::npos) out[std::atoi(all.c_str() + p + key.size())] = std::stoi(name);
-    }
-    return out;
-  }
-
-  // Waits for mpirun to exit; its exit code, or -1 after `timeout_s`.
-  int wait_exit(double timeout_s) {
-    const auto t0 = Clock::now();
-    while (secs_since(t0) < timeout_s) {
-      int st = 0;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
- private:
-  std::string log_, port_file_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  bool exited_ = false;
-};
-
-// ------------------------------------------------------------------------------ client helpers
-
-struct Reply {
-  int status = 0;
-  std::string body;
-  int batch_size = 0;
-};
-
-Reply post(int port, const std::string& path, const std::string& body, const std::string& ctype) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
-  c.set_tcp_nodelay(true);
-  auto r = c.Post(path.c_str(), body, ctype.c_str());
-  Reply out;
-  if (!r) {
-    out.body = "no reply: " + httplib::to_string(r.error());
-    return out;
-  }
-  out.status = r->status;
-  out.body = r->body;
-  if (r->has_header("X-Batch-Size")) out.batch_size = std::stoi(r->get_header_value("X-Batch-Size"));
-  return out;
-}
-
-std::string json_queries(const float* q, int nq, std::int64_t dim, int k) {
-  json rows = json::array();
-  for (int i = 0; i < nq; ++i) {
-    json r = json::array();
-    for (std::int64_t c = 0; c < dim; ++c) r.push_back(q[i * dim + c]);
-    rows.push_back(r);
-  }
-  return json{{"queries", rows}, {"k", k}}.dump();
-}
-
-// JSON search → Answer; fails the test on a non-200 reply.
-Answer search_json(int port, const float* q, int nq, std::int64_t dim, int k, int* batch_size = nullptr) {
-  const Reply r = post(port, "/v1/search", json_queries(q, nq, dim, k), "application/json");
-  Answer a;
-  EXPECT_EQ(r.status, 200) << r.body;
-  if (r.status != 200) return a;
-  if (batch_size) *batch_size = r.batch_size;
-  const json j = json::parse(r.body);
-  EXPECT_EQ(j["ids"].size(), static_cast<size_t>(nq));
-  EXPECT_TRUE(j.contains("metric") && j.contains("took_ms"));
-  for (int i = 0; i < nq; ++i) {
-    EXPECT_EQ(j["ids"][i].size(), static_cast<size_t>(k));
-    for (int c = 0; c < k; ++c) {
-      a.ids.push_back(j["ids"][i][c].get<std::int64_t>());
-      a.scores.push_back(static_cast<float>(j["scores"][i][c].get<double>()));
-    }
-  }
-  return a;
-}
-
-// Binary search → Answer (B×K int64 ids, then B×K float32 scores, little-endian).
-Answer search_binary(int port, const float* q, int nq, std::int64_t dim, int k, int* batch_size = nullptr) {
-  const std::string body(reinterpret_cast<const char*>(q), sizeof(float) * nq * dim);
-  const Reply r = post(port, "/v1/search?k=" + std::to_string(k) + "&batch=" + std::to_string(nq), body,
-                       "application/octet-stream");
-  Answer a;
-  EXPECT_EQ(r.status, 200) << r.body;
-  if (r.status != 200) return a;
-  if (batch_size) *batch_size = r.batch_size;
-  const size_t n = static_cast<size_t>(nq) * k;
-  EXPECT_EQ(r.body.size(), n * 12);
-  if (r.body.size() != n * 12) return a;
-  a.ids.resize(n);
-  a.scores.resize(n);
-  std::memcpy(a.ids.data(), r.body.data(), n * 8);
-  std::memcpy(a.scores.data(), r.body.data() + n * 8, n * 4);
-  return a;
-}
+std::string mpi_prefix(int ranks) { return test::mpi_prefix(ranks); }
+std::string json_queries(const float* q, int nq, std::int64_t dim, int k) { return test::json_queries(q, nq, dim, k); }
 
 Answer slice(const Answer& a, int q0, int nq, int k) {
   Answer s;
@@ -216,15 +37,10 @@ Answer slice(const Answer& a, int q0, int nq, int k) {
   return s;
 }
 
+// An explicit body limit (4 MiB), so that the 413 cases below do not depend on the derived one.
 std::string write_config(const std::string& dir, const std::string& corpus, const std::string& metric, int k_max,
-                         int batch_max, int window_us, const std::string& extra = "") {
-  const std::string path = dir + "/serve.yaml";
-  test::write_text(path, "corpus:\n  path: " + corpus + "\nsearch:\n  metric: " + metric + "\n  k_max: " +
-                             std::to_string(k_max) + "\n  batch_max: " + std::to_string(batch_max) +
-                             "\nengine:\n  backend: cpu\n  threads: 1\ncomm:\n  timeout_s: 30\nservice:\n"
-                             "  host: 127.0.0.1\n  port: 0\n  batch_window_us: " +
-                             std::to_string(window_us) + "\n  max_body_bytes: 4194304\n  threads: 96\n" + extra);
-  return path;
+                         int batch_max, int window_us) {
+  return test::write_config(dir, corpus, metric, k_max, batch_max, window_us, "  max_body_bytes: 4194304\n");
 }
 
 // ------------------------------------------------------------------------------ bge-m3 (real vectors)
@@ -409,7 +225,7 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
        "POST", 400, "dimension 100 but the index has dimension 1024"},
       {"too large for float32 (JSON)", "/v1/search", nan_json, "application/json", "POST", 400, "too large for float32"},
       {"beyond double (JSON)", "/v1/search", "{\"query\": [1e400], \"k\": 5}", "application/json", "POST", 400, "malformed JSON"},
-      {"k beyond int64 (JSON)", "/v1/search", "{\"query\": [1], \"k\": 9223372036854775808}", "application/json", "POST", 400, "out of range"},
+      {"k beyond int64 (JSON)", "/v1/search", "{\"k\": 9223372036854775808, \"query\": [1]}", "application/json", "POST", 400, "out of range"},
       {"NaN (binary)", "/v1/search?k=5", std::string(reinterpret_cast<const char*>(nan_bin.data()), kDim * 4),
        "application/octet-stream", "POST", 400, "column 5"},
       {"Inf (binary)", "/v1/search?k=5", std::string(reinterpret_cast<const char*>(inf_bin.data()), kDim * 4),
@@ -441,8 +257,6 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
       {"unknown field", "/v1/search", json{{"query", row(good)}, {"topk", 3}}.dump(), "application/json", "POST", 400,
        "unknown field \"topk\""},
       {"unsupported content type", "/v1/search", "hello", "text/plain", "POST", 415, "not supported"},
-      {"body over max_body_bytes", "/v1/search?k=5", std::string(5 << 20, 'x'), "application/octet-stream", "POST",
-       413, "over service.max_body_bytes (4194304 bytes)"},
       {"unknown route", "/v2/search", "{}", "application/json", "POST", 404, "no route POST /v2/search"},
       {"wrong method on search", "/v1/search", "", "", "GET", 405, "not allowed"},
       {"wrong method on info", "/v1/info", "{}", "application/json", "POST", 405, "not allowed"},
@@ -459,6 +273,13 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
     ASSERT_NO_THROW(j = json::parse(r->body)) << cs.what << ": the error is not JSON: " << r->body;
     ASSERT_TRUE(j.contains("error")) << cs.what;
     EXPECT_THAT(j["error"].get<std::string>(), HasSubstr(cs.needle)) << cs.what;
+  }
+  {  // a body over max_body_bytes is refused from its Content-Length, before it is sent
+    const test::RawReply r = test::raw_request(
+        port(), "POST /v1/search?k=5 HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                "Content-Length: 5242880\r\n\r\n");
+    EXPECT_EQ(r.status, 413) << r.error;
+    EXPECT_THAT(r.body, HasSubstr("over service.max_body_bytes (4194304 bytes)"));
   }
   {  // the same over-size body sent chunked (no Content-Length): 413 too
     const std::string big(5 << 20, 'x');

@@ -1,0 +1,224 @@
+#include "service/batcher.hpp"
+
+#include <algorithm>
+
+#include "core/log.hpp"
+#include "service/metrics.hpp"
+
+namespace shardtopk::service {
+
+using Clock = std::chrono::steady_clock;
+
+Batcher::Batcher(SearchBackend& backend, Options opts, Metrics* metrics)
+    : backend_(backend), opts_(opts), metrics_(metrics) {
+  SHARDTOPK_EXPECTS(opts_.batch_max >= 1 && opts_.k_max >= 1 && opts_.dim >= 1, "batcher: batch_max ", opts_.batch_max,
+                    ", k_max ", opts_.k_max, ", dim ", opts_.dim, " must be positive");
+  const size_t bm = static_cast<size_t>(opts_.batch_max);
+  queries_.resize(bm * static_cast<size_t>(opts_.dim));
+  ids_.resize(bm * static_cast<size_t>(opts_.k_max));
+  scores_.resize(ids_.size());
+}
+
+void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
+  std::unique_lock<std::mutex> l(m_);
+  if (was_receiving) --receiving_;
+  if (failed_) {
+    const int status = fail_status_;
+    const std::string msg = fail_message_;
+    l.unlock();
+    cv_.notify_all();
+    answer(*job, status, msg);
+    return;
+  }
+  job->queued = Clock::now();
+  q_.push_back(std::move(job));
+  if (metrics_) metrics_->queue_depth.store(static_cast<int>(q_.size()));
+  l.unlock();
+  cv_.notify_all();
+}
+
+void Batcher::receiving_begin() {
+  std::lock_guard<std::mutex> l(m_);
+  ++receiving_;
+}
+
+void Batcher::receiving_end() {
+  {
+    std::lock_guard<std::mutex> l(m_);
+    --receiving_;
+  }
+  cv_.notify_all();  // the oldest queued request may stop waiting for company
+}
+
+int Batcher::queued() const {
+  std::lock_guard<std::mutex> l(m_);
+  return static_cast<int>(q_.size());
+}
+
+int Batcher::receiving() const {
+  std::lock_guard<std::mutex> l(m_);
+  return receiving_;
+}
+
+void Batcher::close() {
+  {
+    std::lock_guard<std::mutex> l(m_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Batcher::dispatchable(Clock::time_point now) const {
+  const Job& head = *q_.front();
+  if (head.kind == Job::Kind::kCounters || closed_ || receiving_ == 0 || now >= head.queued + opts_.window)
+    return true;
+  int rows = 0;
+  for (const auto& j : q_)
+    if (j->kind == Job::Kind::kSearch && j->k == head.k && (rows += j->nq) >= opts_.batch_max) return true;
+  return false;
+}
+
+std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
+  std::vector<std::shared_ptr<Job>> batch;
+  if (q_.front()->kind == Job::Kind::kCounters) {
+    batch.push_back(q_.front());
+    q_.pop_front();
+  } else {
+    const int k = q_.front()->k;
+    int total = 0;
+    for (auto it = q_.begin(); it != q_.end();) {
+      if ((*it)->kind == Job::Kind::kSearch && (*it)->k == k && total + (*it)->nq <= opts_.batch_max) {
+        total += (*it)->nq;
+        batch.push_back(*it);
+        it = q_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (metrics_) metrics_->queue_depth.store(static_cast<int>(q_.size()));
+  return batch;
+}
+
+void Batcher::run() {
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> batch;
+    {
+      std::unique_lock<std::mutex> l(m_);
+      for (;;) {
+        if (!q_.empty()) {
+          if (dispatchable(Clock::now())) break;
+          cv_.wait_until(l, q_.front()->queued + opts_.window);
+          continue;
+        }
+        if (closed_) return;
+        cv_.wait(l);
+      }
+      batch = take_batch();
+      running_ = batch;
+    }
+    if (batch.front()->kind == Job::Kind::kCounters) run_counters(batch.front());
+    else run_batch(batch);  // a RankLost leaves the batch in running_ for fail_all
+    std::lock_guard<std::mutex> l(m_);
+    running_.clear();
+  }
+}
+
+void Batcher::answer(Job& j, int status, const std::string& error) {
+  if (!j.claim()) return;
+  j.status = status;
+  j.error = error;
+  if (j.on_done) j.on_done();
+}
+
+void Batcher::run_counters(const std::shared_ptr<Job>& job) {
+  std::vector<RankCounters> c;
+  try {
+    c = backend_.rank_counters();
+  } catch (const RankLost&) {
+    throw;  // the job stays unanswered in running_: the caller answers it with fail_all
+  } catch (const std::exception& e) {
+    answer(*job, 500, std::string("rank counters unavailable: ") + e.what());
+    return;
+  }
+  if (!job->claim()) return;
+  job->counters = std::move(c);
+  job->status = 200;
+  if (job->on_done) job->on_done();
+}
+
+void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
+  const std::int64_t dim = opts_.dim;
+  const int k = batch.front()->k;
+  int total = 0;
+  for (const auto& j : batch) {
+    std::copy(j->queries.begin(), j->queries.end(), queries_.begin() + static_cast<std::ptrdiff_t>(total) * dim);
+    total += j->nq;
+  }
+  try {
+    backend_.search(queries_.data(), total, k, ids_.data(), scores_.data());
+  } catch (const RankLost&) {
+    throw;  // the batch stays unanswered in running_: the caller answers it with fail_all
+  } catch (const SearchFailed& e) {
+    spdlog::error("search of a batch of {} request(s) failed: {}", batch.size(), e.what());
+    for (const auto& j : batch) answer(*j, 500, std::string("search failed: ") + e.what());
+    return;
+  } catch (const BatchRejected& e) {
+    // Requests are checked before they are queued, so this is a check the front end does not
+    // know: search each request alone so that only the offending one fails.
+    if (batch.size() == 1) {
+      answer(*batch.front(), 400, e.what());
+      return;
+    }
+    for (const auto& j : batch) run_batch({j});
+    return;
+  } catch (const std::exception& e) {
+    spdlog::error("search of a batch of {} request(s) failed: {}", batch.size(), e.what());
+    for (const auto& j : batch) answer(*j, 500, std::string("internal error: ") + e.what());
+    return;
+  }
+  if (metrics_) metrics_->batch_done(total);
+  int row = 0;
+  for (const auto& j : batch) {
+    const size_t off = static_cast<size_t>(row) * k, n = static_cast<size_t>(j->nq) * k;
+    row += j->nq;
+    if (!j->claim()) continue;  // already answered by a failure
+    j->ids.assign(ids_.begin() + off, ids_.begin() + off + n);
+    j->scores.assign(scores_.begin() + off, scores_.begin() + off + n);
+    j->batch_size = total;
+    j->status = 200;
+    if (j->on_done) j->on_done();
+  }
+}
+
+void Batcher::fail_queued(int status, const std::string& message) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> l(m_);
+    jobs.assign(q_.begin(), q_.end());
+    q_.clear();
+    if (metrics_) metrics_->queue_depth.store(0);
+  }
+  cv_.notify_all();
+  for (const auto& j : jobs) answer(*j, status, message);
+}
+
+void Batcher::fail_all(int status, const std::string& message) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> l(m_);
+    if (!failed_) {
+      failed_ = true;
+      fail_status_ = status;
+      fail_message_ = message;
+    }
+    jobs.assign(q_.begin(), q_.end());
+    jobs.insert(jobs.end(), running_.begin(), running_.end());
+    q_.clear();
+    if (metrics_) metrics_->queue_depth.store(0);
+  }
+  cv_.notify_all();
+  for (const auto& j : jobs) answer(*j, status, message);
+}
+
+}  // namespace shardtopk::service

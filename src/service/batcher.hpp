@@ -1,0 +1,127 @@
+#pragma once
+// Micro-batching: search requests (Jobs) queued by the HTTP front end are grouped by k into
+// batches of at most batch_max queries and searched on the thread that owns the index (rank 0's
+// main thread). Every job is answered exactly once, by whichever comes first: its batch's
+// result, or a failure that answers everything outstanding (a rank lost, a drain timeout).
+//
+// When a batch is dispatched (docs/SERVING.md, "Micro-batching"): at once when the queued
+// queries of the oldest request's k fill a batch, or when no other search request is being
+// received (so a lone request never waits); otherwise when the oldest request has waited
+// service.batch_window_us for the ones still arriving. Requests queued while a search runs go
+// together into the next batch.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "service/search_backend.hpp"
+
+namespace shardtopk::service {
+
+class Metrics;
+
+/// One unit of work for the index thread: a search request, or a request for every rank's
+/// counters (/metrics). The front end fills the request part and `on_done`; the answer part is
+/// written by whoever claims the job, then `on_done` runs (on that thread).
+struct Job {
+  enum class Kind { kSearch, kCounters };
+  Kind kind = Kind::kSearch;
+  int nq = 0;                  ///< queries (kSearch)
+  int k = 0;
+  std::vector<float> queries;  ///< [nq, dim], float32
+  std::chrono::steady_clock::time_point queued;
+
+  // ---- the answer
+  int status = 0;              ///< HTTP status: 200, or 400 / 500 / 503 with `error`
+  std::string error;
+  std::vector<std::int64_t> ids;  ///< [nq, k] best first
+  std::vector<float> scores;      ///< [nq, k]
+  int batch_size = 0;             ///< queries in the batch it rode in
+  std::vector<RankCounters> counters;  ///< kCounters
+
+  /// Called once, after the answer is written, from the thread that answered (the index thread,
+  /// or the thread that failed the job). Must not block.
+  std::function<void()> on_done;
+
+  /// True for the first caller only: that caller writes the answer and calls on_done.
+  bool claim() { return !claimed_.exchange(true); }
+
+ private:
+  std::atomic<bool> claimed_{false};
+};
+
+class Batcher {
+ public:
+  struct Options {
+    int batch_max = 64;            ///< queries per search (search.batch_max)
+    int k_max = 1024;              ///< largest k (sizes the answer buffers)
+    std::int64_t dim = 0;
+    std::chrono::microseconds window{300};  ///< service.batch_window_us
+  };
+
+  /// `metrics` may be null. The backend must outlive the batcher.
+  Batcher(SearchBackend& backend, Options opts, Metrics* metrics = nullptr);
+
+  /// Queue a job (any thread). `was_receiving`: the job's request had been announced with
+  /// receiving_begin(); it no longer counts as being received. After fail_all() the job is
+  /// answered at once with that failure.
+  void submit(std::shared_ptr<Job> job, bool was_receiving);
+
+  /// A search request is being received (headers in, body still arriving): batches wait for it
+  /// (up to the window). Every receiving_begin() is matched by receiving_end() or by a submit()
+  /// with was_receiving = true.
+  void receiving_begin();
+  void receiving_end();
+
+  /// Index thread: run jobs until close() and an empty queue. @throws RankLost from the index;
+  /// the failed batch and the queue are left unanswered for the caller's fail_all (which may
+  /// first learn a better reason, e.g. which rank is gone); the job must end.
+  void run();
+
+  /// run() returns once the queue is empty (jobs submitted later are still run first).
+  void close();
+
+  /// Answer every queued job that no search has taken yet with `status` and `message`.
+  void fail_queued(int status, const std::string& message);
+
+  /// Answer every job not answered yet, including those in the running batch (its result is
+  /// then dropped), and every later submission, with `status` and `message`.
+  void fail_all(int status, const std::string& message);
+
+  int queued() const;
+  int receiving() const;
+
+ private:
+  bool dispatchable(std::chrono::steady_clock::time_point now) const;  // m_ held, q_ not empty
+  std::vector<std::shared_ptr<Job>> take_batch();                       // m_ held
+  void run_batch(const std::vector<std::shared_ptr<Job>>& batch);
+  void run_counters(const std::shared_ptr<Job>& job);
+  static void answer(Job& j, int status, const std::string& error);
+
+  SearchBackend& backend_;
+  const Options opts_;
+  Metrics* metrics_;
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> q_;
+  std::vector<std::shared_ptr<Job>> running_;  // the batch being searched
+  int receiving_ = 0;
+  bool closed_ = false;
+  bool failed_ = false;
+  int fail_status_ = 0;
+  std::string fail_message_;
+
+  // index thread only
+  std::vector<float> queries_;      // [batch_max, dim]
+  std::vector<std::int64_t> ids_;   // [batch_max, k_max]
+  std::vector<float> scores_;
+};
+
+}  // namespace shardtopk::service

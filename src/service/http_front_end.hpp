@@ -1,0 +1,128 @@
+#pragma once
+// Rank 0's HTTP front end: libmicrohttpd (GNU libmicrohttpd, Debian's libmicrohttpd-dev) in
+// epoll mode, service.io_threads event-loop threads for every connection; routes, limits,
+// request parsing (request_parse.hpp) and answers. A search request is parsed on the loop
+// thread, queued on the Batcher, and its connection suspended; when the batcher answers the
+// job, the connection is resumed and the answer sent from the loop thread. Nothing on a loop
+// thread waits for a search.
+//
+// Why libmicrohttpd and not libevent's evhttp (2.1, the Debian and Ubuntu version): evhttp has
+// no hook between a server request's headers and its body (a POST with neither Content-Length
+// nor chunked encoding is read until the client closes, so it cannot be refused at once), no
+// connection limit and no way to see idle connections, and it drops a reply when the client has
+// half-closed its side. libmicrohttpd calls the handler once the headers are in (refusals are
+// answered before any body byte and before `100 Continue`), limits connections, idle time and
+// per-connection memory, serves pipelined requests in order and answers half-closed clients.
+//
+// Limits and errors: docs/SERVING.md.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "service/request_parse.hpp"
+#include "service/search_backend.hpp"
+#include "shardtopk/config.hpp"
+
+struct MHD_Daemon;
+struct MHD_Connection;
+
+namespace shardtopk::service {
+
+class Batcher;
+class Metrics;
+
+class HttpFrontEnd {
+ public:
+  HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics);
+  ~HttpFrontEnd();
+  HttpFrontEnd(const HttpFrontEnd&) = delete;
+  HttpFrontEnd& operator=(const HttpFrontEnd&) = delete;
+
+  /// Opens the listening socket (SO_REUSEADDR, backlog 4096) and raises this process's open
+  /// file limit for service.max_connections. @throws Error naming host and port.
+  void bind();
+  int port() const { return port_; }
+
+  /// Starts the event loops: /healthz answers now; searches, /v1/info and /readyz answer 503
+  /// until set_ready().
+  void start();
+
+  /// The index is ready: searches go to `batcher`, k is checked by `backend`. Both must outlive
+  /// the front end's last request (stop()).
+  void set_ready(const BackendInfo& info, SearchBackend& backend, Batcher& batcher);
+
+  /// SIGTERM: stop accepting connections (the listening socket is closed: new connections are
+  /// refused). Requests whose request line arrived before now are served as usual, with
+  /// `Connection: close`; later ones (on open keep-alive connections) get 503 and the connection
+  /// is closed.
+  void begin_drain();
+
+  /// A rank is lost: stop accepting; every later answer is 503 naming `reason`, with
+  /// `Connection: close`. Jobs already queued are answered by the batcher (Batcher::fail_all).
+  void fail(const std::string& reason);
+
+  /// Requests whose request line has arrived and whose answer has not been sent completely.
+  int in_progress() const;
+
+  /// Waits until in_progress() is 0 or `deadline`; true when it reached 0.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+
+  /// Closes every connection and stops the loops. Every job must have been answered (the
+  /// batcher's claim), or connections would stay suspended: returns false, stopping nothing,
+  /// when some are still suspended at `deadline`.
+  bool stop(std::chrono::steady_clock::time_point deadline);
+
+  /// The limits in force, for logs: body bytes (JSON, binary) and in-flight bytes.
+  std::string limits_summary() const;
+
+  struct Request;  // per-request state (http_front_end.cpp)
+
+ private:
+  friend struct Callbacks;
+  int on_request(MHD_Connection* c, const char* url, const char* method, const char* upload, std::size_t* upload_size,
+                 Request& r);
+  int on_headers(MHD_Connection* c, const char* url, const char* method, Request& r);
+  int on_get(MHD_Connection* c, Request& r);
+  int on_search_headers(MHD_Connection* c, Request& r);
+  int on_body(MHD_Connection* c, const char* data, std::size_t n, Request& r);
+  int on_body_complete(MHD_Connection* c, Request& r);
+  int on_resumed(MHD_Connection* c, Request& r);
+  void on_completed(Request* r);
+
+  int reply(MHD_Connection* c, Request& r, int status, std::string body, const char* content_type,
+            bool close = false, const char* allow = nullptr);
+  int reply_error(MHD_Connection* c, Request& r, int status, const std::string& message, bool close = false,
+                  const char* allow = nullptr);
+  Request* new_request();
+  void stop_accepting();
+  bool reserve_bytes(std::size_t n);
+  void release_bytes(std::size_t n);
+  std::string fail_reason() const;
+  std::size_t body_limit(bool binary) const;
+  std::string info_json() const;
+
+  ServiceConfig cfg_;
+  Metrics& metrics_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  MHD_Daemon* daemon_ = nullptr;
+
+  std::atomic<bool> ready_{false}, draining_{false}, failed_{false}, accepting_{true};
+  BackendInfo info_;                 // immutable once ready_
+  SearchBackend* backend_ = nullptr;
+  Batcher* batcher_ = nullptr;
+  BodyLimits limits_;
+  std::size_t max_inflight_ = 0;
+  std::atomic<std::size_t> inflight_bytes_{0};
+
+  mutable std::mutex m_;  // fail_reason_, accepting shutdown, in-progress waits
+  std::condition_variable cv_;
+  std::string fail_reason_;
+  std::atomic<int> in_progress_{0};
+  std::atomic<int> suspended_{0};
+};
+
+}  // namespace shardtopk::service

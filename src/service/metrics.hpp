@@ -1,0 +1,57 @@
+#pragma once
+// Prometheus text metrics of `shardtopk serve` (rank 0) and the per-minute summary line.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "service/search_backend.hpp"
+
+namespace shardtopk::service {
+
+/// Cumulative histogram with fixed upper bounds (Prometheus `le` buckets).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<std::uint64_t> counts_;
+  double sum_ = 0;
+  std::uint64_t n_ = 0;
+};
+
+/// Counters and histograms; every method may be called from any thread.
+class Metrics {
+ public:
+  Metrics();
+
+  void request(const std::string& route, int status);
+  void search_done(double seconds, int queries);
+  void batch_done(int size);
+  void set_rank_counters(const std::vector<RankCounters>& s);
+
+  std::atomic<int> queue_depth{0};       ///< search requests waiting for a batch
+  std::atomic<int> open_connections{0};  ///< client connections open now
+
+  /// Prometheus text exposition (version 0.0.4).
+  std::string render() const;
+
+  /// Logs the per-minute summary line (info), then the minute's counters restart.
+  void log_minute();
+
+ private:
+  mutable std::mutex m_;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests_;
+  Histogram latency_, batch_;
+  std::vector<RankCounters> rank_counters_;
+  std::vector<double> minute_latency_ms_;
+  long minute_requests_ = 0, minute_queries_ = 0, minute_batches_ = 0, minute_batch_queries_ = 0;
+};
+
+}  // namespace shardtopk::service

@@ -1,0 +1,82 @@
+#pragma once
+// Parsing and checking of search request bodies (JSON and binary) and of the few header values
+// the front end reads. Pure functions over bytes: no HTTP library, no index; unit-tested in
+// tests/service/test_request_parse.cpp.
+//
+// Every error is an Error whose message names the problem and quotes at most a short, flat
+// excerpt of the input (excerpt()): never a re-serialisation of a client's value, whose size
+// and nesting the client chooses.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardtopk::service {
+
+/// What a request body may hold, from the index's shape.
+struct QueryShape {
+  std::int64_t dim = 0;  ///< values per query row
+  int batch_max = 0;     ///< rows per request
+};
+
+/// A parsed search request body.
+struct SearchBody {
+  int nq = 0;                  ///< query rows
+  bool has_k = false;          ///< the body gave k (JSON "k")
+  long long k = 0;
+  std::vector<float> queries;  ///< [nq, dim] float32, row-major
+};
+
+/// Parses {"queries": [[...], ...], "k": K} or {"query": [...], "k": K} (k optional) with an
+/// event (SAX) parser straight into float32 rows: no document tree, nesting refused at the first
+/// level the format does not have, duplicate keys and unknown fields refused.
+/// @throws Error: malformed JSON, wrong structure, duplicate or unknown key, wrong dimension,
+///   more than batch_max rows, no rows, a value that is not a number or is too large for
+///   float32, a k that is not an integer in the int64 range.
+SearchBody parse_json_search(std::string_view body, const QueryShape& shape);
+
+/// Bytes of the optional binary request header (docs/SERVING.md, "Binary protocol").
+inline constexpr std::size_t kBinaryHeaderBytes = 32;
+/// Its first four bytes. As a little-endian float32 they are a NaN, which no query may hold, so
+/// a body that starts with them is never a headerless query row.
+inline constexpr unsigned char kBinaryMagic[4] = {'S', 'T', 0xC0, 0x7F};
+/// dtype codes of the header.
+enum class BinaryDtype : std::uint32_t { kFloat32 = 1, kFloat64 = 2, kFloat16 = 3, kBFloat16 = 4 };
+
+/// Parses a binary body: [optional 32-byte header] + rows of dim little-endian float32 values.
+/// With the header, its byte order, dtype, rows and dim must describe the rest of the body.
+/// @throws Error: empty body, length not a multiple of 4 x dim, more than batch_max rows, a
+///   header that disagrees with the body or the index.
+SearchBody parse_binary_search(std::string_view body, const QueryShape& shape);
+
+/// Writes the optional header for `rows` float32 rows of `dim` values (clients, tests).
+std::string binary_header(std::uint32_t rows, std::uint32_t dim);
+
+/// Refuses values the index would refuse, so that a bad request never spoils a batch: NaN, Inf,
+/// and (`reject_zero_norm`, cosine) an all-zero row. @throws Error naming query and column.
+void check_query_values(const float* queries, int nq, std::int64_t dim, bool reject_zero_norm);
+
+/// Media type of a Content-Type value: type/subtype compared case-insensitively, parameters
+/// (e.g. charset) and surrounding blanks ignored; "" for an absent header.
+enum class Media { kNone, kJson, kBinary, kOther };
+Media parse_media_type(std::string_view content_type);
+
+/// Body limits derived from the index's shape (used when service.max_body_bytes is 0): the
+/// largest legal request of each kind, binary exactly (header + batch_max x dim x 4), JSON with
+/// 32 characters per value (a float64's shortest text, its sign and separator fit) plus framing.
+struct BodyLimits {
+  std::size_t json = 0;
+  std::size_t binary = 0;
+};
+BodyLimits derived_body_limits(std::int64_t dim, int batch_max);
+
+/// A short, flat, printable excerpt of client bytes for messages: at most `max` characters,
+/// non-printable bytes as \xNN, a note of the full length when cut.
+std::string excerpt(std::string_view s, std::size_t max = 40);
+
+/// Parses a decimal integer query parameter (whole text, optional sign). @throws Error naming
+/// the parameter and an excerpt of the value.
+long long parse_int_param(std::string_view name, std::string_view value);
+
+}  // namespace shardtopk::service

@@ -1,0 +1,74 @@
+#pragma once
+// The one thing the service needs from an index: a blocking collective search of a batch, its
+// shape and limits, and per-rank counters for /metrics. The batcher and the HTTP front end know
+// only this interface; index_backend.cpp adapts ShardedIndex to it (the only file to change when
+// the index API changes), and tests/service/test_batcher.cpp drives the batcher with a fake.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtopk/error.hpp"
+
+namespace shardtopk::service {
+
+/// Shape and limits of the served index, fixed once it is ready.
+struct BackendInfo {
+  std::int64_t rows = 0;   ///< corpus rows over all ranks
+  std::int64_t dim = 0;    ///< query and row dimension
+  int k_max = 0;           ///< largest k a search may ask for (search.k_max)
+  int batch_max = 0;       ///< largest batch one search takes (search.batch_max)
+  int ranks = 0;           ///< world size
+  std::string metric;      ///< inner_product, cosine or l2
+  std::string dtype;       ///< storage type of the corpus rows
+  std::string engine;      ///< cpu or cuda
+  std::string comm;        ///< mpi or nccl
+  bool rejects_zero_norm = false;  ///< cosine: a zero query has no direction
+};
+
+/// One rank's counters, for /metrics.
+struct RankCounters {
+  double searches = 0;        ///< local searches run
+  double search_seconds = 0;  ///< time in the local search, summed
+};
+
+/// The batch was refused before any search ran (a value the front end does not check, such
+/// as a score range the index cannot represent); every rank is still usable. Answer 400.
+class BatchRejected : public Error {
+ public:
+  explicit BatchRejected(const std::string& what) : Error(what) {}
+};
+
+/// A rank's local search failed; every rank is still usable. Answer 500.
+class SearchFailed : public Error {
+ public:
+  explicit SearchFailed(const std::string& what) : Error(what) {}
+};
+
+/// A rank is gone or stalled (a collective failed or timed out); the job must end. Answer 503.
+class RankLost : public Error {
+ public:
+  explicit RankLost(const std::string& what) : Error(what) {}
+};
+
+class SearchBackend {
+ public:
+  virtual ~SearchBackend() = default;
+
+  virtual BackendInfo info() const = 0;
+
+  /// Refuses a k the index would refuse (outside 1 .. min(k_max, rows)), with the index's own
+  /// message. @throws Error naming k and the binding limit.
+  virtual void check_k(long long k) const = 0;
+
+  /// Blocking search of `batch` queries [batch, dim] (float32, row-major) for their k best rows:
+  /// ids [batch, k] and scores [batch, k], best first. Called from the thread that owns the
+  /// index (rank 0's main thread: the only thread making MPI calls).
+  /// @throws BatchRejected, SearchFailed or RankLost as described above.
+  virtual void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) = 0;
+
+  /// Every rank's counters [ranks] (a collective on the same thread as search).
+  /// @throws RankLost when a rank is gone.
+  virtual std::vector<RankCounters> rank_counters() = 0;
+};
+
+}  // namespace shardtopk::service

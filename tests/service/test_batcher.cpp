@@ -1,0 +1,388 @@
+// The micro-batcher over a fake index: when batches are dispatched (a lone request at once,
+// company waited for only while requests are being received, full batches at once, requests
+// queued during a search together), each request's own rows back, failures answered to exactly
+// the requests they concern, and every job answered exactly once whatever fails.
+//
+// Bounds in this file ("answered within 20 s") are liveness limits only: the windows under test
+// are 60 s long, so a wrong dispatch rule shows as a missing answer, not as a slow one.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "service/batcher.hpp"
+#include "service/metrics.hpp"
+
+namespace shardtopk::service {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr std::int64_t kDim = 2;
+constexpr auto kLong = 60s;         // a window no test waits out
+constexpr std::chrono::seconds kLiveness{20};  // "never answered" after this
+
+// ids[q][j] = 1000 * round(query[q][0]) + j, scores[q][j] = query[q][1] - j: each answer shows
+// which query it belongs to. Optionally holds every search until released, and fails on demand.
+class FakeBackend final : public SearchBackend {
+ public:
+  BackendInfo info() const override {
+    BackendInfo i;
+    i.rows = 1000;
+    i.dim = kDim;
+    i.k_max = 8;
+    i.batch_max = 4;
+    i.ranks = 2;
+    i.metric = "inner_product";
+    return i;
+  }
+  void check_k(long long) const override {}
+
+  void search(const float* q, int batch, int k, std::int64_t* ids, float* scores) override {
+    {
+      std::unique_lock<std::mutex> l(m_);
+      calls_.push_back({batch, k});
+      cv_.notify_all();
+      cv_.wait(l, [&] { return !hold_; });
+    }
+    for (int b = 0; b < batch; ++b) {
+      if (reject_marker_ && q[b * kDim] == -1.0f) throw BatchRejected("query value -1 refused");
+    }
+    if (fail_next_.exchange(false)) throw SearchFailed("rank 1: local search failed");
+    if (lose_next_.exchange(false)) throw RankLost("rank 1: MPI_Iallgather did not complete within 2 s");
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < k; ++j) {
+        ids[b * k + j] = 1000 * static_cast<std::int64_t>(std::lround(q[b * kDim])) + j;
+        scores[b * k + j] = q[b * kDim + 1] - static_cast<float>(j);
+      }
+  }
+  std::vector<RankCounters> rank_counters() override { return {{3, 0.5}, {4, 0.25}}; }
+
+  void hold(bool h) {
+    std::lock_guard<std::mutex> l(m_);
+    hold_ = h;
+    cv_.notify_all();
+  }
+  // Waits until `n` searches have started.
+  bool wait_calls(size_t n) {
+    std::unique_lock<std::mutex> l(m_);
+    return cv_.wait_for(l, kLiveness, [&] { return calls_.size() >= n; });
+  }
+  std::vector<std::pair<int, int>> calls() {
+    std::lock_guard<std::mutex> l(m_);
+    return calls_;
+  }
+
+  std::atomic<bool> fail_next_{false}, lose_next_{false};
+  bool reject_marker_ = false;
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool hold_ = false;
+  std::vector<std::pair<int, int>> calls_;  // (batch, k)
+};
+
+struct Tracked {
+  std::shared_ptr<Job> job;
+  std::shared_ptr<std::promise<void>> done;
+  std::shared_future<void> answered_;
+  std::shared_ptr<std::atomic<int>> answers;
+  template <typename D = std::chrono::seconds>
+  bool answered(D within = kLiveness) const {
+    return answered_.wait_for(within) == std::future_status::ready;
+  }
+};
+
+// A job of `nq` queries whose first values are `tag`, tag + 1, ...
+Tracked make_job(int tag, int nq = 1, int k = 3) {
+  Tracked t;
+  t.job = std::make_shared<Job>();
+  t.job->nq = nq;
+  t.job->k = k;
+  for (int q = 0; q < nq; ++q) {
+    t.job->queries.push_back(static_cast<float>(tag + q));
+    t.job->queries.push_back(0.5f * static_cast<float>(tag + q));
+  }
+  t.done = std::make_shared<std::promise<void>>();
+  t.answered_ = t.done->get_future().share();
+  t.answers = std::make_shared<std::atomic<int>>(0);
+  auto done = t.done;
+  auto answers = t.answers;
+  t.job->on_done = [done, answers] {
+    if (answers->fetch_add(1) == 0) done->set_value();
+  };
+  return t;
+}
+
+// A batcher running on its own thread (the index thread in the service).
+struct Running {
+  explicit Running(FakeBackend& be, std::chrono::microseconds window = kLong, int batch_max = 4)
+      : batcher(be, Batcher::Options{batch_max, 8, kDim, window}, &metrics) {
+    thread = std::thread([this] {
+      try {
+        batcher.run();
+      } catch (const RankLost& e) {
+        lost = e.what();
+      }
+    });
+  }
+  ~Running() {
+    batcher.close();
+    thread.join();
+  }
+  Metrics metrics;
+  Batcher batcher;
+  std::thread thread;
+  std::string lost;
+};
+
+void expect_own_rows(const Job& j, int tag) {
+  ASSERT_EQ(j.status, 200) << j.error;
+  ASSERT_EQ(j.ids.size(), static_cast<size_t>(j.nq * j.k));
+  for (int q = 0; q < j.nq; ++q)
+    for (int x = 0; x < j.k; ++x) {
+      EXPECT_EQ(j.ids[q * j.k + x], 1000 * (tag + q) + x) << "query " << q;
+      EXPECT_EQ(j.scores[q * j.k + x], 0.5f * static_cast<float>(tag + q) - static_cast<float>(x));
+    }
+}
+
+TEST(Batcher, ALoneRequestIsDispatchedAtOnce) {
+  FakeBackend be;
+  Running r(be);  // a 60 s window: only "nothing else is being received" can dispatch it
+  Tracked a = make_job(7);
+  r.batcher.submit(a.job, false);
+  ASSERT_TRUE(a.answered()) << "a lone request waited for the batch window";
+  expect_own_rows(*a.job, 7);
+  EXPECT_EQ(a.job->batch_size, 1);
+  // announced, then submitted: still alone, still at once
+  r.batcher.receiving_begin();
+  Tracked b = make_job(8);
+  r.batcher.submit(b.job, /*was_receiving=*/true);
+  ASSERT_TRUE(b.answered());
+  EXPECT_EQ(r.batcher.receiving(), 0);
+}
+
+TEST(Batcher, WaitsForRequestsBeingReceivedThenSearchesThemTogether) {
+  FakeBackend be;
+  Running r(be);
+  r.batcher.receiving_begin();  // request A's body is arriving
+  r.batcher.receiving_begin();  // and B's
+  Tracked a = make_job(1);
+  r.batcher.submit(a.job, true);
+  EXPECT_FALSE(a.answered(200ms)) << "dispatched while B was still being received";
+  EXPECT_TRUE(be.calls().empty());
+  Tracked b = make_job(2);
+  r.batcher.submit(b.job, true);
+  ASSERT_TRUE(a.answered());
+  ASSERT_TRUE(b.answered());
+  EXPECT_EQ(a.job->batch_size, 2);
+  expect_own_rows(*a.job, 1);
+  expect_own_rows(*b.job, 2);
+  ASSERT_EQ(be.calls().size(), 1u);
+}
+
+TEST(Batcher, AReceivingRequestThatIsRefusedReleasesTheWait) {
+  FakeBackend be;
+  Running r(be);
+  r.batcher.receiving_begin();
+  r.batcher.receiving_begin();
+  Tracked a = make_job(1);
+  r.batcher.submit(a.job, true);
+  EXPECT_FALSE(a.answered(100ms));
+  r.batcher.receiving_end();  // the other request was refused (a 400), never queued
+  ASSERT_TRUE(a.answered());
+  EXPECT_EQ(a.job->batch_size, 1);
+}
+
+TEST(Batcher, TheWindowBoundsTheWaitForRequestsBeingReceived) {
+  FakeBackend be;
+  Running r(be, 20ms);
+  r.batcher.receiving_begin();  // never completes (a client trickling its body)
+  Tracked a = make_job(3);
+  r.batcher.submit(a.job, false);
+  ASSERT_TRUE(a.answered()) << "waited past the window";
+  expect_own_rows(*a.job, 3);
+}
+
+TEST(Batcher, AFullBatchIsDispatchedAtOnceAndKeepsEachRequestsRows) {
+  FakeBackend be;
+  Running r(be, kLong, 4);
+  r.batcher.receiving_begin();  // someone else is arriving: only a full batch dispatches
+  std::vector<Tracked> t = {make_job(10, 1), make_job(20, 2), make_job(30, 1)};
+  for (auto& x : t) r.batcher.submit(x.job, false);
+  for (auto& x : t) {
+    ASSERT_TRUE(x.answered()) << "a full batch waited";
+    EXPECT_EQ(x.job->batch_size, 4);
+  }
+  expect_own_rows(*t[0].job, 10);
+  expect_own_rows(*t[1].job, 20);
+  expect_own_rows(*t[2].job, 30);
+  r.batcher.receiving_end();
+}
+
+TEST(Batcher, RequestsQueuedDuringASearchRideTogetherByK) {
+  FakeBackend be;
+  Running r(be, kLong, 4);
+  be.hold(true);
+  Tracked first = make_job(1);
+  r.batcher.submit(first.job, false);
+  ASSERT_TRUE(be.wait_calls(1));
+  // queued while the first search runs: k = 3 (three of them, one of 2 rows) and k = 5
+  std::vector<Tracked> k3 = {make_job(2), make_job(3, 2), make_job(5)};
+  Tracked k5 = make_job(6, 1, 5);
+  Tracked k3_last = make_job(7);  // does not fit the k = 3 batch (4 rows): the next one
+  for (auto& x : k3) r.batcher.submit(x.job, false);
+  r.batcher.submit(k5.job, false);
+  r.batcher.submit(k3_last.job, false);
+  be.hold(false);
+  for (auto* x : {&first, &k3[0], &k3[1], &k3[2], &k5, &k3_last}) ASSERT_TRUE(x->answered());
+  const auto calls = be.calls();
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[1], std::make_pair(4, 3));  // the oldest k first, as many rows as fit
+  EXPECT_EQ(calls[2], std::make_pair(1, 5));
+  EXPECT_EQ(calls[3], std::make_pair(1, 3));
+  expect_own_rows(*k3[1].job, 3);
+  expect_own_rows(*k5.job, 6);
+  expect_own_rows(*k3_last.job, 7);
+}
+
+TEST(Batcher, ARejectedBatchIsSearchedRequestByRequest) {
+  FakeBackend be;
+  be.reject_marker_ = true;
+  Running r(be, kLong, 4);
+  be.hold(true);
+  Tracked first = make_job(1);
+  r.batcher.submit(first.job, false);
+  ASSERT_TRUE(be.wait_calls(1));
+  Tracked good1 = make_job(2), bad = make_job(-1), good2 = make_job(4);
+  for (auto* x : {&good1, &bad, &good2}) r.batcher.submit(x->job, false);
+  be.hold(false);
+  for (auto* x : {&good1, &bad, &good2}) ASSERT_TRUE(x->answered());
+  expect_own_rows(*good1.job, 2);
+  expect_own_rows(*good2.job, 4);
+  EXPECT_EQ(bad.job->status, 400);
+  EXPECT_THAT(bad.job->error, HasSubstr("query value -1 refused"));
+}
+
+TEST(Batcher, AFailedSearchAnswers500AndTheNextOneIsServed) {
+  FakeBackend be;
+  Running r(be);
+  be.fail_next_ = true;
+  Tracked a = make_job(1);
+  r.batcher.submit(a.job, false);
+  ASSERT_TRUE(a.answered());
+  EXPECT_EQ(a.job->status, 500);
+  EXPECT_THAT(a.job->error, HasSubstr("rank 1"));
+  Tracked b = make_job(2);
+  r.batcher.submit(b.job, false);
+  ASSERT_TRUE(b.answered());
+  expect_own_rows(*b.job, 2);
+}
+
+TEST(Batcher, ALostRankAnswersEveryJob503AndEndsTheLoop) {
+  FakeBackend be;
+  auto r = std::make_unique<Running>(be, kLong, 1);
+  be.hold(true);
+  Tracked a = make_job(1);
+  r->batcher.submit(a.job, false);
+  ASSERT_TRUE(be.wait_calls(1));
+  Tracked queued = make_job(2);
+  r->batcher.submit(queued.job, false);
+  be.lose_next_ = true;
+  be.hold(false);
+  r->thread.join();
+  EXPECT_THAT(r->lost, HasSubstr("did not complete"));
+  EXPECT_FALSE(a.answered(std::chrono::milliseconds(0))) << "the owner answers, with the reason it knows";
+  r->batcher.fail_all(503, std::string("a rank is gone: ") + r->lost);
+  ASSERT_TRUE(a.answered());
+  ASSERT_TRUE(queued.answered());
+  for (auto* x : {&a, &queued}) {
+    EXPECT_EQ(x->job->status, 503);
+    EXPECT_THAT(x->job->error, HasSubstr("a rank is gone: rank 1"));
+    EXPECT_EQ(x->answers->load(), 1);
+  }
+  Tracked late = make_job(3);
+  r->batcher.submit(late.job, false);
+  ASSERT_TRUE(late.answered(1s)) << "a job submitted after the loss must be answered at once";
+  EXPECT_EQ(late.job->status, 503);
+  r->thread = std::thread([] {});  // joined by ~Running
+}
+
+TEST(Batcher, FailAllAnswersTheRunningBatchAtOnceAndOnlyOnce) {
+  FakeBackend be;
+  Running r(be);
+  be.hold(true);
+  Tracked a = make_job(1), b = make_job(2);
+  r.batcher.submit(a.job, false);
+  ASSERT_TRUE(be.wait_calls(1));
+  r.batcher.submit(b.job, false);
+  r.batcher.fail_all(503, "rank 1 stalled: no heartbeat for 1500 ms");
+  ASSERT_TRUE(a.answered()) << "the running batch must not wait for its search";
+  ASSERT_TRUE(b.answered());
+  be.hold(false);  // the search returns; its result must not answer a second time
+  Tracked c = make_job(3);
+  r.batcher.submit(c.job, false);
+  ASSERT_TRUE(c.answered());
+  std::this_thread::sleep_for(100ms);
+  for (auto* x : {&a, &b, &c}) {
+    EXPECT_EQ(x->job->status, 503);
+    EXPECT_THAT(x->job->error, HasSubstr("rank 1 stalled"));
+    EXPECT_EQ(x->answers->load(), 1);
+  }
+}
+
+TEST(Batcher, FailQueuedLeavesTheRunningBatchItsResult) {
+  FakeBackend be;
+  Running r(be, kLong, 1);
+  be.hold(true);
+  Tracked a = make_job(1), b = make_job(2);
+  r.batcher.submit(a.job, false);
+  ASSERT_TRUE(be.wait_calls(1));
+  r.batcher.submit(b.job, false);
+  r.batcher.fail_queued(503, "shutting down");
+  ASSERT_TRUE(b.answered());
+  EXPECT_EQ(b.job->status, 503);
+  be.hold(false);
+  ASSERT_TRUE(a.answered());
+  expect_own_rows(*a.job, 1);
+}
+
+TEST(Batcher, CloseRunsWhatIsQueuedFirst) {
+  FakeBackend be;
+  auto r = std::make_unique<Running>(be, kLong, 1);
+  be.hold(true);
+  std::vector<Tracked> t = {make_job(1), make_job(2), make_job(3)};
+  for (auto& x : t) r->batcher.submit(x.job, false);
+  ASSERT_TRUE(be.wait_calls(1));
+  r->batcher.close();
+  be.hold(false);
+  r.reset();  // joins run()
+  for (size_t i = 0; i < t.size(); ++i) {
+    ASSERT_TRUE(t[i].answered(1s));
+    expect_own_rows(*t[i].job, static_cast<int>(i) + 1);
+  }
+}
+
+TEST(Batcher, CountersJobsRunOnTheIndexThread) {
+  FakeBackend be;
+  Running r(be);
+  Tracked c = make_job(0);
+  c.job->kind = Job::Kind::kCounters;
+  r.batcher.submit(c.job, false);
+  ASSERT_TRUE(c.answered());
+  ASSERT_EQ(c.job->status, 200);
+  ASSERT_EQ(c.job->counters.size(), 2u);
+  EXPECT_EQ(c.job->counters[1].searches, 4);
+  EXPECT_TRUE(be.calls().empty());
+  EXPECT_EQ(r.metrics.queue_depth.load(), 0);
+}
+
+}  // namespace
+}  // namespace shardtopk::service
