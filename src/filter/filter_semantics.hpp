@@ -20,23 +20,32 @@ inline constexpr std::uint8_t kVerdictNone = 0;
 inline constexpr std::uint8_t kVerdictSome = 1;
 inline constexpr std::uint8_t kVerdictAll = 2;
 
-/// First index i in [0, n) with !(set[i] < v), or n (std::lower_bound).
+/// First index i in [0, n) with !(set[i] < v), or n (std::lower_bound), without data-dependent
+/// branches: the probe moves by a conditional select, so random values cost no mispredictions.
 template <class T>
 STK_FILTER_HD int lower_index(const T* set, int n, T v) {
-  int lo = 0, hi = n;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (set[mid] < v)
-      lo = mid + 1;
-    else
-      hi = mid;
+  if (n <= 0) return 0;
+  const T* base = set;
+  while (n > 1) {
+    const int half = n / 2;
+    base = base[half] < v ? base + half : base;
+    n -= half;
   }
-  return lo;
+  return static_cast<int>(base - set) + (*base < v ? 1 : 0);
 }
+
+/// Sets up to this size are searched by a linear scan (no branches, one pass over a cache line
+/// or two; on the GPU every thread of a warp reads the same constants).
+inline constexpr int kLinearSetMax = 16;
 
 /// v ∈ set (strictly increasing, n values). Floats compare as IEEE: -0.0 finds 0.0.
 template <class T>
 STK_FILTER_HD bool in_set(const T* set, int n, T v) {
+  if (n <= kLinearSetMax) {
+    bool found = false;
+    for (int k = 0; k < n; ++k) found |= set[k] == v;
+    return found;
+  }
   const int i = lower_index(set, n, v);
   return i < n && set[i] == v;
 }
@@ -44,7 +53,7 @@ STK_FILTER_HD bool in_set(const T* set, int n, T v) {
 /// lo <= v <= hi.
 template <class T>
 STK_FILTER_HD bool in_range(T v, T lo, T hi) {
-  return lo <= v && v <= hi;
+  return (lo <= v) & (v <= hi);  // both comparisons, no branch
 }
 
 /// Verdict of "lo <= v <= hi" over values v known to lie in [mn, mx].

@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "filter/filter_semantics.hpp"
 #include "filter_support.hpp"
 #include "shardtopk/config.hpp"
 #include "shardtopk/corpus_io.hpp"
@@ -554,6 +556,30 @@ TEST(FilterEvaluation, ThreadsGiveTheSameMask) {
     EXPECT_EQ(f1, f4);
     EXPECT_EQ(mask_of(p, t, {96, t.rows() - 3}, nullptr, 1), mask_of(p, t, {96, t.rows() - 3}, nullptr, 3));
   }
+}
+
+// The set search shared by the host and the GPU (branch-free lower bound, linear scan for small
+// sets) against the standard library, for every set size up to past the linear limit.
+TEST(FilterSemantics, SetSearchMatchesTheStandardLibrary) {
+  std::mt19937_64 rng(5);
+  for (int n = 0; n <= 3 * filter_detail::kLinearSetMax; ++n) {
+    for (int rep = 0; rep < 20; ++rep) {
+      std::set<std::int64_t> s;
+      while (static_cast<int>(s.size()) < n) s.insert(static_cast<std::int64_t>(rng() % 200) - 100);
+      const std::vector<std::int64_t> v(s.begin(), s.end());
+      for (std::int64_t x = -102; x <= 102; ++x) {
+        const auto lb = std::lower_bound(v.begin(), v.end(), x) - v.begin();
+        ASSERT_EQ(filter_detail::lower_index(v.data(), n, x), lb) << n << " " << x;
+        ASSERT_EQ(filter_detail::in_set(v.data(), n, x), std::binary_search(v.begin(), v.end(), x)) << n << " " << x;
+      }
+    }
+  }
+  const double z[] = {-1.0, 0.0, 2.0};
+  EXPECT_TRUE(filter_detail::in_set(z, 3, -0.0));
+  std::vector<double> big(40);
+  for (int i = 0; i < 40; ++i) big[static_cast<std::size_t>(i)] = i - 20.0;
+  EXPECT_TRUE(filter_detail::in_set(big.data(), 40, -0.0));
+  EXPECT_FALSE(filter_detail::in_set(big.data(), 40, 0.5));
 }
 
 // ------------------------------------------------------------------------------ block summaries
