@@ -141,42 +141,49 @@ class FilterCompiler {
                     (known.empty() ? "none; the corpus has no corpus.attributes" : known) + ")");
   }
 
-  std::int64_t int_value(const json& v, const std::string& what, const std::string& where) const {
+  // What a value is, for messages: "'eq' value" + " for int64 attribute 'tenant'" (head, tail).
+  struct What {
+    std::string head, tail;
+    std::string with(const json& v) const { return head + " " + describe(v) + tail; }
+    std::string without() const { return head + tail; }
+  };
+
+  std::int64_t int_value(const json& v, const What& what, const std::string& where) const {
     if (v.is_number_unsigned()) {
       const std::uint64_t u = v.get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-        fail(where, what + " " + describe(v) + " is outside int64");
+        fail(where, what.with(v) + " is outside int64");
       return static_cast<std::int64_t>(u);
     }
     if (v.is_number_integer()) return v.get<std::int64_t>();
     if (v.is_number_float())
-      fail(where, what + " " + describe(v) + " is not an integer (int64 values compare exactly with integers)");
-    fail(where, what + " must be an integer, got " + describe(v));
+      fail(where, what.with(v) + " is not an integer (int64 values compare exactly with integers)");
+    fail(where, what.without() + " must be an integer, got " + describe(v));
   }
 
-  double real_value(const json& v, const std::string& what, const std::string& where) const {
+  double real_value(const json& v, const What& what, const std::string& where) const {
     double d = 0;
     if (v.is_number_float()) {
       d = v.get<double>();
-      if (!std::isfinite(d)) fail(where, what + " " + describe(v) + " is not a finite number (NaN and infinities are refused)");
+      if (!std::isfinite(d)) fail(where, what.with(v) + " is not a finite number (NaN and infinities are refused)");
     } else if (v.is_number_unsigned()) {
       const std::uint64_t u = v.get<std::uint64_t>();
       d = static_cast<double>(u);
       if (!(d < 0x1p64) || static_cast<std::uint64_t>(d) != u)
-        fail(where, what + " " + describe(v) + " is not exactly representable as a float64");
+        fail(where, what.with(v) + " is not exactly representable as a float64");
     } else if (v.is_number_integer()) {
       const std::int64_t i = v.get<std::int64_t>();
       d = static_cast<double>(i);
       if (!(d < 0x1p63) || static_cast<std::int64_t>(d) != i)
-        fail(where, what + " " + describe(v) + " is not exactly representable as a float64");
+        fail(where, what.with(v) + " is not exactly representable as a float64");
     } else {
-      fail(where, what + " must be a number, got " + describe(v));
+      fail(where, what.without() + " must be a number, got " + describe(v));
     }
     return d == 0.0 ? 0.0 : d;  // -0.0 and 0.0 compare equal; one spelling keeps programs canonical
   }
 
-  static std::string value_of(const std::string& op, const AttributeSpec& a) {
-    return "'" + op + "' value for " + to_string(a.type) + " attribute '" + a.name + "'";
+  static What value_of(const std::string& op, const AttributeSpec& a, const char* noun = "value") {
+    return {"'" + op + "' " + noun, " for " + to_string(a.type) + " attribute '" + a.name + "'"};
   }
 
   void eq(const json& v, const std::string& where) {
@@ -198,7 +205,7 @@ class FilterCompiler {
     const json& b = v.begin().value();
     if (!b.is_array() || b.size() != 2)
       fail(where, "'range' for '" + a.name + "' expects [lo, hi] (inclusive; null for an open end), got " + describe(b));
-    const std::string what = "'range' bound for " + to_string(a.type) + " attribute '" + a.name + "'";
+    const What what = value_of("range", a, "bound");
     if (a.type == AttributeType::kInt64) {
       const std::int64_t lo = b[0].is_null() ? std::numeric_limits<std::int64_t>::min() : int_value(b[0], what, where);
       const std::int64_t hi = b[1].is_null() ? std::numeric_limits<std::int64_t>::max() : int_value(b[1], what, where);
@@ -233,7 +240,7 @@ class FilterCompiler {
     const json& list = v.begin().value();
     if (!list.is_array()) fail(where, "'in' for '" + a.name + "' expects a list of values, got " + describe(list));
     take_values(list, "in", where);
-    const std::string what = value_of("in", a);
+    const What what = value_of("in", a);
     if (a.type == AttributeType::kInt64) {
       const auto first = p_.ints_.size();
       p_.ints_.reserve(first + list.size());
@@ -252,7 +259,8 @@ class FilterCompiler {
     take_values(v, op, where);
     const auto first = p_.ints_.size();
     p_.ints_.reserve(first + v.size());
-    for (const json& x : v) p_.ints_.push_back(int_value(x, "'" + op + "' id", where));
+    const What what{"'" + op + "' id", ""};
+    for (const json& x : v) p_.ints_.push_back(int_value(x, what, where));
     emit(FilterOpCode::kInInt, kFilterIdColumn, static_cast<std::int32_t>(first), sort_unique(p_.ints_, first));
     if (op == "ids_not_in") emit(FilterOpCode::kNot);
   }

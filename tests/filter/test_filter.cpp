@@ -174,14 +174,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadFilter{"no_attribute", R"({"in": {}})", {"'in' expects one attribute, got 0"}},
         BadFilter{"eq_not_object", R"({"eq": [1]})", {"'eq' expects an object {attribute: value}, got an array of 1 values"}},
         BadFilter{"fraction_for_int", R"({"eq": {"tenant": 7.5}})",
-                  {"'eq' value for int64 attribute 'tenant' 7.5 is not an integer"}},
-        BadFilter{"float_spelling_for_int", R"({"eq": {"tenant": 7.0}})", {"7.0 is not an integer"}},
-        BadFilter{"string_for_int", R"({"eq": {"tenant": "7"}})", {"must be an integer, got the string '7'"}},
+                  {"'eq' value 7.5 for int64 attribute 'tenant' is not an integer (int64 values compare exactly with integers)"}},
+        BadFilter{"float_spelling_for_int", R"({"eq": {"tenant": 7.0}})", {"'eq' value 7.0 for int64 attribute 'tenant' is not an integer"}},
+        BadFilter{"string_for_int", R"({"eq": {"tenant": "7"}})", {"'eq' value for int64 attribute 'tenant' must be an integer, got the string '7'"}},
         BadFilter{"null_for_int", R"({"eq": {"tenant": null}})", {"must be an integer, got null"}},
         BadFilter{"bool_for_float", R"({"eq": {"price": true}})", {"float64 attribute 'price' must be a number, got true"}},
-        BadFilter{"beyond_int64", R"({"eq": {"tenant": 9223372036854775808}})", {"9223372036854775808 is outside int64"}},
+        BadFilter{"beyond_int64", R"({"eq": {"tenant": 9223372036854775808}})", {"value 9223372036854775808 for int64 attribute 'tenant' is outside int64"}},
         BadFilter{"inexact_float", R"({"eq": {"price": 9007199254740993}})",
-                  {"9007199254740993 is not exactly representable as a float64"}},
+                  {"'eq' value 9007199254740993 for float64 attribute 'price' is not exactly representable as a float64"}},
         BadFilter{"inexact_float_negative", R"({"in": {"price": [-9223372036854775807]}})",
                   {"not exactly representable as a float64"}},
         BadFilter{"in_not_list", R"({"in": {"tenant": 5}})", {"'in' for 'tenant' expects a list of values, got 5"}},
@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFilter{"range_one_bound", R"({"range": {"year": [2019]}})",
                   {"'range' for 'year' expects [lo, hi] (inclusive; null for an open end), got an array of 1 values"}},
         BadFilter{"range_scalar", R"({"range": {"year": 2019}})", {"expects [lo, hi]", "got 2019"}},
-        BadFilter{"range_fraction", R"({"range": {"year": [2019.5, 2024]}})", {"2019.5 is not an integer"}},
+        BadFilter{"range_fraction", R"({"range": {"year": [2019.5, 2024]}})", {"'range' bound 2019.5 for int64 attribute 'year' is not an integer"}},
         BadFilter{"ids_not_list", R"({"ids_in": 5})", {"'ids_in' expects a list of global ids, got 5"}},
         BadFilter{"ids_fraction", R"({"ids_not_in": [1, 1.5]})", {"'ids_not_in' id 1.5 is not an integer"}},
         BadFilter{"all_not_list", R"({"all": {}})", {"'all' expects a list of filters, got an object with 0 keys"}},
@@ -229,7 +229,7 @@ TEST(FilterErrors, NonFiniteNumbersAreRefused) {
     EXPECT_THAT(error_of([&] { (void)compile_filter(in, kSchema); }), HasSubstr("is not a finite number"));
   }
   EXPECT_THAT(error_of([&] { (void)compile_filter(json{{"eq", {{"price", std::nan("")}}}}, kSchema); }),
-              HasSubstr("'price' NaN is not"));
+              HasSubstr("'eq' value NaN for float64 attribute 'price' is not a finite number"));
 }
 
 TEST(FilterErrors, NoAttributesConfigured) {
@@ -592,7 +592,7 @@ TEST(FilterSummaries, VerdictsAreSound) {
     const AttributeTable t = test::random_table(20000, 31 + shuffle, 1500, 0, shuffle);
     test::FilterGenerator gen(t, 33, 5);
     std::int64_t decided = 0;
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 150; ++i) {
       const json f = gen.next();
       const FilterProgram p = compile_filter(f, t.schema());
       for (std::int64_t b = 0; b < t.blocks(); ++b) {

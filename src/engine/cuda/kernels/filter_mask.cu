@@ -8,8 +8,8 @@
 //   - a block the summaries decide is written as all zeros or all ones without reading a row;
 //   - otherwise every thread evaluates its rows with a bit stack in a register, reading a column
 //     only for leaves the summaries leave undecided, and each warp writes its ballot as a word.
-// Sized for the shapes of the issue (10M-row shards, a few attributes, programs of tens of
-// instructions); the analysis is serial per block and program, which is cheap next to 1024 rows.
+// Sized for 10M-row shards with a few attributes and programs of tens of instructions; the
+// analysis is serial per block and program, which is cheap next to 1024 rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
