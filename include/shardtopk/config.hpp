@@ -8,6 +8,7 @@
 /// | corpus.path         | string | (required)                      | an HDF5 file                    |
 /// | corpus.dataset      | string | train                           | dataset path, e.g. emb/vectors  |
 /// | corpus.ids_dataset  | string | "" (ids = row positions)        | int64 [N], unique               |
+/// | corpus.attributes   | list   | [] (no attributes)              | dataset paths, each [N] int64 or float64; names (last path component) unique; at most 64 |
 /// | search.metric       | string | auto: file attr `distance`, else inner_product | inner_product, cosine, l2, auto (¹) |
 /// | search.k_max        | int    | 1024                            | 1 .. 1048576                    |
 /// | search.batch_max    | int    | 64                              | 1 .. 1048576                    |
@@ -60,6 +61,9 @@ struct CorpusConfig {
   std::string path;
   std::string dataset = "train";
   std::string ids_dataset;  ///< empty: global id = row position
+  /// Per-row attribute datasets that filters refer to (docs/FILTERS.md); an attribute's name is
+  /// the last component of its path. As an override: comma-separated ("tenant,meta/year").
+  std::vector<std::string> attributes;
 };
 
 struct SearchConfig {

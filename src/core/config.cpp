@@ -10,6 +10,7 @@
 
 #include "core/parse.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
 
 namespace shardtopk {
 namespace {
@@ -44,6 +45,30 @@ std::string nonempty(const std::string& key, const std::string& v, const std::st
   return v;
 }
 
+// corpus.attributes from comma-separated text ("a, meta/b"; YAML lists arrive joined by walk()).
+std::vector<std::string> parse_attribute_list(const std::string& v, const std::string& where) {
+  const std::string key = "corpus.attributes";
+  std::vector<std::string> out;
+  if (v.find_first_not_of(" \t") == std::string::npos) return out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? std::string() : item.substr(b, e - b + 1);
+    SHARDTOPK_EXPECTS(!attribute_name(item).empty(), where, "key '", key, "': '", v,
+                      "' has an empty dataset path (expected dataset paths such as tenant, meta/year)");
+    for (const auto& prev : out)
+      SHARDTOPK_EXPECTS(attribute_name(prev) != attribute_name(item), where, "key '", key, "': '", prev, "' and '",
+                        item, "' are both named '", attribute_name(item),
+                        "' (an attribute's name is the last component of its path; names must be unique)");
+    out.push_back(item);
+  }
+  SHARDTOPK_EXPECTS(!v.empty() && v.back() != ',', where, "key '", key, "': '", v, "' ends with a comma");
+  SHARDTOPK_EXPECTS(out.size() <= static_cast<std::size_t>(kFilterMaxAttributes), where, "key '", key, "': ",
+                    out.size(), " attributes, at most ", kFilterMaxAttributes, " are supported");
+  return out;
+}
+
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> s = {
       {"corpus.path", [](Config& c, const std::string& v, const std::string& w) {
@@ -54,6 +79,9 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"corpus.ids_dataset", [](Config& c, const std::string& v, const std::string&) {
          c.corpus.ids_dataset = v;
+       }},
+      {"corpus.attributes", [](Config& c, const std::string& v, const std::string& w) {
+         c.corpus.attributes = parse_attribute_list(v, w);
        }},
       {"search.metric", [](Config& c, const std::string& v, const std::string& w) {
          if (v == "auto" || v.empty()) {
@@ -219,6 +247,16 @@ void walk(Config& c, const YAML::Node& node, const std::string& prefix, const st
       set_key(c, key, v.Scalar(), where);
     } else if (v.IsNull()) {
       set_key(c, key, "", where);
+    } else if (v.IsSequence() && key == "corpus.attributes") {
+      std::string joined;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        SHARDTOPK_EXPECTS(v[i].IsScalar() && !v[i].Scalar().empty(), where, "key '", key, "': item ", i + 1,
+                          " is not a dataset path (line ", v[i].Mark().line + 1, ")");
+        SHARDTOPK_EXPECTS(v[i].Scalar().find(',') == std::string::npos, where, "key '", key, "': dataset path '",
+                          v[i].Scalar(), "' contains a comma, which attribute paths cannot");
+        joined += (i ? "," : "") + v[i].Scalar();
+      }
+      set_key(c, key, joined, where);
     } else {
       throw Error(where + "key '" + key + "': expected a single value, got a list");
     }
@@ -330,6 +368,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "path" << YAML::Value << c.corpus.path;
   out << YAML::Key << "dataset" << YAML::Value << c.corpus.dataset;
   out << YAML::Key << "ids_dataset" << YAML::Value << c.corpus.ids_dataset;
+  out << YAML::Key << "attributes" << YAML::Value << YAML::Flow << c.corpus.attributes;
   out << YAML::EndMap;
   out << YAML::Key << "search" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "metric" << YAML::Value << (c.search.metric ? to_string(*c.search.metric) : "auto");

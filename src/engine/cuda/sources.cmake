@@ -19,7 +19,8 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/shard_store.cu
   ${_stk_cuda_dir}/kernels/scan_select.cu
   ${_stk_cuda_dir}/kernels/batched_filter.cu
-  ${_stk_cuda_dir}/kernels/rescore.cu)
+  ${_stk_cuda_dir}/kernels/rescore.cu
+  ${_stk_cuda_dir}/kernels/filter_mask.cu)
 set(SHARDTOPK_CUDA_ENGINE_LIBRARIES CUDA::cudart CUDA::cublas)
 
 # Compile options of the engine's CUDA code (the kernels' machine code depends on them: keep
@@ -45,6 +46,7 @@ function(shardtopk_add_cuda_engine_tests)
     test_shard_store   # kernels/shard_store
     test_merge         # kernels/merge
     test_split         # kernels/split and kernels/fill
+    test_filter_mask   # kernels/filter_mask against the host evaluation
   )
   foreach(t IN LISTS tests)
     add_executable(${t} ${dir}/${t}.cpp)

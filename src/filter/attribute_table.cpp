@@ -1,0 +1,93 @@
+// AttributeTable: a shard's attribute columns, its global ids and their per-block bounds.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/parallel.hpp"
+#include "filter/filter_internal.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
+
+namespace shardtopk {
+namespace {
+
+// Blocks per thread below which a thread costs more than it saves (a block is 1024 values).
+constexpr std::int64_t kMinBlocksPerThread = 64;
+
+template <class T>
+void block_bounds(const T* v, std::int64_t rows, std::vector<T>* mn, std::vector<T>* mx, int threads) {
+  const std::int64_t blocks = (rows + kFilterBlockRows - 1) / kFilterBlockRows;
+  mn->assign(static_cast<std::size_t>(blocks), T{});
+  mx->assign(static_cast<std::size_t>(blocks), T{});
+  parallel_ranges(blocks, range_parts(blocks, threads, kMinBlocksPerThread), [&](std::int64_t b0, std::int64_t b1, int) {
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t r0 = b * kFilterBlockRows, r1 = std::min(rows, r0 + kFilterBlockRows);
+      T lo = v[r0], hi = v[r0];
+      for (std::int64_t r = r0 + 1; r < r1; ++r) {
+        lo = v[r] < lo ? v[r] : lo;
+        hi = v[r] > hi ? v[r] : hi;
+      }
+      (*mn)[static_cast<std::size_t>(b)] = lo;
+      (*mx)[static_cast<std::size_t>(b)] = hi;
+    }
+  });
+}
+
+// The first NaN of a float64 column, or -1.
+std::int64_t first_nan(const std::vector<double>& v, int threads) {
+  const auto n = static_cast<std::int64_t>(v.size());
+  const int parts = range_parts(n, threads, 1 << 16);
+  std::vector<std::int64_t> found(static_cast<std::size_t>(parts), -1);
+  parallel_ranges(n, parts, [&](std::int64_t lo, std::int64_t hi, int p) {
+    for (std::int64_t i = lo; i < hi; ++i)
+      if (std::isnan(v[static_cast<std::size_t>(i)])) {
+        found[static_cast<std::size_t>(p)] = i;
+        return;
+      }
+  });
+  for (auto f : found)
+    if (f >= 0) return f;
+  return -1;
+}
+
+}  // namespace
+
+AttributeTable::AttributeTable(std::vector<AttributeColumn> columns, std::vector<std::int64_t> global_ids, int threads) {
+  const auto rows = static_cast<std::int64_t>(global_ids.size());
+  SHARDTOPK_EXPECTS(columns.size() <= static_cast<std::size_t>(kFilterMaxAttributes), "attribute table: ",
+                    columns.size(), " attribute columns, at most ", kFilterMaxAttributes, " are supported");
+  std::set<std::string> names;
+  for (const AttributeColumn& c : columns) {
+    SHARDTOPK_EXPECTS(!c.name.empty(), "attribute table: an attribute column has an empty name");
+    SHARDTOPK_EXPECTS(names.insert(c.name).second, "attribute table: two attribute columns are named ",
+                      quote_for_message(c.name), " (names must be unique)");
+    const bool is_int = c.type == AttributeType::kInt64;
+    SHARDTOPK_EXPECTS(is_int ? c.reals.empty() : c.ints.empty(), "attribute table: column ", quote_for_message(c.name), " is ",
+                      to_string(c.type), " but holds ", is_int ? "float64" : "int64", " values");
+    SHARDTOPK_EXPECTS(c.rows() == rows, "attribute table: column ", quote_for_message(c.name), " has ", c.rows(),
+                      " values, the shard has ", rows, " rows (global ids)");
+    if (!is_int) {
+      const std::int64_t bad = first_nan(c.reals, threads);
+      SHARDTOPK_EXPECTS(bad < 0, "attribute table: column ", quote_for_message(c.name), " is NaN at shard row ", bad,
+                        " (attributes must not be NaN)");
+    }
+  }
+  std::vector<BlockBounds> bounds(columns.size());
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    const AttributeColumn& c = columns[i];
+    if (c.type == AttributeType::kInt64)
+      block_bounds(c.ints.data(), rows, &bounds[i].ints_min, &bounds[i].ints_max, threads);
+    else
+      block_bounds(c.reals.data(), rows, &bounds[i].reals_min, &bounds[i].reals_max, threads);
+  }
+  BlockBounds ids;
+  block_bounds(global_ids.data(), rows, &ids.ints_min, &ids.ints_max, threads);
+
+  for (const AttributeColumn& c : columns) schema_.push_back(AttributeSpec{c.name, c.type});
+  columns_ = std::move(columns);
+  global_ids_ = std::move(global_ids);
+  column_bounds_ = std::move(bounds);
+  id_bounds_ = std::move(ids);
+}
+
+}  // namespace shardtopk
