@@ -227,7 +227,7 @@ struct SnapshotInfo {
   std::int64_t dim = 0;
   Metric metric = Metric::kInnerProduct;
   Dtype dtype = Dtype::kFloat32;
-  std::vector<std::pair<std::string, AttributeType>> attributes;  ///< datasets attributes/<name>
+  std::vector<std::pair<std::string, AttributeType>> attributes;  ///< datasets attributes/<name>, by name
 };
 
 /// Reads a snapshot's attributes and checks its datasets' shapes.

@@ -3,6 +3,7 @@
 // log records it covers and the previous snapshot removed.
 #include <hdf5.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 
@@ -223,6 +224,7 @@ SnapshotInfo inspect_snapshot(const std::string& path) {
                       "'", path, "': ", d.name, " is not int64 or float64 [", info.rows, "]");
     info.attributes.emplace_back(d.name.substr(11), d.dtype == "int64" ? AttributeType::kInt64 : AttributeType::kFloat64);
   }
+  std::sort(info.attributes.begin(), info.attributes.end());
   return info;
 }
 

@@ -3,6 +3,7 @@
 // into owned copies, byte-level surgery on log files (the format as docs/STORAGE.md states it,
 // parsed here independently of src/storage), and a gate that holds the log's writer.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "shardtopk/corpus_io.hpp"
 #include "shardtopk/storage.hpp"
 #include "test_support.hpp"
 
@@ -231,6 +233,115 @@ inline void wait_queued(const Storage& st, std::int64_t n) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "records never queued";
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// ------------------------------------------------------------------------------ state model
+
+/// One live row: its vector and the two attribute columns the requests carry.
+
+struct Row {
+  std::vector<float> v;
+  std::int64_t tenant = 0;
+  double score = 0;
+  bool operator==(const Row& o) const {
+    return v.size() == o.v.size() && std::memcmp(v.data(), o.v.data(), v.size() * 4) == 0 && tenant == o.tenant &&
+           std::memcmp(&score, &o.score, 8) == 0;
+  }
+};
+using State = std::map<std::int64_t, Row>;
+
+inline void apply_to(State& s, const WalRecord& r) {
+  for (std::int64_t i = 0; i < r.rows; ++i) {
+    if (r.type == WalRecordType::kDelete) {
+      s.erase(r.ids[i]);
+      continue;
+    }
+    Row row;
+    row.v.assign(r.vectors + i * r.dim, r.vectors + (i + 1) * r.dim);
+    for (const auto& a : r.attributes) {
+      if (a.name == "tenant") row.tenant = a.int64s()[i];
+      if (a.name == "score") row.score = a.float64s()[i];
+    }
+    s[r.ids[i]] = std::move(row);
+  }
+}
+
+inline void apply_to(State& s, const Request& r) {
+  // The same request as the log would return it.
+  WalRecord w;
+  w.type = r.type;
+  w.rows = static_cast<std::int64_t>(r.ids.size());
+  w.ids = r.ids.data();
+  w.vectors = r.vectors.data();
+  w.dim = r.ids.empty() ? 0 : static_cast<std::int64_t>(r.vectors.size() / r.ids.size());
+  if (r.with_attributes) w.attributes = r.view().attributes;
+  apply_to(s, w);
+}
+
+inline std::vector<double> read_f64_column(const std::string& path, const std::string& name) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(f, 0) << path;
+  hid_t ds = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  EXPECT_GE(ds, 0) << name;
+  hid_t sp = H5Dget_space(ds);
+  std::vector<double> out(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
+  if (!out.empty()) EXPECT_GE(H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), 0);
+  H5Sclose(sp);
+  H5Dclose(ds);
+  H5Fclose(f);
+  return out;
+}
+
+// The state a restart sees: the snapshot the manifest names, then the log after it.
+inline State recovered_state(const Storage& st) {
+  State s;
+  const std::string snap = st.snapshot_path();
+  if (!snap.empty()) {
+    const SnapshotInfo info = inspect_snapshot(snap);
+    EXPECT_EQ(info.seq, st.snapshot_seq());
+    if (info.rows > 0) {
+      const HostMatrix m = read_rows(snap, "train", RowRange{0, info.rows});
+      const auto ids = read_int64_vector(snap, "ids");
+      const auto tenant = read_int64_vector(snap, "attributes/tenant");
+      const auto score = read_f64_column(snap, "attributes/score");
+      for (std::int64_t i = 0; i < info.rows; ++i) {
+        Row r;
+        r.v.assign(m.data.begin() + i * m.cols, m.data.begin() + (i + 1) * m.cols);
+        r.tenant = tenant[static_cast<std::size_t>(i)];
+        r.score = score[static_cast<std::size_t>(i)];
+        EXPECT_TRUE(s.emplace(ids[static_cast<std::size_t>(i)], std::move(r)).second) << "duplicate id in snapshot";
+      }
+    }
+  }
+  st.replay(st.snapshot_seq(), [&](const WalRecord& r) { apply_to(s, r); });
+  return s;
+}
+
+inline const std::vector<std::pair<std::string, AttributeType>> kColumns = {{"tenant", AttributeType::kInt64},
+                                                                       {"score", AttributeType::kFloat64}};
+
+// Writes `s` as the snapshot at `seq`, `chunk` rows per write().
+inline std::unique_ptr<SnapshotWriter> write_snapshot(Storage& st, const State& s, std::uint64_t seq, Dtype dtype,
+                                               std::int64_t chunk) {
+  SnapshotSpec spec{seq, static_cast<std::int64_t>(s.size()), dtype, kColumns};
+  auto w = st.begin_snapshot(spec);
+  std::vector<std::int64_t> ids, tenant;
+  std::vector<float> vec;
+  std::vector<double> score;
+  auto flush = [&] {
+    w->write(static_cast<std::int64_t>(ids.size()), ids.data(), vec.data(),
+             {{"tenant", AttributeType::kInt64, tenant.data()}, {"score", AttributeType::kFloat64, score.data()}});
+    ids.clear(), vec.clear(), tenant.clear(), score.clear();
+  };
+  for (const auto& [id, r] : s) {
+    ids.push_back(id);
+    vec.insert(vec.end(), r.v.begin(), r.v.end());
+    tenant.push_back(r.tenant);
+    score.push_back(r.score);
+    if (static_cast<std::int64_t>(ids.size()) == chunk) flush();
+  }
+  if (!ids.empty()) flush();
+  return w;
 }
 
 }  // namespace shardtopk::test
