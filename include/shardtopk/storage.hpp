@@ -187,7 +187,8 @@ class Storage {
   const RecoveryReport& recovery() const;
   std::string snapshot_path() const;  ///< current base snapshot ("" when none)
   std::uint64_t snapshot_seq() const;
-  std::uint64_t last_seq() const;     ///< highest durable seq
+  /// Highest durable seq (written and fdatasynced; on_durable may still be running for it).
+  std::uint64_t last_seq() const;
   StorageStats stats() const;
 
   /// Logs rows to insert or replace and returns the record's seq once it is durable (written

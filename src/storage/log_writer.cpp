@@ -199,9 +199,9 @@ std::vector<std::string> LogWriter::remove_through(std::uint64_t seq) {
   return removed;
 }
 
-std::uint64_t LogWriter::acked_seq() const {
+std::uint64_t LogWriter::durable_seq() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return acked_seq_;
+  return durable_seq_;
 }
 
 std::vector<SegmentInfo> LogWriter::segments() const {

@@ -50,8 +50,8 @@ class LogWriter {
   /// @throws Error when the log has failed or is closing.
   std::uint64_t append(EncodedRecord&& rec);
 
-  /// Highest seq that is durable and through on_durable.
-  std::uint64_t acked_seq() const;
+  /// Highest seq that is durable (on_durable may still be running for it).
+  std::uint64_t durable_seq() const;
   std::vector<SegmentInfo> segments() const;
   /// "" while the log accepts writes, else why it stopped.
   std::string failure() const;

@@ -278,7 +278,7 @@ std::uint64_t Storage::snapshot_seq() const {
   return impl_->manifest.seq;
 }
 
-std::uint64_t Storage::last_seq() const { return impl_->writer->acked_seq(); }
+std::uint64_t Storage::last_seq() const { return impl_->writer->durable_seq(); }
 
 StorageStats Storage::stats() const {
   StorageStats s;
@@ -287,7 +287,7 @@ StorageStats Storage::stats() const {
     s.snapshot_seq = impl_->manifest.seq;
     s.snapshot_path = impl_->manifest.snapshot.empty() ? "" : impl_->path(impl_->manifest.snapshot);
   }
-  s.last_seq = impl_->writer->acked_seq();
+  s.last_seq = impl_->writer->durable_seq();
   for (const auto& seg : impl_->writer->segments()) {
     ++s.segments;
     s.log_bytes += static_cast<std::int64_t>(seg.bytes);
@@ -311,7 +311,7 @@ std::uint64_t Storage::delete_ids(const std::int64_t* ids, std::int64_t n) {
 
 void Storage::replay(std::uint64_t after_seq, const std::function<void(const WalRecord&)>& fn) const {
   std::shared_lock<std::shared_mutex> files(impl_->files_mu);
-  const std::uint64_t upto = impl_->writer->acked_seq();
+  const std::uint64_t upto = impl_->writer->durable_seq();
   if (after_seq >= upto) return;
   const std::vector<SegmentInfo> segments = impl_->writer->segments();
   const std::uint64_t first_kept = segments.empty() ? upto + 1 : segments.front().first_seq;
