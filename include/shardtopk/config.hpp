@@ -22,6 +22,10 @@
 /// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
 /// | service.max_body_bytes | int | 67108864                        | 1024 .. 2^32 (larger: 413)      |
 /// | service.threads     | int    | 128                             | 1 .. 4096 HTTP worker threads   |
+/// | storage.dir         | string | "" (no log: updates refused)    | write-ahead log + snapshots dir |
+/// | storage.group_commit_window_us | int | 0                       | 0 .. 1000000 (wait for company) |
+/// | storage.segment_bytes | int  | 67108864                        | 4096 .. 2^40 (log segment size) |
+/// | storage.max_pending_bytes | int | 268435456                    | 4096 .. 2^40 (queued, unwritten)|
 
 #include <optional>
 #include <string>
@@ -64,12 +68,21 @@ struct ServiceConfig {
   int threads = 128;                       ///< HTTP worker threads: one per open (keep-alive) connection
 };
 
+/// Durable updates (docs/STORAGE.md): the write-ahead log's directory and its group commit.
+struct StorageConfig {
+  std::string dir;                             ///< "": no log, the corpus is read-only
+  long long group_commit_window_us = 0;        ///< a queued record waits at most this long for company
+  long long segment_bytes = 64ll << 20;        ///< a log segment is closed past this size
+  long long max_pending_bytes = 256ll << 20;   ///< appenders wait while this much is queued
+};
+
 struct Config {
   CorpusConfig corpus;
   SearchConfig search;
   EngineConfig engine;
   CommConfig comm;
   ServiceConfig service;
+  StorageConfig storage;
   std::string source;  ///< where it came from (file name or "<string>"), for messages
 };
 

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardtopk/config.hpp"
 #include "shardtopk/types.hpp"
 
 namespace shardtopk {
@@ -220,6 +221,10 @@ class Storage {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// Options from the config's storage section (storage.dir must be set) for rows of width
+/// `dim` under `metric`. @throws Error when storage.dir is empty.
+StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric);
 
 /// Root attributes of a snapshot file (for `info` and for loading it as a corpus).
 struct SnapshotInfo {

@@ -102,6 +102,16 @@ const std::map<std::string, Setter>& setters() {
       {"service.threads", [](Config& c, const std::string& v, const std::string& w) {
          c.service.threads = static_cast<int>(parse_int("service.threads", v, 1, 4096, w));
        }},
+      {"storage.dir", [](Config& c, const std::string& v, const std::string&) { c.storage.dir = v; }},
+      {"storage.group_commit_window_us", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.group_commit_window_us = parse_int("storage.group_commit_window_us", v, 0, 1000000, w);
+       }},
+      {"storage.segment_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.segment_bytes = parse_int("storage.segment_bytes", v, 4096, 1LL << 40, w);
+       }},
+      {"storage.max_pending_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.max_pending_bytes = parse_int("storage.max_pending_bytes", v, 4096, 1LL << 40, w);
+       }},
   };
   return s;
 }
@@ -213,6 +223,12 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "batch_window_us" << YAML::Value << c.service.batch_window_us;
   out << YAML::Key << "max_body_bytes" << YAML::Value << c.service.max_body_bytes;
   out << YAML::Key << "threads" << YAML::Value << c.service.threads;
+  out << YAML::EndMap;
+  out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "dir" << YAML::Value << c.storage.dir;
+  out << YAML::Key << "group_commit_window_us" << YAML::Value << c.storage.group_commit_window_us;
+  out << YAML::Key << "segment_bytes" << YAML::Value << c.storage.segment_bytes;
+  out << YAML::Key << "max_pending_bytes" << YAML::Value << c.storage.max_pending_bytes;
   out << YAML::EndMap;
   out << YAML::EndMap;
   return out.c_str();

@@ -229,6 +229,18 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
 
 }  // namespace
 
+StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric) {
+  SHARDTOPK_EXPECTS(!cfg.dir.empty(), "storage.dir is not set: updates need a directory for the write-ahead log");
+  StorageOptions o;
+  o.dir = cfg.dir;
+  o.dim = dim;
+  o.metric = metric;
+  o.group_commit_window_us = cfg.group_commit_window_us;
+  o.segment_bytes = cfg.segment_bytes;
+  o.max_pending_bytes = cfg.max_pending_bytes;
+  return o;
+}
+
 Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
   check_options(opt);
   Impl& st = *impl_;

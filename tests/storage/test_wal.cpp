@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "shardtopk/config.hpp"
 #include "shardtopk/error.hpp"
 #include "storage/crc32c.hpp"
 #include "storage_test_support.hpp"
@@ -216,6 +217,35 @@ TEST(Wal, OptionsAndDirectoryChecks) {
   // A path that is a file.
   write_text(tmp.file("f"), "x");
   EXPECT_THROW(Storage{options_for(tmp.file("f"), 8)}, Error);
+}
+
+TEST(Wal, ConfigKeysMapToOptions) {
+  const Config d = parse_config("corpus: {path: x.h5}\n");
+  EXPECT_EQ(d.storage.dir, "");
+  EXPECT_EQ(d.storage.group_commit_window_us, 0);
+  EXPECT_EQ(d.storage.segment_bytes, 64ll << 20);
+  EXPECT_EQ(d.storage.max_pending_bytes, 256ll << 20);
+  EXPECT_THROW(storage_options(d.storage, 8, Metric::kL2), Error);  // no directory
+  Config c = parse_config(
+      "corpus: {path: x.h5}\nstorage:\n  dir: /srv/log\n  group_commit_window_us: 250\n  segment_bytes: 8192\n  max_pending_bytes: 65536\n",
+      "s.yaml");
+  c = parse_config(to_yaml(c), "again");
+  const StorageOptions o = storage_options(c.storage, 8, Metric::kL2);
+  EXPECT_EQ(o.dir, "/srv/log");
+  EXPECT_EQ(o.dim, 8);
+  EXPECT_EQ(o.metric, Metric::kL2);
+  EXPECT_EQ(o.group_commit_window_us, 250);
+  EXPECT_EQ(o.segment_bytes, 8192);
+  EXPECT_EQ(o.max_pending_bytes, 65536);
+  for (const char* bad : {"storage: {segment_bytes: 100}", "storage: {group_commit_window_us: -1}",
+                          "storage: {max_pending_bytes: 0}", "storage: {group_commit_window_us: 2000000}"}) {
+    try {
+      parse_config(bad, "b.yaml");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------ group commit
