@@ -246,8 +246,14 @@ Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
   Impl& st = *impl_;
   st.opt = std::move(opt);
   std::error_code ec;
-  std::filesystem::create_directories(st.opt.dir, ec);
+  const bool created = std::filesystem::create_directories(st.opt.dir, ec);
   SHARDTOPK_EXPECTS(!ec, "storage: cannot create directory '", st.opt.dir, "': ", ec.message());
+  if (created) {  // the new directory's own name durable in its parent
+    auto self = std::filesystem::absolute(st.opt.dir).lexically_normal();
+    if (self.filename().empty()) self = self.parent_path();  // "a/b/" names "a/b"
+    const auto parent = self.parent_path();
+    fsync_dir(parent.empty() ? std::string("/") : parent.string());
+  }
   SHARDTOPK_EXPECTS(std::filesystem::is_directory(st.opt.dir), "storage: '", st.opt.dir, "' is not a directory");
   st.lock.emplace(st.path(kLockName));
 
