@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -167,6 +168,12 @@ json run_config(const RunConfig& cfg, const std::string& root, long dim, double 
   j["replay_MB_per_s"] = static_cast<double>(stats.log_bytes) / replay_s / 1e6;
   j["wrong"] = wrong;
   j["dir"] = root;
+  {
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    j["date"] = date;
+  }
   j["git"] = git_commit();
   j["host"] = host_name();
   j["cpu"] = cpu_name();

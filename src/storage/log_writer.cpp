@@ -97,6 +97,8 @@ void LogWriter::run() {
       synced = true;
     } catch (const std::exception& e) {
       error = e.what();
+    } catch (...) {
+      error = "unknown exception while writing";
     }
     if (synced && cfg_.on_durable) {
       for (const Pending& p : batch) {
@@ -105,6 +107,9 @@ void LogWriter::run() {
           cfg_.on_durable(decode_record(read_record_header(h), h + kRecordHeaderBytes, "on_durable"));
         } catch (const std::exception& e) {
           error = "on_durable failed for record seq " + std::to_string(p.rec.seq) + ": " + e.what();
+          break;
+        } catch (...) {
+          error = "on_durable failed for record seq " + std::to_string(p.rec.seq) + ": unknown exception";
           break;
         }
         acked = p.rec.seq;
