@@ -11,7 +11,7 @@ if(SHARDTOPK_USES_VENDOR)
   return()
 endif()
 
-set(_areas shardtopk_core shardtopk_filter shardtopk_io shardtopk_engine shardtopk_comm shardtopk_index shardtopk_service)
+set(_areas shardtopk_core shardtopk_filter shardtopk_io shardtopk_engine shardtopk_comm shardtopk_index shardtopk_storage shardtopk_service)
 install(TARGETS shardtopk_lib ${_areas} shardtopk_fmtlog shardtopk_yaml shardtopk_hdf5 shardtopk_json shardtopk_mhd
         EXPORT shardtopkTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

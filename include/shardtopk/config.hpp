@@ -38,6 +38,10 @@
 /// | service.heartbeat_ms | int   | 100                             | 10 .. 60000 follower heartbeat  |
 /// | service.heartbeat_timeout_ms | int | 1500                      | 20 .. 3600000, ≥ 2 × heartbeat_ms |
 /// | service.threads     | int    | 0                               | deprecated: accepted, ignored   |
+/// | storage.dir         | string | "" (no log: updates refused)    | write-ahead log + snapshots dir |
+/// | storage.group_commit_window_us | int | 0                       | 0 .. 1000000 (wait for company) |
+/// | storage.segment_bytes | int  | 67108864                        | 4096 .. 2^40 (log segment size) |
+/// | storage.max_pending_bytes | int | 268435456                    | 4096 .. 2^40 (queued, unwritten)|
 /// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
 ///
 /// Booleans: true/false (also yes/no, on/off, 1/0). docs/OPERATIONS.md explains the engine.*
@@ -97,6 +101,14 @@ struct FaultSpec {
   std::string text;  ///< as configured, for log lines
 };
 
+/// Durable updates (docs/STORAGE.md): the write-ahead log's directory and its group commit.
+struct StorageConfig {
+  std::string dir;                             ///< "": no log, the corpus is read-only
+  long long group_commit_window_us = 0;        ///< a queued record waits at most this long for company
+  long long segment_bytes = 64ll << 20;        ///< a log segment is closed past this size
+  long long max_pending_bytes = 256ll << 20;   ///< appenders wait while this much is queued
+};
+
 struct TestingConfig {
   FaultSpec fault;
 };
@@ -130,6 +142,7 @@ struct Config {
   EngineConfig engine;
   CommConfig comm;
   ServiceConfig service;
+  StorageConfig storage;
   TestingConfig testing;
   std::string source;  ///< where it came from (file name or "<string>"), for messages
   std::vector<std::string> warnings;  ///< deprecated spellings accepted while parsing, one message each

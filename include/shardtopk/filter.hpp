@@ -30,6 +30,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shardtopk/types.hpp"
 #include "shardtopk/shard_plan.hpp"
 
 namespace shardtopk {
@@ -55,11 +56,6 @@ inline constexpr int kFilterMaxAttributes = 64;
 inline constexpr std::int32_t kFilterIdColumn = -1;
 
 // ------------------------------------------------------------------------------ attributes
-
-/// Storage type of an attribute column.
-enum class AttributeType : std::uint8_t { kInt64 = 0, kFloat64 = 1 };
-
-std::string to_string(AttributeType t);
 
 /// One attribute's name (what filters call it) and type.
 struct AttributeSpec {

@@ -17,6 +17,9 @@ enum class Dtype { kFloat32, kFloat16, kBFloat16 };
 enum class EngineBackend { kAuto, kCpu, kCuda };
 enum class CommBackend { kAuto, kMpi, kNccl };
 
+/// The type of a per-row attribute column (filters, upserts): int64 or float64 values.
+enum class AttributeType : std::uint8_t { kInt64 = 0, kFloat64 = 1 };
+
 /// Where a buffer lives: host memory, or the memory of the engine's GPU.
 enum class MemSpace { kHost, kDevice };
 
@@ -38,6 +41,7 @@ std::string to_string(Dtype d);
 std::string to_string(EngineBackend b);
 std::string to_string(CommBackend b);
 std::string to_string(MemSpace s);
+std::string to_string(AttributeType t);
 std::string to_string(ScanRows r);
 std::string to_string(ScanSchedule s);
 std::string to_string(SearchPath p);

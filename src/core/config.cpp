@@ -133,6 +133,16 @@ const std::map<std::string, Setter>& setters() {
       {"engine.cpu_isa", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.cpu_isa = parse_cpu_isa(v, w + "key 'engine.cpu_isa'");
        }},
+      {"storage.dir", [](Config& c, const std::string& v, const std::string&) { c.storage.dir = v; }},
+      {"storage.group_commit_window_us", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.group_commit_window_us = parse_int("storage.group_commit_window_us", v, 0, 1000000, w);
+       }},
+      {"storage.segment_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.segment_bytes = parse_int("storage.segment_bytes", v, 4096, 1LL << 40, w);
+       }},
+      {"storage.max_pending_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.max_pending_bytes = parse_int("storage.max_pending_bytes", v, 4096, 1LL << 40, w);
+       }},
       {"testing.fault", [](Config& c, const std::string& v, const std::string& w) {
          if (!v.empty() && !fault_injection_built())
            throw Error(w + "key 'testing.fault': this shardtopk was built without fault injection "
@@ -406,6 +416,12 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "heartbeat_ms" << YAML::Value << c.service.heartbeat_ms;
   out << YAML::Key << "heartbeat_timeout_ms" << YAML::Value << c.service.heartbeat_timeout_ms;
   if (c.service.threads != 0) out << YAML::Key << "threads" << YAML::Value << c.service.threads;
+  out << YAML::EndMap;
+  out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "dir" << YAML::Value << c.storage.dir;
+  out << YAML::Key << "group_commit_window_us" << YAML::Value << c.storage.group_commit_window_us;
+  out << YAML::Key << "segment_bytes" << YAML::Value << c.storage.segment_bytes;
+  out << YAML::Key << "max_pending_bytes" << YAML::Value << c.storage.max_pending_bytes;
   out << YAML::EndMap;
   if (c.testing.fault.kind != FaultSpec::kNone) {
     out << YAML::Key << "testing" << YAML::Value << YAML::BeginMap;

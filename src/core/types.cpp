@@ -76,6 +76,7 @@ CommBackend parse_comm_backend(const std::string& s, const std::string& what) {
   throw Error(what + ": unknown communicator backend '" + s + "' (allowed: auto, mpi, nccl)");
 }
 
+std::string to_string(AttributeType t) { return t == AttributeType::kInt64 ? "int64" : "float64"; }
 std::string to_string(MemSpace s) { return s == MemSpace::kHost ? "host" : "device"; }
 std::string to_string(ScanRows r) { return r == ScanRows::kAuto ? "auto" : "2"; }
 std::string to_string(ScanSchedule s) {

@@ -15,8 +15,6 @@
 
 namespace shardtopk {
 
-std::string to_string(AttributeType t) { return t == AttributeType::kInt64 ? "int64" : "float64"; }
-
 namespace filter_detail {
 namespace {
 

@@ -1,0 +1,242 @@
+#pragma once
+/// @file storage.hpp
+/// Durable updates: a write-ahead log of upserts and deletes with group commit, recovery of a
+/// log directory after a crash, and atomic base snapshots. docs/STORAGE.md describes the files.
+///
+/// One directory (`StorageOptions::dir`) holds everything:
+///   MANIFEST.json            the current base snapshot and its sequence number (atomic rewrite)
+///   snapshot-<seq>.h5        base corpus after record <seq>: train, ids, attributes/<name>
+///   wal-<first seq>.log      log segments, append-only, each record checksummed (CRC-32C)
+///   LOCK                     flock()ed while a Storage has the directory open
+///
+/// The state after record s is: the base snapshot (seq S ≤ s, or the configured corpus when
+/// there is none and S = 0) followed by every logged record with S < seq ≤ s, in seq order.
+/// Sequence numbers are assigned by the log, strictly increasing by one, starting at 1.
+///
+/// Thread safety: upsert, delete_ids, replay, stats and the accessors may be called from any
+/// number of threads at once. One snapshot is written at a time.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardtopk/config.hpp"
+#include "shardtopk/types.hpp"
+
+namespace shardtopk {
+
+
+
+/// One attribute column of a group of rows: `data` points at [rows] values of `type`
+/// (std::int64_t or double). The memory is the caller's (input) or the record's (output).
+struct AttributeColumnView {
+  std::string name;  ///< 1 .. 255 bytes, no '/' (it becomes a dataset name in snapshots)
+  AttributeType type = AttributeType::kInt64;
+  const void* data = nullptr;
+
+  const std::int64_t* int64s() const { return static_cast<const std::int64_t*>(data); }
+  const double* float64s() const { return static_cast<const double*>(data); }
+};
+
+/// Rows to insert or replace (Storage::upsert). Everything is copied into the log record.
+struct UpsertRows {
+  std::int64_t rows = 0;                        ///< ≥ 1
+  const std::int64_t* ids = nullptr;            ///< [rows] global ids
+  const float* vectors = nullptr;               ///< [rows, dim] row-major, finite
+  std::vector<AttributeColumnView> attributes;  ///< each [rows]; names distinct
+};
+
+enum class WalRecordType : std::uint32_t { kUpsert = 1, kDelete = 2 };
+
+/// A record read back from the log (Storage::replay, StorageOptions::on_durable). A view: the
+/// pointers are valid only during the callback that receives it.
+struct WalRecord {
+  std::uint64_t seq = 0;
+  WalRecordType type = WalRecordType::kUpsert;
+  std::int64_t rows = 0;                        ///< ids in the record
+  std::int64_t dim = 0;                         ///< upsert: row width; delete: 0
+  const std::int64_t* ids = nullptr;            ///< [rows]
+  const float* vectors = nullptr;               ///< upsert: [rows, dim]; delete: nullptr
+  std::vector<AttributeColumnView> attributes;  ///< upsert: each [rows]; delete: empty
+};
+
+/// The steps of the snapshot protocol, in order (StorageOptions::on_snapshot_step).
+enum class SnapshotStep {
+  kTempWritten,      ///< snapshot-<seq>.h5.tmp complete and fsynced
+  kRenamed,          ///< renamed to snapshot-<seq>.h5, directory fsynced
+  kManifestWritten,  ///< MANIFEST.json.tmp complete and fsynced
+  kCommitted,        ///< MANIFEST.json names the new snapshot, directory fsynced (the commit point)
+  kLogTruncated,     ///< superseded segments and the previous snapshot removed, directory fsynced
+};
+std::string to_string(SnapshotStep s);
+
+struct StorageOptions {
+  std::string dir;               ///< created (with parents) when missing
+  std::int64_t dim = 0;          ///< row width of every upsert, 1 .. 65536; must match the directory's
+  Metric metric = Metric::kInnerProduct;  ///< recorded in the manifest and snapshots; must match
+  /// A segment that has reached this size is closed and the next write starts a new one.
+  std::int64_t segment_bytes = 64ll << 20;
+  /// Group commit: once a record is queued, the writer waits up to this long for more before
+  /// it writes and syncs. 0: no wait (records that arrive during a sync still share the next).
+  std::int64_t group_commit_window_us = 0;
+  /// One write + fdatasync carries at most this many bytes (a larger record goes alone).
+  std::int64_t group_commit_max_bytes = 32ll << 20;
+  /// Appenders wait while this many bytes of records are queued and not yet written; the log
+  /// holds at most this plus one group commit's bytes in memory.
+  std::int64_t max_pending_bytes = 256ll << 20;
+  /// Larger requests are refused with an Error (the record format allows up to 2^40).
+  std::int64_t max_record_bytes = 1ll << 30;
+  /// Called on the log's writer thread for every record, in seq order, once it is durable and
+  /// before the appender that wrote it returns. It must not call back into this Storage. If
+  /// it throws, the log fails as on an I/O error (see Storage::upsert).
+  std::function<void(const WalRecord&)> on_durable;
+  /// Called after each step of a snapshot commit, on the committing thread (observability, and
+  /// the hook the crash tests stop a process at).
+  std::function<void(SnapshotStep)> on_snapshot_step;
+};
+
+/// What opening the directory found and repaired.
+struct RecoveryReport {
+  std::string snapshot_path;         ///< base named by the manifest; "" when none
+  std::uint64_t snapshot_seq = 0;    ///< its seq (0: none)
+  std::uint64_t last_seq = 0;        ///< highest seq recovered (≥ snapshot_seq)
+  std::int64_t segments = 0;         ///< segment files kept
+  std::int64_t records = 0;          ///< whole records with seq > snapshot_seq
+  std::int64_t log_bytes = 0;        ///< bytes of the segments kept
+  /// Torn tail cut from the last segment: bytes removed, and records that began in them (the
+  /// torn one plus any whole ones of the same unfinished group commit). None was acknowledged.
+  std::int64_t dropped_bytes = 0;
+  std::int64_t dropped_records = 0;
+  std::vector<std::string> removed_files;  ///< leftovers removed: temp files, superseded files
+};
+
+/// Sizes for /metrics and `info`.
+struct StorageStats {
+  std::uint64_t last_seq = 0;        ///< highest durable seq
+  std::uint64_t snapshot_seq = 0;
+  std::string snapshot_path;         ///< "" when none
+  std::int64_t segments = 0;
+  std::int64_t log_bytes = 0;        ///< bytes in the segment files
+  std::int64_t records_since_snapshot = 0;
+  std::int64_t group_commits = 0;    ///< write + fdatasync rounds since open
+  std::int64_t records_written = 0;  ///< records made durable since open
+  std::int64_t queued_records = 0;   ///< appended, not yet taken by a group commit
+  std::int64_t queued_bytes = 0;     ///< their bytes (≤ max_pending_bytes, or one larger record)
+  bool failed = false;               ///< the log refuses writes (see Storage::upsert)
+  std::string failure;               ///< why
+};
+
+/// What a snapshot holds (Storage::begin_snapshot).
+struct SnapshotSpec {
+  std::uint64_t seq = 0;          ///< the state after this record; snapshot_seq() ≤ seq ≤ last_seq()
+  std::int64_t rows = 0;          ///< live rows, ≥ 0
+  Dtype dtype = Dtype::kFloat32;  ///< `train` stored as float32 or float16
+  std::vector<std::pair<std::string, AttributeType>> attributes;  ///< columns, in write order
+};
+
+class Storage;
+
+/// Writes one snapshot: rows in order through write(), then commit(). Destroying it without a
+/// commit removes the temporary file and leaves the directory as it was.
+class SnapshotWriter {
+ public:
+  ~SnapshotWriter();
+  SnapshotWriter(const SnapshotWriter&) = delete;
+  SnapshotWriter& operator=(const SnapshotWriter&) = delete;
+
+  /// The next `n` rows: ids [n], vectors [n, dim] float32 (rounded to float16 when the spec
+  /// says so), attributes with the spec's names and types in the spec's order, each [n].
+  /// @throws Error past spec.rows, on columns that differ from the spec, or on an HDF5 failure.
+  void write(std::int64_t n, const std::int64_t* ids, const float* vectors,
+             const std::vector<AttributeColumnView>& attributes = {});
+
+  /// Runs the protocol (SnapshotStep): temp file synced, renamed, manifest replaced, superseded
+  /// segments and snapshot removed. Returns the snapshot's path.
+  /// @throws Error when fewer than spec.rows rows were written or a file operation fails; the
+  ///   directory then holds the previous snapshot and the full log (or, after kCommitted, the new
+  ///   snapshot with log records ≤ seq left for the next snapshot to remove).
+  std::string commit();
+
+ private:
+  friend class Storage;
+  struct Impl;
+  explicit SnapshotWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// An open storage directory: its recovered log, the writer thread and the snapshot protocol.
+class Storage {
+ public:
+  /// Opens `opt.dir` (creating it when missing or empty) and recovers it: checks the manifest,
+  /// removes leftovers of an interrupted snapshot, verifies every record of every segment, cuts
+  /// a torn tail of the last segment (truncating the file, with a log line saying what was
+  /// dropped), and starts the writer thread.
+  /// @throws Error on bad options, a directory in use by another process, a manifest or segment
+  ///   header that is unreadable or disagrees with the options (dim, metric), a gap in the
+  ///   sequence numbers, or a damaged record followed by valid ones (naming the file and offset).
+  explicit Storage(StorageOptions opt);
+  /// Waits until every queued record is written (or the log has failed), then stops the writer.
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  const StorageOptions& options() const;
+  const RecoveryReport& recovery() const;
+  std::string snapshot_path() const;  ///< current base snapshot ("" when none)
+  std::uint64_t snapshot_seq() const;
+  /// Highest durable seq (written and fdatasynced; on_durable may still be running for it).
+  std::uint64_t last_seq() const;
+  StorageStats stats() const;
+
+  /// Logs rows to insert or replace and returns the record's seq once it is durable (written
+  /// and fdatasynced; on_durable has run). Concurrent calls share group commits.
+  /// @throws Error, changing nothing, on bad input: rows < 1, null pointers, a non-finite value
+  ///   (naming row and column), bad or duplicate attribute names, a record over
+  ///   max_record_bytes. @throws Error when the log has failed: a write, sync or on_durable
+  ///   error fails every appender waiting on it and every later one, until the directory is
+  ///   reopened. Such an error means "not known to be durable": the record may or may not be
+  ///   found after a restart (only an acknowledgement is a promise).
+  std::uint64_t upsert(const UpsertRows& rows);
+
+  /// Logs the deletion of ids [n] (n ≥ 1); as upsert.
+  std::uint64_t delete_ids(const std::int64_t* ids, std::int64_t n);
+
+  /// Calls fn for every durable record with seq > after_seq, in seq order, re-verifying each
+  /// checksum. @throws Error when records after `after_seq` were already removed by a snapshot
+  ///   (after_seq < snapshot_seq() of the time they were removed) or a record fails its check.
+  void replay(std::uint64_t after_seq, const std::function<void(const WalRecord&)>& fn) const;
+
+  /// Starts a snapshot of the state after record spec.seq (the caller captures that state).
+  /// Appends go on meanwhile. @throws Error for a seq outside [snapshot_seq(), last_seq()], a
+  ///   dtype other than float32/float16, bad attribute names, another snapshot in progress, or a
+  ///   failed log.
+  std::unique_ptr<SnapshotWriter> begin_snapshot(const SnapshotSpec& spec);
+
+  struct Impl;  ///< opaque (src/storage)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Options from the config's storage section (storage.dir must be set) for rows of width
+/// `dim` under `metric`. @throws Error when storage.dir is empty.
+StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric);
+
+/// Root attributes of a snapshot file (for `info` and for loading it as a corpus).
+struct SnapshotInfo {
+  std::uint64_t seq = 0;
+  std::int64_t rows = 0;
+  std::int64_t dim = 0;
+  Metric metric = Metric::kInnerProduct;
+  Dtype dtype = Dtype::kFloat32;
+  std::vector<std::pair<std::string, AttributeType>> attributes;  ///< datasets attributes/<name>, by name
+};
+
+/// Reads a snapshot's attributes and checks its datasets' shapes.
+/// @throws Error naming the file and what is missing or inconsistent.
+SnapshotInfo inspect_snapshot(const std::string& path);
+
+}  // namespace shardtopk

@@ -1,0 +1,105 @@
+#pragma once
+// The log's writer: a queue of encoded records, one thread that writes them in seq order in
+// group commits (one pwritev + fdatasync per group), segment rotation, and removal of
+// segments a snapshot has superseded. Internal header.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "shardtopk/storage.hpp"
+#include "storage/format.hpp"
+#include "storage/fs.hpp"
+
+namespace shardtopk::storage {
+
+/// One segment file of the log.
+struct SegmentInfo {
+  std::string path;
+  std::uint64_t first_seq = 0;
+  std::uint64_t bytes = 0;  ///< durable bytes (header + whole records)
+};
+
+class LogWriter {
+ public:
+  struct Config {
+    std::string dir;
+    std::uint32_t dim = 0;
+    std::uint64_t segment_bytes = 0;
+    std::chrono::microseconds window{0};
+    std::uint64_t max_batch_bytes = 0;
+    std::uint64_t max_pending_bytes = 0;
+    std::function<void(const WalRecord&)> on_durable;
+  };
+
+  /// `segments`: the recovered segments in order (may be empty); the last one is appended to.
+  /// `last_seq`: the highest seq already in the log or in the base snapshot.
+  LogWriter(Config cfg, std::vector<SegmentInfo> segments, std::uint64_t last_seq);
+  /// Writes what is queued (unless the log has failed), then stops the thread.
+  ~LogWriter();
+  LogWriter(const LogWriter&) = delete;
+  LogWriter& operator=(const LogWriter&) = delete;
+
+  /// Queues `rec`, assigns its seq, waits until it is durable and on_durable has run.
+  /// @throws Error when the log has failed or is closing.
+  std::uint64_t append(EncodedRecord&& rec);
+
+  /// Highest seq that is durable (on_durable may still be running for it).
+  std::uint64_t durable_seq() const;
+  std::vector<SegmentInfo> segments() const;
+  /// "" while the log accepts writes, else why it stopped.
+  std::string failure() const;
+  std::int64_t group_commits() const;
+  std::int64_t records_written() const;
+  /// Records and bytes queued, not yet taken by a group commit.
+  std::pair<std::int64_t, std::int64_t> queued() const;
+
+  /// After a snapshot at `seq`: when every record of the active segment is ≤ seq, starts a new
+  /// segment; then removes every segment whose records are all ≤ seq (not the active one) and
+  /// fsyncs the directory. Returns the removed paths. @throws Error on a file-system failure.
+  std::vector<std::string> remove_through(std::uint64_t seq);
+
+ private:
+  struct Pending {
+    EncodedRecord rec;
+    std::chrono::steady_clock::time_point queued;
+  };
+
+  void run();
+  void write_batch(std::vector<Pending>& batch);
+  void open_segment(std::uint64_t first_seq);  // io_mu_ held
+  void fail(const std::string& why);           // mu_ held
+
+  Config cfg_;
+
+  mutable std::mutex mu_;                // queue, seqs, failure, segment list, counters
+  std::condition_variable work_cv_;      // the writer: records queued, or stopping
+  std::condition_variable space_cv_;     // appenders: queue space freed
+  std::condition_variable durable_cv_;   // appenders: acked_seq_ advanced, or failure
+  std::deque<Pending> queue_;
+  std::uint64_t queued_bytes_ = 0;
+  std::uint64_t next_seq_ = 1;
+  std::uint64_t durable_seq_ = 0;
+  std::uint64_t acked_seq_ = 0;
+  std::string failure_;
+  bool stopping_ = false;
+  std::vector<SegmentInfo> segments_;
+  std::int64_t group_commits_ = 0;
+  std::int64_t records_written_ = 0;
+
+  std::mutex io_mu_;  // the active segment's file: held while a group commit is written
+  Fd active_fd_;
+  std::uint64_t active_size_ = 0;
+  std::uint64_t active_last_seq_ = 0;  // seq of the active segment's last record; first_seq - 1 when empty
+  std::uint64_t active_first_seq_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace shardtopk::storage

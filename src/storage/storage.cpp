@@ -1,0 +1,352 @@
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "core/log.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/storage.hpp"
+#include "storage/segment.hpp"
+#include "storage/storage_impl.hpp"
+
+namespace shardtopk {
+namespace storage {
+
+std::string snapshot_name(std::uint64_t seq) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "snapshot-%020llu.h5", static_cast<unsigned long long>(seq));
+  return buf;
+}
+
+bool parse_snapshot_name(const std::string& name, std::uint64_t* seq) {
+  if (name.size() != 32 || name.compare(0, 9, "snapshot-") != 0 || name.compare(29, 3, ".h5") != 0) return false;
+  std::uint64_t v = 0;
+  for (std::size_t i = 9; i < 29; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    const std::uint64_t d = static_cast<std::uint64_t>(name[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *seq = v;
+  return true;
+}
+
+std::string manifest_json(const Manifest& m) {
+  nlohmann::json j;
+  j["format"] = "shardtopk-storage";
+  j["version"] = kFormatVersion;
+  j["dim"] = m.dim;
+  j["metric"] = to_string(m.metric);
+  j["snapshot"] = m.snapshot.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.snapshot);
+  j["seq"] = m.seq;
+  return j.dump(2) + "\n";
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& path) {
+  Manifest m;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    SHARDTOPK_EXPECTS(j.is_object() && j.value("format", "") == "shardtopk-storage", "'", path,
+                      "' is not a shardtopk storage manifest");
+    const auto version = j.at("version").get<std::uint32_t>();
+    SHARDTOPK_EXPECTS(version == kFormatVersion, "'", path, "': manifest version ", version, " (this build reads ",
+                      kFormatVersion, ")");
+    m.dim = j.at("dim").get<std::int64_t>();
+    m.metric = parse_metric(j.at("metric").get<std::string>(), "'" + path + "': metric");
+    if (!j.at("snapshot").is_null()) m.snapshot = j.at("snapshot").get<std::string>();
+    m.seq = j.at("seq").get<std::uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("'" + path + "': unreadable manifest: " + e.what());
+  }
+  std::uint64_t s = 0;
+  SHARDTOPK_EXPECTS(m.snapshot.empty() || (parse_snapshot_name(m.snapshot, &s) && s == m.seq), "'", path,
+                    "': snapshot '", m.snapshot, "' does not match seq ", m.seq);
+  SHARDTOPK_EXPECTS(m.dim >= 1 && m.dim <= kMaxDim, "'", path, "': dim ", m.dim, " out of range");
+  return m;
+}
+
+namespace {
+
+void check_options(const StorageOptions& o) {
+  SHARDTOPK_EXPECTS(!o.dir.empty(), "storage: dir is empty");
+  SHARDTOPK_EXPECTS(o.dim >= 1 && o.dim <= kMaxDim, "storage: dim = ", o.dim, " (allowed: 1 .. ", kMaxDim, ")");
+  SHARDTOPK_EXPECTS(o.segment_bytes >= 4096 && o.segment_bytes <= (1ll << 40), "storage: segment_bytes = ",
+                    o.segment_bytes, " (allowed: 4096 .. 2^40)");
+  SHARDTOPK_EXPECTS(o.group_commit_window_us >= 0 && o.group_commit_window_us <= 1000000,
+                    "storage: group_commit_window_us = ", o.group_commit_window_us, " (allowed: 0 .. 1000000)");
+  SHARDTOPK_EXPECTS(o.group_commit_max_bytes >= 4096 && o.group_commit_max_bytes <= (1ll << 40),
+                    "storage: group_commit_max_bytes = ", o.group_commit_max_bytes, " (allowed: 4096 .. 2^40)");
+  SHARDTOPK_EXPECTS(o.max_pending_bytes >= 4096 && o.max_pending_bytes <= (1ll << 40),
+                    "storage: max_pending_bytes = ", o.max_pending_bytes, " (allowed: 4096 .. 2^40)");
+  SHARDTOPK_EXPECTS(o.max_record_bytes >= 64 && o.max_record_bytes <= static_cast<std::int64_t>(kMaxPayloadBytes),
+                    "storage: max_record_bytes = ", o.max_record_bytes, " (allowed: 64 .. 2^40)");
+}
+
+bool is_temp_leftover(const std::string& name) {
+  const std::string sfx = kTempSuffix;
+  if (name.size() <= sfx.size() || name.compare(name.size() - sfx.size(), sfx.size(), sfx) != 0) return false;
+  const std::string base = name.substr(0, name.size() - sfx.size());
+  std::uint64_t seq = 0;
+  return base == kManifestName || parse_snapshot_name(base, &seq);
+}
+
+}  // namespace
+}  // namespace storage
+
+using namespace storage;
+
+std::string to_string(SnapshotStep s) {
+  switch (s) {
+    case SnapshotStep::kTempWritten: return "temp_written";
+    case SnapshotStep::kRenamed: return "renamed";
+    case SnapshotStep::kManifestWritten: return "manifest_written";
+    case SnapshotStep::kCommitted: return "committed";
+    case SnapshotStep::kLogTruncated: return "log_truncated";
+  }
+  return "?";
+}
+
+namespace {
+
+void remove_leftover(Storage::Impl& st, const std::string& name, const std::string& why) {
+  remove_file(st.path(name));
+  st.report.removed_files.push_back(st.path(name));
+  spdlog::info("storage '{}': removed {} ({})", st.opt.dir, name, why);
+}
+
+// The directory's manifest, created for a new directory. Leftover temp files and snapshots the
+// manifest does not name (an interrupted or superseded snapshot) are removed.
+void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) {
+  const std::string mpath = st.path(kManifestName);
+  bool has_manifest = false, has_data = false;
+  for (const auto& n : names) {
+    std::uint64_t s = 0;
+    if (n == kManifestName) has_manifest = true;
+    if (parse_segment_name(n, &s) || parse_snapshot_name(n, &s)) has_data = true;
+  }
+  if (!has_manifest) {
+    SHARDTOPK_EXPECTS(!has_data, "storage '", st.opt.dir, "' holds log segments or snapshots but no ", kManifestName,
+                      ": not opening it (restore the manifest from a backup, or move the files away)");
+    Manifest m;
+    m.dim = st.opt.dim;
+    m.metric = st.opt.metric;
+    write_file_synced(mpath + kTempSuffix, manifest_json(m));
+    rename_synced(mpath + kTempSuffix, mpath, st.opt.dir);
+  }
+  st.manifest = parse_manifest(read_small_file(mpath), mpath);
+  SHARDTOPK_EXPECTS(st.manifest.dim == st.opt.dim, "storage '", st.opt.dir, "' holds rows of dim ", st.manifest.dim,
+                    ", configured dim is ", st.opt.dim);
+  SHARDTOPK_EXPECTS(st.manifest.metric == st.opt.metric, "storage '", st.opt.dir, "' was written for metric ",
+                    to_string(st.manifest.metric), ", configured metric is ", to_string(st.opt.metric));
+  if (!st.manifest.snapshot.empty())
+    SHARDTOPK_EXPECTS(std::filesystem::is_regular_file(st.path(st.manifest.snapshot)), "storage '", st.opt.dir,
+                      "': the manifest names snapshot '", st.manifest.snapshot, "', which is missing");
+  for (const auto& n : names) {
+    std::uint64_t s = 0;
+    if (is_temp_leftover(n)) {
+      remove_leftover(st, n, "temporary file of an interrupted write");
+    } else if (parse_snapshot_name(n, &s) && n != st.manifest.snapshot) {
+      remove_leftover(st, n, s > st.manifest.seq ? "snapshot written but never committed to the manifest"
+                                                 : "snapshot superseded by " + (st.manifest.snapshot.empty()
+                                                                                    ? std::string("none")
+                                                                                    : st.manifest.snapshot));
+    }
+  }
+}
+
+// Scans the segments, cuts a torn tail of the last one, removes those a snapshot superseded,
+// and checks that the kept ones continue the snapshot without a gap.
+std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::string>& names, std::uint64_t* last_seq) {
+  const std::uint64_t S = st.manifest.seq;
+  std::vector<std::pair<std::uint64_t, std::string>> found;
+  for (const auto& n : names) {
+    std::uint64_t first = 0;
+    if (parse_segment_name(n, &first)) found.emplace_back(first, n);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<SegmentInfo> kept;
+  std::uint64_t last = S;
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    const auto& [first, name] = found[i];
+    const bool is_last = i + 1 == found.size();
+    if (!is_last && found[i + 1].first - 1 <= S) {
+      remove_leftover(st, name, "every record is in snapshot seq " + std::to_string(S));
+      continue;
+    }
+    const std::string path = st.path(name);
+    Fd fd = open_file(path, O_RDWR);
+    const std::uint64_t size = file_size(fd.get(), path);
+    SegmentScan scan;
+    {
+      MappedFile map(path, size);
+      SegmentHeader h;
+      if (is_last && size <= kSegmentHeaderBytes && !decode_segment_header(map.data(), size, &h).empty()) {
+        fd = Fd();
+        remove_leftover(st, name, "segment whose creation was interrupted (" + std::to_string(size) + " bytes)");
+        continue;
+      }
+      scan = scan_segment(path, map.data(), size, is_last, nullptr);
+    }
+    SHARDTOPK_EXPECTS(scan.header.first_seq == first, "log segment '", path, "': header says first seq ",
+                      scan.header.first_seq, ", the name says ", first);
+    SHARDTOPK_EXPECTS(scan.header.dim == static_cast<std::uint32_t>(st.opt.dim), "log segment '", path,
+                      "' holds rows of dim ", scan.header.dim, ", configured dim is ", st.opt.dim);
+    if (scan.end < size) {
+      ftruncate_checked(fd.get(), scan.end, path);
+      fsync_checked(fd.get(), path);
+      st.report.dropped_bytes += static_cast<std::int64_t>(size - scan.end);
+      st.report.dropped_records += scan.tail_records;
+      spdlog::warn(
+          "storage '{}': {}: cut a torn tail at offset {} ({}): dropped {} bytes, {} record(s) never acknowledged; "
+          "the log ends at seq {}",
+          st.opt.dir, name, scan.end, scan.tail_reason, size - scan.end, scan.tail_records, scan.last_seq);
+    }
+    fd.close(path);
+    if (is_last && scan.last_seq <= S && first <= S) {
+      remove_leftover(st, name, "every record is in snapshot seq " + std::to_string(S));
+      continue;
+    }
+    if (kept.empty()) {
+      SHARDTOPK_EXPECTS(first <= S + 1, "storage '", st.opt.dir, "': records ", S + 1, " .. ", first - 1,
+                        " are missing: the snapshot ends at seq ", S, ", the log starts at ", name);
+    } else {
+      SHARDTOPK_EXPECTS(first == last + 1, "storage '", st.opt.dir, "': log segment '", name, "' starts at seq ",
+                        first, " but the previous one ends at seq ", last, " (a segment is missing or damaged)");
+    }
+    last = std::max(last, scan.last_seq);
+    kept.push_back(SegmentInfo{path, first, scan.end});
+    st.report.records += static_cast<std::int64_t>(scan.last_seq > S ? scan.last_seq - std::max(S, first - 1) : 0);
+    st.report.log_bytes += static_cast<std::int64_t>(scan.end);
+  }
+  st.report.segments = static_cast<std::int64_t>(kept.size());
+  *last_seq = last;
+  return kept;
+}
+
+}  // namespace
+
+StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric) {
+  SHARDTOPK_EXPECTS(!cfg.dir.empty(), "storage.dir is not set: updates need a directory for the write-ahead log");
+  StorageOptions o;
+  o.dir = cfg.dir;
+  o.dim = dim;
+  o.metric = metric;
+  o.group_commit_window_us = cfg.group_commit_window_us;
+  o.segment_bytes = cfg.segment_bytes;
+  o.max_pending_bytes = cfg.max_pending_bytes;
+  return o;
+}
+
+Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
+  check_options(opt);
+  Impl& st = *impl_;
+  st.opt = std::move(opt);
+  std::error_code ec;
+  const bool created = std::filesystem::create_directories(st.opt.dir, ec);
+  SHARDTOPK_EXPECTS(!ec, "storage: cannot create directory '", st.opt.dir, "': ", ec.message());
+  if (created) {  // the new directory's own name durable in its parent
+    auto self = std::filesystem::absolute(st.opt.dir).lexically_normal();
+    if (self.filename().empty()) self = self.parent_path();  // "a/b/" names "a/b"
+    const auto parent = self.parent_path();
+    fsync_dir(parent.empty() ? std::string("/") : parent.string());
+  }
+  SHARDTOPK_EXPECTS(std::filesystem::is_directory(st.opt.dir), "storage: '", st.opt.dir, "' is not a directory");
+  st.lock.emplace(st.path(kLockName));
+
+  const std::vector<std::string> names = list_dir(st.opt.dir);
+  recover_manifest(st, names);
+  std::uint64_t last = 0;
+  std::vector<SegmentInfo> segments = recover_log(st, list_dir(st.opt.dir), &last);
+  if (!st.report.removed_files.empty()) fsync_dir(st.opt.dir);
+
+  st.report.snapshot_path = st.manifest.snapshot.empty() ? "" : st.path(st.manifest.snapshot);
+  st.report.snapshot_seq = st.manifest.seq;
+  st.report.last_seq = last;
+  spdlog::info("storage '{}': snapshot {} (seq {}), log: {} segment(s), {} record(s) after it, last seq {}",
+               st.opt.dir, st.manifest.snapshot.empty() ? "none" : st.manifest.snapshot, st.manifest.seq,
+               st.report.segments, st.report.records, last);
+
+  LogWriter::Config wc;
+  wc.dir = st.opt.dir;
+  wc.dim = static_cast<std::uint32_t>(st.opt.dim);
+  wc.segment_bytes = static_cast<std::uint64_t>(st.opt.segment_bytes);
+  wc.window = std::chrono::microseconds(st.opt.group_commit_window_us);
+  wc.max_batch_bytes = static_cast<std::uint64_t>(st.opt.group_commit_max_bytes);
+  wc.max_pending_bytes = static_cast<std::uint64_t>(st.opt.max_pending_bytes);
+  wc.on_durable = st.opt.on_durable;
+  st.writer = std::make_unique<LogWriter>(std::move(wc), std::move(segments), last);
+}
+
+Storage::~Storage() = default;
+
+const StorageOptions& Storage::options() const { return impl_->opt; }
+const RecoveryReport& Storage::recovery() const { return impl_->report; }
+
+std::string Storage::snapshot_path() const {
+  std::lock_guard<std::mutex> lk(impl_->state_mu);
+  return impl_->manifest.snapshot.empty() ? "" : impl_->path(impl_->manifest.snapshot);
+}
+
+std::uint64_t Storage::snapshot_seq() const {
+  std::lock_guard<std::mutex> lk(impl_->state_mu);
+  return impl_->manifest.seq;
+}
+
+std::uint64_t Storage::last_seq() const { return impl_->writer->durable_seq(); }
+
+StorageStats Storage::stats() const {
+  StorageStats s;
+  {
+    std::lock_guard<std::mutex> lk(impl_->state_mu);
+    s.snapshot_seq = impl_->manifest.seq;
+    s.snapshot_path = impl_->manifest.snapshot.empty() ? "" : impl_->path(impl_->manifest.snapshot);
+  }
+  s.last_seq = impl_->writer->durable_seq();
+  for (const auto& seg : impl_->writer->segments()) {
+    ++s.segments;
+    s.log_bytes += static_cast<std::int64_t>(seg.bytes);
+  }
+  s.records_since_snapshot = static_cast<std::int64_t>(s.last_seq - std::min(s.last_seq, s.snapshot_seq));
+  s.group_commits = impl_->writer->group_commits();
+  s.records_written = impl_->writer->records_written();
+  std::tie(s.queued_records, s.queued_bytes) = impl_->writer->queued();
+  s.failure = impl_->writer->failure();
+  s.failed = !s.failure.empty();
+  return s;
+}
+
+std::uint64_t Storage::upsert(const UpsertRows& rows) {
+  return impl_->writer->append(encode_upsert(rows, impl_->opt.dim, impl_->opt.max_record_bytes));
+}
+
+std::uint64_t Storage::delete_ids(const std::int64_t* ids, std::int64_t n) {
+  return impl_->writer->append(encode_delete(ids, n, impl_->opt.max_record_bytes));
+}
+
+void Storage::replay(std::uint64_t after_seq, const std::function<void(const WalRecord&)>& fn) const {
+  std::shared_lock<std::shared_mutex> files(impl_->files_mu);
+  const std::uint64_t upto = impl_->writer->durable_seq();
+  if (after_seq >= upto) return;
+  const std::vector<SegmentInfo> segments = impl_->writer->segments();
+  const std::uint64_t first_kept = segments.empty() ? upto + 1 : segments.front().first_seq;
+  SHARDTOPK_EXPECTS(after_seq + 1 >= first_kept, "storage '", impl_->opt.dir, "': records ", after_seq + 1, " .. ",
+                    first_kept - 1, " are no longer in the log (a snapshot at seq ", snapshot_seq(),
+                    " superseded them): load that snapshot instead");
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const SegmentInfo& seg = segments[i];
+    if (i + 1 < segments.size() && segments[i + 1].first_seq <= after_seq + 1) continue;
+    if (seg.first_seq > upto) break;
+    MappedFile map(seg.path, seg.bytes);
+    scan_segment(seg.path, map.data(), seg.bytes, false,
+                 [&](const RecordHeader& h, const unsigned char* payload, std::uint64_t offset) {
+                   if (h.seq <= after_seq || h.seq > upto) return;
+                   fn(decode_record(h, payload, "log segment '" + seg.path + "' at offset " + std::to_string(offset)));
+                 });
+  }
+}
+
+}  // namespace shardtopk

@@ -1,0 +1,252 @@
+// Snapshots: the file's contents, the log truncated behind it, bad requests, and recovery after
+// a crash at every step of the protocol (a forked process that exits at the step).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/error.hpp"
+#include "storage_test_support.hpp"
+
+namespace shardtopk::test {
+namespace {
+
+// Requests with ties and re-inserted and deleted ids; every upsert has both attributes.
+std::vector<Request> workload(int n, std::int64_t dim, std::uint64_t seed) {
+  std::vector<Request> out;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    if (i % 4 == 3) {
+      out.push_back(make_delete({static_cast<std::int64_t>(rng() % 40), static_cast<std::int64_t>(rng() % 40)}));
+    } else {
+      out.push_back(make_upsert(seed * 1000 + i, 1 + rng() % 6, dim, static_cast<std::int64_t>(rng() % 40), true));
+    }
+  }
+  return out;
+}
+
+State model_at(const std::vector<Request>& reqs, std::size_t seq) {
+  State s;
+  for (std::size_t i = 0; i < seq; ++i) apply_to(s, reqs[i]);
+  return s;
+}
+
+bool has_temp_files(const std::string& dir) {
+  for (const auto& n : dir_names(dir))
+    if (n.size() > 4 && n.substr(n.size() - 4) == ".tmp") return true;
+  return false;
+}
+
+// ------------------------------------------------------------------------------ tests
+
+TEST(Snapshot, RoundTripTruncatesTheLog) {
+  for (Dtype dtype : {Dtype::kFloat32, Dtype::kFloat16}) {
+    SCOPED_TRACE(to_string(dtype));
+    TempDir tmp;
+    const std::string dir = tmp.file("s");
+    auto o = options_for(dir, 6);
+    o.segment_bytes = 4096;
+    const auto reqs = workload(60, 6, 5);
+    {
+      Storage st(o);
+      for (std::size_t i = 0; i < 40; ++i) append(st, reqs[i]);
+      const auto before = segment_paths(dir).size();
+      EXPECT_GT(before, 2u);
+      const State at40 = model_at(reqs, 40);
+      ASSERT_GT(at40.size(), 5u);
+      auto w = write_snapshot(st, at40, 40, dtype, 7);
+      const std::string path = w->commit();
+      EXPECT_EQ(path, dir + "/snapshot-00000000000000000040.h5");
+      EXPECT_EQ(st.snapshot_path(), path);
+      EXPECT_EQ(st.snapshot_seq(), 40u);
+      // Only a fresh segment is left, and nothing replays before the snapshot.
+      EXPECT_EQ(segment_paths(dir).size(), 1u);
+      EXPECT_EQ(st.stats().records_since_snapshot, 0);
+      EXPECT_THROW(replay_all(st, 39), Error);
+      EXPECT_TRUE(replay_all(st, 40).empty());
+      const SnapshotInfo info = inspect_snapshot(path);
+      EXPECT_EQ(info.seq, 40u);
+      EXPECT_EQ(info.rows, static_cast<std::int64_t>(at40.size()));
+      EXPECT_EQ(info.dim, 6);
+      EXPECT_EQ(info.metric, Metric::kInnerProduct);
+      EXPECT_EQ(info.dtype, dtype);
+      auto by_name = kColumns;
+      std::sort(by_name.begin(), by_name.end());
+      EXPECT_EQ(info.attributes, by_name);
+      EXPECT_EQ(read_string_attribute(path, "distance"), "inner_product");
+      for (std::size_t i = 40; i < 60; ++i) append(st, reqs[i]);
+      EXPECT_EQ(recovered_state(st), model_at(reqs, 60));
+    }
+    Storage st(o);
+    EXPECT_EQ(st.snapshot_seq(), 40u);
+    EXPECT_EQ(st.recovery().records, 20);
+    EXPECT_EQ(recovered_state(st), model_at(reqs, 60));  // float16 holds these small integers exactly
+    EXPECT_FALSE(has_temp_files(dir));
+  }
+}
+
+TEST(Snapshot, BehindTheLogKeepsLaterRecordsAndReplacesThePrevious) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  auto o = options_for(dir, 3);
+  o.segment_bytes = 4096;
+  const auto reqs = workload(80, 3, 9);
+  Storage st(o);
+  for (std::size_t i = 0; i < 30; ++i) append(st, reqs[i]);
+  write_snapshot(st, model_at(reqs, 20), 20, Dtype::kFloat32, 1000)->commit();
+  EXPECT_EQ(recovered_state(st), model_at(reqs, 30));
+  for (std::size_t i = 30; i < 80; ++i) append(st, reqs[i]);
+  write_snapshot(st, model_at(reqs, 70), 70, Dtype::kFloat32, 3)->commit();
+  EXPECT_FALSE(fs::exists(dir + "/snapshot-00000000000000000020.h5"));
+  EXPECT_EQ(replay_all(st, 70).size(), 10u);
+  EXPECT_EQ(recovered_state(st), model_at(reqs, 80));
+  // A snapshot of everything deleted: zero rows.
+  State none;
+  std::vector<std::int64_t> all;
+  for (const auto& [id, r] : model_at(reqs, 80)) all.push_back(id);
+  append(st, make_delete(all));
+  write_snapshot(st, none, 81, Dtype::kFloat32, 5)->commit();
+  EXPECT_TRUE(recovered_state(st).empty());
+  EXPECT_EQ(inspect_snapshot(st.snapshot_path()).rows, 0);
+}
+
+TEST(Snapshot, BadRequestsAreRefusedAndLeaveTheDirectoryAsItWas) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  Storage st(options_for(dir, 4));
+  const auto reqs = workload(10, 4, 2);
+  for (const auto& r : reqs) append(st, r);
+  const State s = model_at(reqs, 10);
+  const auto n = static_cast<std::int64_t>(s.size());
+  EXPECT_THROW(st.begin_snapshot(SnapshotSpec{11, n, Dtype::kFloat32, kColumns}), Error);   // not yet logged
+  EXPECT_THROW(st.begin_snapshot(SnapshotSpec{5, n, Dtype::kBFloat16, kColumns}), Error);   // dtype
+  EXPECT_THROW(st.begin_snapshot(SnapshotSpec{5, -1, Dtype::kFloat32, kColumns}), Error);   // rows
+  EXPECT_THROW(st.begin_snapshot(SnapshotSpec{5, n, Dtype::kFloat32, {{"a/b", AttributeType::kInt64}}}), Error);
+  EXPECT_THROW(st.begin_snapshot(SnapshotSpec{5, n, Dtype::kFloat32, {{"t", AttributeType::kInt64}, {"t", AttributeType::kInt64}}}),
+               Error);
+  {
+    auto w = st.begin_snapshot(SnapshotSpec{5, 2, Dtype::kFloat32, kColumns});
+    EXPECT_THROW(st.begin_snapshot(SnapshotSpec{6, 2, Dtype::kFloat32, kColumns}), Error);  // one at a time
+    const std::int64_t ids[3] = {1, 2, 3};
+    const float v[12] = {};
+    const std::int64_t t[3] = {};
+    const double sc[3] = {};
+    const std::vector<AttributeColumnView> cols = {{"tenant", AttributeType::kInt64, t},
+                                                   {"score", AttributeType::kFloat64, sc}};
+    EXPECT_THROW(w->write(3, ids, v, cols), Error);  // more rows than announced
+    EXPECT_THROW(w->write(1, ids, v, {cols[1], cols[0]}), Error);  // column order
+    EXPECT_THROW(w->write(1, ids, v, {cols[0]}), Error);           // a column missing
+    w->write(1, ids, v, cols);
+    EXPECT_THROW(w->commit(), Error);  // fewer rows than announced
+    EXPECT_TRUE(has_temp_files(dir));
+  }  // abandoned
+  EXPECT_FALSE(has_temp_files(dir));
+  EXPECT_EQ(st.snapshot_path(), "");
+  EXPECT_EQ(recovered_state(st), s);
+  write_snapshot(st, model_at(reqs, 8), 8, Dtype::kFloat32, 4)->commit();
+  EXPECT_THROW(st.begin_snapshot(SnapshotSpec{8, 1, Dtype::kFloat32, kColumns}), Error);  // already at 8
+  EXPECT_THROW(st.begin_snapshot(SnapshotSpec{7, 1, Dtype::kFloat32, kColumns}), Error);  // older
+  EXPECT_EQ(recovered_state(st), s);
+}
+
+TEST(Snapshot, MissingSnapshotNamedByTheManifestIsAnError) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(10, 4, 3);
+  {
+    Storage st(options_for(dir, 4));
+    for (const auto& r : reqs) append(st, r);
+    write_snapshot(st, model_at(reqs, 10), 10, Dtype::kFloat32, 4)->commit();
+  }
+  fs::remove(dir + "/snapshot-00000000000000000010.h5");
+  try {
+    Storage st(options_for(dir, 4));
+    ADD_FAILURE() << "opened";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("which is missing"), std::string::npos) << e.what();
+  }
+}
+
+// Where the child stops: in the middle of writing rows (before any step), or right after a step.
+struct CrashPoint {
+  const char* name;
+  int step;  // -1: mid-write; else a SnapshotStep
+  std::uint64_t expect_seq;
+  std::size_t expect_removed;  // files recovery removes
+};
+
+TEST(Snapshot, CrashAtEveryStepRecoversOldOrNewSnapshotWithTheFullState) {
+  const CrashPoint points[] = {
+      {"mid-write", -1, 5, 1},                                                   // the temp file
+      {"temp_written", static_cast<int>(SnapshotStep::kTempWritten), 5, 1},      // the temp file
+      {"renamed", static_cast<int>(SnapshotStep::kRenamed), 5, 1},               // the uncommitted snapshot
+      {"manifest_written", static_cast<int>(SnapshotStep::kManifestWritten), 5, 2},  // + the manifest's temp
+      {"committed", static_cast<int>(SnapshotStep::kCommitted), 12, 2},          // old snapshot + a segment
+      {"log_truncated", static_cast<int>(SnapshotStep::kLogTruncated), 12, 0},
+  };
+  const std::int64_t dim = 40;  // records of about 1 KB: several 4 KB segments
+  const auto reqs = workload(25, dim, 11);
+  for (const CrashPoint& cp : points) {
+    SCOPED_TRACE(cp.name);
+    TempDir tmp;
+    const std::string dir = tmp.file("s");
+    auto o = options_for(dir, dim);
+    o.segment_bytes = 4096;
+    {
+      // A previous snapshot at 5 and log records up to 15, across several segments.
+      Storage st(o);
+      for (std::size_t i = 0; i < 15; ++i) append(st, reqs[i]);
+      write_snapshot(st, model_at(reqs, 5), 5, Dtype::kFloat32, 3)->commit();
+    }
+    const std::size_t segments_before = segment_paths(dir).size();
+    ASSERT_GT(segments_before, 1u);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 3;
+      try {
+        auto oc = o;
+        oc.on_snapshot_step = [&](SnapshotStep s) {
+          if (static_cast<int>(s) == cp.step) _exit(0);  // the crash: no cleanup, no destructors
+        };
+        Storage st(oc);
+        auto w = write_snapshot(st, model_at(reqs, 12), 12, Dtype::kFloat32, 2);
+        if (cp.step == -1) _exit(0);
+        w->commit();
+        rc = 4;  // the step was never reached
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child: %s\n", e.what());
+      }
+      _exit(rc);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+
+    {
+      Storage st(o);
+      EXPECT_EQ(st.snapshot_seq(), cp.expect_seq);
+      EXPECT_EQ(st.last_seq(), 15u);
+      EXPECT_EQ(st.recovery().removed_files.size(), cp.expect_removed);
+      EXPECT_FALSE(has_temp_files(dir));
+      EXPECT_EQ(recovered_state(st), model_at(reqs, 15));
+      // Exactly one snapshot file: the manifest's.
+      int snapshots = 0;
+      for (const auto& n : dir_names(dir)) snapshots += n.rfind("snapshot-", 0) == 0;
+      EXPECT_EQ(snapshots, 1);
+      std::cout << cp.name << ": snapshot seq " << st.snapshot_seq() << ", removed " << st.recovery().removed_files.size()
+                << " file(s), " << segment_paths(dir).size() << " segment(s) (" << segments_before << " before)\n";
+      // Life goes on: more records, another snapshot, a restart.
+      for (std::size_t i = 15; i < 25; ++i) append(st, reqs[i]);
+      write_snapshot(st, model_at(reqs, 20), 20, Dtype::kFloat32, 4)->commit();
+    }
+    Storage st(o);
+    EXPECT_EQ(st.snapshot_seq(), 20u);
+    EXPECT_EQ(recovered_state(st), model_at(reqs, 25));
+  }
+}
+
+}  // namespace
+}  // namespace shardtopk::test
