@@ -127,10 +127,13 @@ class Engine {
   virtual void finish_load() = 0;
 
   /// Validates queries [batch, dim] (engine space) and, for cosine, normalises them in place with
-  /// the arithmetic of `normalize_rows`, on `stream` (nullptr: the engine's). Returns when done.
-  /// @throws Error naming the first query with a non-finite value (and its column) or, for
-  /// cosine, a zero norm.
-  virtual void prepare_queries(float* queries, int batch, void* stream) = 0;
+  /// the arithmetic of `normalize_rows`, on `stream` (nullptr: the engine's).
+  /// `invalid` nullptr: returns when done; @throws Error naming the first query with a
+  /// non-finite value (and its column) or, for cosine, a zero norm.
+  /// `invalid` [batch] (engine space): nothing is thrown and nothing waited for (the stream-ordered
+  /// path): invalid[q] ← 1 for a rejected query, whose values are replaced by zeros so that its
+  /// scores stay finite (the caller marks its results), 0 for the others.
+  virtual void prepare_queries(float* queries, int batch, void* stream, std::uint8_t* invalid = nullptr) = 0;
 
   /// Scores queries against the shard and writes each one's local top-k, best first by the
   /// ordering rule, padded with pad_candidate() when the shard has fewer than k rows. Scores are

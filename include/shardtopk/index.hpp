@@ -110,6 +110,19 @@ class ShardedIndex {
   /// answer arrives in host memory. Only with the CUDA engine; @throws Error otherwise.
   void search_device(const float* d_queries, void* cuda_stream, int batch, int k, std::int64_t* ids, float* scores);
 
+  /// Stream-ordered search with queries and answers in device memory: the in-process API whose
+  /// data never leaves the GPU (CUDA engine only). Rank 0 passes d_queries [batch, dim] float32,
+  /// d_ids [batch, k] int64 and d_scores [batch, k] float32 (reported units), all on this rank's
+  /// GPU. The work is ordered on `cuda_stream` (a cudaStream_t): it starts after the work queued
+  /// there, and whatever is queued there afterwards sees the answer. One rank: the call returns
+  /// without waiting for the device. Several ranks: it returns once the collectives have
+  /// completed (their timeouts are watched from the host). Values are checked on the device,
+  /// without a host round trip: a query with a non-finite value (or, for cosine, a zero norm)
+  /// gets ids −1 and NaN scores in its row instead of an exception. Other ranks pass nullptrs
+  /// (or call follow()). @throws Error (on every rank) for batch or k out of range;
+  /// RemoteError / CommError as search().
+  void search_async(const float* d_queries, int batch, int k, std::int64_t* d_ids, float* d_scores, void* cuda_stream);
+
   /// Followers (rank != 0): run the collective loop, one step per header from rank 0, until
   /// rank 0 calls shutdown(). Waits for the next header without a time limit (the service may
   /// idle); every collective inside a step keeps comm.timeout_s. A local search failure is
@@ -168,6 +181,12 @@ class ShardedIndex {
   std::string run_data_path(int batch, int k, bool* ok);
   void local_search(int batch, int k);
   void set_status(bool ok);
+  /// Rank 0's answer into device memory (search_async), else into the host arrays of search().
+  struct DeviceAnswer {
+    std::int64_t* ids = nullptr;
+    float* scores = nullptr;
+    void* stream = nullptr;
+  };
 
   Config cfg_;
   Metric metric_ = Metric::kInnerProduct;
@@ -188,7 +207,9 @@ class ShardedIndex {
   long batches_ = 0;                // searches run (numbers the batches for testing.fault)
   double local_search_s_ = 0;
   bool shut_down_ = false;
-  bool queries_on_host_ = false;    // host_queries_ holds the batch (search()); false: search_device()
+  bool queries_on_host_ = false;    // host_queries_ holds the batch (search()); false: device queries
+  std::uint8_t* invalid_ = nullptr; // [batch_max] queries rejected on the device (search_async)
+  DeviceAnswer device_answer_;      // set for the duration of one search_async
 };
 
 }  // namespace shardtopk

@@ -39,10 +39,10 @@ class Space {
   virtual void to_host(void* host_dst, const void* src, std::size_t bytes, bool wait) = 0;
   virtual void from_host(void* dst, const void* host_src, std::size_t bytes, bool wait) = 0;
   /// Copy within the space, not counted, ordered after the work queued on `after` (a caller's
-  /// cudaStream_t; nullptr: nothing else) and before what follows on stream().
+  /// cudaStream_t; nullptr is the legacy default stream) and before what follows on stream().
   virtual void copy(void* dst, const void* src, std::size_t bytes, void* after) = 0;
-  /// Makes stream() wait for the work queued so far on `other` (cudaStream_t), and the reverse
-  /// (join): neither blocks the host. No-ops on the host.
+  /// Makes stream() wait for the work queued so far on `other` (cudaStream_t; nullptr: the legacy
+  /// default stream), and the reverse (join): neither blocks the host. No-ops on the host.
   virtual void wait_for(void* other) = 0;
   virtual void join_into(void* other) = 0;
   /// Blocks until everything queued on stream() has completed.
@@ -67,8 +67,14 @@ class Space {
     int count = 0;
     Candidate* dst = nullptr;
   };
+  /// With `invalid` (the device search path's queries rejected on the device): query q's row of
+  /// k results, when invalid.flags[q] != 0, is written as ids −1 and scores NaN instead.
+  struct InvalidRows {
+    const std::uint8_t* flags = nullptr;  ///< [n / k] in this space
+    int k = 0;
+  };
   virtual void split(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores, void* stream,
-                     const StatusCopy* status = nullptr) = 0;
+                     const StatusCopy* status = nullptr, const InvalidRows* invalid = nullptr) = 0;
 
   virtual TransferCounters& counters() = 0;
 };

@@ -125,7 +125,8 @@ std::uint64_t index_buffer_bytes(const SearchConfig& search, int world_size, std
   const std::uint64_t cand = sizeof(Candidate);
   const std::uint64_t queries = static_cast<std::uint64_t>(search.batch_max) * static_cast<std::uint64_t>(dim) * 4;
   const std::uint64_t local = (1 + bk) * cand;
-  return queries + local + local * static_cast<std::uint64_t>(world_size) + bk * cand;
+  return queries + local + local * static_cast<std::uint64_t>(world_size) + bk * cand +
+         static_cast<std::uint64_t>(search.batch_max);
 }
 
 // ------------------------------------------------------------------------------ construction
@@ -180,6 +181,7 @@ void ShardedIndex::init() {
   local_ = static_cast<Candidate*>(space_->alloc((1 + bk) * sizeof(Candidate)));
   gathered_ = static_cast<Candidate*>(space_->alloc(static_cast<std::size_t>(world) * (1 + bk) * sizeof(Candidate)));
   merged_ = static_cast<Candidate*>(space_->alloc(bk * sizeof(Candidate)));
+  invalid_ = static_cast<std::uint8_t*>(space_->alloc(bmax));
   space_->fill_pad(local_ + 1, static_cast<std::int64_t>(bk));
   space_->fill_pad(gathered_, static_cast<std::int64_t>(world) * static_cast<std::int64_t>(1 + bk));
   space_->fill_pad(merged_, static_cast<std::int64_t>(bk));
@@ -269,6 +271,30 @@ void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int 
     space_->copy(queries_, d_queries, sizeof(float) * static_cast<std::size_t>(batch) * stats_.dim, cuda_stream);
   });
   run_search(batch, k, ids, scores);
+}
+
+void ShardedIndex::search_async(const float* d_queries, int batch, int k, std::int64_t* d_ids, float* d_scores,
+                                void* cuda_stream) {
+  SHARDTOPK_EXPECTS(space_->kind() == MemSpace::kDevice, "search_async needs the CUDA engine (engine is ",
+                    engine_->info().name, "); use search() with host arrays");
+  if (rank() != 0) {
+    follow_one(/*lock_step=*/true);
+    return;
+  }
+  admit_batch(batch, k, /*prepare_on_device=*/false, [&] {
+    queries_on_host_ = false;
+    SHARDTOPK_EXPECTS(d_queries != nullptr && d_ids != nullptr && d_scores != nullptr,
+                      "search_async: null query or answer pointer");
+    // Ordered after the caller's work on its stream; checked on the device, no host wait.
+    space_->copy(queries_, d_queries, sizeof(float) * static_cast<std::size_t>(batch) * stats_.dim, cuda_stream);
+    engine_->prepare_queries(queries_, batch, space_->stream(), invalid_);
+  });
+  device_answer_ = DeviceAnswer{d_ids, d_scores, cuda_stream};
+  struct Reset {
+    DeviceAnswer& a;
+    ~Reset() { a = DeviceAnswer{}; }
+  } reset{device_answer_};
+  run_search(batch, k, nullptr, nullptr);
 }
 
 void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries) {
@@ -377,7 +403,7 @@ void ShardedIndex::run_search(int batch, int k, std::int64_t* ids, float* scores
     }
     throw RemoteError(text, !ok);
   }
-  export_->read(static_cast<std::int64_t>(batch) * k, ids, scores);
+  if (!device_answer_.ids) export_->read(static_cast<std::int64_t>(batch) * k, ids, scores);
 }
 
 void ShardedIndex::local_search(int batch, int k) {
@@ -390,8 +416,9 @@ void ShardedIndex::local_search(int batch, int k) {
   a.k = k;
   a.out = local_ + 1;
   a.stream = space_->stream();
-  // One rank: the answer is this search's list; its export rides in the engine's launch.
-  a.epilogue = world_size() == 1 ? export_.get() : nullptr;
+  // One rank: the answer is this search's list; its export rides in the engine's launch (host
+  // answers; a device answer goes to the caller's buffers, which change from call to call).
+  a.epilogue = world_size() == 1 && !device_answer_.ids ? export_.get() : nullptr;
   engine_->search(a);
 }
 
@@ -460,6 +487,17 @@ std::string ShardedIndex::run_data_path(int batch, int k, bool* ok) {
   // 4. only the final [batch, k] ids and scores (and the ranks' statuses) come back to the host
   if (world == 1 && !*ok) return msg;
   const std::uint64_t answer_bytes = static_cast<std::uint64_t>(batch) * k * (sizeof(std::int64_t) + sizeof(float));
+  if (device_answer_.ids) {  // search_async: the answer stays on the device, on the caller's stream
+    const Space::InvalidRows inv{invalid_, k};
+    space_->split(final_list, static_cast<std::int64_t>(batch) * k, metric_ == Metric::kL2, device_answer_.ids,
+                  device_answer_.scores, space_->stream(), nullptr, &inv);
+    if (world > 1) {
+      export_->enqueue_with_status(nullptr, 0, k, gathered_, slots, world);
+      dc.wait("ncclAllGather");
+    }
+    space_->join_into(device_answer_.stream);
+    return msg;
+  }
   if (world > 1) {
     export_->enqueue_with_status(final_list, batch, k, gathered_, slots, world);
     if (device) space_->counters().device_to_host += answer_bytes + static_cast<std::uint64_t>(world) * sizeof(Candidate);

@@ -705,8 +705,24 @@ class CpuEngine final : public Engine {
     load_buf_[1] = {};
   }
 
-  void prepare_queries(float* q, int batch, void*) override {
-    if (metric_ == Metric::kCosine) normalize_rows(q, batch, dim_, 0, "query");
+  void prepare_queries(float* q, int batch, void*, std::uint8_t* invalid) override {
+    if (!invalid) {
+      if (metric_ == Metric::kCosine) normalize_rows(q, batch, dim_, 0, "query");
+      return;
+    }
+    for (int b = 0; b < batch; ++b) {
+      float* x = q + static_cast<std::int64_t>(b) * dim_;
+      bool ok = std::all_of(x, x + dim_, [](float v) { return std::isfinite(v); });
+      if (ok && metric_ == Metric::kCosine) {
+        try {
+          normalize_rows(x, 1, dim_, b, "query");
+        } catch (const Error&) {
+          ok = false;  // zero norm
+        }
+      }
+      invalid[b] = ok ? 0 : 1;
+      if (!ok) std::fill(x, x + dim_, 0.0f);
+    }
   }
 
   void search(const SearchArgs& a) override {

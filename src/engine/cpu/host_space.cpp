@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <list>
 #include <memory>
 #include <vector>
@@ -52,8 +53,13 @@ class HostSpace final : public Space {
     merge_topk_host(lists, parts, list_stride, batch, k, out);
   }
   void split(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores, void*,
-             const StatusCopy* status) override {
+             const StatusCopy* status, const InvalidRows* invalid) override {
     for (std::int64_t i = 0; i < n; ++i) {
+      if (invalid && invalid->flags[i / invalid->k]) {
+        ids[i] = -1;
+        scores[i] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       ids[i] = list[i].id;
       scores[i] = l2 ? -list[i].score : list[i].score;
     }

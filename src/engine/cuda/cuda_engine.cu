@@ -136,12 +136,16 @@ class CudaEngine final : public Engine {
 
   /// One 8-byte status readback into pinned memory per call (not counted in the transfer
   /// counters); returns after `stream` has drained. @throws Error naming the first bad query.
-  void prepare_queries(float* queries, int batch, void* stream) override {
+  void prepare_queries(float* queries, int batch, void* stream, std::uint8_t* invalid) override {
     check_batch(batch);
     if (batch == 0) return;
     SHARDTOPK_EXPECTS(queries != nullptr, "prepare_queries: no queries given");
     DeviceGuard guard(device_);
     const cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : stream_;
+    if (invalid) {  // the stream-ordered path: mark, do not wait
+      validate_queries_marking(queries, batch, dim_, metric_ == Metric::kCosine, invalid, s);
+      return;
+    }
     validate_queries(queries, batch, dim_, metric_ == Metric::kCosine, ws_.status + kStatusValues, s);
     CHECK_CUDA(cudaMemcpyAsync(host_status_, ws_.status + kStatusValues, sizeof(unsigned long long),
                                cudaMemcpyDeviceToHost, s));

@@ -119,9 +119,17 @@ class CudaSpace final : public Space {
   }
 
   void split(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores, void* stream,
-             const StatusCopy* status) override {
+             const StatusCopy* status, const InvalidRows* invalid) override {
     SHARDTOPK_EXPECTS(n >= 0, "split: n must be >= 0 (got ", n, ")");
     const cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : stream_.get();
+    if (invalid && invalid->flags) {
+      SHARDTOPK_EXPECTS(!status, "split: invalid rows and a status copy cannot be combined");
+      SHARDTOPK_EXPECTS(invalid->k >= 1, "split: invalid rows need k >= 1");
+      if (n == 0) return;
+      DeviceGuard guard(device_);
+      cuda_detail::split_results_marked(list, n, l2, ids, scores, invalid->flags, invalid->k, s);
+      return;
+    }
     if (status && status->count > 0) {
       SHARDTOPK_EXPECTS(status->src != nullptr && status->dst != nullptr, "split: null status buffer");
       SHARDTOPK_EXPECTS(n == 0 || (list != nullptr && ids != nullptr && scores != nullptr), "split: null buffer");
@@ -147,8 +155,10 @@ class CudaSpace final : public Space {
   }
 
   /// `later` waits (on the device) for the work queued so far on `first`.
+  // nullptr is the legacy default stream (what a framework's default stream often is), which a
+  // non-blocking stream does not wait for by itself: it is ordered like any other.
   void order(cudaStream_t first, cudaStream_t later) {
-    if (first == nullptr || later == nullptr || first == later) return;
+    if (first == later) return;
     DeviceGuard guard(device_);
     CHECK_CUDA(cudaEventRecord(order_.get(), first));
     CHECK_CUDA(cudaStreamWaitEvent(later, order_.get(), 0));

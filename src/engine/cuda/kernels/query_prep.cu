@@ -59,6 +59,39 @@ __global__ void __launch_bounds__(kPrepThreads)
     x[d] = __double2float_rn(__dmul_rn(static_cast<double>(x[d]), inv));
 }
 
+/// prepare_queries_kernel's checks and arithmetic, marking instead of reporting: a rejected
+/// query is zeroed and flagged, the others normalised (cosine). Block per query.
+__global__ void __launch_bounds__(kPrepThreads)
+    mark_queries_kernel(float* __restrict__ queries, std::int64_t dim, int normalize,
+                        std::uint8_t* __restrict__ invalid) {
+  __shared__ int bad;
+  __shared__ double inv;
+  const std::int64_t q = blockIdx.x;
+  float* x = queries + q * dim;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  for (std::int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+    if (!isfinite(x[d])) bad = 1;
+  __syncthreads();
+  if (!bad && normalize && threadIdx.x == 0) {
+    const double norm = norm_f64(x, dim);
+    if (!(norm > 0.0)) {
+      bad = 1;
+    } else {
+      inv = __ddiv_rn(1.0, norm);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) invalid[q] = bad ? 1 : 0;
+  if (bad) {
+    for (std::int64_t d = threadIdx.x; d < dim; d += blockDim.x) x[d] = 0.0f;
+    return;
+  }
+  if (!normalize) return;
+  for (std::int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+    x[d] = __double2float_rn(__dmul_rn(static_cast<double>(x[d]), inv));
+}
+
 /// Block-wide sum of a double (kPrepThreads threads).
 __device__ double block_sum(double v, double* red) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
@@ -182,6 +215,13 @@ QueryProblem decode_query_status(unsigned long long st) {
   p.column = static_cast<std::int64_t>((st >> 1) & ((1ull << 39) - 1));
   p.zero_norm = (st & 1) == 1;
   return p;
+}
+
+void validate_queries_marking(float* queries, int batch, std::int64_t dim, bool normalize, std::uint8_t* invalid,
+                              cudaStream_t stream) {
+  if (batch <= 0) return;
+  mark_queries_kernel<<<batch, kPrepThreads, 0, stream>>>(queries, dim, normalize ? 1 : 0, invalid);
+  CHECK_CUDA_LAUNCH();
 }
 
 void validate_queries(float* queries, int batch, std::int64_t dim, bool normalize, unsigned long long* status,

@@ -31,6 +31,12 @@ QueryProblem decode_query_status(unsigned long long status);
 void validate_queries(float* queries, int batch, std::int64_t dim, bool normalize, unsigned long long* status,
                       cudaStream_t stream);
 
+/// validate_queries() for the stream-ordered path, which cannot wait to throw: invalid[q] ← 1
+/// for a query with a non-finite value (or, with `normalize`, a zero norm), and its values ← 0;
+/// invalid[q] ← 0 and (cosine) the query normalised for the others. On `stream`, returns at once.
+void validate_queries_marking(float* queries, int batch, std::int64_t dim, bool normalize, std::uint8_t* invalid,
+                              cudaStream_t stream);
+
 /// The batched path's per-query inputs for queries [batch, dim] (device, float32, validated):
 /// qpad [batch, dpad] float32, the exact query zero-padded to dpad (the re-scoring's input);
 /// qhat [batch, dpad] the GEMM's query in the storage type `dtype` (float32 storage: rounded to

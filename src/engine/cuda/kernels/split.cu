@@ -32,7 +32,31 @@ __global__ void split_results_with_status_kernel(const Candidate* __restrict__ l
   scores[i] = l2 ? -c.score : c.score;
 }
 
+/// split_results_kernel with invalid queries' rows marked (ids −1, scores NaN).
+__global__ void split_results_marked_kernel(const Candidate* __restrict__ list, std::int64_t n, bool l2,
+                                            std::int64_t* __restrict__ ids, float* __restrict__ scores,
+                                            const std::uint8_t* __restrict__ invalid, int k) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if (invalid[i / k]) {
+    ids[i] = -1;
+    scores[i] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const Candidate c = list[i];
+  ids[i] = c.id;
+  scores[i] = l2 ? -c.score : c.score;
+}
+
 }  // namespace
+
+void split_results_marked(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores,
+                          const std::uint8_t* invalid, int k, cudaStream_t stream) {
+  if (n == 0) return;
+  split_results_marked_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(list, n, l2, ids, scores,
+                                                                                        invalid, k);
+  CHECK_CUDA_LAUNCH();
+}
 
 void split_results_with_status(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores,
                                const Candidate* status_src, std::int64_t status_stride, int status_count,
