@@ -12,6 +12,7 @@
 /// | search.metric       | string | auto: file attr `distance`, else inner_product | inner_product, cosine, l2, auto (¹) |
 /// | search.k_max        | int    | 1024                            | 1 .. 1048576                    |
 /// | search.batch_max    | int    | 64                              | 1 .. 1048576                    |
+/// | search.max_filters  | int    | 64                              | 1 .. 65536 distinct filters per batch (a row mask each) |
 /// | engine.backend      | string | auto                            | auto, cpu, cuda                 |
 /// | engine.dtype        | string | float32                         | float32, float16, bfloat16      |
 /// | engine.threads      | int    | 0 (= cores ÷ ranks on the node) | 0 .. 4096                       |
@@ -74,6 +75,7 @@ struct SearchConfig {
   std::optional<Metric> metric;  ///< unset: taken from the corpus file (`distance` attribute)
   int k_max = 1024;
   int batch_max = 64;
+  int max_filters = 64;  ///< distinct filters in one batch (each keeps a row mask: rows / 8 bytes)
 };
 
 struct EngineConfig {

@@ -20,6 +20,9 @@
 
 namespace shardtopk {
 
+class AttributeTable;
+class FilterProgram;
+
 /// A rank's rows, float32 on the host, ready for upload. For cosine the rows are already
 /// L2-normalised (see `normalize_rows`). `ids` are the global ids of the rows.
 struct ShardInput {
@@ -38,12 +41,18 @@ struct ShardInput {
   /// a file while the previous one is copied to the device. The CPU engine streams too (it
   /// converts each block into its storage).
   bool streamed = false;
+  /// The shard's attribute columns and global ids for filtered searches (filter.hpp), one row per
+  /// shard row; nullptr: no attribute columns (filters on global ids only). Read while the
+  /// engine is built; the engine keeps its own copy (device memory on a GPU).
+  const AttributeTable* attributes = nullptr;
 };
 
 /// Sizes fixed at start-up.
 struct EngineLimits {
-  int batch_max = 64;  ///< queries per search()
-  int k_max = 1024;    ///< largest k
+  int batch_max = 64;    ///< queries per search()
+  int k_max = 1024;      ///< largest k
+  int max_filters = 64;  ///< distinct filters per search() (each one's row mask is kept at once)
+  int attribute_columns = 0;  ///< attribute columns of the shard (ShardInput::attributes), for the memory plan
 };
 
 /// Tuning and test switches of the engines, from the config's `engine.*` keys (config.hpp;
@@ -103,6 +112,12 @@ struct SearchArgs {
   /// there and whatever follows on that stream sees its results. nullptr: the engine's stream().
   void* stream = nullptr;
   SearchEpilogue* epilogue = nullptr;  ///< optional, run on `stream` after the search
+  /// Optional per-query filters (host memory): filters[q] is query q's program, compiled against
+  /// the engine's attribute schema, or nullptr for every row. The answer of a filtered query is
+  /// the ordering rule's top k of exactly the rows that pass; when fewer than k pass, the rest
+  /// of its row is padding. Equal programs are evaluated once; at most limits().max_filters
+  /// distinct ones per search.
+  const FilterProgram* const* filters = nullptr;
 };
 
 class Engine {

@@ -103,6 +103,9 @@ const std::map<std::string, Setter>& setters() {
       {"search.batch_max", [](Config& c, const std::string& v, const std::string& w) {
          c.search.batch_max = static_cast<int>(parse_int("search.batch_max", v, 1, 1 << 20, w));
        }},
+      {"search.max_filters", [](Config& c, const std::string& v, const std::string& w) {
+         c.search.max_filters = static_cast<int>(parse_int("search.max_filters", v, 1, 65536, w));
+       }},
       {"engine.backend", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.backend = parse_engine_backend(v, w + "key 'engine.backend'");
        }},
@@ -384,6 +387,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "metric" << YAML::Value << (c.search.metric ? to_string(*c.search.metric) : "auto");
   out << YAML::Key << "k_max" << YAML::Value << c.search.k_max;
   out << YAML::Key << "batch_max" << YAML::Value << c.search.batch_max;
+  out << YAML::Key << "max_filters" << YAML::Value << c.search.max_filters;
   out << YAML::EndMap;
   out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "backend" << YAML::Value << to_string(c.engine.backend);

@@ -118,7 +118,9 @@ void check_k(long long k, std::int64_t k_max, std::int64_t total_rows) {
                     (k <= kmax ? "" : kmax == total_rows ? " (the corpus rows)" : " (search.k_max)"));
 }
 
-EngineLimits index_engine_limits(const SearchConfig& search) { return EngineLimits{search.batch_max, search.k_max}; }
+EngineLimits index_engine_limits(const SearchConfig& search) {
+  return EngineLimits{search.batch_max, search.k_max, std::min(search.max_filters, search.batch_max)};
+}
 
 std::uint64_t index_buffer_bytes(const SearchConfig& search, int world_size, std::int64_t dim) {
   const std::uint64_t bk = static_cast<std::uint64_t>(search.batch_max) * static_cast<std::uint64_t>(search.k_max);

@@ -60,6 +60,7 @@
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
+#include "shardtopk/filter.hpp"
 #include "shardtopk/merge.hpp"
 
 namespace shardtopk {
@@ -222,6 +223,7 @@ struct Selector {               // one per thread
   int k, cap;                   // cap: compact when this many are buffered (> k)
   const std::int64_t* ids;      // the shard's global ids
   bool l2;                      // scores are distances: rank by -distance
+  const std::uint32_t* const* masks = nullptr;  // [batch]: query b's row mask, or nullptr (every row)
 
   static bool better_c(const Candidate& x, const Candidate& y) { return better(x, y); }
   void reset(int batch) const {
@@ -230,6 +232,7 @@ struct Selector {               // one per thread
   // The current threshold's score in the units of the raw score (distance for l2).
   float raw_threshold(int b) const { return l2 ? -st[b].thr.score : st[b].thr.score; }
   void offer(int b, std::int64_t row, float s) const {
+    if (masks && masks[b] && ((masks[b][row >> 5] >> (row & 31)) & 1u) == 0u) return;  // filtered out
     const Candidate c{l2 ? -s : s, ids[row]};
     QueryState& q = st[b];
     if (!better(c, q.thr)) return;
@@ -564,6 +567,9 @@ std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dt
       {"per-thread lists", "[threads=" + std::to_string(t) + "] x " + bk + " x 16 B", mul_sat({t, b, k, cand})},
       {"selection", "[threads=" + std::to_string(t) + ", batch_max, 2*k_max+32] x 16 B", mul_sat({t, b, cap, cand})},
       {"selection state", "[threads, batch_max]", mul_sat({t, b, static_cast<std::uint64_t>(sizeof(QueryState))})},
+      {"filter masks", "[max_filters=" + std::to_string(lim.max_filters) + ", rows/32] x 4 B",
+       mul_sat({static_cast<std::uint64_t>(std::max(lim.max_filters, 0)),
+                static_cast<std::uint64_t>(filter_mask_words(std::max<std::int64_t>(rows, 0))), 4})},
   };
 }
 
@@ -647,6 +653,20 @@ class CpuEngine final : public Engine {
       store_rows(0, rows_, s.data);
     }
     padded_q_.assign(static_cast<size_t>(lim.batch_max) * dp_, 0.0f);
+    // Filters: the shard's attribute table (or its global ids alone) and a row mask per distinct
+    // filter of a batch.
+    if (s.attributes) {
+      SHARDTOPK_EXPECTS(s.attributes->rows() == rows_, "cpu engine: the attribute table has ", s.attributes->rows(),
+                        " rows but the shard has ", rows_);
+      std::vector<AttributeColumn> cols;
+      for (int c = 0; c < s.attributes->columns(); ++c) cols.push_back(s.attributes->column(c));
+      table_ = AttributeTable(std::move(cols), s.attributes->global_ids(), opt.threads);
+    } else {
+      table_ = AttributeTable({}, ids_, opt.threads);
+    }
+    mask_words_ = filter_mask_words(rows_);
+    masks_.assign(static_cast<size_t>(std::max(lim.max_filters, 0)) * static_cast<size_t>(mask_words_), 0u);
+    query_mask_.assign(static_cast<size_t>(lim.batch_max), nullptr);
     const size_t bk = static_cast<size_t>(lim.batch_max) * lim.k_max;
     lists_.assign(bk * pool_.size(), pad_candidate());
     sel_stride_ = selection_cap(lim.k_max);
@@ -667,7 +687,7 @@ class CpuEngine final : public Engine {
     i.device_name = std::string(isa_name(isa_)) + ", " + std::to_string(pool_.size()) + " threads";
     i.resident_bytes = f32_.size() * 4 + u16_.size() * 2 + ids_.size() * 8 +
                        (lists_.size() + sel_buf_.size()) * sizeof(Candidate) + sel_state_.size() * sizeof(QueryState) +
-                       padded_q_.size() * 4;
+                       padded_q_.size() * 4 + masks_.size() * 4;
     return i;
   }
   const EngineLimits& limits() const override { return limits_; }
@@ -733,7 +753,8 @@ class CpuEngine final : public Engine {
     SHARDTOPK_EXPECTS(!streaming_, "search: the shard's rows are still loading (finish_load)");
     if (a.batch == 0) return;
     SHARDTOPK_EXPECTS(a.queries != nullptr && a.out != nullptr, "search: null query or output buffer");
-    run(a.queries, a.batch, a.k, a.out);
+    const bool filtered = a.filters && prepare_masks(a.filters, a.batch);
+    run(a.queries, a.batch, a.k, a.out, filtered ? query_mask_.data() : nullptr);
     if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, nullptr);
   }
 
@@ -763,7 +784,33 @@ class CpuEngine final : public Engine {
     }
   }
 
-  void run(const float* queries, int batch, int k, Candidate* out) {
+  /// Row masks of the batch's distinct filters (equal programs share one), and each query's
+  /// mask in query_mask_ (nullptr: every row). False when no query is filtered.
+  /// @throws Error when there are more distinct filters than limits().max_filters or a program
+  /// does not fit the attribute schema.
+  bool prepare_masks(const FilterProgram* const* filters, int batch) {
+    std::vector<const FilterProgram*> distinct;
+    bool any = false;
+    for (int b = 0; b < batch; ++b) {
+      const FilterProgram* f = filters[b];
+      query_mask_[b] = nullptr;
+      if (!f || f->passes_everything()) continue;
+      any = true;
+      std::size_t m = 0;
+      while (m < distinct.size() && !(*distinct[m] == *f)) ++m;
+      if (m == distinct.size()) {
+        SHARDTOPK_EXPECTS(static_cast<int>(distinct.size()) < limits_.max_filters, "a batch holds more than ",
+                          limits_.max_filters, " distinct filters (search.max_filters)");
+        distinct.push_back(f);
+        evaluate_mask(*f, table_, RowRange{0, rows_}, masks_.data() + m * static_cast<size_t>(mask_words_), nullptr,
+                      pool_.size());
+      }
+      query_mask_[b] = masks_.data() + m * static_cast<size_t>(mask_words_);
+    }
+    return any;
+  }
+
+  void run(const float* queries, int batch, int k, Candidate* out, const std::uint32_t* const* masks) {
     for (int b = 0; b < batch; ++b)
       std::memcpy(&padded_q_[b * dp_], queries + static_cast<std::int64_t>(b) * dim_, sizeof(float) * dim_);
     const int nt = pool_.size();
@@ -779,7 +826,8 @@ class CpuEngine final : public Engine {
                          k,
                          selection_cap(k),
                          ids_.data(),
-                         metric_ == Metric::kL2};
+                         metric_ == Metric::kL2,
+                         masks};
       sel.reset(batch);
       if (r0 < r1) {
         if (dtype_ == Dtype::kFloat32) {
@@ -896,6 +944,11 @@ class CpuEngine final : public Engine {
   std::vector<float> f32_;          // [ceil(rows/2), dp/8, 2, 8] pair-interleaved (see the top)
   std::vector<std::uint16_t> u16_;  // the same layout, float16 or bfloat16 bits
   std::vector<float> padded_q_;
+  // filters: the attribute table, a row mask per distinct filter, each query's mask
+  AttributeTable table_;
+  std::int64_t mask_words_ = 0;
+  std::vector<std::uint32_t> masks_;                 // [max_filters, mask_words_]
+  std::vector<const std::uint32_t*> query_mask_;     // [batch_max]
   // streamed loading (ShardInput::streamed): two host blocks used in turn
   bool streaming_ = false;
   std::vector<float> load_buf_[2];

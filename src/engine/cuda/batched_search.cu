@@ -60,7 +60,7 @@ std::int64_t BatchedSearch::chunk_rows(int batch, std::uint64_t out_bytes) const
 }
 
 void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const RowMasks* masks) {
   bind(stream);
   const std::int64_t pcap = pool_cap_;
   CHECK_CUDA(cudaMemsetAsync(ws_.counts, 0, static_cast<std::size_t>(batch) * 4, stream));
@@ -108,9 +108,9 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     CHECK_CUDA(cudaStreamWaitEvent(side, ev_scored_[b].get(), 0));
     const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_};
     if (c == 0) {
-      filter_first_chunk(chunk, batch, k, pools, side);
+      filter_first_chunk(chunk, batch, k, pools, side, masks);
     } else {
-      filter_chunk(chunk, batch, pools, side);
+      filter_chunk(chunk, batch, pools, side, masks);
       // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
       // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
       if (c < 8 || c % kCompactEvery == 0 || rc > 65536)  // long chunks: after each

@@ -30,7 +30,8 @@ class BatchedSearch {
   /// (device) on `stream`: no host synchronisation (capturable). A query whose pool overflowed
   /// has overflow[q] ≠ 0 afterwards and its out row untouched: the caller re-runs it through
   /// the batch-1 scan (same bits). max_sq: the shard's largest stored ‖x‖² (Δ's bound).
-  void enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq, cudaStream_t stream);
+  void enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq, cudaStream_t stream,
+               const RowMasks* masks = nullptr);
 
  private:
   /// Rows per chunk for a batch: the [batch, R] GEMM output fits one ping-pong buffer.

@@ -17,18 +17,21 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/cuda_check.cuh"
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/batched_search.hpp"
 #include "engine/cuda/graph_cache.hpp"
 #include "engine/cuda/kernels/fill.hpp"
+#include "engine/cuda/kernels/filter_mask.cuh"
 #include "engine/cuda/kernels/query_prep.hpp"
 #include "engine/cuda/kernels/scan_select.hpp"
 #include "engine/cuda/kernels/shard_store.hpp"
 #include "engine/cuda/plan.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
 
 namespace shardtopk {
 namespace {
@@ -100,6 +103,7 @@ class CudaEngine final : public Engine {
       scan_args_.dir = reinterpret_cast<std::uint32_t*>(ws_.status + kStatusScanDir);
     }
     upload(s);
+    init_filters(s);
     CHECK_CUDA(cudaMemsetAsync(ws_.qpad, 0, static_cast<std::size_t>(lim.batch_max) * dpad_ * sizeof(float), stream_));
     CHECK_CUDA(cudaMemsetAsync(ws_.status + kStatusScanDir, 0, sizeof(unsigned long long), stream_));
     CHECK_CUDA(cudaStreamSynchronize(stream_));
@@ -126,7 +130,7 @@ class CudaEngine final : public Engine {
     i.dim = dim_;
     i.device = device_;
     i.device_name = device_name_;
-    i.resident_bytes = plan_.total;
+    i.resident_bytes = plan_.total + (table_ ? table_->bytes() : 0);
     return i;
   }
   const EngineLimits& limits() const override { return limits_; }
@@ -179,15 +183,24 @@ class CudaEngine final : public Engine {
       return;
     }
     SHARDTOPK_EXPECTS(a.queries != nullptr && a.out != nullptr, "search: null query or output buffer");
-    const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue};
+    // Filters (their masks are computed now, outside the search's graph) and deleted rows.
+    const bool filtered = rows_ > 0 && a.filters && prepare_masks(a.filters, a.batch, s);
+    RowMasks masks;
+    if (filtered) masks = RowMasks{ws_.masks, ws_.mask_words, ws_.mask_index, nullptr};
+    if (rows_ > 0 && live_active_) {
+      masks.live = ws_.live;
+      masks.words = ws_.mask_words;
+    }
+    const RowMasks* m = filtered || (rows_ > 0 && live_active_) ? &masks : nullptr;
+    const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, m != nullptr};
     const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
-    if (rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan)) return search_batched(a, key, s);
+    if (rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan)) return search_batched(a, key, s, m);
     // Batch 1 (or an empty shard): one scan + select per query, then the epilogue: one graph.
     graphs_.run(key, s, [&] {
       if (rows_ == 0) {
         fill_pad(a.out, static_cast<std::int64_t>(a.batch) * a.k, s);
       } else {
-        for (int q = 0; q < a.batch; ++q) scan_one(a, q, s);
+        for (int q = 0; q < a.batch; ++q) scan_one(a, q, s, m);
       }
       if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
     });
@@ -293,20 +306,91 @@ class CudaEngine final : public Engine {
         ", or lower search.batch_max / search.k_max"));
   }
 
-  /// Query q of a search through the batch-1 scan, into its row of a.out.
-  void scan_one(const SearchArgs& a, int q, cudaStream_t s) {
+  /// Query q of a search through the batch-1 scan, into its row of a.out (masks: its rows).
+  void scan_one(const SearchArgs& a, int q, cudaStream_t s, const RowMasks* masks) {
     ScanSelectArgs args = scan_args_;
     args.query = a.queries + static_cast<std::int64_t>(q) * dim_;
     args.k = a.k;
     args.out = a.out + static_cast<std::int64_t>(q) * a.k;
+    if (masks) {
+      args.masks = *masks;
+      args.mask_query = q;
+    }
     scan_select(scan_, args, s);
+  }
+
+  /// The row masks of a batch's filters: the distinct programs (equal ones share a mask)
+  /// packed, copied to the device, and evaluated over the shard's attribute table, and each
+  /// query's mask index, on `s` (not captured: the programs change from search to search).
+  /// False when no query is filtered. @throws Error for too many distinct filters, programs
+  /// that do not fit the schema or are too large together.
+  bool prepare_masks(const FilterProgram* const* filters, int batch, cudaStream_t s) {
+    distinct_.clear();
+    bool any = false;
+    for (int q = 0; q < batch; ++q) {
+      const FilterProgram* f = filters[q];
+      std::int32_t m = -1;
+      if (f && !f->passes_everything()) {
+        any = true;
+        std::size_t j = 0;
+        while (j < distinct_.size() && !(*distinct_[j] == *f)) ++j;
+        if (j == distinct_.size()) {
+          SHARDTOPK_EXPECTS(static_cast<int>(distinct_.size()) < limits_.max_filters, "a batch holds more than ",
+                            limits_.max_filters, " distinct filters (search.max_filters)");
+          check_filter_fits(*f, table_schema_);
+          distinct_.push_back(f);
+        }
+        m = static_cast<std::int32_t>(j);
+      }
+      host_mask_index_[q] = m;
+    }
+    if (!any) return false;
+    // The pinned staging may still be read by the previous search's copy.
+    CHECK_CUDA(cudaEventSynchronize(programs_copied_.get()));
+    const std::size_t bytes = packed_filter_programs_bytes(distinct_.data(), static_cast<int>(distinct_.size()));
+    SHARDTOPK_EXPECTS(bytes <= kFilterProgramBytes, "the filters of this batch take ", bytes,
+                      " bytes compiled, more than the ", kFilterProgramBytes, " one search may carry");
+    pack_filter_programs(distinct_.data(), static_cast<int>(distinct_.size()), programs_pinned_.as<std::uint8_t>(),
+                         kFilterProgramBytes);
+    std::memcpy(programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes, host_mask_index_.data(),
+                sizeof(std::int32_t) * static_cast<std::size_t>(batch));
+    CHECK_CUDA(cudaMemcpyAsync(ws_.programs, programs_pinned_.get(), bytes, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(ws_.mask_index, programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes,
+                               sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
+    launch_filter_mask(table_->table(), ws_.programs, static_cast<int>(distinct_.size()), RowRange{0, rows_},
+                       ws_.masks, ws_.mask_words, nullptr, 0, s);
+    return true;
+  }
+
+  /// The shard's attribute table on the device (its columns and global ids: filters on
+  /// attributes and on ids), the filter staging, and the live mask (every row live).
+  void init_filters(const ShardInput& s) {
+    host_mask_index_.assign(static_cast<std::size_t>(limits_.batch_max), -1);
+    programs_pinned_.allocate(kFilterProgramBytes + sizeof(std::int32_t) * static_cast<std::size_t>(limits_.batch_max));
+    programs_copied_.create(cudaEventDisableTiming);
+    CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream_));
+    if (rows_ == 0) return;
+    if (s.attributes) {
+      SHARDTOPK_EXPECTS(s.attributes->rows() == rows_, "CUDA engine: the attribute table has ", s.attributes->rows(),
+                        " rows but the shard has ", rows_);
+      table_schema_ = s.attributes->schema();
+      table_.emplace(*s.attributes, stream_);
+    } else {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(rows_));
+      for (std::int64_t r = 0; r < rows_; ++r) ids[r] = s.ids ? s.ids[r] : s.first_row + r;
+      const AttributeTable ids_only({}, std::move(ids));
+      table_.emplace(ids_only, stream_);
+    }
+    CHECK_CUDA(cudaMemsetAsync(ws_.live, 0xFF, sizeof(std::uint32_t) * static_cast<std::size_t>(ws_.mask_words),
+                               stream_));
   }
 
   /// One graph: the batched search, its overflow flags to the host, the epilogue (correct
   /// unless a pool overflowed: then queued again after the fallback).
-  void search_batched(const SearchArgs& a, const GraphCache::Key& key, cudaStream_t s) {
+  void search_batched(const SearchArgs& a, const GraphCache::Key& key, cudaStream_t s, const RowMasks* masks) {
     graphs_.run(key, s, [&] {
-      batched_->enqueue(a.queries, a.batch, a.k, a.out, max_sq_, s);
+      batched_->enqueue(a.queries, a.batch, a.k, a.out, max_sq_, s, masks);
       CHECK_CUDA(cudaMemcpyAsync(host_overflow_, ws_.overflow, static_cast<std::size_t>(a.batch) * 4,
                                  cudaMemcpyDeviceToHost, s));
       if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
@@ -316,7 +400,7 @@ class CudaEngine final : public Engine {
     for (int q = 0; q < a.batch; ++q) {
       if (host_overflow_[q] == 0) continue;
       ++counters_.batched_fallbacks;  // a pool overflowed (adversarial row order): the exact batch-1 path, same bits
-      scan_one(a, q, s);
+      scan_one(a, q, s, masks);
       redo = true;
     }
     if (a.epilogue && redo) a.epilogue->enqueue(a.out, a.batch, a.k, s);
@@ -440,6 +524,14 @@ class CudaEngine final : public Engine {
   int up_next_ = 0;
   const std::int64_t* stream_ids_ = nullptr;
   std::optional<BatchedSearch> batched_;
+  // filters: the attribute table on the device, the batch's distinct programs, their staging
+  std::optional<DeviceFilterTableStorage> table_;
+  AttributeSchema table_schema_;
+  std::vector<const FilterProgram*> distinct_;
+  std::vector<std::int32_t> host_mask_index_;
+  PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] mask indices
+  Event programs_copied_;
+  bool live_active_ = false;  // some row was deleted: searches read the live mask
   GraphCache graphs_;
 };
 

@@ -15,8 +15,9 @@ namespace shardtopk::cuda_detail {
 
 class GraphCache {
  public:
-  /// What a captured search depends on: queries, out, k, batch and the epilogue it ends with.
-  using Key = std::tuple<const float*, const Candidate*, int, int, const void*>;
+  /// What a captured search depends on: queries, out, k, batch, the epilogue it ends with, and
+  /// whether it reads row masks (filters, deleted rows; the masks live at fixed addresses).
+  using Key = std::tuple<const float*, const Candidate*, int, int, const void*, bool>;
 
   /// enabled = false: run() enqueues directly every time (nothing is captured).
   explicit GraphCache(bool enabled) : enabled_(enabled) {}

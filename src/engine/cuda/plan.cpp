@@ -3,6 +3,8 @@
 #include "engine/cuda/plan.hpp"
 
 #include <algorithm>
+
+#include "engine/cuda/kernels/filter_mask.cuh"
 #include <limits>
 
 #include "shardtopk/error.hpp"
@@ -87,7 +89,15 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
                                             mul_bytes(static_cast<std::uint64_t>(dim), 4)});
   p.off_scores = take(p.scores_bytes);
   p.off_cublas = take(rows > 0 ? kCublasWorkspace : 0);
+  // Filters and deletes (after everything the unfiltered searches touch).
+  p.mask_words = (rows + 31) / 32;
+  const std::uint64_t words = static_cast<std::uint64_t>(p.mask_words);
+  p.off_masks = take(mul_bytes(mul_bytes(static_cast<std::uint64_t>(std::max(lim.max_filters, 1)), words), 4));
+  p.off_mask_index = take(mul_bytes(bmax, 4));
+  p.off_live = take(mul_bytes(words, 4));
+  p.off_programs = take(kFilterProgramBytes);
   p.total = off;
+  p.table_bytes = DeviceFilterTableStorage::bytes_for(rows, lim.attribute_columns);
   return p;
 }
 
@@ -109,6 +119,11 @@ Workspace Plan::carve(void* arena, bool l2) const {
   w.pool = reinterpret_cast<PoolEntry*>(base + off_pool);
   w.scores = reinterpret_cast<float*>(base + off_scores);
   w.cublas = base + off_cublas;
+  w.masks = reinterpret_cast<std::uint32_t*>(base + off_masks);
+  w.mask_index = reinterpret_cast<std::int32_t*>(base + off_mask_index);
+  w.live = reinterpret_cast<std::uint32_t*>(base + off_live);
+  w.programs = reinterpret_cast<std::uint8_t*>(base + off_programs);
+  w.mask_words = mask_words;
   return w;
 }
 
@@ -117,7 +132,8 @@ Workspace Plan::carve(void* arena, bool l2) const {
 namespace shardtopk {
 
 std::uint64_t cuda_engine_device_bytes(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits) {
-  return cuda_detail::make_plan(rows, dim, dtype, limits).total;
+  const cuda_detail::Plan p = cuda_detail::make_plan(rows, dim, dtype, limits);
+  return p.total + p.table_bytes;
 }
 
 }  // namespace shardtopk

@@ -14,6 +14,10 @@
 //   pool     [batch_max, pool_cap]   (score, row) candidates per query
 //   scores   [max(rows, chunk)]      batch-1 exact scores / batched GEMM output [B, R] ×2 / upload staging
 //   cublas   32 MiB                  cuBLAS workspace (no allocation inside cuBLAS calls)
+//   masks    [max_filters, rows/32]  row masks of a batch's distinct filters
+//   mask_index [batch_max]           each query's filter mask (-1: none)
+//   live     [rows/32]               rows not deleted (updates)
+//   programs kFilterProgramBytes     the batch's compiled filter programs, packed
 //
 // The query, candidate and answer buffers of the data path are not here: the index allocates
 // them (engine/space.hpp).
@@ -26,6 +30,8 @@
 namespace shardtopk::cuda_detail {
 
 constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
+/// Bytes of compiled filter programs one search may carry (packed: filter.hpp).
+constexpr std::uint64_t kFilterProgramBytes = 16ull << 20;
 constexpr int kMaxCandCap = 16384;  // final sort in shared memory: 16384 × 12 B
 
 /// The words of the status area; kStatusOk: a minimum that nothing lowered.
@@ -60,17 +66,25 @@ struct Workspace {
   PoolEntry* pool = nullptr;
   float* scores = nullptr;
   void* cublas = nullptr;
+  std::uint32_t* masks = nullptr;
+  std::int32_t* mask_index = nullptr;
+  std::uint32_t* live = nullptr;
+  std::uint8_t* programs = nullptr;
+  std::int64_t mask_words = 0;
 };
 
 struct Plan {
   std::int64_t dpad = 0;
   std::uint64_t off_shard = 0, off_ids = 0, off_row_sq = 0, off_qpad = 0, off_qhat = 0, off_qinfo = 0,
                 off_status = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
-                off_pool = 0, off_scores = 0, off_cublas = 0;
+                off_pool = 0, off_scores = 0, off_cublas = 0, off_masks = 0, off_mask_index = 0, off_live = 0,
+                off_programs = 0;
+  std::int64_t mask_words = 0;
   std::uint64_t scores_bytes = 0;
   std::uint64_t sbuf_bytes = 0;   // one batched GEMM output buffer (two, ping-pong)
   std::uint64_t shard_bytes = 0;  // shard + ids + row norms
   std::uint64_t total = 0;        // the arena
+  std::uint64_t table_bytes = 0;  // the attribute table's own allocation (DeviceFilterTableStorage)
 
   /// Bytes from hists to the end of state: the batch-1 scan's per-search state.
   std::uint64_t select_state_bytes() const { return off_pool - off_hists; }

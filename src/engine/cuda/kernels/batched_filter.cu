@@ -67,14 +67,21 @@ struct Approx {
 
 /// First chunk of a batched search, one block per query: its threshold from the chunk's own
 /// k-th approximate score, and every row of the chunk that passes it into the query's pool.
-template <typename OutT>
+/// kMasked: rows the query may not return count as −inf for its threshold and never enter its
+/// pool (so when fewer than k of the chunk's rows are allowed, the threshold is −inf).
+template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     chunk0_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  float* __restrict__ thr, std::uint32_t* __restrict__ overflow) {
+                  float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks) {
   const int q = blockIdx.x;
   const QueryInfo qi = qinfo[q];
-  const auto got = [&](int i) { return ap(q, i, qi); };
+  const auto got = [&](int i) {
+    if constexpr (kMasked) {
+      if (!masks.allows(q, ap.row0 + i)) return -CUDART_INF_F;
+    }
+    return ap(q, i, qi);
+  };
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
   const float t = filter_threshold(kth, rows_c, k, qi.delta);
   PoolEntry* list = pool + q * pool_cap;
@@ -85,7 +92,7 @@ __global__ void __launch_bounds__(kSelThreads)
     bool take = false;
     if (i < rows_c) {
       s = got(i);
-      take = s >= t;
+      take = s >= t && (!kMasked || s != -CUDART_INF_F);
     }
     ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)}, list, &pool_count[q],
                       static_cast<std::uint32_t>(pool_cap));
@@ -100,11 +107,12 @@ __global__ void __launch_bounds__(kSelThreads)
 /// takes values V (j · kFilterThreads + t) … + V − 1, V = FilterShape::kVec, j < 4), and makes
 /// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
 /// global atomic per passing value made the first chunks latency bound.
-template <typename OutT>
+/// kMasked: a (query, row) the masks rule out never enters the pool.
+template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kFilterThreads)
     filter_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  std::uint32_t* __restrict__ overflow) {
+                  std::uint32_t* __restrict__ overflow, RowMasks masks) {
   constexpr int V = FilterShape<OutT>::kVec, P = FilterShape<OutT>::kPerThread;
   const int q = blockIdx.y;
   const int lane = threadIdx.x & 31;
@@ -132,7 +140,7 @@ __global__ void __launch_bounds__(kFilterThreads)
     const int i = index(m);
     if (i < rows_c) {
       v[m] = ap.finish(v[m], i, qi);
-      if (v[m] >= t) takes |= 1u << m;
+      if (v[m] >= t && (!kMasked || masks.allows(q, ap.row0 + i))) takes |= 1u << m;
     }
   }
   if (__ballot_sync(kFullMask, takes != 0) == 0) return;
@@ -207,30 +215,44 @@ Approx<OutT> approx_of(const ChunkScores& c) {
 }
 
 template <typename OutT>
-void filter_chunk_t(const ChunkScores& c, int batch, const CandidatePools& p, cudaStream_t stream) {
+void filter_chunk_t(const ChunkScores& c, int batch, const CandidatePools& p, const RowMasks* masks,
+                    cudaStream_t stream) {
   constexpr int per_block = FilterShape<OutT>::kPerBlock;
   const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(batch));
-  filter_kernel<<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool, p.cap,
-                                                       p.count, p.overflow);
+  if (masks) {
+    filter_kernel<OutT, true><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
+                                                                   p.cap, p.count, p.overflow, *masks);
+  } else {
+    filter_kernel<OutT, false><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
+                                                                    p.cap, p.count, p.overflow, RowMasks{});
+  }
+}
+
+template <typename OutT>
+void first_chunk_t(const ChunkScores& c, int batch, std::uint32_t k, const CandidatePools& p, const RowMasks* masks,
+                   cudaStream_t stream) {
+  if (masks) {
+    chunk0_kernel<OutT, true><<<batch, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
+                                                                 p.count, p.thr, p.overflow, *masks);
+  } else {
+    chunk0_kernel<OutT, false><<<batch, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool,
+                                                                  p.cap, p.count, p.thr, p.overflow, RowMasks{});
+  }
 }
 
 }  // namespace
 
-void filter_first_chunk(const ChunkScores& c, int batch, int k, const CandidatePools& p, cudaStream_t stream) {
+void filter_first_chunk(const ChunkScores& c, int batch, int k, const CandidatePools& p, cudaStream_t stream,
+                        const RowMasks* masks) {
   const std::uint32_t uk = static_cast<std::uint32_t>(k);
-  if (c.half) {
-    chunk0_kernel<<<batch, kSelThreads, 0, stream>>>(approx_of<__half>(c), c.rows, p.qinfo, uk, p.pool, p.cap, p.count,
-                                                     p.thr, p.overflow);
-  } else {
-    chunk0_kernel<<<batch, kSelThreads, 0, stream>>>(approx_of<float>(c), c.rows, p.qinfo, uk, p.pool, p.cap, p.count,
-                                                     p.thr, p.overflow);
-  }
+  if (c.half) first_chunk_t<__half>(c, batch, uk, p, masks, stream);
+  else first_chunk_t<float>(c, batch, uk, p, masks, stream);
   CHECK_CUDA_LAUNCH();
 }
 
-void filter_chunk(const ChunkScores& c, int batch, const CandidatePools& p, cudaStream_t stream) {
-  if (c.half) filter_chunk_t<__half>(c, batch, p, stream);
-  else filter_chunk_t<float>(c, batch, p, stream);
+void filter_chunk(const ChunkScores& c, int batch, const CandidatePools& p, cudaStream_t stream, const RowMasks* masks) {
+  if (c.half) filter_chunk_t<__half>(c, batch, p, masks, stream);
+  else filter_chunk_t<float>(c, batch, p, masks, stream);
   CHECK_CUDA_LAUNCH();
 }
 

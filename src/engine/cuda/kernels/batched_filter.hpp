@@ -38,12 +38,15 @@ struct CandidatePools {
 /// The first chunk: each query's threshold from the chunk's own k-th approximate score (−inf
 /// when the chunk has fewer than k rows) minus 2Δ, and every row of the chunk that reaches it
 /// into the query's pool. One block of 1,024 threads per query. On `stream`, returns at once.
+/// `masks` (optional): rows a query may not return never enter its pool and do not count for
+/// its threshold.
 void filter_first_chunk(const ChunkScores& chunk, int batch, int k, const CandidatePools& pools,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const RowMasks* masks = nullptr);
 
 /// A later chunk: every (query, row) whose approximate score reaches the query's threshold
 /// enters its pool (one pool atomic per warp). On `stream`, returns at once.
-void filter_chunk(const ChunkScores& chunk, int batch, const CandidatePools& pools, cudaStream_t stream);
+void filter_chunk(const ChunkScores& chunk, int batch, const CandidatePools& pools, cudaStream_t stream,
+                  const RowMasks* masks = nullptr);
 
 /// For each query whose pool holds more than `trigger` entries: raises the threshold to the
 /// pool's k-th approximate score minus 2Δ (never lowers it) and drops the entries below it,

@@ -110,12 +110,14 @@ __device__ bool publish_if_last(const std::uint32_t* hists, int levels, std::uin
 /// and the next search starts on them. dir null: forward, plain loads (A B runs). Every row's
 /// score is the same bits either way.
 /// Tuned for D = 128–1024 float16/float32 on H200.
-template <typename T, bool kL2, int kR, int kC, int kLanes>
+/// kMasked: rows `masks` does not allow for query `mq` are not read; their score is −inf and
+/// they are not counted in the histogram (select1 never takes them).
+template <typename T, bool kL2, int kR, int kC, int kLanes, bool kMasked>
 __global__ void __launch_bounds__(kScanThreads)
     scan1_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query,
                  int dim, float* __restrict__ scores, std::uint32_t* __restrict__ hists, std::uint32_t k,
                  std::uint32_t cap, Batch1State* __restrict__ st, std::int64_t rows_per_block,
-                 std::uint32_t* __restrict__ dir, std::int64_t keep_from) {
+                 std::uint32_t* __restrict__ dir, std::int64_t keep_from, RowMasks masks, int mq) {
   constexpr int V = VecTraits<T>::kElems;
   const bool hints = dir != nullptr;
   const bool rev = hints && (*dir & 1u) != 0u;
@@ -148,6 +150,15 @@ __global__ void __launch_bounds__(kScanThreads)
     const T* row[kR];
 #pragma unroll
     for (int i = 0; i < kR; ++i) row[i] = shard + (r + i * G + g < hi ? first + (i * G + g) * dr : first) * stride;
+    bool live[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      if constexpr (kMasked) {
+        live[i] = r + i * G + g < hi && masks.allows(mq, first + (i * G + g) * dr);
+      } else {
+        live[i] = true;
+      }
+    }
     const std::uint64_t pol = r >= keep_from ? pol_keep : pol_stream;
     float a[kR];
 #pragma unroll
@@ -160,10 +171,12 @@ __global__ void __launch_bounds__(kScanThreads)
         if (v < nvec) {
           if (hints) {
 #pragma unroll
-            for (int i = 0; i < kR; ++i) x[i][c] = load_chunk_hint(row[i], v, pol);
+            for (int i = 0; i < kR; ++i)
+              if (!kMasked || live[i]) x[i][c] = load_chunk_hint(row[i], v, pol);
           } else {
 #pragma unroll
-            for (int i = 0; i < kR; ++i) x[i][c] = load_chunk(row[i], v);
+            for (int i = 0; i < kR; ++i)
+              if (!kMasked || live[i]) x[i][c] = load_chunk(row[i], v);
           }
         }
       }
@@ -172,7 +185,8 @@ __global__ void __launch_bounds__(kScanThreads)
         const int v = v0 + sl + 32 * c;
         if (v < nvec) {
 #pragma unroll
-          for (int i = 0; i < kR; ++i) a[i] = chunk_step<T, kL2>(qs + v * V, x[i][c], a[i]);
+          for (int i = 0; i < kR; ++i)
+            if (!kMasked || live[i]) a[i] = chunk_step<T, kL2>(qs + v * V, x[i][c], a[i]);
         }
       }
     }
@@ -182,8 +196,12 @@ __global__ void __launch_bounds__(kScanThreads)
       if (kL2) si = -si;
       const int j = i * G + g;
       if (sl == i && r + j < hi) {
-        scores[first + j * dr] = si;
-        atomicAdd(&h[score_key(si) >> 20], 1u);
+        if (kMasked && !live[i]) {
+          scores[first + j * dr] = -CUDART_INF_F;  // never selected (select1<true> skips −inf)
+        } else {
+          scores[first + j * dr] = si;
+          atomicAdd(&h[score_key(si) >> 20], 1u);
+        }
       }
     }
   }
@@ -246,6 +264,7 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
 /// every row whose key reaches the threshold into cand [cap], and, in the last block to finish,
 /// the final sort into out [k]. Grid: one block per SM (all resident: grid_barrier); dynamic
 /// shared memory: cap × 12 bytes (the final sort).
+template <bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     select1_kernel(const float* __restrict__ scores, std::int64_t rows, std::uint32_t* __restrict__ hists,
                    std::uint32_t k, std::uint32_t cap, Batch1State* __restrict__ st, std::uint32_t* __restrict__ bar,
@@ -274,6 +293,9 @@ __global__ void __launch_bounds__(kSelThreads)
       s = scores[r];
       const std::uint32_t key = score_key(s);
       take = strict ? key > res.thr : key >= res.thr;
+      // Rows a masked scan ruled out score −inf: never candidates, also when fewer than k rows
+      // remain (threshold 0). Scores of rows it allowed are finite.
+      if (kMasked) take = take && s != -CUDART_INF_F;
     }
     (void)warp_append(take, PoolEntry{s, static_cast<std::int32_t>(r)}, cand, count, cap);
   }
@@ -345,18 +367,18 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
   sort_and_write(ss, sid, total, k, out);
 }
 
-template <typename T, bool kL2, int kR, int kC, int kLanes>
+template <typename T, bool kL2, int kR, int kC, int kLanes, bool kMasked>
 void launch_scan_select(const ScanSelectPlan& p, const ScanSelectArgs& a, cudaStream_t stream) {
   CHECK_CUDA(cudaMemsetAsync(a.hists, 0, a.clear_bytes, stream));
   const std::size_t qsmem = static_cast<std::size_t>(p.dpad) * sizeof(float);
   const std::uint32_t uk = static_cast<std::uint32_t>(a.k), ucap = static_cast<std::uint32_t>(p.cap);
-  scan1_kernel<T, kL2, kR, kC, kLanes><<<p.scan_blocks, kScanThreads, qsmem, stream>>>(
+  scan1_kernel<T, kL2, kR, kC, kLanes, kMasked><<<p.scan_blocks, kScanThreads, qsmem, stream>>>(
       static_cast<const T*>(a.shard), p.rows, p.nvec, a.query, static_cast<int>(p.dim), a.scores, a.hists, uk, ucap,
-      a.state, p.rows_per_block, p.l2_hints ? a.dir : nullptr, p.keep_from);
+      a.state, p.rows_per_block, p.l2_hints ? a.dir : nullptr, p.keep_from, a.masks, a.mask_query);
   CHECK_CUDA_LAUNCH();
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
-  select1_kernel<<<p.select_blocks, kSelThreads, smem, stream>>>(a.scores, p.rows, a.hists, uk, ucap, a.state,
-                                                                 a.state->bar, a.cand, a.count, a.ids, a.out);
+  select1_kernel<kMasked><<<p.select_blocks, kSelThreads, smem, stream>>>(
+      a.scores, p.rows, a.hists, uk, ucap, a.state, a.state->bar, a.cand, a.count, a.ids, a.out);
   CHECK_CUDA_LAUNCH();
 }
 
@@ -365,8 +387,8 @@ template <typename T, bool kL2, int kR, int kC, int kLanes>
 void plan_shape(ScanSelectPlan& p, ScanSchedule schedule, int sms) {
   const std::size_t qsmem = static_cast<std::size_t>(p.dpad) * sizeof(float);
   // Small shards: fewer blocks (each flushes a histogram and all must finish before select1).
-  const int pgrid =
-      persistent_grid(reinterpret_cast<const void*>(scan1_kernel<T, kL2, kR, kC, kLanes>), kScanThreads, qsmem, sms);
+  const int pgrid = persistent_grid(reinterpret_cast<const void*>(scan1_kernel<T, kL2, kR, kC, kLanes, false>),
+                                    kScanThreads, qsmem, sms);
   p.scan_blocks = static_cast<int>(std::min<std::int64_t>(pgrid, (p.rows + 255) / 256));
   // Large shards: blocks of kScanBlockRows contiguous rows, scheduled by the hardware, instead of
   // the persistent grid-stride loop (10M × 768 float16 / float32: −3 % device time; at 1M, under
@@ -379,7 +401,11 @@ void plan_shape(ScanSelectPlan& p, ScanSchedule schedule, int sms) {
   const std::int64_t keep_rows =
       static_cast<std::int64_t>(kScanL2KeepBytes) / (p.dpad * static_cast<std::int64_t>(sizeof(T)));
   p.keep_from = std::max<std::int64_t>(0, p.rows - keep_rows);
-  p.launch = launch_scan_select<T, kL2, kR, kC, kLanes>;
+  p.launch = launch_scan_select<T, kL2, kR, kC, kLanes, false>;
+  // The masked scan runs on the unmasked one's grid (its occupancy can only be the same or lower
+  // by its few extra registers; the grid-stride loop and the blocked schedule are correct for
+  // any grid).
+  p.launch_masked = launch_scan_select<T, kL2, kR, kC, kLanes, true>;
 }
 
 /// Rows per warp from the row's 16-byte chunks (plan_scan_select's table); 16 rows per warp
@@ -411,9 +437,13 @@ ScanSelectPlan plan_scan_select(Dtype dtype, bool l2, std::int64_t rows, std::in
     else plan_rows<T, false>(p, scan_rows, schedule, sms);
   });
   const std::size_t smem = static_cast<std::size_t>(cap) * (sizeof(float) + sizeof(std::int64_t));
-  const void* select = reinterpret_cast<const void*>(select1_kernel);
+  const void* select = reinterpret_cast<const void*>(select1_kernel<false>);
+  const void* select_masked = reinterpret_cast<const void*>(select1_kernel<true>);
   allow_dynamic_smem(select, smem);
-  const int select_grid = persistent_grid(select, kSelThreads, smem, sms);
+  allow_dynamic_smem(select_masked, smem);
+  // Every block resident (select1's grid barrier), for both variants.
+  const int select_grid =
+      std::min(persistent_grid(select, kSelThreads, smem, sms), persistent_grid(select_masked, kSelThreads, smem, sms));
   p.select_blocks = static_cast<int>(std::min<std::int64_t>(select_grid, (rows + kSelThreads - 1) / kSelThreads));
   return p;
 }

@@ -30,6 +30,9 @@ struct ScanSelectPlan {
   bool l2_hints = true;       ///< evict-first loads, the last rows kept in L2, alternating direction
   std::int64_t keep_from = 0; ///< first logical row loaded as evict-normal (with l2_hints)
   void (*launch)(const ScanSelectPlan&, const ScanSelectArgs&, cudaStream_t) = nullptr;
+  /// The same scan and select with row masks (ScanSelectArgs::masks): rows a query may not
+  /// return are never read and never selected.
+  void (*launch_masked)(const ScanSelectPlan&, const ScanSelectArgs&, cudaStream_t) = nullptr;
 };
 
 /// Plans the scan of a shard of `rows` ≥ 1 rows [rows, dpad] in storage `dtype` for searches
@@ -62,13 +65,19 @@ struct ScanSelectArgs {
   /// With plan.l2_hints: the scan-direction word (device, zero before the first search), whose
   /// bit 0 each search flips (consecutive searches sweep the shard in alternate directions).
   std::uint32_t* dir = nullptr;
+  /// Optional row masks (filters, deleted rows) and this query's position in them: with any
+  /// mask, the masked kernels run; the query's answer is the best k of the rows it may return,
+  /// padded when fewer than k may.
+  RowMasks masks;
+  int mask_query = 0;
+  bool masked() const { return masks.live != nullptr || masks.index != nullptr; }
 };
 
 /// Queues the search of args.query on `stream`: a memset of the per-search state, the scan,
 /// the select. Returns at once (capturable). Every row's score has the same bits whatever the
 /// plan's shape, schedule or direction.
 inline void scan_select(const ScanSelectPlan& plan, const ScanSelectArgs& args, cudaStream_t stream) {
-  plan.launch(plan, args, stream);
+  (args.masked() ? plan.launch_masked : plan.launch)(plan, args, stream);
 }
 
 }  // namespace shardtopk::cuda_detail

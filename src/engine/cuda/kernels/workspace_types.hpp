@@ -39,4 +39,26 @@ struct Batch1State {
   std::uint32_t bar[2];        // grid_barrier of select1_kernel
 };
 
+/// Which rows a search may return (filtered searches, deleted rows), as bitmasks over the
+/// shard's rows: bit (r % 32) of word r / 32 set = row r may be returned. A query q may return
+/// row r when the live mask allows it (or there is none) and its filter's mask does (or it has
+/// none: index[q] < 0). Device pointers; all nullptr: every row (the unmasked kernels).
+struct RowMasks {
+  const std::uint32_t* masks = nullptr;  ///< [filters, words] one mask per distinct filter
+  std::int64_t words = 0;                ///< ceil(rows / 32)
+  const std::int32_t* index = nullptr;   ///< [batch] query q's filter mask, or -1: no filter
+  const std::uint32_t* live = nullptr;   ///< [words] rows not deleted, or nullptr: all
+
+  /// Whether query q may return row r (device code; compiled where the caller includes CUDA).
+#if defined(__CUDACC__)
+  __device__ __forceinline__ bool allows(int q, std::int64_t r) const {
+    const std::int64_t w = r >> 5;
+    const std::uint32_t bit = 1u << (r & 31);
+    if (live && (live[w] & bit) == 0u) return false;
+    const std::int32_t m = index ? index[q] : -1;
+    return m < 0 || (masks[static_cast<std::int64_t>(m) * words + w] & bit) != 0u;
+  }
+#endif
+};
+
 }  // namespace shardtopk::cuda_detail
