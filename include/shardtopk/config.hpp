@@ -15,6 +15,8 @@
 /// | engine.dtype        | string | float32                         | float32, float16, bfloat16      |
 /// | engine.threads      | int    | 0 (= cores ÷ ranks on the node) | 0 .. 4096                       |
 /// | engine.read_chunk_rows | int | 65536                           | 1 .. 2^31                       |
+/// | io.direct_reads     | bool   | true                            | true, false (false: H5Dread only) |
+/// | io.f16c             | bool   | true                            | true, false (false: portable float16 conversion) |
 /// | comm.backend        | string | auto                            | auto, mpi, nccl                 |
 /// | comm.timeout_s      | number | 60                              | > 0                             |
 /// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
@@ -50,6 +52,12 @@ struct EngineConfig {
   long long read_chunk_rows = 65536;
 };
 
+/// Corpus reading (ReadOptions in corpus_io.hpp). The read threads are engine.threads.
+struct IoConfig {
+  bool direct_reads = true;  ///< pread of proven contiguous/chunked bytes; false: every read through H5Dread
+  bool f16c = true;          ///< F16C float16 conversion where the CPU has it (same bits either way)
+};
+
 struct CommConfig {
   CommBackend backend = CommBackend::kAuto;
   double timeout_s = 60.0;
@@ -68,6 +76,7 @@ struct Config {
   CorpusConfig corpus;
   SearchConfig search;
   EngineConfig engine;
+  IoConfig io;
   CommConfig comm;
   ServiceConfig service;
   std::string source;  ///< where it came from (file name or "<string>"), for messages

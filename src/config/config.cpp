@@ -33,6 +33,12 @@ double parse_positive_double(const std::string& key, const std::string& v, const
   return x;
 }
 
+bool parse_bool(const std::string& key, const std::string& v, const std::string& where) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw Error(where + "key '" + key + "': expected true or false, got '" + v + "'");
+}
+
 std::string nonempty(const std::string& key, const std::string& v, const std::string& where) {
   SHARDTOPK_EXPECTS(!v.empty(), where, "key '", key, "': must not be empty");
   return v;
@@ -78,6 +84,12 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"engine.read_chunk_rows", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.read_chunk_rows = parse_int("engine.read_chunk_rows", v, 1, 1LL << 31, w);
+       }},
+      {"io.direct_reads", [](Config& c, const std::string& v, const std::string& w) {
+         c.io.direct_reads = parse_bool("io.direct_reads", v, w);
+       }},
+      {"io.f16c", [](Config& c, const std::string& v, const std::string& w) {
+         c.io.f16c = parse_bool("io.f16c", v, w);
        }},
       {"comm.backend", [](Config& c, const std::string& v, const std::string& w) {
          c.comm.backend = parse_comm_backend(v, w + "key 'comm.backend'");
@@ -202,6 +214,10 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "dtype" << YAML::Value << to_string(c.engine.dtype);
   out << YAML::Key << "threads" << YAML::Value << c.engine.threads;
   out << YAML::Key << "read_chunk_rows" << YAML::Value << c.engine.read_chunk_rows;
+  out << YAML::EndMap;
+  out << YAML::Key << "io" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "direct_reads" << YAML::Value << c.io.direct_reads;
+  out << YAML::Key << "f16c" << YAML::Value << c.io.f16c;
   out << YAML::EndMap;
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "backend" << YAML::Value << to_string(c.comm.backend);
