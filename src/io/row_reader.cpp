@@ -353,6 +353,30 @@ bool selection_rows(hid_t space, std::int64_t n, std::int64_t* lo, std::int64_t*
 
 // ------------------------------------------------------------------ data HDF5 would fill in
 
+// A contiguous dataset whose storage runs past the end of its file's allocated space (a damaged
+// or cut file): libhdf5 reads that part as zeros when it reads the whole dataset (and fails on
+// some hyperslabs there). Refused for the rows of `range` it covers.
+void refuse_storage_past_end(hid_t ds, const std::string& where, std::int64_t d, size_t esize, RowRange range) {
+  const haddr_t off = H5Dget_offset(ds);
+  Handle f(H5Iget_file_id(ds), H5Fclose);
+  haddr_t eoa = HADDR_UNDEF;
+  hsize_t ub = 0;
+  Handle fcpl(f.ok() ? H5Fget_create_plist(f.get()) : -1, H5Pclose);
+  if (off == HADDR_UNDEF || !fcpl.ok() || H5Fget_eoa(f.get(), &eoa) < 0 || eoa == HADDR_UNDEF ||
+      H5Pget_userblock(fcpl.get(), &ub) < 0 || off < ub) {
+    H5Eclear2(H5E_DEFAULT);
+    return;  // nothing to compare: libhdf5 decides
+  }
+  const std::uint64_t row_bytes = static_cast<std::uint64_t>(d) * esize;
+  const std::uint64_t start = off - ub;  // HDF5 address of the values
+  const std::int64_t whole_rows = start >= eoa ? 0 : static_cast<std::int64_t>((eoa - start) / row_bytes);
+  if (range.hi <= whole_rows) return;
+  throw Error(detail::concat(where, " is damaged or cut short: its values start at byte ", static_cast<std::uint64_t>(off),
+                             " and need ", row_bytes, " bytes per row, but the file's allocated space ends at byte ",
+                             static_cast<std::uint64_t>(eoa + ub), ": HDF5 would return zeros for ",
+                             rows_text(std::max(range.lo, whole_rows), range.hi)));
+}
+
 // Refuses, before any row is read, every way HDF5 substitutes data for what is missing in rows
 // [lo, hi): virtual sources that are absent or too short, rows no mapping covers, external files
 // absent or short, contiguous storage or chunks never written.
@@ -527,6 +551,7 @@ void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string
     SHARDTOPK_EXPECTS(status != H5D_SPACE_STATUS_NOT_ALLOCATED, where,
                       " has no data written (its storage was never allocated): ", rows_text(range.lo, range.hi),
                       " would read as ", fill_value_text(dcpl));
+    if (layout == H5D_CONTIGUOUS) refuse_storage_past_end(ds, where, d, esize, range);
     return;
   }
   if (status == H5D_SPACE_STATUS_ALLOCATED) return;
@@ -632,6 +657,9 @@ class RowReader {
     n_ = info_.dims[0];
     d_ = info_.dims[1];
     SHARDTOPK_EXPECTS(d_ >= 1, "'", path, "': dataset '", info_.name, "' has dimension 0");
+    // byte counts (rows x dim x 8 at most) must fit in 64 bits (a damaged shape can be ~2^64)
+    SHARDTOPK_EXPECTS(n_ >= 0 && n_ <= std::numeric_limits<std::int64_t>::max() / 8 / d_, "'", path, "': dataset '",
+                      info_.name, "' of [", static_cast<std::uint64_t>(n_), ", ", d_, "] is too large to read");
     SHARDTOPK_EXPECTS(range.lo >= 0 && range.lo <= range.hi && range.hi <= n_, "'", path, "': rows [", range.lo, ", ",
                       range.hi, ") outside dataset '", info_.name, "' of ", n_, " rows");
     SHARDTOPK_EXPECTS(opt.chunk_rows >= 1, "read chunk must be >= 1 row, got ", opt.chunk_rows);
@@ -641,6 +669,11 @@ class RowReader {
 
     ftype_ = Handle(H5Dget_type(ds_.get()), H5Tclose);
     STK_H5_CHECK(ftype_.get(), "'", path, "': type of '", info_.name, "'");
+    // libhdf5 converts any float layout, one element at a time: a damaged size (hundreds of MB per
+    // value) would take it hours. No float format is wider than 16 bytes.
+    const size_t type_bytes = H5Tget_size(ftype_.get());
+    SHARDTOPK_EXPECTS(type_bytes >= 1 && type_bytes <= 16, "'", path, "': dataset '", info_.name, "' has a float type of ",
+                      type_bytes, " bytes; expected float16, float32 or float64");
     dcpl_ = Handle(H5Dget_create_plist(ds_.get()), H5Pclose);
     STK_H5_CHECK(dcpl_.get(), "'", path, "': creation properties of '", info_.name, "'");
     classify_type();
@@ -798,6 +831,9 @@ class RowReader {
       H5Eclear2(H5E_DEFAULT);
       return use_hdf5("the chunk shape is not 2-D");
     }
+    // libhdf5's own limit: a chunk holds less than 4 GiB (a damaged shape could overflow below)
+    if (cd[0] > 0xFFFFFFFFull || cd[1] > 0xFFFFFFFFull / cd[0] || cd[0] * cd[1] > 0xFFFFFFFFull / static_cast<hsize_t>(es))
+      return use_hdf5("chunks of 4 GiB or more");
     unsigned chunk_opts = 0;
     if (H5Pget_chunk_opts(dcpl_.get(), &chunk_opts) < 0 || (chunk_opts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) != 0) {
       H5Eclear2(H5E_DEFAULT);

@@ -392,7 +392,7 @@ inline std::vector<Case> write_matrix(const std::string& dir) {
     }
   }
 
-  // External links. Targets: small files with "train" near the start, and big ones with 32 KiB
+  // External links. Targets: small files with "train" near the start, and big ones with 8 KiB
   // before it (so that a reader taking the target's offsets into a small link file runs past
   // its end, and one reading a big link file reads its padding).
   struct Target {
@@ -410,8 +410,8 @@ inline std::vector<Case> write_matrix(const std::string& dir) {
   };
   ::mkdir(at("sub").c_str(), 0755);
   const Target t_small = target("target_small_contiguous.h5", Elem::kF32, Layout::kContiguous, 0, 0);
-  const Target t_big = target("target_big_contiguous.h5", Elem::kF32, Layout::kContiguous, 32768, 0);
-  const Target t_big_chunked = target("target_big_chunked.h5", Elem::kF32, Layout::kChunked, 32768, 0);
+  const Target t_big = target("target_big_contiguous.h5", Elem::kF32, Layout::kContiguous, 8192, 0);
+  const Target t_big_chunked = target("target_big_chunked.h5", Elem::kF32, Layout::kChunked, 8192, 0);
   const Target t_f16 = target("target_f16_shuffle_deflate.h5", Elem::kF16, Layout::kShuffleDeflate, 0, 0);
   const Target t_ub = target("target_userblock_chunked.h5", Elem::kF32, Layout::kChunked, 0, 4096);
   const Target t_ub_deflate = target("target_userblock_deflate.h5", Elem::kF64, Layout::kDeflate, 0, 2048);
@@ -420,20 +420,20 @@ inline std::vector<Case> write_matrix(const std::string& dir) {
     const char* name;
     const Target* t;
     bool absolute;
-    hsize_t padding;  // 0: a link file smaller than the target; 65536: larger
+    hsize_t padding;  // 0: a link file smaller than the target; 16384: larger
   };
   for (const Link& k : {Link{"small_to_big_contiguous", &t_big, false, 0},
                         Link{"small_to_big_contiguous", &t_big, true, 0},
-                        Link{"big_to_small_contiguous", &t_small, false, 65536},
-                        Link{"big_to_small_contiguous", &t_small, true, 65536},
-                        Link{"big_to_big_contiguous", &t_big, false, 65536},
+                        Link{"big_to_small_contiguous", &t_small, false, 16384},
+                        Link{"big_to_small_contiguous", &t_small, true, 16384},
+                        Link{"big_to_big_contiguous", &t_big, false, 16384},
                         Link{"small_to_big_chunked", &t_big_chunked, false, 0},
-                        Link{"big_to_big_chunked", &t_big_chunked, true, 65536},
-                        Link{"big_to_f16_shuffle_deflate", &t_f16, false, 65536},
+                        Link{"big_to_big_chunked", &t_big_chunked, true, 16384},
+                        Link{"big_to_f16_shuffle_deflate", &t_f16, false, 16384},
                         Link{"small_to_userblock_chunked", &t_ub, false, 0},
-                        Link{"big_to_userblock_chunked", &t_ub, true, 65536},
-                        Link{"big_to_userblock_deflate", &t_ub_deflate, false, 65536},
-                        Link{"big_to_subdir_contiguous", &t_sub, false, 65536}}) {
+                        Link{"big_to_userblock_chunked", &t_ub, true, 16384},
+                        Link{"big_to_userblock_deflate", &t_ub_deflate, false, 16384},
+                        Link{"big_to_subdir_contiguous", &t_sub, false, 16384}}) {
     const std::string name = std::string("extlink_") + (k.absolute ? "abs_" : "rel_") + k.name;
     write_link_file(at(name + ".h5"), k.absolute ? at(k.t->file) : k.t->file, "/train", k.padding);
     Case c;
@@ -441,7 +441,7 @@ inline std::vector<Case> write_matrix(const std::string& dir) {
     add(c, k.t->spec);
   }
   {  // two hops: link file -> link file -> target
-    write_link_file(at("extlink_chain.h5"), "extlink_rel_big_to_small_contiguous.h5", "/train", 16384);
+    write_link_file(at("extlink_chain.h5"), "extlink_rel_big_to_small_contiguous.h5", "/train", 4096);
     Case c;
     c.name = "extlink_chain", c.file = "extlink_chain.h5", c.method = method_of(t_small.spec);
     add(c, t_small.spec);
