@@ -65,9 +65,10 @@ struct ReadOptions {
   /// The engine's storage type: a finite value that it cannot hold (|x| > 65504 for float16) is
   /// refused as "out of range of float16" here, with its row and column, instead of becoming inf.
   Dtype storage = Dtype::kFloat32;
-  /// Read contiguous and deflate/shuffle-chunked datasets straight from the dataset's file
-  /// (pread on `threads` threads) where the reader has proven that those bytes are the dataset's
-  /// (see read_row_blocks); false: every read goes through H5Dread. Config key io.direct_reads.
+  /// Read contiguous datasets straight from the dataset's file (pread on `threads` threads) where
+  /// the reader has proven that those bytes are the dataset's, and decode deflate/shuffle chunks
+  /// on `threads` threads (see read_row_blocks); false: every read goes through H5Dread.
+  /// Config key io.direct_reads.
   bool direct_reads = true;
   /// Convert float16 <-> float32 with the CPU's F16C instructions where it has them; false: the
   /// portable conversion (same bits, slower). Config key io.f16c.
@@ -77,7 +78,7 @@ struct ReadOptions {
 /// How read_row_blocks reads a dataset (plan_row_reads).
 enum class ReadMethod {
   kDirectContiguous,  ///< pread of the contiguous values from the dataset's file
-  kDirectChunks,      ///< pread of each chunk from the dataset's file, inflate/unshuffle here
+  kDirectChunks,      ///< each chunk's stored bytes from libhdf5 (H5Dread_chunk), inflate/unshuffle here
   kHdf5,              ///< H5Dread (libhdf5 reads, decodes and converts)
 };
 
@@ -110,16 +111,17 @@ using RowBlockBuffer = std::function<void*(std::int64_t first_row, std::int64_t 
 
 /// Stream rows [range.lo, range.hi) of a 2-D float16/float32/float64 dataset in blocks of
 /// `opt.chunk_rows` rows, with the values libhdf5's H5Dread gives (float64 rounded to float32,
-/// to nearest even). With opt.direct_reads, a dataset whose bytes are proven to be at known
-/// places of a file is read with pread() on `opt.threads` threads, bypassing libhdf5: the
-/// descriptor is libhdf5's own for the file the dataset lives in (the opened file, or an external
-/// link's target; sec2 driver), its user block is accounted for, the type is little-endian IEEE
-/// float16/32/64, and either the layout is contiguous (no external storage, allocated, inside the
-/// file's allocated space) or chunked with only deflate and/or shuffle (every filter applied to
-/// every chunk). Everything else (compact, virtual, external storage, other filters, big-endian,
-/// other float formats, other drivers) goes through H5Dread. Before any row is read, storage that
-/// HDF5 would silently fill is refused (virtual sources missing or too short, external files
-/// missing or short, chunks or contiguous storage never written), naming the rows.
+/// to nearest even). With opt.direct_reads and a little-endian IEEE float16/32/64 type, two
+/// layouts bypass libhdf5's data path: contiguous values (no external storage, allocated, inside
+/// the file's allocated space) are read with pread() on `opt.threads` threads through a copy of
+/// libhdf5's own descriptor of the file the dataset lives in (the opened file, or an external
+/// link's target; sec2 driver), after its user block; chunks filtered with deflate and/or
+/// shuffle only (every filter applied to every chunk) are read by libhdf5 as stored
+/// (H5Dread_chunk) and decoded on those threads. Everything else (compact, virtual, external
+/// storage, other filters, big-endian, other float formats, other drivers) goes through H5Dread.
+/// Before any row is read, storage that HDF5 would silently fill is refused (virtual sources
+/// missing or too short, external files missing or short, chunks or contiguous storage never
+/// written, contiguous storage past the end of the file), naming the rows.
 /// @param buffer  where blocks go; empty: a buffer the reader owns.
 /// @throws Error as read_rows.
 void read_row_blocks(const std::string& path, const std::string& dataset, RowRange range, RowFormat format,

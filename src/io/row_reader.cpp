@@ -6,15 +6,16 @@
 //    dataset's file (H5Dget_offset), split over threads; values converted and checked on the
 //    host. No HDF5 call touches the data, so no library lock and no soft conversion (16 MB/s for
 //    float16).
-//  - chunked with only deflate and/or shuffle: chunk addresses from H5Dget_chunk_info_by_coord
-//    (HDF5 >= 1.10.5) on the calling thread, then per chunk on the threads: pread, inflate
-//    (zlib), unshuffle, convert, check.
+//  - chunked with only deflate and/or shuffle: each chunk's stored bytes through libhdf5
+//    (H5Dread_chunk, HDF5 >= 1.10.5 here) on the calling thread, then per chunk on the threads:
+//    inflate (zlib), unshuffle, convert, check.
 //  - anything else (compact, virtual, external storage, other filters, big-endian, other float
 //    formats): H5Dread of the raw values on the calling thread (HDF5 is not thread-safe here),
 //    then the same conversion and checks on the threads.
-// The direct paths read through a duplicate of libhdf5's own descriptor of the file the dataset
-// lives in, so an external link's target is read, never the link file (open_data_file), and
-// only bytes inside that file's allocated space, after its user block.
+// The contiguous path reads through a duplicate of libhdf5's own descriptor of the file the
+// dataset lives in, so an external link's target is read, never the link file (open_data_file),
+// and only bytes inside that file's allocated space, after its user block; the chunk path lets
+// libhdf5 find and read each chunk.
 // Every check names the global row and column of the first bad value in row-major order, so the
 // message does not depend on the thread count.
 #include <fcntl.h>
@@ -558,19 +559,20 @@ void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string
   SHARDTOPK_EXPECTS(status != H5D_SPACE_STATUS_NOT_ALLOCATED, where,
                     " has no chunk written (its storage was never allocated): ", rows_text(range.lo, range.hi),
                     " would read as ", fill_value_text(dcpl));
-  // Partly written: find the first chunk of our rows that is missing.
+  // Partly written: find the first chunk of our rows that is missing, by the lookup H5Dread
+  // itself uses (H5Dget_chunk_storage_size fails, or gives 0, for a chunk it would fill).
   std::vector<hsize_t> cd(2, 1);
   STK_H5_CHECK(H5Pget_chunk(dcpl, 2, cd.data()), where, ": chunk shape");
   const std::int64_t cr = static_cast<std::int64_t>(cd[0]), cc = static_cast<std::int64_t>(cd[1]);
+  SHARDTOPK_EXPECTS(cr >= 1 && cc >= 1, where, ": chunk shape ", cr, " x ", cc);
 #if H5_VERSION_GE(1, 10, 5)
   for (std::int64_t r0 = range.lo / cr * cr; r0 < range.hi; r0 += cr) {
     for (std::int64_t c0 = 0; c0 < d; c0 += cc) {
       const hsize_t off[2] = {static_cast<hsize_t>(r0), static_cast<hsize_t>(c0)};
-      unsigned mask = 0;
-      haddr_t addr = HADDR_UNDEF;
       hsize_t size = 0;
-      STK_H5_CHECK(H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &size), where, ": chunk at row ", r0);
-      if (addr == HADDR_UNDEF) {
+      const bool stored = H5Dget_chunk_storage_size(ds, off, &size) >= 0 && size > 0;
+      H5Eclear2(H5E_DEFAULT);
+      if (!stored) {
         const std::int64_t lo = std::max(r0, range.lo), hi = std::min({r0 + cr, range.hi, n});
         throw Error(detail::concat(where, ": ", rows_text(lo, hi), " were never written (the chunk at row ", r0,
                                    ", column ", c0, " is not allocated): HDF5 would return ", fill_value_text(dcpl),
@@ -862,13 +864,6 @@ class RowReader {
         return use_hdf5("a filter other than deflate and shuffle (filter " + std::to_string(f) + ")");
       }
     }
-    // Chunk addresses from H5Dget_chunk_info_by_coord are relative to the user block before
-    // HDF5 1.14.4 (HDFGroup/hdf5#3003), absolute from then on.
-#if H5_VERSION_GE(1, 14, 4)
-    chunk_base_ = 0;
-#else
-    chunk_base_ = user_block_;
-#endif
     chunks_.direct = true;
     plan_.method = ReadMethod::kDirectChunks;
 #else
@@ -991,30 +986,34 @@ class RowReader {
   // convert per chunk on the threads. A chunk that straddles two blocks is decoded for each.
   Fault read_chunks(std::int64_t b0, std::int64_t rows, void* dst) {
 #if H5_VERSION_GE(1, 10, 5)
+    // The chunks' stored bytes come from libhdf5 (H5Dread_chunk: the lookup H5Dread itself uses;
+    // H5Dget_chunk_info_by_coord walks the index another way and can disagree with it on a
+    // damaged index), on this thread; inflating, unshuffling and converting them is done here,
+    // on the threads.
     struct Chunk {
       std::int64_t r0, c0;
-      haddr_t addr;
-      hsize_t size;
-      unsigned mask;
+      std::uint32_t mask;
+      size_t slot;  // chunk_raw_ entry holding its bytes
     };
     std::vector<Chunk> list;
     const std::int64_t cr = chunks_.cr, cc = chunks_.cc;
     for (std::int64_t r0 = b0 / cr * cr; r0 < b0 + rows; r0 += cr) {
       for (std::int64_t c0 = 0; c0 < d_; c0 += cc) {
-        Chunk c{r0, c0, HADDR_UNDEF, 0, 0};
         const hsize_t off[2] = {static_cast<hsize_t>(r0), static_cast<hsize_t>(c0)};
-        STK_H5_CHECK(H5Dget_chunk_info_by_coord(ds_.get(), off, &c.mask, &c.addr, &c.size), "'", path_,
-                     "': chunk at row ", r0, ", column ", c0, " of '", info_.name, "'");
-        SHARDTOPK_EXPECTS(c.addr != HADDR_UNDEF, "'", path_, "': dataset '", info_.name, "': ",
+        hsize_t size = 0;
+        const bool stored = H5Dget_chunk_storage_size(ds_.get(), off, &size) >= 0 && size > 0;
+        H5Eclear2(H5E_DEFAULT);
+        SHARDTOPK_EXPECTS(stored, "'", path_, "': dataset '", info_.name, "': ",
                           rows_text(std::max(r0, b0), std::min({r0 + cr, b0 + rows, n_})),
                           " were never written (the chunk at row ", r0, ", column ", c0,
                           " is not allocated): HDF5 would return ", fill_value_text(dcpl_.get()), " for them");
-        c.addr += static_cast<haddr_t>(chunk_base_);  // now a byte offset in the file
-        // A chunk that is not wholly inside the file's allocated space: libhdf5 decides
-        // ("addr overflow"), for this block.
-        const std::int64_t rel = static_cast<std::int64_t>(c.addr) - user_block_;
-        if (rel < 0 || c.size > static_cast<hsize_t>(eoa_) || rel > eoa_ - static_cast<std::int64_t>(c.size))
-          return read_hdf5(b0, rows, dst);
+        // no chunk is larger than the file's allocated space: a damaged size is libhdf5's to judge
+        if (size > static_cast<hsize_t>(eoa_)) return read_hdf5(b0, rows, dst);
+        Chunk c{r0, c0, 0, list.size()};
+        if (chunk_raw_.size() <= c.slot) chunk_raw_.resize(c.slot + 1);
+        chunk_raw_[c.slot].resize(static_cast<size_t>(size));
+        STK_H5_CHECK(H5Dread_chunk(ds_.get(), H5P_DEFAULT, off, &c.mask, chunk_raw_[c.slot].data()), "'", path_,
+                     "': reading the chunk at row ", r0, ", column ", c0, " of '", info_.name, "'");
         list.push_back(c);
       }
     }
@@ -1033,12 +1032,9 @@ class RowReader {
                               rows_text(c.r0, std::min(c.r0 + cr, n_)), "): ", why);
         if (f.before(worst)) worst = f;
       };
-      s.raw.resize(static_cast<size_t>(c.size));
-      std::string err;
-      if (!read_fully(fd_, s.raw.data(), static_cast<size_t>(c.size), static_cast<std::int64_t>(c.addr), &err))
-        return io_fault(err);
-      const unsigned char* data = s.raw.data();
-      size_t have = static_cast<size_t>(c.size);
+      const std::vector<unsigned char>& raw = chunk_raw_[c.slot];
+      const unsigned char* data = raw.data();
+      size_t have = raw.size();
       for (int fi = static_cast<int>(chunks_.filters.size()) - 1; fi >= 0; --fi) {
         if (c.mask & (1u << fi)) continue;  // this filter was skipped for this chunk
         if (chunks_.filters[static_cast<size_t>(fi)] == H5Z_FILTER_DEFLATE) {
@@ -1107,7 +1103,7 @@ class RowReader {
   std::int64_t user_block_ = 0;   // bytes before HDF5's address 0 in the dataset's file
   std::int64_t eoa_ = 0;          // end of the file's allocated space (HDF5 address)
   std::int64_t file_bytes_ = 0;   // size of the dataset's file on disk
-  std::int64_t chunk_base_ = 0;   // added to H5Dget_chunk_info_by_coord's addresses
+  std::vector<std::vector<unsigned char>> chunk_raw_;  // read_chunks: each chunk's stored bytes
   ChunkPlan chunks_;
   int fd_ = -1;                   // duplicate of libhdf5's descriptor of the dataset's file
   std::vector<ThreadScratch> scratch_;

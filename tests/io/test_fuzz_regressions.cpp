@@ -114,6 +114,24 @@ TEST(FuzzRegressions, ContiguousValuesPastTheEndOfTheFileAreRefused) {
   }
 }
 
+// Finding 22 (fuzz_hdf5_differential): a damaged chunk index where H5Dget_chunk_info_by_coord
+// finds the chunk at row 24 while H5Dread's own lookup does not (libhdf5 reads its rows as the
+// fill value, 0). The reader took the first view and read NaN there; it now asks libhdf5's
+// lookup, and refuses those rows as data libhdf5 would fill in, with direct reads on or off.
+TEST(FuzzRegressions, ChunksOnlyTheIndexWalkFindsAreNotRead) {
+  const std::string f =
+      std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/chunk_index_disagrees_with_chunk_lookup.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    opt.chunk_rows = 7;
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{12, 28}, opt); }),
+                ::testing::AllOf(::testing::HasSubstr("rows [24, 28) were never written"),
+                                 ::testing::HasSubstr("HDF5 would return the fill value")));
+    EXPECT_EQ(read_rows(f, "train", RowRange{0, 24}, opt).data.size(), 24u * 5u);
+  }
+}
+
 // Finding 21 (fuzz_hdf5_differential, timeout): a float type damaged to 553,648,136 bytes per
 // value; libhdf5 converts such values one at a time for minutes. The reader refuses it at once.
 TEST(FuzzRegressions, FloatTypeOfHundredsOfMegabytesIsRefused) {
