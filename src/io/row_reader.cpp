@@ -588,6 +588,30 @@ void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string
 
 // ----------------------------------------------------------------------------- the reader
 
+// Why a float type's fields cannot describe a number stored in its bytes (the checks libhdf5
+// makes when a type is built, which a damaged file's type message skips: libhdf5 then converts
+// bits beyond each value, with results that depend on how many values one read converts), or "".
+std::string float_type_fault(hid_t t) {
+  const size_t size = H5Tget_size(t), prec = H5Tget_precision(t);
+  const int off = H5Tget_offset(t);
+  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  if (H5Tget_class(t) != H5T_FLOAT || off < 0 || H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return "its fields cannot be read";
+  }
+  std::ostringstream os;
+  if (prec == 0 || static_cast<size_t>(off) + prec > 8 * size)
+    os << "precision " << prec << " at bit " << off << " in " << size << " bytes";
+  else if (spos >= prec || esize == 0 || epos + esize > prec || msize == 0 || mpos + msize > prec)
+    os << "sign at bit " << spos << ", exponent bits [" << epos << ", " << epos + esize << "), mantissa bits [" << mpos
+       << ", " << mpos + msize << ") in a precision of " << prec << " bits";
+  else if ((spos >= epos && spos < epos + esize) || (spos >= mpos && spos < mpos + msize) ||
+           (epos < mpos + msize && mpos < epos + esize))
+    os << "sign at bit " << spos << ", exponent bits [" << epos << ", " << epos + esize << ") and mantissa bits [" << mpos
+       << ", " << mpos + msize << ") overlap";
+  return os.str();
+}
+
 int resolve_threads(int t) {
   if (t > 0) return t;
 #ifdef _OPENMP
@@ -676,6 +700,9 @@ class RowReader {
     const size_t type_bytes = H5Tget_size(ftype_.get());
     SHARDTOPK_EXPECTS(type_bytes >= 1 && type_bytes <= 16, "'", path, "': dataset '", info_.name, "' has a float type of ",
                       type_bytes, " bytes; expected float16, float32 or float64");
+    const std::string bad_type = float_type_fault(ftype_.get());
+    SHARDTOPK_EXPECTS(bad_type.empty(), "'", path, "': dataset '", info_.name, "' has an invalid float type (", bad_type,
+                      "): the file is damaged");
     dcpl_ = Handle(H5Dget_create_plist(ds_.get()), H5Pclose);
     STK_H5_CHECK(dcpl_.get(), "'", path, "': creation properties of '", info_.name, "'");
     classify_type();

@@ -132,6 +132,20 @@ TEST(FuzzRegressions, ChunksOnlyTheIndexWalkFindsAreNotRead) {
   }
 }
 
+// Finding 24 (fuzz_hdf5_differential): a float type damaged to 3 bytes with a precision of 32
+// bits. libhdf5 converts 4 bytes per 3-byte value, so a value's result depended on the bytes after
+// it in each read (the reader's blocks of 7 rows gave other numbers than a whole read, or NaN).
+// The reader refuses such a type by name.
+TEST(FuzzRegressions, FloatTypeWiderThanItsBytesIsRefused) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/float_type_precision_beyond_size.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{0, 37}, opt); }),
+                ::testing::HasSubstr("has an invalid float type (precision 32 at bit 0 in 3 bytes)"));
+  }
+}
+
 // Finding 21 (fuzz_hdf5_differential, timeout): a float type damaged to 553,648,136 bytes per
 // value; libhdf5 converts such values one at a time for minutes. The reader refuses it at once.
 TEST(FuzzRegressions, FloatTypeOfHundredsOfMegabytesIsRefused) {
