@@ -3,12 +3,14 @@
 //
 //   build/bench/ingest_bench -f /tmp/f32.h5 [-d train] [-r ROWS] [-c CHUNK_ROWS] [-t THREADS]
 //                            [-n ITERS] [-w WARMUP] [--blocks [--as-f32] | --vector]
+//                            [--hdf5-only] [--no-f16c]
 //
 // -r reads the first ROWS rows (default: all); -t is the reader's thread count (0 = all cores).
 // Default: read_rows_into a fresh `new float[]` (what ShardedIndex does); --vector: read_rows
 // into a HostMatrix (its std::vector is zeroed on one thread first); --blocks: stream the rows
 // through read_row_blocks (the engine seam: float16 datasets as raw bits, or float32 with
-// --as-f32) into a reused buffer.
+// --as-f32) into a reused buffer. --hdf5-only: every read through H5Dread (io.direct_reads false);
+// --no-f16c: the portable float16 conversion (io.f16c false).
 // MB/s counts bytes of the dataset as stored (rows x dim x element size on disk), so float16 and
 // float32 rates compare per byte read. The file should be in the page cache (a warm-up run puts
 // it there when it fits in memory).
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
   std::string path, dataset = "train";
   long long rows = -1, chunk = 65536;
   int threads = 0, iters = 3, warmup = 1;
-  bool blocks = false, into = true, as_f32 = false;
+  bool blocks = false, into = true, as_f32 = false, direct = true, f16c = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -58,9 +60,11 @@ int main(int argc, char** argv) {
     else if (a == "-w") warmup = std::atoi(next());
     else if (a == "--blocks") blocks = true, into = false;
     else if (a == "--vector") into = false;
+    else if (a == "--hdf5-only") direct = false;
+    else if (a == "--no-f16c") f16c = false;
     else if (a == "--as-f32") as_f32 = true;
     else {
-      std::fprintf(stderr, "usage: %s -f FILE [-d DATASET] [-r ROWS] [-c CHUNK_ROWS] [-t THREADS] [-n ITERS] [-w WARMUP] [--blocks [--as-f32] | --vector]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -f FILE [-d DATASET] [-r ROWS] [-c CHUNK_ROWS] [-t THREADS] [-n ITERS] [-w WARMUP] [--blocks [--as-f32] | --vector] [--hdf5-only] [--no-f16c]\n", argv[0]);
       return 2;
     }
   }
@@ -93,12 +97,16 @@ int main(int argc, char** argv) {
       (void)blocks;
       (void)into;
       (void)as_f32;
+      (void)direct;
+      (void)f16c;
       const HostMatrix m = read_rows(path, dataset, RowRange{0, n}, chunk);
       check = m.data.empty() ? 0 : m.data[m.data.size() / 2];
 #else
       ReadOptions opt;
       opt.chunk_rows = chunk;
       opt.threads = threads;
+      opt.direct_reads = direct;
+      opt.f16c = f16c;
       if (into) {
         std::unique_ptr<float[]> out(new float[static_cast<size_t>(n * d)]);
         read_rows_into(path, dataset, RowRange{0, n}, opt, out.get());

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# libFuzzer run of the config loader and the HDF5 metadata checks, bounded in time.
-#   launch/fuzz.sh                  # install clang if missing, build build-fuzz/, fuzz 2 × 50 s
-#   FUZZ_SECONDS=300 launch/fuzz.sh # longer runs (per target)
-# Seeds: fuzz/corpus/{config,hdf5} (read-only here: new inputs go to build-fuzz/corpus-*).
+# libFuzzer run of the config loader, the HDF5 metadata checks and the row reader against
+# libhdf5, bounded in time.
+#   launch/fuzz.sh                  # install clang if missing, build build-fuzz/, fuzz 50 + 50 + 40 s
+#   FUZZ_SECONDS=300 FUZZ_DIFF_SECONDS=300 launch/fuzz.sh  # longer runs (per target)
+# Seeds: fuzz/corpus/{config,hdf5} (read-only here: new inputs go to build-fuzz/corpus-*), and
+# for fuzz_hdf5_differential the valid files of testing/hdf5_matrix.hpp, written by
+# make_hdf5_seeds into build-fuzz/seeds-hdf5_diff.
 # A crash, a sanitizer report or a timeout fails the script and leaves the input in
 # build-fuzz/artifacts/; turn it into a regular test (see fuzz/README.md).
 set -euo pipefail
@@ -13,12 +16,15 @@ PACKAGES=(clang libclang-rt-dev)
 apt_install_missing "${PACKAGES[@]}"
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-50}
+DIFF_SECONDS=${FUZZ_DIFF_SECONDS:-40}
 echo "== configuring $BUILD_DIR (clang, libFuzzer + ASan + UBSan)"
 mkdir -p "$BUILD_DIR"
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DSHARDTOPK_CUDA=OFF -DSHARDTOPK_TESTS=OFF \
   -DSHARDTOPK_BENCH=OFF -DSHARDTOPK_FUZZ=ON -DCMAKE_BUILD_TYPE=None >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target fuzz_config fuzz_hdf5_meta
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target fuzz_config fuzz_hdf5_meta fuzz_hdf5_differential make_hdf5_seeds
+rm -rf "$BUILD_DIR/seeds-hdf5_diff"
+"$BUILD_DIR/fuzz/make_hdf5_seeds" --differential "$BUILD_DIR/seeds-hdf5_diff"
 # allocator_may_return_null: a damaged size field makes libhdf5 ask for terabytes; in production
 # malloc returns NULL and HDF5 reports an error, so let ASan do the same. max_allocation_size_mb:
 # the same for any block of 1 GiB or more (libhdf5 asks for 3–21 GB on damaged superblocks):
@@ -40,15 +46,17 @@ rc=0
 # goes on (up to 20 restarts within the time budget); so is an RSS out-of-memory report that
 # ASan's live-heap profile explains and puts in libhdf5 (fuzz/classify.awk); any other report
 # fails the job.
-# fuzz_hdf5_meta runs without leak detection: libhdf5 keeps free lists and metadata-cache state
+# The HDF5 targets run without leak detection: libhdf5 keeps free lists and metadata-cache state
 # between files that LeakSanitizer reports as leaks almost every few seconds (finding 6), and
-# shardtopk's HDF5 handles are RAII-closed; fuzz_config keeps it.
-for t in config:fuzz_config:1 hdf5:fuzz_hdf5_meta:0; do
-  IFS=: read -r seeds bin leaks <<<"$t"
-  work="$BUILD_DIR/corpus-$seeds"
+# shardtopk's HDF5 handles are RAII-closed; fuzz_config keeps it. fuzz_hdf5_differential aborts
+# when the reader and libhdf5 disagree on a file (fuzz/README.md): its report's stack is ours.
+for t in "fuzz/corpus/config:fuzz_config:1:$SECONDS_PER_TARGET" "fuzz/corpus/hdf5:fuzz_hdf5_meta:0:$SECONDS_PER_TARGET" \
+         "$BUILD_DIR/seeds-hdf5_diff:fuzz_hdf5_differential:0:$DIFF_SECONDS"; do
+  IFS=: read -r seed_dir bin leaks budget <<<"$t"
+  work="$BUILD_DIR/corpus-${bin#fuzz_}"
   mkdir -p "$work"
-  echo "== $bin: ${SECONDS_PER_TARGET} s from fuzz/corpus/$seeds"
-  end=$((SECONDS + SECONDS_PER_TARGET))
+  echo "== $bin: ${budget} s from $seed_dir"
+  end=$((SECONDS + budget))
   for attempt in $(seq 1 20); do
     left=$((end - SECONDS))
     (( left > 0 )) || break
@@ -56,7 +64,7 @@ for t in config:fuzz_config:1 hdf5:fuzz_hdf5_meta:0; do
     rm -f "$BUILD_DIR"/artifacts/"$bin"-*
     # A fixed seed (FUZZ_SEED; 0 lets libFuzzer choose) on a fresh work corpus: the same start,
     # but not an exactly repeatable run (fuzz/README.md).
-    if ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=$leaks" "$BUILD_DIR/fuzz/$bin" "$work" "fuzz/corpus/$seeds" -max_total_time="$left" -timeout=10 \
+    if ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=$leaks" "$BUILD_DIR/fuzz/$bin" "$work" "$seed_dir" -max_total_time="$left" -timeout=10 \
         -seed="$(( ${FUZZ_SEED:-1} + attempt - 1 ))" \
         -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -detect_leaks="$leaks" \
         -artifact_prefix="$BUILD_DIR/artifacts/$bin-" >"$log" 2>&1; then

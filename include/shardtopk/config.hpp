@@ -23,6 +23,8 @@
 /// | engine.scan_schedule | string | auto                           | auto, blocked, persistent       |
 /// | engine.search_path  | string | auto                            | auto, scan, gemm (tests)        |
 /// | engine.cpu_isa      | string | auto                            | auto, avx512, avx2, portable    |
+/// | io.direct_reads     | bool   | true                            | true, false (false: H5Dread only) |
+/// | io.f16c             | bool   | true                            | true, false (false: portable float16 conversion) |
 /// | comm.backend        | string | auto                            | auto, mpi, nccl                 |
 /// | comm.timeout_s      | number | 60                              | > 0                             |
 /// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
@@ -45,7 +47,7 @@
 /// | storage.max_pending_bytes | int | 268435456                    | 4096 .. 2^40 (queued, unwritten)|
 /// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
 ///
-/// Booleans: true/false (also yes/no, on/off, 1/0). docs/OPERATIONS.md explains the engine.*
+/// Booleans: true or false. docs/OPERATIONS.md explains the engine.*
 /// tuning keys and testing.fault; docs/SERVING.md ("Limits") the service keys.
 ///
 /// (¹) search.metric also accepts the ann-benchmarks distance names as deprecated aliases:
@@ -115,6 +117,12 @@ struct TestingConfig {
   FaultSpec fault;
 };
 
+/// Corpus reading (ReadOptions in corpus_io.hpp). The read threads are engine.threads.
+struct IoConfig {
+  bool direct_reads = true;  ///< pread of proven contiguous/chunked bytes; false: every read through H5Dread
+  bool f16c = true;          ///< F16C float16 conversion where the CPU has it (same bits either way)
+};
+
 struct CommConfig {
   CommBackend backend = CommBackend::kAuto;
   double timeout_s = 60.0;
@@ -142,6 +150,7 @@ struct Config {
   CorpusConfig corpus;
   SearchConfig search;
   EngineConfig engine;
+  IoConfig io;
   CommConfig comm;
   ServiceConfig service;
   StorageConfig storage;

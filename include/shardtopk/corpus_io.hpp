@@ -69,6 +69,28 @@ struct ReadOptions {
   /// The engine's storage type: a finite value that it cannot hold (|x| > 65504 for float16) is
   /// refused as "out of range of float16" here, with its row and column, instead of becoming inf.
   Dtype storage = Dtype::kFloat32;
+  /// Read contiguous datasets straight from the dataset's file (pread on `threads` threads) where
+  /// the reader has proven that those bytes are the dataset's, and decode deflate/shuffle chunks
+  /// on `threads` threads (see read_row_blocks); false: every read goes through H5Dread.
+  /// Config key io.direct_reads.
+  bool direct_reads = true;
+  /// Convert float16 <-> float32 with the CPU's F16C instructions where it has them; false: the
+  /// portable conversion (same bits, slower). Config key io.f16c.
+  bool f16c = true;
+};
+
+/// How read_row_blocks reads a dataset (plan_row_reads).
+enum class ReadMethod {
+  kDirectContiguous,  ///< pread of the contiguous values from the dataset's file
+  kDirectChunks,      ///< each chunk's stored bytes from libhdf5 (H5Dread_chunk), inflate/unshuffle here
+  kHdf5,              ///< H5Dread (libhdf5 reads, decodes and converts)
+};
+
+/// The reading method chosen for a dataset, and why.
+struct ReadPlan {
+  ReadMethod method = ReadMethod::kHdf5;
+  std::string file;    ///< the file libhdf5 found the dataset in (an external link's target, say)
+  std::string reason;  ///< kHdf5: why the direct methods do not apply; empty otherwise
 };
 
 /// One block of rows handed to a RowBlockSink: [rows, cols] row-major, `format` values (4 or 2
@@ -92,17 +114,27 @@ using RowBlockSink = std::function<void(const RowBlock&)>;
 using RowBlockBuffer = std::function<void*(std::int64_t first_row, std::int64_t rows)>;
 
 /// Stream rows [range.lo, range.hi) of a 2-D float16/float32/float64 dataset in blocks of
-/// `opt.chunk_rows` rows. Contiguous little-endian datasets are read with pread() straight from
-/// the file on `opt.threads` threads (no HDF5 type conversion; float16 is converted on the host
-/// with F16C where the CPU has it); chunked datasets filtered with deflate and/or shuffle only
-/// have their chunks read and decompressed on those threads; anything else (other filters,
-/// big-endian, external storage, virtual datasets) goes through H5Dread. Before any row is read,
-/// storage that HDF5 would silently fill is refused (virtual sources missing or too short,
-/// external files missing or short, chunks or contiguous storage never written), naming the rows.
+/// `opt.chunk_rows` rows, with the values libhdf5's H5Dread gives (float64 rounded to float32,
+/// to nearest even). With opt.direct_reads and a little-endian IEEE float16/32/64 type, two
+/// layouts bypass libhdf5's data path: contiguous values (no external storage, allocated, inside
+/// the file's allocated space) are read with pread() on `opt.threads` threads through a copy of
+/// libhdf5's own descriptor of the file the dataset lives in (the opened file, or an external
+/// link's target; sec2 driver), after its user block; chunks filtered with deflate and/or
+/// shuffle only (every filter applied to every chunk) are read by libhdf5 as stored
+/// (H5Dread_chunk) and decoded on those threads. Everything else (compact, virtual, external
+/// storage, other filters, big-endian, other float formats, other drivers) goes through H5Dread.
+/// Before any row is read, storage that HDF5 would silently fill is refused (virtual sources
+/// missing or too short, external files missing or short, chunks or contiguous storage never
+/// written, contiguous storage past the end of the file), naming the rows.
 /// @param buffer  where blocks go; empty: a buffer the reader owns.
 /// @throws Error as read_rows.
 void read_row_blocks(const std::string& path, const std::string& dataset, RowRange range, RowFormat format,
                      const ReadOptions& opt, const RowBlockSink& sink, const RowBlockBuffer& buffer = {});
+
+/// The method read_row_blocks would use for `dataset` with `opt` (opt.direct_reads, and the
+/// proof described there), without reading any row.
+/// @throws Error as read_rows for a missing or unsuitable dataset.
+ReadPlan plan_row_reads(const std::string& path, const std::string& dataset, const ReadOptions& opt = {});
 
 /// Read rows [range.lo, range.hi) of a 2-D floating-point dataset (float16/32/64, contiguous
 /// or chunked/compressed) as float32, `opt.chunk_rows` rows at a time (read_row_blocks into the

@@ -35,9 +35,9 @@ double parse_positive_double(const std::string& key, const std::string& v, const
 }
 
 bool parse_bool(const std::string& key, const std::string& v, const std::string& where) {
-  if (v == "true" || v == "yes" || v == "on" || v == "1") return true;
-  if (v == "false" || v == "no" || v == "off" || v == "0") return false;
-  throw Error(where + "key '" + key + "': '" + v + "' is not a boolean (allowed: true, false)");
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw Error(where + "key '" + key + "': expected true or false, got '" + v + "'");
 }
 
 std::string nonempty(const std::string& key, const std::string& v, const std::string& where) {
@@ -117,6 +117,12 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"engine.read_chunk_rows", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.read_chunk_rows = parse_int("engine.read_chunk_rows", v, 1, 1LL << 31, w);
+       }},
+      {"io.direct_reads", [](Config& c, const std::string& v, const std::string& w) {
+         c.io.direct_reads = parse_bool("io.direct_reads", v, w);
+       }},
+      {"io.f16c", [](Config& c, const std::string& v, const std::string& w) {
+         c.io.f16c = parse_bool("io.f16c", v, w);
        }},
       {"engine.cuda_graphs", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.cuda_graphs = parse_bool("engine.cuda_graphs", v, w);
@@ -400,6 +406,10 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "scan_schedule" << YAML::Value << to_string(c.engine.scan_schedule);
   out << YAML::Key << "search_path" << YAML::Value << to_string(c.engine.search_path);
   out << YAML::Key << "cpu_isa" << YAML::Value << to_string(c.engine.cpu_isa);
+  out << YAML::EndMap;
+  out << YAML::Key << "io" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "direct_reads" << YAML::Value << c.io.direct_reads;
+  out << YAML::Key << "f16c" << YAML::Value << c.io.f16c;
   out << YAML::EndMap;
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "backend" << YAML::Value << to_string(c.comm.backend);

@@ -227,6 +227,8 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     ropt.chunk_rows = cfg.engine.read_chunk_rows;
     ropt.threads = resolve_threads(cfg, host_comm->local_size());
     ropt.label = "corpus row";
+    ropt.direct_reads = cfg.io.direct_reads;
+    ropt.f16c = cfg.io.f16c;
     // Values the engine's storage cannot hold are refused by name (cosine rows are normalised
     // first, so only float32's range applies to them).
     ropt.storage = metric == Metric::kCosine ? Dtype::kFloat32 : cfg.engine.dtype;

@@ -140,6 +140,31 @@ TEST(Config, LoadsFromFile) {
   EXPECT_EQ(c.source, dir.file("c.yaml"));
 }
 
+// io.*: the corpus reader's options (ReadOptions), booleans written true or false.
+TEST(Config, IoKeysParseDefaultAndRoundTrip) {
+  const Config def = parse_config("corpus:\n  path: x.h5\n");
+  EXPECT_TRUE(def.io.direct_reads);
+  EXPECT_TRUE(def.io.f16c);
+  const Config c = parse_config("corpus: {path: x.h5}\nio:\n  direct_reads: false\n  f16c: false\n", "io.yaml");
+  EXPECT_FALSE(c.io.direct_reads);
+  EXPECT_FALSE(c.io.f16c);
+  const Config d = parse_config(to_yaml(c), "again");
+  EXPECT_FALSE(d.io.direct_reads);
+  EXPECT_FALSE(d.io.f16c);
+  EXPECT_TRUE(parse_config(to_yaml(def), "again").io.direct_reads);
+  Config o = def;
+  apply_override(o, "io.direct_reads=false");
+  EXPECT_FALSE(o.io.direct_reads);
+  EXPECT_TRUE(o.io.f16c);
+  apply_override(o, "io.f16c=false");
+  apply_override(o, "io.direct_reads=true");
+  EXPECT_TRUE(o.io.direct_reads);
+  EXPECT_FALSE(o.io.f16c);
+  EXPECT_THAT(error_of([&] { apply_override(o, "io.f16c=0"); }),
+              AllOf(HasSubstr("io.f16c"), HasSubstr("expected true or false"), HasSubstr("'0'")));
+  EXPECT_FALSE(o.io.f16c) << "a refused value changes nothing";
+}
+
 // ------------------------------------------------------------------------------ errors
 
 struct BadConfig {
@@ -197,6 +222,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"small_inflight", "service:\n  max_inflight_bytes: 1000\n", {"service.max_inflight_bytes", "1000"}},
         BadConfig{"negative_drain", "service:\n  drain_timeout_s: -1\n", {"service.drain_timeout_s", "-1", "0 .. 3600"}},
         BadConfig{"fast_heartbeat", "service:\n  heartbeat_ms: 1\n", {"service.heartbeat_ms", "1 out of range"}},
+        BadConfig{"io_direct_reads_word", "io:\n  direct_reads: maybe\n", {"io.direct_reads", "expected true or false", "'maybe'"}},
+        BadConfig{"io_f16c_number", "io:\n  f16c: 2\n", {"io.f16c", "'2'"}},
+        BadConfig{"io_f16c_empty", "io:\n  f16c:\n", {"io.f16c", "''"}},
+        BadConfig{"io_unknown_key", "io:\n  threads: 2\n", {"unknown key 'io.threads'"}},
         BadConfig{"not_a_mapping", "- a\n- b\n", {"expected a mapping"}},
         BadConfig{"invalid_yaml", "search: {k_max: 3\n", {"invalid YAML"}}),
     [](const ::testing::TestParamInfo<BadConfig>& i) { return std::string(i.param.name); });

@@ -399,23 +399,11 @@ hid_t half_type() {
   return t;
 }
 
-// Sets an environment variable for one scope (unset again even when an ASSERT returns early).
-struct ScopedEnv {
-  explicit ScopedEnv(const char* name, bool on = true) : name_(name), on_(on) {
-    if (on_) setenv(name_, "1", 1);
-  }
-  ~ScopedEnv() {
-    if (on_) unsetenv(name_);
-  }
-  const char* name_;
-  bool on_;
-};
-
 struct PathCase {
   const char* what;
   int disk;      // 0 float16, 1 float32 LE, 2 float64, 3 float32 big-endian
   int layout;    // 0 contiguous, 1 chunked (4 rows x 2 cols), 2 chunked shuffle+deflate, 3 fletcher32+deflate
-  bool hdf5_only;  // SHARDTOPK_IO_HDF5_ONLY: the H5Dread path
+  bool hdf5_only;  // ReadOptions::direct_reads off: the H5Dread path
 };
 std::ostream& operator<<(std::ostream& os, const PathCase& c) { return os << c.what << (c.hdf5_only ? " (H5Dread)" : ""); }
 
@@ -426,7 +414,6 @@ class ReaderPaths : public ::testing::TestWithParam<PathCase> {};
 // for every split, block size and thread count.
 TEST_P(ReaderPaths, SameValuesEveryPathSplitAndThreadCount) {
   const PathCase c = GetParam();
-  ScopedEnv hdf5_only("SHARDTOPK_IO_HDF5_ONLY", c.hdf5_only);
   test::TempDir dir;
   const std::string path = dir.file("p.h5");
   const std::int64_t rows = 29, cols = 5;
@@ -452,6 +439,7 @@ TEST_P(ReaderPaths, SameValuesEveryPathSplitAndThreadCount) {
           ReadOptions opt;
           opt.chunk_rows = block;
           opt.threads = threads;
+          opt.direct_reads = !c.hdf5_only;
           const HostMatrix m = read_rows(path, "train", rr, opt);
           ASSERT_EQ(m.data, std::vector<float>(expect.begin() + rr.lo * cols, expect.begin() + rr.hi * cols))
               << "threads " << threads << " block " << block << " P=" << world << " rank " << r;
@@ -506,8 +494,8 @@ TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
   write_with_dcpl(path, "train", ht, bits.size() / 8, 8, H5P_DEFAULT, &vals);
   H5Tclose(ht);
   for (bool f16c : {true, false}) {
-    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
     ReadOptions opt;
+    opt.f16c = f16c;
     opt.threads = 2;
     opt.chunk_rows = 1000;
     const HostMatrix m = read_rows(path, "train", RowRange{0, static_cast<std::int64_t>(bits.size() / 8)}, opt);
@@ -529,9 +517,9 @@ TEST(CorpusIo, EveryFiniteFloat16ConvertsExactlyWithAndWithoutF16c) {
   write_with_dcpl(path, "bad", ht, 40, 8, H5P_DEFAULT, &bad);
   H5Tclose(ht);
   for (bool f16c : {true, false}) {
-    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
     for (RowFormat fmt : {RowFormat::kFloat32, RowFormat::kFloat16Bits}) {
       ReadOptions opt;
+      opt.f16c = f16c;
       opt.label = "corpus row";
       EXPECT_THAT(error_of([&] { read_row_blocks(path, "bad", RowRange{0, 40}, fmt, opt, [](const RowBlock&) {}); }),
                   AllOf(HasSubstr("corpus row 5 "), HasSubstr("non-finite value (-inf)"), HasSubstr("column 3")))
@@ -561,9 +549,9 @@ TEST(CorpusIo, Float32ToFloat16BitsRoundsLikeTheEngine) {
     w.write_f32("train", v.data(), static_cast<std::int64_t>(v.size() / 4), 4);
   }
   for (bool f16c : {true, false}) {
-    ScopedEnv no_f16c("SHARDTOPK_NO_F16C", !f16c);
     std::vector<std::uint16_t> got;
     ReadOptions opt;
+    opt.f16c = f16c;
     opt.threads = 2;
     read_row_blocks(path, "train", RowRange{0, static_cast<std::int64_t>(v.size() / 4)}, RowFormat::kFloat16Bits, opt,
                     [&](const RowBlock& b) {

@@ -1,6 +1,7 @@
 // Every input the fuzzers (fuzz/) found that broke shardtopk's contract, replayed through the
 // same harness code in every build: it must end with shardtopk::Error or success, promptly (the
-// harness aborts on any other outcome). fuzz/regressions/{config,hdf5}/ hold the inputs;
+// harness aborts on any other outcome, fuzz_hdf5_differential also when the reader and libhdf5
+// disagree). fuzz/regressions/{config,hdf5,hdf5_diff}/ hold the inputs;
 // fuzz/regressions/libhdf5/ holds inputs that crash libhdf5 itself and are not replayed here
 // (fuzz/README.md).
 #include <gmock/gmock.h>
@@ -19,6 +20,11 @@
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_hdf5_one
 #include "../../fuzz/fuzz_hdf5_meta.cpp"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_hdf5_diff_one
+#define LLVMFuzzerInitialize fuzz_hdf5_diff_init
+#include "../../fuzz/fuzz_hdf5_differential.cpp"
+#undef LLVMFuzzerInitialize
 #undef LLVMFuzzerTestOneInput
 
 #include "shardtopk/corpus_io.hpp"
@@ -79,6 +85,79 @@ TEST(FuzzClassifier, SortsEachLogAsItsNameSays) {
   EXPECT_GT(seen[1], 0) << "no ours__ cases";
 }
 TEST(FuzzRegressions, Hdf5Inputs) { replay("hdf5", fuzz_hdf5_one); }
+
+// The differential harness's prefix variables must be set before libhdf5 starts (it reads them
+// once); its files are written on first use.
+const bool kDiffPrefixEnvironment = (test::h5m::set_prefix_environment(), true);
+
+TEST(FuzzRegressions, Hdf5DifferentialInputs) {
+  ASSERT_TRUE(kDiffPrefixEnvironment);
+  ASSERT_EQ(fuzz_hdf5_diff_init(nullptr, nullptr), 0);
+  replay("hdf5_diff", fuzz_hdf5_diff_one);
+}
+
+// Finding 18 (fuzz_hdf5_differential): a contiguous float16 dataset whose values run past the
+// end of the file's allocated space. libhdf5 read the whole dataset with zeros for rows
+// [24, 37) and failed on a hyperslab there; the reader now refuses those rows by name, and reads
+// the rows before them.
+TEST(FuzzRegressions, ContiguousValuesPastTheEndOfTheFileAreRefused) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/contiguous_past_end_of_file.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{0, 37}, opt); }),
+                ::testing::AllOf(::testing::HasSubstr("damaged or cut short"), ::testing::HasSubstr("rows [24, 37)"),
+                                 ::testing::HasSubstr("zeros")));
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{20, 30}, opt); }),
+                ::testing::HasSubstr("rows [24, 30)"));
+    EXPECT_EQ(read_rows(f, "train", RowRange{0, 24}, opt).data.size(), 24u * 5u);
+  }
+}
+
+// Finding 22 (fuzz_hdf5_differential): a damaged chunk index where H5Dget_chunk_info_by_coord
+// finds the chunk at row 24 while H5Dread's own lookup does not (libhdf5 reads its rows as the
+// fill value, 0). The reader took the first view and read NaN there; it now asks libhdf5's
+// lookup, and refuses those rows as data libhdf5 would fill in, with direct reads on or off.
+TEST(FuzzRegressions, ChunksOnlyTheIndexWalkFindsAreNotRead) {
+  const std::string f =
+      std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/chunk_index_disagrees_with_chunk_lookup.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    opt.chunk_rows = 7;
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{12, 28}, opt); }),
+                ::testing::AllOf(::testing::HasSubstr("rows [24, 28) were never written"),
+                                 ::testing::HasSubstr("HDF5 would return the fill value")));
+    EXPECT_EQ(read_rows(f, "train", RowRange{0, 24}, opt).data.size(), 24u * 5u);
+  }
+}
+
+// Finding 24 (fuzz_hdf5_differential): a float type damaged to 3 bytes with a precision of 32
+// bits. libhdf5 converts 4 bytes per 3-byte value, so a value's result depended on the bytes after
+// it in each read (the reader's blocks of 7 rows gave other numbers than a whole read, or NaN).
+// The reader refuses such a type by name.
+TEST(FuzzRegressions, FloatTypeWiderThanItsBytesIsRefused) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/float_type_precision_beyond_size.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{0, 37}, opt); }),
+                ::testing::HasSubstr("has an invalid float type (precision 32 at bit 0 in 3 bytes)"));
+  }
+}
+
+// Finding 21 (fuzz_hdf5_differential, timeout): a float type damaged to 553,648,136 bytes per
+// value; libhdf5 converts such values one at a time for minutes. The reader refuses it at once.
+TEST(FuzzRegressions, FloatTypeOfHundredsOfMegabytesIsRefused) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/float_type_of_553mb_per_value.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{0, 37}, opt); }),
+                ::testing::AllOf(::testing::HasSubstr("float type of 553648136 bytes"),
+                                 ::testing::HasSubstr("expected float16, float32 or float64")));
+  }
+}
 
 // Finding 1 (fuzz_hdf5_meta, timeout): on a damaged root object header H5Oget_info failed;
 // inspect_file ignored that and looped over the uninitialised attribute count (billions of
