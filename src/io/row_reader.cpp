@@ -1,5 +1,5 @@
-// Reading one rank's rows of a 2-D float dataset at storage speed (issue 9) without letting
-// HDF5 substitute data for what is missing (issue 10, item 2).
+// Reading one rank's rows of a 2-D float dataset at storage speed (docs/PERFORMANCE.md,
+// "Ingestion") without letting HDF5 substitute data for what is missing (DESIGN.md invariant 8).
 //
 // Paths, chosen per dataset:
 //  - contiguous, little-endian IEEE float16/32/64: pread() of the raw bytes straight from the
