@@ -962,7 +962,7 @@ std::int64_t read_rows_into(const std::string& path, const std::string& dataset,
   RowReader r(path, dataset, range, RowFormat::kFloat32, opt);
   const std::int64_t d = r.cols();
   // No MADV_HUGEPAGE on `out`: with THP defrag "madvise" (Debian's default) its faults compact
-  // memory synchronously; measured 1.5-2x slower on the 2-core VM.
+  // memory synchronously; measured 1.5-2x slower on the 2-core VM (docs/PERFORMANCE.md, "Ingest").
   r.run([](const RowBlock&) {},
         [&](std::int64_t first_row, std::int64_t) -> void* { return out + (first_row - range.lo) * d; });
   return d;
