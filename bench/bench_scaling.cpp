@@ -1,4 +1,4 @@
-// bench_scaling: scaling by rank count (issue 9). Strong (-N) or weak (--rows-per-rank) scaling
+// bench_scaling: scaling by rank count. Strong (-N) or weak (--rows-per-rank) scaling
 // of one corpus shape; per configuration latency, QPS, scan GB/s per GPU, the time split into
 // broadcast / scan / all-gather / merge, efficiency against one rank and #wrong.
 #include "bench_main.hpp"

@@ -1,4 +1,4 @@
-// bench_search: the kernel benchmark (issues 6 and 7). One process per rank (one rank per GPU,
+// bench_search: the kernel benchmark (batch 1 and batched). One process per rank (one rank per GPU,
 // CPU ranks where none); sweeps N, D, dtype, K and B; per configuration host-to-host p50/p99,
 // device-only search time, QPS, TFLOP/s, fraction of the read floor and #wrong.
 #include "bench_main.hpp"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Join shardtopk's benchmark JSON lines (bench_search / bench_scaling) with PyTorch's
-(torch_baseline.py eager + graph, torch_sharded.py) into issue 6's table: N, D, dtype, K, B,
+(torch_baseline.py eager + graph, torch_sharded.py) into one table: N, D, dtype, K, B,
 ranks, our p50/p99 host to host and device-only (µs), PyTorch eager and CUDA-graph p50 (µs,
 one GPU) and torch.distributed p50 at the same rank count, ratio (best PyTorch p50 / our p50:
 > 1 means we are faster), fraction of the read floor (device-only, per rank) and #wrong.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer over the GPU test binaries (issue 10, "Also"): memcheck (out-of-bounds and
+# compute-sanitizer over the GPU test binaries: memcheck (out-of-bounds and
 # misaligned device accesses, leaks of device allocations), racecheck (shared-memory races),
 # synccheck (illegal __syncthreads) and initcheck (reads of uninitialised device memory).
 # Run it on the GPU machine (not in CI: no GPU there):

@@ -1,5 +1,5 @@
-// bench_gemm_algos: how fast can the batched path's GEMM stream a float16 shard? (bench/NOTES.md,
-// "Sixth session"). The batched engine multiplies [batch, D] float16 queries by chunks of shard
+// bench_gemm_algos: how fast can the batched path's GEMM stream a float16 shard? (docs/PERFORMANCE.md)
+// The batched engine multiplies [batch, D] float16 queries by chunks of shard
 // rows with cuBLAS (float32 accumulation, float16 output): S[q, i] = Σ_d Q[q, d] · X[r0 + i, d].
 // At batch ≤ 64 that GEMM is bound by reading the rows (D · 2 bytes per row), so its rate in
 // bytes per second is the number that matters. This program times, over a generated shard of

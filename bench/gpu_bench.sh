@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The benchmarks of issues 6, 7 and 9 on a GPU machine, in ONE call (≤ 10 minutes): bench_search
+# The GPU benchmarks (batch 1, batched, scaling) in ONE call (≤ 10 minutes): bench_search
 # (kernel view) and the PyTorch baseline on the same generated corpus, bench_scaling at -np 1 and
 # -np 2 with the torch.distributed baseline, then the joined table (compare.py), the paper model
 # (model.py) and plots when matplotlib is there. Builds nothing (build first, e.g. with
 # bench/gpu_run.sh's STAGES=build or cmake --build build-gpu).
 #
 # usage: bench/gpu_bench.sh [OUTDIR]        (default ./results/gpu_bench)
-# env:   SWEEP=quick|full   quick (default): ≈ 3-4 min on 2 H200s. full: issue 6's and 7's whole
+# env:   SWEEP=quick|full   quick (default): ≈ 3-4 min on 2 H200s. full: the whole batch-1 and batched
 #                           sweeps; too long for one call, so run it by PART (one call each):
 #        PART=all|search|batched|scaling   (default all; with SWEEP=full pick one per call)
 #        BUILD_DIR=build-gpu   where bench_search/bench_scaling were built
@@ -117,20 +117,20 @@ if [[ "$HR" == auto ]]; then
 fi
 COMMON+=(--host-rows "$HR"); BCOMMON+=(--host-rows "$HR")
 
-# ---------------------------------------------------------------- issue 6: batch 1, ranks 1 and 2
+# ---------------------------------------------------------------- batch 1, ranks 1 and 2
 OURS=$OUTDIR/ours.jsonl TORCH=$OUTDIR/torch.jsonl SCAL=$OUTDIR/scaling.jsonl
 if part search; then
   run search_np1 240 "${MPI[@]}" -np 1 "$BS" -N "$S_N" -d "$S_D" -t "$S_T" -k "$S_K" -B "$S_B" "${COMMON[@]}" -J "$OURS" --tag search
   (( NP2 )) && run search_np2 200 "${MPI[@]}" -np 2 "$BS" -N "$S_N" -d "$S_D" -t "$S_T" -k "$S_K" -B "$S_B" "${COMMON[@]}" -J "$OURS" --tag search
   (( HAVE_TORCH )) && run torch_search 200 $PY bench/torch_baseline.py --generated -N "$S_N" -d "$S_D" -t "$S_T" -k "$S_K" -B "$S_B" -n "$ITERS" -w "$WARMUP" -J "$TORCH" --tag search
 fi
-# ---------------------------------------------------------------- issue 7: batched
+# ---------------------------------------------------------------- batched
 if part batched; then
   run batched_np1 200 "${MPI[@]}" -np 1 "$BS" -N "$B_N" -d "$B_D" -t "$B_T" -k "$B_K" -B "$B_B" "${BCOMMON[@]}" -J "$OURS" --tag batched
   (( NP2 )) && run batched_np2 200 "${MPI[@]}" -np 2 "$BS" -N "$B_N" -d "$B_D" -t "$B_T" -k "$B_K" -B "$B_B" "${BCOMMON[@]}" -J "$OURS" --tag batched
   (( HAVE_TORCH )) && run torch_batched 200 $PY bench/torch_baseline.py --generated -N "$B_N" -d "$B_D" -t "$B_T" -k "$B_K" -B "$B_B" -n "$B_ITERS" -w 2 -J "$TORCH" --tag batched
 fi
-# ---------------------------------------------------------------- issue 9: scaling, np 1 then 2
+# ---------------------------------------------------------------- scaling, np 1 then 2
 if part scaling; then
   run scaling_strong_np1 150 "${MPI[@]}" -np 1 "$BSC" -N "$SC_N" -d "$SC_D" -t "$SC_T" -k "$SC_K" -B "$SC_B" "${COMMON[@]}" -J "$SCAL" --tag strong
   run scaling_weak_np1 150 "${MPI[@]}" -np 1 "$BSC" --rows-per-rank "$SC_WEAK" -d "$SC_D" -t "$SC_T" -k "$SC_K" -B 1 "${COMMON[@]}" -J "$SCAL" --tag weak

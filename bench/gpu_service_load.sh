@@ -4,8 +4,7 @@
 # starts `serve` on 2 ranks, runs bench_load at 1/16/64/256 clients (binary and JSON requests, 5 s
 # each, answers checked against the float64 oracle), then 64 binary clients beside 10,000 idle
 # keep-alive connections, stops the service with SIGTERM (and times it), then times the `search`
-# CLI on 1 and 2 ranks at batch 1 and 64. bench/RESULTS.md ("Service and CLI on 2 GPUs") has the
-# numbers.
+# CLI on 1 and 2 ranks at batch 1 and 64. docs/PERFORMANCE.md ("Two GPUs") has the numbers.
 #
 # usage: bench/gpu_service_load.sh [OUTDIR]   (default $OUT when set, else ./results/service_load)
 # needs: build-gpu/shardtopk and build-gpu/bench/bench_load (BUILD_DIR), 2 GPUs, python3 with h5py, curl

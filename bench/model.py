@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The paper model of bench/RESULTS.md, fitted to bench_scaling's 1- and 2-rank records:
+"""A paper model of sharded search time, fitted to bench_scaling's 1- and 2-rank records:
 
     time per batch(P) = fixed + scan(rows / P) + broadcast(P) + all-gather(P) + merge(P * K)
 

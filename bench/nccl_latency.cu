@@ -7,7 +7,7 @@
 // communicator's timeout loop does); and the same step staged through pinned host memory with
 // MPI collectives (comm.backend mpi). Each: median and p90 of `iters` steps after 30 warm-ups,
 // an MPI barrier before each step, rank 0's clock. Output: one JSON line per configuration, then
-// a table. bench/NOTES.md ("Fifth session") has the numbers and what they changed.
+// a table. docs/PERFORMANCE.md ("Two GPUs") has the numbers.
 //
 // usage: mpirun -np 2 bench_nccl_latency [iters=300] [bytes_q=3072] [bytes_c=3200]
 #include <mpi.h>

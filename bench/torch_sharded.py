@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The hand-written sharding a PyTorch user would write (issue 9's baseline for bench_scaling):
+"""The hand-written sharding a PyTorch user would write (the baseline of bench_scaling):
 every rank holds a contiguous slice of the same generated corpus as bench_scaling (same seed,
 same balanced row plan as shardtopk::shard_rows), and per batch
     rank 0: query host -> device;  broadcast;  every rank: mm/mv + topk on its slice (+ row offset);

@@ -90,7 +90,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s);
 /// path's stream). The ncclUniqueId travels from rank 0 by MPI_Bcast. Uses `host` for
 /// check()/barrier(). With `cuda_graphs` (engine.cuda_graphs) each collective is captured in a
 /// CUDA graph the first time its (buffers, bytes, root) is seen and replayed from then on (one
-/// capture per new shape, then ≈ 10 µs per collective on NVLink-connected H200s); otherwise
+/// capture per new shape; a batch-1 broadcast + all-gather then took 21-22 µs on two
+/// NVLink-connected H200s, docs/PERFORMANCE.md "Two GPUs"); otherwise
 /// every one is issued eagerly. The device buffers and the stream must stay allocated until the
 /// communicator is destroyed, and a buffer freed and allocated again at the same address must be
 /// treated as the same buffer. @throws Error when built without NCCL.

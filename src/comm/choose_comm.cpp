@@ -16,9 +16,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// On two NVLink-connected H200s a batch-1 search's broadcast + all-gather took 19-20 us with
-// NCCL (collectives replayed from CUDA graphs) against 35-37 us staged through host memory;
-// issued eagerly on NCCL's non-blocking communicator they took 120 us (docs/PERFORMANCE.md).
+// On two NVLink-connected H200s a batch-1 search's broadcast + all-gather took 21-22 us with
+// NCCL (collectives replayed from CUDA graphs) against 40-45 us staged through host memory;
+// issued eagerly on NCCL's non-blocking communicator they took 147-150 us (docs/PERFORMANCE.md,
+// "Two GPUs"). Which one wins depends on the machine, hence the measurement.
 // Returns the NCCL communicator when it wins, the staged one otherwise.
 std::unique_ptr<Communicator> measure(const Config& cfg, Communicator& host, Space& space, std::size_t query_bytes,
                                       std::size_t max_gather_bytes) {

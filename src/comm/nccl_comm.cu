@@ -278,10 +278,10 @@ class NcclCommunicator final : public Communicator {
   using GraphKey = std::tuple<int, const void*, void*, std::size_t, int>;
 
   /// Enqueues one collective (`call` issues it on stream_). Issued eagerly on this non-blocking
-  /// communicator, a batch-1 search's broadcast + all-gather took 105-160 us host to host on two
+  /// communicator, a batch-1 search's broadcast + all-gather took 147-150 us host to host on two
   /// NVLink-connected H200s, and 8 ms when the rank was bound to one core (NCCL's enqueue of a
   /// non-blocking communicator goes through its background thread); replayed from CUDA graphs
-  /// they took 19-24 us (bench/NOTES.md, "Fifth session"). So each (op, buffers, bytes, root) is
+  /// they took 25-28 us (docs/PERFORMANCE.md, "Two GPUs"). So each (op, buffers, bytes, root) is
   /// captured in a graph the first time it is seen and replayed from then on; warm_up() has
   /// already run both collectives eagerly, so NCCL's connections exist before any capture. The
   /// enqueue of a capture is completed like an eager one (wait_ready). If capturing fails, graphs

@@ -1,5 +1,6 @@
-// Reading one rank's rows of a 2-D float dataset at storage speed without letting HDF5
-// substitute data for what is missing, and without ever reading other bytes than libhdf5 would.
+// Reading one rank's rows of a 2-D float dataset at storage speed (docs/PERFORMANCE.md,
+// "Ingestion") without letting HDF5 substitute data for what is missing, and without ever
+// reading other bytes than libhdf5 would (DESIGN.md invariant 8).
 //
 // Paths, chosen per dataset (choose_path):
 //  - contiguous, little-endian IEEE float16/32/64: pread() of the raw bytes straight from the
@@ -1150,7 +1151,7 @@ std::int64_t read_rows_into(const std::string& path, const std::string& dataset,
   RowReader r(path, dataset, range, RowFormat::kFloat32, opt);
   const std::int64_t d = r.cols();
   // No MADV_HUGEPAGE on `out`: with THP defrag "madvise" (Debian's default) its faults compact
-  // memory synchronously; measured 1.5-2x slower on the 2-core VM.
+  // memory synchronously; measured 1.5-2x slower on the 2-core VM (docs/PERFORMANCE.md, "Ingest").
   r.run([](const RowBlock&) {},
         [&](std::int64_t first_row, std::int64_t) -> void* { return out + (first_row - range.lo) * d; });
   return d;

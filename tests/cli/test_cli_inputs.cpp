@@ -1,4 +1,4 @@
-// Issue 10 (items 1, 6, 7, 8), run as a user runs shardtopk: float32 score overflow is refused
+// Inputs that must be refused, run as a user runs shardtopk: float32 score overflow is refused
 // up front (naming the query or row and the bound) and scores just below the bound are answered
 // correctly; buffers too large for the machine are refused naming the buffer and its bytes (the
 // figure `plan` shows); a stalled rank is named; small messages name the real cause.

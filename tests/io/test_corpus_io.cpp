@@ -589,7 +589,7 @@ TEST(CorpusIo, BadValueMessageIsTheFirstInRowOrderWhateverTheThreads) {
   }
 }
 
-// ------------------------------------------------------------------------------ issue 10 faults
+// ------------------------------------------------------------------------------ data HDF5 would fill in
 
 // (2) HDF5 indirection that hides missing data: virtual datasets.
 class HiddenMissingData : public ::testing::Test {
@@ -635,7 +635,7 @@ class HiddenMissingData : public ::testing::Test {
 
 TEST_F(HiddenMissingData, VirtualDatasetWithAMissingSourceFile) {
   const std::string vds = make_vds("missing_b.h5", "data", 300);
-  // Issue 10 item 2: rows 300-599 would come back as zeros. Refused, naming file and rows.
+  // Through libhdf5, rows 300-599 would come back as zeros. Refused, naming file and rows.
   EXPECT_THAT(error_of([&] { read_rows(vds, "train", RowRange{0, 600}); }),
               AllOf(HasSubstr("virtual dataset"), HasSubstr("rows [300, 600)"), HasSubstr("'missing_b.h5'"),
                     HasSubstr("does not exist"), HasSubstr("fill value")));

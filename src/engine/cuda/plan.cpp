@@ -14,7 +14,8 @@ namespace {
 
 constexpr std::uint64_t kAlign = 256;
 constexpr std::uint64_t kChunkBudget = 24ull << 20;  // batched GEMM output per chunk (×2 buffers): L2-resident;
-                                                     // 6/12/48 MB measured slower
+                                                     // 6/12/48 MB: 13.1k/18.1k/15.5k QPS against 20.5k at 10M
+                                                     // B = 256 (docs/PERFORMANCE.md, "Batched path")
 constexpr std::uint64_t kMinScratch = 4ull << 20;    // upload staging at least
 
 std::uint64_t round_up_u(std::uint64_t x, std::uint64_t m) { return (x + m - 1) / m * m; }

@@ -45,7 +45,7 @@ inline int test_device() {
 }
 
 /// Rounds x to the nearest float16 / bfloat16 value (ties to even), computed independently of
-/// src/common/half.hpp and of the device intrinsics: scale by the value's quantum (a power of
+/// src/core/half.hpp and of the device intrinsics: scale by the value's quantum (a power of
 /// two, so the division is exact), round to an integer with nearbyint (round-half-even), scale
 /// back. Values beyond the type's range come back as they are (callers avoid them).
 inline float round_through(Dtype dt, float x) {
