@@ -86,13 +86,13 @@ NormSummary combine_norms(const std::vector<NormSummary>& parts) {
 
 void check_corpus_norms(Metric m, const NormSummary& shard, std::int64_t dim, const std::string& label) {
   SHARDTOPK_EXPECTS(dim <= kMaxBoundedDim, label, ": dimension ", dim, " is above ", kMaxBoundedDim,
-                    ", the largest for which float32 score overflow is bounded (README 'Score range')");
+                    ", the largest for which float32 score overflow is bounded (docs/EXACTNESS.md 'Score range')");
   if (m != Metric::kL2 || shard.row < 0) return;
   const double sq = shard.max_norm * shard.max_norm;
   SHARDTOPK_EXPECTS(sq <= kScoreBound, label, " ", shard.row, " has norm ", shard.max_norm,
                     ": its squared norm ", sq, " exceeds the float32 score bound ", kScoreBound,
                     " (FLT_MAX/2), so no l2 distance to it can be computed without overflow; "
-                    "scale the corpus down (README 'Score range')");
+                    "scale the corpus down (docs/EXACTNESS.md 'Score range')");
 }
 
 double max_query_norm(Metric m, const NormSummary& corpus) {
@@ -118,7 +118,7 @@ void check_query_norm(Metric m, const NormSummary& corpus, int b, double qn) {
       corpus.row, "), ", m == Metric::kL2 ? "(|q| + max|x|)^2 = " : "|q| * max|x| = ", reach,
       " exceeds the float32 score bound ", kScoreBound,
       " (FLT_MAX/2), so scores could overflow; the largest admissible query norm is ", max_query_norm(m, corpus),
-      " (README 'Score range')"));
+      " (docs/EXACTNESS.md 'Score range')"));
 }
 
 }  // namespace
@@ -128,7 +128,7 @@ void admit_query_values(Metric m, const NormSummary& corpus, const float* querie
   // patterns order like the magnitudes they encode, +inf (0x7F800000) and every NaN above all
   // finite ones, so one integer max per query decides finiteness; its loop has no branch and
   // no dependent float chain, and vectorises (64 × 768 queries on the development VM: 1.9 µs,
-  // against 11.9 µs for the float64 norms it replaces; bench/NOTES.md, "Seventh session").
+  // against 11.9 µs for the float64 norms it replaces; docs/PERFORMANCE.md, "Collectives and the per-batch host path").
   constexpr std::int32_t kFiniteMax = 0x7F7FFFFF;  // FLT_MAX's pattern
   const bool ranged = m != Metric::kCosine && corpus.row >= 0;
   // ‖q‖ ≤ √dim · max|q_d|: a query this bound clears cannot overflow a score.

@@ -1,6 +1,6 @@
 #pragma once
 /// @file admission.hpp
-/// Score-range admission (issue 10, item 1): float32 scores of finite inputs can overflow
+/// Score-range admission (docs/EXACTNESS.md "Score range"): float32 scores of finite inputs can overflow
 /// (1e20 · 1e20), and an overflowed score (±inf, or NaN from inf − inf) would drop a row or
 /// invent an order. Instead of computing such scores, shardtopk refuses them up front, from row
 /// norms measured at ingest (float64) and each query's norm:

@@ -51,7 +51,8 @@ void BatchedSearch::bind(cudaStream_t stream) {
 }
 
 /// The largest chunk; see enqueue for the first chunks. float32 storage (TF32 GEMM) stays at
-/// 65,536 rows: longer chunks measured 6 % slower at B = 8, while float16 gained 11 % there.
+/// 65,536 rows: longer chunks measured 6 % slower at B = 8, while float16 gained 11 % there
+/// (docs/PERFORMANCE.md, "Batched path").
 std::int64_t BatchedSearch::chunk_rows(int batch, std::uint64_t out_bytes) const {
   std::int64_t r = static_cast<std::int64_t>(sbuf_bytes_ / (out_bytes * static_cast<std::uint64_t>(batch)));
   if (dtype_ == Dtype::kFloat32) r = std::min<std::int64_t>(r, 65536);
@@ -83,7 +84,7 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   // Compact (and raise the threshold) once a pool holds 2k entries: the first chunk's threshold
   // (the k-th of 8,192 rows) lets ~k · R / 8192 rows of each later chunk through, and waiting
   // for pool_cap / 4 entries kept it that loose for several chunks (a trigger of pool_cap / 4
-  // after the first 8 chunks measured 3 % slower).
+  // after the first 8 chunks measured 3 % slower; docs/PERFORMANCE.md, "Batched path").
   const std::uint32_t trigger = static_cast<std::uint32_t>(
       std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
   const CandidatePools pools{ws_.qinfo, ws_.pool, pcap, ws_.counts, ws_.thr, ws_.overflow};
@@ -92,8 +93,8 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   // Chunk c ≥ 1 has at most G times as many rows as came before it (from R0 up to R): a
   // threshold from n rows lets about k · rows_c / n ≤ k · G rows of the next chunk through, so
   // the early chunks cannot flood the pools (k · G ≤ pool_cap / 4), and small batches still get
-  // long GEMMs soon. G = 8 where the pool allows (1M rows: B = 64 656 → 626 µs, B = 8 542 → 509
-  // µs against doubling).
+  // long GEMMs soon. G = 8 where the pool allows (1M rows, B = 64: 656 → 626 µs device time
+  // against doubling; docs/PERFORMANCE.md, "Batched path").
   const std::int64_t G = std::min<std::int64_t>(kMaxChunkGrowth, std::max<std::int64_t>(1, pcap / (4LL * k)));
   for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
     const int rc = static_cast<int>(std::min({c == 0 ? R0 : std::min(R, G * r0), rows_ - r0}));

@@ -20,7 +20,8 @@ namespace {
 
 constexpr int kScanThreads = 256;
 constexpr std::uint64_t kScanL2KeepBytes = 32ull << 20;  // the rows a batch-1 scan leaves in L2 (of 50 MB;
-                                                        // 16 and 44 MiB measured no better)
+                                                        // 16 and 44 MiB measured no better:
+                                                        // docs/PERFORMANCE.md, "Batch-1 scan")
 constexpr std::int64_t kScanBlockRows = 1024;         // batch 1, large shards: rows per scan block
 constexpr std::int64_t kScanBlockedWaves = 8;         // ... from 8 waves of such blocks on
 
