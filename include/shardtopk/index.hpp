@@ -13,6 +13,7 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/config.hpp"
 #include "shardtopk/engine.hpp"
+#include "shardtopk/filter.hpp"
 #include "shardtopk/shard_plan.hpp"
 
 namespace shardtopk {
@@ -97,12 +98,20 @@ class ShardedIndex {
   /// nullptr and their batch/k are ignored (rank 0's are broadcast). On rank 0, ids [batch, k]
   /// and scores [batch, k] (reported units: similarity, or squared distance for l2) receive the
   /// answer, best first; other ranks may pass nullptr.
+  /// `filters` (rank 0, optional): [batch] query q's filter (filter.hpp: compiled against
+  /// attribute_schema()), or nullptr for every row; the answer of a filtered query is the exact
+  /// top k of the rows that pass, and when fewer than k pass its row ends with padding: ids
+  /// kPadId (reserved, never a row's id) and scores −inf (l2: +inf). `counts` (rank 0, optional):
+  /// [batch] the number of real results per query (k unless filters or deleted rows leave
+  /// fewer). Filters travel to the other ranks with the batch.
   /// @throws Error on every rank when rank 0 rejects the batch (k outside [1, min(k_max, N)],
-  ///   batch outside [1, batch_max], a non-finite value: the message names the query index);
-  ///   the index stays usable. RemoteError on rank 0 when a rank's local search failed (it names
-  ///   the ranks; each failing rank logs its own message); every rank stays usable, followers
-  ///   do not throw. CommError when a collective timed out (the job must end).
-  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores);
+  ///   batch outside [1, batch_max], a non-finite value: the message names the query index; more
+  ///   distinct filters than search.max_filters); the index stays usable. RemoteError on rank 0
+  ///   when a rank's local search failed (it names the ranks; each failing rank logs its own
+  ///   message); every rank stays usable, followers do not throw. CommError when a collective
+  ///   timed out (the job must end).
+  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
+              const FilterProgram* const* filters = nullptr, std::int32_t* counts = nullptr);
 
   /// Like search(), with rank 0's queries already in device memory (`d_queries` [batch, dim],
   /// float32, written by work queued on `cuda_stream`, a cudaStream_t): the index's stream waits
@@ -118,10 +127,12 @@ class ShardedIndex {
   /// without waiting for the device. Several ranks: it returns once the collectives have
   /// completed (their timeouts are watched from the host). Values are checked on the device,
   /// without a host round trip: a query with a non-finite value (or, for cosine, a zero norm)
-  /// gets ids −1 and NaN scores in its row instead of an exception. Other ranks pass nullptrs
+  /// gets ids kPadId and NaN scores in its row instead of an exception. A row's results past the
+  /// rows that pass its filter are padding (ids kPadId, as search()). Other ranks pass nullptrs
   /// (or call follow()). @throws Error (on every rank) for batch or k out of range;
   /// RemoteError / CommError as search().
-  void search_async(const float* d_queries, int batch, int k, std::int64_t* d_ids, float* d_scores, void* cuda_stream);
+  void search_async(const float* d_queries, int batch, int k, std::int64_t* d_ids, float* d_scores, void* cuda_stream,
+                    const FilterProgram* const* filters = nullptr);
 
   /// Followers (rank != 0): run the collective loop, one step per header from rank 0, until
   /// rank 0 calls shutdown(). Waits for the next header without a time limit (the service may
@@ -146,6 +157,9 @@ class ShardedIndex {
   const IngestStats& ingest_stats() const { return stats_; }
   void set_ingest_stats(const IngestStats& s) { stats_ = s; }
   const Config& config() const { return cfg_; }
+  /// The attributes filters may use (corpus.attributes), the same on every rank.
+  const AttributeSchema& attribute_schema() const { return schema_; }
+  void set_attribute_schema(AttributeSchema schema) { schema_ = std::move(schema); }
   Engine& engine() { return *engine_; }
   EngineInfo engine_info() const { return engine_->info(); }
   Communicator& host_comm() { return *host_comm_; }
@@ -171,11 +185,16 @@ class ShardedIndex {
     std::int32_t op = 0;  // IndexOp
     std::int32_t batch = 0;
     std::int32_t k = 0;
-    std::int32_t pad = 0;
+    std::int32_t filter_bytes = 0;  // > 0: the batch's filters follow in a second broadcast
   };
   class Exporter;
   void init();
-  void admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries);
+  void admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries,
+                   const FilterProgram* const* filters = nullptr);
+  /// Rank 0: the batch's filters as bytes (distinct programs packed, each query's index);
+  /// every rank: the programs and per-query pointers from those bytes (filters_for_batch_).
+  void encode_filters(const FilterProgram* const* filters, int batch);
+  void decode_filters(int batch);
   bool follow_one(bool lock_step);
   void run_search(int batch, int k, std::int64_t* ids, float* scores);
   std::string run_data_path(int batch, int k, bool* ok);
@@ -209,6 +228,13 @@ class ShardedIndex {
   bool shut_down_ = false;
   bool queries_on_host_ = false;    // host_queries_ holds the batch (search()); false: device queries
   std::uint8_t* invalid_ = nullptr; // [batch_max] queries rejected on the device (search_async)
+  AttributeSchema schema_;
+  // The current batch's filters: the broadcast bytes, the programs rebuilt from them, and each
+  // query's program (nullptr: none).
+  std::vector<std::uint8_t> filter_bytes_;
+  std::vector<FilterProgram> filter_programs_;
+  std::vector<const FilterProgram*> query_filters_;
+  bool filtered_ = false;
   DeviceAnswer device_answer_;      // set for the duration of one search_async
 };
 

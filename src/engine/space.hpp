@@ -68,7 +68,7 @@ class Space {
     Candidate* dst = nullptr;
   };
   /// With `invalid` (the device search path's queries rejected on the device): query q's row of
-  /// k results, when invalid.flags[q] != 0, is written as ids −1 and scores NaN instead.
+  /// k results, when invalid.flags[q] != 0, is written as ids kPadId and scores NaN instead.
   struct InvalidRows {
     const std::uint8_t* flags = nullptr;  ///< [n / k] in this space
     int k = 0;

@@ -224,7 +224,8 @@ void ShardedIndex::set_status(bool ok) {
 
 // ------------------------------------------------------------------------------ rank 0 entry points
 
-void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
+void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
+                          const FilterProgram* const* filters, std::int32_t* counts) {
   if (rank() != 0) {
     follow_one(/*lock_step=*/true);
     return;
@@ -254,8 +255,16 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
       admit_query_values(metric_, corpus, host_queries_, batch, d);
     }
     queries_on_host_ = true;
-  });
+  }, filters);
   run_search(batch, k, ids, scores);
+  if (counts) {
+    // Padding (fewer rows passed a filter, or fewer rows are live, than k) ends a query's row.
+    for (int q = 0; q < batch; ++q) {
+      int c = 0;
+      while (c < k && ids[static_cast<std::size_t>(q) * k + c] != kPadId) ++c;
+      counts[q] = c;
+    }
+  }
 }
 
 void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int batch, int k, std::int64_t* ids,
@@ -276,7 +285,7 @@ void ShardedIndex::search_device(const float* d_queries, void* cuda_stream, int 
 }
 
 void ShardedIndex::search_async(const float* d_queries, int batch, int k, std::int64_t* d_ids, float* d_scores,
-                                void* cuda_stream) {
+                                void* cuda_stream, const FilterProgram* const* filters) {
   SHARDTOPK_EXPECTS(space_->kind() == MemSpace::kDevice, "search_async needs the CUDA engine (engine is ",
                     engine_->info().name, "); use search() with host arrays");
   if (rank() != 0) {
@@ -290,7 +299,7 @@ void ShardedIndex::search_async(const float* d_queries, int batch, int k, std::i
     // Ordered after the caller's work on its stream; checked on the device, no host wait.
     space_->copy(queries_, d_queries, sizeof(float) * static_cast<std::size_t>(batch) * stats_.dim, cuda_stream);
     engine_->prepare_queries(queries_, batch, space_->stream(), invalid_);
-  });
+  }, filters);
   device_answer_ = DeviceAnswer{d_ids, d_scores, cuda_stream};
   struct Reset {
     DeviceAnswer& a;
@@ -299,7 +308,69 @@ void ShardedIndex::search_async(const float* d_queries, int batch, int k, std::i
   run_search(batch, k, nullptr, nullptr);
 }
 
-void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries) {
+void ShardedIndex::encode_filters(const FilterProgram* const* filters, int batch) {
+  std::vector<const FilterProgram*> distinct;
+  std::vector<std::int32_t> index(static_cast<std::size_t>(batch), -1);
+  for (int q = 0; q < batch; ++q) {
+    const FilterProgram* f = filters ? filters[q] : nullptr;
+    if (!f || f->passes_everything()) continue;
+    check_filter_fits(*f, schema_);
+    std::size_t j = 0;
+    while (j < distinct.size() && !(*distinct[j] == *f)) ++j;
+    if (j == distinct.size()) {
+      SHARDTOPK_EXPECTS(static_cast<int>(distinct.size()) < std::min(cfg_.search.max_filters, cfg_.search.batch_max),
+                        "the batch holds more than ", std::min(cfg_.search.max_filters, cfg_.search.batch_max),
+                        " distinct filters (search.max_filters)");
+      distinct.push_back(f);
+    }
+    index[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(j);
+  }
+  filter_bytes_.clear();
+  if (distinct.empty()) return;
+  // [int32 n][int32 index[batch]] padded to 8 bytes, then pack_filter_programs's bytes.
+  const std::size_t head = (4 + 4 * static_cast<std::size_t>(batch) + 7) / 8 * 8;
+  const std::size_t packed = packed_filter_programs_bytes(distinct.data(), static_cast<int>(distinct.size()));
+  SHARDTOPK_EXPECTS(head + packed <= (std::size_t{1} << 30), "the batch's filters take ", head + packed,
+                    " bytes compiled, more than 1 GiB");
+  filter_bytes_.assign(head + packed, 0);
+  const std::int32_t n = static_cast<std::int32_t>(distinct.size());
+  std::memcpy(filter_bytes_.data(), &n, 4);
+  std::memcpy(filter_bytes_.data() + 4, index.data(), 4 * index.size());
+  pack_filter_programs(distinct.data(), n, filter_bytes_.data() + head, packed);
+}
+
+void ShardedIndex::decode_filters(int batch) {
+  filter_programs_.clear();
+  query_filters_.assign(static_cast<std::size_t>(batch), nullptr);
+  filtered_ = !filter_bytes_.empty();
+  if (!filtered_) return;
+  const std::size_t head = (4 + 4 * static_cast<std::size_t>(batch) + 7) / 8 * 8;
+  SHARDTOPK_ASSERT(filter_bytes_.size() >= head + 8);
+  std::int32_t n = 0;
+  std::memcpy(&n, filter_bytes_.data(), 4);
+  const std::uint8_t* packed = filter_bytes_.data() + head;
+  const std::size_t packed_size = filter_bytes_.size() - head;
+  std::uint64_t count = 0;
+  std::memcpy(&count, packed, 8);
+  SHARDTOPK_ASSERT(count == static_cast<std::uint64_t>(n));
+  filter_programs_.reserve(static_cast<std::size_t>(n));
+  for (std::int32_t p = 0; p < n; ++p) {
+    std::uint64_t off = 0, end = packed_size;
+    std::memcpy(&off, packed + 8 * (1 + p), 8);
+    if (p + 1 < n) std::memcpy(&end, packed + 8 * (2 + p), 8);
+    SHARDTOPK_ASSERT(off < end && end <= packed_size);
+    filter_programs_.push_back(deserialize_filter(packed + off, end - off, schema_));
+  }
+  for (int q = 0; q < batch; ++q) {
+    std::int32_t i = -1;
+    std::memcpy(&i, filter_bytes_.data() + 4 + 4 * static_cast<std::size_t>(q), 4);
+    SHARDTOPK_ASSERT(i >= -1 && i < n);
+    query_filters_[static_cast<std::size_t>(q)] = i < 0 ? nullptr : &filter_programs_[static_cast<std::size_t>(i)];
+  }
+}
+
+void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries,
+                               const FilterProgram* const* filters) {
   // Rank 0 checks the batch and stages the queries (device queries are then validated and, for
   // cosine, normalised by the engine), then broadcasts the step's header. A rejected batch is
   // announced too, so that followers calling search() in lock step throw with rank 0; a
@@ -311,17 +382,21 @@ void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const s
     check_k(k, cfg_.search.k_max, stats_.total_rows);
     SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
                       " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
+    encode_filters(filters, batch);
     stage_queries();
     if (prepare_on_device) engine_->prepare_queries(queries_, batch, space_->stream());
     h.op = static_cast<std::int32_t>(IndexOp::kSearch);
     h.batch = batch;
     h.k = k;
+    h.filter_bytes = static_cast<std::int32_t>(filter_bytes_.size());
   } catch (const Error& e) {
     h.op = static_cast<std::int32_t>(IndexOp::kRejected);
     reject = e.what();
   }
   host_comm_->broadcast(&h, sizeof h, 0);
   if (h.op != static_cast<std::int32_t>(IndexOp::kSearch)) throw Error(reject);
+  if (h.filter_bytes > 0) host_comm_->broadcast(filter_bytes_.data(), filter_bytes_.size(), 0);
+  decode_filters(batch);
 }
 
 // ------------------------------------------------------------------------------ the loop
@@ -338,6 +413,9 @@ bool ShardedIndex::follow_one(bool lock_step) {
   host_comm_->broadcast_untimed(&h, sizeof h, 0);
   switch (static_cast<IndexOp>(h.op)) {
     case IndexOp::kSearch:
+      filter_bytes_.assign(static_cast<std::size_t>(std::max(h.filter_bytes, 0)), 0);
+      if (h.filter_bytes > 0) host_comm_->broadcast(filter_bytes_.data(), filter_bytes_.size(), 0);
+      decode_filters(h.batch);
       run_search(h.batch, h.k, nullptr, nullptr);
       return true;
     case IndexOp::kRejected:
@@ -418,6 +496,7 @@ void ShardedIndex::local_search(int batch, int k) {
   a.k = k;
   a.out = local_ + 1;
   a.stream = space_->stream();
+  a.filters = filtered_ ? query_filters_.data() : nullptr;
   // One rank: the answer is this search's list; its export rides in the engine's launch (host
   // answers; a device answer goes to the caller's buffers, which change from call to call).
   a.epilogue = world_size() == 1 && !device_answer_.ids ? export_.get() : nullptr;

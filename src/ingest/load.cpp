@@ -15,6 +15,7 @@
 #include "engine/space.hpp"
 #include "index/admission.hpp"
 #include "shardtopk/corpus_io.hpp"
+#include "shardtopk/filter.hpp"
 
 namespace shardtopk {
 namespace {
@@ -48,7 +49,8 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
       stats.max_row_norm_row = norms.row;
     }
     const EngineBackend backend = choose_backend(cfg, *host_comm);
-    const EngineLimits lim = index_engine_limits(cfg.search);
+    EngineLimits lim = index_engine_limits(cfg.search);
+    lim.attribute_columns = shard.attributes ? shard.attributes->columns() : 0;
     const int threads = resolve_threads(cfg, host_comm->local_size());
     if (backend == EngineBackend::kCuda) {
       const int device = host_comm->local_rank();
@@ -90,6 +92,7 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
   stats.rows = rows;
   auto index = std::make_unique<ShardedIndex>(cfg, metric, total_rows, rows, std::move(space), std::move(engine),
                                               std::move(host_comm), std::move(data_comm));
+  if (shard.attributes) index->set_attribute_schema(shard.attributes->schema());
   stats.engine_resident_bytes = index->ingest_stats().engine_resident_bytes;
   index->set_ingest_stats(stats);
   return index;
@@ -189,6 +192,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   std::unique_ptr<float[]> shard;
   std::int64_t nrows = 0;
   std::vector<std::int64_t> ids;
+  AttributeTable attributes;
   // Read state shared with the streamed path, which reads inside build_index_impl.
   ReadOptions ropt;
   auto tr = Clock::now();
@@ -260,6 +264,10 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     } else {
       for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
     }
+    // Attribute columns for filters: this rank's rows of each corpus.attributes dataset.
+    attributes = AttributeTable(read_attribute_columns(cfg.corpus.path, cfg.corpus.attributes, stats.total_rows,
+                                                       stats.rows),
+                                ids, ropt.threads);
     if (streamed) {
       stream_rows = [&](Engine& e) {
         tr = Clock::now();
@@ -321,6 +329,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
 
   ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
   in.streamed = streamed;
+  in.attributes = &attributes;
   auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows);
   IngestStats final_stats = index->ingest_stats();
   double mine = seconds_since(t0);

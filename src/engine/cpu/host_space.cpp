@@ -56,7 +56,7 @@ class HostSpace final : public Space {
              const StatusCopy* status, const InvalidRows* invalid) override {
     for (std::int64_t i = 0; i < n; ++i) {
       if (invalid && invalid->flags[i / invalid->k]) {
-        ids[i] = -1;
+        ids[i] = kPadId;
         scores[i] = std::numeric_limits<float>::quiet_NaN();
         continue;
       }

@@ -39,7 +39,7 @@ __global__ void split_results_marked_kernel(const Candidate* __restrict__ list, 
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if (invalid[i / k]) {
-    ids[i] = -1;
+    ids[i] = kPadId;  // reserved: never a row's id
     scores[i] = __int_as_float(0x7fc00000);
     return;
   }

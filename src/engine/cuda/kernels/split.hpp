@@ -17,7 +17,7 @@ namespace shardtopk::cuda_detail {
 void split_results(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores,
                    cudaStream_t stream);
 
-/// split_results() where query q's row of k results is written as ids −1 and scores NaN when
+/// split_results() where query q's row of k results is written as ids kPadId and scores NaN when
 /// invalid[q] != 0 (queries rejected on the device by the stream-ordered search path).
 void split_results_marked(const Candidate* list, std::int64_t n, bool l2, std::int64_t* ids, float* scores,
                           const std::uint8_t* invalid, int k, cudaStream_t stream);
