@@ -328,10 +328,10 @@ PyIndex::~PyIndex() {
     if (PyGILState_Check()) {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      close_locked(/*wait_for_rank0=*/false);
+      close_locked();
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      close_locked(/*wait_for_rank0=*/false);
+      close_locked();
     }
   } catch (const std::exception& e) {
     spdlog::warn("rank {}: closing a shardtopk.Index that was not closed: {}", rank_, e.what());
@@ -363,18 +363,18 @@ void PyIndex::require_open(const char* call) const {
   SHARDTOPK_EXPECTS(index_ != nullptr, call, ": the index is closed");
 }
 
-void PyIndex::close_locked(bool wait_for_rank0) {
+void PyIndex::close_locked() {
   if (!index_) return;
   std::unique_ptr<ShardedIndex> index = std::move(index_);  // closed from here on, whatever happens
   closed_ = true;
   if (rank_ == 0) index->shutdown();
-  else if (wait_for_rank0) index->follow();  // serves rank 0's remaining calls until its close()
+  else index->follow();  // serves rank 0's remaining calls until its close()
 }
 
 void PyIndex::close() {
   py::gil_scoped_release nogil;
   std::lock_guard<std::mutex> lock(mu_);
-  close_locked(/*wait_for_rank0=*/true);
+  close_locked();
 }
 
 void PyIndex::follow() {

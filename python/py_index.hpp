@@ -33,7 +33,7 @@ class PyIndex {
                                               const std::string& dtype, py::object k_max, py::object batch_max,
                                               const std::string& backend, const py::kwargs& overrides);
 
-  /// Destroyed without close(): rank 0 ends the followers' loops; a follower just lets go.
+  /// Destroyed open: closed as close() does (a follower serves rank 0 until rank 0 closes).
   ~PyIndex();
   PyIndex(const PyIndex&) = delete;
   PyIndex& operator=(const PyIndex&) = delete;
@@ -61,9 +61,9 @@ class PyIndex {
   /// a rejected piece's message names its queries when the call was split.
   template <typename Run>
   void in_pieces(std::int64_t batch, const Run& run);
-  /// Ends this rank's part: rank 0 shuts the followers down; a follower follows until then
-  /// when `wait_for_rank0`. Frees the index. Caller holds mu_ and not the GIL.
-  void close_locked(bool wait_for_rank0);
+  /// Ends this rank's part: rank 0 shuts the followers down; a follower follows until then.
+  /// Frees the index. Caller holds mu_ and not the GIL.
+  void close_locked();
 
   std::mutex mu_;                          // one call into the index at a time
   std::unique_ptr<ShardedIndex> index_;    // null once closed
