@@ -93,17 +93,26 @@ std::string device_text(const DlDevice& d) {
 
 // ------------------------------------------------------------------------------ in
 
-ImportedTensor::ImportedTensor(py::handle obj, std::optional<long long> stream, const std::string& what) {
+std::unique_ptr<ImportedTensor> ImportedTensor::exchange(py::handle obj, std::optional<long long> stream,
+                                                         const std::string& what) {
   py::object cap = stream ? obj.attr("__dlpack__")(py::arg("stream") = *stream) : obj.attr("__dlpack__")();
   SHARDTOPK_EXPECTS(PyCapsule_IsValid(cap.ptr(), kCapsule), what, ": __dlpack__() of a ",
                     std::string(py::str(py::type::of(obj))), " did not answer a \"dltensor\" capsule (got ",
                     std::string(py::repr(cap)), ")");
-  managed_ = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), kCapsule));
+  return from_capsule(cap, what);
+}
+
+std::unique_ptr<ImportedTensor> ImportedTensor::from_capsule(py::handle cap, const std::string& what) {
+  SHARDTOPK_EXPECTS(PyCapsule_IsValid(cap.ptr(), kCapsule), what, ": not a \"dltensor\" capsule (got ",
+                    std::string(py::repr(cap)), ")");
+  std::unique_ptr<ImportedTensor> t(new ImportedTensor());
+  t->managed_ = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), kCapsule));
   // Consumed: the capsule's destructor must not free it; this object calls the deleter.
   if (PyCapsule_SetName(cap.ptr(), kUsedCapsule) != 0) {
-    managed_ = nullptr;
+    t->managed_ = nullptr;
     throw py::error_already_set();
   }
+  return t;
 }
 
 ImportedTensor::~ImportedTensor() {

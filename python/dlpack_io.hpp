@@ -42,9 +42,14 @@ inline long long dlpack_stream_arg(StreamHandle s) { return s == 0 ? 1 : static_
 /// destroyed, which must happen with the GIL held (numpy's deleter touches Python objects).
 class ImportedTensor {
  public:
-  /// @param what names the argument in messages ("queries", "out[0]").
-  /// @throws Error when __dlpack__ fails or does not answer a "dltensor" capsule.
-  ImportedTensor(py::handle obj, std::optional<long long> stream, const std::string& what);
+  /// obj.__dlpack__(stream=stream), the exchange of the protocol (the producer orders its
+  /// pending work on obj before `stream`). @param what names the argument in messages
+  /// ("queries", "out[0] (ids)"). @throws Error when the answer is not a "dltensor" capsule.
+  static std::unique_ptr<ImportedTensor> exchange(py::handle obj, std::optional<long long> stream,
+                                                  const std::string& what);
+  /// A "dltensor" capsule already made (e.g. by torch's to_dlpack); the caller orders the
+  /// producer's work. @throws Error when it is not one.
+  static std::unique_ptr<ImportedTensor> from_capsule(py::handle capsule, const std::string& what);
   ~ImportedTensor();
   ImportedTensor(const ImportedTensor&) = delete;
   ImportedTensor& operator=(const ImportedTensor&) = delete;
@@ -54,6 +59,7 @@ class ImportedTensor {
   void* data() const;
 
  private:
+  ImportedTensor() = default;
   DLManagedTensor* managed_ = nullptr;
 };
 

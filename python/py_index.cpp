@@ -128,26 +128,51 @@ StreamHandle stream_handle(py::handle s) {
   return static_cast<StreamHandle>(v);
 }
 
+/// PyTorch's own entry points, once torch is imported: the tensor type, its C++ export to a
+/// DLPack capsule (to_dlpack: without __dlpack__'s Python-level checks and stream handling,
+/// which cost several microseconds a call; this module orders the streams itself, as
+/// __dlpack__ would) and its current raw stream. Kept for the life of the process.
+struct TorchApi {
+  py::handle tensor, to_dlpack, raw_stream, current_stream;
+  /// torch's current stream on `device` (a cudaStream_t handle).
+  StreamHandle stream(int device) const {
+    if (raw_stream) return raw_stream(device).cast<StreamHandle>();
+    return current_stream(device).attr("cuda_stream").cast<StreamHandle>();
+  }
+  bool is_tensor(py::handle o) const { return PyObject_IsInstance(o.ptr(), tensor.ptr()) == 1; }
+};
+
+const TorchApi* torch_api() {
+  static TorchApi api;
+  static bool found = false;
+  if (found) return &api;
+  PyObject* mod = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed; no import
+  if (!mod) return nullptr;
+  py::module_ torch = py::reinterpret_borrow<py::module_>(mod);
+  if (!py::hasattr(torch, "Tensor") || !py::hasattr(torch, "cuda")) return nullptr;  // torch still importing
+  const auto keep = [](py::object o) { return o.release(); };  // a reference held for good
+  py::object c = torch.attr("_C");
+  api.tensor = keep(torch.attr("Tensor"));
+  api.to_dlpack = keep(py::hasattr(c, "_to_dlpack") ? py::object(c.attr("_to_dlpack"))
+                                                     : py::module_::import("torch.utils.dlpack").attr("to_dlpack"));
+  if (py::hasattr(c, "_cuda_getCurrentRawStream")) api.raw_stream = keep(c.attr("_cuda_getCurrentRawStream"));
+  api.current_stream = keep(torch.attr("cuda").attr("current_stream"));
+  found = true;
+  return &api;
+}
+
 /// The producer's current stream on `device`, asked of the library that made `q` (PyTorch,
 /// CuPy); the legacy default stream for any other producer (JAX orders its own work before any
 /// stream it is handed).
 StreamHandle producer_stream(py::handle q, int device) {
-  const py::dict modules = py::module_::import("sys").attr("modules");
-  if (modules.contains("torch")) {
-    py::object torch = modules["torch"];
-    if (py::isinstance(q, torch.attr("Tensor"))) {
-      py::object c = torch.attr("_C");
-      // The raw handle without building a Stream object (what PyTorch's own generated code calls).
-      if (py::hasattr(c, "_cuda_getCurrentRawStream")) return c.attr("_cuda_getCurrentRawStream")(device).cast<StreamHandle>();
-      return torch.attr("cuda").attr("current_stream")(device).attr("cuda_stream").cast<StreamHandle>();
-    }
-  }
-  if (modules.contains("cupy")) {
-    py::object cupy = modules["cupy"];
-    if (py::isinstance(q, cupy.attr("ndarray"))) {
-      py::object cuda = cupy.attr("cuda");
+  if (const TorchApi* t = torch_api(); t && t->is_tensor(q)) return t->stream(device);
+  PyObject* cupy = PyDict_GetItemString(PyImport_GetModuleDict(), "cupy");
+  if (cupy) {
+    py::module_ cp = py::reinterpret_borrow<py::module_>(cupy);
+    if (py::hasattr(cp, "ndarray") && py::isinstance(q, cp.attr("ndarray"))) {
+      py::object cuda = cp.attr("cuda");
       py::object dev = cuda.attr("Device")(device);
-      dev.attr("__enter__")();  // the current stream is per device
+      dev.attr("__enter__")();  // CuPy's current stream is per device
       py::object ptr = cuda.attr("get_current_stream")().attr("ptr");
       dev.attr("__exit__")(py::none(), py::none(), py::none());
       return ptr.cast<StreamHandle>();
@@ -454,14 +479,25 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
     SHARDTOPK_EXPECTS(cols == dim_, "queries have dimension ", cols, " but the index has dimension ", dim_);
     return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, static_cast<int>(*k), out);
   }
-  if (const std::optional<DlDevice> d = dlpack_device_of(queries)) {
+  // A torch tensor: its device from C-level attributes (__dlpack_device__ is Python code).
+  std::optional<DlDevice> d;
+  const TorchApi* t = torch_api();
+  const bool is_torch = t && t->is_tensor(queries);
+  if (is_torch) {
+    d = queries.attr("is_cuda").cast<bool>() ? DlDevice{kDLCUDA, queries.attr("get_device")().cast<int>()}
+                                             : DlDevice{kDLCPU, 0};
+  } else {
+    d = dlpack_device_of(queries);
+  }
+  if (d) {
     if (d->type == kDLCUDA) return search_device(queries, d->id, static_cast<int>(*k), stream, out);
-    SHARDTOPK_EXPECTS(d->type == kDLCPU, "queries are on ", device_text(*d),
-                      "; pass host arrays or arrays on the index's GPU (", cuda_ ? "cuda:" + std::to_string(device_) : "none: CPU engine", ")");
-    ImportedTensor t(queries, std::nullopt, "queries");
-    const MatrixShape s = check_matrix(t.tensor(), kDlFloat32, "float32", "queries");
+    SHARDTOPK_EXPECTS(d->type == kDLCPU, "queries are on ", device_text(*d), "; pass host arrays or arrays on the index's GPU (",
+                      cuda_ ? "cuda:" + std::to_string(device_) : "none: CPU engine", ")");
+    const auto qt = is_torch ? ImportedTensor::from_capsule(t->to_dlpack(queries), "queries")
+                             : ImportedTensor::exchange(queries, std::nullopt, "queries");
+    const MatrixShape s = check_matrix(qt->tensor(), kDlFloat32, "float32", "queries");
     SHARDTOPK_EXPECTS(s.cols == dim_, "queries have dimension ", s.cols, " but the index has dimension ", dim_);
-    return search_host(static_cast<const float*>(t.data()), s.rows, s.one_d, static_cast<int>(*k), out);
+    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, static_cast<int>(*k), out);
   }
   // Anything else numpy can read as numbers (a list of floats, a list of lists).
   py::array a = numpy().attr("asarray")(queries, py::arg("dtype") = "float32");
@@ -499,16 +535,31 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, py::obje
                     " engine; pass host arrays (numpy), or build the index on a GPU (engine.backend cuda)");
   SHARDTOPK_EXPECTS(device == device_, "queries are on cuda:", device, " but the index is on cuda:", device_,
                     "; move them there first (tensor.to('cuda:", device_, "'))");
-  const StreamHandle s = stream_obj.is_none() ? producer_stream(queries, device) : stream_handle(stream_obj);
-  // The exchange orders the producer's pending work on the queries before `s`.
-  ImportedTensor qt(queries, dlpack_stream_arg(s), "queries");
-  SHARDTOPK_EXPECTS(qt.tensor().device.device_type == kDLCUDA && qt.tensor().device.device_id == device_,
-                    "queries: __dlpack__ answered memory on ",
-                    device_text({qt.tensor().device.device_type, qt.tensor().device.device_id}), ", not on cuda:", device_);
-  const MatrixShape shape = check_matrix(qt.tensor(), kDlFloat32, "float32", "queries");
+  // Each array through the exchange of the protocol, which orders its producer's pending work
+  // before `s`; torch tensors through torch's own export, torch's current stream then ordered
+  // before `s` here (what torch's __dlpack__ does, without its Python-level cost).
+  const TorchApi* torch = torch_api();
+  const bool torch_queries = torch && torch->is_tensor(queries);
+  const StreamHandle torch_stream = torch_queries ? torch->stream(device) : 0;
+  const StreamHandle s = !stream_obj.is_none() ? stream_handle(stream_obj)
+                         : torch_queries       ? torch_stream
+                                               : producer_stream(queries, device);
+  bool from_torch = false;
+  const auto take = [&](py::handle o, const char* what) {
+    if (torch && torch->is_tensor(o)) {
+      from_torch = true;
+      return ImportedTensor::from_capsule(torch->to_dlpack(o), what);
+    }
+    return ImportedTensor::exchange(o, dlpack_stream_arg(s), what);
+  };
+  const auto qt = take(queries, "queries");
+  const DLTensor& qv = qt->tensor();
+  SHARDTOPK_EXPECTS(qv.device.device_type == kDLCUDA && qv.device.device_id == device_, "queries: memory on ",
+                    device_text({qv.device.device_type, qv.device.device_id}), ", not on cuda:", device_);
+  const MatrixShape shape = check_matrix(qv, kDlFloat32, "float32", "queries");
   SHARDTOPK_EXPECTS(shape.cols == dim_, "queries have dimension ", shape.cols, " but the index has dimension ", dim_);
   const std::int64_t batch = shape.rows;
-  const auto* q = static_cast<const float*>(qt.data());
+  const auto* q = static_cast<const float*>(qt->data());
 
   std::unique_ptr<ImportedTensor> out_ids, out_scores;
   std::shared_ptr<DeviceBlock> ids_block, scores_block;
@@ -517,18 +568,18 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, py::obje
   py::object out_i, out_s;
   if (!out.is_none()) {
     std::tie(out_i, out_s) = out_pair(out);
-    const auto take = [&](py::handle o, DLDataType dt, const char* dt_name, const char* what) {
-      auto t = std::make_unique<ImportedTensor>(o, dlpack_stream_arg(s), what);
-      const DLTensor& x = t->tensor();
+    const auto check_out = [&](const ImportedTensor& t, DLDataType dt, const char* dt_name, const char* what) {
+      const DLTensor& x = t.tensor();
       SHARDTOPK_EXPECTS(x.device.device_type == kDLCUDA && x.device.device_id == device_, what, " must be on cuda:",
                         device_, " like the queries, got ", device_text({x.device.device_type, x.device.device_id}));
       const MatrixShape os = check_matrix(x, dt, dt_name, what);
       SHARDTOPK_EXPECTS(x.ndim == 2 && os.rows == batch && os.cols == k, what, " must have shape [", batch, ", ", k,
                         "] ([batch, k]), got [", (x.ndim == 2 ? std::to_string(os.rows) + ", " : ""), os.cols, "]");
-      return t;
     };
-    out_ids = take(out_i, kDlInt64, "int64", "out[0] (ids)");
-    out_scores = take(out_s, kDlFloat32, "float32", "out[1] (scores)");
+    out_ids = take(out_i, "out[0] (ids)");
+    check_out(*out_ids, kDlInt64, "int64", "out[0] (ids)");
+    out_scores = take(out_s, "out[1] (scores)");
+    check_out(*out_scores, kDlFloat32, "float32", "out[1] (scores)");
     ids = static_cast<std::int64_t*>(out_ids->data());
     scores = static_cast<float*>(out_scores->data());
   } else {
@@ -538,6 +589,7 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, py::obje
     ids = static_cast<std::int64_t*>(ids_block->data());
     scores = static_cast<float*>(scores_block->data());
   }
+  if (from_torch) order_streams(device_, torch_queries ? torch_stream : torch->stream(device_), s);
   if (batch > 0) {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);

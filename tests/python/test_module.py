@@ -114,6 +114,24 @@ class OracleTests(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, r"C-contiguous .*strides \(1, 4\) elements for shape \[4, 8\]"):
                 index.search(HostTensor(np.asfortranarray(Q)), 5)
 
+    def test_torch_host_tensors(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch is not installed")
+        C = small_int_corpus(n=300, d=8, seed=16)
+        with cpu_index(C) as index:
+            want = index.search(C[:4], 5)
+            for q in (torch.from_numpy(C[:4]), torch.from_numpy(C[:4]).requires_grad_()):
+                got = index.search(q, 5)  # host tensors: the host path, numpy answers
+                self.assertIsInstance(got[0], np.ndarray)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+            with self.assertRaisesRegex(ValueError, "queries must be float32, got float64"):
+                index.search(torch.from_numpy(C[:4]).double(), 5)
+            with self.assertRaisesRegex(ValueError, r"C-contiguous .*strides \(1, 8\) elements for shape \[8, 4\]"):
+                index.search(torch.from_numpy(C[:4]).t(), 5)
+
     def test_out_arrays(self):
         C = small_int_corpus(n=300, d=8, seed=8)
         Q = C[:3].copy()
