@@ -101,10 +101,15 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, void* c
 /// True when shardtopk was compiled with NCCL.
 bool built_with_nccl();
 
+/// The MPI thread level MpiSession asks for: kFunneled (the programs: MPI from the main thread
+/// only), kSerialized (a library such as the Python module, called from any thread, one call at
+/// a time).
+enum class MpiThreads { kFunneled, kSerialized };
+
 /// RAII MPI_Init_thread / MPI_Finalize. Safe to construct when MPI is already initialised.
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv);
+  MpiSession(int* argc, char*** argv, MpiThreads threads = MpiThreads::kFunneled);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

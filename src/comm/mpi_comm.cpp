@@ -264,12 +264,13 @@ std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s) {
   return std::make_unique<MpiCommunicator>(timeout_s);
 }
 
-MpiSession::MpiSession(int* argc, char*** argv) {
+MpiSession::MpiSession(int* argc, char*** argv, MpiThreads threads) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(argc, argv, threads == MpiThreads::kSerialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED,
+                    &provided);
     owns_ = true;
   }
 }

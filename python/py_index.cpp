@@ -1,0 +1,606 @@
+// shardtopk.Index (py_index.hpp): construction, search in host or device memory, the followers'
+// loop, and the process's MPI session.
+#include "py_index.hpp"
+
+#include <dlfcn.h>
+#include <mpi.h>
+#include <pybind11/numpy.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "core/log.hpp"
+#include "dlpack_io.hpp"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/config.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/ingest.hpp"
+#include "shardtopk/ordering.hpp"
+#include "shardtopk/shard_plan.hpp"
+
+namespace shardtopk::python {
+namespace {
+
+// ------------------------------------------------------------------------------ MPI and open indexes
+
+std::mutex g_mu;
+std::set<PyIndex*> g_open;           // every index not yet destroyed
+std::unique_ptr<MpiSession> g_mpi;   // from the first index to interpreter exit
+bool g_finalized = false;
+
+/// MPI for the first index; later ones share it. Finalised at interpreter exit.
+void ensure_mpi() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  SHARDTOPK_EXPECTS(!g_finalized, "MPI has been finalised (the interpreter is exiting): no new index");
+  if (g_mpi) return;
+  // Open MPI loads its components with dlopen, and they look for libmpi's symbols in the global
+  // namespace, where a Python extension (loaded RTLD_LOCAL) does not put them: promote the
+  // already loaded libmpi to RTLD_GLOBAL first, as mpi4py does.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&MPI_Init), &info) != 0 && info.dli_fname)
+    (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  g_mpi = std::make_unique<MpiSession>(nullptr, nullptr, MpiThreads::kSerialized);
+}
+
+/// A start-up failure of this rank's own (its input, file, memory) is a ValueError like any bad
+/// input; another rank's is a RemoteError (RuntimeError).
+template <typename Build>
+std::unique_ptr<ShardedIndex> build_collectively(const Build& build) {
+  try {
+    return build();
+  } catch (const RemoteError& e) {
+    if (e.local()) throw Error(e.what());
+    throw;
+  }
+}
+
+// ------------------------------------------------------------------------------ arguments
+
+py::module_ numpy() { return py::module_::import("numpy"); }
+
+std::string type_name(py::handle o) { return py::str(py::type::of(o).attr("__name__")); }
+
+/// An integer argument (int, numpy integer; not bool, not float), or nullopt when it does not
+/// fit a long long (the caller names the range).
+std::optional<long long> integer_arg(py::handle v, const char* name) {
+  SHARDTOPK_EXPECTS(!PyBool_Check(v.ptr()), name, " must be an integer, got bool");
+  PyObject* i = PyNumber_Index(v.ptr());
+  if (!i) {
+    PyErr_Clear();
+    throw Error(detail::concat(name, " must be an integer, got ", type_name(v), " ", std::string(py::repr(v))));
+  }
+  py::object io = py::reinterpret_steal<py::object>(i);
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(io.ptr(), &overflow);
+  if (overflow != 0) return std::nullopt;
+  return x;
+}
+
+/// A config value as the YAML/--set text the config parser reads.
+std::string override_value(py::handle v, const std::string& key) {
+  if (PyBool_Check(v.ptr())) return v.ptr() == Py_True ? "true" : "false";
+  if (PyLong_Check(v.ptr())) return py::str(v);
+  if (PyFloat_Check(v.ptr())) return py::repr(v);  // round-trips
+  if (PyUnicode_Check(v.ptr())) return v.cast<std::string>();
+  if (py::hasattr(v, "__fspath__")) return py::str(py::module_::import("os").attr("fspath")(v));
+  if (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
+    std::string joined;
+    for (py::handle item : v) joined += (joined.empty() ? "" : ",") + override_value(item, key);
+    return joined;
+  }
+  throw Error(detail::concat("override ", key, "=", std::string(py::repr(v)), ": not a config value (str, int, float, "
+                             "bool, or a list of str)"));
+}
+
+/// Keyword overrides: engine__backend="cpu" is engine.backend=cpu; dotted names come through
+/// **{"engine.backend": "cpu"}. Checked as the config file and --set are.
+void apply_overrides(Config& cfg, const py::kwargs& overrides, bool from_arrays) {
+  for (auto item : overrides) {
+    std::string key = py::str(item.first);
+    for (std::size_t p = key.find("__"); p != std::string::npos; p = key.find("__", p + 1)) key.replace(p, 2, ".");
+    SHARDTOPK_EXPECTS(!from_arrays || key.rfind("corpus.", 0) != 0, "override ", key,
+                      ": from_arrays takes its rows from `vectors`; corpus.* keys are for Index.open");
+    apply_override(cfg, key + "=" + override_value(item.second, key));
+  }
+}
+
+/// The config's deprecation messages as FutureWarnings (the command line prints them).
+void warn(const Config& cfg) {
+  for (const std::string& w : cfg.warnings)
+    if (PyErr_WarnEx(PyExc_FutureWarning, w.c_str(), 2) != 0) throw py::error_already_set();
+}
+
+/// stream=: an int (a cudaStream_t handle; 0 = the legacy default stream) or an object with
+/// .cuda_stream (torch.cuda.Stream) or .ptr (cupy.cuda.Stream).
+StreamHandle stream_handle(py::handle s) {
+  py::object h;
+  if (PyLong_Check(s.ptr()) && !PyBool_Check(s.ptr())) h = py::reinterpret_borrow<py::object>(s);
+  else if (py::hasattr(s, "cuda_stream")) h = s.attr("cuda_stream");
+  else if (py::hasattr(s, "ptr")) h = s.attr("ptr");
+  SHARDTOPK_EXPECTS(h && PyLong_Check(h.ptr()), "stream= takes an int (a cudaStream_t handle, 0 for the legacy default "
+                    "stream) or an object with .cuda_stream (torch.cuda.Stream) or .ptr (cupy.cuda.Stream); got ",
+                    type_name(s));
+  const long long v = h.cast<long long>();
+  SHARDTOPK_EXPECTS(v >= 0, "stream=", v, " is not a CUDA stream handle");
+  return static_cast<StreamHandle>(v);
+}
+
+/// PyTorch's own entry points, once torch is imported: the tensor type, its C++ export to a
+/// DLPack capsule (to_dlpack: without __dlpack__'s Python-level checks and stream handling,
+/// which cost several microseconds a call; this module orders the streams itself, as
+/// __dlpack__ would) and its current raw stream. Kept for the life of the process.
+struct TorchApi {
+  py::handle tensor, to_dlpack, raw_stream, current_stream;
+  /// torch's current stream on `device` (a cudaStream_t handle).
+  StreamHandle stream(int device) const {
+    if (raw_stream) return raw_stream(device).cast<StreamHandle>();
+    return current_stream(device).attr("cuda_stream").cast<StreamHandle>();
+  }
+  bool is_tensor(py::handle o) const { return PyObject_IsInstance(o.ptr(), tensor.ptr()) == 1; }
+};
+
+const TorchApi* torch_api() {
+  static TorchApi api;
+  static bool found = false;
+  if (found) return &api;
+  PyObject* mod = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed; no import
+  if (!mod) return nullptr;
+  py::module_ torch = py::reinterpret_borrow<py::module_>(mod);
+  if (!py::hasattr(torch, "Tensor") || !py::hasattr(torch, "cuda")) return nullptr;  // torch still importing
+  const auto keep = [](py::object o) { return o.release(); };  // a reference held for good
+  py::object c = torch.attr("_C");
+  api.tensor = keep(torch.attr("Tensor"));
+  api.to_dlpack = keep(py::hasattr(c, "_to_dlpack") ? py::object(c.attr("_to_dlpack"))
+                                                     : py::module_::import("torch.utils.dlpack").attr("to_dlpack"));
+  if (py::hasattr(c, "_cuda_getCurrentRawStream")) api.raw_stream = keep(c.attr("_cuda_getCurrentRawStream"));
+  api.current_stream = keep(torch.attr("cuda").attr("current_stream"));
+  found = true;
+  return &api;
+}
+
+/// The producer's current stream on `device`, asked of the library that made `q` (PyTorch,
+/// CuPy); the legacy default stream for any other producer (JAX orders its own work before any
+/// stream it is handed).
+StreamHandle producer_stream(py::handle q, int device) {
+  if (const TorchApi* t = torch_api(); t && t->is_tensor(q)) return t->stream(device);
+  PyObject* cupy = PyDict_GetItemString(PyImport_GetModuleDict(), "cupy");
+  if (cupy) {
+    py::module_ cp = py::reinterpret_borrow<py::module_>(cupy);
+    if (py::hasattr(cp, "ndarray") && py::isinstance(q, cp.attr("ndarray"))) {
+      py::object cuda = cp.attr("cuda");
+      py::object dev = cuda.attr("Device")(device);
+      dev.attr("__enter__")();  // CuPy's current stream is per device
+      py::object ptr = cuda.attr("get_current_stream")().attr("ptr");
+      dev.attr("__exit__")(py::none(), py::none(), py::none());
+      return ptr.cast<StreamHandle>();
+    }
+  }
+  return 0;
+}
+
+/// A writable C-contiguous numpy array of `dtype` and shape [rows, cols], for out=.
+void check_host_out(py::handle a, py::dtype dtype, std::int64_t rows, std::int64_t cols, const char* what) {
+  SHARDTOPK_EXPECTS(py::isinstance<py::array>(a), what, " must be a numpy array for host queries, got ", type_name(a));
+  py::array arr = py::reinterpret_borrow<py::array>(a);
+  SHARDTOPK_EXPECTS(arr.dtype().is(dtype), what, " must be ", std::string(py::str(dtype)), ", got ",
+                    std::string(py::str(arr.dtype())));
+  SHARDTOPK_EXPECTS(arr.ndim() == 2 && arr.shape(0) == rows && arr.shape(1) == cols, what, " must have shape [", rows,
+                    ", ", cols, "] ([batch, k]), got ", std::string(py::str(arr.attr("shape"))));
+  SHARDTOPK_EXPECTS((arr.flags() & py::array::c_style) != 0, what, " must be C-contiguous (row-major)");
+  SHARDTOPK_EXPECTS(arr.writeable(), what, " is read-only");
+}
+
+/// The (ids, scores) of out=: a sequence of two arrays.
+std::pair<py::object, py::object> out_pair(py::handle out) {
+  bool ok = PyTuple_Check(out.ptr()) || PyList_Check(out.ptr());
+  ok = ok && py::len(out) == 2;
+  SHARDTOPK_EXPECTS(ok, "out= must be a pair (ids, scores), got ", type_name(out));
+  py::sequence s = py::reinterpret_borrow<py::sequence>(out);
+  return {s[0], s[1]};
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ construction
+
+PyIndex::PyIndex(std::unique_ptr<ShardedIndex> index) : index_(std::move(index)) {
+  const EngineInfo e = index_->engine_info();
+  const Config& cfg = index_->config();
+  rank_ = index_->rank();
+  world_ = index_->world_size();
+  dim_ = index_->dim();
+  rows_ = index_->total_rows();
+  k_max_ = cfg.search.k_max;
+  batch_max_ = cfg.search.batch_max;
+  cuda_ = e.space == MemSpace::kDevice;
+  device_ = e.device;
+  metric_ = to_string(index_->metric());
+  dtype_ = to_string(e.dtype);
+  engine_ = e.name;
+  device_name_ = e.device_name;
+  comm_ = index_->data_comm().name();
+  resident_bytes_ = index_->ingest_stats().engine_resident_bytes;
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_open.insert(this);
+}
+
+std::unique_ptr<PyIndex> PyIndex::open(py::object config_path, const py::kwargs& overrides) {
+  const std::string path = py::str(py::module_::import("os").attr("fspath")(config_path));
+  Config cfg = load_config(path);
+  apply_overrides(cfg, overrides, /*from_arrays=*/false);
+  validate(cfg);
+  warn(cfg);
+  std::unique_ptr<ShardedIndex> index;
+  {
+    py::gil_scoped_release nogil;
+    ensure_mpi();
+    index = build_collectively([&] { return load_index(cfg, /*log_progress=*/true); });
+  }
+  return std::unique_ptr<PyIndex>(new PyIndex(std::move(index)));
+}
+
+std::unique_ptr<PyIndex> PyIndex::from_arrays(py::object vectors, py::object ids, const std::string& metric,
+                                              const std::string& dtype, py::object k_max, py::object batch_max,
+                                              const std::string& backend, const py::kwargs& overrides) {
+  Config cfg;
+  apply_override(cfg, "search.metric=" + metric);
+  apply_override(cfg, "engine.dtype=" + dtype);
+  apply_override(cfg, "engine.backend=" + backend);
+  apply_override(cfg, "search.k_max=" + override_value(k_max, "search.k_max"));
+  apply_override(cfg, "search.batch_max=" + override_value(batch_max, "search.batch_max"));
+  apply_overrides(cfg, overrides, /*from_arrays=*/true);
+  warn(cfg);
+  const Metric m = cfg.search.metric.value_or(Metric::kInnerProduct);
+
+  // The rows as float32 [rows, dim], row-major (a copy only when they are not that already).
+  if (const std::optional<DlDevice> d = dlpack_device_of(vectors))
+    SHARDTOPK_EXPECTS(d->type == kDLCPU, "vectors are on ", device_text(*d),
+                      "; from_arrays takes host arrays (tensor.cpu(), cupy.asnumpy(a))");
+  py::object arr = numpy().attr("asarray")(vectors);
+  const std::string kind = py::str(arr.attr("dtype").attr("kind"));
+  SHARDTOPK_EXPECTS(kind == "f" || kind == "i" || kind == "u", "vectors must hold real numbers, got dtype ",
+                    std::string(py::str(arr.attr("dtype"))));
+  const bool converted = !py::reinterpret_borrow<py::array>(arr).dtype().is(py::dtype::of<float>());
+  py::array v = numpy().attr("ascontiguousarray")(arr, py::arg("dtype") = "float32");
+  SHARDTOPK_EXPECTS(v.ndim() == 2, "vectors must be 2-D [rows, dim], got shape ", std::string(py::str(v.attr("shape"))));
+  const std::int64_t rows = v.shape(0), dim = v.shape(1);
+  SHARDTOPK_EXPECTS(rows >= 1 && dim >= 1, "vectors are empty: shape [", rows, ", ", dim, "]");
+  const float* data = static_cast<const float*>(v.data());
+
+  py::object id_arr;  // int64 [rows], or None
+  if (!ids.is_none()) {
+    py::object a = numpy().attr("asarray")(ids);
+    const std::string ik = py::str(a.attr("dtype").attr("kind"));
+    SHARDTOPK_EXPECTS(ik == "i" || ik == "u", "ids must be integers, got dtype ", std::string(py::str(a.attr("dtype"))));
+    SHARDTOPK_EXPECTS(a.attr("ndim").cast<int>() == 1 && a.attr("shape").cast<py::tuple>()[0].cast<std::int64_t>() == rows,
+                      "ids must be 1-D [rows] with one id per row of vectors (", rows, " rows), got shape ",
+                      std::string(py::str(a.attr("shape"))));
+    if (ik == "u" && a.attr("dtype").attr("itemsize").cast<int>() == 8)
+      SHARDTOPK_EXPECTS(!a.attr("__gt__")(py::int_(INT64_MAX)).attr("any")().cast<bool>(),
+                        "ids: a value exceeds the int64 range");
+    id_arr = numpy().attr("ascontiguousarray")(a, py::arg("dtype") = "int64");
+  }
+  const std::int64_t* all_ids =
+      id_arr ? static_cast<const std::int64_t*>(py::reinterpret_borrow<py::array>(id_arr).data()) : nullptr;
+
+  std::unique_ptr<ShardedIndex> index;
+  {
+    py::gil_scoped_release nogil;
+    ensure_mpi();
+    index = build_collectively([&] {
+      std::unique_ptr<Communicator> comm = make_mpi_communicator(cfg.comm.timeout_s);
+      const int rank = comm->rank(), world = comm->world_size();
+      init_logging(rank, world);
+      // Every rank passes the same arrays and keeps its shard_rows() slice.
+      const std::int64_t mine[2] = {rows, dim};
+      std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world));
+      comm->allgather(mine, all.data(), sizeof mine);
+      bool ok = true;
+      std::string msg;
+      const RowRange r = shard_rows(rows, world, rank);
+      std::vector<float> normalized;
+      std::vector<std::int64_t> shard_ids(static_cast<std::size_t>(r.size()));
+      try {
+        for (int p = 0; p < world; ++p)
+          SHARDTOPK_EXPECTS(all[2 * p] == rows && all[2 * p + 1] == dim, "vectors: rank ", p, " passed [", all[2 * p],
+                            ", ", all[2 * p + 1], "] but rank ", rank, " passed [", rows, ", ", dim,
+                            "]; every rank passes the same full arrays (each keeps its own rows)");
+        for (std::int64_t i = r.lo; i < r.hi; ++i) {
+          const float* x = data + i * dim;
+          for (std::int64_t c = 0; c < dim; ++c)
+            SHARDTOPK_EXPECTS(std::isfinite(x[c]), "vectors: corpus row ", i, " has a non-finite value (", x[c],
+                              ") at column ", c, converted ? " (after conversion to float32)" : "");
+        }
+        if (all_ids && rank == 0) {  // the same ids on every rank: one rank checks them
+          std::vector<std::int64_t> sorted(all_ids, all_ids + rows);
+          std::sort(sorted.begin(), sorted.end());
+          const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+          SHARDTOPK_EXPECTS(dup == sorted.end(), "ids are not unique: id ", (dup == sorted.end() ? 0 : *dup),
+                            " appears more than once");
+          SHARDTOPK_EXPECTS(sorted.back() != kPadId, "ids: id ", kPadId, " is reserved");
+        }
+        for (std::int64_t i = 0; i < r.size(); ++i) shard_ids[i] = all_ids ? all_ids[r.lo + i] : r.lo + i;
+        if (m == Metric::kCosine) {  // stored normalised, as load_index does
+          normalized.assign(data + r.lo * dim, data + r.hi * dim);
+          normalize_rows(normalized.data(), r.size(), dim, r.lo, "corpus row");
+        }
+      } catch (const std::exception& e) {
+        ok = false;
+        msg = e.what();
+      }
+      comm->check(ok, msg);
+      ShardInput in;
+      in.data = m == Metric::kCosine ? normalized.data() : data + r.lo * dim;
+      in.rows = r.size();
+      in.dim = dim;
+      in.ids = shard_ids.data();
+      return build_index(cfg, m, rows, r, in, std::move(comm));
+    });
+  }
+  return std::unique_ptr<PyIndex>(new PyIndex(std::move(index)));
+}
+
+PyIndex::~PyIndex() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_open.erase(this);
+  }
+  if (closed_) return;
+  try {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      close_locked();
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      close_locked();
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("rank {}: closing a shardtopk.Index that was not closed: {}", rank_, e.what());
+  }
+}
+
+void PyIndex::close_all_and_finalize() {
+  std::vector<PyIndex*> open;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    open.assign(g_open.begin(), g_open.end());
+  }
+  for (PyIndex* p : open) {
+    try {
+      p->close();
+    } catch (const std::exception& e) {
+      spdlog::warn("rank {}: closing a shardtopk.Index at exit: {}", p->rank_, e.what());
+    }
+  }
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_mpi.reset();
+  g_finalized = true;
+}
+
+// ------------------------------------------------------------------------------ closing
+
+void PyIndex::require_open(const char* call) const {
+  SHARDTOPK_EXPECTS(index_ != nullptr, call, ": the index is closed");
+}
+
+void PyIndex::close_locked() {
+  if (!index_) return;
+  std::unique_ptr<ShardedIndex> index = std::move(index_);  // closed from here on, whatever happens
+  closed_ = true;
+  if (rank_ == 0) index->shutdown();
+  else index->follow();  // serves rank 0's remaining calls until its close()
+}
+
+void PyIndex::close() {
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::mutex> lock(mu_);
+  close_locked();
+}
+
+void PyIndex::follow() {
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open("follow()");
+  index_->follow();  // throws on rank 0: it drives the index
+  index_.reset();     // rank 0 closed it: closed here too
+  closed_ = true;
+}
+
+py::dict PyIndex::info() {
+  py::dict d;
+  d["rows"] = rows_;
+  d["dim"] = dim_;
+  d["metric"] = metric_;
+  d["dtype"] = dtype_;
+  d["engine"] = engine_;
+  d["device"] = cuda_ ? "cuda:" + std::to_string(device_) : std::string("cpu");
+  d["device_name"] = device_name_;
+  d["ranks"] = world_;
+  d["rank"] = rank_;
+  d["k_max"] = k_max_;
+  d["batch_max"] = batch_max_;
+  d["comm"] = comm_;
+  d["resident_bytes"] = resident_bytes_;
+  d["closed"] = closed();
+  return d;
+}
+
+// ------------------------------------------------------------------------------ search
+
+template <typename Run>
+void PyIndex::in_pieces(std::int64_t batch, const Run& run) {
+  const bool split = batch > batch_max_;
+  for (std::int64_t off = 0; off < batch; off += batch_max_) {
+    const int n = static_cast<int>(std::min<std::int64_t>(batch_max_, batch - off));
+    try {
+      run(off, n);
+    } catch (const RemoteError&) {
+      throw;
+    } catch (const CommError&) {
+      throw;
+    } catch (const Error& e) {
+      if (!split) throw;
+      throw Error(detail::concat("queries ", off, " .. ", off + n - 1, " of this call (searched together, ",
+                                 batch_max_, " at a time: search.batch_max): ", e.what()));
+    }
+  }
+}
+
+py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filter, py::object stream,
+                          py::object out) {
+  if (!filter.is_none()) {
+    PyErr_SetString(PyExc_NotImplementedError, "search(filter=...): filters are not implemented in the Python module; "
+                                               "pass filter=None");
+    throw py::error_already_set();
+  }
+  require_open("search()");
+  SHARDTOPK_EXPECTS(rank_ == 0, "search() runs on rank 0, which drives the collective search; rank ", rank_, " of ",
+                    world_, " calls follow() (or close()) instead");
+  const std::optional<long long> k = integer_arg(k_obj, "k");
+  if (!k) {
+    const std::int64_t kmax = std::min<std::int64_t>(k_max_, rows_);
+    throw Error(detail::concat("k=", std::string(py::str(k_obj)), " out of range: allowed 1 .. ", kmax));
+  }
+  check_k(*k, k_max_, rows_);
+
+  if (py::isinstance<py::array>(queries)) {
+    py::array a = py::reinterpret_borrow<py::array>(queries);
+    SHARDTOPK_EXPECTS(a.dtype().is(py::dtype::of<float>()), "queries must be float32, got ",
+                      std::string(py::str(a.dtype())), " (convert with queries.astype(numpy.float32))");
+    SHARDTOPK_EXPECTS(a.ndim() == 1 || a.ndim() == 2, "queries must be 1-D [dim] or 2-D [batch, dim], got ", a.ndim(), "-D");
+    SHARDTOPK_EXPECTS((a.flags() & py::array::c_style) != 0,
+                      "queries must be C-contiguous (row-major, rows packed); copy them first (numpy.ascontiguousarray)");
+    const std::int64_t cols = a.shape(a.ndim() - 1), batch = a.ndim() == 2 ? a.shape(0) : 1;
+    SHARDTOPK_EXPECTS(cols == dim_, "queries have dimension ", cols, " but the index has dimension ", dim_);
+    return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, static_cast<int>(*k), out);
+  }
+  // A torch tensor: its device from C-level attributes (__dlpack_device__ is Python code).
+  std::optional<DlDevice> d;
+  const TorchApi* t = torch_api();
+  const bool is_torch = t && t->is_tensor(queries);
+  if (is_torch) {
+    d = queries.attr("is_cuda").cast<bool>() ? DlDevice{kDLCUDA, queries.attr("get_device")().cast<int>()}
+                                             : DlDevice{kDLCPU, 0};
+  } else {
+    d = dlpack_device_of(queries);
+  }
+  if (d) {
+    if (d->type == kDLCUDA) return search_device(queries, d->id, static_cast<int>(*k), stream, out);
+    SHARDTOPK_EXPECTS(d->type == kDLCPU, "queries are on ", device_text(*d), "; pass host arrays or arrays on the index's GPU (",
+                      cuda_ ? "cuda:" + std::to_string(device_) : "none: CPU engine", ")");
+    const auto qt = is_torch ? ImportedTensor::from_capsule(t->to_dlpack(queries), "queries")
+                             : ImportedTensor::exchange(queries, std::nullopt, "queries");
+    const MatrixShape s = check_matrix(qt->tensor(), kDlFloat32, "float32", "queries");
+    SHARDTOPK_EXPECTS(s.cols == dim_, "queries have dimension ", s.cols, " but the index has dimension ", dim_);
+    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, static_cast<int>(*k), out);
+  }
+  // Anything else numpy can read as numbers (a list of floats, a list of lists).
+  py::array a = numpy().attr("asarray")(queries, py::arg("dtype") = "float32");
+  return search(a, py::int_(*k), py::none(), stream, out);
+}
+
+py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, int k, py::object out) {
+  (void)one_d;  // a single query is a batch of one: [1, k]
+  py::object ids_obj, scores_obj;
+  if (!out.is_none()) {
+    auto [i, s] = out_pair(out);
+    check_host_out(i, py::dtype::of<std::int64_t>(), batch, k, "out[0] (ids)");
+    check_host_out(s, py::dtype::of<float>(), batch, k, "out[1] (scores)");
+    ids_obj = i;
+    scores_obj = s;
+  } else {
+    ids_obj = py::array(py::dtype::of<std::int64_t>(), {batch, static_cast<std::int64_t>(k)});
+    scores_obj = py::array(py::dtype::of<float>(), {batch, static_cast<std::int64_t>(k)});
+  }
+  auto* ids = static_cast<std::int64_t*>(py::reinterpret_borrow<py::array>(ids_obj).mutable_data());
+  auto* scores = static_cast<float*>(py::reinterpret_borrow<py::array>(scores_obj).mutable_data());
+  if (batch > 0) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open("search()");
+    in_pieces(batch, [&](std::int64_t off, int n) {
+      index_->search(q + off * dim_, n, k, ids + off * k, scores + off * k);
+    });
+  }
+  return py::make_tuple(ids_obj, scores_obj);
+}
+
+py::tuple PyIndex::search_device(py::object queries, int device, int k, py::object stream_obj, py::object out) {
+  SHARDTOPK_EXPECTS(cuda_, "queries are on cuda:", device, " but the index runs on the ", engine_,
+                    " engine; pass host arrays (numpy), or build the index on a GPU (engine.backend cuda)");
+  SHARDTOPK_EXPECTS(device == device_, "queries are on cuda:", device, " but the index is on cuda:", device_,
+                    "; move them there first (tensor.to('cuda:", device_, "'))");
+  // Each array through the exchange of the protocol, which orders its producer's pending work
+  // before `s`; torch tensors through torch's own export, torch's current stream then ordered
+  // before `s` here (what torch's __dlpack__ does, without its Python-level cost).
+  const TorchApi* torch = torch_api();
+  const bool torch_queries = torch && torch->is_tensor(queries);
+  const StreamHandle torch_stream = torch_queries ? torch->stream(device) : 0;
+  const StreamHandle s = !stream_obj.is_none() ? stream_handle(stream_obj)
+                         : torch_queries       ? torch_stream
+                                               : producer_stream(queries, device);
+  bool from_torch = false;
+  const auto take = [&](py::handle o, const char* what) {
+    if (torch && torch->is_tensor(o)) {
+      from_torch = true;
+      return ImportedTensor::from_capsule(torch->to_dlpack(o), what);
+    }
+    return ImportedTensor::exchange(o, dlpack_stream_arg(s), what);
+  };
+  const auto qt = take(queries, "queries");
+  const DLTensor& qv = qt->tensor();
+  SHARDTOPK_EXPECTS(qv.device.device_type == kDLCUDA && qv.device.device_id == device_, "queries: memory on ",
+                    device_text({qv.device.device_type, qv.device.device_id}), ", not on cuda:", device_);
+  const MatrixShape shape = check_matrix(qv, kDlFloat32, "float32", "queries");
+  SHARDTOPK_EXPECTS(shape.cols == dim_, "queries have dimension ", shape.cols, " but the index has dimension ", dim_);
+  const std::int64_t batch = shape.rows;
+  const auto* q = static_cast<const float*>(qt->data());
+
+  std::unique_ptr<ImportedTensor> out_ids, out_scores;
+  std::shared_ptr<DeviceBlock> ids_block, scores_block;
+  std::int64_t* ids = nullptr;
+  float* scores = nullptr;
+  py::object out_i, out_s;
+  if (!out.is_none()) {
+    std::tie(out_i, out_s) = out_pair(out);
+    const auto check_out = [&](const ImportedTensor& t, DLDataType dt, const char* dt_name, const char* what) {
+      const DLTensor& x = t.tensor();
+      SHARDTOPK_EXPECTS(x.device.device_type == kDLCUDA && x.device.device_id == device_, what, " must be on cuda:",
+                        device_, " like the queries, got ", device_text({x.device.device_type, x.device.device_id}));
+      const MatrixShape os = check_matrix(x, dt, dt_name, what);
+      SHARDTOPK_EXPECTS(x.ndim == 2 && os.rows == batch && os.cols == k, what, " must have shape [", batch, ", ", k,
+                        "] ([batch, k]), got [", (x.ndim == 2 ? std::to_string(os.rows) + ", " : ""), os.cols, "]");
+    };
+    out_ids = take(out_i, "out[0] (ids)");
+    check_out(*out_ids, kDlInt64, "int64", "out[0] (ids)");
+    out_scores = take(out_s, "out[1] (scores)");
+    check_out(*out_scores, kDlFloat32, "float32", "out[1] (scores)");
+    ids = static_cast<std::int64_t*>(out_ids->data());
+    scores = static_cast<float*>(out_scores->data());
+  } else {
+    const auto n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(k);
+    ids_block = std::make_shared<DeviceBlock>(device_, n * sizeof(std::int64_t), s);
+    scores_block = std::make_shared<DeviceBlock>(device_, n * sizeof(float), s);
+    ids = static_cast<std::int64_t*>(ids_block->data());
+    scores = static_cast<float*>(scores_block->data());
+  }
+  if (from_torch) order_streams(device_, torch_queries ? torch_stream : torch->stream(device_), s);
+  if (batch > 0) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open("search()");
+    in_pieces(batch, [&](std::int64_t off, int n) {
+      index_->search_async(q + off * dim_, n, k, ids + off * k, scores + off * k, reinterpret_cast<void*>(s));
+    });
+  }
+  if (!out.is_none()) return py::make_tuple(out_i, out_s);
+  return py::make_tuple(py::cast(DeviceArray(ids_block, batch, k, kDlInt64)),
+                        py::cast(DeviceArray(scores_block, batch, k, kDlFloat32)));
+}
+
+}  // namespace shardtopk::python

@@ -1,0 +1,81 @@
+#pragma once
+// shardtopk.Index: one rank's ShardedIndex behind the Python API (docs/PYTHON.md). Rank 0's
+// calls drive the collective search; the other ranks follow(). Searches run without the GIL,
+// one at a time per index (a mutex), so Python threads may share an index.
+//
+// Arguments arrive as Python objects and are checked here, with the command line's messages
+// where the check is the same (they come from the same shardtopk::Error sites); errors map to
+// Python exceptions in module.cpp.
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "device.hpp"
+#include "shardtopk/index.hpp"
+
+namespace shardtopk::python {
+
+namespace py = pybind11;
+
+class PyIndex {
+ public:
+  /// Index.open: the config file, then `overrides` (keyword names with "__" for ".", or dotted
+  /// keys through **{...}), then the collective load (load_index).
+  static std::unique_ptr<PyIndex> open(py::object config_path, const py::kwargs& overrides);
+
+  /// Index.from_arrays: every rank passes the same full arrays and keeps its shard_rows() slice.
+  static std::unique_ptr<PyIndex> from_arrays(py::object vectors, py::object ids, const std::string& metric,
+                                              const std::string& dtype, py::object k_max, py::object batch_max,
+                                              const std::string& backend, const py::kwargs& overrides);
+
+  /// Destroyed open: closed as close() does (a follower serves rank 0 until rank 0 closes).
+  ~PyIndex();
+  PyIndex(const PyIndex&) = delete;
+  PyIndex& operator=(const PyIndex&) = delete;
+
+  /// index.search → (ids, scores), numpy arrays for host queries, DeviceArrays (or `out`) for
+  /// device queries.
+  py::tuple search(py::object queries, py::object k, py::object filter, py::object stream, py::object out);
+  void follow();
+  void close();
+  py::dict info();
+  int rank() const { return rank_; }
+  int ranks() const { return world_; }
+  std::int64_t dim() const { return dim_; }
+  bool closed() const { return closed_; }
+
+  /// Interpreter exit: every open index is closed (collectively), then MPI is finalised.
+  static void close_all_and_finalize();
+
+ private:
+  explicit PyIndex(std::unique_ptr<ShardedIndex> index);
+  void require_open(const char* call) const;
+  py::tuple search_host(const float* q, std::int64_t batch, bool one_d, int k, py::object out);
+  py::tuple search_device(py::object queries, int device, int k, py::object stream, py::object out);
+  /// Runs `run(offset, count)` over the batch in pieces of at most search.batch_max queries;
+  /// a rejected piece's message names its queries when the call was split.
+  template <typename Run>
+  void in_pieces(std::int64_t batch, const Run& run);
+  /// Ends this rank's part: rank 0 shuts the followers down; a follower follows until then.
+  /// Frees the index. Caller holds mu_ and not the GIL.
+  void close_locked();
+
+  std::mutex mu_;                          // one call into the index at a time
+  std::unique_ptr<ShardedIndex> index_;    // null once closed
+  std::atomic<bool> closed_{false};
+  // What info() reports, fixed at construction (readable after close()).
+  int rank_ = 0, world_ = 1;
+  std::int64_t dim_ = 0, rows_ = 0;
+  int k_max_ = 0, batch_max_ = 0;
+  bool cuda_ = false;
+  int device_ = -1;
+  std::string metric_, dtype_, engine_, device_name_, comm_;
+  std::uint64_t resident_bytes_ = 0;
+};
+
+}  // namespace shardtopk::python

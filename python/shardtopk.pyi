@@ -1,0 +1,103 @@
+"""Type stubs of the shardtopk module (docs/PYTHON.md)."""
+
+import os
+from types import TracebackType
+from typing import Any, Literal, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class RemoteError(RuntimeError):
+    """A rank failed (its start-up or its part of a search); the message names each rank."""
+
+class CommError(RuntimeError):
+    """A collective failed or timed out (comm.timeout_s): the job must end."""
+
+def built_with_cuda() -> bool: ...
+def cuda_available() -> bool: ...
+
+StreamLike = Union[int, Any]  # cudaStream_t handle, torch.cuda.Stream (.cuda_stream), cupy.cuda.Stream (.ptr)
+ConfigValue = Union[str, int, float, bool, Sequence[str], "os.PathLike[str]"]
+
+class DeviceArray:
+    """Answers in device memory: ids int64 or scores float32, [batch, k], row-major."""
+
+    @property
+    def shape(self) -> Tuple[int, int]: ...
+    @property
+    def dtype(self) -> Literal["int64", "float32"]: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def stream(self) -> int: ...
+    @property
+    def __cuda_array_interface__(self) -> dict: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[int] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def numpy(self) -> npt.NDArray[Any]:
+        """Host copy; waits for the stream."""
+    def __len__(self) -> int: ...
+
+class Index:
+    """One rank's part of a sharded exact top-k index."""
+
+    @staticmethod
+    def open(config_path: Union[str, "os.PathLike[str]"], **overrides: ConfigValue) -> "Index":
+        """Load the corpus of a YAML config; overrides: engine__backend="cpu" or **{"engine.backend": "cpu"}."""
+    @staticmethod
+    def from_arrays(
+        vectors: npt.ArrayLike,
+        ids: Optional[npt.ArrayLike] = None,
+        metric: Literal["inner_product", "cosine", "l2"] = "inner_product",
+        dtype: Literal["float32", "float16", "bfloat16"] = "float32",
+        k_max: int = 1024,
+        batch_max: int = 256,
+        backend: Literal["auto", "cuda", "cpu"] = "auto",
+        **overrides: ConfigValue,
+    ) -> "Index":
+        """vectors [rows, dim] on the host (every rank the same full arrays), ids [rows] or None."""
+    def search(
+        self,
+        queries: Any,
+        k: int,
+        *,
+        filter: None = None,
+        stream: Optional[StreamLike] = None,
+        out: Optional[Tuple[Any, Any]] = None,
+    ) -> Tuple[Any, Any]:
+        """queries [batch, dim] or [dim] float32 -> (ids int64 [batch, k], scores float32 [batch, k]).
+
+        numpy in -> numpy out; a DLPack array on the index's GPU -> (DeviceArray, DeviceArray),
+        ordered on `stream` (default: the producer's current stream), or `out` when given.
+        """
+    def follow(self) -> None:
+        """Ranks != 0: serve rank 0's searches until it closes the index."""
+    def close(self) -> None:
+        """Collective close (followers serve rank 0 until it closes)."""
+    def info(self) -> dict: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def ranks(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> "Index": ...
+    def __exit__(
+        self,
+        exc_type: Optional[type],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Literal[False]: ...

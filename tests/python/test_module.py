@@ -1,0 +1,476 @@
+"""The Python module on the CPU engine (no GPU needed), against the float64 oracle (oracle.py).
+
+    python3 tests/python/test_module.py --module-dir build/python [--cli build/shardtopk]
+        [--mpiexec mpiexec --mpiexec-flags "--allow-run-as-root --oversubscribe"] [unittest args]
+
+CTest runs it (test_python_module). Without --cli the comparison with the command line is
+skipped, without --mpiexec the 2-rank runs are; each says so.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import oracle  # noqa: E402
+
+ARGS = None
+shardtopk = None
+
+
+def small_int_corpus(n=2003, d=37, seed=1):
+    """Small integers: every score is exact in float32, and many are equal (ties on purpose)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(-3, 4, size=(n, d)).astype(np.float32)
+
+
+def cpu_index(vectors, **kw):
+    kw.setdefault("backend", "cpu")
+    kw.setdefault("engine__threads", 2)
+    return shardtopk.Index.from_arrays(vectors, **kw)
+
+
+class OracleTests(unittest.TestCase):
+    """Answers against the float64 oracle: exact on small integers, within eps elsewhere."""
+
+    def test_exact_ids_with_ties(self):
+        C = small_int_corpus()
+        rng = np.random.default_rng(2)
+        Q = rng.integers(-3, 4, size=(9, C.shape[1])).astype(np.float32)
+        ids = rng.permutation(C.shape[0]).astype(np.int64) * 7 - 5000  # ties break by these, not positions
+        for metric in ("inner_product", "l2"):
+            for dtype in ("float32", "float16", "bfloat16"):
+                with cpu_index(C, ids=ids, metric=metric, dtype=dtype, k_max=C.shape[0]) as index:
+                    for k in (1, 10, 100, C.shape[0]):
+                        got_ids, got_s = index.search(Q, k)
+                        self.assertEqual(got_ids.dtype, np.int64)
+                        self.assertEqual(got_s.dtype, np.float32)
+                        self.assertEqual(got_ids.shape, (Q.shape[0], k))
+                        p = oracle.problems(got_ids, got_s, C, ids, Q, k, metric, exact=True)
+                        self.assertEqual(p, [], f"{metric} {dtype} k={k}")
+
+    def test_within_eps_float_data(self):
+        rng = np.random.default_rng(3)
+        C = rng.standard_normal((3001, 48)).astype(np.float32)
+        Q = rng.standard_normal((6, 48)).astype(np.float32)
+        ids = np.arange(C.shape[0], dtype=np.int64)
+        for metric in ("inner_product", "cosine", "l2"):
+            for dtype in ("float32", "float16", "bfloat16"):
+                with cpu_index(C, metric=metric, dtype=dtype) as index:
+                    got_ids, got_s = index.search(Q, 25)
+                if metric == "cosine":  # rows stored normalised, then rounded: scored as they are
+                    stored = oracle.round_to_storage(oracle.normalize64(C).astype(np.float32), dtype)
+                    p = oracle.problems(got_ids, got_s, stored, ids, oracle.normalize64(Q), 25, "inner_product")
+                else:
+                    p = oracle.problems(got_ids, got_s, oracle.round_to_storage(C, dtype), ids, Q, 25, metric)
+                self.assertEqual(p, [], f"{metric} {dtype}")
+
+    def test_batch_and_split_independence(self):
+        """A query's answer is bit-identical alone, in a batch, and in a batch split by batch_max."""
+        C = small_int_corpus(n=500, d=16, seed=4)
+        rng = np.random.default_rng(5)
+        Q = rng.standard_normal((21, 16)).astype(np.float32)
+        with cpu_index(C, batch_max=8) as index:
+            all_ids, all_s = index.search(Q, 12)  # 8 + 8 + 5
+            for b in range(Q.shape[0]):
+                ids1, s1 = index.search(Q[b], 12)  # 1-D: a batch of one
+                self.assertEqual(ids1.shape, (1, 12))
+                np.testing.assert_array_equal(ids1[0], all_ids[b])
+                np.testing.assert_array_equal(s1[0].view(np.uint32), all_s[b].view(np.uint32))
+
+    def test_lists_and_host_dlpack_objects(self):
+        C = small_int_corpus(n=300, d=8, seed=6)
+        Q = C[:4].copy()
+
+        class HostTensor:  # any producer of host memory through DLPack
+            def __init__(self, a):
+                self.a = a
+
+            def __dlpack__(self, stream=None):
+                assert stream is None
+                return self.a.__dlpack__()
+
+            def __dlpack_device__(self):
+                return self.a.__dlpack_device__()
+
+        with cpu_index(C) as index:
+            want = index.search(Q, 5)
+            for q in (Q.tolist(), HostTensor(Q)):
+                got = index.search(q, 5)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+            with self.assertRaisesRegex(ValueError, "queries must be float32, got float64"):
+                index.search(HostTensor(Q.astype(np.float64)), 5)
+            with self.assertRaisesRegex(ValueError, r"C-contiguous .*strides \(1, 4\) elements for shape \[4, 8\]"):
+                index.search(HostTensor(np.asfortranarray(Q)), 5)
+
+    def test_torch_host_tensors(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch is not installed")
+        C = small_int_corpus(n=300, d=8, seed=16)
+        with cpu_index(C) as index:
+            want = index.search(C[:4], 5)
+            for q in (torch.from_numpy(C[:4]), torch.from_numpy(C[:4]).requires_grad_()):
+                got = index.search(q, 5)  # host tensors: the host path, numpy answers
+                self.assertIsInstance(got[0], np.ndarray)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+            with self.assertRaisesRegex(ValueError, "queries must be float32, got float64"):
+                index.search(torch.from_numpy(C[:4]).double(), 5)
+            with self.assertRaisesRegex(ValueError, r"C-contiguous .*strides \(1, 8\) elements for shape \[8, 4\]"):
+                index.search(torch.from_numpy(C[:4]).t(), 5)
+
+    def test_out_arrays(self):
+        C = small_int_corpus(n=300, d=8, seed=8)
+        Q = C[:3].copy()
+        with cpu_index(C) as index:
+            want_ids, want_s = index.search(Q, 4)
+            ids = np.zeros((3, 4), np.int64)
+            scores = np.zeros((3, 4), np.float32)
+            got = index.search(Q, 4, out=(ids, scores))
+            self.assertIs(got[0], ids)
+            self.assertIs(got[1], scores)
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(scores, want_s)
+            for bad, msg in (((np.zeros((3, 5), np.int64), scores), r"out\[0\] \(ids\) must have shape \[3, 4\]"),
+                             ((ids, np.zeros((3, 4), np.float64)), r"out\[1\] \(scores\) must be float32"),
+                             ((ids,), "out= must be a pair")):
+                with self.assertRaisesRegex(ValueError, msg):
+                    index.search(Q, 4, out=bad)
+
+    def test_threads_share_an_index(self):
+        C = small_int_corpus(n=2000, d=32, seed=9)
+        Q = np.random.default_rng(10).standard_normal((40, 32)).astype(np.float32)
+        with cpu_index(C) as index:
+            want = [index.search(Q[i], 7) for i in range(40)]
+            got = [None] * 40
+
+            def worker(t):
+                for i in range(t, 40, 4):
+                    got[i] = index.search(Q[i], 7)
+
+            threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(w[0], g[0])
+                np.testing.assert_array_equal(w[1], g[1])
+
+
+class BadInputTests(unittest.TestCase):
+    """Bad input: ValueError with the command line's message, and nothing changes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.C = small_int_corpus(n=400, d=12, seed=11)
+        cls.index = cpu_index(cls.C, k_max=50, batch_max=16)
+        cls.Q = cls.C[:3].copy()
+        cls.want = cls.index.search(cls.Q, 5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.index.close()
+
+    def tearDown(self):  # every bad call leaves the index answering as before
+        got = self.index.search(self.Q, 5)
+        np.testing.assert_array_equal(got[0], self.want[0])
+        np.testing.assert_array_equal(got[1], self.want[1])
+
+    def check(self, pattern, *args, **kw):
+        with self.assertRaisesRegex(ValueError, pattern):
+            self.index.search(*args, **kw)
+
+    def test_wrong_dimension(self):
+        self.check("queries have dimension 11 but the index has dimension 12", np.ones((2, 11), np.float32), 5)
+        self.check("queries have dimension 13 but the index has dimension 12", np.ones(13, np.float32), 5)
+        self.check("queries must be 1-D .dim. or 2-D .batch, dim., got 3-D", np.ones((1, 2, 12), np.float32), 5)
+
+    def test_non_finite(self):
+        for v, text in ((np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")):
+            q = self.Q.copy()
+            q[2, 7] = v
+            self.check(f"query 2 of the batch has a non-finite value \\({text}\\) at column 7", q, 5)
+
+    def test_non_finite_in_a_split_batch_names_the_call_queries(self):
+        q = np.ones((40, 12), np.float32)
+        q[37, 1] = np.nan
+        self.check(r"queries 32 \.\. 39 of this call .*: query 5 of the batch has a non-finite value", q, 5)
+
+    def test_k_out_of_range(self):
+        self.check(r"k=0 out of range: allowed 1 \.\. 50", self.Q, 0)
+        self.check(r"k=51 out of range: allowed 1 \.\. 50 \(search.k_max\)", self.Q, 51)
+        self.check(r"k=-3 out of range", self.Q, -3)
+        self.check("k must be an integer, got float", self.Q, 2.0)
+        self.check("k must be an integer, got bool", self.Q, True)
+        self.index.search(self.Q, np.int64(5))  # numpy integers are integers
+
+    def test_wrong_dtype_and_layout(self):
+        self.check("queries must be float32, got float64", self.Q.astype(np.float64), 5)
+        self.check("queries must be float32, got float16", self.Q.astype(np.float16), 5)
+        self.check("queries must be float32, got int32", self.Q.astype(np.int32), 5)
+        self.check("C-contiguous", np.asfortranarray(np.ones((3, 12), np.float32)), 5)
+        self.check("C-contiguous", np.ones((3, 24), np.float32)[:, ::2], 5)
+
+    def test_empty_batch(self):
+        ids, scores = self.index.search(np.zeros((0, 12), np.float32), 5)
+        self.assertEqual(ids.shape, (0, 5))
+        self.assertEqual(scores.shape, (0, 5))
+        self.check(r"k=0 out of range", np.zeros((0, 12), np.float32), 0)
+
+    def test_filter_not_implemented(self):
+        with self.assertRaises(NotImplementedError):
+            self.index.search(self.Q, 5, filter={"eq": {"tenant": 1}})
+
+    def test_device_queries_on_the_cpu_engine(self):
+        class OnGpu:
+            def __dlpack_device__(self):
+                return (2, 0)
+
+            def __dlpack__(self, stream=None):
+                raise AssertionError("must be refused before the exchange")
+
+        self.check("queries are on cuda:0 but the index runs on the cpu engine", OnGpu(), 5)
+
+    def test_search_on_a_closed_index(self):
+        other = cpu_index(self.C)
+        other.close()
+        other.close()  # idempotent
+        self.assertTrue(other.closed)
+        with self.assertRaisesRegex(ValueError, "the index is closed"):
+            other.search(self.Q, 5)
+        self.assertEqual(other.info()["rows"], 400)
+
+
+class BuildTests(unittest.TestCase):
+    def test_from_arrays_inputs(self):
+        C = small_int_corpus(n=50, d=6, seed=12)
+        bad = [
+            (dict(vectors=C[0]), r"vectors must be 2-D \[rows, dim\], got shape \(6,\)"),
+            (dict(vectors=C[:0]), r"vectors are empty: shape \[0, 6\]"),
+            (dict(vectors=C.astype(np.complex64)), "vectors must hold real numbers, got dtype complex64"),
+            (dict(vectors=C, ids=np.arange(49)), r"ids must be 1-D \[rows\] with one id per row of vectors \(50 rows\)"),
+            (dict(vectors=C, ids=np.arange(50) * 0.5), "ids must be integers, got dtype float64"),
+            (dict(vectors=C, ids=np.r_[np.arange(49), 3]), "ids are not unique: id 3 appears more than once"),
+            (dict(vectors=C, ids=np.r_[np.arange(49), 2**63 - 1]), "is reserved"),
+            (dict(vectors=C, metric="dotproduct"), "dotproduct"),
+            (dict(vectors=C, dtype="int8"), "int8"),
+            (dict(vectors=C, k_max=0), "search.k_max"),
+            (dict(vectors=C, batch_max=0), "search.batch_max"),
+            (dict(vectors=C, backend="tpu"), "tpu"),
+            (dict(vectors=C, engine__nonsense=1), "engine.nonsense"),
+            (dict(vectors=C, corpus__path="x.h5"), "corpus.* keys are for Index.open"),
+        ]
+        nan = C.copy()
+        nan[17, 4] = np.nan
+        bad.append((dict(vectors=nan), r"corpus row 17 has a non-finite value \(nan\) at column 4"))
+        big = C.astype(np.float64)
+        big[3, 2] = 1e300
+        bad.append((dict(vectors=big), r"corpus row 3 has a non-finite value \(inf\) at column 2 \(after conversion"))
+        zero = C.copy()
+        zero[9] = 0
+        bad.append((dict(vectors=zero, metric="cosine"), "corpus row 9 has zero norm"))
+        for kw, pattern in bad:
+            kw.setdefault("backend", "cpu")
+            with self.subTest(pattern=pattern), np.errstate(over="ignore"):
+                with self.assertRaisesRegex(ValueError, pattern):
+                    shardtopk.Index.from_arrays(**kw)
+
+    def test_from_arrays_converts_and_reports(self):
+        C = small_int_corpus(n=64, d=10, seed=13)
+        with shardtopk.Index.from_arrays(C.astype(np.int16).tolist(), metric="l2", dtype="float16", k_max=8,
+                                         batch_max=4, backend="cpu") as index:
+            info = index.info()
+            for key, value in dict(rows=64, dim=10, metric="l2", dtype="float16", engine="cpu", device="cpu",
+                                   ranks=1, rank=0, k_max=8, batch_max=4).items():
+                self.assertEqual(info[key], value, key)
+            self.assertEqual((index.rank, index.ranks, index.dim, index.closed), (0, 1, 10, False))
+            self.assertIn("rows=64", repr(index))
+            ids, s = index.search(C[:5], 8)
+            self.assertEqual(oracle.problems(ids, s, C, np.arange(64), C[:5], 8, "l2", exact=True), [])
+        self.assertTrue(index.closed)
+
+    def test_open_from_a_config(self):
+        import h5py
+
+        rng = np.random.default_rng(14)
+        C = rng.integers(-3, 4, size=(777, 20)).astype(np.float32)
+        ids = (rng.permutation(777) * 11).astype(np.int64)
+        Q = rng.integers(-3, 4, size=(5, 20)).astype(np.float32)
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = os.path.join(tmp, "corpus.h5")
+            with h5py.File(corpus, "w") as f:
+                f["emb/vectors"] = C
+                f["emb/ids"] = ids
+                f.attrs["distance"] = "euclidean"  # -> l2
+            cfg = os.path.join(tmp, "c.yaml")
+            with open(cfg, "w") as f:
+                f.write(f"corpus:\n  path: {corpus}\n  dataset: emb/vectors\n  ids_dataset: emb/ids\n"
+                        "search:\n  k_max: 100\n")
+            with shardtopk.Index.open(cfg, engine__backend="cpu", **{"engine.threads": 2}) as index:
+                self.assertEqual(index.info()["metric"], "l2")
+                got_ids, got_s = index.search(Q, 30)
+                self.assertEqual(oracle.problems(got_ids, got_s, C, ids, Q, 30, "l2", exact=True), [])
+            with shardtopk.Index.open(cfg, engine__backend="cpu", search__metric="inner_product",
+                                      search__batch_max=2) as index:
+                got_ids, got_s = index.search(Q, 30)
+                self.assertEqual(oracle.problems(got_ids, got_s, C, ids, Q, 30, "inner_product", exact=True), [])
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                shardtopk.Index.open(cfg, engine__backend="cpu", search__metric="euclidean").close()
+            self.assertTrue(any(issubclass(x.category, FutureWarning) and "euclidean" in str(x.message) for x in w))
+            with self.assertRaisesRegex(ValueError, "search.k_max"):
+                shardtopk.Index.open(cfg, search__k_max=-1)
+            with self.assertRaisesRegex(ValueError, "engine.nonsense"):
+                shardtopk.Index.open(cfg, engine__nonsense="x")
+            with self.assertRaisesRegex(ValueError, "override corpus.attributes=.*not a config value"):
+                shardtopk.Index.open(cfg, corpus__attributes={"a": 1})
+            with self.assertRaisesRegex(ValueError, "missing.h5"):
+                shardtopk.Index.open(cfg, engine__backend="cpu", corpus__path=os.path.join(tmp, "missing.h5"))
+            with self.assertRaisesRegex(ValueError, "no_such_dataset"):
+                shardtopk.Index.open(cfg, engine__backend="cpu", corpus__dataset="no_such_dataset")
+            with self.assertRaisesRegex(ValueError, "nope.yaml"):
+                shardtopk.Index.open(os.path.join(tmp, "nope.yaml"))
+
+    def test_same_answers_as_the_command_line(self):
+        if not ARGS.cli:
+            self.skipTest("no --cli given")
+        import h5py
+
+        rng = np.random.default_rng(15)
+        C = rng.standard_normal((1500, 33)).astype(np.float32)
+        Q = rng.standard_normal((17, 33)).astype(np.float32)
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus, queries, results = (os.path.join(tmp, n) for n in ("c.h5", "q.h5", "r.h5"))
+            with h5py.File(corpus, "w") as f:
+                f["train"] = C
+            with h5py.File(queries, "w") as f:
+                f["test"] = Q
+            cfg = os.path.join(tmp, "c.yaml")
+            with open(cfg, "w") as f:
+                f.write(f"corpus:\n  path: {corpus}\nsearch:\n  metric: cosine\n  batch_max: 5\n")
+            sets = ["--set", "engine.backend=cpu", "--set", "engine.dtype=bfloat16"]
+            subprocess.run([ARGS.cli, "search", "-c", cfg, "-q", queries, "--queries-dataset", "test", "-k", "9",
+                            "-o", results] + sets, check=True, capture_output=True)
+            with h5py.File(results, "r") as f:
+                cli_ids, cli_s = f["ids"][()], f["scores"][()]
+            with shardtopk.Index.open(cfg, engine__backend="cpu", engine__dtype="bfloat16") as index:
+                ids, s = index.search(Q, 9)
+        np.testing.assert_array_equal(ids, cli_ids)
+        np.testing.assert_array_equal(s.view(np.uint32), cli_s.view(np.uint32))
+
+
+class MpiTests(unittest.TestCase):
+    """Two ranks under mpiexec: rank 0 searches, rank 1 follows; answers as on one rank."""
+
+    def run_app(self, scenario, ranks=2, config=None):
+        if not ARGS.mpiexec:
+            self.skipTest("no --mpiexec given")
+        tmp = tempfile.mkdtemp()
+        prefix = os.path.join(tmp, "run")
+        cmd = [ARGS.mpiexec, "-n", str(ranks)] + shlex.split(ARGS.mpiexec_flags) + [
+            sys.executable, os.path.join(HERE, "mpi_app.py"), "--module-dir", ARGS.module_dir, "--out", prefix,
+            "--scenario", scenario]
+        if config:
+            cmd += ["--config", config]
+        env = dict(os.environ, SHARDTOPK_LOG_LEVEL="warn")
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        status = []
+        for r in range(ranks):
+            path = f"{prefix}.rank{r}.json"
+            self.assertTrue(os.path.exists(path), f"rank {r} wrote nothing; rc {p.returncode}\n{p.stdout}\n{p.stderr}")
+            with open(path) as f:
+                status.append(json.load(f))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        answers = dict(np.load(prefix + ".npz")) if os.path.exists(prefix + ".npz") else None
+        return status, answers
+
+    def single_rank_answers(self):
+        sys.path.insert(0, HERE)
+        import mpi_app
+
+        vectors, ids, queries = mpi_app.corpus()
+        with shardtopk.Index.from_arrays(vectors, ids=ids, backend="cpu", batch_max=8, engine__threads=1) as index:
+            a = index.search(queries[:3], 10)
+            b = index.search(queries, 10)
+        self.assertEqual(oracle.problems(b[0], b[1], vectors, ids, queries, 10, "inner_product", exact=True), [])
+        return a, b
+
+    def check_answers(self, status, answers):
+        self.assertTrue(all(s["ok"] for s in status), status)
+        self.assertEqual([s["info"]["ranks"] for s in status], [2, 2])
+        self.assertEqual([s["info"]["rank"] for s in status], [0, 1])
+        self.assertTrue(status[0]["closed"])
+        self.assertRegex(status[0]["bad_query"], r"query 1 of the batch has a non-finite value \(inf\) at column 4")
+        a, b = self.single_rank_answers()
+        for got, want in ((("ids_a", "scores_a"), a), (("ids_b", "scores_b"), b)):
+            np.testing.assert_array_equal(answers[got[0]], want[0])
+            np.testing.assert_array_equal(answers[got[1]].view(np.uint32), want[1].view(np.uint32))
+
+    def test_follow(self):
+        status, answers = self.run_app("follow")
+        self.check_answers(status, answers)
+        self.assertTrue(status[1]["closed"])
+
+    def test_followers_close_or_leave(self):
+        for scenario in ("close", "with", "exit"):
+            with self.subTest(scenario=scenario):
+                status, answers = self.run_app(scenario)
+                self.check_answers(status, answers)
+
+    def test_open_two_ranks(self):
+        import h5py
+        import mpi_app
+
+        vectors, ids, _ = mpi_app.corpus()
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = os.path.join(tmp, "c.h5")
+            with h5py.File(corpus, "w") as f:
+                f["train"] = vectors
+                f["ids"] = ids
+            cfg = os.path.join(tmp, "c.yaml")
+            with open(cfg, "w") as f:
+                f.write(f"corpus:\n  path: {corpus}\n  ids_dataset: ids\nsearch:\n  metric: inner_product\n")
+            status, answers = self.run_app("open", config=cfg)
+        self.check_answers(status, answers)
+
+    def test_ranks_with_other_arrays_fail_together(self):
+        status, answers = self.run_app("mismatch")
+        self.assertIsNone(answers)
+        for s in status:
+            self.assertFalse(s["ok"], s)
+            self.assertIn(s["type"], ("ValueError", "RemoteError"))
+            self.assertRegex(s["message"], r"rank 1 passed \[1000, 19\] but rank [01] passed|rank 0 passed \[1001, 19\]")
+
+
+def main():
+    global ARGS, shardtopk
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--module-dir", required=True, help="folder holding shardtopk*.so")
+    ap.add_argument("--cli", help="the shardtopk command-line binary (answers compared with it)")
+    ap.add_argument("--mpiexec", help="mpiexec for the 2-rank runs")
+    ap.add_argument("--mpiexec-flags", default="", help="extra mpiexec flags, one string")
+    ARGS, rest = ap.parse_known_args()
+    ARGS.module_dir = os.path.abspath(ARGS.module_dir)
+    sys.path.insert(0, ARGS.module_dir)
+    import shardtopk as module
+
+    shardtopk = module
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
