@@ -641,8 +641,9 @@ TEST_F(HostileOwn, TenThousandIdleConnectionsAndActiveClients) {
   std::printf("  p99 with %d idle connections / without: %.2f (target <= 1.2)\n", idle_n, with_idle / alone);
   EXPECT_EQ(idle.closed_by_server(), 0) << "idle connections closed before service.idle_timeout_s";
   httplib::Client c("127.0.0.1", port());
+  c.set_connection_timeout(10);
   auto m = c.Get("/metrics");
-  ASSERT_TRUE(m);
+  ASSERT_TRUE(m) << "GET /metrics with " << idle_n << " idle connections open: " << httplib::to_string(m.error());
   EXPECT_THAT(m->body, HasSubstr("shardtopk_http_open_connections"));
 }
 

@@ -70,7 +70,7 @@ class CudaEngine final : public Engine {
     dpad_ = plan_.dpad;
     std::size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    if (plan_.total > free_b) throw_does_not_fit(free_b, total_b);
+    if (plan_.total + plan_.table_bytes > free_b) throw_does_not_fit(free_b, total_b);
 
     if (stream == nullptr) {
       own_stream_.create(cudaStreamNonBlocking);
@@ -299,8 +299,9 @@ class CudaEngine final : public Engine {
   [[noreturn]] void throw_does_not_fit(std::size_t free_b, std::size_t total_b) const {
     throw Error(detail::concat(
         "CUDA engine on device ", device_, " (", device_name_, "): the shard of ", rows_, " rows x ", dim_, " dims in ",
-        to_string(dtype_), " needs ", plan_.total, " bytes of device memory (shard, ids and norms ", plan_.shard_bytes,
-        ", query/candidate buffers and workspace ", plan_.total - plan_.shard_bytes, ") but only ", free_b, " of ",
+        to_string(dtype_), " needs ", plan_.total + plan_.table_bytes, " bytes of device memory (shard, ids and norms ",
+        plan_.shard_bytes, ", query/candidate buffers and workspace ", plan_.total - plan_.shard_bytes,
+        ", filter attributes and row ids ", plan_.table_bytes, ") but only ", free_b, " of ",
         total_b, " bytes are free; add ranks (mpirun -np) so that each shard is smaller",
         (dtype_ == Dtype::kFloat32 ? ", or store the shard as float16/bfloat16 (engine.dtype)" : ""),
         ", or lower search.batch_max / search.k_max"));
