@@ -4,7 +4,6 @@
 #   .vendor/include: the header-only CLI11, nlohmann/json, spdlog, fmt (spdlog and fmt then used
 #     header-only: SPDLOG_HEADER_ONLY, FMT_HEADER_ONLY; see cmake/Dependencies.cmake), cpp-httplib's
 #     httplib.h (the test and benchmark client), and libmicrohttpd's microhttpd.h;
-#   .vendor/include/pybind11 and .vendor/lib/cmake/pybind11: the Python module's binding library;
 #   .vendor/lib: libmicrohttpd.so.12 (the `serve` front end; Debian 12's 0.9.75, which needs
 #     libgnutls.so.30: Ubuntu 24.04 has it), found at run time through the build's RPATH.
 #
@@ -45,18 +44,4 @@ grep -q "MHD_VERSION 0x0009" "$SRC/microhttpd.h" || { echo "pack_vendor: $SRC/mi
 cp "$SRC/microhttpd.h" "$DEST/microhttpd.h"
 mkdir -p "$ROOT/.vendor/lib"
 cp "$MHD" "$ROOT/.vendor/lib/libmicrohttpd.so.12"
-# pybind11 (the Python module): headers and CMake package, found through SHARDTOPK_VENDOR_DIR/../lib/cmake.
-if [[ -d "$SRC/pybind11" && -f "$LIBDIR/../cmake/pybind11/pybind11Config.cmake" ]]; then
-  rm -rf "$DEST/pybind11" "$ROOT/.vendor/lib/cmake/pybind11"
-  cp -a "$SRC/pybind11" "$DEST/"
-  mkdir -p "$ROOT/.vendor/lib/cmake"
-  cp -a "$LIBDIR/../cmake/pybind11" "$ROOT/.vendor/lib/cmake/"
-elif [[ -d /usr/lib/cmake/pybind11 && -d "$SRC/pybind11" ]]; then
-  rm -rf "$DEST/pybind11" "$ROOT/.vendor/lib/cmake/pybind11"
-  cp -a "$SRC/pybind11" "$DEST/"
-  mkdir -p "$ROOT/.vendor/lib/cmake"
-  cp -a /usr/lib/cmake/pybind11 "$ROOT/.vendor/lib/cmake/"
-else
-  echo "pack_vendor: no pybind11 (apt-get install pybind11-dev): the Python module will not build there" >&2
-fi
-echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: CLI nlohmann spdlog fmt httplib.h microhttpd.h pybind11; lib: libmicrohttpd.so.12, cmake/pybind11)"
+echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: CLI nlohmann spdlog fmt httplib.h microhttpd.h; lib: libmicrohttpd.so.12)"
