@@ -650,6 +650,18 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
     batcher_->receiving_end();
     return reply_error(c, r, 400, e.what());
   }
+  // A compiled filter is held until the answer, like the body it came from: its bytes count
+  // against the in-flight budget too (its lists may take more room than their text).
+  if (job->filter) {
+    const std::size_t held = job->filter->serialized_bytes();
+    if (!reserve_bytes(held)) {
+      batcher_->receiving_end();
+      return reply_error(c, r, 503,
+                         "busy: compiled filters and request bodies in flight would exceed service.max_inflight_bytes (" +
+                             std::to_string(max_inflight_) + " bytes); retry");
+    }
+    r.reserved += held;
+  }
   job->on_done = [this, c] {
     MHD_resume_connection(c);
     suspended_.fetch_sub(1);

@@ -226,7 +226,7 @@ class SearchSax final : public nlohmann::json_sax<json> {
     in_filter_ = false;
     field_ = Field::kNone;
     try {
-      out_.has_filter = !filter_.value().is_null();
+      out_.has_filter = true;
       out_.filter = compile_request_filter(filter_.value(), shape_.attributes);
     } catch (const Error& e) {
       return fail(excerpt(e.what(), kMaxFilterMessage));

@@ -37,7 +37,7 @@ struct SearchBody {
   bool has_k = false;          ///< the body gave k (JSON "k")
   long long k = 0;
   std::vector<float> queries;  ///< [nq, dim] float32, row-major
-  bool has_filter = false;     ///< the body gave a filter ("filter", not null)
+  bool has_filter = false;     ///< the body has a "filter" key (null included)
   RequestFilter filter;        ///< compiled once here; applies to every query of the request
 };
 

@@ -216,12 +216,13 @@ TEST(ParseJsonFilter, CompiledOnceInAnyPosition) {
   EXPECT_TRUE(*b.filter == parse_filter(f, kAttrs));
   b = parse_json_search(R"({"query": [1, 2, 3, 4], "filter": null})", kFilterShape);
   EXPECT_FALSE(b.filter);
-  EXPECT_FALSE(b.has_filter);
+  EXPECT_TRUE(b.has_filter) << "the key was given (so ?filter= may not be too)";
   b = parse_json_search(R"({"query": [1, 2, 3, 4], "filter": {"all": []}})", kFilterShape);
   EXPECT_FALSE(b.filter) << "a filter passing every row needs no program";
   EXPECT_TRUE(b.has_filter);
   b = parse_json_search(R"({"query": [1, 2, 3, 4]})", kFilterShape);
   EXPECT_FALSE(b.filter);
+  EXPECT_FALSE(b.has_filter);
   // ids filters need no attributes
   b = parse_json_search(R"({"query": [1, 2, 3, 4], "filter": {"ids_in": [4, 2]}})", kShape);
   ASSERT_TRUE(b.filter);
