@@ -329,7 +329,7 @@ class FilterTests(unittest.TestCase):
         ]
         for filt, mask in cases:
             for k in (1, 10, 64):
-                with self.subTest(filter=str(filt), k=k):
+                with self.subTest(filter=str(filt)[:80], k=k):
                     self.expect(filt, mask, k)
 
     def test_split_batches_give_the_solo_bits(self):
