@@ -18,6 +18,7 @@
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
 #include "shardtopk/oracle.hpp"
+#include "shardtopk/ordering.hpp"
 
 namespace shardtopk::bench {
 namespace {
@@ -54,6 +55,13 @@ void stored_rows(const CorpusSpec& c, std::int64_t lo, std::int64_t n, float* ou
   }
 }
 
+std::int64_t generated_attribute(const std::string& name, std::uint64_t seed, std::int64_t row, std::int64_t rows) {
+  if (name == "clustered") return static_cast<std::int64_t>((static_cast<__int128>(row) * 1000) / std::max<std::int64_t>(rows, 1));
+  if (name == "scattered")
+    return static_cast<std::int64_t>(splitmix64(seed ^ 0xA77B1E5ull ^ (static_cast<std::uint64_t>(row) * 0x9E3779B97F4A7C15ull)) % 1000);
+  throw Error("generated attribute '" + name + "' unknown (known: clustered, scattered)");
+}
+
 // ---------------------------------------------------------------- BenchIndex
 
 BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Options& opt)
@@ -81,9 +89,25 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
   in.generated = true;
   in.seed = corpus_.seed;
   in.first_row = mine_.lo;
+  AttributeTable attributes;  // read by build_index (the engine keeps its own copy)
   bool ok = true;
   std::string msg;
   try {
+    if (!corpus_.attributes.empty()) {
+      const int threads = resolve_threads(cfg, host_comm->local_size());
+      std::vector<AttributeColumn> cols;
+      for (const std::string& name : corpus_.attributes) {
+        AttributeColumn col{name, AttributeType::kInt64, std::vector<std::int64_t>(static_cast<size_t>(in.rows)), {}};
+        parallel_for(in.rows, threads, [&](std::int64_t a, std::int64_t b, int) {
+          for (std::int64_t i = a; i < b; ++i) col.ints[i] = generated_attribute(name, corpus_.seed, mine_.lo + i, corpus_.rows);
+        });
+        cols.push_back(std::move(col));
+      }
+      std::vector<std::int64_t> ids(static_cast<size_t>(in.rows));
+      for (std::int64_t i = 0; i < in.rows; ++i) ids[i] = mine_.lo + i;
+      attributes = AttributeTable(std::move(cols), std::move(ids), threads);
+      in.attributes = &attributes;
+    }
     const EngineBackend backend = choose_backend(cfg, *host_comm);
     generated_on_ = backend == EngineBackend::kCuda ? "device" : "host";
     if (backend == EngineBackend::kCuda && opt.host_rows) {
@@ -143,8 +167,9 @@ void BenchIndex::gather(int batch, int k) {
   data().wait("all-gather");
 }
 
-void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) {
-  index_->search(rank() == 0 ? queries : nullptr, batch, k, ids, scores);
+void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
+                        const FilterProgram* const* filters, std::int32_t* counts) {
+  index_->search(rank() == 0 ? queries : nullptr, batch, k, ids, scores, filters, counts);
 }
 
 void BenchIndex::search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
@@ -236,21 +261,38 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
   const int world = host.world_size(), rank = host.rank();
   auto better = [m](double a, std::int64_t ia, double b, std::int64_t ib) { return oracle::better(m, a, ia, b, ib); };
 
-  // Every rank learns the samples (entry, query, k, ids, reported scores).
+  // Every rank learns the samples (entry, query, k, ids, reported scores, filter).
   std::vector<std::int32_t> meta;
-  std::vector<std::int64_t> all_ids;
+  std::vector<std::int64_t> all_ids, fmeta;
   std::vector<float> all_scores;
   if (rank == 0) {
     for (const auto& s : samples_in) {
       meta.insert(meta.end(), {s.entry, s.query, s.k});
       all_ids.insert(all_ids.end(), s.ids.begin(), s.ids.end());
       all_scores.insert(all_scores.end(), s.scores.begin(), s.scores.end());
+      fmeta.insert(fmeta.end(), {s.filter_column, s.filter_lo, s.filter_hi});
     }
   }
   bcast_vector(host, &meta);
   bcast_vector(host, &all_ids);
   bcast_vector(host, &all_scores);
+  bcast_vector(host, &fmeta);
   const int ns = static_cast<int>(meta.size() / 3);
+  // Filtered samples: whether row `id` passes sample i's filter (the attribute regenerated here,
+  // independently of the index's evaluation).
+  bool any_filter = false;
+  for (int i = 0; i < ns; ++i) {
+    if (fmeta[3 * i] < 0) continue;
+    any_filter = true;
+    SHARDTOPK_EXPECTS(fmeta[3 * i] < static_cast<std::int64_t>(c.attributes.size()), "check: sample ", i,
+                      " filters attribute ", fmeta[3 * i], " of ", c.attributes.size());
+  }
+  auto row_passes = [&](int i, std::int64_t id) {
+    const std::int64_t col = fmeta[3 * static_cast<size_t>(i)];
+    if (col < 0) return true;
+    const std::int64_t v = generated_attribute(c.attributes[static_cast<size_t>(col)], c.seed, id, c.rows);
+    return v >= fmeta[3 * static_cast<size_t>(i) + 1] && v <= fmeta[3 * static_cast<size_t>(i) + 2];
+  };
   std::vector<size_t> off(ns + 1, 0);
   int kmax = 1;
   for (int i = 0; i < ns; ++i) {
@@ -265,14 +307,21 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
   std::vector<int> qslot(queries.size() / dim + 1, -1);
   for (int i = 0; i < nq; ++i) qslot[qs[i]] = i;
 
-  // Count mode: per sample, the reported K-th score and ε from the reported scores.
+  // Count mode: per sample, the reported K-th score and ε from the reported scores. A filtered
+  // answer with fewer real results than k must hold every row that passes: its threshold is
+  // then the worst possible score, so that any passing row left out counts as missed.
   std::vector<double> thr(ns), eps(ns);
+  std::vector<int> count(ns);  // real results: the ids before the first kPadId
   std::vector<std::vector<std::int64_t>> sorted_ids(ns);
   for (int i = 0; i < ns; ++i) {
     const int k = meta[3 * i + 2];
-    thr[i] = all_scores[off[i] + k - 1];
-    eps[i] = oracle::epsilon(all_scores[off[i]], thr[i]);
-    sorted_ids[i].assign(all_ids.begin() + off[i], all_ids.begin() + off[i + 1]);
+    int n = 0;
+    while (n < k && all_ids[off[i] + n] != kPadId) ++n;
+    count[i] = n;
+    const double worst = m == Metric::kL2 ? HUGE_VAL : -HUGE_VAL;
+    thr[i] = n == k ? all_scores[off[i] + k - 1] : worst;
+    eps[i] = n > 0 ? oracle::epsilon(all_scores[off[i]], all_scores[off[i] + n - 1]) : oracle::epsilon(0, 0);
+    sorted_ids[i].assign(all_ids.begin() + off[i], all_ids.begin() + off[i] + n);
     std::sort(sorted_ids[i].begin(), sorted_ids[i].end());
   }
   std::vector<std::vector<int>> samples_of_query(nq);
@@ -280,11 +329,13 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
 
   // Count mode on this rank's GPU (device_check.hpp): regenerated rows, float64 scores, the
   // same comparisons as the host scan below. Each rank decides for itself; the path is reported.
-  const bool oracle_mode = mode != CheckMode::kCount;
+  const bool oracle_mode = mode != CheckMode::kCount && !any_filter;
   bool use_device = false;
   std::string why;
   if (!oracle_mode && check_device > 0) {
-    if (!c.generated) {
+    if (any_filter) {
+      why = "filtered samples (the device pass counts over every row)";
+    } else if (!c.generated) {
       why = "rows read from " + c.path + " (the device pass regenerates rows)";
     } else {
       use_device = device_count_available(c.metric, host.local_rank(), &why);
@@ -369,6 +420,7 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
             }
           } else {
             for (int si : samples_of_query[qi]) {
+              if (any_filter && !row_passes(si, id)) continue;
               const bool beats = m == Metric::kL2 ? s < thr[si] - eps[si] : s > thr[si] + eps[si];
               if (beats && !std::binary_search(sorted_ids[si].begin(), sorted_ids[si].end(), id))
                 ++missed[static_cast<size_t>(t) * ns + si];
@@ -460,7 +512,11 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
     std::vector<std::int64_t> mini_ids;
     long long invalid = 0;
     for (int j = 0; j < k; ++j) {
-      if (got[j] < 0 || got[j] >= c.rows) {
+      if (j >= count[i]) {  // padding: kPadId only
+        invalid += got[j] != kPadId;
+        continue;
+      }
+      if (got[j] < 0 || got[j] >= c.rows || !row_passes(i, got[j])) {  // not a row, or one the filter excludes
         ++invalid;
         continue;
       }
@@ -497,8 +553,8 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
       long long bad = invalid, order = 0, dup = 0;
       std::vector<double> s64(k, NAN);
       size_t r = 0;
-      for (int j = 0; j < k; ++j) {
-        if (got[j] < 0 || got[j] >= c.rows) continue;
+      for (int j = 0; j < count[i]; ++j) {
+        if (got[j] < 0 || got[j] >= c.rows || !row_passes(i, got[j])) continue;
         s64[j] = oracle::score(m, query, mini.data() + r * dim, dim);
         ++r;
         if (std::fabs(static_cast<double>(gs[j]) - s64[j]) > e) ++bad;
@@ -512,7 +568,10 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
                       std::to_string(disagree[i]) + " rank(s): " + disagree_first[i]);
       if (wrong > 0)
         note(res, "query " + std::to_string(q) + " k=" + std::to_string(k) + ": " + std::to_string(missed_total[i]) +
-                      " rows beat the returned K-th by more than eps, bad scores " + std::to_string(bad) +
+                      " rows beat the returned K-th by more than eps" +
+                      (count[i] < k ? " (" + std::to_string(count[i]) + " real results of k " + std::to_string(k) + ")"
+                                    : std::string()) +
+                      ", bad scores " + std::to_string(bad) +
                       ", out of order " + std::to_string(order) + ", duplicates " + std::to_string(dup));
     }
     res.wrong += wrong;

@@ -18,6 +18,7 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/config.hpp"
 #include "shardtopk/engine.hpp"
+#include "shardtopk/filter.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/shard_plan.hpp"
 
@@ -31,7 +32,17 @@ struct CorpusSpec {
   std::int64_t rows = 0, dim = 0;
   Metric metric = Metric::kInnerProduct;
   Dtype dtype = Dtype::kFloat32;
+  /// Generated int64 attribute columns for filters, by name (generated_attribute); each rank's
+  /// shard gets them beside its rows (bench_filter).
+  std::vector<std::string> attributes;
 };
+
+/// Value of the generated attribute `name` at global row `row` of a corpus of `rows` rows, in
+/// 0 .. 999: "clustered" = row · 1000 / rows (contiguous runs of equal values: a value's rows
+/// share summary blocks), "scattered" = splitmix64(seed, row) mod 1000 (every block holds about
+/// every value). A range of w values passes about w / 10 % of the rows either way.
+/// @throws Error for another name.
+std::int64_t generated_attribute(const std::string& name, std::uint64_t seed, std::int64_t row, std::int64_t rows);
 
 /// Fill out [n, dim] with rows [lo, lo + n) as the engine stores them: generated or read, then
 /// L2-normalised for cosine (normalize_rows), then rounded to the storage dtype.
@@ -50,7 +61,12 @@ class BenchIndex {
   ~BenchIndex();
 
   /// Host to host: rank 0 passes queries [batch, dim]; every rank passes the same batch and k.
-  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores);
+  /// `filters` (rank 0, optional): [batch] each query's filter; `counts` (rank 0, optional):
+  /// [batch] real results per query (ShardedIndex::search).
+  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
+              const FilterProgram* const* filters = nullptr, std::int32_t* counts = nullptr);
+  /// The attributes filters may name (the corpus's generated attributes).
+  const AttributeSchema& attribute_schema() const { return index_->attribute_schema(); }
   /// The same steps with synchronisation and timing around each (rank 0's times).
   void search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores, StepTimes* t);
 
@@ -92,8 +108,12 @@ struct Sample {
   int entry = 0;   ///< configuration index
   int query = 0;   ///< index into the query pool
   int k = 0;
-  std::vector<std::int64_t> ids;
+  std::vector<std::int64_t> ids;  ///< [k]; a filtered answer's slots past its real results hold kPadId
   std::vector<float> scores;  ///< reported units
+  /// The query's filter, when it had one: filter_lo <= attribute <= filter_hi over the generated
+  /// attribute CorpusSpec::attributes[filter_column] (-1: no filter).
+  int filter_column = -1;
+  std::int64_t filter_lo = 0, filter_hi = 0;
 };
 
 struct CheckResult {
@@ -115,6 +135,10 @@ struct CheckResult {
 /// every (rank, sample) whose two counts differ as wrong (a rank that cannot run the device pass
 /// scans on the host only: `info->mode` is then not "count-device+host"). The returned rows are
 /// re-scored on rank 0's host in every case.
+/// Filtered samples (Sample::filter_column >= 0) are checked in count mode on the host whatever
+/// `mode` asks: only rows that pass count as missed, a query with fewer real results than k must
+/// have returned every row that passes (any other passing row is a miss), every returned row
+/// must pass, and the slots past the real results must be padding (kPadId).
 /// Returns per-entry results on rank 0 (`entries` long); `info` (rank 0) says which path ran.
 struct CheckInfo {
   std::string mode;      ///< "oracle", "count-host", "count-device", "count-device+host", "count-mixed"

@@ -7,6 +7,7 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 
 namespace py = pybind11;
@@ -39,9 +40,12 @@ shardtopk: exact top-k search over a corpus resident in GPU (or host) memory, in
     index = shardtopk.Index.from_arrays(vectors, metric="cosine")       # or Index.open("c.yaml")
     ids, scores = index.search(queries, k=10)     # numpy -> numpy; torch/CuPy on the GPU -> device arrays
 
+    ids, scores = index.search(queries, k=10, filter={"eq": {"tenant": 7}})   # docs/FILTERS.md
+
 Exceptions: ValueError for bad input (the command line's messages), shardtopk.RemoteError when a
-rank failed, shardtopk.CommError when a collective failed or timed out (the job must end), and
-NotImplementedError for search(filter=...). See docs/PYTHON.md.
+rank failed, shardtopk.CommError when a collective failed or timed out (the job must end).
+PAD_ID (2**63 - 1, never a row's id) marks the slots past a query's real results. See
+docs/PYTHON.md.
 )doc";
 
 constexpr const char* kIndexDoc = R"doc(
@@ -72,7 +76,7 @@ Deprecated spellings in the config give a FutureWarning.
 
 constexpr const char* kFromArraysDoc = R"doc(
 from_arrays(vectors, ids=None, metric="inner_product", dtype="float32", k_max=1024,
-            batch_max=256, backend="auto", **overrides) -> Index
+            batch_max=256, backend="auto", attributes=None, **overrides) -> Index
 
 Build an index from rows in host memory.
 
@@ -87,13 +91,17 @@ k_max      largest k a search may ask for (sizes buffers; search.k_max).
 batch_max  largest number of queries searched together (sizes buffers; search.batch_max);
            larger batches are searched batch_max at a time.
 backend    "auto" (CUDA when a GPU is visible), "cuda" or "cpu" (engine.backend).
+attributes None, or a dict {name: [rows] values} of per-row attributes that filters name
+           (docs/FILTERS.md): integers (or bools) are int64 attributes, reals float64 (no NaN);
+           at most 64.
 overrides  other config keys, as for Index.open (engine__threads=4, comm__timeout_s=30, ...).
 
 Under mpirun every rank passes the same full arrays; rank r keeps rows shard_rows(rows, P, r)
 (contiguous, balanced) and, with CUDA, uses GPU local_rank. Collective.
 
 Raises ValueError for bad input (shape, dtype, non-finite value, duplicate id, zero norm under
-cosine, an out-of-range option), shardtopk.RemoteError when another rank failed.
+cosine, an out-of-range option, an attribute of another length or type, NaN in an attribute),
+shardtopk.RemoteError when another rank failed.
 )doc";
 
 constexpr const char* kSearchDoc = R"doc(
@@ -110,7 +118,12 @@ queries  [batch, dim] or [dim] (a batch of one) float32, C-contiguous:
            the call returns without waiting for the GPU (batch 1; larger batches wait for the
            engine's candidate check); under mpirun it returns once the collectives are done.
 k        1 .. min(k_max, rows).
-filter   must be None (NotImplementedError otherwise).
+filter   None, or one filter for every query: a dict in the filter language of docs/FILTERS.md
+         ({"eq": {"tenant": 7}}, {"range": {"year": [2019, None]}}, {"ids_in": [3, 17]}, all /
+         any / not), or its JSON text; compiled once per call against the index's attributes.
+         A query's answer is then the exact top k of the rows that pass; when fewer than k pass,
+         the rest of its row is padding: ids PAD_ID (2**63 - 1, never a row's id) and scores -inf
+         (+inf for l2). Real results per query: (ids != shardtopk.PAD_ID).sum(axis=1).
 stream   device path: the CUDA stream the search is ordered on: an int (cudaStream_t handle, 0 =
          legacy default stream), a torch.cuda.Stream or a cupy.cuda.Stream. Default: the
          producer's current stream (PyTorch, CuPy), else the legacy default stream. The queries
@@ -126,7 +139,7 @@ query like that raises ValueError naming it. Batches larger than batch_max are s
 batch_max at a time (same answers). The GIL is released while searching.
 
 Raises ValueError for bad input (dimension, dtype, layout, k out of range, NaN/Inf in host
-queries, a closed index), shardtopk.RemoteError when a rank's search failed (the index stays
+queries, a bad filter: named as the command line names it, a closed index), shardtopk.RemoteError when a rank's search failed (the index stays
 usable), shardtopk.CommError when a collective timed out.
 )doc";
 
@@ -155,12 +168,14 @@ PYBIND11_MODULE(shardtopk, m) {
         "True when the module was compiled with CUDA and a GPU is visible (backend 'auto' then uses it).");
 
   shardtopk::python::bind_device_array(m);
+  m.attr("PAD_ID") = shardtopk::kPadId;
 
   py::class_<PyIndex>(m, "Index", kIndexDoc)
       .def_static("open", &PyIndex::open, py::arg("config_path"), kOpenDoc)
       .def_static("from_arrays", &PyIndex::from_arrays, py::arg("vectors"), py::arg("ids") = py::none(),
                   py::arg("metric") = "inner_product", py::arg("dtype") = "float32", py::arg("k_max") = 1024,
-                  py::arg("batch_max") = 256, py::arg("backend") = "auto", kFromArraysDoc)
+                  py::arg("batch_max") = 256, py::arg("backend") = "auto", py::arg("attributes") = py::none(),
+                  kFromArraysDoc)
       .def("search", &PyIndex::search, py::arg("queries"), py::arg("k"), py::kw_only(), py::arg("filter") = py::none(),
            py::arg("stream") = py::none(), py::arg("out") = py::none(), kSearchDoc)
       .def("follow", &PyIndex::follow, R"doc(
@@ -182,7 +197,8 @@ info() -> dict
 
 rows (whole corpus), dim, metric, dtype (storage), engine ('cpu' or 'cuda'), device ('cpu' or
 'cuda:N', this rank's), device_name, ranks, rank, k_max, batch_max, comm ('mpi' or 'nccl'),
-resident_bytes (this rank's engine and index buffers), closed.
+resident_bytes (this rank's engine and index buffers), attributes ({name: 'int64' | 'float64'},
+what filters may name), max_filters (distinct filters one batch of batch_max takes), closed.
 )doc")
       .def_property_readonly("rank", &PyIndex::rank, "this process's rank (0 drives the searches)")
       .def_property_readonly("ranks", &PyIndex::ranks, "number of ranks (MPI world size)")

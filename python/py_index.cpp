@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -202,6 +203,83 @@ std::pair<py::object, py::object> out_pair(py::handle out) {
   return {s[0], s[1]};
 }
 
+/// One attribute of from_arrays(attributes=...): its name and all rows' values, as numpy holds them.
+struct AttributeInput {
+  std::string name;
+  AttributeType type = AttributeType::kInt64;
+  py::array values;  // [rows] int64 or float64, C-contiguous
+};
+
+/// attributes=: None or a dict name → 1-D [rows] array of integers (int64) or reals (float64).
+std::vector<AttributeInput> attribute_inputs(py::handle attributes, std::int64_t rows) {
+  std::vector<AttributeInput> out;
+  if (attributes.is_none()) return out;
+  SHARDTOPK_EXPECTS(PyDict_Check(attributes.ptr()), "attributes must be a dict {name: [rows] values}, got ",
+                    type_name(attributes));
+  for (auto item : py::reinterpret_borrow<py::dict>(attributes)) {
+    SHARDTOPK_EXPECTS(PyUnicode_Check(item.first.ptr()), "attributes: a name must be a str, got ", type_name(item.first));
+    AttributeInput a;
+    a.name = item.first.cast<std::string>();
+    SHARDTOPK_EXPECTS(!a.name.empty(), "attributes: an empty name");
+    py::object arr = numpy().attr("asarray")(item.second);
+    const std::string kind = py::str(arr.attr("dtype").attr("kind"));
+    SHARDTOPK_EXPECTS(kind == "i" || kind == "u" || kind == "f" || kind == "b", "attributes['", a.name,
+                      "'] must hold integers or reals, got dtype ", std::string(py::str(arr.attr("dtype"))));
+    if (kind == "u" && arr.attr("dtype").attr("itemsize").cast<int>() == 8)
+      SHARDTOPK_EXPECTS(!arr.attr("__gt__")(py::int_(INT64_MAX)).attr("any")().cast<bool>(), "attributes['", a.name,
+                        "']: a value exceeds the int64 range");
+    a.type = kind == "f" ? AttributeType::kFloat64 : AttributeType::kInt64;
+    a.values = numpy().attr("ascontiguousarray")(arr, py::arg("dtype") = kind == "f" ? "float64" : "int64");
+    SHARDTOPK_EXPECTS(a.values.ndim() == 1 && a.values.shape(0) == rows, "attributes['", a.name,
+                      "'] must be 1-D [rows] with one value per row of vectors (", rows, " rows), got shape ",
+                      std::string(py::str(a.values.attr("shape"))));
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+/// Rows [r.lo, r.hi) of each attribute (no Python calls: runs without the GIL).
+std::vector<AttributeColumn> shard_columns(const std::vector<AttributeInput>& attrs, RowRange r) {
+  std::vector<AttributeColumn> cols;
+  for (const AttributeInput& a : attrs) {
+    AttributeColumn c{a.name, a.type, {}, {}};
+    if (a.type == AttributeType::kInt64) {
+      const auto* v = static_cast<const std::int64_t*>(a.values.data());
+      c.ints.assign(v + r.lo, v + r.hi);
+    } else {
+      const auto* v = static_cast<const double*>(a.values.data());
+      c.reals.assign(v + r.lo, v + r.hi);
+    }
+    cols.push_back(std::move(c));
+  }
+  return cols;
+}
+
+/// filter=: a dict (or list, as the language's JSON), or its JSON text; compiled against the
+/// index's attributes. numpy scalars and arrays in it are taken as their Python values.
+FilterProgram compile_py_filter(py::handle filter, const AttributeSchema& schema) {
+  std::string text;
+  if (PyUnicode_Check(filter.ptr())) {
+    text = filter.cast<std::string>();
+  } else {
+    const py::cpp_function as_plain([](py::handle o) -> py::object {
+      if (py::hasattr(o, "tolist")) return o.attr("tolist")();  // numpy scalars and arrays
+      throw py::type_error("filter: a value of type " + type_name(o) + " is not a JSON value");
+    });
+    try {
+      text = py::module_::import("json")
+                 .attr("dumps")(filter, py::arg("allow_nan") = false, py::arg("default") = as_plain)
+                 .cast<std::string>();
+    } catch (py::error_already_set& e) {
+      // The exception's type and message (not its traceback); a RecursionError for nesting
+      // far past the language's depth, a ValueError for NaN or infinity.
+      const std::string why = std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
+      throw Error("filter: not a JSON value (" + why.substr(0, 200) + ")");
+    }
+  }
+  return parse_filter(text, schema);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------ construction
@@ -223,6 +301,8 @@ PyIndex::PyIndex(std::unique_ptr<ShardedIndex> index) : index_(std::move(index))
   device_name_ = e.device_name;
   comm_ = index_->data_comm().name();
   resident_bytes_ = index_->ingest_stats().engine_resident_bytes;
+  max_filters_ = std::min(cfg.search.max_filters, cfg.search.batch_max);
+  attributes_ = index_->attribute_schema();
   std::lock_guard<std::mutex> lock(g_mu);
   g_open.insert(this);
 }
@@ -244,7 +324,8 @@ std::unique_ptr<PyIndex> PyIndex::open(py::object config_path, const py::kwargs&
 
 std::unique_ptr<PyIndex> PyIndex::from_arrays(py::object vectors, py::object ids, const std::string& metric,
                                               const std::string& dtype, py::object k_max, py::object batch_max,
-                                              const std::string& backend, const py::kwargs& overrides) {
+                                              const std::string& backend, py::object attributes,
+                                              const py::kwargs& overrides) {
   Config cfg;
   apply_override(cfg, "search.metric=" + metric);
   apply_override(cfg, "engine.dtype=" + dtype);
@@ -285,6 +366,15 @@ std::unique_ptr<PyIndex> PyIndex::from_arrays(py::object vectors, py::object ids
   }
   const std::int64_t* all_ids =
       id_arr ? static_cast<const std::int64_t*>(py::reinterpret_borrow<py::array>(id_arr).data()) : nullptr;
+  // A bad attribute is this rank's error, reported through the collective below (after the
+  // shapes' check, so that ranks passing other arrays hear that first), never before it.
+  std::vector<AttributeInput> attrs;
+  std::string attr_error;
+  try {
+    attrs = attribute_inputs(attributes, rows);
+  } catch (const Error& e) {
+    attr_error = e.what();
+  }
 
   std::unique_ptr<ShardedIndex> index;
   {
@@ -308,6 +398,7 @@ std::unique_ptr<PyIndex> PyIndex::from_arrays(py::object vectors, py::object ids
           SHARDTOPK_EXPECTS(all[2 * p] == rows && all[2 * p + 1] == dim, "vectors: rank ", p, " passed [", all[2 * p],
                             ", ", all[2 * p + 1], "] but rank ", rank, " passed [", rows, ", ", dim,
                             "]; every rank passes the same full arrays (each keeps its own rows)");
+        if (!attr_error.empty()) throw Error(attr_error);
         for (std::int64_t i = r.lo; i < r.hi; ++i) {
           const float* x = data + i * dim;
           for (std::int64_t c = 0; c < dim; ++c)
@@ -331,12 +422,22 @@ std::unique_ptr<PyIndex> PyIndex::from_arrays(py::object vectors, py::object ids
         ok = false;
         msg = e.what();
       }
+      AttributeTable table;
+      if (ok && !attrs.empty()) {
+        try {
+          table = AttributeTable(shard_columns(attrs, r), shard_ids, 1);
+        } catch (const std::exception& e) {
+          ok = false;
+          msg = e.what();
+        }
+      }
       comm->check(ok, msg);
       ShardInput in;
       in.data = m == Metric::kCosine ? normalized.data() : data + r.lo * dim;
       in.rows = r.size();
       in.dim = dim;
       in.ids = shard_ids.data();
+      if (!attrs.empty()) in.attributes = &table;
       return build_index(cfg, m, rows, r, in, std::move(comm));
     });
   }
@@ -426,6 +527,10 @@ py::dict PyIndex::info() {
   d["batch_max"] = batch_max_;
   d["comm"] = comm_;
   d["resident_bytes"] = resident_bytes_;
+  py::dict attrs;
+  for (const AttributeSpec& a : attributes_) attrs[py::str(a.name)] = to_string(a.type);
+  d["attributes"] = attrs;
+  d["max_filters"] = max_filters_;
   d["closed"] = closed();
   return d;
 }
@@ -453,11 +558,6 @@ void PyIndex::in_pieces(std::int64_t batch, const Run& run) {
 
 py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filter, py::object stream,
                           py::object out) {
-  if (!filter.is_none()) {
-    PyErr_SetString(PyExc_NotImplementedError, "search(filter=...): filters are not implemented in the Python module; "
-                                               "pass filter=None");
-    throw py::error_already_set();
-  }
   require_open("search()");
   SHARDTOPK_EXPECTS(rank_ == 0, "search() runs on rank 0, which drives the collective search; rank ", rank_, " of ",
                     world_, " calls follow() (or close()) instead");
@@ -467,6 +567,10 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
     throw Error(detail::concat("k=", std::string(py::str(k_obj)), " out of range: allowed 1 .. ", kmax));
   }
   check_k(*k, k_max_, rows_);
+  // Compiled once, for every query of the call (and every piece of a split batch).
+  std::optional<FilterProgram> program;
+  if (!filter.is_none()) program = compile_py_filter(filter, attributes_);
+  const FilterProgram* f = program ? &*program : nullptr;
 
   if (py::isinstance<py::array>(queries)) {
     py::array a = py::reinterpret_borrow<py::array>(queries);
@@ -477,7 +581,7 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
                       "queries must be C-contiguous (row-major, rows packed); copy them first (numpy.ascontiguousarray)");
     const std::int64_t cols = a.shape(a.ndim() - 1), batch = a.ndim() == 2 ? a.shape(0) : 1;
     SHARDTOPK_EXPECTS(cols == dim_, "queries have dimension ", cols, " but the index has dimension ", dim_);
-    return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, static_cast<int>(*k), out);
+    return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, static_cast<int>(*k), f, out);
   }
   // A torch tensor: its device from C-level attributes (__dlpack_device__ is Python code).
   std::optional<DlDevice> d;
@@ -490,21 +594,28 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
     d = dlpack_device_of(queries);
   }
   if (d) {
-    if (d->type == kDLCUDA) return search_device(queries, d->id, static_cast<int>(*k), stream, out);
+    if (d->type == kDLCUDA) return search_device(queries, d->id, static_cast<int>(*k), f, stream, out);
     SHARDTOPK_EXPECTS(d->type == kDLCPU, "queries are on ", device_text(*d), "; pass host arrays or arrays on the index's GPU (",
                       cuda_ ? "cuda:" + std::to_string(device_) : "none: CPU engine", ")");
     const auto qt = is_torch ? ImportedTensor::from_capsule(t->to_dlpack(queries), "queries")
                              : ImportedTensor::exchange(queries, std::nullopt, "queries");
     const MatrixShape s = check_matrix(qt->tensor(), kDlFloat32, "float32", "queries");
     SHARDTOPK_EXPECTS(s.cols == dim_, "queries have dimension ", s.cols, " but the index has dimension ", dim_);
-    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, static_cast<int>(*k), out);
+    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, static_cast<int>(*k), f, out);
   }
   // Anything else numpy can read as numbers (a list of floats, a list of lists).
   py::array a = numpy().attr("asarray")(queries, py::arg("dtype") = "float32");
-  return search(a, py::int_(*k), py::none(), stream, out);
+  return search(a, py::int_(*k), filter, stream, out);
 }
 
-py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, int k, py::object out) {
+const FilterProgram* const* PyIndex::piece_filters(const FilterProgram* filter) {
+  if (!filter) return nullptr;
+  piece_filters_.assign(static_cast<std::size_t>(batch_max_), filter);
+  return piece_filters_.data();
+}
+
+py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, int k, const FilterProgram* filter,
+                               py::object out) {
   (void)one_d;  // a single query is a batch of one: [1, k]
   py::object ids_obj, scores_obj;
   if (!out.is_none()) {
@@ -523,14 +634,16 @@ py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, i
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     require_open("search()");
+    const FilterProgram* const* filters = piece_filters(filter);
     in_pieces(batch, [&](std::int64_t off, int n) {
-      index_->search(q + off * dim_, n, k, ids + off * k, scores + off * k);
+      index_->search(q + off * dim_, n, k, ids + off * k, scores + off * k, filters);
     });
   }
   return py::make_tuple(ids_obj, scores_obj);
 }
 
-py::tuple PyIndex::search_device(py::object queries, int device, int k, py::object stream_obj, py::object out) {
+py::tuple PyIndex::search_device(py::object queries, int device, int k, const FilterProgram* filter,
+                                 py::object stream_obj, py::object out) {
   SHARDTOPK_EXPECTS(cuda_, "queries are on cuda:", device, " but the index runs on the ", engine_,
                     " engine; pass host arrays (numpy), or build the index on a GPU (engine.backend cuda)");
   SHARDTOPK_EXPECTS(device == device_, "queries are on cuda:", device, " but the index is on cuda:", device_,
@@ -594,8 +707,9 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, py::obje
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     require_open("search()");
+    const FilterProgram* const* filters = piece_filters(filter);
     in_pieces(batch, [&](std::int64_t off, int n) {
-      index_->search_async(q + off * dim_, n, k, ids + off * k, scores + off * k, reinterpret_cast<void*>(s));
+      index_->search_async(q + off * dim_, n, k, ids + off * k, scores + off * k, reinterpret_cast<void*>(s), filters);
     });
   }
   if (!out.is_none()) return py::make_tuple(out_i, out_s);

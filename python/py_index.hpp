@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "device.hpp"
 #include "shardtopk/index.hpp"
@@ -29,9 +30,11 @@ class PyIndex {
   static std::unique_ptr<PyIndex> open(py::object config_path, const py::kwargs& overrides);
 
   /// Index.from_arrays: every rank passes the same full arrays and keeps its shard_rows() slice.
+  /// `attributes`: None, or a dict name → [rows] integers (int64) or reals (float64), for filters.
   static std::unique_ptr<PyIndex> from_arrays(py::object vectors, py::object ids, const std::string& metric,
                                               const std::string& dtype, py::object k_max, py::object batch_max,
-                                              const std::string& backend, const py::kwargs& overrides);
+                                              const std::string& backend, py::object attributes,
+                                              const py::kwargs& overrides);
 
   /// Destroyed open: closed as close() does (a follower serves rank 0 until rank 0 closes).
   ~PyIndex();
@@ -39,7 +42,7 @@ class PyIndex {
   PyIndex& operator=(const PyIndex&) = delete;
 
   /// index.search → (ids, scores), numpy arrays for host queries, DeviceArrays (or `out`) for
-  /// device queries.
+  /// device queries. `filter`: None, a dict (or its JSON text), compiled once for every query.
   py::tuple search(py::object queries, py::object k, py::object filter, py::object stream, py::object out);
   void follow();
   void close();
@@ -55,8 +58,12 @@ class PyIndex {
  private:
   explicit PyIndex(std::unique_ptr<ShardedIndex> index);
   void require_open(const char* call) const;
-  py::tuple search_host(const float* q, std::int64_t batch, bool one_d, int k, py::object out);
-  py::tuple search_device(py::object queries, int device, int k, py::object stream, py::object out);
+  py::tuple search_host(const float* q, std::int64_t batch, bool one_d, int k, const FilterProgram* filter,
+                        py::object out);
+  py::tuple search_device(py::object queries, int device, int k, const FilterProgram* filter, py::object stream,
+                          py::object out);
+  /// Each query's filter for a piece of a batch: [batch_max] copies of `filter`, or nullptr.
+  const FilterProgram* const* piece_filters(const FilterProgram* filter);
   /// Runs `run(offset, count)` over the batch in pieces of at most search.batch_max queries;
   /// a rejected piece's message names its queries when the call was split.
   template <typename Run>
@@ -76,6 +83,9 @@ class PyIndex {
   int device_ = -1;
   std::string metric_, dtype_, engine_, device_name_, comm_;
   std::uint64_t resident_bytes_ = 0;
+  int max_filters_ = 0;
+  AttributeSchema attributes_;
+  std::vector<const FilterProgram*> piece_filters_;  // [batch_max], under mu_
 };
 
 }  // namespace shardtopk::python

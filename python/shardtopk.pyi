@@ -2,12 +2,13 @@
 
 import os
 from types import TracebackType
-from typing import Any, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
+PAD_ID: int  # 2**63 - 1: the id of the slots past a query's real results (never a row's id)
 
 class RemoteError(RuntimeError):
     """A rank failed (its start-up or its part of a search); the message names each rank."""
@@ -64,15 +65,17 @@ class Index:
         k_max: int = 1024,
         batch_max: int = 256,
         backend: Literal["auto", "cuda", "cpu"] = "auto",
+        attributes: Optional[Mapping[str, npt.ArrayLike]] = None,
         **overrides: ConfigValue,
     ) -> "Index":
-        """vectors [rows, dim] on the host (every rank the same full arrays), ids [rows] or None."""
+        """vectors [rows, dim] on the host (every rank the same full arrays), ids [rows] or None,
+        attributes {name: [rows] integers or reals} for filters."""
     def search(
         self,
         queries: Any,
         k: int,
         *,
-        filter: None = None,
+        filter: Optional[Union[Mapping[str, Any], str]] = None,
         stream: Optional[StreamLike] = None,
         out: Optional[Tuple[Any, Any]] = None,
     ) -> Tuple[Any, Any]:
@@ -80,6 +83,8 @@ class Index:
 
         numpy in -> numpy out; a DLPack array on the index's GPU -> (DeviceArray, DeviceArray),
         ordered on `stream` (default: the producer's current stream), or `out` when given.
+        filter (docs/FILTERS.md) applies to every query; slots past a query's real results hold
+        PAD_ID and -inf (+inf for l2).
         """
     def follow(self) -> None:
         """Ranks != 0: serve rank 0's searches until it closes the index."""

@@ -25,14 +25,20 @@ struct ResultMeta {
   std::int64_t corpus_dim = 0;
   std::string queries_path;
   std::string queries_dataset;
+  std::string filter;  ///< the filter every query had, as JSON text (empty: none)
 };
 
 /// Write R.h5: `ids` int64 [nq, k], `scores` float32 [nq, k] (similarity, or squared distance
 /// for l2), and root attributes metric, k, world_size, engine, comm, dtype, corpus_path,
 /// corpus_dataset, corpus_rows, corpus_dim, queries_path, queries_dataset, version.
+/// With `counts` ([nq], a filtered search): also `counts` int32 [nq], query q's real results,
+/// and `filter`, a string dataset [1] holding meta.filter; row q of ids and scores holds
+/// counts[q] results, then padding: id 2^63 − 1 (kPadId, never a row's id) and score −inf
+/// (+inf for l2).
 /// @throws Error when the file cannot be written.
 void write_results(const std::string& path, const ResultMeta& meta, const std::vector<std::int64_t>& ids,
-                   const std::vector<float>& scores, std::int64_t nq);
+                   const std::vector<float>& scores, std::int64_t nq,
+                   const std::vector<std::int32_t>* counts = nullptr);
 
 /// Recall of a result file against ann-benchmarks ground truth.
 struct EvalReport {
@@ -53,7 +59,8 @@ struct EvalReport {
 /// distance, which is squared before comparing; `distance_units` attribute "squared" skips it).
 /// The result file's nq queries are compared with the first nq rows of the truth (a search
 /// with --max-queries evaluates against the full truth file).
-/// @throws Error when shapes disagree (more queries than the truth, K larger than its columns).
+/// @throws Error when shapes disagree (more queries than the truth, K larger than its columns),
+///   or when the results are of a filtered search (the truth is over the whole corpus).
 EvalReport evaluate(const std::string& results_path, const std::string& truth_path);
 
 }  // namespace shardtopk

@@ -1,6 +1,10 @@
 #include "cli/cli_util.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
@@ -15,6 +19,26 @@ Config load_with_overrides(const std::string& path, const std::vector<std::strin
   if (rank == 0)
     for (const std::string& w : cfg.warnings) spdlog::warn("{}", w);
   return cfg;
+}
+
+AttributeSchema corpus_attribute_schema(const Config& cfg, std::int64_t corpus_rows) {
+  AttributeSchema schema;
+  for (const AttributeColumn& c : read_attribute_columns(cfg.corpus.path, cfg.corpus.attributes, corpus_rows, RowRange{}))
+    schema.push_back({c.name, c.type});
+  return schema;
+}
+
+std::string filter_text(const std::string& value) {
+  if (value.empty() || value[0] != '@') return value;
+  const std::string path = value.substr(1);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    throw Error(detail::concat("--filter-json @", path, ": cannot read the file: ", std::strerror(err)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 void print_error(const char* message) { std::fprintf(stderr, "shardtopk: error: %s\n", message); }

@@ -5,12 +5,21 @@
 #include <vector>
 
 #include "shardtopk/config.hpp"
+#include "shardtopk/filter.hpp"
 
 namespace shardtopk::cli {
 
 /// The config file with `--set key=value` overrides applied, validated; rank 0 logs its
 /// warnings (deprecated spellings). @throws Error naming the file, key or value.
 Config load_with_overrides(const std::string& path, const std::vector<std::string>& overrides, int rank = 0);
+
+/// The attributes of cfg.corpus.attributes (names and types) from the corpus file's headers alone
+/// (nothing is read), checked as loading checks them. @throws Error naming the dataset.
+AttributeSchema corpus_attribute_schema(const Config& cfg, std::int64_t corpus_rows);
+
+/// The text of a --filter-json value: the JSON itself, or @FILE for a file's contents.
+/// @throws Error naming the file when it cannot be read.
+std::string filter_text(const std::string& value);
 
 /// Prints "shardtopk: error: MESSAGE" on stderr.
 void print_error(const char* message);

@@ -21,6 +21,7 @@ struct SearchArgs {
   std::string timings_json;
   std::int64_t max_queries = -1;
   int batch = 0;  // 0: search.batch_max
+  std::string filter_json;  // one filter for every query (docs/FILTERS.md), or @FILE; empty: none
 };
 /// search and serve start MPI (MpiSession) with main's argc/argv.
 int run_search(const SearchArgs& a, int* argc, char*** argv);

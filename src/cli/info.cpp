@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,10 +18,24 @@ nlohmann::json json_number(const std::vector<T>& v) {
   return v.size() == 1 ? nlohmann::json(v[0]) : nlohmann::json(v);
 }
 
+// 1-D int64 / float64 datasets with one value per row of `train`: what corpus.attributes may
+// name (docs/FILTERS.md), by their path.
+std::vector<std::string> attribute_candidates(const FileInfo& fi) {
+  std::int64_t rows = -1;
+  for (const auto& d : fi.datasets)
+    if (d.name == "train" && d.dims.size() == 2) rows = d.dims[0];
+  std::vector<std::string> out;
+  for (const auto& d : fi.datasets)
+    if (rows >= 0 && d.dims.size() == 1 && d.dims[0] == rows && (d.dtype == "int64" || d.dtype == "float64"))
+      out.push_back(d.name);
+  return out;
+}
+
 }  // namespace
 
 int run_info(const InfoArgs& a) {
   const FileInfo fi = inspect_file(a.path);
+  const std::vector<std::string> filterable = attribute_candidates(fi);
   if (a.json) {
     nlohmann::json j;
     j["path"] = fi.path;
@@ -28,6 +43,7 @@ int run_info(const InfoArgs& a) {
     for (const auto& d : fi.datasets)
       j["datasets"].push_back({{"name", d.name}, {"shape", d.dims}, {"dtype", d.dtype}, {"chunked", d.chunked},
                                {"filters", d.filters}});
+    j["filterable"] = filterable;  // datasets corpus.attributes may name
     j["attributes"] = nlohmann::json::object();
     for (const auto& kv : fi.attributes) {
       const auto i = fi.int_attributes.find(kv.first);
@@ -48,6 +64,12 @@ int run_info(const InfoArgs& a) {
     std::string layout = d.chunked ? "chunked" : "contiguous";
     if (!d.filters.empty()) layout += " " + d.filters;
     std::printf("  %-28s %-20s %-9s %s\n", d.name.c_str(), shape.c_str(), d.dtype.c_str(), layout.c_str());
+  }
+  if (!filterable.empty()) {
+    std::string list;
+    for (const std::string& f : filterable) list += (list.empty() ? "" : ", ") + f;
+    std::printf("  filterable (one int64/float64 value per train row; name them in corpus.attributes): %s\n",
+                list.c_str());
   }
   if (!fi.attributes.empty()) {
     std::printf("  attributes:\n");

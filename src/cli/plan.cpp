@@ -33,6 +33,15 @@ int run_plan(const PlanArgs& a) {
   std::printf("corpus %s '%s' [%lld x %lld], %s storage, %d rank(s), %d per node, engine %s, %d GPU(s) visible\n",
               cfg.corpus.path.c_str(), info.name.c_str(), static_cast<long long>(n), static_cast<long long>(dim),
               to_string(cfg.engine.dtype).c_str(), a.ranks, per_node, use_gpu ? "cuda" : "cpu", ngpu);
+  if (!cfg.corpus.attributes.empty()) {
+    // What filters may name, checked from the headers as loading checks them.
+    std::string names;
+    for (const AttributeSpec& s : corpus_attribute_schema(cfg, n))
+      names += (names.empty() ? "" : ", ") + s.name + " (" + to_string(s.type) + ")";
+    std::printf("attributes (corpus.attributes; filters name these): %s; %zu bytes per row on each rank, beside its "
+                "shard (not in engine_bytes)\n",
+                names.c_str(), 8 * cfg.corpus.attributes.size());
+  }
   std::printf("%6s %12s %12s %20s %20s %20s  %s\n", "rank", "row_lo", "rows", "load_peak_host_bytes", "engine_bytes",
               "limit_bytes", "fits");
   bool all_fit = true;

@@ -11,6 +11,7 @@
 #include <exception>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/results.hpp"
 
@@ -67,6 +69,15 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(corpus_rows < 0 || a.k <= corpus_rows, "--k ", a.k, " is larger than the corpus: '",
                     cfg.corpus.path, "' dataset '", cfg.corpus.dataset, "' has ", corpus_rows,
                     " rows (from the file header; nothing was loaded)");
+  // A bad filter is refused before the ingest: compiled against the attributes' headers.
+  if (!a.filter_json.empty() && corpus_rows >= 0) {
+    const std::string text = filter_text(a.filter_json);
+    try {
+      (void)parse_filter(text, corpus_attribute_schema(cfg, corpus_rows));
+    } catch (const Error& e) {
+      throw Error(std::string("--filter-json: ") + e.what());
+    }
+  }
   SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= cfg.search.batch_max, "--batch ", a.batch,
                     " out of range: allowed 1 .. ", cfg.search.batch_max,
                     " (search.batch_max; raise it with --set search.batch_max=N), or 0 for search.batch_max");
@@ -95,13 +106,24 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
 int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int rank) {
   const std::int64_t dim = index.dim();
 
-  // Rank 0 reads the queries; a bad file or a bad query stops every rank.
+  // Rank 0 reads the queries and compiles the filter; a bad file, query or filter stops every rank.
   HostMatrix q;
   std::int64_t nq = 0;
   bool ok = true;
   std::string msg;
+  std::optional<FilterProgram> filter;
+  std::string filter_json;  // the filter as given, re-written compactly
   if (rank == 0) {
     try {
+      if (!a.filter_json.empty()) {
+        const std::string text = filter_text(a.filter_json);
+        try {
+          filter = parse_filter(text, index.attribute_schema());
+        } catch (const Error& e) {
+          throw Error(std::string("--filter-json: ") + e.what());
+        }
+        filter_json = nlohmann::json::parse(text).dump();
+      }
       q = read_matrix(a.queries, a.queries_dataset, "query");
       SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
                         dim);
@@ -145,11 +167,14 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   const int batch_max = a.batch > 0 ? std::min(a.batch, cfg.search.batch_max) : cfg.search.batch_max;
   std::vector<std::int64_t> ids(rank == 0 ? static_cast<size_t>(nq * a.k) : 0);
   std::vector<float> scores(ids.size());
+  std::vector<std::int32_t> counts(static_cast<size_t>(nq), 0);  // real results per query
+  // Every query has the one filter (or none).
+  const std::vector<const FilterProgram*> filters(static_cast<size_t>(batch_max), filter ? &*filter : nullptr);
   std::vector<double> batch_ms;
   // Queries [b0, b0 + b) of the file; a batch rank 0 rejects is named by those indices.
-  auto search_batch = [&](std::int64_t b0, int b, std::int64_t* out_ids, float* out_scores) {
+  auto search_batch = [&](std::int64_t b0, int b, std::int64_t* out_ids, float* out_scores, std::int32_t* out_counts) {
     try {
-      index.search(q.data.data() + b0 * dim, b, a.k, out_ids, out_scores);
+      index.search(q.data.data() + b0 * dim, b, a.k, out_ids, out_scores, filter ? filters.data() : nullptr, out_counts);
     } catch (const RemoteError&) {
       throw;
     } catch (const CommError&) {
@@ -171,8 +196,9 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     if (nq % batch_max != 0 && nq > batch_max) sizes.push_back(static_cast<int>(nq % batch_max));
     std::vector<std::int64_t> wid(static_cast<size_t>(sizes[0]) * a.k);
     std::vector<float> wsc(wid.size());
+    std::vector<std::int32_t> wcounts(static_cast<size_t>(sizes[0]));
     const auto tw = Clock::now();
-    for (int b : sizes) search_batch(0, b, wid.data(), wsc.data());
+    for (int b : sizes) search_batch(0, b, wid.data(), wsc.data(), wcounts.data());
     warmup_ms = std::chrono::duration<double, std::milli>(Clock::now() - tw).count();
     spdlog::info("warm-up: {} batch(es) (sizes {}) in {:.1f} ms, not in the timings", sizes.size(),
                  sizes.size() == 1 ? std::to_string(sizes[0]) : std::to_string(sizes[0]) + ", " + std::to_string(sizes[1]),
@@ -184,7 +210,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   for (std::int64_t b0 = 0; b0 < nq; b0 += batch_max) {
     const int b = static_cast<int>(std::min<std::int64_t>(batch_max, nq - b0));
     const auto tb = Clock::now();
-    search_batch(b0, b, ids.data() + b0 * a.k, scores.data() + b0 * a.k);
+    search_batch(b0, b, ids.data() + b0 * a.k, scores.data() + b0 * a.k, counts.data() + b0);
     batch_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - tb).count());
     if (rank == 0)
       spdlog::debug("batch {}: queries [{}, {}), k={}, {:.3f} ms", batch_ms.size() - 1, b0, b0 + b, a.k,
@@ -199,6 +225,8 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   if (rank == 0) {
     const IngestStats& st = index.ingest_stats();
     const double qps = search_s > 0 ? static_cast<double>(nq) / search_s : 0;
+    std::int64_t results = 0;
+    for (const std::int32_t c : counts) results += c;
     nlohmann::json j = {
         {"corpus", cfg.corpus.path},
         {"rows", index.total_rows()},
@@ -223,12 +251,18 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
         {"batch_ms_p99", (batch_ms.empty() ? 0.0 : percentile(batch_ms, 99))},
         {"batch_ms_mean", batch_ms.empty() ? 0.0 : search_s * 1000.0 / static_cast<double>(batch_ms.size())},
         {"resident_bytes_rank0", st.engine_resident_bytes},
+        {"filtered", filter.has_value()},
+        {"results", results},
     };
     std::printf("ingest %.2f s | %lld queries, k=%d, %zu batch(es) of <=%d | batch ms p50 %.3f p99 %.3f | QPS %.1f | "
                 "%s/%s, %d rank(s)\n",
                 st.total_s, static_cast<long long>(nq), a.k, batch_ms.size(), batch_max, (batch_ms.empty() ? 0.0 : percentile(batch_ms, 50)),
                 (batch_ms.empty() ? 0.0 : percentile(batch_ms, 99)), qps, index.engine_info().name.c_str(), index.data_comm().name().c_str(),
                 index.world_size());
+    if (filter)
+      std::printf("filter: %lld of %lld results (queries with fewer than k: %lld)\n", static_cast<long long>(results),
+                  static_cast<long long>(nq * a.k),
+                  static_cast<long long>(std::count_if(counts.begin(), counts.end(), [&](std::int32_t c) { return c < a.k; })));
     if (!a.timings_json.empty()) {
       std::ofstream out(a.timings_json);
       SHARDTOPK_EXPECTS(out.good(), "cannot write '", a.timings_json, "'");
@@ -248,8 +282,9 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       m.corpus_dim = dim;
       m.queries_path = a.queries;
       m.queries_dataset = a.queries_dataset;
-      write_results(a.out, m, ids, scores, nq);
-      spdlog::info("wrote {} ([{} x {}] ids and scores)", a.out, nq, a.k);
+      m.filter = filter_json;
+      write_results(a.out, m, ids, scores, nq, filter ? &counts : nullptr);
+      spdlog::info("wrote {} ([{} x {}] ids and scores{})", a.out, nq, a.k, filter ? ", [" + std::to_string(nq) + "] counts" : "");
     }
   }
   return 0;

@@ -11,11 +11,16 @@
 namespace shardtopk {
 
 void write_results(const std::string& path, const ResultMeta& m, const std::vector<std::int64_t>& ids,
-                   const std::vector<float>& scores, std::int64_t nq) {
+                   const std::vector<float>& scores, std::int64_t nq, const std::vector<std::int32_t>* counts) {
   SHARDTOPK_ASSERT(ids.size() == static_cast<size_t>(nq * m.k) && scores.size() == ids.size());
+  SHARDTOPK_ASSERT(!counts || counts->size() == static_cast<size_t>(nq));
   H5Writer w(path);
   w.write_i64("ids", ids.data(), nq, m.k);
   w.write_f32("scores", scores.data(), nq, m.k);
+  if (counts) {
+    w.write_i32("counts", counts->data(), nq, 0);
+    w.write_strings("filter", {m.filter});
+  }
   w.set_attr("metric", to_string(m.metric));
   w.set_attr("score_units", std::string(m.metric == Metric::kL2 ? "squared_l2_distance" : "similarity"));
   w.set_attr("k", static_cast<std::int64_t>(m.k));
@@ -38,6 +43,9 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
   // file's own `train`: a truth file for another corpus is the usual mistake behind a mismatch.
   const FileInfo rinfo = inspect_file(results_path);
   const FileInfo tinfo = inspect_file(truth_path);
+  for (const auto& d : rinfo.datasets)
+    SHARDTOPK_EXPECTS(d.name != "counts", "'", results_path, "' holds the results of a filtered search (dataset counts): ",
+                      "the ground truth in '", truth_path, "' is over the whole corpus, so recall against it means nothing");
   auto int_attr = [&](const char* name) -> std::int64_t {
     const auto it = rinfo.int_attributes.find(name);
     return it == rinfo.int_attributes.end() || it->second.size() != 1 ? -1 : it->second[0];

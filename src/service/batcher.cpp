@@ -11,12 +11,15 @@ using Clock = std::chrono::steady_clock;
 
 Batcher::Batcher(SearchBackend& backend, Options opts, Metrics* metrics)
     : backend_(backend), opts_(opts), metrics_(metrics) {
-  SHARDTOPK_EXPECTS(opts_.batch_max >= 1 && opts_.k_max >= 1 && opts_.dim >= 1, "batcher: batch_max ", opts_.batch_max,
-                    ", k_max ", opts_.k_max, ", dim ", opts_.dim, " must be positive");
+  SHARDTOPK_EXPECTS(opts_.batch_max >= 1 && opts_.k_max >= 1 && opts_.dim >= 1 && opts_.max_filters >= 1,
+                    "batcher: batch_max ", opts_.batch_max, ", k_max ", opts_.k_max, ", dim ", opts_.dim,
+                    ", max_filters ", opts_.max_filters, " must be positive");
   const size_t bm = static_cast<size_t>(opts_.batch_max);
   queries_.resize(bm * static_cast<size_t>(opts_.dim));
   ids_.resize(bm * static_cast<size_t>(opts_.k_max));
   scores_.resize(ids_.size());
+  counts_.resize(bm);
+  filters_.resize(bm);
 }
 
 void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
@@ -86,8 +89,20 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   } else {
     const int k = q_.front()->k;
     int total = 0;
+    // The batch's distinct filters: a request whose filter would be one too many waits for a
+    // later batch (the oldest request always fits: one filter, max_filters >= 1).
+    std::vector<const FilterProgram*> distinct;
+    const auto fits = [&](const FilterProgram* f) {
+      if (!f) return true;
+      for (const FilterProgram* d : distinct)
+        if (d == f || *d == *f) return true;
+      if (static_cast<int>(distinct.size()) >= opts_.max_filters) return false;
+      distinct.push_back(f);
+      return true;
+    };
     for (auto it = q_.begin(); it != q_.end();) {
-      if ((*it)->kind == Job::Kind::kSearch && (*it)->k == k && total + (*it)->nq <= opts_.batch_max) {
+      if ((*it)->kind == Job::Kind::kSearch && (*it)->k == k && total + (*it)->nq <= opts_.batch_max &&
+          fits((*it)->filter.get())) {
         total += (*it)->nq;
         batch.push_back(*it);
         it = q_.erase(it);
@@ -151,12 +166,16 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
   const std::int64_t dim = opts_.dim;
   const int k = batch.front()->k;
   int total = 0;
+  bool filtered = false;
   for (const auto& j : batch) {
     std::copy(j->queries.begin(), j->queries.end(), queries_.begin() + static_cast<std::ptrdiff_t>(total) * dim);
+    std::fill(filters_.begin() + total, filters_.begin() + total + j->nq, j->filter.get());
+    filtered = filtered || j->filter != nullptr;
     total += j->nq;
   }
   try {
-    backend_.search(queries_.data(), total, k, ids_.data(), scores_.data());
+    backend_.search(queries_.data(), total, k, ids_.data(), scores_.data(), filtered ? filters_.data() : nullptr,
+                    counts_.data());
   } catch (const RankLost&) {
     throw;  // the batch stays unanswered in running_: the caller answers it with fail_all
   } catch (const SearchFailed& e) {
@@ -185,6 +204,7 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
     if (!j->claim()) continue;  // already answered by a failure
     j->ids.assign(ids_.begin() + off, ids_.begin() + off + n);
     j->scores.assign(scores_.begin() + off, scores_.begin() + off + n);
+    j->counts.assign(counts_.begin() + (row - j->nq), counts_.begin() + row);
     j->batch_size = total;
     j->status = 200;
     if (j->on_done) j->on_done();

@@ -1,7 +1,8 @@
 #pragma once
 // Micro-batching: search requests (Jobs) queued by the HTTP front end are grouped by k into
-// batches of at most batch_max queries and searched on the thread that owns the index (rank 0's
-// main thread). Every job is answered exactly once, by whichever comes first: its batch's
+// batches of at most batch_max queries and max_filters distinct filters (requests with different
+// filters share a batch; one that would bring a filter too many waits for the next batch) and
+// searched on the thread that owns the index (rank 0's main thread). Every job is answered exactly once, by whichever comes first: its batch's
 // result, or a failure that answers everything outstanding (a rank lost, a drain timeout).
 //
 // When a batch is dispatched (docs/SERVING.md, "Micro-batching"): at once when the queued
@@ -35,13 +36,16 @@ struct Job {
   int nq = 0;                  ///< queries (kSearch)
   int k = 0;
   std::vector<float> queries;  ///< [nq, dim], float32
+  /// The request's filter, for every one of its queries (nullptr: none, or one passing every row).
+  std::shared_ptr<const FilterProgram> filter;
   std::chrono::steady_clock::time_point queued;
 
   // ---- the answer
   int status = 0;              ///< HTTP status: 200, or 400 / 500 / 503 with `error`
   std::string error;
-  std::vector<std::int64_t> ids;  ///< [nq, k] best first
+  std::vector<std::int64_t> ids;  ///< [nq, k] best first; past counts[q], padding (kPadId)
   std::vector<float> scores;      ///< [nq, k]
+  std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
   int batch_size = 0;             ///< queries in the batch it rode in
   std::vector<RankCounters> counters;  ///< kCounters
 
@@ -63,6 +67,7 @@ class Batcher {
     int k_max = 1024;              ///< largest k (sizes the answer buffers)
     std::int64_t dim = 0;
     std::chrono::microseconds window{300};  ///< service.batch_window_us
+    int max_filters = 64;          ///< distinct filters per search (BackendInfo::max_filters)
   };
 
   /// `metrics` may be null. The backend must outlive the batcher.
@@ -122,6 +127,8 @@ class Batcher {
   std::vector<float> queries_;      // [batch_max, dim]
   std::vector<std::int64_t> ids_;   // [batch_max, k_max]
   std::vector<float> scores_;
+  std::vector<std::int32_t> counts_;                // [batch_max]
+  std::vector<const FilterProgram*> filters_;       // [batch_max] each query's filter
 };
 
 }  // namespace shardtopk::service

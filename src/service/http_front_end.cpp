@@ -88,7 +88,7 @@ struct QueryArgs {
 MHD_Result collect_arg(void* cls, MHD_ValueKind, const char* key, const char* value) {
   auto* a = static_cast<QueryArgs*>(cls);
   const std::string k = key ? key : "";
-  if (k != "k" && k != "batch") {
+  if (k != "k" && k != "batch" && k != "filter") {
     if (a->unknown.empty()) a->unknown = k;
     return MHD_YES;
   }
@@ -126,6 +126,7 @@ struct HttpFrontEnd::Request {
   bool too_large = false;
   bool busy = false;            // over service.max_inflight_bytes
   bool receiving = false;       // counted in Batcher::receiving_begin
+  bool filtered = false;        // the request gave a filter: a binary reply carries the counts
   std::size_t limit = 0;        // body bytes allowed
   std::size_t reserved = 0;     // bytes of the in-flight budget held
   std::size_t discarded = 0;    // body bytes dropped after the limit
@@ -403,12 +404,15 @@ int HttpFrontEnd::reply_error(MHD_Connection* c, Request& r, int status, const s
 
 std::string HttpFrontEnd::info_json() const {
   const BackendInfo& i = info_;
+  json attributes = json::array();
+  for (const AttributeSpec& a : i.attributes) attributes.push_back({{"name", a.name}, {"type", to_string(a.type)}});
   return json{{"rows", i.rows},          {"dim", i.dim},       {"metric", i.metric},
               {"dtype", i.dtype},        {"ranks", i.ranks},   {"engine", i.engine},
               {"comm", i.comm},          {"k_max", i.k_max},   {"batch_max", i.batch_max},
               {"batch_window_us", cfg_.batch_window_us},       {"version", version()},
-              {"max_body_bytes_json", limits_.json},           {"max_body_bytes_binary", limits_.binary}}
-      .dump();
+              {"max_body_bytes_json", limits_.json},           {"max_body_bytes_binary", limits_.binary},
+              {"attributes", attributes},                      {"max_filters", i.max_filters}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 // ------------------------------------------------------------------------------ requests
@@ -528,7 +532,7 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
 
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
   if (!r.args.unknown.empty())
-    return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: k, batch)",
+    return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: k, batch, filter)",
                        true);
   if (!r.args.repeated.empty())
     return reply_error(c, r, 400, "query parameter '" + r.args.repeated + "' given more than once", true);
@@ -611,9 +615,16 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
   }
   auto job = std::make_shared<Job>();
   try {
-    const QueryShape shape{info_.dim, info_.batch_max};
+    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes};
     SearchBody b = r.binary ? parse_binary_search(r.body, shape) : parse_json_search(r.body, shape);
     std::string().swap(r.body);  // the rows are parsed: the body's memory goes back now
+    const auto fp = r.args.values.find("filter");
+    if (fp != r.args.values.end()) {
+      SHARDTOPK_EXPECTS(!b.has_filter, "the filter is given twice, as the query parameter filter= and in the body "
+                        "(\"filter\"); give it once");
+      b.filter = parse_filter_text(fp->second, info_.attributes);
+      b.has_filter = true;
+    }
     const auto kp = r.args.values.find("k");
     long long k = 10;
     if (b.has_k && kp != r.args.values.end())
@@ -633,9 +644,23 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
     job->nq = b.nq;
     job->k = static_cast<int>(k);
     job->queries = std::move(b.queries);
+    job->filter = std::move(b.filter);
+    r.filtered = b.has_filter;
   } catch (const Error& e) {
     batcher_->receiving_end();
     return reply_error(c, r, 400, e.what());
+  }
+  // A compiled filter is held until the answer, like the body it came from: its bytes count
+  // against the in-flight budget too (its lists may take more room than their text).
+  if (job->filter) {
+    const std::size_t held = job->filter->serialized_bytes();
+    if (!reserve_bytes(held)) {
+      batcher_->receiving_end();
+      return reply_error(c, r, 503,
+                         "busy: compiled filters and request bodies in flight would exceed service.max_inflight_bytes (" +
+                             std::to_string(max_inflight_) + " bytes); retry");
+    }
+    r.reserved += held;
   }
   job->on_done = [this, c] {
     MHD_resume_connection(c);
@@ -660,20 +685,25 @@ int HttpFrontEnd::on_resumed(MHD_Connection* c, Request& r) {
   metrics_.search_done(ms_between(r.headers_in, Clock::now()) / 1000.0, j.nq);
   const std::size_t n = static_cast<std::size_t>(j.nq) * static_cast<std::size_t>(j.k);
   if (r.binary) {
-    std::string body(n * 12, '\0');
+    // ids [B, K] int64, scores [B, K] float32, and for a filtered request counts [B] int32
+    // (docs/SERVING.md "Binary protocol").
+    const std::size_t counts = r.filtered ? static_cast<std::size_t>(j.nq) * 4 : 0;
+    std::string body(n * 12 + counts, '\0');
     std::memcpy(&body[0], j.ids.data(), n * 8);
     std::memcpy(&body[n * 8], j.scores.data(), n * 4);
+    if (counts) std::memcpy(&body[n * 12], j.counts.data(), counts);
     return reply(c, r, 200, std::move(body), "application/octet-stream");
   }
   // {"ids":[[...]],"metric":"...","scores":[[...]],"took_ms":...}; a score is printed as the
-  // shortest decimal that reads back as the same double (float -> double is exact).
+  // shortest decimal that reads back as the same double (float -> double is exact). A query's
+  // lists hold its real results only (fewer than k when fewer rows pass its filter).
   fmt::memory_buffer out;
   out.reserve(n * 28 + 64);
   auto rows = [&](auto&& one) {
     fmt::format_to(std::back_inserter(out), "[");
     for (int q = 0; q < j.nq; ++q) {
       fmt::format_to(std::back_inserter(out), q ? ",[" : "[");
-      for (int x = 0; x < j.k; ++x) {
+      for (int x = 0; x < j.counts[static_cast<std::size_t>(q)]; ++x) {
         if (x) out.push_back(',');
         one(static_cast<std::size_t>(q) * static_cast<std::size_t>(j.k) + static_cast<std::size_t>(x));
       }

@@ -1,6 +1,8 @@
 // The only place the service touches ShardedIndex's search API.
 #include "service/index_backend.hpp"
 
+#include <algorithm>
+
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/index.hpp"
 
@@ -20,15 +22,18 @@ class IndexBackend final : public SearchBackend {
     info_.engine = index.engine_info().name;
     info_.comm = index.data_comm().name();
     info_.rejects_zero_norm = index.metric() == Metric::kCosine;
+    info_.max_filters = std::min(index.config().search.max_filters, index.config().search.batch_max);
+    info_.attributes = index.attribute_schema();
   }
 
   BackendInfo info() const override { return info_; }
 
   void check_k(long long k) const override { shardtopk::check_k(k, info_.k_max, info_.rows); }
 
-  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) override {
+  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
+              const FilterProgram* const* filters, std::int32_t* counts) override {
     try {
-      index_.search(queries, batch, k, ids, scores);
+      index_.search(queries, batch, k, ids, scores, filters, counts);
     } catch (const CommError& e) {
       throw RankLost(e.what());
     } catch (const RemoteError& e) {

@@ -22,8 +22,86 @@ using nlohmann::json;
 
 constexpr std::size_t kMaxMessage = 200;  // longest library message a parse error may quote
 
+constexpr std::size_t kMaxFilterMessage = 400;  // a filter's message lists the attributes it knows
+
 // A message from the JSON library, made flat and short (its "last read" token is client bytes).
 std::string flat(const std::string& s) { return excerpt(s, kMaxMessage); }
+
+// A filter's JSON value built from parser events, within the bounds parse_filter (filter.hpp)
+// keeps: at most 2 · kFilterMaxDepth + 1 open containers (a filter of depth d nests at most
+// 2d + 1) and a budget of events (the lists' values plus a few per operator), each checked
+// before the tree grows. A key repeated in one object is refused (a document tree would keep
+// only the last one, silently).
+class FilterTree {
+ public:
+  bool done() const { return done_; }
+  const json& value() const { return root_; }
+  const std::string& error() const { return error_; }
+
+  bool start(bool object) { return add(object ? json::object() : json::array(), true); }
+  bool end() {
+    stack_.pop_back();
+    done_ = stack_.empty();
+    return true;
+  }
+  bool key(const std::string& k) {
+    if (!count()) return false;
+    if (stack_.back()->contains(k)) return fail("filter: key " + excerpt(k, 64) + " given twice in one object");
+    key_ = k;
+    return true;
+  }
+  bool scalar(json v) { return add(std::move(v), false); }
+
+ private:
+  static constexpr std::size_t kMaxOpen = 2 * kFilterMaxDepth + 1;
+  static constexpr std::int64_t kMaxEvents = kFilterMaxValues + 16 * kFilterMaxNodes;
+
+  bool fail(std::string m) {
+    if (error_.empty()) error_ = std::move(m);
+    return false;
+  }
+  bool count() {
+    if (++events_ > kMaxEvents)
+      return fail("filter: more than " + std::to_string(kFilterMaxValues) + " values in the lists of one filter");
+    return true;
+  }
+  bool add(json v, bool container) {
+    if (!count()) return false;
+    if (container && stack_.size() >= kMaxOpen)
+      return fail("filter: nested deeper than " + std::to_string(kFilterMaxDepth) + " levels");
+    json* slot;
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      slot = &root_;
+    } else if (stack_.back()->is_object()) {
+      slot = &(*stack_.back())[key_];
+      *slot = std::move(v);
+    } else {
+      // Only the innermost open container grows, and no pointer into it is kept.
+      stack_.back()->push_back(std::move(v));
+      slot = &stack_.back()->back();
+    }
+    if (container) stack_.push_back(slot);
+    else done_ = stack_.empty();
+    return true;
+  }
+
+  json root_;
+  std::vector<json*> stack_;  // the open containers, outermost first
+  std::string key_;
+  std::int64_t events_ = 0;
+  bool done_ = false;
+  std::string error_;
+};
+
+// The compiled form of a built filter value (null: none; a filter passing every row: none).
+RequestFilter compile_request_filter(const json& v, const AttributeSchema* attributes) {
+  if (v.is_null()) return nullptr;
+  static const AttributeSchema kNone;
+  auto p = std::make_shared<FilterProgram>(compile_filter(v, attributes ? *attributes : kNone));
+  if (p->passes_everything()) return nullptr;
+  return p;
+}
 
 // The request body's grammar as events. The parser (nlohmann's SAX driver) keeps its own nesting
 // on an explicit stack; this handler refuses every level the format does not have at its first
@@ -37,19 +115,30 @@ class SearchSax final : public nlohmann::json_sax<json> {
   int rows_seen() const { return rows_; }
   bool saw_rows_field() const { return seen_.count("queries") || seen_.count("query"); }
 
-  bool null() override { return value("null"); }
-  bool boolean(bool b) override { return value(b ? "true" : "false"); }
-  bool number_integer(number_integer_t v) override { return number(static_cast<double>(v), nullptr, v, false); }
+  bool null() override { return filter_value() ? filter_scalar(nullptr) : value("null"); }
+  bool boolean(bool b) override { return filter_value() ? filter_scalar(b) : value(b ? "true" : "false"); }
+  bool number_integer(number_integer_t v) override {
+    if (filter_value()) return filter_scalar(v);
+    return number(static_cast<double>(v), nullptr, v, false);
+  }
   bool number_unsigned(number_unsigned_t v) override {
+    if (filter_value()) return filter_scalar(v);
     if (v > static_cast<number_unsigned_t>(std::numeric_limits<long long>::max()))
       return number(static_cast<double>(v), nullptr, 0, true);
     return number(static_cast<double>(v), nullptr, static_cast<long long>(v), false);
   }
-  bool number_float(number_float_t v, const string_t& text) override { return number(v, &text, 0, false); }
-  bool string(string_t& s) override { return value("a string \"" + excerpt(s, 24) + "\""); }
+  bool number_float(number_float_t v, const string_t& text) override {
+    if (filter_value()) return filter_scalar(v);
+    return number(v, &text, 0, false);
+  }
+  bool string(string_t& s) override {
+    if (filter_value()) return filter_scalar(std::move(s));
+    return value("a string \"" + excerpt(s, 24) + "\"");
+  }
   bool binary(binary_t&) override { return value("binary data"); }
 
   bool start_object(std::size_t) override {
+    if (filter_value()) return filter_step(filter_.start(true));
     if (depth_ == 0 && !done_) {
       depth_ = 1;
       return true;
@@ -57,22 +146,25 @@ class SearchSax final : public nlohmann::json_sax<json> {
     return value("an object");
   }
   bool end_object() override {
+    if (in_filter_) return filter_step(filter_.end());
     depth_ = 0;
     done_ = true;
     return true;
   }
 
   bool key(string_t& k) override {
-    if (k != "queries" && k != "query" && k != "k")
-      return fail("unknown field \"" + excerpt(k, 32) + "\" (allowed: queries, query, k)");
+    if (in_filter_) return filter_.key(k) || fail(filter_.error());
+    if (k != "queries" && k != "query" && k != "k" && k != "filter")
+      return fail("unknown field \"" + excerpt(k, 32) + "\" (allowed: queries, query, k, filter)");
     if (!seen_.insert(k).second) return fail("duplicate key \"" + k + "\" in the request object");
     if (seen_.count("queries") && seen_.count("query"))
       return fail("give either \"queries\" (a list of vectors) or \"query\" (one vector), not both");
-    field_ = k == "queries" ? Field::kQueries : k == "query" ? Field::kQuery : Field::kK;
+    field_ = k == "queries" ? Field::kQueries : k == "query" ? Field::kQuery : k == "k" ? Field::kK : Field::kFilter;
     return true;
   }
 
   bool start_array(std::size_t) override {
+    if (filter_value()) return filter_step(filter_.start(false));
     if (depth_ == 1 && field_ == Field::kQueries) {  // the list of rows
       depth_ = 2;
       in_list_ = true;
@@ -93,6 +185,7 @@ class SearchSax final : public nlohmann::json_sax<json> {
   }
 
   bool end_array() override {
+    if (in_filter_) return filter_step(filter_.end());
     if (in_row_) {
       in_row_ = false;
       --depth_;
@@ -118,7 +211,29 @@ class SearchSax final : public nlohmann::json_sax<json> {
   }
 
  private:
-  enum class Field { kNone, kQueries, kQuery, kK };
+  enum class Field { kNone, kQueries, kQuery, kK, kFilter };
+
+  // An event that belongs to the filter's value: inside it, or its first token.
+  bool filter_value() {
+    if (!in_filter_ && depth_ == 1 && field_ == Field::kFilter) in_filter_ = true;
+    return in_filter_;
+  }
+  bool filter_scalar(json v) { return filter_step(filter_.scalar(std::move(v))); }
+  // After each of the filter's events: its error, or, once its value is complete, the program.
+  bool filter_step(bool ok) {
+    if (!ok) return fail(filter_.error());
+    if (!filter_.done()) return true;
+    in_filter_ = false;
+    field_ = Field::kNone;
+    try {
+      out_.has_filter = true;
+      out_.filter = compile_request_filter(filter_.value(), shape_.attributes);
+    } catch (const Error& e) {
+      return fail(excerpt(e.what(), kMaxFilterMessage));
+    }
+    filter_ = FilterTree();  // its memory goes back now
+    return true;
+  }
 
   bool fail(const std::string& msg) {
     if (error_.empty()) error_ = msg;
@@ -178,8 +293,40 @@ class SearchSax final : public nlohmann::json_sax<json> {
   Field field_ = Field::kNone;
   int depth_ = 0;
   bool in_list_ = false, in_row_ = false, done_ = false;
+  bool in_filter_ = false;
+  FilterTree filter_;
   int rows_ = 0;
   std::int64_t col_ = 0;
+};
+
+// A filter given alone as JSON text: every event goes to a FilterTree.
+class FilterSax final : public nlohmann::json_sax<json> {
+ public:
+  FilterTree tree;
+  std::string error;
+
+  bool null() override { return step(tree.scalar(nullptr)); }
+  bool boolean(bool b) override { return step(tree.scalar(b)); }
+  bool number_integer(number_integer_t v) override { return step(tree.scalar(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return step(tree.scalar(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return step(tree.scalar(v)); }
+  bool string(string_t& s) override { return step(tree.scalar(std::move(s))); }
+  bool binary(binary_t&) override { return step(false); }
+  bool start_object(std::size_t) override { return step(tree.start(true)); }
+  bool end_object() override { return step(tree.end()); }
+  bool start_array(std::size_t) override { return step(tree.start(false)); }
+  bool end_array() override { return step(tree.end()); }
+  bool key(string_t& k) override { return step(tree.key(k)); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    if (error.empty()) error = "filter: invalid JSON: " + flat(ex.what());
+    return false;
+  }
+
+ private:
+  bool step(bool ok) {
+    if (!ok && error.empty()) error = tree.error().empty() ? "filter: binary data" : tree.error();
+    return ok;
+  }
 };
 
 std::uint32_t load_u32(const char* p, bool swap) {
@@ -218,6 +365,18 @@ SearchBody parse_json_search(std::string_view body, const QueryShape& shape) {
   SHARDTOPK_EXPECTS(sax.saw_rows_field(), "give either \"queries\" (a list of vectors) or \"query\" (one vector)");
   out.nq = sax.rows_seen();
   return out;
+}
+
+RequestFilter parse_filter_text(std::string_view text, const AttributeSchema& attributes) {
+  FilterSax sax;
+  const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json, /*strict=*/true);
+  if (!ok) throw Error(sax.error.empty() ? std::string("filter: invalid JSON") : sax.error);
+  SHARDTOPK_ASSERT(sax.tree.done());
+  try {
+    return compile_request_filter(sax.tree.value(), &attributes);
+  } catch (const Error& e) {
+    throw Error(excerpt(e.what(), kMaxFilterMessage));
+  }
 }
 
 SearchBody parse_binary_search(std::string_view body, const QueryShape& shape) {
@@ -297,7 +456,7 @@ BodyLimits derived_body_limits(std::int64_t dim, int batch_max) {
   BodyLimits l;
   const std::size_t values = static_cast<std::size_t>(dim) * static_cast<std::size_t>(batch_max);
   l.binary = kBinaryHeaderBytes + values * 4;
-  l.json = values * 32 + static_cast<std::size_t>(batch_max) * 16 + 4096;
+  l.json = values * 32 + static_cast<std::size_t>(batch_max) * 16 + 4096 + kFilterBodyBytes;
   return l;
 }
 

@@ -8,9 +8,12 @@
 // and nesting the client chooses.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "shardtopk/filter.hpp"
 
 namespace shardtopk::service {
 
@@ -18,7 +21,15 @@ namespace shardtopk::service {
 struct QueryShape {
   std::int64_t dim = 0;  ///< values per query row
   int batch_max = 0;     ///< rows per request
+  /// The index's attributes, which filters are compiled against (nullptr: none; filters may
+  /// then use ids_in / ids_not_in only).
+  const AttributeSchema* attributes = nullptr;
 };
+
+/// A compiled request filter; nullptr when the request has none, or when its filter passes
+/// every row (such as {"all": []}), so that only filters that do filter count against
+/// search.max_filters.
+using RequestFilter = std::shared_ptr<const FilterProgram>;
 
 /// A parsed search request body.
 struct SearchBody {
@@ -26,15 +37,32 @@ struct SearchBody {
   bool has_k = false;          ///< the body gave k (JSON "k")
   long long k = 0;
   std::vector<float> queries;  ///< [nq, dim] float32, row-major
+  bool has_filter = false;     ///< the body has a "filter" key (null included)
+  RequestFilter filter;        ///< compiled once here; applies to every query of the request
 };
 
-/// Parses {"queries": [[...], ...], "k": K} or {"query": [...], "k": K} (k optional) with an
-/// event (SAX) parser straight into float32 rows: no document tree, nesting refused at the first
-/// level the format does not have, duplicate keys and unknown fields refused.
+/// Parses {"queries": [[...], ...], "k": K, "filter": F} or {"query": [...], "k": K, "filter": F}
+/// (k and filter optional; "filter": null is no filter) with an event (SAX) parser straight into
+/// float32 rows: no document tree for the rows, nesting refused at the first level the format does
+/// not have, duplicate keys and unknown fields refused. The filter (docs/FILTERS.md) is built from
+/// the same events within the language's limits (nesting, values: checked as they arrive, before
+/// the filter's tree grows past them; a key repeated inside it is refused) and compiled against
+/// shape.attributes.
 /// @throws Error: malformed JSON, wrong structure, duplicate or unknown key, wrong dimension,
 ///   more than batch_max rows, no rows, a value that is not a number or is too large for
-///   float32, a k that is not an integer in the int64 range.
+///   float32, a k that is not an integer in the int64 range; a bad filter ("filter: ...", naming
+///   the operator, attribute or value).
 SearchBody parse_json_search(std::string_view body, const QueryShape& shape);
+
+/// Parses and compiles a filter given as JSON text (the binary route's ?filter=, already
+/// URL-decoded) with the same bounds and messages as the JSON body's "filter".
+/// @returns the program, or nullptr for `null` and for a filter that passes every row.
+/// @throws Error ("filter: ...") for invalid JSON, a repeated key, a limit passed, a bad filter.
+RequestFilter parse_filter_text(std::string_view text, const AttributeSchema& attributes);
+
+/// Room the derived JSON body limit keeps for a request's filter, beyond the largest query rows
+/// (a filter with larger lists needs service.max_body_bytes).
+inline constexpr std::size_t kFilterBodyBytes = std::size_t{1} << 20;
 
 /// Bytes of the optional binary request header (docs/SERVING.md, "Binary protocol").
 inline constexpr std::size_t kBinaryHeaderBytes = 32;
@@ -64,7 +92,8 @@ Media parse_media_type(std::string_view content_type);
 
 /// Body limits derived from the index's shape (used when service.max_body_bytes is 0): the
 /// largest legal request of each kind, binary exactly (header + batch_max x dim x 4), JSON with
-/// 32 characters per value (a float64's shortest text, its sign and separator fit) plus framing.
+/// 32 characters per value (a float64's shortest text, its sign and separator fit) plus framing
+/// and kFilterBodyBytes for a filter.
 struct BodyLimits {
   std::size_t json = 0;
   std::size_t binary = 0;

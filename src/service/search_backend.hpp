@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
 
 namespace shardtopk::service {
 
@@ -23,6 +24,8 @@ struct BackendInfo {
   std::string engine;      ///< cpu or cuda
   std::string comm;        ///< mpi or nccl
   bool rejects_zero_norm = false;  ///< cosine: a zero query has no direction
+  int max_filters = 1;     ///< distinct filters one search takes (min(search.max_filters, batch_max))
+  AttributeSchema attributes;  ///< what filters may name (corpus.attributes), in order
 };
 
 /// One rank's counters, for /metrics.
@@ -61,10 +64,14 @@ class SearchBackend {
   virtual void check_k(long long k) const = 0;
 
   /// Blocking search of `batch` queries [batch, dim] (float32, row-major) for their k best rows:
-  /// ids [batch, k] and scores [batch, k], best first. Called from the thread that owns the
-  /// index (rank 0's main thread: the only thread making MPI calls).
+  /// ids [batch, k] and scores [batch, k], best first, and counts [batch], the real results of
+  /// each query (k, or fewer when fewer rows pass its filter: the rest of its row is padding).
+  /// `filters`: [batch] each query's filter (compiled against info().attributes; nullptr: none),
+  /// at most info().max_filters distinct ones, or nullptr when no query has one. Called from the
+  /// thread that owns the index (rank 0's main thread: the only thread making MPI calls).
   /// @throws BatchRejected, SearchFailed or RankLost as described above.
-  virtual void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores) = 0;
+  virtual void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
+                      const FilterProgram* const* filters, std::int32_t* counts) = 0;
 
   /// Every rank's counters [ranks] (a collective on the same thread as search).
   /// @throws RankLost when a rank is gone.

@@ -236,6 +236,7 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   Batcher::Options bo;
   bo.batch_max = info.batch_max;
   bo.k_max = info.k_max;
+  bo.max_filters = info.max_filters;
   bo.dim = info.dim;
   bo.window = std::chrono::microseconds(cfg.service.batch_window_us);
   Batcher batcher(*backend, bo, &metrics);

@@ -3,6 +3,7 @@
 // names both dimensions, `info` lists datasets, `search --out` writes ids, scores and attributes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -17,6 +18,9 @@
 #include "shardtopk/oracle.hpp"
 #include "shardtopk/types.hpp"
 #include "cli_support.hpp"
+#include "filter_support.hpp"
+#include "filtered_oracle.hpp"
+#include "shardtopk/filter.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {
@@ -335,6 +339,102 @@ TEST_F(Cli, RankCountAndBatchSizeDoNotChangeTheResultFile) {
   }
   test::expect_bit_identical(got[1], got[0], "3 ranks vs 1");
   test::expect_bit_identical(got[2], got[0], "2 ranks, batch 1 vs 1 rank, batch 4");
+}
+
+// All values of a float32 dataset as libhdf5 reads them (padding scores are infinite, which the
+// product's readers refuse as corpus values).
+std::vector<float> read_f32_raw(const std::string& path, const std::string& name) {
+  std::vector<float> v;
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return v;
+  const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  if (d >= 0) {
+    const hid_t sp = H5Dget_space(d);
+    v.resize(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+    if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) v.clear();
+    H5Sclose(sp);
+    H5Dclose(d);
+  }
+  H5Fclose(f);
+  return v;
+}
+
+// search --filter-json (text or @FILE): one filter for every query; the result file holds
+// counts [Q] and, past each count, padding; answers equal the float64 oracle over the rows that
+// pass, at 1 and 2 ranks; a bad filter is refused before the ingest naming the attribute; eval
+// refuses filtered results; plan and info show the attributes.
+TEST_F(Cli, SearchWithAFilterWritesCountsAndMatchesTheOracle) {
+  const std::string corpus = dir_.file("attr.h5");
+  std::vector<std::int64_t> tenant(kN);
+  std::vector<double> weight(kN);
+  for (std::int64_t r = 0; r < kN; ++r) {
+    tenant[r] = r / 10;
+    weight[r] = 0.5 * static_cast<double>(r % 4);
+  }
+  {
+    H5Writer w(corpus);
+    w.write_f32("train", corpus_.data(), kN, kDim);
+    w.write_f32("test", queries_.data(), kQ, kDim);
+    w.write_i64("tenant", tenant.data(), kN, 0);
+    w.write_f64("meta/weight", weight.data(), kN, 0);
+    w.close();
+  }
+  const std::string cfg = dir_.file("attr.yaml");
+  test::write_text(cfg, "corpus:\n  path: " + corpus + "\n  attributes: [tenant, meta/weight]\nsearch:\n  metric: l2\n"
+                        "  k_max: 32\n  batch_max: 4\nengine:\n  backend: cpu\n  threads: 1\n"
+                        "comm:\n  backend: mpi\n  timeout_s: 20\n");
+  const std::string filter = R"({"all": [{"in": {"tenant": [1, 3]}}, {"not": {"eq": {"weight": 1.5}}}]})";  // 14 rows
+  const AttributeTable table({{"tenant", AttributeType::kInt64, tenant, {}}, {"weight", AttributeType::kFloat64, {}, weight}},
+                             test::iota_ids(kN), 1);
+  const test::Subset pass = test::passing_rows(corpus_, kN, kDim, nullptr, [&](std::int64_t r) {
+    return test::oracle_passes(nlohmann::json::parse(filter), table, r);
+  });
+  ASSERT_EQ(pass.n, 14);
+  test::write_text(dir_.file("f.json"), filter);
+  constexpr int k = 20;  // more than the 14 rows that pass
+  for (const std::string& arg : {"'" + filter + "'", "@" + dir_.file("f.json")}) {
+    for (int ranks : {1, 2}) {
+      const std::string out = dir_.file("r.h5");
+      const CmdResult r = run(mpi(ranks) + " search -c " + cfg + " -q " + corpus + " -k " + std::to_string(k) +
+                              " --filter-json " + arg + " --out " + out);
+      ASSERT_EQ(r.rc, 0) << r.err;
+      EXPECT_THAT(r.out, HasSubstr("filter: 84 of 120 results (queries with fewer than k: 6)"));
+      std::int64_t rows = 0, cols = 0;
+      const std::vector<std::int64_t> ids = read_int64_matrix(out, "ids", &rows, &cols);
+      const std::vector<float> scores = read_f32_raw(out, "scores");
+      const std::vector<std::int64_t> counts = read_int64_vector(out, "counts");
+      ASSERT_EQ(scores.size(), static_cast<size_t>(kQ * k));
+      ASSERT_EQ(rows, kQ);
+      ASSERT_EQ(cols, k);
+      ASSERT_EQ(counts.size(), static_cast<size_t>(kQ));
+      EXPECT_EQ(read_string_vector(out, "filter"), std::vector<std::string>{nlohmann::json::parse(filter).dump()});
+      for (int q = 0; q < kQ; ++q)
+        test::expect_filtered_answer(Metric::kL2, pass, kDim, queries_.data() + q * kDim, k, ids.data() + q * k,
+                                     scores.data() + q * k, static_cast<int>(counts[q]), /*exact=*/true,
+                                     arg.substr(0, 1) + " " + std::to_string(ranks) + " rank(s), query " + std::to_string(q));
+      const CmdResult ev = run(test::mpi_prefix(1) + " eval -r " + out + " -t " + corpus);
+      EXPECT_NE(ev.rc, 0);
+      EXPECT_THAT(ev.err, HasSubstr("results of a filtered search"));
+    }
+  }
+  // Bad filters: refused before the ingest, naming the attribute or the value.
+  const CmdResult bad = run(mpi(2) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json '{\"eq\": {\"tenat\": 1}}'");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--filter-json: filter: unknown attribute 'tenat' (known: tenant, weight)"));
+  EXPECT_THAT(bad.err, Not(HasSubstr("engine cpu built"))) << "refused after the ingest";
+  const CmdResult bad_type = run(mpi(1) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json '{\"eq\": {\"tenant\": 1.5}}'");
+  EXPECT_NE(bad_type.rc, 0);
+  EXPECT_THAT(bad_type.err, HasSubstr("1.5"));
+  const CmdResult no_file = run(mpi(1) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json @" + dir_.file("none.json"));
+  EXPECT_NE(no_file.rc, 0);
+  EXPECT_THAT(no_file.err, HasSubstr("none.json: cannot read the file"));
+  // plan and info show the attributes
+  const CmdResult plan = run(test::mpi_prefix(1) + " plan -c " + cfg + " -n 2");
+  EXPECT_EQ(plan.rc, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr("attributes (corpus.attributes; filters name these): tenant (int64), weight (float64)"));
+  const CmdResult info = run(test::mpi_prefix(1) + " info " + corpus);
+  EXPECT_EQ(info.rc, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("name them in corpus.attributes): meta/weight, tenant"));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "h5_raw.hpp"
+#include "mpi_gtest.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/engine.hpp"
@@ -712,40 +713,6 @@ TEST(MpiIndexLibrary, BuiltFromPartsWithAFollowerLoop) {
 
 // ------------------------------------------------------------------------------ main
 
-namespace {
-
-// On ranks other than 0: print failures only, tagged with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-  void OnTestEnd(const ::testing::TestInfo& t) override {
-    if (t.result()->Failed())
-      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, t.test_suite_name(), t.name());
-    // One gtest-format result line per test on every rank, so per-rank logs can be counted.
-    const char* tag = t.result()->Failed() ? "  FAILED  " : t.result()->Skipped() ? " SKIPPED  " : "       OK ";
-    if (t.result()->Skipped())
-      for (int i = 0; i < t.result()->total_part_count(); ++i)
-        std::printf("%s\n", t.result()->GetTestPartResult(i).message());
-    std::printf("[%s] %s.%s (%lld ms)\n", tag, t.test_suite_name(), t.name(),
-                static_cast<long long>(t.result()->elapsed_time()));
-  }
-  void OnTestProgramEnd(const ::testing::UnitTest& u) override {
-    std::printf("[==========] %d tests from %d test suites ran. (rank %d)\n", u.test_to_run_count(),
-                u.test_suite_to_run_count(), rank_);
-    std::fflush(stdout);
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   shardtopk::MpiSession mpi(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
@@ -771,11 +738,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  if (g_rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(g_rank));
-  }
+  shardtopk::test::quiet_followers(g_rank);
   // Per-run fixture folder, named by rank 0 and broadcast.
   char buf[4096] = {0};
   if (g_rank == 0) {
@@ -792,13 +755,10 @@ int main(int argc, char** argv) {
   g_dir = buf;
   if (g_rank == 0) std::printf("MPI ranks: %d, fixtures in %s\n", g_world, g_dir.c_str());
 
-  const int rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int worst = shardtopk::test::run_all_tests_on_every_rank(g_rank);
   if (g_rank == 0) {
     std::error_code ec;
     std::filesystem::remove_all(g_dir, ec);
-    if (worst != 0 && rc == 0) std::fprintf(stderr, "FAILED on another rank (see the [rank r] lines)\n");
   }
   return worst;
 }

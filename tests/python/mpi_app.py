@@ -11,7 +11,8 @@ Scenarios (the followers' side differs, rank 0 always searches and closes):
   open       Index.open(--config) instead of from_arrays; followers follow()
 
 Each rank writes PREFIX.rank<R>.json (what happened there); rank 0 also writes PREFIX.npz with
-its answers (ids_a/scores_a: 3 queries, ids_b/scores_b: 20 queries searched 8 at a time).
+its answers (ids_a/scores_a: 3 queries, ids_b/scores_b: 20 queries searched 8 at a time, and,
+for from_arrays, ids_f/scores_f: the 20 queries with FILTER over the `tenant` attribute).
 """
 
 import argparse
@@ -27,6 +28,13 @@ def corpus():
     queries = rng.integers(-3, 4, size=(20, 19)).astype(np.float32)
     ids = np.arange(1001, dtype=np.int64)[::-1] * 3 + 5  # not row positions: ties break by these
     return vectors, ids, queries
+
+
+def attributes():
+    return {"tenant": np.arange(1001) // 100}
+
+
+FILTER = {"any": [{"in": {"tenant": [2, 9]}}, {"ids_in": [5, 8, 11]}]}
 
 
 def main():
@@ -50,7 +58,8 @@ def main():
             if a.scenario == "mismatch" and os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK")) == "1":
                 vectors = vectors[:-1]
                 ids = ids[:-1]
-            index = shardtopk.Index.from_arrays(vectors, ids=ids, backend="cpu", batch_max=8, engine__threads=1)
+            index = shardtopk.Index.from_arrays(vectors, ids=ids, backend="cpu", batch_max=8, engine__threads=1,
+                                                attributes=attributes())
         rank = index.rank
         status["info"] = index.info()
         if rank == 0:
@@ -63,7 +72,10 @@ def main():
             except ValueError as e:
                 status["bad_query"] = str(e)
             ids_b, scores_b = index.search(queries, 10)  # 20 queries: 8 at a time
-            np.savez(a.out + ".npz", ids_a=ids_a, scores_a=scores_a, ids_b=ids_b, scores_b=scores_b)
+            out = dict(ids_a=ids_a, scores_a=scores_a, ids_b=ids_b, scores_b=scores_b)
+            if a.scenario != "open":
+                out["ids_f"], out["scores_f"] = index.search(queries, 10, filter=FILTER)
+            np.savez(a.out + ".npz", **out)
             index.close()
         elif a.scenario in ("follow", "open"):
             index.follow()

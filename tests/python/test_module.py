@@ -231,9 +231,20 @@ class BadInputTests(unittest.TestCase):
         self.assertEqual(scores.shape, (0, 5))
         self.check(r"k=0 out of range", np.zeros((0, 12), np.float32), 0)
 
-    def test_filter_not_implemented(self):
-        with self.assertRaises(NotImplementedError):
-            self.index.search(self.Q, 5, filter={"eq": {"tenant": 1}})
+    def test_bad_filters(self):
+        self.check(r"filter: unknown attribute 'tenant' \(known: none", self.Q, 5, filter={"eq": {"tenant": 1}})
+        self.check("filter: unknown operator 'eqq'", self.Q, 5, filter={"eqq": {"a": 1}})
+        self.check("filter: invalid JSON", self.Q, 5, filter='{"ids_in": [1, 2]')
+        self.check(r"filter: not a JSON value \(ValueError: Out of range float", self.Q, 5,
+                   filter={"ids_in": [float("nan")]})
+        self.check(r"filter: not a JSON value \(TypeError", self.Q, 5, filter={"ids_in": [object()]})
+        deep = {}
+        node = deep
+        for _ in range(100000):  # far past the interpreter's recursion limit
+            node["not"] = {}
+            node = node["not"]
+        self.check(r"filter: not a JSON value \(RecursionError", self.Q, 5, filter=deep)
+        self.check("filter: nested deeper than 32 levels", self.Q, 5, filter='{"not": ' * 100)
 
     def test_device_queries_on_the_cpu_engine(self):
         class OnGpu:
@@ -253,6 +264,99 @@ class BadInputTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "the index is closed"):
             other.search(self.Q, 5)
         self.assertEqual(other.info()["rows"], 400)
+
+
+class FilterTests(unittest.TestCase):
+    """filter= (docs/FILTERS.md) against the float64 oracle over the rows that pass: exact ids and
+    scores on small integers (ties included, some across the filter boundary), fewer results than
+    k padded with PAD_ID, the same bits alone, in a batch and in a batch split by batch_max."""
+
+    @classmethod
+    def setUpClass(cls):
+        n = 1500
+        C = small_int_corpus(n=n, d=16, seed=21)
+        C[1000:1100] = C[0:100]  # copies: ties between rows that pass and rows that do not
+        cls.C = C
+        cls.Q = np.random.default_rng(22).integers(-3, 4, size=(11, 16)).astype(np.float32)
+        cls.ids = np.random.default_rng(23).permutation(n).astype(np.int64) * 3 + 1
+        r = np.arange(n)
+        cls.attrs = {
+            "tenant": r // 100,                                 # clustered; the copies are tenant 10
+            "tag": (r * 2654435761 + 12345) % 100,              # scattered
+            "price": ((r * 40503) % 2000) * 0.25 - 250.0,       # float64
+        }
+        cls.index = cpu_index(C, ids=cls.ids, metric="l2", k_max=64, batch_max=4, attributes=cls.attrs)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.index.close()
+
+    def expect(self, filt, mask, k, metric="l2"):
+        ids, scores = self.index.search(self.Q, k, filter=filt)
+        n = int(mask.sum())
+        want = min(k, n)
+        counts = (ids != shardtopk.PAD_ID).sum(axis=1)
+        self.assertTrue((counts == want).all(), f"{filt}: counts {counts.tolist()}, {n} rows pass")
+        np.testing.assert_array_equal(ids[:, want:], shardtopk.PAD_ID)
+        np.testing.assert_array_equal(scores[:, want:], np.inf)  # l2 padding
+        if want:
+            p = oracle.problems(ids[:, :want], scores[:, :want], self.C[mask], self.ids[mask], self.Q, want, metric,
+                                exact=True)
+            self.assertEqual(p, [], f"{filt} k={k}")
+        return ids, scores
+
+    def test_every_kind_against_the_oracle(self):
+        a = self.attrs
+        t, g, p = a["tenant"], a["tag"], a["price"]
+        none_pass = np.zeros(len(t), bool)
+        cases = [
+            ({"eq": {"tenant": 3}}, t == 3),
+            ({"in": {"tag": [7, 9, 70]}}, np.isin(g, [7, 9, 70])),
+            ({"range": {"price": [-10.0, 10.0]}}, (p >= -10) & (p <= 10)),
+            ({"range": {"tag": [None, 49]}}, g <= 49),
+            ({"range": {"tenant": [10, None]}}, t >= 10),
+            ({"ids_in": [int(self.ids[5]), int(self.ids[1005]), 0]}, np.isin(self.ids, [self.ids[5], self.ids[1005]])),
+            ({"ids_not_in": [int(x) for x in self.ids[::2]]}, ~np.isin(self.ids, self.ids[::2])),
+            ({"all": [{"eq": {"tag": 3}}, {"range": {"tenant": [0, 4]}}]}, (g == 3) & (t <= 4)),
+            ({"any": [{"eq": {"tenant": 10}}, {"ids_in": [int(x) for x in self.ids[0:100:2]]}]},
+             (t == 10) | np.isin(self.ids, self.ids[0:100:2])),
+            ({"not": {"in": {"tenant": [0, 10]}}}, ~np.isin(t, [0, 10])),
+            ({"in": {"tenant": [0, 10]}}, np.isin(t, [0, 10])),
+            ({"eq": {"tenant": 99}}, none_pass),
+            ({"all": []}, ~none_pass),
+            ('{"eq": {"tag": 42}}', g == 42),  # JSON text
+            ({"eq": {"tenant": np.int64(4)}}, t == 4),  # numpy scalars are taken as numbers
+        ]
+        for filt, mask in cases:
+            for k in (1, 10, 64):
+                with self.subTest(filter=str(filt)[:80], k=k):
+                    self.expect(filt, mask, k)
+
+    def test_split_batches_give_the_solo_bits(self):
+        filt = {"any": [{"eq": {"tenant": 10}}, {"range": {"tag": [90, None]}}]}
+        ids, scores = self.index.search(self.Q, 10, filter=filt)  # 11 queries, batch_max 4: 3 pieces
+        for q in range(self.Q.shape[0]):
+            i1, s1 = self.index.search(self.Q[q], 10, filter=filt)
+            np.testing.assert_array_equal(i1[0], ids[q])
+            np.testing.assert_array_equal(s1[0].view(np.uint32), scores[q].view(np.uint32))
+
+    def test_info_lists_the_attributes(self):
+        info = self.index.info()
+        self.assertEqual(info["attributes"], {"tenant": "int64", "tag": "int64", "price": "float64"})
+        self.assertEqual(info["max_filters"], 4)
+
+    def test_bad_attributes_are_refused(self):
+        C = self.C[:10]
+        with self.assertRaisesRegex(ValueError, r"attributes\['a'\] must be 1-D \[rows\]"):
+            cpu_index(C, attributes={"a": np.arange(9)})
+        with self.assertRaisesRegex(ValueError, r"attributes\['a'\] must hold integers or reals"):
+            cpu_index(C, attributes={"a": np.array(["x"] * 10)})
+        with self.assertRaisesRegex(ValueError, "NaN"):
+            cpu_index(C, attributes={"a": np.full(10, np.nan)})
+        with self.assertRaisesRegex(ValueError, "attributes must be a dict"):
+            cpu_index(C, attributes=[1, 2])
+        with self.assertRaisesRegex(ValueError, "filter: .*'eq' value 1.5 for int64 attribute 'tenant'"):
+            self.index.search(self.Q, 3, filter={"eq": {"tenant": 1.5}})
 
 
 class BuildTests(unittest.TestCase):
@@ -403,11 +507,17 @@ class MpiTests(unittest.TestCase):
         import mpi_app
 
         vectors, ids, queries = mpi_app.corpus()
-        with shardtopk.Index.from_arrays(vectors, ids=ids, backend="cpu", batch_max=8, engine__threads=1) as index:
+        with shardtopk.Index.from_arrays(vectors, ids=ids, backend="cpu", batch_max=8, engine__threads=1,
+                                         attributes=mpi_app.attributes()) as index:
             a = index.search(queries[:3], 10)
             b = index.search(queries, 10)
+            f = index.search(queries, 10, filter=mpi_app.FILTER)
         self.assertEqual(oracle.problems(b[0], b[1], vectors, ids, queries, 10, "inner_product", exact=True), [])
-        return a, b
+        tenant = mpi_app.attributes()["tenant"]
+        mask = np.isin(tenant, [2, 9]) | np.isin(ids, [5, 8, 11])
+        self.assertEqual(oracle.problems(f[0], f[1], vectors[mask], ids[mask], queries, 10, "inner_product",
+                                         exact=True), [])
+        return a, b, f
 
     def check_answers(self, status, answers):
         self.assertTrue(all(s["ok"] for s in status), status)
@@ -415,8 +525,11 @@ class MpiTests(unittest.TestCase):
         self.assertEqual([s["info"]["rank"] for s in status], [0, 1])
         self.assertTrue(status[0]["closed"])
         self.assertRegex(status[0]["bad_query"], r"query 1 of the batch has a non-finite value \(inf\) at column 4")
-        a, b = self.single_rank_answers()
-        for got, want in ((("ids_a", "scores_a"), a), (("ids_b", "scores_b"), b)):
+        a, b, f = self.single_rank_answers()
+        pairs = [(("ids_a", "scores_a"), a), (("ids_b", "scores_b"), b)]
+        if "ids_f" in answers:  # from_arrays: with attributes, a filtered search too
+            pairs.append((("ids_f", "scores_f"), f))
+        for got, want in pairs:
             np.testing.assert_array_equal(answers[got[0]], want[0])
             np.testing.assert_array_equal(answers[got[1]].view(np.uint32), want[1].view(np.uint32))
 

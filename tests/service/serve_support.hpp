@@ -12,8 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -178,6 +180,16 @@ inline std::string write_config(const std::string& dir, const std::string& corpu
   return path;
 }
 
+/// Adds `lines` to a config file right after the line `section` ("corpus:", "search:"), e.g.
+/// "  attributes: [doc]\n" after "corpus:".
+inline void add_to_config(const std::string& path, const std::string& section, const std::string& lines) {
+  std::string text = read_text(path);
+  const std::size_t at = text.find(section + "\n");
+  if (at == std::string::npos) throw std::runtime_error("no section " + section + " in " + path);
+  text.insert(at + section.size() + 1, lines);
+  write_text(path, text);
+}
+
 // ------------------------------------------------------------------------------ library client
 
 struct Reply {
@@ -256,6 +268,96 @@ inline Answer search_binary(int port, const float* q, int nq, std::int64_t dim, 
   if (batch_size) *batch_size = r.batch_size;
   EXPECT_EQ(r.body.size(), static_cast<size_t>(nq) * k * 12);
   return parse_binary_reply(r.body, nq, k);
+}
+
+// ------------------------------------------------------------------------------ filtered searches
+
+/// A filtered answer: each query's real results (fewer than k when fewer rows pass).
+struct FilteredAnswer {
+  std::vector<std::vector<std::int64_t>> ids;  ///< [nq][count_q]
+  std::vector<std::vector<float>> scores;      ///< [nq][count_q]
+  bool operator==(const FilteredAnswer& o) const {
+    if (ids != o.ids || scores.size() != o.scores.size()) return false;
+    for (std::size_t q = 0; q < scores.size(); ++q)  // bit for bit
+      if (scores[q].size() != o.scores[q].size() ||
+          std::memcmp(scores[q].data(), o.scores[q].data(), 4 * scores[q].size()) != 0)
+        return false;
+    return true;
+  }
+};
+
+/// Percent-encoding of a query parameter's value (RFC 3986 unreserved characters kept).
+inline std::string url_encode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+/// JSON search with {"filter": filter} → each query's lists; fails the test on a non-200 reply.
+inline FilteredAnswer search_json_filtered(int port, const float* q, int nq, std::int64_t dim, int k, const json& filter,
+                                           int* batch_size = nullptr) {
+  json body = json::parse(json_queries(q, nq, dim, k));
+  body["filter"] = filter;
+  const Reply r = post(port, "/v1/search", body.dump(), "application/json");
+  FilteredAnswer a;
+  EXPECT_EQ(r.status, 200) << r.body;
+  if (r.status != 200) return a;
+  if (batch_size) *batch_size = r.batch_size;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["ids"].size(), static_cast<size_t>(nq));
+  for (int i = 0; i < nq; ++i) {
+    EXPECT_EQ(j["ids"][i].size(), j["scores"][i].size());
+    EXPECT_LE(j["ids"][i].size(), static_cast<size_t>(k));
+    a.ids.push_back(j["ids"][i].get<std::vector<std::int64_t>>());
+    std::vector<float> s;
+    for (const json& v : j["scores"][i]) s.push_back(static_cast<float>(v.get<double>()));
+    a.scores.push_back(s);
+  }
+  return a;
+}
+
+/// Binary search with ?filter=<URL-encoded filter_text> → each query's real results, from the
+/// counts after the scores; checks the reply's layout (docs/SERVING.md) and that the slots past
+/// each count are padding (kPadId, score `pad`). Fails the test on a non-200 reply.
+inline FilteredAnswer search_binary_filtered(int port, const float* q, int nq, std::int64_t dim, int k,
+                                             const std::string& filter_text, float pad, int* batch_size = nullptr) {
+  const std::string body(reinterpret_cast<const char*>(q), sizeof(float) * nq * dim);
+  const Reply r = post(port, "/v1/search?k=" + std::to_string(k) + "&filter=" + url_encode(filter_text), body,
+                       "application/octet-stream");
+  FilteredAnswer a;
+  EXPECT_EQ(r.status, 200) << r.body;
+  if (r.status != 200) return a;
+  if (batch_size) *batch_size = r.batch_size;
+  const size_t n = static_cast<size_t>(nq) * k;
+  EXPECT_EQ(r.body.size(), n * 12 + static_cast<size_t>(nq) * 4) << "ids, scores, then counts [B] int32";
+  if (r.body.size() != n * 12 + static_cast<size_t>(nq) * 4) return a;
+  std::vector<std::int64_t> ids(n);
+  std::vector<float> scores(n);
+  std::vector<std::int32_t> counts(static_cast<size_t>(nq));
+  std::memcpy(ids.data(), r.body.data(), n * 8);
+  std::memcpy(scores.data(), r.body.data() + n * 8, n * 4);
+  std::memcpy(counts.data(), r.body.data() + n * 12, static_cast<size_t>(nq) * 4);
+  for (int i = 0; i < nq; ++i) {
+    const int c = counts[static_cast<size_t>(i)];
+    EXPECT_TRUE(c >= 0 && c <= k) << "count " << c;
+    if (c < 0 || c > k) return a;
+    a.ids.emplace_back(ids.begin() + static_cast<long>(i) * k, ids.begin() + static_cast<long>(i) * k + c);
+    a.scores.emplace_back(scores.begin() + static_cast<long>(i) * k, scores.begin() + static_cast<long>(i) * k + c);
+    for (int x = c; x < k; ++x) {
+      EXPECT_EQ(ids[static_cast<size_t>(i) * k + x], std::numeric_limits<std::int64_t>::max()) << "padding id";
+      EXPECT_EQ(scores[static_cast<size_t>(i) * k + x], pad) << "padding score";
+    }
+  }
+  return a;
 }
 
 // ------------------------------------------------------------------------------ raw sockets

@@ -44,10 +44,14 @@ class FakeBackend final : public SearchBackend {
   }
   void check_k(long long) const override {}
 
-  void search(const float* q, int batch, int k, std::int64_t* ids, float* scores) override {
+  void search(const float* q, int batch, int k, std::int64_t* ids, float* scores, const FilterProgram* const* filters,
+              std::int32_t* counts) override {
     {
       std::unique_lock<std::mutex> l(m_);
       calls_.push_back({batch, k});
+      std::vector<const FilterProgram*> f;
+      if (filters) f.assign(filters, filters + batch);
+      filters_.push_back(f);
       cv_.notify_all();
       cv_.wait(l, [&] { return !hold_; });
     }
@@ -56,11 +60,13 @@ class FakeBackend final : public SearchBackend {
     }
     if (fail_next_.exchange(false)) throw SearchFailed("rank 1: local search failed");
     if (lose_next_.exchange(false)) throw RankLost("rank 1: MPI_Iallgather did not complete within 2 s");
-    for (int b = 0; b < batch; ++b)
+    for (int b = 0; b < batch; ++b) {
       for (int j = 0; j < k; ++j) {
         ids[b * k + j] = 1000 * static_cast<std::int64_t>(std::lround(q[b * kDim])) + j;
         scores[b * k + j] = q[b * kDim + 1] - static_cast<float>(j);
       }
+      counts[b] = k;
+    }
   }
   std::vector<RankCounters> rank_counters() override { return {{3, 0.5}, {4, 0.25}}; }
 
@@ -78,6 +84,11 @@ class FakeBackend final : public SearchBackend {
     std::lock_guard<std::mutex> l(m_);
     return calls_;
   }
+  // Each search's per-query filters (empty: the search had none).
+  std::vector<std::vector<const FilterProgram*>> filters() {
+    std::lock_guard<std::mutex> l(m_);
+    return filters_;
+  }
 
   std::atomic<bool> fail_next_{false}, lose_next_{false};
   bool reject_marker_ = false;
@@ -87,6 +98,7 @@ class FakeBackend final : public SearchBackend {
   std::condition_variable cv_;
   bool hold_ = false;
   std::vector<std::pair<int, int>> calls_;  // (batch, k)
+  std::vector<std::vector<const FilterProgram*>> filters_;
 };
 
 struct Tracked {
@@ -123,8 +135,8 @@ Tracked make_job(int tag, int nq = 1, int k = 3) {
 
 // A batcher running on its own thread (the index thread in the service).
 struct Running {
-  explicit Running(FakeBackend& be, std::chrono::microseconds window = kLong, int batch_max = 4)
-      : batcher(be, Batcher::Options{batch_max, 8, kDim, window}, &metrics) {
+  explicit Running(FakeBackend& be, std::chrono::microseconds window = kLong, int batch_max = 4, int max_filters = 64)
+      : batcher(be, Batcher::Options{batch_max, 8, kDim, window, max_filters}, &metrics) {
     thread = std::thread([this] {
       try {
         batcher.run();
@@ -251,6 +263,46 @@ TEST(Batcher, RequestsQueuedDuringASearchRideTogetherByK) {
   expect_own_rows(*k3[1].job, 3);
   expect_own_rows(*k5.job, 6);
   expect_own_rows(*k3_last.job, 7);
+}
+
+// Requests with different filters share a batch, each query with its request's filter; equal
+// filters (equal programs, not only the same object) count once against max_filters, and a
+// request whose filter would be one too many waits for the next batch instead of failing.
+TEST(Batcher, FiltersRideTogetherUpToMaxFiltersAndTheRestWaits) {
+  FakeBackend be;
+  Running r(be, kLong, 8, /*max_filters=*/2);
+  const AttributeSchema none;
+  const auto f1 = std::make_shared<const FilterProgram>(parse_filter(R"({"ids_in": [1, 9]})", none));
+  const auto f1_again = std::make_shared<const FilterProgram>(parse_filter(R"({"ids_in": [9, 1, 1]})", none));
+  const auto f2 = std::make_shared<const FilterProgram>(parse_filter(R"({"ids_in": [2]})", none));
+  const auto f3 = std::make_shared<const FilterProgram>(parse_filter(R"({"ids_not_in": [3]})", none));
+  be.hold(true);
+  Tracked first = make_job(1);
+  r.batcher.submit(first.job, false);
+  ASSERT_TRUE(be.wait_calls(1));
+  Tracked a = make_job(10, 2), b = make_job(20), c = make_job(30), d = make_job(40), e = make_job(50), f = make_job(60);
+  a.job->filter = f1;
+  c.job->filter = f2;
+  d.job->filter = f1_again;
+  e.job->filter = f3;  // a third distinct filter: waits
+  for (auto* x : {&a, &b, &c, &d, &e, &f}) r.batcher.submit(x->job, false);
+  be.hold(false);
+  for (auto* x : {&first, &a, &b, &c, &d, &e, &f}) ASSERT_TRUE(x->answered());
+  const auto calls = be.calls();
+  const auto filters = be.filters();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[1], std::make_pair(6, 3));
+  EXPECT_EQ(calls[2], std::make_pair(1, 3));
+  EXPECT_TRUE(filters[0].empty()) << "a batch without filters passes none";
+  const std::vector<const FilterProgram*> want = {f1.get(), f1.get(), nullptr, f2.get(), f1_again.get(), nullptr};
+  EXPECT_EQ(filters[1], want);
+  EXPECT_EQ(filters[2], std::vector<const FilterProgram*>{f3.get()});
+  for (auto* x : {&a, &b, &c, &d, &e, &f}) {
+    EXPECT_EQ(x->job->counts, std::vector<std::int32_t>(static_cast<size_t>(x->job->nq), 3));
+  }
+  expect_own_rows(*a.job, 10);
+  expect_own_rows(*e.job, 50);
+  expect_own_rows(*f.job, 60);
 }
 
 TEST(Batcher, ARejectedBatchIsSearchedRequestByRequest) {

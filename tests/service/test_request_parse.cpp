@@ -191,6 +191,124 @@ TEST(Excerpt, ShortFlatAndPrintable) {
   EXPECT_EQ(parse_int_param("k", "-3"), -3);
 }
 
+// ------------------------------------------------------------------------------ filters
+
+const AttributeSchema kAttrs = {{"tenant", AttributeType::kInt64}, {"price", AttributeType::kFloat64}};
+const QueryShape kFilterShape{4, 3, &kAttrs};
+
+std::string filter_msg(const std::string& filter) {
+  return error_of([&] { (void)parse_json_search(R"({"query": [1, 2, 3, 4], "filter": )" + filter + "}", kFilterShape); });
+}
+
+// The body's filter is compiled once, against the index's attributes, into the same program
+// parse_filter makes; it may come before or after the rows; null and filters that pass every row
+// leave no program (nothing to count against search.max_filters).
+TEST(ParseJsonFilter, CompiledOnceInAnyPosition) {
+  const std::string f = R"({"all": [{"eq": {"tenant": 7}}, {"range": {"price": [1.5, null]}}, {"ids_not_in": [3]}]})";
+  SearchBody b = parse_json_search(R"({"query": [1, 2, 3, 4], "k": 2, "filter": )" + f + "}", kFilterShape);
+  ASSERT_TRUE(b.filter);
+  EXPECT_TRUE(b.has_filter);
+  EXPECT_TRUE(*b.filter == parse_filter(f, kAttrs));
+  b = parse_json_search(R"({"filter": )" + f + R"(, "queries": [[1, 2, 3, 4], [5, 6, 7, 8]]})", kFilterShape);
+  ASSERT_TRUE(b.filter);
+  EXPECT_EQ(b.nq, 2);
+  EXPECT_EQ(b.queries[5], 6.0f);
+  EXPECT_TRUE(*b.filter == parse_filter(f, kAttrs));
+  b = parse_json_search(R"({"query": [1, 2, 3, 4], "filter": null})", kFilterShape);
+  EXPECT_FALSE(b.filter);
+  EXPECT_TRUE(b.has_filter) << "the key was given (so ?filter= may not be too)";
+  b = parse_json_search(R"({"query": [1, 2, 3, 4], "filter": {"all": []}})", kFilterShape);
+  EXPECT_FALSE(b.filter) << "a filter passing every row needs no program";
+  EXPECT_TRUE(b.has_filter);
+  b = parse_json_search(R"({"query": [1, 2, 3, 4]})", kFilterShape);
+  EXPECT_FALSE(b.filter);
+  EXPECT_FALSE(b.has_filter);
+  // ids filters need no attributes
+  b = parse_json_search(R"({"query": [1, 2, 3, 4], "filter": {"ids_in": [4, 2]}})", kShape);
+  ASSERT_TRUE(b.filter);
+}
+
+TEST(ParseJsonFilter, BadFiltersNameTheAttributeOrValue) {
+  EXPECT_THAT(filter_msg(R"({"eq": {"tenat": 7}})"), HasSubstr("filter: unknown attribute 'tenat' (known: tenant, price)"));
+  EXPECT_THAT(filter_msg(R"({"eq": {"tenant": 7.5}})"), HasSubstr("7.5"));
+  EXPECT_THAT(filter_msg(R"({"eq": {"tenant": 7.5}})"), HasSubstr("not an integer"));
+  EXPECT_THAT(filter_msg(R"({"eq": {"tenant": "7"}})"), HasSubstr("the string '7'"));
+  EXPECT_THAT(filter_msg(R"({"in": {"tenant": 5}})"), HasSubstr("'in' for 'tenant' expects a list"));
+  EXPECT_THAT(filter_msg(R"({"range": {"price": [3, 1]}})"), HasSubstr("lower bound 3 is above upper bound 1"));
+  EXPECT_THAT(filter_msg(R"({"eqq": {"tenant": 7}})"), HasSubstr("unknown operator 'eqq'"));
+  EXPECT_THAT(filter_msg(R"(7)"), HasSubstr("filter: expected a filter object"));
+  EXPECT_THAT(filter_msg(R"([{"eq": {"tenant": 7}}])"), HasSubstr("filter: expected a filter object"));
+  EXPECT_THAT(filter_msg(R"({"ids_in": [1, 2.5]})"), HasSubstr("2.5"));
+  EXPECT_THAT(filter_msg(R"({"eq": {"tenant": 1, "tenant": 2}})"), HasSubstr("filter: key tenant given twice"));
+  EXPECT_THAT(filter_msg(R"({"eq": {"tenant": 1}, "eq": {"tenant": 2}})"), HasSubstr("key eq given twice"));
+  // no attributes at all: an attribute filter names what is known (nothing)
+  const std::string m = error_of(
+      [&] { (void)parse_json_search(R"({"query": [1, 2, 3, 4], "filter": {"eq": {"tenant": 7}}})", kShape); });
+  EXPECT_THAT(m, HasSubstr("unknown attribute 'tenant'"));
+  // the filter key twice in the body
+  EXPECT_THAT(error_of([&] {
+                (void)parse_json_search(R"({"query": [1, 2, 3, 4], "filter": null, "filter": null})", kFilterShape);
+              }),
+              HasSubstr("duplicate key \"filter\""));
+}
+
+// Hostile filters: nesting far past the limit (objects, lists, both; unterminated), lists past
+// the value budget, huge names: refused at the first token past the bound, with a short message.
+TEST(ParseJsonFilter, HostileFiltersAreRefusedAtTheBoundWithShortMessages) {
+  std::string deep_not;
+  for (int i = 0; i < 60000; ++i) deep_not += R"({"not": )";
+  const std::string unterminated = deep_not;
+  deep_not += R"({"eq": {"tenant": 1}})" + std::string(60000, '}');
+  for (const std::string& f : {deep_not, unterminated, std::string(60000, '[') + std::string(60000, ']'),
+                               R"({"all": )" + std::string(60000, '[')}) {
+    const std::string m = filter_msg(f);
+    EXPECT_THAT(m, HasSubstr("filter: nested deeper than 32 levels"));
+    EXPECT_LT(m.size(), kShortMessage);
+  }
+  // 32 levels pass; 33 do not
+  std::string ok, too_deep;
+  for (int i = 0; i < 31; ++i) ok += R"({"not": )";
+  ok += R"({"in": {"tenant": [1, 2]}})" + std::string(31, '}');
+  EXPECT_NO_THROW((void)parse_json_search(R"({"query": [1, 2, 3, 4], "filter": )" + ok + "}", kFilterShape));
+  too_deep = R"({"not": )" + ok + "}";
+  EXPECT_THAT(filter_msg(too_deep), HasSubstr("nested deeper than 32"));
+  // one value past the budget of the lists
+  std::string ids = R"({"ids_in": [0)";
+  ids.reserve(9 * (kFilterMaxValues + 2));
+  for (std::int64_t i = 1; i <= kFilterMaxValues; ++i) ids += "," + std::to_string(i);
+  const std::string over = ids + "]}";
+  std::string m = filter_msg(over);
+  EXPECT_THAT(m, HasSubstr("more than 1048576 values"));
+  EXPECT_LT(m.size(), kShortMessage);
+  // wide instead of deep: too many operators
+  std::string wide = R"({"any": [)";
+  for (int i = 0; i < 300; ++i) wide += std::string(i ? "," : "") + R"({"eq": {"tenant": 1}})";
+  EXPECT_THAT(filter_msg(wide + "]}"), HasSubstr("more than 256 operators"));
+  // a huge attribute name is cut, not echoed
+  m = filter_msg(R"({"eq": {")" + std::string(1 << 20, 'a') + R"(": 1}})");
+  EXPECT_THAT(m, HasSubstr("unknown attribute 'aaaa"));
+  EXPECT_LT(m.size(), kShortMessage + 200);
+}
+
+// ?filter= on the binary route: the same bounds and messages, and strict JSON (one value).
+TEST(ParseFilterText, SameRulesAsTheBody) {
+  const std::string f = R"({"in": {"tenant": [5, 1, 1]}})";
+  RequestFilter p = parse_filter_text(f, kAttrs);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(*p == parse_filter(R"({"in": {"tenant": [1, 5]}})", kAttrs));
+  EXPECT_FALSE(parse_filter_text("null", kAttrs));
+  EXPECT_FALSE(parse_filter_text(R"( {"all": []} )", kAttrs));
+  auto msg = [&](const std::string& t) { return error_of([&] { (void)parse_filter_text(t, kAttrs); }); };
+  EXPECT_THAT(msg(""), HasSubstr("filter: invalid JSON"));
+  EXPECT_THAT(msg(R"({"eq": {"tenant": 7}} x)"), HasSubstr("filter: invalid JSON"));
+  EXPECT_THAT(msg(R"({"eq": {"tenant": 7})"), HasSubstr("filter: invalid JSON"));
+  EXPECT_THAT(msg(R"({"eq": {"year": 7}})"), HasSubstr("unknown attribute 'year' (known: tenant, price)"));
+  EXPECT_THAT(msg(R"({"eq": {"tenant": 1, "tenant": 2}})"), HasSubstr("key tenant given twice"));
+  EXPECT_THAT(msg(std::string(60000, '[')), HasSubstr("nested deeper than 32 levels"));
+  EXPECT_LT(msg(std::string(60000, '[')).size(), kShortMessage);
+  EXPECT_LT(msg(R"({"eq": {"tenant": 7}} )" + std::string(1 << 20, 'x')).size(), kShortMessage);
+}
+
 // The derived JSON limit holds the largest legal request written with the longest float texts
 // (what a JSON library prints for float32 values as doubles), in the form that takes most room.
 TEST(BodyLimits, DerivedLimitsHoldTheLargestLegalRequest) {
@@ -206,6 +324,7 @@ TEST(BodyLimits, DerivedLimitsHoldTheLargestLegalRequest) {
   EXPECT_LE(compact.size(), l.json);
   EXPECT_LE(spaced.size(), l.json) << "tab-indented JSON of the largest request";
   EXPECT_NO_THROW((void)parse_json_search(spaced, QueryShape{dim, bm}));
+  EXPECT_GE(l.json, compact.size() + kFilterBodyBytes) << "room for a filter beside the largest rows";
 }
 
 }  // namespace

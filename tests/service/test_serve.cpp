@@ -9,8 +9,11 @@
 #include <atomic>
 #include <set>
 
+#include "filter_support.hpp"
+#include "filtered_oracle.hpp"
 #include "serve_support.hpp"
 #include "shardtopk/corpus_io.hpp"
+#include "shardtopk/filter.hpp"
 #include "shardtopk/oracle.hpp"
 
 namespace shardtopk {
@@ -375,6 +378,208 @@ TEST_F(ServeBge, SigtermToRankZeroDrainsAndEveryRankExitsZero) {
   EXPECT_GT(answered, 0);
   for (const auto& kv : ranks) EXPECT_NE(kill(kv.second, 0), 0) << "rank " << kv.first << " still runs";
   EXPECT_THAT(server_->log(), HasSubstr("stopping: requests answered"));
+}
+
+// ------------------------------------------------------------------------------ filters (bge-m3 with a doc attribute)
+
+// bge-m3 paragraphs with `doc` (paragraph / 8, int64) and `meta/parity` (float64) attributes,
+// search.max_filters 2: filtered answers by JSON and binary against the float64 oracle over the
+// rows that pass; fewer results than k when fewer rows pass; concurrent requests with more
+// distinct filters than one batch takes are split across batches and each gets its solo bits.
+class ServeFiltered : public ::testing::Test {
+ protected:
+  static constexpr std::int64_t kN = 500, kQ = 64, kDim = 1024;
+  static constexpr int kK = 10;
+
+  static void SetUpTestSuite() {
+    try {
+      corpus_ = test::read_raw_f32(test::bge_dir() + "/paragraphs-1024.f32", kN, kDim);
+      queries_ = test::read_raw_f32(test::bge_dir() + "/sentences-1024.f32", kN, kDim);
+    } catch (const std::exception& e) {
+      data_error_ = e.what();
+      return;
+    }
+    queries_.resize(static_cast<size_t>(kQ * kDim));
+    std::vector<std::int64_t> doc(kN);
+    std::vector<double> parity(kN);
+    for (std::int64_t i = 0; i < kN; ++i) {
+      doc[i] = i / 8;
+      parity[i] = static_cast<double>(i % 2);
+    }
+    table_ = new AttributeTable({{"doc", AttributeType::kInt64, doc, {}}, {"parity", AttributeType::kFloat64, {}, parity}},
+                                test::iota_ids(kN), 1);
+    dir_ = new test::TempDir();
+    const std::string path = dir_->file("bge-doc.h5");
+    H5Writer w(path);
+    w.write_f32("train", corpus_.data(), kN, kDim);
+    w.write_i64("doc", doc.data(), kN, 0);
+    w.write_f64("meta/parity", parity.data(), kN, 0);
+    w.close();
+    const std::string cfg = write_config(dir_->path(), path, "cosine", 100, 64, 20000);
+    test::add_to_config(cfg, "corpus:", "  attributes: [doc, meta/parity]\n");
+    test::add_to_config(cfg, "search:", "  max_filters: 2\n");
+    server_ = new Server(cfg, dir_->path());
+    ready_ = server_->wait_ready();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+    delete table_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(data_error_.empty()) << data_error_;
+    ASSERT_TRUE(ready_) << "the service did not start";
+  }
+  int port() const { return server_->port(); }
+  const float* q(int i) const { return queries_.data() + static_cast<size_t>(i) * kDim; }
+
+  // Every query's answer against the oracle over the rows that pass `filter` (within ε; near-tie
+  // swaps counted and returned).
+  int expect_oracle(const test::FilteredAnswer& a, int q0, const json& filter, const std::string& what) {
+    const test::Subset s = test::passing_rows(corpus_, kN, kDim, nullptr, [&](std::int64_t r) {
+      return test::oracle_passes(filter, *table_, r);
+    });
+    int swaps = 0;
+    for (size_t i = 0; i < a.ids.size(); ++i) {
+      std::vector<std::int64_t> ids = a.ids[i];
+      std::vector<float> scores = a.scores[i];
+      const int count = static_cast<int>(ids.size());
+      ids.resize(kK, kPadId);
+      scores.resize(kK, -std::numeric_limits<float>::infinity());
+      swaps += test::expect_filtered_answer(Metric::kCosine, s, kDim, q(q0 + static_cast<int>(i)), kK, ids.data(),
+                                            scores.data(), count, false, what + " query " + std::to_string(i));
+    }
+    return swaps;
+  }
+
+  static std::vector<float> corpus_, queries_;
+  static AttributeTable* table_;
+  static test::TempDir* dir_;
+  static Server* server_;
+  static bool ready_;
+  static std::string data_error_;
+};
+std::vector<float> ServeFiltered::corpus_, ServeFiltered::queries_;
+AttributeTable* ServeFiltered::table_ = nullptr;
+test::TempDir* ServeFiltered::dir_ = nullptr;
+Server* ServeFiltered::server_ = nullptr;
+bool ServeFiltered::ready_ = false;
+std::string ServeFiltered::data_error_;
+
+const std::vector<std::string>& filter_texts() {
+  static const std::vector<std::string> f = {
+      R"({"range": {"doc": [10, 30]}})",                                       // 168 rows
+      R"({"eq": {"doc": 5}})",                                                 // 8 rows: fewer than k
+      R"({"in": {"doc": [1, 50, 61]}})",                                       // 24 rows
+      R"({"not": {"range": {"doc": [0, 40]}}})",                               // 172 rows
+      R"({"all": [{"eq": {"parity": 1.0}}, {"range": {"doc": [null, 20]}}]})",  // 84 rows
+      R"({"ids_in": [3, 77, 400]})",                                           // 3 rows
+      R"({"eq": {"doc": 1000}})",                                              // no row
+  };
+  return f;
+}
+
+TEST_F(ServeFiltered, InfoListsTheAttributes) {
+  httplib::Client c("127.0.0.1", port());
+  auto i = c.Get("/v1/info");
+  ASSERT_TRUE(i);
+  ASSERT_EQ(i->status, 200);
+  const json j = json::parse(i->body);
+  EXPECT_EQ(j["attributes"], json::parse(R"([{"name": "doc", "type": "int64"}, {"name": "parity", "type": "float64"}])"));
+  EXPECT_EQ(j["max_filters"], 2);
+}
+
+TEST_F(ServeFiltered, JsonAndBinaryMatchTheOracleOverThePassingRows) {
+  const int nq = 12;
+  int swaps = 0;
+  for (const std::string& text : filter_texts()) {
+    const json f = json::parse(text);
+    const test::FilteredAnswer js = test::search_json_filtered(port(), q(0), nq, kDim, kK, f);
+    const test::FilteredAnswer bin =
+        test::search_binary_filtered(port(), q(0), nq, kDim, kK, text, -std::numeric_limits<float>::infinity());
+    EXPECT_TRUE(js == bin) << text << ": JSON and binary differ";
+    ASSERT_EQ(js.ids.size(), static_cast<size_t>(nq)) << text;
+    swaps += expect_oracle(js, 0, f, text);
+  }
+  std::printf("  near-tie swaps: %d\n", swaps);
+  // A filter passing every row gives the unfiltered answer (and the binary reply its counts).
+  const test::FilteredAnswer every = test::search_json_filtered(port(), q(0), 3, kDim, kK, json::parse(R"({"all": []})"));
+  const Answer plain = search_json(port(), q(0), 3, kDim, kK);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(every.ids[i], std::vector<std::int64_t>(plain.ids.begin() + i * kK, plain.ids.begin() + (i + 1) * kK));
+  EXPECT_EQ(test::search_binary_filtered(port(), q(0), 3, kDim, kK, "null", -INFINITY).ids, every.ids)
+      << "?filter=null: no filter, and the counts";
+  // ?filter= on the JSON route too, and "filter": null
+  const Reply r = post(port(), "/v1/search?filter=" + test::url_encode(filter_texts()[1]),
+                       json::parse(json_queries(q(0), 1, kDim, kK)).dump(), "application/json");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["ids"][0].size(), 8u);
+}
+
+TEST_F(ServeFiltered, ConcurrentRequestsWithManyFiltersAreSplitAndGetTheirSoloBits) {
+  const int n = 28;  // 7 filters (max_filters 2 per batch), JSON and binary
+  const auto& texts = filter_texts();
+  std::vector<test::FilteredAnswer> solo(n), got(n);
+  for (int i = 0; i < n; ++i) {
+    int bs = 0;
+    solo[i] = test::search_json_filtered(port(), q(i), 1, kDim, kK, json::parse(texts[i % texts.size()]), &bs);
+    EXPECT_EQ(bs, 1);
+  }
+  std::vector<int> batch(n, 0);
+  std::vector<std::thread> th;
+  for (int i = 0; i < n; ++i)
+    th.emplace_back([&, i] {
+      const std::string& t = texts[i % texts.size()];
+      got[i] = (i % 2) ? test::search_binary_filtered(port(), q(i), 1, kDim, kK, t, -INFINITY, &batch[i])
+                       : test::search_json_filtered(port(), q(i), 1, kDim, kK, json::parse(t), &batch[i]);
+    });
+  for (auto& t : th) t.join();
+  int shared = 0, largest = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(got[i] == solo[i]) << "request " << i << " (" << texts[i % texts.size()] << ") batched vs alone";
+    shared += batch[i] > 1;
+    largest = std::max(largest, batch[i]);
+    expect_oracle(got[i], i, json::parse(texts[i % texts.size()]), "concurrent " + std::to_string(i));
+  }
+  std::printf("  %d of %d concurrent filtered requests shared a batch (largest %d)\n", shared, n, largest);
+  EXPECT_GT(shared, 0) << "concurrent filtered requests should have been micro-batched";
+  EXPECT_LT(largest, n) << "7 distinct filters cannot share one batch with search.max_filters 2";
+}
+
+TEST_F(ServeFiltered, BadFiltersGet400NamingTheProblemAndChangeNothing) {
+  const test::FilteredAnswer before = test::search_json_filtered(port(), q(5), 2, kDim, kK, json::parse(filter_texts()[0]));
+  const std::string row = json::parse(json_queries(q(5), 1, kDim, kK)).dump();
+  const std::string bin(reinterpret_cast<const char*>(q(5)), kDim * 4);
+  auto with = [&](const std::string& filter) { return row.substr(0, row.size() - 1) + R"(, "filter": )" + filter + "}"; };
+  struct Case {
+    std::string what, path, body, ctype, needle;
+  };
+  const std::vector<Case> cases = {
+      {"unknown attribute", "/v1/search", with(R"({"eq": {"tenant": 7}})"), "application/json",
+       "unknown attribute 'tenant' (known: doc, parity)"},
+      {"a float for an int64", "/v1/search", with(R"({"eq": {"doc": 7.5}})"), "application/json", "not an integer"},
+      {"a string value", "/v1/search", with(R"({"in": {"doc": ["7"]}})"), "application/json", "the string '7'"},
+      {"empty range", "/v1/search", with(R"({"range": {"doc": [9, 3]}})"), "application/json",
+       "lower bound 9 is above upper bound 3"},
+      {"unknown operator", "/v1/search", with(R"({"eqq": {"doc": 1}})"), "application/json", "unknown operator 'eqq'"},
+      {"not an object", "/v1/search", with("5"), "application/json", "expected a filter object"},
+      {"a key twice", "/v1/search", with(R"({"eq": {"doc": 1, "doc": 2}})"), "application/json", "given twice"},
+      {"bad JSON in ?filter=", "/v1/search?k=5&filter=" + test::url_encode(R"({"eq": {"doc": 1})"), bin,
+       "application/octet-stream", "filter: invalid JSON"},
+      {"unknown attribute in ?filter=", "/v1/search?k=5&filter=" + test::url_encode(R"({"eq": {"Doc": 1}})"), bin,
+       "application/octet-stream", "unknown attribute 'Doc'"},
+      {"filter twice", "/v1/search?filter=" + test::url_encode(R"({"eq": {"doc": 1}})"), with("null"),
+       "application/json", "the filter is given twice"},
+      {"filter= twice", "/v1/search?k=5&filter=null&filter=null", bin, "application/octet-stream",
+       "query parameter 'filter' given more than once"},
+  };
+  for (const Case& cs : cases) {
+    const Reply r = post(port(), cs.path, cs.body, cs.ctype);
+    EXPECT_EQ(r.status, 400) << cs.what << ": " << r.body;
+    EXPECT_THAT(r.body, HasSubstr(cs.needle)) << cs.what;
+  }
+  EXPECT_TRUE(test::search_json_filtered(port(), q(5), 2, kDim, kK, json::parse(filter_texts()[0])) == before)
+      << "after the bad filters";
 }
 
 // ------------------------------------------------------------------------------ generated small integers

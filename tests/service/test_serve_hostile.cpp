@@ -60,8 +60,11 @@ Data make_data(const std::string& dir) {
   d.queries = small_ints(static_cast<size_t>(kPool * kDim), 92, -2, 2);
   oracle::topk(Metric::kL2, d.corpus.data(), kN, nullptr, d.queries.data(), kPool, kDim, kK, &d.ids, &d.scores, 2);
   d.path = dir + "/corpus.h5";
+  std::vector<std::int64_t> tenant(kN);
+  for (std::int64_t r = 0; r < kN; ++r) tenant[r] = r / 100;
   H5Writer w(d.path);
   w.write_f32("train", d.corpus.data(), kN, kDim);
+  w.write_i64("tenant", tenant.data(), kN, 0);  // for the filter attacks
   w.close();
   return d;
 }
@@ -254,6 +257,7 @@ class Hostile : public ::testing::Test {
     dir_ = new TempDir();
     data_ = new Data(make_data(dir_->path()));
     const std::string cfg = write_config(dir_->path(), data_->path, "l2", 100, kBatchMax, 300);
+    add_to_config(cfg, "corpus:", "  attributes: [tenant]\n");
     server_ = new Server(cfg, dir_->path());
     ready_ = server_->wait_ready();
   }
@@ -308,6 +312,69 @@ TEST_F(Hostile, DeepNestingGetsAShort400AndOtherClientsAreServed) {
     EXPECT_EQ(r.status, 400) << r.error;
     EXPECT_LT(r.body.size(), 400u) << r.body.substr(0, 400);
     EXPECT_THAT(r.body, AnyOf(HasSubstr("must be an integer"), HasSubstr("expected a number, got a list")));
+  }
+  others.stop();
+  const auto out = others.outcomes();
+  ASSERT_FALSE(out.empty());
+  for (const Outcome& o : out) EXPECT_TRUE(o.status == 200 && o.right) << o.status << " " << o.body;
+  std::printf("  %zu concurrent searches of other clients answered right\n", out.size());
+}
+
+// Hostile filters (docs/FILTERS.md "Limits"): nesting 60,000 levels deep (objects, lists,
+// unterminated), a list one value past the budget, hundreds of operators, a 1 MiB attribute name,
+// values of the wrong type: each a short 400 naming the problem, sent at once; rank 0 keeps
+// answering every other client; the binary route's ?filter= is bounded by the header limit.
+TEST_F(Hostile, HostileFiltersGetShort400sAndOtherClientsAreServed) {
+  Load others(port(), *data_, 8);
+  std::string row = "[";
+  for (int c = 0; c < kDim; ++c) row += (c ? ",1" : "1");
+  row += "]";
+  auto body = [&](const std::string& filter) { return "{\"query\": " + row + ", \"k\": 3, \"filter\": " + filter + "}"; };
+  std::string deep_not;
+  for (int i = 0; i < 60000; ++i) deep_not += "{\"not\": ";
+  std::string ones = "{\"ids_in\": [1";  // kFilterMaxValues + 1 values, 2 bytes each: under the body limit
+  for (int i = 0; i < (1 << 20); ++i) ones += ",1";
+  ones += "]}";
+  std::string wide = "{\"any\": [";
+  for (int i = 0; i < 2000; ++i) wide += std::string(i ? "," : "") + "{\"eq\": {\"tenant\": 1}}";
+  wide += "]}";
+  struct Case {
+    std::string what, filter, needle;
+  };
+  const std::vector<Case> cases = {
+      {"60,000 nested not", deep_not + "{\"eq\": {\"tenant\": 1}}" + std::string(60000, '}'), "nested deeper than 32 levels"},
+      {"60,000 nested lists", std::string(60000, '[') + std::string(60000, ']'), "nested deeper than 32 levels"},
+      {"unterminated nesting", "{\"all\": " + std::string(60000, '['), "nested deeper than 32 levels"},
+      {"one value past the budget", ones, "more than 1048576 values"},
+      {"2,000 operators", wide, "more than 256 operators"},
+      {"a 1 MiB attribute name", "{\"eq\": {\"" + std::string(1 << 20, 'a') + "\": 1}}", "unknown attribute 'aaaa"},
+      {"a string for an int64", R"({"eq": {"tenant": "7"}})", "the string '7'"},
+      {"a float for an int64", R"({"in": {"tenant": [1, 2.5]}})", "2.5"},
+      {"an integer beyond int64", R"({"eq": {"tenant": 9223372036854775808}})", "9223372036854775808"},
+      {"a list for a value", R"({"eq": {"tenant": [7]}})", "tenant"},
+      {"true for a filter", "true", "expected a filter object"},
+  };
+  ASSERT_LT(body(ones).size(), json_limit()) << "the value-budget attack must fit the body limit";
+  for (const Case& c : cases) {
+    const auto t0 = Clock::now();
+    const RawReply r = raw_request(port(), raw_post(body(c.filter)), kLiveness + 5);
+    const double ms = secs_since(t0) * 1000;
+    std::printf("  %-28s -> %d in %.1f ms\n", c.what.c_str(), r.status, ms);
+    EXPECT_EQ(r.status, 400) << c.what << ": " << r.error;
+    EXPECT_LT(r.body.size(), 600u) << c.what << ": " << r.body.substr(0, 600);
+    EXPECT_THAT(error_text(r.body), HasSubstr(c.needle)) << c.what;
+  }
+  {  // ?filter= lives in the request line: beyond service.max_header_bytes it is a 431
+    const std::string big = "%5B" + std::string(30000, '1');
+    const RawReply r = raw_request(port(), raw_post(data_->binary_body(0), "application/octet-stream",
+                                                    "/v1/search?k=3&filter=" + big));
+    EXPECT_EQ(r.status, 431) << r.error << r.body;
+    std::string deep;
+    for (int i = 0; i < 4000; ++i) deep += "%5B";
+    const RawReply d = raw_request(port(), raw_post(data_->binary_body(0), "application/octet-stream",
+                                                    "/v1/search?k=3&filter=" + deep));
+    EXPECT_EQ(d.status, 400) << d.error;
+    EXPECT_THAT(error_text(d.body), HasSubstr("nested deeper than 32 levels"));
   }
   others.stop();
   const auto out = others.outcomes();
