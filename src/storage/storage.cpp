@@ -327,6 +327,16 @@ std::uint64_t Storage::delete_ids(const std::int64_t* ids, std::int64_t n) {
   return impl_->writer->append(encode_delete(ids, n, impl_->opt.max_record_bytes));
 }
 
+std::uint64_t Storage::submit_upsert(const UpsertRows& rows) {
+  return impl_->writer->enqueue(encode_upsert(rows, impl_->opt.dim, impl_->opt.max_record_bytes));
+}
+
+std::uint64_t Storage::submit_delete(const std::int64_t* ids, std::int64_t n) {
+  return impl_->writer->enqueue(encode_delete(ids, n, impl_->opt.max_record_bytes));
+}
+
+void Storage::wait_durable(std::uint64_t seq) { impl_->writer->wait(seq); }
+
 void Storage::replay(std::uint64_t after_seq, const std::function<void(const WalRecord&)>& fn) const {
   std::shared_lock<std::shared_mutex> files(impl_->files_mu);
   const std::uint64_t upto = impl_->writer->durable_seq();
