@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -237,6 +238,19 @@ class Storage {
 /// Options from the config's storage section (storage.dir must be set) for rows of width
 /// `dim` under `metric`. @throws Error when storage.dir is empty.
 StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric);
+
+/// What a storage directory's MANIFEST.json says (the base to load before replaying the log).
+struct StorageManifest {
+  std::int64_t dim = 0;
+  Metric metric = Metric::kInnerProduct;
+  std::string snapshot_path;  ///< "" when the base is the configured corpus
+  std::uint64_t seq = 0;      ///< the snapshot's seq (0: none)
+};
+
+/// Reads `dir`/MANIFEST.json without opening the directory (no lock, no recovery): for choosing
+/// the base to load before the directory is opened. nullopt when there is no manifest.
+/// @throws Error for a manifest that cannot be read or parsed.
+std::optional<StorageManifest> read_storage_manifest(const std::string& dir);
 
 /// Root attributes of a snapshot file (for `info` and for loading it as a corpus).
 struct SnapshotInfo {

@@ -229,6 +229,14 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
 
 }  // namespace
 
+std::optional<StorageManifest> read_storage_manifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifestName;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  const Manifest m = parse_manifest(read_small_file(path), path);
+  return StorageManifest{m.dim, m.metric, m.snapshot.empty() ? std::string() : dir + "/" + m.snapshot, m.seq};
+}
+
 StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric) {
   SHARDTOPK_EXPECTS(!cfg.dir.empty(), "storage.dir is not set: updates need a directory for the write-ahead log");
   StorageOptions o;
