@@ -26,11 +26,11 @@ namespace shardtopk::service {
 
 class Metrics;
 
-/// One unit of work for the index thread: a search request, or a request for every rank's
-/// counters (/metrics). The front end fills the request part and `on_done`; the answer part is
+/// One unit of work for the index thread: a search request, a request for every rank's
+/// counters (/metrics), or a write (upsert, delete, snapshot). The front end fills the request part and `on_done`; the answer part is
 /// written by whoever claims the job, then `on_done` runs (on that thread).
 struct Job {
-  enum class Kind { kSearch, kCounters };
+  enum class Kind { kSearch, kCounters, kWrite };
   Kind kind = Kind::kSearch;
   int nq = 0;                  ///< queries (kSearch)
   int k = 0;
@@ -44,6 +44,11 @@ struct Job {
   std::vector<float> scores;      ///< [nq, k]
   int batch_size = 0;             ///< queries in the batch it rode in
   std::vector<RankCounters> counters;  ///< kCounters
+
+  /// kWrite: run on the index thread; sets status and body (or error). Writes queued together
+  /// run one after the other, then Options::commit_writes once, then all are answered.
+  std::function<void(Job&)> write;
+  std::string body;  ///< kWrite: the answer (JSON)
 
   /// Called once, after the answer is written, from the thread that answered (the index thread,
   /// or the thread that failed the job). Must not block.
@@ -63,6 +68,8 @@ class Batcher {
     int k_max = 1024;              ///< largest k (sizes the answer buffers)
     std::int64_t dim = 0;
     std::chrono::microseconds window{300};  ///< service.batch_window_us
+    /// After a group of write jobs: makes them durable and visible (WriteBackend::commit).
+    std::function<void()> commit_writes;
   };
 
   /// `metrics` may be null. The backend must outlive the batcher.
@@ -102,6 +109,7 @@ class Batcher {
   std::vector<std::shared_ptr<Job>> take_batch();                       // m_ held
   void run_batch(const std::vector<std::shared_ptr<Job>>& batch);
   void run_counters(const std::shared_ptr<Job>& job);
+  void run_writes(const std::vector<std::shared_ptr<Job>>& jobs);
   static void answer(Job& j, int status, const std::string& error);
 
   SearchBackend& backend_;
