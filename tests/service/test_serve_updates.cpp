@@ -172,6 +172,67 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 4);
 }
 
+// Requests of 4 rows sharing one vector (distinct ids) and deletes of such groups, while
+// searches for a group's vector (k = 4) run: a search sees all 4 rows at distance 0 or none
+// (never part of a request), all 4 when the upsert was acknowledged before the search began and
+// no delete of the group was sent before it ended, none when a delete was acknowledged first.
+TEST(ServeUpdates, SearchesSeeWholeRequestsAndEveryAcknowledgedOne) {
+  TempDir dir;
+  const std::string cfg = make_service_files(dir, dir.file("store"), 8192);
+  Server s(cfg, dir.path(), 2);
+  ASSERT_TRUE(s.wait_ready());
+  constexpr int kGroups = 150;
+  std::vector<std::vector<float>> vec(kGroups);
+  for (int g = 0; g < kGroups; ++g) vec[g] = random_floats(kDim, 100 + g);
+  // Per group: upsert acknowledged, delete sent, delete acknowledged (set in this order).
+  std::vector<std::atomic<int>> state(kGroups);
+  for (auto& x : state) x = 0;
+  std::atomic<int> sent{0};
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    for (int g = 0; g < kGroups; ++g) {
+      std::vector<std::int64_t> ids{10000 + 4 * g, 10001 + 4 * g, 10002 + 4 * g, 10003 + 4 * g};
+      std::vector<float> v;
+      for (int i = 0; i < 4; ++i) v.insert(v.end(), vec[g].begin(), vec[g].end());
+      sent = g + 1;
+      auto r = c.Post("/v1/upsert", upsert_body(ids, v, {0, 1, 2, 0}), "application/json");
+      ASSERT_TRUE(r && r->status == 200);
+      state[g] = 1;
+      if (g % 3 == 2) {  // delete an earlier group
+        const int d = g - 2;
+        state[d] = 2;
+        auto rd = c.Post("/v1/delete", json{{"ids", {10000 + 4 * d, 10001 + 4 * d, 10002 + 4 * d, 10003 + 4 * d}}}.dump(),
+                         "application/json");
+        ASSERT_TRUE(rd && rd->status == 200);
+        state[d] = 3;
+      }
+    }
+    done = true;
+  });
+  std::mt19937_64 rng(7);
+  int searches = 0, whole = 0;
+  while (!done || searches < 200) {
+    const int n = sent.load();
+    if (n == 0) continue;
+    const int g = static_cast<int>(rng() % static_cast<std::uint64_t>(n));
+    const int before = state[g].load();
+    const Answer a = search_json(s.port(), vec[g].data(), 1, kDim, 4);
+    const int after = state[g].load();
+    ASSERT_EQ(a.ids.size(), 4u);
+    int hits = 0;
+    for (int i = 0; i < 4; ++i) hits += a.scores[i] == 0.0f && a.ids[i] >= 10000 + 4 * g && a.ids[i] < 10004 + 4 * g;
+    EXPECT_TRUE(hits == 0 || hits == 4) << "group " << g << ": " << hits << " of its 4 rows";
+    if (before == 1 && after <= 1) EXPECT_EQ(hits, 4) << "group " << g << " acknowledged, not deleted";
+    if (before == 3) EXPECT_EQ(hits, 0) << "group " << g << " deleted and acknowledged";
+    whole += hits == 4;
+    ++searches;
+  }
+  writer.join();
+  std::printf("%d searches during the writes, %d saw a whole group\n", searches, whole);
+  EXPECT_GT(whole, 0);
+}
+
 TEST(ServeUpdates, ReadOnlyServiceAnswers409) {
   TempDir dir;
   const std::string cfg = make_service_files(dir, "");
