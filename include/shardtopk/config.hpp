@@ -45,6 +45,7 @@
 /// | storage.group_commit_window_us | int | 0                       | 0 .. 1000000 (wait for company) |
 /// | storage.segment_bytes | int  | 67108864                        | 4096 .. 2^40 (log segment size) |
 /// | storage.max_pending_bytes | int | 268435456                    | 4096 .. 2^40 (queued, unwritten)|
+/// | storage.capacity_rows | int  | 0 (= shard rows + max(1024, shard rows / 4)) | 0 .. 2^31-1 slots per rank for updates (≥ its shard rows) |
 /// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
 ///
 /// Booleans: true or false. docs/OPERATIONS.md explains the engine.*
@@ -111,6 +112,9 @@ struct StorageConfig {
   long long group_commit_window_us = 0;        ///< a queued record waits at most this long for company
   long long segment_bytes = 64ll << 20;        ///< a log segment is closed past this size
   long long max_pending_bytes = 256ll << 20;   ///< appenders wait while this much is queued
+  /// Slots each rank reserves for rows (its shard's and upserted ones); 0: derived from the
+  /// shard (rank_capacity_rows in ingest.hpp). Only with storage.dir set.
+  long long capacity_rows = 0;
 };
 
 struct TestingConfig {

@@ -45,6 +45,10 @@ struct ShardInput {
   /// shard row; nullptr: no attribute columns (filters on global ids only). Read while the
   /// engine is built; the engine keeps its own copy (device memory on a GPU).
   const AttributeTable* attributes = nullptr;
+  /// Slots the engine reserves for updates (Engine::write_rows), ≥ rows; 0: rows. The shard's
+  /// rows fill slots [0, rows); slots [rows, capacity) start empty (dead: never returned).
+  /// Every buffer is sized for the capacity, so writes allocate nothing.
+  std::int64_t capacity = 0;
 };
 
 /// Sizes fixed at start-up.
@@ -75,7 +79,8 @@ struct EngineInfo {
   MemSpace space = MemSpace::kHost;
   Metric metric = Metric::kInnerProduct;
   Dtype dtype = Dtype::kFloat32;
-  std::int64_t rows = 0;  ///< rows of the shard
+  std::int64_t rows = 0;  ///< rows of the shard as built (ShardInput::rows)
+  std::int64_t capacity = 0;  ///< slots held (rows + reserved, ShardInput::capacity)
   std::int64_t dim = 0;   ///< dimension of a row (unpadded)
   int device = -1;        ///< the CUDA engine's GPU; -1 for the CPU engine
   std::string device_name;
@@ -120,6 +125,17 @@ struct SearchArgs {
   const FilterProgram* const* filters = nullptr;
 };
 
+/// Rows to write into slots of an engine (Engine::write_rows). Host memory, read during the call.
+struct SlotRows {
+  std::int64_t n = 0;                        ///< rows, ≥ 0
+  const std::int64_t* slots = nullptr;       ///< [n] distinct slots in [0, capacity), each dead
+  const std::int64_t* ids = nullptr;         ///< [n] global ids
+  const float* vectors = nullptr;            ///< [n, dim] float32, row-major (cosine: already L2-normalised)
+  /// [attribute columns] in the engine's attribute schema order, each [n] int64_t or double as
+  /// the column's type; nullptr when the shard has no attribute columns.
+  const void* const* attributes = nullptr;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -161,6 +177,33 @@ class Engine {
 
   virtual TransferCounters transfer_counters() const = 0;
   virtual void reset_transfer_counters() = 0;
+
+  // ---- updates: slots, written between searches (never during one), on the engine's stream.
+  // Slot s of a shard built from ShardInput rows r < rows holds row r and is live; slots past
+  // `rows` (ShardInput::capacity) start dead. A dead slot is never returned by a search, whatever
+  // its contents. Exactness and determinism hold over the live slots: a live slot's score is
+  // computed as it would be for a row loaded at build time.
+
+  /// Writes rows into dead slots (vectors converted to the storage type as an upload would;
+  /// ids and attributes into the attribute table and its block bounds); the slots stay dead
+  /// until set_live(). Allocates nothing on the device. Ordered on the engine's stream after the
+  /// searches queued so far; returns once the host memory has been read.
+  /// @throws Error, leaving the slots dead, for a slot out of range or live, a value that
+  ///   overflows the storage type (naming the id and column), or NaN in a float64 attribute.
+  virtual void write_rows(const SlotRows& rows) = 0;
+
+  /// Marks slots [n] live (returned by searches from the next one on) or dead (never returned).
+  /// @throws Error for a slot out of range.
+  virtual void set_live(const std::int64_t* slots, std::int64_t n, bool live) = 0;
+
+  /// Reads back the stored rows of slots [n] as float32 into out [n, dim] (host): the values
+  /// the engine scores (rounded to its storage type; cosine rows normalised). Waits for the
+  /// engine's stream. @throws Error for a slot out of range.
+  virtual void read_rows(const std::int64_t* slots, std::int64_t n, float* out) = 0;
+
+  /// The global ids and attribute columns of every slot, on the host ([capacity] each; a dead
+  /// slot holds whatever it held last, or kPadId and zeros when it was never written).
+  virtual const AttributeTable& attribute_table() const = 0;
 };
 
 /// The CPU engine: AVX2/FMA scoring when the processor has it (a portable path with the same

@@ -97,7 +97,7 @@ struct BlockBounds {
 };
 
 /// The attributes of one shard: its columns, the global id of each of its rows (what ids_in
-/// refers to), and the block summaries computed once here. Immutable after construction.
+/// refers to), and the block summaries computed once here. Changed only by write_rows().
 class AttributeTable {
  public:
   /// No attribute columns and no rows.
@@ -122,6 +122,15 @@ class AttributeTable {
   const BlockBounds& bounds(int c) const {
     return c == kFilterIdColumn ? id_bounds_ : column_bounds_.at(static_cast<std::size_t>(c));
   }
+
+  /// Overwrites rows slots[i], i in [0, n): global id ids[i] and, for each column c in schema
+  /// order, values[c][i] (an int64_t or a double array [n], as the column's type; `values` may
+  /// be nullptr when there are no columns). The block bounds of the rows' blocks are widened to
+  /// hold the new values and never narrowed, so they bound every value a block's rows have held
+  /// and the summaries stay sound (a row's old value may still widen them).
+  /// @throws Error, changing nothing, for a slot outside [0, rows()), a null pointer, or NaN in
+  ///   a float64 column (naming the column and the id).
+  void write_rows(const std::int64_t* slots, std::int64_t n, const std::int64_t* ids, const void* const* values);
 
  private:
   std::vector<AttributeColumn> columns_;

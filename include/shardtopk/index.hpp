@@ -15,10 +15,12 @@
 #include "shardtopk/engine.hpp"
 #include "shardtopk/filter.hpp"
 #include "shardtopk/shard_plan.hpp"
+#include "shardtopk/storage.hpp"
 
 namespace shardtopk {
 
 class Space;  // the data path's memory (internal: src/engine/space.hpp)
+struct WriteOp;  // a planned write (internal: src/index/write_ops.hpp)
 
 /// What start-up did, for logs and timing summaries.
 struct IngestStats {
@@ -42,7 +44,53 @@ enum class IndexOp : std::int32_t {
   kRejected = 2,  ///< rank 0 rejected the batch: followers in lock step (tests) throw, the loop skips
   kShutdown = 3,  ///< followers leave the loop (follow() returns)
   kStats = 4,     ///< every rank all-gathers its RankStats (metrics; not on the search path)
+  kWrite = 5,     ///< apply logged writes (planned on rank 0), then a status check on every rank
+  kSnapshot = 6,  ///< every rank sends its live rows to rank 0, which writes a snapshot
+  kResolve = 7,   ///< every rank finds its live rows passing a filter (delete by filter)
+  kReplayDone = 8,  ///< the start-up replay of the log is over (followers leave it)
   // room for more: a follower that gets an op it does not know ends the job (CommError)
+};
+
+/// A write (upsert, delete, snapshot) refused before anything changed: the log and the index
+/// are as they were. The service answers kReadOnly 409, kCapacity 507, kInvalid 400.
+class WriteError : public Error {
+ public:
+  enum class Kind {
+    kReadOnly,  ///< no storage.dir: the index cannot change
+    kCapacity,  ///< the reserved slots of every rank are in use (storage.capacity_rows)
+    kInvalid,   ///< bad request: duplicate ids, wrong dim, non-finite value, unknown attribute ...
+  };
+  WriteError(Kind kind, const std::string& what) : Error(what), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+/// An acknowledged write: its log sequence number (the state that includes it) and its rows.
+struct WriteResult {
+  std::uint64_t seq = 0;  ///< the write's seq; a delete that matched nothing: the seq it saw
+  std::int64_t rows = 0;  ///< rows upserted, or rows deleted (ids that were live)
+};
+
+/// A committed snapshot (ShardedIndex::snapshot).
+struct SnapshotResult {
+  std::string path;       ///< the snapshot file (storage.dir/snapshot-<seq>.h5)
+  std::uint64_t seq = 0;  ///< the state it holds: every write with seq <= this
+  std::int64_t rows = 0;  ///< live rows in it
+};
+
+/// The updatable index's state, for /metrics and logs (rank 0; any thread).
+struct UpdateStats {
+  bool writable = false;          ///< storage.dir set
+  std::int64_t live_rows = 0;     ///< rows a search can return, all ranks
+  std::int64_t capacity_rows = 0; ///< slots, all ranks (storage.capacity_rows × ranks, or as built)
+  std::int64_t tombstones = 0;    ///< slots freed by deletes and not reused yet
+  std::uint64_t applied_seq = 0;  ///< last write applied on every rank (visible to searches)
+  std::uint64_t snapshot_seq = 0; ///< seq of the current base snapshot (0: the configured corpus)
+  std::string snapshot_path;      ///< "" when none
+  std::int64_t log_bytes = 0;     ///< bytes of the log segments
+  std::int64_t log_records = 0;   ///< records after the snapshot
 };
 
 /// One rank's search counters, for metrics.
@@ -149,6 +197,73 @@ class ShardedIndex {
   /// and with one rank.
   void shutdown();
 
+  // ---- updates (docs/STORAGE.md "Updates"). An index built with a storage directory
+  // (storage.dir) accepts upserts and deletes; rank 0 validates and plans every write (the
+  // placement of new rows), logs it (write-ahead log, rank 0's only), and the write is applied
+  // on every rank between searches, so that a search sees all of a request's writes or none.
+  // The collective calls below return on rank 0 once the write is durable and applied on every
+  // rank (acknowledged); followers call them in lock step (tests: each call is one step, or two
+  // for remove_matching) or run follow().
+
+  /// Collective: makes the index updatable over `storage` (rank 0's; nullptr: rank 0 opens
+  /// cfg.storage.dir; other ranks pass nullptr) and replays the log's records after `base_seq`
+  /// (the seq of the state the engines were built from: the snapshot loaded, or 0 for the
+  /// configured corpus). @throws RemoteError on every rank when the directory cannot be used
+  /// (held by another process, a snapshot the base does not match, a record that cannot be
+  /// applied with this configuration, e.g. too little capacity).
+  void enable_updates(std::unique_ptr<Storage> storage = nullptr, std::uint64_t base_seq = 0);
+  bool writable() const { return upd_ != nullptr; }
+
+  /// Inserts rows, or replaces those whose id is live (a delete and an insert). Rank 0 passes
+  /// the rows: ids [rows], vectors [rows, dim] float32, one attribute column per corpus
+  /// attribute (corpus.attributes: every one, by name, of its type; none other). New rows go to
+  /// ranks by the placement rule (RowDirectory). Returns once durable and applied.
+  /// @throws WriteError on rank 0 (kReadOnly, kCapacity, kInvalid: duplicate id, bad dim,
+  ///   non-finite value or storage overflow, zero norm under cosine, missing or unknown
+  ///   attribute, each named), and Error on followers in lock step, with nothing changed;
+  ///   Error when the log failed (the write's fate is unknown until a restart); CommError when
+  ///   a rank failed to apply a logged write (the job must end; a restart replays it).
+  WriteResult upsert(const UpsertRows& rows);
+
+  /// Deletes ids [n] (n >= 1, distinct); ids that are not live are ignored (rows counts those
+  /// that were). Errors as upsert().
+  WriteResult remove(const std::int64_t* ids, std::int64_t n);
+
+  /// Deletes every live row that passes `filter` (compiled against attribute_schema()): two
+  /// collective steps (find the rows on every rank, then delete them). Errors as upsert().
+  WriteResult remove_matching(const FilterProgram& filter);
+
+  /// Collective: writes a snapshot of the state after every write so far (rank 0 writes the
+  /// file from every rank's live rows, then the log records it holds are removed). A snapshot
+  /// with nothing new since the last one returns that one. The rows are stored as the engines
+  /// hold them (float16 storage: float16; cosine: normalised), so that loading the snapshot
+  /// reproduces every score bit for bit. Searches wait while it is written.
+  /// @throws WriteError (kReadOnly) or Error (a file failure: the previous snapshot and the full
+  ///   log stay) on rank 0; RemoteError on every rank when a rank failed to read its rows.
+  SnapshotResult snapshot();
+
+  /// Rank 0, not collective: validates and plans a write and queues it in the log, returning
+  /// its seq (rows: as upsert()/remove()) at once; the write is neither durable nor visible
+  /// until apply_writes(). Writes submitted by one thread are applied in submission order, and
+  /// several submitted before one apply_writes() share a group commit. Errors as upsert(), before
+  /// anything is queued.
+  WriteResult submit_upsert(const UpsertRows& rows);
+  WriteResult submit_remove(const std::int64_t* ids, std::int64_t n);
+
+  /// Rank 0, collective when writes are waiting (one step; none otherwise): waits until every
+  /// submitted write is durable, then applies them on every rank. @throws Error when the log
+  /// failed (the writes' fate is unknown until a restart), CommError as upsert().
+  void apply_writes();
+  /// Writes submitted and not yet applied (rank 0).
+  std::size_t pending_writes() const;
+
+  /// The update counters (rank 0, any thread; zeros and writable = false on a read-only index).
+  UpdateStats update_stats() const;
+
+  /// The largest k a search may ask for is min(search.k_max, this): the corpus rows of a
+  /// read-only index, the capacity of an updatable one (rows past the live ones are padding).
+  std::int64_t k_limit_rows() const;
+
   int rank() const;
   int world_size() const;
   Metric metric() const { return metric_; }
@@ -188,7 +303,18 @@ class ShardedIndex {
     std::int32_t filter_bytes = 0;  // > 0: the batch's filters follow in a second broadcast
   };
   class Exporter;
+  struct Updates;  // src/index/updates.cpp
   void init();
+  // updates (src/index/updates.cpp)
+  bool follow_update_op(const Header& h, bool lock_step);
+  void reject_write(const std::string& why);
+  WriteResult plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq);
+  WriteResult plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay, std::uint64_t seq);
+  void broadcast_and_apply(std::vector<WriteOp>* ops);
+  void apply_ops(const std::uint8_t* bytes, std::size_t size);
+  std::vector<std::int64_t> resolve_filter(const FilterProgram* filter);
+  SnapshotResult write_snapshot();
+  void replay_log(std::uint64_t base_seq);
   void admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries,
                    const FilterProgram* const* filters = nullptr);
   /// Rank 0: the batch's filters as bytes (distinct programs packed, each query's index);
@@ -236,6 +362,7 @@ class ShardedIndex {
   std::vector<const FilterProgram*> query_filters_;
   bool filtered_ = false;
   DeviceAnswer device_answer_;      // set for the duration of one search_async
+  std::unique_ptr<Updates> upd_;    // nullptr: read-only
 };
 
 }  // namespace shardtopk

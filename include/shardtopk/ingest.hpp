@@ -20,13 +20,20 @@ namespace shardtopk {
 /// (hyperslab, in blocks of engine.read_chunk_rows), validates them, chooses the engine backend
 /// and builds the engine and the communicators. Every limit that can be checked before the read
 /// (backend, memory) is checked before it. An error on any rank throws RemoteError on every rank
-/// (naming the rank and its message). @param log_progress rank 0 logs read progress.
+/// (naming the rank and its message). With storage.dir set the index is updatable: rank 0 opens
+/// and recovers the directory first, every rank loads its snapshot (when there is one) instead
+/// of corpus.path, each rank reserves rank_capacity_rows() slots, and the log's records after
+/// the base are replayed (ShardedIndex::enable_updates). @param log_progress rank 0 logs read
+/// progress.
 std::unique_ptr<ShardedIndex> load_index(const Config& cfg, bool log_progress = true);
 
 /// Build this rank's index from rows already in memory (or a generated shard: ShardInput's
 /// `generated`): chooses the engine backend, builds the engine (index_engine_limits) and the
 /// data communicator. Collective over host_comm's ranks; an error on any rank throws RemoteError
-/// on every rank. `stats` (read times) is completed with upload time and resident bytes.
+/// on every rank. `stats` (read times) is completed with upload time and resident bytes. With
+/// storage.dir set the index is updatable over those rows (shard.capacity, or 0:
+/// rank_capacity_rows()) and the log is replayed; a directory holding a snapshot is refused
+/// (the base must then be the snapshot: load_index).
 std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows,
                                           const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
                                           IngestStats stats = {});
@@ -41,6 +48,11 @@ Metric resolve_metric(const Config& cfg);
 
 /// Number of worker threads for the CPU engine: cfg value, or hardware cores ÷ ranks on the node.
 int resolve_threads(const Config& cfg, int local_size);
+
+/// Slots a rank reserves for a shard of `shard_rows` rows: the rows themselves when the index is
+/// read-only (storage.dir empty), else storage.capacity_rows, or, when that is 0, shard_rows +
+/// max(1024, shard_rows / 4). @throws Error when storage.capacity_rows is below shard_rows.
+std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows);
 
 /// Whether load_index streams a shard into the engine (blocks through pinned buffers, no host
 /// copy of the shard): the CUDA engine with inner product or l2. Cosine rows are normalised on

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -135,6 +136,9 @@ struct SnapshotSpec {
   std::int64_t rows = 0;          ///< live rows, ≥ 0
   Dtype dtype = Dtype::kFloat32;  ///< `train` stored as float32 or float16
   std::vector<std::pair<std::string, AttributeType>> attributes;  ///< columns, in write order
+  /// The rows are L2-normalised already (cosine): loading the snapshot must not normalise them
+  /// again (a second normalisation may move the last bit). Root attribute `normalized` (0 / 1).
+  bool normalized = false;
 };
 
 class Storage;
@@ -204,6 +208,16 @@ class Storage {
   /// Logs the deletion of ids [n] (n ≥ 1); as upsert.
   std::uint64_t delete_ids(const std::int64_t* ids, std::int64_t n);
 
+  /// upsert() and delete_ids() in two halves, for a caller that must know a record's seq (and
+  /// order its own state by it) before the record is durable: submit_* validates and queues the
+  /// record (waiting only for queue space) and returns its seq; wait_durable(seq) returns once
+  /// that record is durable and on_durable has run for it. Records submitted by one thread get
+  /// increasing seqs in submission order, and several submitted before one wait share group
+  /// commits. @throws Error as upsert() (bad input: nothing queued; a failed log).
+  std::uint64_t submit_upsert(const UpsertRows& rows);
+  std::uint64_t submit_delete(const std::int64_t* ids, std::int64_t n);
+  void wait_durable(std::uint64_t seq);
+
   /// Calls fn for every durable record with seq > after_seq, in seq order, re-verifying each
   /// checksum. @throws Error when records after `after_seq` were already removed by a snapshot
   ///   (after_seq < snapshot_seq() of the time they were removed) or a record fails its check.
@@ -225,6 +239,19 @@ class Storage {
 /// `dim` under `metric`. @throws Error when storage.dir is empty.
 StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric);
 
+/// What a storage directory's MANIFEST.json says (the base to load before replaying the log).
+struct StorageManifest {
+  std::int64_t dim = 0;
+  Metric metric = Metric::kInnerProduct;
+  std::string snapshot_path;  ///< "" when the base is the configured corpus
+  std::uint64_t seq = 0;      ///< the snapshot's seq (0: none)
+};
+
+/// Reads `dir`/MANIFEST.json without opening the directory (no lock, no recovery): for choosing
+/// the base to load before the directory is opened. nullopt when there is no manifest.
+/// @throws Error for a manifest that cannot be read or parsed.
+std::optional<StorageManifest> read_storage_manifest(const std::string& dir);
+
 /// Root attributes of a snapshot file (for `info` and for loading it as a corpus).
 struct SnapshotInfo {
   std::uint64_t seq = 0;
@@ -233,6 +260,7 @@ struct SnapshotInfo {
   Metric metric = Metric::kInnerProduct;
   Dtype dtype = Dtype::kFloat32;
   std::vector<std::pair<std::string, AttributeType>> attributes;  ///< datasets attributes/<name>, by name
+  bool normalized = false;  ///< rows stored L2-normalised (SnapshotSpec::normalized)
 };
 
 /// Reads a snapshot's attributes and checks its datasets' shapes.

@@ -51,7 +51,9 @@ int run_plan(const PlanArgs& a) {
     // engine_bytes: what the engine and the index's buffers beside it allocate at start-up, and
     // what is refused before anything is read when it cannot be had (device memory for cuda,
     // host memory for cpu); equals the rank's resident bytes.
-    const std::uint64_t dev = rank_resident_bytes(use_gpu, rr.size(), dim, cfg.engine.dtype, cfg.search, a.ranks, threads);
+    // With storage.dir the engine holds storage.capacity_rows slots (rank_capacity_rows).
+    const std::int64_t slots = rank_capacity_rows(cfg, rr.size());
+    const std::uint64_t dev = rank_resident_bytes(use_gpu, slots, dim, cfg.engine.dtype, cfg.search, a.ranks, threads);
     // load_peak_host_bytes: host memory at the peak of loading: the rows read from the file and
     // their ids (streamed into the CUDA engine: the ids and its pinned blocks), plus the CPU
     // engine's buffers (built while the rows are still held).
@@ -67,7 +69,7 @@ int run_plan(const PlanArgs& a) {
       if (!use_gpu) limit = host_memory_bytes();
       // The verdict is the start-up check's own, so that plan and search cannot disagree.
       try {
-        check_engine_fits(use_gpu ? EngineBackend::kCuda : EngineBackend::kCpu, rr.size(), dim, cfg.engine.dtype,
+        check_engine_fits(use_gpu ? EngineBackend::kCuda : EngineBackend::kCpu, slots, dim, cfg.engine.dtype,
                           cfg.search, a.ranks, threads, local);
         fits = "yes";
       } catch (const Error& e) {
@@ -86,6 +88,11 @@ int run_plan(const PlanArgs& a) {
               streamed ? " (streamed: ids and pinned blocks of engine.read_chunk_rows rows)" : "",
               use_gpu ? "device" : "host", use_gpu ? "cuda" : "cpu",
               use_gpu ? "free memory of the rank's GPU on this node" : "this machine's physical memory");
+  if (!cfg.storage.dir.empty())
+    std::printf("updatable (storage.dir '%s'): each rank's engine holds %lld slots (storage.capacity_rows%s), "
+                "engine_bytes counts them\n",
+                cfg.storage.dir.c_str(), static_cast<long long>(rank_capacity_rows(cfg, shard_rows(n, a.ranks, 0).size())),
+                cfg.storage.capacity_rows > 0 ? "" : " = 0: rank 0's rows + max(1024, rows / 4)");
   if (!first_refusal.empty()) std::printf("does not fit: %s\n", first_refusal.c_str());
   return all_fit ? 0 : 3;
 }

@@ -90,4 +90,51 @@ AttributeTable::AttributeTable(std::vector<AttributeColumn> columns, std::vector
   id_bounds_ = std::move(ids);
 }
 
+namespace {
+
+template <class T>
+void widen(std::vector<T>& mn, std::vector<T>& mx, std::int64_t block, T v) {
+  const auto b = static_cast<std::size_t>(block);
+  mn[b] = v < mn[b] ? v : mn[b];
+  mx[b] = v > mx[b] ? v : mx[b];
+}
+
+}  // namespace
+
+void AttributeTable::write_rows(const std::int64_t* slots, std::int64_t n, const std::int64_t* ids,
+                                const void* const* values) {
+  if (n <= 0) return;
+  SHARDTOPK_EXPECTS(slots != nullptr && ids != nullptr && (columns_.empty() || values != nullptr),
+                    "attribute table: write_rows without slots, ids or values");
+  for (std::int64_t i = 0; i < n; ++i)
+    SHARDTOPK_EXPECTS(slots[i] >= 0 && slots[i] < rows(), "attribute table: row ", slots[i], " outside [0, ", rows(),
+                      ")");
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    SHARDTOPK_EXPECTS(values[c] != nullptr, "attribute table: no values for column ", quote_for_message(columns_[c].name));
+    if (columns_[c].type != AttributeType::kFloat64) continue;
+    const double* v = static_cast<const double*>(values[c]);
+    for (std::int64_t i = 0; i < n; ++i)
+      SHARDTOPK_EXPECTS(!std::isnan(v[i]), "attribute ", quote_for_message(columns_[c].name), " of id ", ids[i],
+                        " is NaN (attributes must not be NaN)");
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t r = slots[i], b = r / kFilterBlockRows;
+    global_ids_[static_cast<std::size_t>(r)] = ids[i];
+    widen(id_bounds_.ints_min, id_bounds_.ints_max, b, ids[i]);
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      AttributeColumn& col = columns_[c];
+      BlockBounds& bb = column_bounds_[c];
+      if (col.type == AttributeType::kInt64) {
+        const std::int64_t v = static_cast<const std::int64_t*>(values[c])[i];
+        col.ints[static_cast<std::size_t>(r)] = v;
+        widen(bb.ints_min, bb.ints_max, b, v);
+      } else {
+        const double v = static_cast<const double*>(values[c])[i];
+        col.reals[static_cast<std::size_t>(r)] = v;
+        widen(bb.reals_min, bb.reals_max, b, v);
+      }
+    }
+  }
+}
+
 }  // namespace shardtopk

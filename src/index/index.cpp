@@ -14,6 +14,7 @@
 #include "core/log.hpp"
 #include "engine/space.hpp"
 #include "index/admission.hpp"
+#include "index/updates.hpp"
 
 namespace shardtopk {
 namespace {
@@ -379,7 +380,7 @@ void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const s
   Header h;
   std::string reject;
   try {
-    check_k(k, cfg_.search.k_max, stats_.total_rows);
+    check_k(k, cfg_.search.k_max, k_limit_rows());
     SHARDTOPK_EXPECTS(batch >= 1 && batch <= cfg_.search.batch_max, "batch of ", batch,
                       " queries out of range: allowed 1 .. ", cfg_.search.batch_max, " (search.batch_max)");
     encode_filters(filters, batch);
@@ -419,7 +420,7 @@ bool ShardedIndex::follow_one(bool lock_step) {
       run_search(h.batch, h.k, nullptr, nullptr);
       return true;
     case IndexOp::kRejected:
-      if (lock_step) throw Error("rank 0 rejected the batch");
+      if (lock_step) throw Error("rank 0 rejected the batch or the write");
       return true;
     case IndexOp::kStats: {
       RankStats mine{static_cast<double>(batches_), local_search_s_};
@@ -432,6 +433,11 @@ bool ShardedIndex::follow_one(bool lock_step) {
       shut_down_ = true;
       if (lock_step) throw Error("rank 0 shut the index down");
       return false;
+    case IndexOp::kWrite:
+    case IndexOp::kSnapshot:
+    case IndexOp::kResolve:
+    case IndexOp::kReplayDone:
+      return follow_update_op(h, lock_step);
   }
   // A newer rank 0 than this follower: nothing sensible to do but end the job.
   throw CommError("rank " + std::to_string(rank()) + ": unknown index op " + std::to_string(h.op) + " from rank 0");

@@ -16,6 +16,7 @@
 #include "index/admission.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/filter.hpp"
+#include "shardtopk/storage.hpp"
 
 namespace shardtopk {
 namespace {
@@ -26,12 +27,20 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 /// Streams a ShardInput::streamed shard's rows into the just-built engine; returns their norms.
 using StreamRows = std::function<NormSummary(Engine&)>;
 
+/// A string from rank 0 to every rank.
+void broadcast_string(Communicator& comm, std::string* s) {
+  std::uint64_t n = s->size();
+  comm.broadcast(&n, sizeof n, 0);
+  s->resize(static_cast<std::size_t>(n));
+  if (n > 0) comm.broadcast(&(*s)[0], static_cast<std::size_t>(n), 0);
+}
+
 std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
                                                RowRange rows, const ShardInput& shard,
                                                std::unique_ptr<Communicator> host_comm, IngestStats stats,
-                                               const StreamRows& stream_rows) {
+                                               const StreamRows& stream_rows, std::unique_ptr<Storage> storage = nullptr,
+                                               std::uint64_t base_seq = 0) {
   const auto tu = Clock::now();
-  const int world = host_comm->world_size();
   bool ok = true;
   std::string msg;
   std::unique_ptr<Space> space;
@@ -95,6 +104,7 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
   if (shard.attributes) index->set_attribute_schema(shard.attributes->schema());
   stats.engine_resident_bytes = index->ingest_stats().engine_resident_bytes;
   index->set_ingest_stats(stats);
+  if (!cfg.storage.dir.empty()) index->enable_updates(std::move(storage), base_seq);
   return index;
 }
 
@@ -112,6 +122,16 @@ Metric resolve_metric(const Config& cfg) {
 }
 
 bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
+
+std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows) {
+  if (cfg.storage.dir.empty()) return shard_rows;
+  if (cfg.storage.capacity_rows > 0) {
+    SHARDTOPK_EXPECTS(cfg.storage.capacity_rows >= shard_rows, "storage.capacity_rows = ", cfg.storage.capacity_rows,
+                      " is less than a rank's ", shard_rows, " rows: raise it, or add ranks");
+    return cfg.storage.capacity_rows;
+  }
+  return shard_rows + std::max<std::int64_t>(1024, shard_rows / 4);
+}
 
 std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows) {
   const std::uint64_t r = static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0));
@@ -175,7 +195,9 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
                                           const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
                                           IngestStats stats) {
   SHARDTOPK_EXPECTS(!shard.streamed, "build_index: a streamed shard is load_index's own (ShardInput::streamed)");
-  return build_index_impl(cfg, metric, total_rows, rows, shard, std::move(host_comm), stats, {});
+  ShardInput in = shard;
+  if (!cfg.storage.dir.empty() && in.capacity == 0) in.capacity = rank_capacity_rows(cfg, shard.rows);
+  return build_index_impl(cfg, metric, total_rows, rows, in, std::move(host_comm), stats, {});
 }
 
 std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
@@ -187,6 +209,60 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
 
   bool ok = true;
   std::string msg;
+  // An updatable index (storage.dir): rank 0 opens and recovers the directory first; the
+  // snapshot it holds, if any, is the base every rank loads instead of corpus.path.
+  std::unique_ptr<Storage> storage;
+  std::uint64_t base_seq = 0;
+  std::int64_t base_normalized = 0;
+  std::string snapshot;
+  if (!cfg.storage.dir.empty()) {
+    if (rank == 0) {
+      try {
+        validate(cfg);
+        const std::optional<StorageManifest> man = read_storage_manifest(cfg.storage.dir);
+        std::int64_t dim = 0;
+        Metric m = Metric::kInnerProduct;
+        if (man && !man->snapshot_path.empty()) {
+          dim = man->dim;
+          m = man->metric;
+        } else {
+          m = resolve_metric(cfg);
+          const DatasetInfo di = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+          SHARDTOPK_EXPECTS(di.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", di.name,
+                            "' must be 2-D [rows, dim]");
+          dim = di.dims[1];
+        }
+        storage = std::make_unique<Storage>(storage_options(cfg.storage, dim, m));
+        snapshot = storage->snapshot_path();
+        base_seq = storage->snapshot_seq();
+        if (!snapshot.empty()) {
+          const SnapshotInfo si = inspect_snapshot(snapshot);
+          base_normalized = si.normalized ? 1 : 0;
+          for (const std::string& a : cfg.corpus.attributes) {
+            bool found = false;
+            for (const auto& [name, type] : si.attributes) found = found || name == attribute_name(a);
+            SHARDTOPK_EXPECTS(found, "snapshot '", snapshot, "' has no attribute '", attribute_name(a),
+                              "' (corpus.attributes names it)");
+          }
+          spdlog::info("storage '{}': loading snapshot {} (seq {}, {} rows) instead of corpus.path", cfg.storage.dir,
+                       snapshot, base_seq, si.rows);
+        }
+      } catch (const std::exception& e) {
+        ok = false;
+        msg = e.what();
+      }
+    }
+    host_comm->check(ok, msg);
+    broadcast_string(*host_comm, &snapshot);
+    host_comm->broadcast(&base_seq, sizeof base_seq, 0);
+    host_comm->broadcast(&base_normalized, sizeof base_normalized, 0);
+    if (!snapshot.empty()) {
+      cfg.corpus.path = snapshot;
+      cfg.corpus.dataset = "train";
+      cfg.corpus.ids_dataset = "ids";
+      for (std::string& a : cfg.corpus.attributes) a = "attributes/" + attribute_name(a);
+    }
+  }
   Metric metric = Metric::kInnerProduct;
   IngestStats stats;
   std::unique_ptr<float[]> shard;
@@ -207,8 +283,8 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
                       "' must be 2-D [rows, dim], but it is ", info.dims.size(), "-D");
     SHARDTOPK_EXPECTS(info.is_float, "'", cfg.corpus.path, "': dataset '", info.name, "' has dtype ", info.dtype,
                       "; expected float16, float32 or float64");
-    SHARDTOPK_EXPECTS(info.dims[0] >= 1 && info.dims[1] >= 1, "'", cfg.corpus.path, "': dataset '", info.name,
-                      "' is empty [", info.dims[0], ", ", info.dims[1], "]");
+    SHARDTOPK_EXPECTS((info.dims[0] >= 1 || !snapshot.empty()) && info.dims[1] >= 1, "'", cfg.corpus.path,
+                      "': dataset '", info.name, "' is empty [", info.dims[0], ", ", info.dims[1], "]");
     metric = resolve_metric(cfg);
     stats.total_rows = info.dims[0];
     stats.dim = info.dims[1];
@@ -222,8 +298,8 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     streamed = streams_shard(backend == EngineBackend::kCuda, metric);
     // The engine's and the index's start-up bytes against this machine, before any row is read
     // (`plan` shows them).
-    check_engine_fits(backend, stats.rows.size(), stats.dim, cfg.engine.dtype, cfg.search, world,
-                      resolve_threads(cfg, host_comm->local_size()), host_comm->local_rank());
+    check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size()), stats.dim, cfg.engine.dtype, cfg.search,
+                      world, resolve_threads(cfg, host_comm->local_size()), host_comm->local_rank());
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();
@@ -307,7 +383,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     stats.max_row_norm = norms.max_norm;
     stats.max_row_norm_row = norms.row;
     check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
-    if (metric == Metric::kCosine) {
+    if (metric == Metric::kCosine && !base_normalized) {  // a snapshot holds them normalised already
       // norms computed once at ingest: rows are stored normalised. Messages use global rows;
       // parts are in row order, so the first error names the first zero-norm row.
       parallel_ranges(nrows, range_parts(nrows, std::max(1, ropt.threads), 4096),
@@ -330,7 +406,9 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
   in.streamed = streamed;
   in.attributes = &attributes;
-  auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows);
+  in.capacity = rank_capacity_rows(cfg, nrows);
+  auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows,
+                                std::move(storage), base_seq);
   IngestStats final_stats = index->ingest_stats();
   double mine = seconds_since(t0);
   std::vector<double> all(static_cast<size_t>(world));

@@ -73,7 +73,7 @@ void Batcher::close() {
 
 bool Batcher::dispatchable(Clock::time_point now) const {
   const Job& head = *q_.front();
-  if (head.kind == Job::Kind::kCounters || closed_ || receiving_ == 0 || now >= head.queued + opts_.window)
+  if (head.kind != Job::Kind::kSearch || closed_ || receiving_ == 0 || now >= head.queued + opts_.window)
     return true;
   int rows = 0;
   for (const auto& j : q_)
@@ -86,6 +86,15 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   if (q_.front()->kind == Job::Kind::kCounters) {
     batch.push_back(q_.front());
     q_.pop_front();
+  } else if (q_.front()->kind == Job::Kind::kWrite) {  // every queued write: one group commit
+    for (auto it = q_.begin(); it != q_.end();) {
+      if ((*it)->kind == Job::Kind::kWrite) {
+        batch.push_back(*it);
+        it = q_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   } else {
     const int k = q_.front()->k;
     int total = 0;
@@ -133,6 +142,7 @@ void Batcher::run() {
       running_ = batch;
     }
     if (batch.front()->kind == Job::Kind::kCounters) run_counters(batch.front());
+    else if (batch.front()->kind == Job::Kind::kWrite) run_writes(batch);
     else run_batch(batch);  // a RankLost leaves the batch in running_ for fail_all
     std::lock_guard<std::mutex> l(m_);
     running_.clear();
@@ -160,6 +170,34 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
   job->counters = std::move(c);
   job->status = 200;
   if (job->on_done) job->on_done();
+}
+
+void Batcher::run_writes(const std::vector<std::shared_ptr<Job>>& jobs) {
+  for (const auto& j : jobs) {
+    try {
+      j->write(*j);
+    } catch (const RankLost&) {
+      throw;  // the group stays unanswered in running_: the caller answers it with fail_all
+    } catch (const std::exception& e) {
+      j->status = 500;
+      j->error = std::string("internal error: ") + e.what();
+    }
+  }
+  try {
+    if (opts_.commit_writes) opts_.commit_writes();
+  } catch (const RankLost&) {
+    throw;
+  } catch (const std::exception& e) {
+    for (const auto& j : jobs)
+      if (j->status == 200) {
+        j->status = 500;
+        j->error = std::string("the write is not known to be durable (a restart shows whether it is): ") + e.what();
+      }
+  }
+  for (const auto& j : jobs) {
+    if (!j->claim()) continue;
+    if (j->on_done) j->on_done();
+  }
 }
 
 void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {

@@ -27,11 +27,11 @@ namespace shardtopk::service {
 
 class Metrics;
 
-/// One unit of work for the index thread: a search request, or a request for every rank's
-/// counters (/metrics). The front end fills the request part and `on_done`; the answer part is
+/// One unit of work for the index thread: a search request, a request for every rank's
+/// counters (/metrics), or a write (upsert, delete, snapshot). The front end fills the request part and `on_done`; the answer part is
 /// written by whoever claims the job, then `on_done` runs (on that thread).
 struct Job {
-  enum class Kind { kSearch, kCounters };
+  enum class Kind { kSearch, kCounters, kWrite };
   Kind kind = Kind::kSearch;
   int nq = 0;                  ///< queries (kSearch)
   int k = 0;
@@ -48,6 +48,11 @@ struct Job {
   std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
   int batch_size = 0;             ///< queries in the batch it rode in
   std::vector<RankCounters> counters;  ///< kCounters
+
+  /// kWrite: run on the index thread; sets status and body (or error). Writes queued together
+  /// run one after the other, then Options::commit_writes once, then all are answered.
+  std::function<void(Job&)> write;
+  std::string body;  ///< kWrite: the answer (JSON)
 
   /// Called once, after the answer is written, from the thread that answered (the index thread,
   /// or the thread that failed the job). Must not block.
@@ -68,6 +73,8 @@ class Batcher {
     std::int64_t dim = 0;
     std::chrono::microseconds window{300};  ///< service.batch_window_us
     int max_filters = 64;          ///< distinct filters per search (BackendInfo::max_filters)
+    /// After a group of write jobs: makes them durable and visible (WriteBackend::commit).
+    std::function<void()> commit_writes;
   };
 
   /// `metrics` may be null. The backend must outlive the batcher.
@@ -107,6 +114,7 @@ class Batcher {
   std::vector<std::shared_ptr<Job>> take_batch();                       // m_ held
   void run_batch(const std::vector<std::shared_ptr<Job>>& batch);
   void run_counters(const std::shared_ptr<Job>& job);
+  void run_writes(const std::vector<std::shared_ptr<Job>>& jobs);
   static void answer(Job& j, int status, const std::string& error);
 
   SearchBackend& backend_;

@@ -24,6 +24,7 @@
 #include "core/log.hpp"
 #include "service/batcher.hpp"
 #include "service/metrics.hpp"
+#include "service/write_backend.hpp"
 
 namespace shardtopk::service {
 
@@ -32,14 +33,19 @@ using nlohmann::json;
 
 namespace {
 
-enum class Route { kOther, kSearch, kInfo, kHealth, kReady, kMetrics };
+enum class Route { kOther, kSearch, kInfo, kHealth, kReady, kMetrics, kUpsert, kDelete, kSnapshot };
+
+bool is_write(Route r) { return r == Route::kUpsert || r == Route::kDelete || r == Route::kSnapshot; }
 
 Route match_route(const char* url) {
   static const std::map<std::string, Route> routes = {{"/v1/search", Route::kSearch},
                                                       {"/v1/info", Route::kInfo},
                                                       {"/healthz", Route::kHealth},
                                                       {"/readyz", Route::kReady},
-                                                      {"/metrics", Route::kMetrics}};
+                                                      {"/metrics", Route::kMetrics},
+                                                      {"/v1/upsert", Route::kUpsert},
+                                                      {"/v1/delete", Route::kDelete},
+                                                      {"/v1/snapshot", Route::kSnapshot}};
   auto it = routes.find(url ? url : "");
   return it == routes.end() ? Route::kOther : it->second;
 }
@@ -51,6 +57,9 @@ const char* route_label(Route r) {
     case Route::kHealth: return "/healthz";
     case Route::kReady: return "/readyz";
     case Route::kMetrics: return "/metrics";
+    case Route::kUpsert: return "/v1/upsert";
+    case Route::kDelete: return "/v1/delete";
+    case Route::kSnapshot: return "/v1/snapshot";
     case Route::kOther: break;
   }
   return "other";
@@ -353,6 +362,12 @@ void HttpFrontEnd::release_bytes(std::size_t n) {
 
 std::size_t HttpFrontEnd::body_limit(bool binary) const { return binary ? limits_.binary : limits_.json; }
 
+std::size_t HttpFrontEnd::write_body_limit() const {
+  return cfg_.max_body_bytes > 0 ? static_cast<std::size_t>(cfg_.max_body_bytes) : kWriteBodyBytes;
+}
+
+void HttpFrontEnd::set_writer(WriteBackend* writer) { writer_ = writer; }
+
 // ------------------------------------------------------------------------------ answers
 
 namespace {
@@ -406,13 +421,16 @@ std::string HttpFrontEnd::info_json() const {
   const BackendInfo& i = info_;
   json attributes = json::array();
   for (const AttributeSpec& a : i.attributes) attributes.push_back({{"name", a.name}, {"type", to_string(a.type)}});
-  return json{{"rows", i.rows},          {"dim", i.dim},       {"metric", i.metric},
-              {"dtype", i.dtype},        {"ranks", i.ranks},   {"engine", i.engine},
-              {"comm", i.comm},          {"k_max", i.k_max},   {"batch_max", i.batch_max},
-              {"batch_window_us", cfg_.batch_window_us},       {"version", version()},
-              {"max_body_bytes_json", limits_.json},           {"max_body_bytes_binary", limits_.binary},
-              {"attributes", attributes},                      {"max_filters", i.max_filters}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out = json{{"rows", i.rows},          {"dim", i.dim},       {"metric", i.metric},
+                         {"dtype", i.dtype},        {"ranks", i.ranks},   {"engine", i.engine},
+                         {"comm", i.comm},          {"k_max", i.k_max},   {"batch_max", i.batch_max},
+                         {"batch_window_us", cfg_.batch_window_us},       {"version", version()},
+                         {"max_body_bytes_json", limits_.json},           {"max_body_bytes_binary", limits_.binary},
+                         {"attributes", attributes},                      {"max_filters", i.max_filters}}
+                        .dump(-1, ' ', false, json::error_handler_t::replace);
+  if (!writer_) return out;
+  out.pop_back();  // '}': the writer's fields go inside
+  return out + "," + writer_->info_fields() + "}";
 }
 
 // ------------------------------------------------------------------------------ requests
@@ -466,9 +484,17 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
   const bool get = m == "GET" || m == "HEAD";
   if (r.route == Route::kOther)
     return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
-  if (r.route == Route::kSearch && m != "POST")
-    return reply_error(c, r, 405, "method " + excerpt(m, 16) + " not allowed on /v1/search (allowed: POST)", true,
-                       "POST");
+  if ((r.route == Route::kSearch || is_write(r.route)) && m != "POST")
+    return reply_error(c, r, 405, "method " + excerpt(m, 16) + " not allowed on " + route_label(r.route) +
+                                      " (allowed: POST)", true, "POST");
+  if (is_write(r.route)) {
+    if (!ready_.load(std::memory_order_acquire))
+      return reply_error(c, r, 503, "not ready: the ranks are still ingesting", true);
+    if (!writer_ || !writer_->writable())
+      return reply_error(c, r, 409, "the index is read-only: storage.dir is not set (updates need a directory for "
+                                    "their write-ahead log)", true);
+    return on_search_headers(c, r);
+  }
   if (r.route != Route::kSearch && !get)
     return reply_error(c, r, 405,
                        "method " + excerpt(m, 16) + " not allowed on " + route_label(r.route) + " (allowed: GET)",
@@ -507,8 +533,7 @@ int HttpFrontEnd::on_get(MHD_Connection* c, Request& r) {
       batcher_->submit(r.job, false);
       return MHD_YES;
     }
-    case Route::kSearch:
-    case Route::kOther:
+    default:
       break;
   }
   return MHD_NO;
@@ -529,6 +554,8 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
     return reply_error(c, r, 415, "Content-Type '" + excerpt(ct ? ct : "", 48) +
                                       "' not supported: use application/json or application/octet-stream", true);
   r.binary = media == Media::kBinary;
+  if (r.binary && is_write(r.route))
+    return reply_error(c, r, 415, std::string(route_label(r.route)) + " takes application/json", true);
 
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
   if (!r.args.unknown.empty())
@@ -542,9 +569,10 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
   const char* te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
   const char* cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   r.chunked = icontains(te, "chunked");
-  if (!cl && !r.chunked)
-    return reply_error(c, r, 411, "POST /v1/search needs a Content-Length header (or a chunked body)", true);
-  r.limit = body_limit(r.binary);
+  if (!cl && !r.chunked && r.route != Route::kSnapshot)
+    return reply_error(c, r, 411, std::string("POST ") + route_label(r.route) +
+                                      " needs a Content-Length header (or a chunked body)", true);
+  r.limit = is_write(r.route) ? write_body_limit() : body_limit(r.binary);
   const std::string limit_name =
       cfg_.max_body_bytes > 0 ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
                               : "the largest legal " + std::string(r.binary ? "binary" : "JSON") + " request (" +
@@ -564,8 +592,10 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
                        true);
   r.reserved = declared;
   r.body.reserve(declared);
-  batcher_->receiving_begin();
-  r.receiving = true;
+  if (r.route == Route::kSearch) {  // searches wait for the ones still arriving; writes do not
+    batcher_->receiving_begin();
+    r.receiving = true;
+  }
   r.phase = Request::Phase::kBody;
   return MHD_YES;
 }
@@ -597,6 +627,7 @@ int HttpFrontEnd::on_body(MHD_Connection*, const char* data, std::size_t n, Requ
 }
 
 int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
+  if (is_write(r.route)) return on_write_body_complete(c, r);
   r.receiving = false;  // from here: submitted, or receiving_end()
   if (r.too_large || r.busy || failed_.load()) {
     batcher_->receiving_end();
@@ -675,8 +706,51 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
   return MHD_YES;
 }
 
+int HttpFrontEnd::on_write_body_complete(MHD_Connection* c, Request& r) {
+  if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
+  if (r.busy)
+    return reply_error(c, r, 503, "busy: request bodies in flight would exceed service.max_inflight_bytes (" +
+                                      std::to_string(max_inflight_) + " bytes); retry", true);
+  if (r.too_large)
+    return reply_error(c, r, 413, "request body of " + std::to_string(r.discarded) + " bytes over the write limit (" +
+                                      std::to_string(r.limit) + " bytes; service.max_body_bytes)", true);
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::kWrite;
+  WriteBackend* w = writer_;
+  try {
+    if (r.route == Route::kUpsert) {
+      auto body = std::make_shared<UpsertBody>(parse_json_upsert(r.body, w->dim(), w->schema()));
+      job->write = [w, body](Job& j) { w->upsert(*body, j); };
+    } else if (r.route == Route::kDelete) {
+      auto body = std::make_shared<DeleteBody>(parse_json_delete(r.body, w->schema()));
+      job->write = [w, body](Job& j) { w->remove(*body, j); };
+    } else {
+      SHARDTOPK_EXPECTS(r.body.find_first_not_of(" \t\r\n{}") == std::string::npos,
+                        "POST /v1/snapshot takes no body (or {})");
+      job->write = [w](Job& j) { w->snapshot(j); };
+    }
+  } catch (const Error& e) {
+    return reply_error(c, r, 400, e.what());
+  }
+  std::string().swap(r.body);
+  job->on_done = [this, c] {
+    MHD_resume_connection(c);
+    suspended_.fetch_sub(1);
+  };
+  r.job = job;
+  r.phase = Request::Phase::kWaiting;
+  suspended_.fetch_add(1);
+  MHD_suspend_connection(c);
+  batcher_->submit(job, /*was_receiving=*/false);
+  return MHD_YES;
+}
+
 int HttpFrontEnd::on_resumed(MHD_Connection* c, Request& r) {
   Job& j = *r.job;
+  if (j.kind == Job::Kind::kWrite) {
+    if (j.status != 200) return reply_error(c, r, j.status, j.error, j.status == 503);
+    return reply(c, r, 200, std::move(j.body), "application/json");
+  }
   if (j.kind == Job::Kind::kCounters) {
     if (j.status == 200) metrics_.set_rank_counters(j.counters);
     return reply(c, r, 200, metrics_.render(), "text/plain; version=0.0.4");

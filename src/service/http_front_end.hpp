@@ -33,6 +33,7 @@ namespace shardtopk::service {
 
 class Batcher;
 class Metrics;
+class WriteBackend;
 
 class HttpFrontEnd {
  public:
@@ -53,6 +54,14 @@ class HttpFrontEnd {
   /// The index is ready: searches go to `batcher`, k is checked by `backend`. Both must outlive
   /// the front end's last request (stop()).
   void set_ready(const BackendInfo& info, SearchBackend& backend, Batcher& batcher);
+
+  /// The writes (POST /v1/upsert, /v1/delete, /v1/snapshot), queued on the batcher as write
+  /// jobs; without one (or a read-only one) they answer 409. Call before set_ready(); it must
+  /// outlive the front end's last request.
+  void set_writer(WriteBackend* writer);
+
+  /// Body limit of a write request when service.max_body_bytes is 0.
+  static constexpr std::size_t kWriteBodyBytes = 32u << 20;
 
   /// SIGTERM: stop accepting connections (the listening socket is closed: new connections are
   /// refused). Requests whose request line arrived before now are served as usual, with
@@ -89,6 +98,7 @@ class HttpFrontEnd {
   int on_search_headers(MHD_Connection* c, Request& r);
   int on_body(MHD_Connection* c, const char* data, std::size_t n, Request& r);
   int on_body_complete(MHD_Connection* c, Request& r);
+  int on_write_body_complete(MHD_Connection* c, Request& r);
   int on_resumed(MHD_Connection* c, Request& r);
   void on_completed(Request* r);
 
@@ -102,6 +112,7 @@ class HttpFrontEnd {
   void release_bytes(std::size_t n);
   std::string fail_reason() const;
   std::size_t body_limit(bool binary) const;
+  std::size_t write_body_limit() const;
   std::string info_json() const;
 
   ServiceConfig cfg_;
@@ -114,6 +125,7 @@ class HttpFrontEnd {
   BackendInfo info_;                 // immutable once ready_
   SearchBackend* backend_ = nullptr;
   Batcher* batcher_ = nullptr;
+  WriteBackend* writer_ = nullptr;
   BodyLimits limits_;
   std::size_t max_inflight_ = 0;
   std::atomic<std::size_t> inflight_bytes_{0};

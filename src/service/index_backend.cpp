@@ -28,7 +28,7 @@ class IndexBackend final : public SearchBackend {
 
   BackendInfo info() const override { return info_; }
 
-  void check_k(long long k) const override { shardtopk::check_k(k, info_.k_max, info_.rows); }
+  void check_k(long long k) const override { shardtopk::check_k(k, info_.k_max, index_.k_limit_rows()); }
 
   void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
               const FilterProgram* const* filters, std::int32_t* counts) override {

@@ -94,6 +94,7 @@ std::string Metrics::render() const {
     std::snprintf(buf, sizeof buf, "shardtopk_rank_searches_total{rank=\"%zu\"} %.0f\n", r, rank_counters_[r].searches);
     out += buf;
   }
+  if (extra_) out += extra_();
   return out;
 }
 

@@ -2,6 +2,7 @@
 // Prometheus text metrics of `shardtopk serve` (rank 0) and the per-minute summary line.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,11 +43,16 @@ class Metrics {
   /// Prometheus text exposition (version 0.0.4).
   std::string render() const;
 
+  /// More lines for render(), produced on the rendering thread (the index's update counters).
+  /// Set before the front end serves /metrics.
+  void set_extra(std::function<std::string()> extra) { extra_ = std::move(extra); }
+
   /// Logs the per-minute summary line (info), then the minute's counters restart.
   void log_minute();
 
  private:
   mutable std::mutex m_;
+  std::function<std::string()> extra_;
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
   Histogram latency_, batch_;
   std::vector<RankCounters> rank_counters_;

@@ -28,6 +28,7 @@
 #include "service/index_backend.hpp"
 #include "service/liveness.hpp"
 #include "service/metrics.hpp"
+#include "service/write_backend.hpp"
 #include "shardtopk/ingest.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/index.hpp"
@@ -232,6 +233,7 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 #endif
   std::unique_ptr<SearchBackend> backend = make_index_backend(*index);
+  std::unique_ptr<WriteBackend> writer = make_index_writer(*index);
   const BackendInfo info = backend->info();
   Batcher::Options bo;
   bo.batch_max = info.batch_max;
@@ -239,7 +241,10 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   bo.max_filters = info.max_filters;
   bo.dim = info.dim;
   bo.window = std::chrono::microseconds(cfg.service.batch_window_us);
+  bo.commit_writes = [&writer] { writer->commit(); };
   Batcher batcher(*backend, bo, &metrics);
+  metrics.set_extra([&writer] { return writer->metrics(); });
+  fe->set_writer(writer.get());
   fe->set_ready(info, *backend, batcher);
   spdlog::info("ready: http://{}:{}/v1/search (batch window {} us, batch_max {}, k_max {}); {}", cfg.service.host,
                fe->port(), cfg.service.batch_window_us, info.batch_max, info.k_max, fe->limits_summary());

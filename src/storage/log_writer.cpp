@@ -38,6 +38,12 @@ LogWriter::~LogWriter() {
 }
 
 std::uint64_t LogWriter::append(EncodedRecord&& rec) {
+  const std::uint64_t seq = enqueue(std::move(rec));
+  wait(seq);
+  return seq;
+}
+
+std::uint64_t LogWriter::enqueue(EncodedRecord&& rec) {
   std::unique_lock<std::mutex> lk(mu_);
   const std::uint64_t bytes = rec.framed_bytes;
   space_cv_.wait(lk, [&] {
@@ -50,8 +56,13 @@ std::uint64_t LogWriter::append(EncodedRecord&& rec) {
   queue_.push_back(Pending{std::move(rec), std::chrono::steady_clock::now()});
   queued_bytes_ += bytes;
   work_cv_.notify_one();
+  return seq;
+}
+
+void LogWriter::wait(std::uint64_t seq) {
+  std::unique_lock<std::mutex> lk(mu_);
   durable_cv_.wait(lk, [&] { return acked_seq_ >= seq || !failure_.empty(); });
-  if (acked_seq_ >= seq) return seq;
+  if (acked_seq_ >= seq) return;
   throw Error("storage '" + cfg_.dir + "': record seq " + std::to_string(seq) +
               " not acknowledged (it may or may not survive a restart): " + failure_);
 }

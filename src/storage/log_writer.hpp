@@ -49,6 +49,11 @@ class LogWriter {
   /// Queues `rec`, assigns its seq, waits until it is durable and on_durable has run.
   /// @throws Error when the log has failed or is closing.
   std::uint64_t append(EncodedRecord&& rec);
+  /// append() in two halves: enqueue() queues the record (waiting for queue space) and returns
+  /// its seq at once; wait(seq) returns once that record is durable and on_durable has run.
+  /// @throws Error as append().
+  std::uint64_t enqueue(EncodedRecord&& rec);
+  void wait(std::uint64_t seq);
 
   /// Highest seq that is durable (on_durable may still be running for it).
   std::uint64_t durable_seq() const;

@@ -105,6 +105,7 @@ std::string SnapshotWriter::commit() {
   w.h5->set_attr("metric", to_string(metric));
   w.h5->set_attr("distance", to_string(metric));  // what the corpus loader reads
   w.h5->set_attr("dtype", to_string(w.spec.dtype));
+  w.h5->set_attr("normalized", static_cast<std::int64_t>(w.spec.normalized ? 1 : 0));
   w.h5->close();
   w.h5.reset();
   fsync_path(w.temp_path);
@@ -209,6 +210,7 @@ SnapshotInfo inspect_snapshot(const std::string& path) {
     info.seq = static_cast<std::uint64_t>(seq);
     info.rows = int_attr("rows");
     info.dim = int_attr("dim");
+    info.normalized = H5Aexists(f.get(), "normalized") > 0 && int_attr("normalized") != 0;
   }
   info.metric = parse_metric(read_string_attribute(path, "metric"), "'" + path + "': metric");
   info.dtype = parse_dtype(read_string_attribute(path, "dtype"), "'" + path + "': dtype");

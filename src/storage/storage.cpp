@@ -229,6 +229,14 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
 
 }  // namespace
 
+std::optional<StorageManifest> read_storage_manifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifestName;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  const Manifest m = parse_manifest(read_small_file(path), path);
+  return StorageManifest{m.dim, m.metric, m.snapshot.empty() ? std::string() : dir + "/" + m.snapshot, m.seq};
+}
+
 StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric) {
   SHARDTOPK_EXPECTS(!cfg.dir.empty(), "storage.dir is not set: updates need a directory for the write-ahead log");
   StorageOptions o;
@@ -326,6 +334,16 @@ std::uint64_t Storage::upsert(const UpsertRows& rows) {
 std::uint64_t Storage::delete_ids(const std::int64_t* ids, std::int64_t n) {
   return impl_->writer->append(encode_delete(ids, n, impl_->opt.max_record_bytes));
 }
+
+std::uint64_t Storage::submit_upsert(const UpsertRows& rows) {
+  return impl_->writer->enqueue(encode_upsert(rows, impl_->opt.dim, impl_->opt.max_record_bytes));
+}
+
+std::uint64_t Storage::submit_delete(const std::int64_t* ids, std::int64_t n) {
+  return impl_->writer->enqueue(encode_delete(ids, n, impl_->opt.max_record_bytes));
+}
+
+void Storage::wait_durable(std::uint64_t seq) { impl_->writer->wait(seq); }
 
 void Storage::replay(std::uint64_t after_seq, const std::function<void(const WalRecord&)>& fn) const {
   std::shared_lock<std::shared_mutex> files(impl_->files_mu);

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/cuda_check.cuh"
+#include "core/half.hpp"
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/batched_search.hpp"
 #include "engine/cuda/graph_cache.hpp"
@@ -49,12 +51,15 @@ class CudaEngine final : public Engine {
       : device_(opt.device),
         metric_(metric),
         dtype_(dtype),
-        rows_(s.rows),
+        rows_(s.capacity > 0 ? s.capacity : s.rows),
+        base_rows_(s.rows),
         dim_(s.dim),
         limits_(lim),
         search_path_(opt.search_path),
         graphs_(opt.cuda_graphs) {
-    check_shape(s.rows, s.dim, lim);
+    check_shape(rows_, s.dim, lim);
+    SHARDTOPK_EXPECTS(s.capacity == 0 || s.capacity >= s.rows, "CUDA engine: capacity ", s.capacity,
+                      " is less than the shard's ", s.rows, " rows");
     SHARDTOPK_EXPECTS(s.rows == 0 || s.generated || s.streamed || s.data != nullptr, "CUDA engine: shard of ", s.rows,
                       " rows given without data");
     SHARDTOPK_EXPECTS(!(s.streamed && s.rows > 0 && metric == Metric::kCosine), "CUDA engine: a streamed shard cannot "
@@ -66,7 +71,7 @@ class CudaEngine final : public Engine {
                       ") offers ", smem_optin_, " bytes of shared memory per block; the top-k sort for search.k_max=",
                       lim.k_max, " needs ", sort_smem + 8192, "; lower search.k_max");
 
-    plan_ = make_plan(s.rows, s.dim, dtype, lim);
+    plan_ = make_plan(rows_, s.dim, dtype, lim);
     dpad_ = plan_.dpad;
     std::size_t free_b = 0, total_b = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
@@ -102,6 +107,7 @@ class CudaEngine final : public Engine {
       scan_args_.cand = ws_.pool;
       scan_args_.dir = reinterpret_cast<std::uint32_t*>(ws_.status + kStatusScanDir);
     }
+    make_host_table(s);
     upload(s);
     init_filters(s);
     CHECK_CUDA(cudaMemsetAsync(ws_.qpad, 0, static_cast<std::size_t>(lim.batch_max) * dpad_ * sizeof(float), stream_));
@@ -126,7 +132,8 @@ class CudaEngine final : public Engine {
     i.space = MemSpace::kDevice;
     i.metric = metric_;
     i.dtype = dtype_;
-    i.rows = rows_;
+    i.rows = base_rows_;
+    i.capacity = rows_;
     i.dim = dim_;
     i.device = device_;
     i.device_name = device_name_;
@@ -137,6 +144,124 @@ class CudaEngine final : public Engine {
   void* stream() const override { return stream_; }
   TransferCounters transfer_counters() const override { return counters_; }
   void reset_transfer_counters() override { counters_ = {}; }
+
+  // ------------------------------------------------------------ updates
+
+  /// Runs of consecutive slots are written as one block each: float32 rows staged in the
+  /// scores workspace (ordered after the searches queued so far), converted into storage as an
+  /// upload would, then their ids, norms and attribute rows. A larger largest norm drops the
+  /// captured graphs (the batched path's Δ bound is captured in them).
+  void write_rows(const SlotRows& w) override {
+    SHARDTOPK_EXPECTS(!streaming_, "write_rows: the shard's rows are still loading (finish_load)");
+    if (w.n <= 0) return;
+    SHARDTOPK_EXPECTS(w.slots && w.ids && w.vectors, "write_rows: null slots, ids or vectors");
+    check_slots(w.slots, w.n, "write_rows");
+    for (std::int64_t i = 0; i < w.n; ++i)
+      SHARDTOPK_EXPECTS(!is_live(w.slots[i]), "write_rows: slot ", w.slots[i], " is live (delete it first)");
+    if (dtype_ != Dtype::kFloat32) {  // storage overflow, checked before anything changes
+      for (std::int64_t i = 0; i < w.n; ++i)
+        for (std::int64_t d = 0; d < dim_; ++d) {
+          const float v = w.vectors[i * dim_ + d];
+          const float back = dtype_ == Dtype::kFloat16 ? half::from_f16(half::to_f16(v)) : half::from_bf16(half::to_bf16(v));
+          SHARDTOPK_EXPECTS(std::isfinite(back), "row id ", w.ids[i], " value ", v, " at column ", d, " overflows ",
+                            to_string(dtype_), "; use engine.dtype float32");
+        }
+    }
+    host_table_.write_rows(w.slots, w.n, w.ids, w.attributes);
+    DeviceGuard guard(device_);
+    std::vector<std::int64_t> order(static_cast<std::size_t>(w.n));
+    for (std::int64_t i = 0; i < w.n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return w.slots[a] < w.slots[b]; });
+    CHECK_CUDA(cudaMemsetAsync(ws_.status + kStatusValues, 0xFF, sizeof(unsigned long long), stream_));
+    CHECK_CUDA(cudaMemsetAsync(ws_.status + kStatusMaxSq, 0, sizeof(unsigned long long), stream_));
+    const std::int64_t chunk = staging_rows();
+    std::vector<float> staged;
+    std::size_t i = 0;
+    while (i < order.size()) {
+      std::size_t j = i + 1;
+      while (j < order.size() && w.slots[order[j]] == w.slots[order[j - 1]] + 1 &&
+             static_cast<std::int64_t>(j - i) < chunk)
+        ++j;
+      const std::int64_t s0 = w.slots[order[i]], m = static_cast<std::int64_t>(j - i);
+      staged.resize(static_cast<std::size_t>(m * dim_));
+      for (std::int64_t r = 0; r < m; ++r)
+        std::memcpy(staged.data() + r * dim_, w.vectors + order[i + r] * dim_, sizeof(float) * dim_);
+      CHECK_CUDA(cudaMemcpyAsync(ws_.scores, staged.data(), sizeof(float) * m * dim_, cudaMemcpyHostToDevice, stream_));
+      store_rows(ws_.scores, m, dim_, dtype_, ws_.shard, dpad_, s0, ws_.status + kStatusValues, stream_);
+      const char* row0 = static_cast<const char*>(ws_.shard) + s0 * dpad_ * static_cast<std::int64_t>(dtype_bytes(dtype_));
+      row_norms(dtype_, row0, m, dpad_, ws_.row_sq ? ws_.row_sq + s0 : nullptr, ws_.status + kStatusMaxSq, stream_);
+      CHECK_CUDA(cudaMemcpyAsync(ws_.ids + s0, host_table_.global_ids().data() + s0, sizeof(std::int64_t) * m,
+                                 cudaMemcpyHostToDevice, stream_));
+      table_->update_rows(host_table_, RowRange{s0, s0 + m}, stream_);
+      // The staging is overwritten by the next run: the copy out of `staged` has returned
+      // (pageable), but the kernel must have read ws_.scores before the next copy lands.
+      CHECK_CUDA(cudaStreamSynchronize(stream_));
+      i = j;
+    }
+    CHECK_CUDA(cudaMemcpyAsync(host_status_, ws_.status, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                               stream_));
+    CHECK_CUDA(cudaStreamSynchronize(stream_));
+    SHARDTOPK_ASSERT(host_status_[kStatusValues] == kStatusOk, "a written value overflowed the storage type after "
+                     "the host check passed");
+    double run_max = 0.0;
+    std::memcpy(&run_max, &host_status_[kStatusMaxSq], sizeof run_max);
+    if (run_max > max_sq_) {
+      max_sq_ = run_max;
+      graphs_.clear();
+    }
+  }
+
+  void set_live(const std::int64_t* slots, std::int64_t n, bool live) override {
+    if (n <= 0) return;
+    SHARDTOPK_EXPECTS(slots != nullptr, "set_live: null slots");
+    check_slots(slots, n, "set_live");
+    std::int64_t wlo = ws_.mask_words, whi = -1;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t r = slots[i];
+      if (is_live(r) == live) continue;
+      if (live) live_host_[r >> 5] |= 1u << (r & 31);
+      else live_host_[r >> 5] &= ~(1u << (r & 31));
+      dead_ += live ? -1 : 1;
+      wlo = std::min(wlo, r >> 5);
+      whi = std::max(whi, r >> 5);
+    }
+    if (whi < wlo) return;
+    DeviceGuard guard(device_);
+    CHECK_CUDA(cudaMemcpyAsync(ws_.live + wlo, live_host_.data() + wlo, sizeof(std::uint32_t) * (whi - wlo + 1),
+                               cudaMemcpyHostToDevice, stream_));
+    live_active_ = dead_ > 0;
+  }
+
+  /// Runs of consecutive slots (in the order given) come back in one strided copy each.
+  void read_rows(const std::int64_t* slots, std::int64_t n, float* out) override {
+    if (n <= 0) return;
+    SHARDTOPK_EXPECTS(slots != nullptr && out != nullptr, "read_rows: null slots or output");
+    check_slots(slots, n, "read_rows");
+    DeviceGuard guard(device_);
+    const std::size_t elem = dtype_bytes(dtype_), width = static_cast<std::size_t>(dim_) * elem;
+    const std::size_t pitch = static_cast<std::size_t>(dpad_) * elem;
+    constexpr std::int64_t kRunRows = 4096;
+    std::vector<std::uint16_t> halfs;
+    CHECK_CUDA(cudaStreamSynchronize(stream_));
+    for (std::int64_t i = 0; i < n;) {
+      std::int64_t m = 1;
+      while (i + m < n && m < kRunRows && slots[i + m] == slots[i] + m) ++m;
+      const char* src = static_cast<const char*>(ws_.shard) + slots[i] * static_cast<std::int64_t>(pitch);
+      float* o = out + i * dim_;
+      if (dtype_ == Dtype::kFloat32) {
+        CHECK_CUDA(cudaMemcpy2D(o, width, src, pitch, width, static_cast<std::size_t>(m), cudaMemcpyDeviceToHost));
+      } else {
+        halfs.resize(static_cast<std::size_t>(m * dim_));
+        CHECK_CUDA(cudaMemcpy2D(halfs.data(), width, src, pitch, width, static_cast<std::size_t>(m),
+                                cudaMemcpyDeviceToHost));
+        for (std::size_t e = 0; e < halfs.size(); ++e)
+          o[e] = dtype_ == Dtype::kFloat16 ? half::from_f16(halfs[e]) : half::from_bf16(halfs[e]);
+      }
+      i += m;
+    }
+  }
+
+  const AttributeTable& attribute_table() const override { return host_table_; }
 
   /// One 8-byte status readback into pinned memory per call (not counted in the transfer
   /// counters); returns after `stream` has drained. @throws Error naming the first bad query.
@@ -211,7 +336,7 @@ class CudaEngine final : public Engine {
   float* load_buffer(std::int64_t rows) override {
     SHARDTOPK_EXPECTS(streaming_, "load_buffer: this CUDA engine was not built with ShardInput::streamed, or its "
                                   "load has finished");
-    SHARDTOPK_EXPECTS(rows >= 1 && rows <= rows_, "load_buffer: ", rows, " rows out of range 1 .. ", rows_);
+    SHARDTOPK_EXPECTS(rows >= 1 && rows <= base_rows_, "load_buffer: ", rows, " rows out of range 1 .. ", base_rows_);
     DeviceGuard guard(device_);
     if (up_cap_rows_ == 0) up_cap_rows_ = rows;
     SHARDTOPK_EXPECTS(rows <= up_cap_rows_, "load_buffer: ", rows, " rows, more than the first call's ", up_cap_rows_);
@@ -229,8 +354,8 @@ class CudaEngine final : public Engine {
   void load_rows(std::int64_t first, std::int64_t rows, const float* data) override {
     SHARDTOPK_EXPECTS(streaming_, "load_rows: this CUDA engine was not built with ShardInput::streamed, or its "
                                   "load has finished");
-    SHARDTOPK_EXPECTS(first == up_rows_done_ && rows >= 0 && first + rows <= rows_, "load_rows: rows [", first, ", ",
-                      first + rows, ") out of order or range: expected row ", up_rows_done_, " of ", rows_);
+    SHARDTOPK_EXPECTS(first == up_rows_done_ && rows >= 0 && first + rows <= base_rows_, "load_rows: rows [", first,
+                      ", ", first + rows, ") out of order or range: expected row ", up_rows_done_, " of ", base_rows_);
     SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, "load_rows: no data");
     if (rows == 0) return;
     DeviceGuard guard(device_);
@@ -252,8 +377,8 @@ class CudaEngine final : public Engine {
   void finish_load() override {
     SHARDTOPK_EXPECTS(streaming_, "finish_load: this CUDA engine was not built with ShardInput::streamed, or its "
                                   "load has finished");
-    SHARDTOPK_EXPECTS(up_rows_done_ == rows_, "finish_load: ", up_rows_done_, " of ", rows_, " rows loaded");
-    if (rows_ == 0) {
+    SHARDTOPK_EXPECTS(up_rows_done_ == base_rows_, "finish_load: ", up_rows_done_, " of ", base_rows_, " rows loaded");
+    if (base_rows_ == 0) {
       streaming_ = false;
       return;
     }
@@ -262,7 +387,7 @@ class CudaEngine final : public Engine {
     streaming_ = false;
     for (PinnedBuffer& b : up_buf_) b.reset();
     ShardInput s;
-    s.rows = rows_;
+    s.rows = base_rows_;
     s.dim = dim_;
     s.ids = stream_ids_;
     s.first_row = stream_first_row_;
@@ -289,6 +414,13 @@ class CudaEngine final : public Engine {
     device_name_ = prop.name;
     sms_ = prop.multiProcessorCount;
     smem_optin_ = prop.sharedMemPerBlockOptin;
+  }
+
+  bool is_live(std::int64_t r) const { return ((live_host_[r >> 5] >> (r & 31)) & 1u) != 0u; }
+
+  void check_slots(const std::int64_t* slots, std::int64_t n, const char* what) const {
+    for (std::int64_t i = 0; i < n; ++i)
+      SHARDTOPK_EXPECTS(slots[i] >= 0 && slots[i] < rows_, what, ": slot ", slots[i], " outside [0, ", rows_, ")");
   }
 
   void check_batch(int batch) const {
@@ -372,19 +504,33 @@ class CudaEngine final : public Engine {
     programs_copied_.create(cudaEventDisableTiming);
     CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream_));
     if (rows_ == 0) return;
+    table_schema_ = host_table_.schema();
+    table_.emplace(host_table_, stream_);
+    // Live: the shard's rows; reserved slots are dead until written.
+    live_host_.assign(static_cast<std::size_t>(ws_.mask_words), 0u);
+    for (std::int64_t r = 0; r < base_rows_; ++r) live_host_[r >> 5] |= 1u << (r & 31);
+    dead_ = rows_ - base_rows_;
+    live_active_ = dead_ > 0;
+    CHECK_CUDA(cudaMemcpyAsync(ws_.live, live_host_.data(), sizeof(std::uint32_t) * live_host_.size(),
+                               cudaMemcpyHostToDevice, stream_));
+  }
+
+  /// The host copy of the attribute table, over every slot: the shard's columns and ids, then
+  /// zeros and kPadId in the reserved slots (write_rows updates it and copies rows to the device).
+  void make_host_table(const ShardInput& s) {
+    std::vector<AttributeColumn> cols;
     if (s.attributes) {
-      SHARDTOPK_EXPECTS(s.attributes->rows() == rows_, "CUDA engine: the attribute table has ", s.attributes->rows(),
-                        " rows but the shard has ", rows_);
-      table_schema_ = s.attributes->schema();
-      table_.emplace(*s.attributes, stream_);
-    } else {
-      std::vector<std::int64_t> ids(static_cast<std::size_t>(rows_));
-      for (std::int64_t r = 0; r < rows_; ++r) ids[r] = s.ids ? s.ids[r] : s.first_row + r;
-      const AttributeTable ids_only({}, std::move(ids));
-      table_.emplace(ids_only, stream_);
+      SHARDTOPK_EXPECTS(s.attributes->rows() == base_rows_, "CUDA engine: the attribute table has ",
+                        s.attributes->rows(), " rows but the shard has ", base_rows_);
+      for (int c = 0; c < s.attributes->columns(); ++c) {
+        cols.push_back(s.attributes->column(c));
+        if (cols.back().type == AttributeType::kInt64) cols.back().ints.resize(static_cast<std::size_t>(rows_), 0);
+        else cols.back().reals.resize(static_cast<std::size_t>(rows_), 0.0);
+      }
     }
-    CHECK_CUDA(cudaMemsetAsync(ws_.live, 0xFF, sizeof(std::uint32_t) * static_cast<std::size_t>(ws_.mask_words),
-                               stream_));
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(rows_), kPadId);
+    for (std::int64_t r = 0; r < base_rows_; ++r) ids[r] = s.ids ? s.ids[r] : s.first_row + r;
+    host_table_ = AttributeTable(std::move(cols), std::move(ids));
   }
 
   /// One graph: the batched search, its overflow flags to the host, the epilogue (correct
@@ -413,15 +559,16 @@ class CudaEngine final : public Engine {
   /// storage dtype, zero-padded to dpad; then ids, ‖x‖² and the largest norm. Synchronous;
   /// checks float16/bfloat16 overflow and, for generated cosine shards, zero norms.
   void upload(const ShardInput& s) {
-    if (rows_ == 0) {
-      streaming_ = s.streamed;  // an empty streamed shard: finish_load() only
-      return;
+    if (rows_ > 0) {  // every slot: zeros, the ids of the host table (kPadId past the rows)
+      CHECK_CUDA(cudaMemsetAsync(ws_.shard, 0, static_cast<std::size_t>(rows_) * dpad_ * dtype_bytes(dtype_), stream_));
+      if (ws_.row_sq) CHECK_CUDA(cudaMemsetAsync(ws_.row_sq, 0, sizeof(float) * static_cast<std::size_t>(rows_), stream_));
+      CHECK_CUDA(cudaMemcpyAsync(ws_.ids, host_table_.global_ids().data(), sizeof(std::int64_t) * rows_,
+                                 cudaMemcpyHostToDevice, stream_));
     }
-    CHECK_CUDA(cudaMemsetAsync(ws_.shard, 0, static_cast<std::size_t>(rows_) * dpad_ * dtype_bytes(dtype_), stream_));
-    if (s.ids) {
-      CHECK_CUDA(cudaMemcpyAsync(ws_.ids, s.ids, sizeof(std::int64_t) * rows_, cudaMemcpyHostToDevice, stream_));
-    } else {
-      fill_ids(ws_.ids, rows_, s.first_row, stream_);
+    if (base_rows_ == 0) {
+      streaming_ = s.streamed;  // an empty streamed shard: finish_load() only
+      CHECK_CUDA(cudaStreamSynchronize(stream_));
+      return;
     }
     CHECK_CUDA(cudaMemsetAsync(ws_.status, 0xFF, 2 * sizeof(unsigned long long), stream_));
     if (s.streamed) {  // rows follow through load_rows(); finish_load() ends with upload_checks()
@@ -431,17 +578,17 @@ class CudaEngine final : public Engine {
       return;
     }
     if (s.generated && metric_ != Metric::kCosine) {
-      generate_store_rows(dtype_, ws_.shard, rows_, dim_, dpad_, s.seed, s.first_row, stream_);
+      generate_store_rows(dtype_, ws_.shard, base_rows_, dim_, dpad_, s.seed, s.first_row, stream_);
     } else if (s.generated) {  // cosine: generated float32 rows are normalised before storage
       const std::int64_t chunk = staging_rows();
-      for (std::int64_t r0 = 0; r0 < rows_; r0 += chunk) {
-        const std::int64_t m = std::min(chunk, rows_ - r0);
+      for (std::int64_t r0 = 0; r0 < base_rows_; r0 += chunk) {
+        const std::int64_t m = std::min(chunk, base_rows_ - r0);
         generate_rows_f32(ws_.scores, m, dim_, s.seed, s.first_row + r0, stream_);
         normalize_rows_f32(ws_.scores, m, dim_, s.first_row + r0, ws_.status + kStatusZeroNorm, stream_);
         store_staged(m, r0);
       }
     } else {
-      upload_block(s.data, rows_, 0);
+      upload_block(s.data, base_rows_, 0);
     }
     upload_checks(s);
   }
@@ -473,7 +620,7 @@ class CudaEngine final : public Engine {
   /// rows, storage overflow). Synchronous.
   void upload_checks(const ShardInput& s) {
     CHECK_CUDA(cudaMemsetAsync(ws_.status + kStatusMaxSq, 0, sizeof(unsigned long long), stream_));
-    row_norms(dtype_, ws_.shard, rows_, dpad_, ws_.row_sq, ws_.status + kStatusMaxSq, stream_);
+    row_norms(dtype_, ws_.shard, base_rows_, dpad_, ws_.row_sq, ws_.status + kStatusMaxSq, stream_);
     CHECK_CUDA(cudaMemcpyAsync(host_status_, ws_.status, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                stream_));
     CHECK_CUDA(cudaStreamSynchronize(stream_));
@@ -499,7 +646,9 @@ class CudaEngine final : public Engine {
   std::size_t smem_optin_ = 0;
   Metric metric_;
   Dtype dtype_;
-  std::int64_t rows_, dim_, dpad_ = 0;
+  std::int64_t rows_;       // slots (ShardInput::capacity): every search covers them all
+  std::int64_t base_rows_;  // rows loaded at build: slots [0, base_rows_)
+  std::int64_t dim_, dpad_ = 0;
   EngineLimits limits_;
   SearchPath search_path_;
   Plan plan_;
@@ -532,7 +681,10 @@ class CudaEngine final : public Engine {
   std::vector<std::int32_t> host_mask_index_;
   PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] mask indices
   Event programs_copied_;
-  bool live_active_ = false;  // some row was deleted: searches read the live mask
+  bool live_active_ = false;  // some slot is dead: searches read the live mask
+  AttributeTable host_table_;             // [rows_] ids and columns of every slot (write_rows, snapshots)
+  std::vector<std::uint32_t> live_host_;  // [mask_words] the live mask as on the device
+  std::int64_t dead_ = 0;                 // dead slots
   GraphCache graphs_;
 };
 

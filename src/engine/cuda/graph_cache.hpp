@@ -48,13 +48,15 @@ class GraphCache {
 
   static constexpr std::size_t kMaxGraphs = 128;
 
+  /// Drops every graph (a value captured into them changed, e.g. the shard's largest norm).
+  void clear();
+
  private:
   cudaGraphExec_t find(const Key& key) const;
   static void begin_capture(cudaStream_t stream);
   static void abandon_capture(cudaStream_t stream);
   cudaGraphExec_t end_capture(const Key& key, cudaStream_t stream);
   static void launch(cudaGraphExec_t exec, cudaStream_t stream);
-  void clear();
 
   bool enabled_;
   std::map<Key, cudaGraphExec_t> graphs_;

@@ -244,6 +244,39 @@ DeviceFilterTableStorage::DeviceFilterTableStorage(const AttributeTable& table, 
   }
 }
 
+void DeviceFilterTableStorage::update_rows(const AttributeTable& table, RowRange range, cudaStream_t stream) {
+  const std::int64_t rows = view_.rows, blocks = view_.blocks;
+  const int columns = view_.columns;
+  SHARDTOPK_EXPECTS(table.rows() == rows && table.columns() == columns, "attribute table update: the host table has ",
+                    table.rows(), " rows and ", table.columns(), " columns, the device table ", rows, " and ", columns);
+  SHARDTOPK_EXPECTS(range.lo >= 0 && range.lo <= range.hi && range.hi <= rows, "attribute table update: rows [",
+                    range.lo, ", ", range.hi, ") outside [0, ", rows, ")");
+  if (range.size() == 0) return;
+  auto* words = static_cast<std::uint64_t*>(base_);
+  auto* ids = words + static_cast<std::size_t>(columns) * static_cast<std::size_t>(rows);
+  auto* bmin = ids + rows;
+  auto* bmax = bmin + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(blocks);
+  const std::int64_t b0 = range.lo / kFilterBlockRows, b1 = (range.hi - 1) / kFilterBlockRows + 1;
+  auto put = [&](std::uint64_t* dst, const void* src, std::int64_t first, std::int64_t count) {
+    CHECK_CUDA(cudaMemcpyAsync(dst + first, static_cast<const std::uint64_t*>(src) + first,
+                               static_cast<std::size_t>(count) * 8, cudaMemcpyHostToDevice, stream));
+  };
+  for (int c = 0; c < columns; ++c) {
+    const AttributeColumn& col = table.column(c);
+    const BlockBounds& bb = table.bounds(c);
+    const bool is_int = col.type == AttributeType::kInt64;
+    put(words + static_cast<std::int64_t>(c) * rows, is_int ? static_cast<const void*>(col.ints.data()) : col.reals.data(),
+        range.lo, range.size());
+    put(bmin + static_cast<std::int64_t>(c) * blocks,
+        is_int ? static_cast<const void*>(bb.ints_min.data()) : bb.reals_min.data(), b0, b1 - b0);
+    put(bmax + static_cast<std::int64_t>(c) * blocks,
+        is_int ? static_cast<const void*>(bb.ints_max.data()) : bb.reals_max.data(), b0, b1 - b0);
+  }
+  put(ids, table.global_ids().data(), range.lo, range.size());
+  put(bmin + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_min.data(), b0, b1 - b0);
+  put(bmax + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_max.data(), b0, b1 - b0);
+}
+
 DeviceFilterTableStorage::~DeviceFilterTableStorage() {
   if (base_) cudaFree(base_);
 }

@@ -40,6 +40,12 @@ class DeviceFilterTableStorage {
   const DeviceFilterTable& table() const { return view_; }
   std::size_t bytes() const { return bytes_; }
 
+  /// Copies rows [rows.lo, rows.hi) of `table` (the host table this one was made from, with the
+  /// same shape, after AttributeTable::write_rows): their column values and global ids, and the
+  /// block bounds of every block they touch. Ordered on `stream`; returns once the host memory
+  /// has been read (pageable copies). @throws Error on a shape mismatch or a CUDA failure.
+  void update_rows(const AttributeTable& table, RowRange rows, cudaStream_t stream);
+
  private:
   void* base_ = nullptr;
   std::size_t bytes_ = 0;

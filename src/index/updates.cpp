@@ -1,0 +1,739 @@
+// Updates of a ShardedIndex (docs/STORAGE.md "Updates"): rank 0 validates and plans each write
+// against its RowDirectory (the state after every submitted write), logs it, and broadcasts
+// planned writes to every rank, which applies its part between searches; snapshots gather every
+// rank's live rows to rank 0; deletes by filter find the passing rows on every rank.
+//
+// Order and visibility: rank 0 plans writes in submission order and the log numbers them in
+// the same order (one thread submits), so that the directory after write s is the state a replay
+// of the log up to s rebuilds. Planned writes are applied only once durable, in seq order, and a
+// group of them in one step between two searches: no search sees part of a request.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "core/half.hpp"
+#include "core/log.hpp"
+#include "index/admission.hpp"
+#include "index/updates.hpp"
+#include "shardtopk/filter.hpp"
+
+namespace shardtopk {
+namespace {
+
+constexpr std::size_t kBroadcastChunk = 256u << 20;       // bytes per MPI broadcast
+constexpr std::size_t kReplayStepBytes = 64u << 20;        // planned bytes per replay step
+constexpr std::int64_t kSnapshotBlockRows = 4096;          // rows per snapshot block
+
+/// Broadcasts buf (resized on the receivers) from `root`: its size, then the bytes in chunks.
+void broadcast_bytes(Communicator& comm, std::vector<std::uint8_t>& buf, int root) {
+  std::uint64_t n = buf.size();
+  comm.broadcast(&n, sizeof n, root);
+  buf.resize(static_cast<std::size_t>(n));
+  for (std::size_t at = 0; at < buf.size(); at += kBroadcastChunk)
+    comm.broadcast(buf.data() + at, std::min(kBroadcastChunk, buf.size() - at), root);
+}
+
+std::string schema_names(const AttributeSchema& schema) {
+  if (schema.empty()) return "none";
+  std::string s;
+  for (const auto& a : schema) s += (s.empty() ? "" : ", ") + a.name + " (" + to_string(a.type) + ")";
+  return s;
+}
+
+[[noreturn]] void invalid(const std::string& what) { throw WriteError(WriteError::Kind::kInvalid, what); }
+
+double row_norm64(const float* x, std::int64_t dim) {
+  double s = 0.0;
+  for (std::int64_t d = 0; d < dim; ++d) s += static_cast<double>(x[d]) * static_cast<double>(x[d]);
+  return std::sqrt(s);
+}
+
+void check_distinct(const std::int64_t* ids, std::int64_t n) {
+  std::vector<std::int64_t> sorted(ids, ids + n);
+  std::sort(sorted.begin(), sorted.end());
+  const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  if (dup != sorted.end()) invalid(detail::concat("id ", *dup, " appears more than once in the request"));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ set-up
+
+std::int64_t ShardedIndex::k_limit_rows() const { return upd_ ? upd_->capacity_total : stats_.total_rows; }
+
+std::size_t ShardedIndex::pending_writes() const { return upd_ ? upd_->pending.size() : 0; }
+
+UpdateStats ShardedIndex::update_stats() const {
+  UpdateStats s;
+  if (!upd_) {
+    s.live_rows = stats_.total_rows;
+    s.capacity_rows = stats_.total_rows;
+    return s;
+  }
+  s.writable = true;
+  s.live_rows = upd_->live_rows.load();
+  s.tombstones = upd_->tombstones.load();
+  s.capacity_rows = upd_->capacity_total;
+  s.applied_seq = upd_->applied_seq.load();
+  if (upd_->storage) {
+    const StorageStats st = upd_->storage->stats();
+    s.snapshot_seq = st.snapshot_seq;
+    s.snapshot_path = st.snapshot_path;
+    s.log_bytes = st.log_bytes;
+    s.log_records = st.records_since_snapshot;
+  }
+  return s;
+}
+
+void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_t base_seq) {
+  SHARDTOPK_EXPECTS(!upd_, "enable_updates: the index is updatable already");
+  auto u = std::make_unique<Updates>();
+  const int world = world_size();
+  const EngineInfo info = engine_->info();
+  // Every rank's rows and slots, and whether its ids are the plain global row positions.
+  struct Shape {
+    std::int64_t rows, capacity, implicit;
+  };
+  std::vector<Shape> shapes(static_cast<std::size_t>(world));
+  std::int64_t implicit = 1;
+  {
+    const auto& gids = engine_->attribute_table().global_ids();
+    for (std::int64_t r = 0; r < info.rows && implicit; ++r)
+      if (gids[static_cast<std::size_t>(r)] != stats_.rows.lo + r) implicit = 0;
+  }
+  const Shape mine{info.rows, info.capacity, implicit};
+  host_comm_->allgather(&mine, shapes.data(), sizeof mine);
+  std::int64_t lo = 0, max_rows = 0;
+  bool all_implicit = true;
+  for (int r = 0; r < world; ++r) {
+    if (r == rank() && lo != stats_.rows.lo) all_implicit = false;  // not the shard plan's order
+    lo += shapes[static_cast<std::size_t>(r)].rows;
+    max_rows = std::max(max_rows, shapes[static_cast<std::size_t>(r)].rows);
+    all_implicit = all_implicit && shapes[static_cast<std::size_t>(r)].implicit != 0;
+  }
+  std::int64_t flag = all_implicit ? 1 : 0, all_flags_ok = 1;
+  std::vector<std::int64_t> flags(static_cast<std::size_t>(world));
+  host_comm_->allgather(&flag, flags.data(), sizeof flag);
+  for (auto f : flags) all_flags_ok &= f;
+  std::vector<std::int64_t> base_ids;
+  if (!all_flags_ok) {  // the ids themselves, padded to the largest shard
+    std::vector<std::int64_t> send(static_cast<std::size_t>(std::max<std::int64_t>(max_rows, 1)), kPadId);
+    const auto& gids = engine_->attribute_table().global_ids();
+    std::copy(gids.begin(), gids.begin() + info.rows, send.begin());
+    std::vector<std::int64_t> all(send.size() * static_cast<std::size_t>(world));
+    host_comm_->allgather(send.data(), all.data(), send.size() * sizeof(std::int64_t));
+    if (rank() == 0)
+      for (int r = 0; r < world; ++r)
+        base_ids.insert(base_ids.end(), all.begin() + static_cast<std::ptrdiff_t>(r * send.size()),
+                        all.begin() + static_cast<std::ptrdiff_t>(r * send.size() + shapes[r].rows));
+  }
+  for (const Shape& s : shapes) {
+    u->capacities.push_back(s.capacity);
+    u->capacity_total += s.capacity;
+  }
+  u->live.assign(static_cast<std::size_t>(info.capacity), 0);
+  std::fill(u->live.begin(), u->live.begin() + info.rows, 1);
+  u->applied_seq = base_seq;
+
+  bool ok = true;
+  std::string msg;
+  if (rank() == 0) {
+    try {
+      std::vector<std::int64_t> rows, caps;
+      for (const Shape& s : shapes) {
+        rows.push_back(s.rows);
+        caps.push_back(s.capacity);
+      }
+      u->dir = std::make_unique<RowDirectory>(rows, caps, base_ids);
+      u->storage = storage ? std::move(storage)
+                           : std::make_unique<Storage>(storage_options(cfg_.storage, stats_.dim, metric_));
+      SHARDTOPK_EXPECTS(u->storage->snapshot_seq() == base_seq, "storage '", u->storage->options().dir,
+                        "' holds a snapshot at seq ", u->storage->snapshot_seq(), " (", u->storage->snapshot_path(),
+                        ") but the index was built from the state at seq ", base_seq,
+                        ": load the index with load_index(), which reads the snapshot");
+      u->submitted_seq = base_seq;
+      u->live_rows = u->dir->live_rows();
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+  }
+  host_comm_->check(ok, msg);
+  upd_ = std::move(u);
+
+  // Replay: rank 0 plans the log's records and applies them in steps; followers follow.
+  ok = true;
+  msg.clear();
+  if (rank() == 0) {
+    try {
+      replay_log(base_seq);
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+    Header h;
+    h.op = static_cast<std::int32_t>(IndexOp::kReplayDone);
+    host_comm_->broadcast(&h, sizeof h, 0);
+  } else {
+    while (!upd_->replay_done) follow_one(/*lock_step=*/false);
+  }
+  try {
+    host_comm_->check(ok, msg);
+  } catch (...) {
+    upd_.reset();
+    throw;
+  }
+  if (rank() == 0)
+    spdlog::info("updates: storage '{}', snapshot seq {}, {} log record(s) replayed, last seq {}; {} live rows, "
+                 "capacity {} rows ({} rank(s))",
+                 upd_->storage->options().dir, base_seq, upd_->applied_seq.load() - base_seq, upd_->applied_seq.load(),
+                 upd_->dir->live_rows(), upd_->capacity_total, world);
+}
+
+void ShardedIndex::replay_log(std::uint64_t base_seq) {
+  Updates& u = *upd_;
+  u.storage->replay(base_seq, [&](const WalRecord& rec) {
+    try {
+      if (rec.type == WalRecordType::kUpsert) {
+        UpsertRows rows;
+        rows.rows = rec.rows;
+        rows.ids = rec.ids;
+        rows.vectors = rec.vectors;
+        rows.attributes = rec.attributes;
+        plan_and_submit_upsert(rows, /*replay=*/true, rec.seq);
+      } else {
+        plan_and_submit_remove(rec.ids, rec.rows, /*replay=*/true, rec.seq);
+      }
+    } catch (const Error& e) {
+      throw Error(detail::concat("storage '", u.storage->options().dir, "': log record seq ", rec.seq,
+                                 " cannot be applied to this index: ", e.what()));
+    }
+    if (u.pending_bytes >= kReplayStepBytes) broadcast_and_apply(&u.pending);
+  });
+  if (!u.pending.empty()) broadcast_and_apply(&u.pending);
+  // Records that planned nothing (deletes of ids no longer live) are applied all the same.
+  u.applied_seq = std::max(u.applied_seq.load(), u.storage->last_seq());
+  u.submitted_seq = u.applied_seq;
+}
+
+// ------------------------------------------------------------------------------ planning (rank 0)
+
+WriteResult ShardedIndex::plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq) {
+  Updates& u = *upd_;
+  const std::int64_t n = rows.rows, dim = stats_.dim;
+  if (n < 1) invalid(detail::concat("an upsert needs at least one row (got ", n, ")"));
+  if (!rows.ids || !rows.vectors) invalid("an upsert needs ids and vectors");
+  check_distinct(rows.ids, n);
+  // Attributes: exactly the corpus's, by name and type; `col[c]` is schema column c's values.
+  std::vector<const void*> col(schema_.size(), nullptr);
+  for (const AttributeColumnView& a : rows.attributes) {
+    std::size_t c = 0;
+    while (c < schema_.size() && schema_[c].name != a.name) ++c;
+    if (c == schema_.size())
+      invalid(detail::concat("unknown attribute '", a.name, "' (the corpus's attributes: ", schema_names(schema_), ")"));
+    if (a.type != schema_[c].type)
+      invalid(detail::concat("attribute '", a.name, "' is ", to_string(schema_[c].type), " in the corpus but ",
+                             to_string(a.type), " in the request"));
+    if (col[c]) invalid(detail::concat("attribute '", a.name, "' is given twice"));
+    if (!a.data) invalid(detail::concat("attribute '", a.name, "' has no values"));
+    col[c] = a.data;
+  }
+  for (std::size_t c = 0; c < schema_.size(); ++c) {
+    if (!col[c])
+      invalid(detail::concat("attribute '", schema_[c].name, "' is missing: every row needs a value of every corpus "
+                             "attribute (", schema_names(schema_), ")"));
+    if (schema_[c].type == AttributeType::kFloat64)
+      for (std::int64_t i = 0; i < n; ++i)
+        if (std::isnan(static_cast<const double*>(col[c])[i]))
+          invalid(detail::concat("attribute '", schema_[c].name, "' of id ", rows.ids[i], " is NaN"));
+  }
+  // Values: finite, representable in the engine's storage type, norms admissible.
+  const Dtype dt = engine_->info().dtype;
+  NormSummary norms;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (rows.ids[i] == kPadId) invalid(detail::concat("id ", kPadId, " is reserved"));
+    const float* x = rows.vectors + i * dim;
+    for (std::int64_t d = 0; d < dim; ++d) {
+      if (!std::isfinite(x[d]))
+        invalid(detail::concat("row id ", rows.ids[i], " has a non-finite value (", x[d], ") at column ", d));
+      if (dt != Dtype::kFloat32 && metric_ != Metric::kCosine) {
+        const float back = dt == Dtype::kFloat16 ? half::from_f16(half::to_f16(x[d])) : half::from_bf16(half::to_bf16(x[d]));
+        if (!std::isfinite(back))
+          invalid(detail::concat("row id ", rows.ids[i], " value ", x[d], " at column ", d, " overflows ", to_string(dt),
+                                 " (engine.dtype)"));
+      }
+    }
+    const double norm = row_norm64(x, dim);
+    if (metric_ == Metric::kCosine && !(norm > 0.0))
+      invalid(detail::concat("row id ", rows.ids[i], " has zero norm and cannot be scored by cosine similarity"));
+    if (norms.row < 0 || norm > norms.max_norm) norms = NormSummary{norm, rows.ids[i]};
+  }
+  try {
+    check_corpus_norms(metric_, norms, dim, "upserted row id");
+  } catch (const Error& e) {
+    invalid(e.what());
+  }
+  // Capacity: the rows whose id is live replace theirs (their slots are freed first).
+  std::int64_t replaced = 0;
+  for (std::int64_t i = 0; i < n; ++i) replaced += u.dir->find(rows.ids[i]).has_value() ? 1 : 0;
+  if (u.dir->free_slots() < n - replaced)
+    throw WriteError(WriteError::Kind::kCapacity,
+                     detail::concat("capacity exhausted: the upsert needs ", n - replaced, " new slot(s) but ",
+                                    u.dir->free_slots(), " of ", u.dir->capacity_rows(), " are free (",
+                                    u.dir->live_rows(), " live rows; storage.capacity_rows per rank: ",
+                                    u.capacities.front(), ", ", u.capacities.size(), " rank(s))"));
+
+  if (!replay) {
+    UpsertRows logged = rows;  // the log's own checks (names, sizes) come before any planning
+    seq = u.storage->submit_upsert(logged);
+  }
+  WriteOp op;
+  op.seq = seq;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (u.dir->find(rows.ids[i])) op.kills.push_back(u.dir->erase(rows.ids[i]));
+  op.places.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) op.places.push_back(u.dir->place(rows.ids[i]));
+  op.ids.assign(rows.ids, rows.ids + n);
+  op.vectors.assign(rows.vectors, rows.vectors + n * dim);
+  op.columns.resize(schema_.size());
+  for (std::size_t c = 0; c < schema_.size(); ++c) {
+    const auto* v = static_cast<const std::uint64_t*>(col[c]);
+    op.columns[c].assign(v, v + n);
+  }
+  op.max_norm = norms.max_norm;
+  op.max_norm_id = norms.row;
+  u.pending_bytes += op.encoded_bytes(dim);
+  u.pending.push_back(std::move(op));
+  u.submitted_seq = seq;
+  return WriteResult{seq, n};
+}
+
+WriteResult ShardedIndex::plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay,
+                                                  std::uint64_t seq) {
+  Updates& u = *upd_;
+  if (n < 1) invalid(detail::concat("a delete needs at least one id (got ", n, ")"));
+  if (!ids) invalid("a delete needs ids");
+  check_distinct(ids, n);
+  std::int64_t live = 0;
+  for (std::int64_t i = 0; i < n; ++i) live += u.dir->find(ids[i]).has_value() ? 1 : 0;
+  if (live == 0 && !replay) return WriteResult{u.submitted_seq, 0};  // nothing to log
+  if (!replay) seq = u.storage->submit_delete(ids, n);
+  WriteOp op;
+  op.seq = seq;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (u.dir->find(ids[i])) op.kills.push_back(u.dir->erase(ids[i]));
+  op.columns.resize(schema_.size());
+  u.pending_bytes += op.encoded_bytes(stats_.dim);
+  u.pending.push_back(std::move(op));
+  u.submitted_seq = seq;
+  return WriteResult{seq, live};
+}
+
+WriteResult ShardedIndex::submit_upsert(const UpsertRows& rows) {
+  SHARDTOPK_EXPECTS(rank() == 0, "submit_upsert is for rank 0");
+  if (!upd_)
+    throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (updates need a "
+                                                  "directory for their write-ahead log)");
+  SHARDTOPK_EXPECTS(upd_->failure.empty(), "writes are refused after a log failure: ", upd_->failure);
+  return plan_and_submit_upsert(rows, /*replay=*/false, 0);
+}
+
+WriteResult ShardedIndex::submit_remove(const std::int64_t* ids, std::int64_t n) {
+  SHARDTOPK_EXPECTS(rank() == 0, "submit_remove is for rank 0");
+  if (!upd_)
+    throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (updates need a "
+                                                  "directory for their write-ahead log)");
+  SHARDTOPK_EXPECTS(upd_->failure.empty(), "writes are refused after a log failure: ", upd_->failure);
+  return plan_and_submit_remove(ids, n, /*replay=*/false, 0);
+}
+
+// ------------------------------------------------------------------------------ applying
+
+void ShardedIndex::apply_writes() {
+  SHARDTOPK_EXPECTS(rank() == 0, "apply_writes is for rank 0");
+  if (!upd_ || upd_->pending.empty()) return;
+  Updates& u = *upd_;
+  try {
+    u.storage->wait_durable(u.pending.back().seq);
+  } catch (const std::exception& e) {
+    // Not known to be durable: never applied here; a restart replays what the log holds.
+    u.failure = e.what();
+    u.pending.clear();
+    u.pending_bytes = 0;
+    throw;
+  }
+  broadcast_and_apply(&u.pending);
+}
+
+void ShardedIndex::broadcast_and_apply(std::vector<WriteOp>* ops) {
+  std::vector<std::uint8_t> bytes = encode_write_ops(*ops, stats_.dim);
+  const std::uint64_t last = ops->empty() ? 0 : ops->back().seq;
+  ops->clear();
+  upd_->pending_bytes = 0;
+  Header h;
+  h.op = static_cast<std::int32_t>(IndexOp::kWrite);
+  host_comm_->broadcast(&h, sizeof h, 0);
+  broadcast_bytes(*host_comm_, bytes, 0);
+  apply_ops(bytes.data(), bytes.size());
+  if (last > 0) upd_->applied_seq = last;
+  upd_->live_rows = upd_->dir->live_rows();
+  upd_->tombstones = upd_->dir->tombstones();
+}
+
+// Every rank: its part of each op (kills, then rows), then a status check. A rank that fails
+// here holds a state the others do not: the job ends (CommError), and a restart replays the log.
+void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
+  Updates& u = *upd_;
+  bool ok = true;
+  std::string msg;
+  std::uint64_t last = 0;
+  double max_norm = stats_.max_row_norm;
+  std::int64_t max_norm_id = stats_.max_row_norm_row;
+  try {
+    const std::vector<WriteOp> ops = decode_write_ops(data, size, stats_.dim, static_cast<int>(schema_.size()));
+    const std::int64_t dim = stats_.dim;
+    std::vector<std::int64_t> slots, ids;
+    std::vector<float> vectors;
+    std::vector<std::vector<std::uint64_t>> cols(schema_.size());
+    std::vector<const void*> colp(schema_.size());
+    for (const WriteOp& op : ops) {
+      slots.clear();
+      for (const SlotRef& k : op.kills)
+        if (k.rank == rank()) slots.push_back(k.slot);
+      engine_->set_live(slots.data(), static_cast<std::int64_t>(slots.size()), false);
+      for (auto s : slots) u.live[static_cast<std::size_t>(s)] = 0;
+      slots.clear();
+      ids.clear();
+      vectors.clear();
+      for (auto& c : cols) c.clear();
+      for (std::int64_t i = 0; i < op.rows(); ++i) {
+        if (op.places[static_cast<std::size_t>(i)].rank != rank()) continue;
+        slots.push_back(op.places[static_cast<std::size_t>(i)].slot);
+        ids.push_back(op.ids[static_cast<std::size_t>(i)]);
+        vectors.insert(vectors.end(), op.vectors.begin() + i * dim, op.vectors.begin() + (i + 1) * dim);
+        for (std::size_t c = 0; c < cols.size(); ++c) cols[c].push_back(op.columns[c][static_cast<std::size_t>(i)]);
+      }
+      if (!slots.empty()) {
+        const std::int64_t m = static_cast<std::int64_t>(slots.size());
+        if (metric_ == Metric::kCosine) normalize_rows(vectors.data(), m, dim, 0, "upserted row");
+        for (std::size_t c = 0; c < cols.size(); ++c) colp[c] = cols[c].data();
+        SlotRows w;
+        w.n = m;
+        w.slots = slots.data();
+        w.ids = ids.data();
+        w.vectors = vectors.data();
+        w.attributes = colp.empty() ? nullptr : colp.data();
+        engine_->write_rows(w);
+        engine_->set_live(slots.data(), m, true);
+        for (auto s : slots) u.live[static_cast<std::size_t>(s)] = 1;
+      }
+      if (op.rows() > 0 && op.max_norm > max_norm) {
+        max_norm = op.max_norm;
+        max_norm_id = op.max_norm_id;
+      }
+      last = op.seq;
+    }
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+    spdlog::error("rank {}: applying logged writes failed: {}", rank(), msg);
+  }
+  try {
+    host_comm_->check(ok, msg);
+  } catch (const RemoteError& e) {
+    throw CommError(std::string("applying logged writes failed (the ranks' rows now differ; a restart replays the "
+                                "log): ") + e.what());
+  }
+  if (last > 0) u.applied_seq = last;
+  // The admission bound grows with the largest row (it never shrinks: deletes keep it).
+  stats_.max_row_norm = max_norm;
+  stats_.max_row_norm_row = max_norm_id;
+}
+
+// ------------------------------------------------------------------------------ the collective calls
+
+void ShardedIndex::reject_write(const std::string&) {
+  Header h;
+  h.op = static_cast<std::int32_t>(IndexOp::kRejected);
+  host_comm_->broadcast(&h, sizeof h, 0);
+}
+
+WriteResult ShardedIndex::upsert(const UpsertRows& rows) {
+  if (rank() != 0) {
+    follow_one(/*lock_step=*/true);
+    return {};
+  }
+  WriteResult r;
+  try {
+    r = submit_upsert(rows);
+  } catch (const std::exception& e) {
+    reject_write(e.what());
+    throw;
+  }
+  apply_writes();
+  return r;
+}
+
+WriteResult ShardedIndex::remove(const std::int64_t* ids, std::int64_t n) {
+  if (rank() != 0) {
+    follow_one(/*lock_step=*/true);
+    return {};
+  }
+  WriteResult r;
+  try {
+    r = submit_remove(ids, n);
+  } catch (const std::exception& e) {
+    reject_write(e.what());
+    throw;
+  }
+  if (pending_writes() > 0) apply_writes();
+  else broadcast_and_apply(&upd_->pending);  // nothing was live: an empty step keeps lock step
+  return r;
+}
+
+WriteResult ShardedIndex::remove_matching(const FilterProgram& filter) {
+  if (rank() != 0) {
+    follow_one(/*lock_step=*/true);
+    follow_one(/*lock_step=*/true);
+    return {};
+  }
+  try {
+    if (!upd_)
+      throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (updates need a "
+                                                    "directory for their write-ahead log)");
+    try {
+      check_filter_fits(filter, schema_);
+    } catch (const Error& e) {
+      invalid(e.what());
+    }
+  } catch (const std::exception& e) {
+    reject_write(e.what());  // lock-step followers throw at their first step
+    throw;
+  }
+  apply_writes();  // the rows must be found in the state after every earlier write
+  const std::vector<std::int64_t> ids = resolve_filter(&filter);
+  WriteResult r{upd_->submitted_seq, 0};
+  if (!ids.empty()) {
+    try {
+      r = submit_remove(ids.data(), static_cast<std::int64_t>(ids.size()));
+    } catch (const std::exception& e) {
+      reject_write(e.what());
+      throw;
+    }
+  }
+  if (pending_writes() > 0) apply_writes();
+  else broadcast_and_apply(&upd_->pending);
+  return r;
+}
+
+SnapshotResult ShardedIndex::snapshot() {
+  if (rank() != 0) {
+    follow_one(/*lock_step=*/true);
+    return {};
+  }
+  if (!upd_) {
+    reject_write("read-only");
+    throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (snapshots are "
+                                                  "written there)");
+  }
+  apply_writes();
+  Updates& u = *upd_;
+  // Nothing new since the current snapshot: that one (a step all the same, for lock step).
+  const bool current = !u.storage->snapshot_path().empty() && u.storage->snapshot_seq() == u.applied_seq;
+  Header h;
+  h.op = static_cast<std::int32_t>(IndexOp::kSnapshot);
+  h.k = current ? 1 : 0;
+  host_comm_->broadcast(&h, sizeof h, 0);
+  if (current) return SnapshotResult{u.storage->snapshot_path(), u.applied_seq, u.dir->live_rows()};
+  return write_snapshot();
+}
+
+// Every rank: its live slots' rows to rank 0, one block at a time in rank order; rank 0 writes
+// them. A rank's failure is reported to every rank at the end (the protocol's steps are known to
+// all from the counts, so a failure never leaves ranks out of step).
+SnapshotResult ShardedIndex::write_snapshot() {
+  Updates& u = *upd_;
+  const int world = world_size();
+  const std::int64_t dim = stats_.dim, ncols = static_cast<std::int64_t>(schema_.size());
+  std::vector<std::int64_t> slots;
+  for (std::size_t s = 0; s < u.live.size(); ++s)
+    if (u.live[s]) slots.push_back(static_cast<std::int64_t>(s));
+  const std::int64_t mine = static_cast<std::int64_t>(slots.size());
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
+  host_comm_->allgather(&mine, counts.data(), sizeof mine);
+  std::int64_t total = 0;
+  for (auto c : counts) total += c;
+
+  bool ok = true;
+  std::string msg;
+  std::unique_ptr<SnapshotWriter> writer;
+  SnapshotResult result;
+  if (rank() == 0) {
+    result.seq = u.applied_seq;
+    result.rows = total;
+    try {
+      SnapshotSpec spec;
+      spec.seq = u.applied_seq;
+      spec.rows = total;
+      spec.dtype = engine_->info().dtype == Dtype::kFloat16 ? Dtype::kFloat16 : Dtype::kFloat32;
+      for (const auto& a : schema_) spec.attributes.emplace_back(a.name, a.type);
+      spec.normalized = metric_ == Metric::kCosine;
+      writer = u.storage->begin_snapshot(spec);
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+  }
+  std::vector<std::uint8_t> block;
+  std::vector<float> vecs;
+  std::vector<std::vector<std::uint64_t>> cols(static_cast<std::size_t>(ncols));
+  const AttributeTable& table = engine_->attribute_table();
+  for (int r = 0; r < world; ++r) {
+    for (std::int64_t b0 = 0; b0 < counts[static_cast<std::size_t>(r)]; b0 += kSnapshotBlockRows) {
+      const std::int64_t m = std::min(kSnapshotBlockRows, counts[static_cast<std::size_t>(r)] - b0);
+      // [m] ids, [m, dim] float32 (padded to 8 bytes), [ncols, m] attribute value bits
+      const std::int64_t vec_bytes = (4 * m * dim + 7) / 8 * 8;
+      block.assign(static_cast<std::size_t>(8 * m + vec_bytes + 8 * ncols * m), 0);
+      auto* ids = reinterpret_cast<std::int64_t*>(block.data());
+      auto* v = reinterpret_cast<float*>(block.data() + 8 * m);
+      auto* c0 = reinterpret_cast<std::uint64_t*>(block.data() + 8 * m + vec_bytes);
+      if (r == rank() && ok) {
+        try {
+          engine_->read_rows(slots.data() + b0, m, v);
+          for (std::int64_t i = 0; i < m; ++i) {
+            const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(b0 + i)]);
+            ids[i] = table.global_ids()[s];
+            for (std::int64_t c = 0; c < ncols; ++c) {
+              const AttributeColumn& col = table.column(static_cast<int>(c));
+              std::uint64_t bits = 0;
+              if (col.type == AttributeType::kInt64) std::memcpy(&bits, &col.ints[s], 8);
+              else std::memcpy(&bits, &col.reals[s], 8);
+              c0[c * m + i] = bits;
+            }
+          }
+        } catch (const std::exception& e) {
+          ok = false;
+          msg = e.what();
+        }
+      }
+      host_comm_->broadcast(block.data(), block.size(), r);
+      if (rank() == 0 && ok && writer) {
+        try {
+          vecs.assign(v, v + m * dim);
+          std::vector<AttributeColumnView> views;
+          for (std::int64_t c = 0; c < ncols; ++c) {
+            cols[static_cast<std::size_t>(c)].assign(c0 + c * m, c0 + (c + 1) * m);
+            views.push_back(AttributeColumnView{schema_[static_cast<std::size_t>(c)].name,
+                                                schema_[static_cast<std::size_t>(c)].type,
+                                                cols[static_cast<std::size_t>(c)].data()});
+          }
+          std::vector<std::int64_t> idv(ids, ids + m);
+          writer->write(m, idv.data(), vecs.data(), views);
+        } catch (const std::exception& e) {
+          ok = false;
+          msg = e.what();
+        }
+      }
+    }
+  }
+  if (rank() == 0 && ok && writer) {
+    try {
+      result.path = writer->commit();
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+  }
+  writer.reset();  // not committed: the directory is left as it was
+  host_comm_->check(ok, msg);
+  return result;
+}
+
+// Every rank: the ids of its live rows that pass the filter, gathered on rank 0 (sorted).
+std::vector<std::int64_t> ShardedIndex::resolve_filter(const FilterProgram* filter) {
+  Updates& u = *upd_;
+  std::vector<std::uint8_t> program;
+  if (rank() == 0) {
+    program = filter->serialize();
+    Header h;
+    h.op = static_cast<std::int32_t>(IndexOp::kResolve);
+    host_comm_->broadcast(&h, sizeof h, 0);
+  }
+  broadcast_bytes(*host_comm_, program, 0);
+  std::vector<std::int64_t> mine;
+  bool ok = true;
+  std::string msg;
+  try {
+    const FilterProgram f = deserialize_filter(program.data(), program.size(), schema_);
+    const AttributeTable& table = engine_->attribute_table();
+    const std::int64_t slots = static_cast<std::int64_t>(u.live.size());
+    std::vector<std::uint32_t> bits(static_cast<std::size_t>(filter_mask_words(slots)), 0u);
+    if (slots > 0) evaluate_mask(f, table, RowRange{0, slots}, bits.data(), nullptr, 1);
+    for (std::int64_t s = 0; s < slots; ++s)
+      if (u.live[static_cast<std::size_t>(s)] && ((bits[static_cast<std::size_t>(s >> 5)] >> (s & 31)) & 1u))
+        mine.push_back(table.global_ids()[static_cast<std::size_t>(s)]);
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+    mine.clear();
+  }
+  host_comm_->check(ok, msg);
+  const int world = world_size();
+  const std::int64_t n = static_cast<std::int64_t>(mine.size());
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
+  host_comm_->allgather(&n, counts.data(), sizeof n);
+  std::vector<std::int64_t> all;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::uint8_t> buf;
+    if (r == rank()) {
+      buf.resize(mine.size() * 8);
+      std::memcpy(buf.data(), mine.data(), buf.size());
+    }
+    if (counts[static_cast<std::size_t>(r)] == 0) continue;
+    broadcast_bytes(*host_comm_, buf, r);
+    if (rank() == 0) {
+      const auto* p = reinterpret_cast<const std::int64_t*>(buf.data());
+      all.insert(all.end(), p, p + counts[static_cast<std::size_t>(r)]);
+    }
+  }
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// Followers: one update step. Returns false when the loop must end.
+bool ShardedIndex::follow_update_op(const Header& h, bool lock_step) {
+  switch (static_cast<IndexOp>(h.op)) {
+    case IndexOp::kWrite: {
+      SHARDTOPK_ASSERT(upd_, "write step on a read-only index");
+      std::vector<std::uint8_t> bytes;
+      broadcast_bytes(*host_comm_, bytes, 0);
+      apply_ops(bytes.data(), bytes.size());  // CommError on failure: the job ends
+      return true;
+    }
+    case IndexOp::kSnapshot:
+    case IndexOp::kResolve:
+      SHARDTOPK_ASSERT(upd_, "update step on a read-only index");
+      if (static_cast<IndexOp>(h.op) == IndexOp::kSnapshot && h.k == 1) return true;  // nothing new
+      try {
+        if (static_cast<IndexOp>(h.op) == IndexOp::kSnapshot) write_snapshot();
+        else resolve_filter(nullptr);
+      } catch (const RemoteError& e) {
+        if (lock_step) throw;
+        spdlog::warn("rank {}: {} failed: {}", rank(), h.op == static_cast<std::int32_t>(IndexOp::kSnapshot)
+                                                           ? "snapshot" : "delete by filter", e.what());
+      }
+      return true;
+    case IndexOp::kReplayDone:
+      SHARDTOPK_ASSERT(upd_, "replay step on a read-only index");
+      upd_->replay_done = true;
+      return true;
+    default:
+      break;
+  }
+  throw CommError("rank " + std::to_string(rank()) + ": unknown index op " + std::to_string(h.op) + " from rank 0");
+}
+
+}  // namespace shardtopk

@@ -1,0 +1,35 @@
+#pragma once
+// A logged write as rank 0 planned it (which slots die, where each new row goes), and the bytes
+// in which rank 0 broadcasts a group of them to every rank. Internal header.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "index/row_directory.hpp"
+
+namespace shardtopk {
+
+/// One logged request, planned: applied by every rank in seq order, kills first, then the rows.
+struct WriteOp {
+  std::uint64_t seq = 0;
+  std::vector<SlotRef> kills;       ///< slots that die: deleted ids, and the old rows of replaced ids
+  std::vector<SlotRef> places;      ///< [rows] where row i goes
+  std::vector<std::int64_t> ids;    ///< [rows]
+  std::vector<float> vectors;       ///< [rows, dim] as given (cosine: normalised when applied)
+  std::vector<std::vector<std::uint64_t>> columns;  ///< [attribute columns][rows], schema order, value bits
+  double max_norm = 0.0;            ///< the largest float64 norm of the rows (admission bound)
+  std::int64_t max_norm_id = -1;    ///< and its id
+
+  std::int64_t rows() const { return static_cast<std::int64_t>(ids.size()); }
+  /// Bytes encode_write_ops() gives this op.
+  std::size_t encoded_bytes(std::int64_t dim) const;
+};
+
+/// The ops in order, as one buffer (little-endian, 8-byte words). `dim` and the number of
+/// columns are the index's and not encoded.
+std::vector<std::uint8_t> encode_write_ops(const std::vector<WriteOp>& ops, std::int64_t dim);
+
+/// The ops back from encode_write_ops' bytes. @throws InternalError on inconsistent bytes.
+std::vector<WriteOp> decode_write_ops(const std::uint8_t* data, std::size_t size, std::int64_t dim, int columns);
+
+}  // namespace shardtopk

@@ -1,0 +1,123 @@
+// WriteBackend over ShardedIndex's updates (the only place the service calls them).
+#include <nlohmann/json.hpp>
+
+#include "service/batcher.hpp"
+#include "service/search_backend.hpp"
+#include "service/write_backend.hpp"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/index.hpp"
+
+namespace shardtopk::service {
+namespace {
+
+using nlohmann::json;
+
+int status_of(const WriteError& e) {
+  switch (e.kind()) {
+    case WriteError::Kind::kReadOnly: return 409;
+    case WriteError::Kind::kCapacity: return 507;
+    case WriteError::Kind::kInvalid: return 400;
+  }
+  return 400;
+}
+
+class IndexWriter final : public WriteBackend {
+ public:
+  explicit IndexWriter(ShardedIndex& index) : index_(index) {}
+
+  bool writable() const override { return index_.writable(); }
+  std::int64_t dim() const override { return index_.dim(); }
+  const AttributeSchema& schema() const override { return index_.attribute_schema(); }
+
+  void upsert(const UpsertBody& b, Job& j) override {
+    run(j, [&] {
+      UpsertRows rows;
+      rows.rows = b.rows;
+      rows.ids = b.ids.data();
+      rows.vectors = b.vectors.data();
+      for (const AttributeColumn& c : b.columns)
+        rows.attributes.push_back(AttributeColumnView{
+            c.name, c.type, c.type == AttributeType::kInt64 ? static_cast<const void*>(c.ints.data()) : c.reals.data()});
+      const WriteResult r = index_.submit_upsert(rows);
+      return json{{"upserted", r.rows}, {"seq", r.seq}}.dump();
+    });
+  }
+
+  void remove(const DeleteBody& b, Job& j) override {
+    run(j, [&] {
+      const WriteResult r = b.by_filter ? index_.remove_matching(b.filter)
+                                        : index_.submit_remove(b.ids.data(), static_cast<std::int64_t>(b.ids.size()));
+      return json{{"deleted", r.rows}, {"seq", r.seq}}.dump();
+    });
+  }
+
+  void snapshot(Job& j) override {
+    run(j, [&] {
+      const SnapshotResult r = index_.snapshot();
+      return json{{"path", r.path}, {"seq", r.seq}, {"rows", r.rows}}.dump();
+    });
+  }
+
+  void commit() override {
+    try {
+      index_.apply_writes();
+    } catch (const CommError& e) {
+      throw RankLost(e.what());
+    }
+  }
+
+  std::string metrics() const override {
+    const UpdateStats s = index_.update_stats();
+    std::string out;
+    auto gauge = [&](const char* name, const char* help, double v) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+             json(v).dump() + "\n";
+    };
+    gauge("shardtopk_writable", "1 when the index accepts writes (storage.dir set).", s.writable ? 1 : 0);
+    gauge("shardtopk_live_rows", "Rows a search can return, all ranks.", static_cast<double>(s.live_rows));
+    gauge("shardtopk_capacity_rows", "Row slots reserved on all ranks (storage.capacity_rows x ranks).",
+          static_cast<double>(s.capacity_rows));
+    gauge("shardtopk_tombstones", "Slots freed by deletes and not reused yet (still scanned).",
+          static_cast<double>(s.tombstones));
+    gauge("shardtopk_applied_seq", "Sequence number of the last write visible to searches.",
+          static_cast<double>(s.applied_seq));
+    gauge("shardtopk_snapshot_seq", "Sequence number of the base snapshot (0: the configured corpus).",
+          static_cast<double>(s.snapshot_seq));
+    gauge("shardtopk_log_bytes", "Bytes of the write-ahead log's segments.", static_cast<double>(s.log_bytes));
+    gauge("shardtopk_log_records", "Log records after the base snapshot.", static_cast<double>(s.log_records));
+    return out;
+  }
+
+  std::string info_fields() const override {
+    const UpdateStats s = index_.update_stats();
+    const json j{{"writable", s.writable},       {"capacity_rows", s.capacity_rows}, {"live_rows", s.live_rows},
+                 {"applied_seq", s.applied_seq}, {"snapshot_seq", s.snapshot_seq}};
+    const std::string t = j.dump();
+    return t.substr(1, t.size() - 2);
+  }
+
+ private:
+  template <typename F>
+  void run(Job& j, F&& f) {
+    try {
+      j.body = f();
+      j.status = 200;
+    } catch (const WriteError& e) {
+      j.status = status_of(e);
+      j.error = e.what();
+    } catch (const CommError& e) {
+      throw RankLost(e.what());
+    } catch (const std::exception& e) {
+      j.status = 500;
+      j.error = e.what();
+    }
+  }
+
+  ShardedIndex& index_;
+};
+
+}  // namespace
+
+std::unique_ptr<WriteBackend> make_index_writer(ShardedIndex& index) { return std::make_unique<IndexWriter>(index); }
+
+}  // namespace shardtopk::service

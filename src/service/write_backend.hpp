@@ -1,0 +1,52 @@
+#pragma once
+// What the service needs to change the index: upserts, deletes and snapshots run on the index
+// thread (as Batcher jobs), a commit that makes the group of writes just submitted durable and
+// visible, and the counters for /metrics and /v1/info. index_writer.cpp adapts ShardedIndex.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "service/write_parse.hpp"
+
+namespace shardtopk {
+class ShardedIndex;
+}
+
+namespace shardtopk::service {
+
+struct Job;
+
+class WriteBackend {
+ public:
+  virtual ~WriteBackend() = default;
+
+  /// False for a read-only index (storage.dir empty): every write route answers 409.
+  virtual bool writable() const = 0;
+  virtual std::int64_t dim() const = 0;
+  virtual const AttributeSchema& schema() const = 0;
+
+  /// Index thread. Each sets job.status and job.body: 200 with the JSON answer, or 400 (bad
+  /// input), 409 (read-only), 507 (capacity exhausted), 500 (the log failed) with job.error.
+  /// upsert and delete by ids are only submitted here (durable and visible after commit());
+  /// a delete by filter and a snapshot complete here (they apply what was submitted before
+  /// them first). @throws RankLost when a rank is gone.
+  virtual void upsert(const UpsertBody& body, Job& job) = 0;
+  virtual void remove(const DeleteBody& body, Job& job) = 0;
+  virtual void snapshot(Job& job) = 0;
+
+  /// Index thread: waits until every submitted write is durable, then applies them on every
+  /// rank (one group commit and one step between searches for a group of requests).
+  /// @throws RankLost when a rank is gone; Error when the log failed (the writes' fate is
+  ///   unknown until a restart: answer 500).
+  virtual void commit() = 0;
+
+  /// Prometheus lines (any thread): live rows, tombstones, capacity, log bytes, seqs.
+  virtual std::string metrics() const = 0;
+  /// Fields for /v1/info (any thread), as a JSON object's members without braces.
+  virtual std::string info_fields() const = 0;
+};
+
+/// The index must outlive the writer; writes run on rank 0's MPI thread.
+std::unique_ptr<WriteBackend> make_index_writer(ShardedIndex& index);
+
+}  // namespace shardtopk::service

@@ -1,0 +1,128 @@
+// Write request bodies: a document parse with its nesting bounded while parsing (hostile input
+// cannot exhaust the stack), then checks field by field.
+#include "service/write_parse.hpp"
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "service/request_parse.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk::service {
+namespace {
+
+using nlohmann::json;
+
+json parse_bounded(std::string_view body) {
+  SHARDTOPK_EXPECTS(!body.empty(), "empty body: expected a JSON object");
+  const json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
+    if (depth > kWriteBodyMaxDepth)
+      throw Error("the body nests deeper than " + std::to_string(kWriteBodyMaxDepth) + " levels");
+    return true;
+  };
+  try {
+    json j = json::parse(body.begin(), body.end(), limit);
+    SHARDTOPK_EXPECTS(j.is_object(), "expected a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    throw Error(std::string("malformed JSON: ") + e.what());
+  }
+}
+
+std::int64_t as_id(const json& v, const char* where, std::size_t i) {
+  SHARDTOPK_EXPECTS(v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX),
+                    where, "[", i, "] is not an int64 integer (", excerpt(v.dump(), 24), ")");
+  return v.get<std::int64_t>();
+}
+
+std::vector<std::int64_t> id_list(const json& v, const char* where) {
+  SHARDTOPK_EXPECTS(v.is_array(), "\"", where, "\" must be a list of integers");
+  std::vector<std::int64_t> ids;
+  ids.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) ids.push_back(as_id(v[i], where, i));
+  return ids;
+}
+
+}  // namespace
+
+UpsertBody parse_json_upsert(std::string_view body, std::int64_t dim, const AttributeSchema& schema) {
+  const json j = parse_bounded(body);
+  for (const auto& [key, value] : j.items())
+    SHARDTOPK_EXPECTS(key == "ids" || key == "vectors" || key == "attributes", "unknown field \"", excerpt(key, 32),
+                      "\" (allowed: ids, vectors, attributes)");
+  SHARDTOPK_EXPECTS(j.contains("ids") && j.contains("vectors"), "an upsert needs \"ids\" and \"vectors\"");
+  UpsertBody out;
+  out.ids = id_list(j["ids"], "ids");
+  out.rows = static_cast<std::int64_t>(out.ids.size());
+  SHARDTOPK_EXPECTS(out.rows >= 1, "\"ids\" is empty: an upsert needs at least one row");
+  const json& vecs = j["vectors"];
+  SHARDTOPK_EXPECTS(vecs.is_array() && static_cast<std::int64_t>(vecs.size()) == out.rows, "\"vectors\" must be a list of ",
+                    out.rows, " vectors (one per id), it has ", vecs.is_array() ? vecs.size() : 0);
+  out.vectors.reserve(static_cast<std::size_t>(out.rows * dim));
+  for (std::size_t r = 0; r < vecs.size(); ++r) {
+    const json& row = vecs[r];
+    SHARDTOPK_EXPECTS(row.is_array() && static_cast<std::int64_t>(row.size()) == dim, "vectors[", r, "] must hold ",
+                      dim, " numbers (the index's dimension), it holds ", row.is_array() ? row.size() : 0);
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      SHARDTOPK_EXPECTS(row[c].is_number(), "vectors[", r, "][", c, "] is not a number");
+      const double v = row[c].get<double>();
+      SHARDTOPK_EXPECTS(std::fabs(v) <= FLT_MAX, "vectors[", r, "][", c, "] = ", v, " is too large for float32");
+      out.vectors.push_back(static_cast<float>(v));
+    }
+  }
+  if (j.contains("attributes")) {
+    const json& attrs = j["attributes"];
+    SHARDTOPK_EXPECTS(attrs.is_object(), "\"attributes\" must be an object of name: [values]");
+    for (const auto& [name, values] : attrs.items()) {
+      const AttributeSpec* spec = nullptr;
+      for (const auto& s : schema)
+        if (s.name == name) spec = &s;
+      if (!spec) {
+        std::string names;
+        for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
+        throw Error("unknown attribute \"" + excerpt(name, 32) + "\" (the corpus's attributes: " +
+                    (names.empty() ? "none" : names) + ")");
+      }
+      SHARDTOPK_EXPECTS(values.is_array() && static_cast<std::int64_t>(values.size()) == out.rows, "attribute \"", name,
+                        "\" must be a list of ", out.rows, " values (one per id)");
+      AttributeColumn col;
+      col.name = name;
+      col.type = spec->type;
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const json& v = values[i];
+        if (spec->type == AttributeType::kInt64) {
+          SHARDTOPK_EXPECTS(v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX),
+                            "attribute \"", name, "\"[", i, "] is not an int64 integer (the attribute is int64)");
+          col.ints.push_back(v.get<std::int64_t>());
+        } else {
+          SHARDTOPK_EXPECTS(v.is_number(), "attribute \"", name, "\"[", i, "] is not a number");
+          col.reals.push_back(v.get<double>());
+        }
+      }
+      out.columns.push_back(std::move(col));
+    }
+  }
+  return out;
+}
+
+DeleteBody parse_json_delete(std::string_view body, const AttributeSchema& schema) {
+  const json j = parse_bounded(body);
+  for (const auto& [key, value] : j.items())
+    SHARDTOPK_EXPECTS(key == "ids" || key == "filter", "unknown field \"", excerpt(key, 32), "\" (allowed: ids, filter)");
+  SHARDTOPK_EXPECTS(j.contains("ids") != j.contains("filter"), "a delete takes either \"ids\" or \"filter\", not ",
+                    j.contains("ids") ? "both" : "neither");
+  DeleteBody out;
+  if (j.contains("ids")) {
+    out.ids = id_list(j["ids"], "ids");
+    SHARDTOPK_EXPECTS(!out.ids.empty(), "\"ids\" is empty: a delete needs at least one id");
+  } else {
+    out.by_filter = true;
+    out.filter = compile_filter(j["filter"], schema);
+  }
+  return out;
+}
+
+}  // namespace shardtopk::service

@@ -1,0 +1,44 @@
+#pragma once
+// Parsing and checking of write request bodies (POST /v1/upsert, /v1/delete): JSON only.
+// Pure functions over bytes and the index's shape; unit-tested in tests/service/test_write_parse.cpp.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardtopk/filter.hpp"
+
+namespace shardtopk::service {
+
+/// Nesting levels a write body may have (a filter inside a delete body counts its own levels).
+inline constexpr int kWriteBodyMaxDepth = kFilterMaxDepth + 4;
+
+/// A parsed upsert: rows with their ids, vectors and one column per attribute given.
+struct UpsertBody {
+  std::int64_t rows = 0;
+  std::vector<std::int64_t> ids;        ///< [rows]
+  std::vector<float> vectors;           ///< [rows, dim] float32
+  std::vector<AttributeColumn> columns; ///< each [rows], typed by the index's schema
+};
+
+/// Parses {"ids": [id, ...], "vectors": [[...], ...], "attributes": {"name": [v, ...], ...}}
+/// ("attributes" optional). ids are int64 integers; each vector has `dim` numbers within
+/// float32's range; each attribute is one of `schema`'s, with a value per row: integers for an
+/// int64 attribute, numbers for a float64 one. Whether every attribute is given, ids are
+/// distinct and rows fit is the index's to check (ShardedIndex::upsert).
+/// @throws Error naming the field and the position: malformed JSON, nesting deeper than
+///   kWriteBodyMaxDepth, unknown or repeated fields, counts that differ, wrong types or lengths.
+UpsertBody parse_json_upsert(std::string_view body, std::int64_t dim, const AttributeSchema& schema);
+
+/// A parsed delete: ids, or a filter whose passing rows are deleted.
+struct DeleteBody {
+  bool by_filter = false;
+  std::vector<std::int64_t> ids;  ///< when !by_filter: at least one
+  FilterProgram filter;           ///< when by_filter: compiled against `schema`
+};
+
+/// Parses {"ids": [id, ...]} or {"filter": {...}} (the filtered-search language, filter.hpp).
+/// @throws Error as parse_json_upsert, and for a filter that does not compile.
+DeleteBody parse_json_delete(std::string_view body, const AttributeSchema& schema);
+
+}  // namespace shardtopk::service

@@ -1,0 +1,252 @@
+// Engine slots (Engine::write_rows / set_live / read_rows): after every step of a mixed sequence
+// of writes into reserved and freed slots and deletions, each query's answer equals the float64
+// oracle's over exactly the live rows (small-integer data: exact ids and scores, ties across old
+// and new rows broken on the global id), filtered searches see the written attributes, batches
+// equal batch-1 bit for bit, and bad calls are refused without changing anything.
+//
+// Parametrised over the engine: the CPU engine always; the CUDA engine where a GPU is visible
+// (skipped, saying "no GPU visible", elsewhere; ctest entry test_engine_updates_gpu).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "shardtopk/engine.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
+#include "shardtopk/oracle.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct UpdateCase {
+  bool cuda;
+  Metric metric;
+  Dtype dtype;
+};
+std::ostream& operator<<(std::ostream& os, const UpdateCase& c) {
+  return os << (c.cuda ? "cuda " : "cpu ") << to_string(c.metric) << " " << to_string(c.dtype);
+}
+
+constexpr std::int64_t kDim = 12, kBase = 40, kCapacity = 100;
+constexpr int kK = 8, kQueries = 5;
+
+/// What the engine should hold: per slot its id, vector, tenant and whether it is live.
+struct Model {
+  std::vector<std::int64_t> ids;
+  std::vector<float> vectors;  // [capacity, dim]
+  std::vector<std::int64_t> tenant;
+  std::vector<bool> live;
+};
+
+class EngineUpdates : public ::testing::TestWithParam<UpdateCase> {
+ protected:
+  void SetUp() override {
+    const UpdateCase& c = GetParam();
+    if (c.cuda && !cuda_available()) GTEST_SKIP() << "no GPU visible";
+    base_ = test::small_ints(kBase * kDim, 7);
+    queries_ = test::small_ints(kQueries * kDim, 8);
+    m_.ids.assign(kCapacity, kPadId);
+    m_.vectors.assign(kCapacity * kDim, 0.0f);
+    m_.tenant.assign(kCapacity, 0);
+    m_.live.assign(kCapacity, false);
+    std::vector<std::int64_t> ids(kBase);
+    AttributeColumn tenant{"tenant", AttributeType::kInt64, {}, {}};
+    for (std::int64_t r = 0; r < kBase; ++r) {
+      ids[r] = 1000 + 7 * ((r * 13) % kBase);  // shuffled: ties break on these, not on slots
+      tenant.ints.push_back(r % 3);
+      m_.ids[r] = ids[r];
+      m_.tenant[r] = r % 3;
+      m_.live[r] = true;
+      std::copy(base_.begin() + r * kDim, base_.begin() + (r + 1) * kDim, m_.vectors.begin() + r * kDim);
+    }
+    table_ = AttributeTable({tenant}, ids);
+    ShardInput in{base_.data(), kBase, kDim, ids.data()};
+    in.attributes = &table_;
+    in.capacity = kCapacity;
+    EngineOptions opt;
+    opt.threads = 2;
+    const EngineLimits lim{kQueries, kK, 4, 1};
+    engine_ = c.cuda ? make_cuda_engine(in, c.metric, c.dtype, lim, opt) : make_cpu_engine(in, c.metric, c.dtype, lim, opt);
+    runner_ = std::make_unique<test::EngineRunner>(*engine_);
+  }
+
+  void write(const std::vector<std::int64_t>& slots, const std::vector<std::int64_t>& ids,
+             const std::vector<float>& vectors, const std::vector<std::int64_t>& tenants) {
+    const void* cols[1] = {tenants.data()};
+    SlotRows w;
+    w.n = static_cast<std::int64_t>(slots.size());
+    w.slots = slots.data();
+    w.ids = ids.data();
+    w.vectors = vectors.data();
+    w.attributes = cols;
+    engine_->write_rows(w);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      m_.ids[slots[i]] = ids[i];
+      m_.tenant[slots[i]] = tenants[i];
+      std::copy(vectors.begin() + i * kDim, vectors.begin() + (i + 1) * kDim, m_.vectors.begin() + slots[i] * kDim);
+    }
+  }
+  void set_live(const std::vector<std::int64_t>& slots, bool live) {
+    engine_->set_live(slots.data(), static_cast<std::int64_t>(slots.size()), live);
+    for (auto s : slots) m_.live[s] = live;
+  }
+
+  /// The engine's answer [batch, k] for queries [q0, q0 + batch) (filter: every query's, or none).
+  std::vector<Candidate> search(int q0, int batch, const FilterProgram* filter = nullptr) {
+    std::vector<const FilterProgram*> f(batch, filter);
+    const std::size_t qbytes = sizeof(float) * batch * kDim;
+    Space& sp = runner_->space();
+    sp.from_host(const_cast<float*>(runner_->device_queries()), queries_.data() + q0 * kDim, qbytes, true);
+    engine_->prepare_queries(const_cast<float*>(runner_->device_queries()), batch, sp.stream());
+    SearchArgs a;
+    a.queries = runner_->device_queries();
+    a.batch = batch;
+    a.k = kK;
+    a.out = runner_->device_out();
+    a.stream = sp.stream();
+    a.filters = filter ? f.data() : nullptr;
+    engine_->search(a);
+    std::vector<Candidate> out(static_cast<std::size_t>(batch) * kK);
+    sp.to_host(out.data(), runner_->device_out(), out.size() * sizeof(Candidate), true);
+    return out;
+  }
+
+  /// Every query's answer against the oracle over the live rows (passing `tenant` when >= 0),
+  /// exact ids and scores; the batch of all queries equals each query alone, bit for bit.
+  void expect_oracle(const std::string& step, std::int64_t tenant = -1, const FilterProgram* filter = nullptr) {
+    const Metric m = GetParam().metric;
+    std::vector<float> rows;
+    std::vector<std::int64_t> ids;
+    for (std::int64_t s = 0; s < kCapacity; ++s) {
+      if (!m_.live[s] || (tenant >= 0 && m_.tenant[s] != tenant)) continue;
+      ids.push_back(m_.ids[s]);
+      rows.insert(rows.end(), m_.vectors.begin() + s * kDim, m_.vectors.begin() + (s + 1) * kDim);
+    }
+    const std::vector<Candidate> batch = search(0, kQueries, filter);
+    for (int q = 0; q < kQueries; ++q) {
+      const std::vector<Candidate> alone = search(q, 1, filter);
+      std::vector<std::int64_t> want_ids;
+      std::vector<double> want_scores;
+      const int kk = static_cast<int>(std::min<std::int64_t>(kK, static_cast<std::int64_t>(ids.size())));
+      if (kk > 0)
+        oracle::topk(m, rows.data(), static_cast<std::int64_t>(ids.size()), ids.data(), queries_.data() + q * kDim, 1,
+                     kDim, kk, &want_ids, &want_scores);
+      for (int j = 0; j < kK; ++j) {
+        const Candidate& got = batch[static_cast<std::size_t>(q) * kK + j];
+        SCOPED_TRACE(step + ": query " + std::to_string(q) + " position " + std::to_string(j));
+        EXPECT_EQ(got.id, alone[j].id);
+        EXPECT_EQ(got.score, alone[j].score);
+        if (j < kk) {
+          EXPECT_EQ(got.id, want_ids[j]);
+          EXPECT_EQ(static_cast<double>(reported_score(m, got.score)), want_scores[j]);
+        } else {
+          EXPECT_EQ(got.id, kPadId);
+        }
+      }
+    }
+  }
+
+  std::vector<float> base_, queries_;
+  Model m_;
+  AttributeTable table_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<test::EngineRunner> runner_;
+};
+
+TEST_P(EngineUpdates, MixedWritesAndDeletesMatchTheOracleOverTheLiveSlots) {
+  EXPECT_EQ(engine_->info().rows, kBase);
+  EXPECT_EQ(engine_->info().capacity, kCapacity);
+  expect_oracle("as built");
+
+  // 30 new rows into reserved slots; every third one a copy of a base row (ties across old and
+  // new rows, broken by the id), the others new small integers.
+  std::vector<std::int64_t> slots, ids, tenants;
+  std::vector<float> vecs = test::small_ints(30 * kDim, 9);
+  for (int i = 0; i < 30; ++i) {
+    slots.push_back(kBase + i);
+    ids.push_back(i % 2 == 0 ? 500 + i : 5000 + i);  // some below, some above the base ids
+    tenants.push_back(i % 3);
+    if (i % 3 == 0) std::copy(base_.begin() + i * kDim, base_.begin() + (i + 1) * kDim, vecs.begin() + i * kDim);
+  }
+  write(slots, ids, vecs, tenants);
+  expect_oracle("written, not yet live");  // written slots stay dead until set_live
+  set_live(slots, true);
+  expect_oracle("30 rows live");
+
+  // Deletes: 10 base rows and 5 new ones.
+  set_live({0, 3, 5, 9, 11, 17, 20, 25, 33, 39, 40, 43, 50, 61, 69}, false);
+  expect_oracle("15 deleted");
+
+  // A deleted id comes back in a freed slot with another vector; another freed slot gets a
+  // new id; then a filter on the written attribute.
+  const std::vector<float> again = test::small_ints(2 * kDim, 10);
+  write({3, 43}, {m_.ids[0], 777}, again, {1, 1});
+  set_live({3, 43}, true);
+  expect_oracle("re-inserted in freed slots");
+  const FilterProgram tenant1 = parse_filter(R"({"eq": {"tenant": 1}})", engine_->attribute_table().schema());
+  expect_oracle("filtered tenant = 1", 1, &tenant1);
+
+  // What read_rows gives back is what the oracle used (small integers: exact in every dtype).
+  std::vector<float> back(2 * kDim);
+  const std::int64_t which[2] = {43, 3};
+  engine_->read_rows(which, 2, back.data());
+  for (std::int64_t d = 0; d < kDim; ++d) {
+    EXPECT_EQ(back[d], m_.vectors[43 * kDim + d]);
+    EXPECT_EQ(back[kDim + d], m_.vectors[3 * kDim + d]);
+  }
+  EXPECT_EQ(engine_->attribute_table().global_ids()[43], 777);
+
+  // Every slot dead: padding only.
+  std::vector<std::int64_t> all(kCapacity);
+  std::iota(all.begin(), all.end(), 0);
+  set_live(all, false);
+  expect_oracle("everything deleted");
+}
+
+TEST_P(EngineUpdates, BadCallsAreRefusedAndChangeNothing) {
+  const std::vector<float> v = test::small_ints(kDim, 11);
+  const std::vector<std::int64_t> tenant{2};
+  EXPECT_THAT(test::error_of([&] { write({5}, {9}, v, tenant); }), HasSubstr("slot 5 is live"));
+  EXPECT_THAT(test::error_of([&] { write({kCapacity}, {9}, v, tenant); }), HasSubstr("outside [0, 100)"));
+  const std::int64_t bad = -1;
+  EXPECT_THAT(test::error_of([&] { engine_->set_live(&bad, 1, false); }), HasSubstr("slot -1"));
+  if (GetParam().dtype == Dtype::kFloat16) {
+    std::vector<float> huge(kDim, 1e6f);
+    EXPECT_THAT(test::error_of([&] {
+                  SlotRows w;
+                  const std::int64_t s = 50, id = 9;
+                  const void* cols[1] = {tenant.data()};
+                  w.n = 1, w.slots = &s, w.ids = &id, w.vectors = huge.data(), w.attributes = cols;
+                  engine_->write_rows(w);
+                }),
+                HasSubstr("overflows float16"));
+  }
+  expect_oracle("after refused calls");
+}
+
+std::vector<UpdateCase> cases() {
+  std::vector<UpdateCase> out;
+  for (bool cuda : {false, true})
+    for (Metric m : {Metric::kInnerProduct, Metric::kL2})
+      for (Dtype dt : {Dtype::kFloat32, Dtype::kFloat16}) out.push_back({cuda, m, dt});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, EngineUpdates, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<UpdateCase>& i) {
+                           std::string n = std::string(i.param.cuda ? "cuda_" : "cpu_") + to_string(i.param.metric) +
+                                           "_" + to_string(i.param.dtype);
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace shardtopk

@@ -1,0 +1,512 @@
+// Updates of a ShardedIndex under MPI (one binary, registered in CTest for P = 1, 2, 4): every
+// test is collective; rank 0 keeps a model of the live rows and checks every answer against it.
+//
+// Checks: after each step of mixed upserts, replacements, deletes (by id and by filter) and
+// re-inserts, the answer is the float64 oracle's over exactly the live rows (small integers:
+// exact ids and scores, ties across old and new rows broken by the id; DESIGN.md invariants 4,
+// 9, 10), a batch equals its queries searched alone (3), and with float data the answer equals,
+// bit for bit, one CPU engine over the live rows (so it is the same for 1, 2 and 4 ranks);
+// deleting everything gives padding only; duplicates and bad input are refused naming the
+// value and change nothing; capacity exhausted is refused and frees up after deletes; a
+// read-only index refuses writes; a restart (base + log with a torn tail, then snapshot + log)
+// answers as before.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/engine.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/ingest.hpp"
+#include "shardtopk/oracle.hpp"
+#include "test_support.hpp"
+
+namespace shardtopk {
+namespace {
+
+using ::testing::HasSubstr;
+
+int g_rank = 0, g_world = 1;
+std::string g_dir;
+
+constexpr std::int64_t kN = 30, kDim = 6;
+constexpr int kK = 7, kQueries = 6;
+
+std::string test_stem() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  for (char& ch : name)
+    if (ch == '/') ch = '_';
+  return g_dir + "/" + name;
+}
+
+void on_root(const std::function<void()>& f) {
+  if (g_rank == 0) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank 0 set-up failed: " << e.what();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/// A live row of the model.
+struct Row {
+  std::vector<float> v;
+  std::int64_t tenant = 0;
+};
+
+class Updates : public ::testing::TestWithParam<Metric> {
+ protected:
+  /// Writes the corpus (ids 100 + 3·((7·i) mod N): not in row order) and returns the config.
+  Config make_config(bool small_ints, long long capacity_rows = 0, bool writable = true) {
+    const std::string stem = test_stem();
+    const std::string path = stem + ".h5";
+    base_ = small_ints ? test::small_ints(kN * kDim, 21) : test::random_floats(kN * kDim, 21);
+    std::vector<std::int64_t> ids(kN), tenant(kN);
+    for (std::int64_t i = 0; i < kN; ++i) {
+      ids[i] = 100 + 3 * ((7 * i) % kN);
+      tenant[i] = i % 3;
+      model_[ids[i]] = Row{std::vector<float>(base_.begin() + i * kDim, base_.begin() + (i + 1) * kDim), tenant[i]};
+    }
+    on_root([&] {
+      H5Writer w(path);
+      w.write_f32("train", base_.data(), kN, kDim);
+      w.write_i64("ids", ids.data(), kN, 0);
+      w.write_i64("meta/tenant", tenant.data(), kN, 0);
+    });
+    Config c;
+    c.source = "test";
+    c.corpus.path = path;
+    c.corpus.ids_dataset = "ids";
+    c.corpus.attributes = {"meta/tenant"};
+    c.search.metric = GetParam();
+    c.search.k_max = 16;
+    c.search.batch_max = 8;
+    c.engine.backend = EngineBackend::kCpu;
+    c.engine.threads = 1;
+    c.comm.backend = CommBackend::kMpi;
+    c.comm.timeout_s = 60;
+    if (writable) c.storage.dir = stem + ".store";
+    c.storage.capacity_rows = capacity_rows;
+    queries_ = small_ints ? test::small_ints(kQueries * kDim, 22) : test::random_floats(kQueries * kDim, 22);
+    return c;
+  }
+
+  /// Collective upsert; rank 0's rows from (ids, vectors, tenants), which also go to the model.
+  WriteResult upsert(ShardedIndex& idx, const std::vector<std::int64_t>& ids, const std::vector<float>& v,
+                     const std::vector<std::int64_t>& tenants) {
+    UpsertRows r;
+    r.rows = static_cast<std::int64_t>(ids.size());
+    r.ids = ids.data();
+    r.vectors = v.data();
+    r.attributes.push_back(AttributeColumnView{"tenant", AttributeType::kInt64, tenants.data()});
+    const WriteResult res = idx.upsert(r);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      model_[ids[i]] = Row{std::vector<float>(v.begin() + i * kDim, v.begin() + (i + 1) * kDim), tenants[i]};
+    return res;
+  }
+  WriteResult remove(ShardedIndex& idx, const std::vector<std::int64_t>& ids) {
+    const WriteResult res = idx.remove(ids.data(), static_cast<std::int64_t>(ids.size()));
+    for (auto id : ids) model_.erase(id);
+    return res;
+  }
+
+  /// The index's answer for queries [q0, q0 + batch).
+  test::Answer search(ShardedIndex& idx, int q0, int batch, const FilterProgram* filter = nullptr) {
+    test::Answer a;
+    a.ids.assign(static_cast<std::size_t>(batch) * kK, -1);
+    a.scores.assign(a.ids.size(), NAN);
+    std::vector<const FilterProgram*> f(static_cast<std::size_t>(batch), filter);
+    idx.search(g_rank == 0 ? queries_.data() + q0 * kDim : nullptr, batch, kK, g_rank == 0 ? a.ids.data() : nullptr,
+               g_rank == 0 ? a.scores.data() : nullptr, filter ? f.data() : nullptr);
+    return a;
+  }
+
+  /// One CPU engine over the model's live rows (passing `tenant` when >= 0), searched alone.
+  test::Answer reference(std::int64_t tenant) {
+    std::vector<float> rows;
+    std::vector<std::int64_t> ids;
+    for (const auto& [id, row] : model_) {
+      if (tenant >= 0 && row.tenant != tenant) continue;
+      ids.push_back(id);
+      rows.insert(rows.end(), row.v.begin(), row.v.end());
+    }
+    const auto n = static_cast<std::int64_t>(ids.size());
+    if (GetParam() == Metric::kCosine && n > 0) normalize_rows(rows.data(), n, kDim, 0, "row");
+    const ShardInput in{rows.data(), n, kDim, ids.data()};
+    EngineOptions opt;
+    opt.threads = 1;
+    auto e = make_cpu_engine(in, GetParam(), Dtype::kFloat32, EngineLimits{kQueries, kK}, opt);
+    return test::run_engine(*e, queries_, kQueries, kK, kQueries);
+  }
+
+  /// Every query's answer equals, bit for bit, one engine over the model's live rows (passing
+  /// `tenant` when >= 0) and each query searched alone; for inner product and l2 (small
+  /// integers: exact arithmetic) also the float64 oracle's ids and scores.
+  void expect_oracle(ShardedIndex& idx, const std::string& step, std::int64_t tenant = -1,
+                     const FilterProgram* filter = nullptr) {
+    const test::Answer batch = search(idx, 0, kQueries, filter);
+    std::vector<test::Answer> alone;
+    for (int q = 0; q < kQueries; ++q) alone.push_back(search(idx, q, 1, filter));
+    if (g_rank != 0) return;
+    test::expect_bit_identical(batch, reference(tenant), step + ": index vs one engine over the live rows");
+    std::vector<float> rows;
+    std::vector<std::int64_t> ids;
+    for (const auto& [id, row] : model_) {
+      if (tenant >= 0 && row.tenant != tenant) continue;
+      ids.push_back(id);
+      rows.insert(rows.end(), row.v.begin(), row.v.end());
+    }
+    const Metric m = GetParam();
+    const bool exact = m != Metric::kCosine;  // cosine divides: not exact in float32
+    for (int q = 0; q < kQueries; ++q) {
+      std::vector<std::int64_t> want_ids;
+      std::vector<double> want_scores;
+      const int kk = static_cast<int>(std::min<std::int64_t>(kK, static_cast<std::int64_t>(ids.size())));
+      if (kk > 0)
+        oracle::topk(m, rows.data(), static_cast<std::int64_t>(ids.size()), ids.data(), queries_.data() + q * kDim, 1,
+                     kDim, kk, &want_ids, &want_scores);
+      for (int j = 0; j < kK; ++j) {
+        SCOPED_TRACE(step + ": query " + std::to_string(q) + " position " + std::to_string(j));
+        const std::size_t at = static_cast<std::size_t>(q) * kK + j;
+        EXPECT_EQ(batch.ids[at], alone[q].ids[j]);
+        EXPECT_EQ(batch.scores[at], alone[q].scores[j]);
+        if (j < kk) {
+          if (!exact) continue;
+          EXPECT_EQ(batch.ids[at], want_ids[j]);
+          EXPECT_EQ(static_cast<double>(batch.scores[at]), want_scores[j]);
+        } else {
+          EXPECT_EQ(batch.ids[at], kPadId);
+        }
+      }
+    }
+  }
+
+  /// Rank 0: the error of f is a WriteError of `kind` naming `what`; other ranks: an Error
+  /// (lock step). Returns normally either way.
+  void expect_refused(const std::function<void()>& f, WriteError::Kind kind, const std::string& what) {
+    if (g_rank == 0) {
+      try {
+        f();
+        ADD_FAILURE() << "no error; expected one naming " << what;
+      } catch (const WriteError& e) {
+        EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
+        EXPECT_THAT(e.what(), HasSubstr(what));
+      }
+    } else {
+      EXPECT_THROW(f(), Error);
+    }
+  }
+
+  std::vector<float> base_, queries_;
+  std::map<std::int64_t, Row> model_;  // live rows by id
+};
+
+TEST_P(Updates, MixedUpsertsAndDeletesMatchTheOracleOverTheLiveRows) {
+  const Config cfg = make_config(/*small_ints=*/true);
+  auto idx = load_index(cfg, false);
+  ASSERT_TRUE(idx->writable());
+  expect_oracle(*idx, "as loaded");
+
+  // New rows: every other one a copy of a base row (ties across old and new rows), ids below
+  // and above the base ids.
+  std::vector<std::int64_t> ids, tenants;
+  std::vector<float> v = test::small_ints(12 * kDim, 23);
+  for (int i = 0; i < 12; ++i) {
+    ids.push_back(i % 2 ? 10 + i : 1000 + i);
+    tenants.push_back(i % 3);
+    if (i % 2 == 0) std::copy(base_.begin() + i * kDim, base_.begin() + (i + 1) * kDim, v.begin() + i * kDim);
+  }
+  const WriteResult w1 = upsert(*idx, ids, v, tenants);
+  if (g_rank == 0) EXPECT_EQ(w1.rows, 12);
+  expect_oracle(*idx, "12 inserted");
+
+  // Replacements: base ids and new ids get new vectors and tenants (delete + insert).
+  const std::vector<std::int64_t> repl{100, 103, 11, 1000};
+  upsert(*idx, repl, test::small_ints(4 * kDim, 24), {2, 2, 0, 1});
+  expect_oracle(*idx, "4 replaced");
+
+  // Deletes, one id unknown: it is not counted.
+  const WriteResult d = remove(*idx, {106, 109, 13, 1002, 424242});
+  if (g_rank == 0) {
+    EXPECT_EQ(d.rows, 4);
+    EXPECT_GT(d.seq, w1.seq);
+  }
+  expect_oracle(*idx, "4 deleted");
+
+  // A deleted id comes back; a filter on the attribute sees the written values.
+  upsert(*idx, {106}, test::small_ints(kDim, 25), {1});
+  expect_oracle(*idx, "re-inserted");
+  const FilterProgram t1 = parse_filter(R"({"eq": {"tenant": 1}})", idx->attribute_schema());
+  expect_oracle(*idx, "filter tenant = 1", 1, &t1);
+
+  // Delete by filter: every live row of tenant 2.
+  const FilterProgram t2 = parse_filter(R"({"eq": {"tenant": 2}})", idx->attribute_schema());
+  std::int64_t tenant2 = 0;
+  for (const auto& [id, row] : model_) tenant2 += row.tenant == 2 ? 1 : 0;
+  const WriteResult df = idx->remove_matching(t2);
+  for (auto it = model_.begin(); it != model_.end();) it = it->second.tenant == 2 ? model_.erase(it) : std::next(it);
+  if (g_rank == 0) EXPECT_EQ(df.rows, tenant2);
+  expect_oracle(*idx, "tenant 2 deleted by filter");
+
+  if (g_rank == 0) {
+    const UpdateStats st = idx->update_stats();
+    EXPECT_EQ(st.live_rows, static_cast<std::int64_t>(model_.size()));
+    EXPECT_EQ(st.applied_seq, df.seq);
+    EXPECT_GT(st.tombstones, 0);
+  }
+
+  // Everything deleted: padding only, and counts of 0.
+  std::vector<std::int64_t> all;
+  for (const auto& [id, row] : model_) all.push_back(id);
+  {
+    std::int64_t n = static_cast<std::int64_t>(all.size());
+    MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    all.resize(static_cast<std::size_t>(n));
+    MPI_Bcast(all.data(), static_cast<int>(n), MPI_INT64_T, 0, MPI_COMM_WORLD);
+  }
+  remove(*idx, all);
+  expect_oracle(*idx, "everything deleted");
+  std::vector<std::int64_t> ids_out(kK);
+  std::vector<float> sc(kK);
+  std::int32_t count = -1;
+  idx->search(g_rank == 0 ? queries_.data() : nullptr, 1, kK, ids_out.data(), sc.data(), nullptr, &count);
+  if (g_rank == 0) EXPECT_EQ(count, 0);
+  // ... and rows come back.
+  upsert(*idx, {5, 6}, test::small_ints(2 * kDim, 26), {0, 1});
+  expect_oracle(*idx, "two rows after deleting everything");
+}
+
+TEST_P(Updates, FloatAnswersEqualOneEngineOverTheLiveRowsBitForBit) {
+  const Config cfg = make_config(/*small_ints=*/false);
+  auto idx = load_index(cfg, false);
+  std::vector<std::int64_t> ids, tenants;
+  for (int i = 0; i < 20; ++i) {
+    ids.push_back(i % 4 == 0 ? 100 + 3 * i : 2000 + i);  // some replace base rows
+    tenants.push_back(i % 3);
+  }
+  upsert(*idx, ids, test::random_floats(20 * kDim, 27), tenants);
+  remove(*idx, {103, 2001, 2005, 142});
+  const test::Answer got = search(*idx, 0, kQueries);
+  if (g_rank != 0) return;
+  std::vector<float> rows;
+  std::vector<std::int64_t> live;
+  for (const auto& [id, row] : model_) {
+    live.push_back(id);
+    rows.insert(rows.end(), row.v.begin(), row.v.end());
+  }
+  if (GetParam() == Metric::kCosine) normalize_rows(rows.data(), static_cast<std::int64_t>(live.size()), kDim, 0, "row");
+  const ShardInput in{rows.data(), static_cast<std::int64_t>(live.size()), kDim, live.data()};
+  EngineOptions opt;
+  opt.threads = 1;
+  auto e = make_cpu_engine(in, GetParam(), Dtype::kFloat32, EngineLimits{kQueries, kK}, opt);
+  const test::Answer want = test::run_engine(*e, queries_, kQueries, kK, kQueries);
+  test::expect_bit_identical(got, want, "index after updates vs one engine over the live rows");
+}
+
+TEST_P(Updates, DuplicatesAndBadInputAreRefusedAndChangeNothing) {
+  const Config cfg = make_config(/*small_ints=*/true);
+  auto idx = load_index(cfg, false);
+  const std::vector<float> v2 = test::small_ints(2 * kDim, 28);
+  auto try_upsert = [&](std::vector<std::int64_t> ids, std::vector<float> v, std::vector<AttributeColumnView> attrs) {
+    UpsertRows r;
+    r.rows = static_cast<std::int64_t>(ids.size());
+    r.ids = ids.data();
+    r.vectors = v.data();
+    r.attributes = attrs;
+    idx->upsert(r);
+  };
+  const std::vector<std::int64_t> t2{1, 2};
+  const std::vector<double> d2{1.0, 2.0};
+  const AttributeColumnView tenant{"tenant", AttributeType::kInt64, t2.data()};
+  expect_refused([&] { try_upsert({7, 7}, v2, {tenant}); }, WriteError::Kind::kInvalid, "id 7 appears more than once");
+  expect_refused([&] { try_upsert({7, 8}, v2, {}); }, WriteError::Kind::kInvalid, "attribute 'tenant' is missing");
+  expect_refused([&] { try_upsert({7, 8}, v2, {tenant, {"colour", AttributeType::kInt64, t2.data()}}); },
+                 WriteError::Kind::kInvalid, "unknown attribute 'colour'");
+  expect_refused([&] { try_upsert({7, 8}, v2, {{"tenant", AttributeType::kFloat64, d2.data()}}); },
+                 WriteError::Kind::kInvalid, "attribute 'tenant' is int64 in the corpus");
+  std::vector<float> bad = v2;
+  bad[kDim + 2] = NAN;
+  expect_refused([&] { try_upsert({7, 8}, bad, {tenant}); }, WriteError::Kind::kInvalid,
+                 "row id 8 has a non-finite value");
+  expect_refused([&] { try_upsert({}, {}, {tenant}); }, WriteError::Kind::kInvalid, "at least one row");
+  const std::vector<std::int64_t> dup{100, 103, 100};
+  expect_refused([&] { idx->remove(dup.data(), 3); }, WriteError::Kind::kInvalid, "id 100 appears more than once");
+  if (GetParam() == Metric::kCosine) {
+    std::vector<float> zero = v2;
+    std::fill(zero.begin(), zero.begin() + kDim, 0.0f);
+    expect_refused([&] { try_upsert({7, 8}, zero, {tenant}); }, WriteError::Kind::kInvalid, "row id 7 has zero norm");
+  }
+  if (g_rank == 0) EXPECT_EQ(idx->update_stats().applied_seq, 0u);  // nothing was logged
+  expect_oracle(*idx, "after refused writes");
+}
+
+TEST_P(Updates, CapacityExhaustedIsRefusedUntilDeletesFreeSlots) {
+  // Every rank holds ceil(N / P) rows at most; 3 more slots each.
+  const long long cap = (kN + g_world - 1) / g_world + 3;
+  const Config cfg = make_config(/*small_ints=*/true, cap);
+  auto idx = load_index(cfg, false);
+  std::int64_t free = 0;
+  if (g_rank == 0) {
+    const UpdateStats st = idx->update_stats();
+    EXPECT_EQ(st.capacity_rows, cap * g_world);
+    free = st.capacity_rows - st.live_rows;
+  }
+  MPI_Bcast(&free, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  std::vector<std::int64_t> ids, tenants;
+  for (std::int64_t i = 0; i < free; ++i) {
+    ids.push_back(5000 + i);
+    tenants.push_back(0);
+  }
+  upsert(*idx, ids, test::small_ints(free * kDim, 29), tenants);
+  expect_oracle(*idx, "full");
+  expect_refused(
+      [&] {
+        const std::vector<std::int64_t> one{9999}, t{0};
+        const std::vector<float> v = test::small_ints(kDim, 30);
+        UpsertRows r;
+        r.rows = 1;
+        r.ids = one.data();
+        r.vectors = v.data();
+        r.attributes.push_back(AttributeColumnView{"tenant", AttributeType::kInt64, t.data()});
+        idx->upsert(r);
+      },
+      WriteError::Kind::kCapacity, "capacity exhausted");
+  // Replacing live ids needs no new slot; a delete frees one.
+  upsert(*idx, {5000, 100}, test::small_ints(2 * kDim, 31), {1, 1});
+  remove(*idx, {103});
+  upsert(*idx, {9999}, test::small_ints(kDim, 32), {2});
+  expect_oracle(*idx, "after a delete freed a slot");
+}
+
+TEST_P(Updates, ReadOnlyIndexRefusesWritesAndStillSearches) {
+  const Config cfg = make_config(/*small_ints=*/true, 0, /*writable=*/false);
+  auto idx = load_index(cfg, false);
+  EXPECT_FALSE(idx->writable());
+  expect_refused([&] { idx->remove(model_.begin() == model_.end() ? nullptr : &model_.begin()->first, 1); },
+                 WriteError::Kind::kReadOnly, "storage.dir is not set");
+  expect_refused([&] { idx->snapshot(); }, WriteError::Kind::kReadOnly, "read-only");
+  expect_oracle(*idx, "read-only");
+}
+
+TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
+  const Config cfg = make_config(/*small_ints=*/true);
+  std::vector<std::int64_t> ids, tenants;
+  for (int i = 0; i < 10; ++i) {
+    ids.push_back(i % 3 == 0 ? 100 + 3 * i : 3000 + i);
+    tenants.push_back(i % 3);
+  }
+  test::Answer before;
+  std::uint64_t seq = 0;
+  {
+    auto idx = load_index(cfg, false);
+    upsert(*idx, ids, test::small_ints(10 * kDim, 33), tenants);
+    remove(*idx, {3001, 109, 112});
+    upsert(*idx, {3001}, test::small_ints(kDim, 34), {1});
+    before = search(*idx, 0, kQueries);
+    if (g_rank == 0) seq = idx->update_stats().applied_seq;
+  }
+  // A torn tail, as a crash in the middle of a write leaves one: recovery cuts it.
+  on_root([&] {
+    std::string last;
+    for (const auto& e : std::filesystem::directory_iterator(cfg.storage.dir))
+      if (e.path().filename().string().rfind("wal-", 0) == 0 && e.path().string() > last) last = e.path().string();
+    ASSERT_FALSE(last.empty());
+    std::ofstream out(last, std::ios::app | std::ios::binary);
+    const std::string junk(100, '\x5a');
+    out.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  });
+  {
+    auto idx = load_index(cfg, false);  // the corpus, then the log
+    test::expect_bit_identical(search(*idx, 0, kQueries), before, "restart from base + log");
+    expect_oracle(*idx, "restart from base + log");
+    if (g_rank == 0) EXPECT_EQ(idx->update_stats().applied_seq, seq);
+    const SnapshotResult snap = idx->snapshot();
+    if (g_rank == 0) {
+      EXPECT_EQ(snap.seq, seq);
+      EXPECT_EQ(snap.rows, static_cast<std::int64_t>(model_.size()));
+      EXPECT_TRUE(std::filesystem::exists(snap.path)) << snap.path;
+      EXPECT_EQ(idx->update_stats().log_records, 0);
+    }
+    remove(*idx, {3004});
+    upsert(*idx, {4000, 100}, test::small_ints(2 * kDim, 35), {0, 2});
+    before = search(*idx, 0, kQueries);
+  }
+  {
+    auto idx = load_index(cfg, false);  // the snapshot, then the log after it
+    test::expect_bit_identical(search(*idx, 0, kQueries), before, "restart from snapshot + log");
+    expect_oracle(*idx, "restart from snapshot + log");
+    if (g_rank == 0) {
+      const UpdateStats st = idx->update_stats();
+      EXPECT_EQ(st.snapshot_seq, seq);
+      EXPECT_EQ(st.log_records, 2);
+    }
+    const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", idx->attribute_schema());
+    expect_oracle(*idx, "attributes from the snapshot", 0, &t0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Metrics, Updates, ::testing::Values(Metric::kInnerProduct, Metric::kL2, Metric::kCosine),
+                         [](const ::testing::TestParamInfo<Metric>& i) { return to_string(i.param); });
+
+// On ranks other than 0: print failures only, tagged with the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                   r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace shardtopk
+
+int main(int argc, char** argv) {
+  shardtopk::MpiSession mpi(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  shardtopk::g_rank = mpi.rank();
+  shardtopk::g_world = mpi.world_size();
+  if (shardtopk::g_rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new shardtopk::RankFailurePrinter(shardtopk::g_rank));
+  }
+  char buf[4096] = {0};
+  if (shardtopk::g_rank == 0) {
+    const char* base = std::getenv("TMPDIR");
+    std::snprintf(buf, sizeof buf, "%s/shardtopk-updates-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(buf)) buf[0] = '\0';
+  }
+  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (buf[0] == '\0') MPI_Abort(MPI_COMM_WORLD, 1);
+  shardtopk::g_dir = buf;
+  const int rc = RUN_ALL_TESTS();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (shardtopk::g_rank == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(shardtopk::g_dir, ec);
+  }
+  return worst;
+}
