@@ -5,7 +5,8 @@
 // re-inserts, the answer is the float64 oracle's over exactly the live rows (small integers:
 // exact ids and scores, ties across old and new rows broken by the id; DESIGN.md invariants 4,
 // 9, 10), a batch equals its queries searched alone (3), and with float data the answer equals,
-// bit for bit, one CPU engine over the live rows (so it is the same for 1, 2 and 4 ranks);
+// bit for bit, one engine of the same kind over the live rows (so it is the same for 1, 2 and 4
+// ranks; SHARDTOPK_TEST_ENGINE=cuda puts the index and that engine on GPUs);
 // deleting everything gives padding only; duplicates and bad input are refused naming the
 // value and change nothing; capacity exhausted is refused and frees up after deletes; a
 // read-only index refuses writes; a restart (base + log with a torn tail, then snapshot + log)
@@ -41,6 +42,19 @@ namespace {
 using ::testing::HasSubstr;
 
 int g_rank = 0, g_world = 1;
+
+/// SHARDTOPK_TEST_ENGINE=cuda: the index's ranks (and the one-engine reference) use the CUDA engine.
+bool cuda_engine() {
+  const char* eng = std::getenv("SHARDTOPK_TEST_ENGINE");
+  return eng && std::string(eng) == "cuda";
+}
+
+std::unique_ptr<Engine> reference_engine(const ShardInput& in, Metric metric, const EngineLimits& limits) {
+  EngineOptions opt;
+  opt.threads = 1;
+  return cuda_engine() ? make_cuda_engine(in, metric, Dtype::kFloat32, limits, opt)
+                       : make_cpu_engine(in, metric, Dtype::kFloat32, limits, opt);
+}
 std::string g_dir;
 
 constexpr std::int64_t kN = 30, kDim = 6;
@@ -98,9 +112,9 @@ class Updates : public ::testing::TestWithParam<Metric> {
     c.search.metric = GetParam();
     c.search.k_max = 16;
     c.search.batch_max = 8;
-    c.engine.backend = EngineBackend::kCpu;
+    c.engine.backend = cuda_engine() ? EngineBackend::kCuda : EngineBackend::kCpu;
     c.engine.threads = 1;
-    c.comm.backend = CommBackend::kMpi;
+    c.comm.backend = cuda_engine() ? CommBackend::kAuto : CommBackend::kMpi;
     c.comm.timeout_s = 60;
     if (writable) c.storage.dir = stem + ".store";
     c.storage.capacity_rows = capacity_rows;
@@ -138,7 +152,7 @@ class Updates : public ::testing::TestWithParam<Metric> {
     return a;
   }
 
-  /// One CPU engine over the model's live rows (passing `tenant` when >= 0), searched alone.
+  /// One engine (reference_engine) over the model's live rows (passing `tenant` when >= 0), searched alone.
   test::Answer reference(std::int64_t tenant) {
     std::vector<float> rows;
     std::vector<std::int64_t> ids;
@@ -150,9 +164,7 @@ class Updates : public ::testing::TestWithParam<Metric> {
     const auto n = static_cast<std::int64_t>(ids.size());
     if (GetParam() == Metric::kCosine && n > 0) normalize_rows(rows.data(), n, kDim, 0, "row");
     const ShardInput in{rows.data(), n, kDim, ids.data()};
-    EngineOptions opt;
-    opt.threads = 1;
-    auto e = make_cpu_engine(in, GetParam(), Dtype::kFloat32, EngineLimits{kQueries, kK}, opt);
+    auto e = reference_engine(in, GetParam(), EngineLimits{kQueries, kK});
     return test::run_engine(*e, queries_, kQueries, kK, kQueries);
   }
 
@@ -313,9 +325,7 @@ TEST_P(Updates, FloatAnswersEqualOneEngineOverTheLiveRowsBitForBit) {
   }
   if (GetParam() == Metric::kCosine) normalize_rows(rows.data(), static_cast<std::int64_t>(live.size()), kDim, 0, "row");
   const ShardInput in{rows.data(), static_cast<std::int64_t>(live.size()), kDim, live.data()};
-  EngineOptions opt;
-  opt.threads = 1;
-  auto e = make_cpu_engine(in, GetParam(), Dtype::kFloat32, EngineLimits{kQueries, kK}, opt);
+  auto e = reference_engine(in, GetParam(), EngineLimits{kQueries, kK});
   const test::Answer want = test::run_engine(*e, queries_, kQueries, kK, kQueries);
   test::expect_bit_identical(got, want, "index after updates vs one engine over the live rows");
 }
