@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the dependencies installed here that a GPU machine may lack into .vendor/ (git-ignored),
 # to be carried there; CMake uses them through SHARDTOPK_VENDOR_DIR (bench/gpu_run.sh passes it):
-#   .vendor/include: the header-only CLI11, nlohmann/json, spdlog, fmt (spdlog and fmt then used
+#   .vendor/include (one subfolder per library): the header-only CLI11, nlohmann/json, spdlog, fmt (spdlog and fmt then used
 #     header-only: SPDLOG_HEADER_ONLY, FMT_HEADER_ONLY; see cmake/Dependencies.cmake), cpp-httplib's
 #     httplib.h (the test and benchmark client), and libmicrohttpd's microhttpd.h;
 #   .vendor/lib: libmicrohttpd.so.12 (the `serve` front end; Debian 12's 0.9.75, which needs
@@ -14,16 +14,20 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEST="$ROOT/.vendor/include"
 SRC=${VENDOR_SRC:-/usr/include}
 mkdir -p "$DEST"
-for d in CLI nlohmann spdlog fmt; do
+# One subfolder per library (cmake/Dependencies.cmake says why): cli/CLI, json/nlohmann,
+# spdlog/{spdlog,fmt}, httplib/httplib.h, microhttpd/microhttpd.h.
+rm -rf "${DEST:?}"/*
+for pair in cli:CLI json:nlohmann spdlog:spdlog spdlog:fmt; do
+  sub=${pair%%:*} d=${pair#*:}
   if [[ ! -d "$SRC/$d" ]]; then
     echo "pack_vendor: $SRC/$d is missing; install libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev" >&2
     exit 1
   fi
-  rm -rf "${DEST:?}/$d"
-  cp -a "$SRC/$d" "$DEST/"
+  mkdir -p "$DEST/$sub"
+  cp -a "$SRC/$d" "$DEST/$sub/"
 done
 # Header-only fmt needs its implementation header; spdlog header-only needs its -inl.h files.
-for f in fmt/format-inl.h spdlog/spdlog-inl.h; do
+for f in spdlog/fmt/format-inl.h spdlog/spdlog/spdlog-inl.h; do
   [[ -f "$DEST/$f" ]] || { echo "pack_vendor: $DEST/$f missing: header-only build impossible" >&2; exit 1; }
 done
 # cpp-httplib: Debian's /usr/include/httplib.h is a split header whose implementation lives in
@@ -32,7 +36,7 @@ done
 HTTPLIB=$ROOT/third_party/cpp-httplib/httplib.h
 if [[ -f "$SRC/httplib.h" ]] && grep -q "inline bool Server::listen" "$SRC/httplib.h"; then HTTPLIB=$SRC/httplib.h; fi
 grep -q "inline bool Server::listen" "$HTTPLIB" || { echo "pack_vendor: $HTTPLIB is not a single-header httplib" >&2; exit 1; }
-cp "$HTTPLIB" "$DEST/httplib.h"
+mkdir -p "$DEST/httplib" && cp "$HTTPLIB" "$DEST/httplib/httplib.h"
 # libmicrohttpd: the header and the shared library (its soname file, not the -dev symlink).
 LIBDIR=${VENDOR_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 MHD=$(readlink -f "$LIBDIR/libmicrohttpd.so.12" 2>/dev/null || true)
@@ -41,7 +45,7 @@ if [[ ! -f "$SRC/microhttpd.h" || -z "$MHD" || ! -f "$MHD" ]]; then
   exit 1
 fi
 grep -q "MHD_VERSION 0x0009" "$SRC/microhttpd.h" || { echo "pack_vendor: $SRC/microhttpd.h is not libmicrohttpd 0.9.x" >&2; exit 1; }
-cp "$SRC/microhttpd.h" "$DEST/microhttpd.h"
+mkdir -p "$DEST/microhttpd" && cp "$SRC/microhttpd.h" "$DEST/microhttpd/microhttpd.h"
 mkdir -p "$ROOT/.vendor/lib"
 cp "$MHD" "$ROOT/.vendor/lib/libmicrohttpd.so.12"
-echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: CLI nlohmann spdlog fmt httplib.h microhttpd.h; lib: libmicrohttpd.so.12)"
+echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: cli/ json/ spdlog/ httplib/ microhttpd/; lib: libmicrohttpd.so.12)"
