@@ -46,6 +46,24 @@ inline void quiet_followers(int rank) {
   listeners.Append(new RankFailurePrinter(rank));
 }
 
+/// GPU registrations (one GPU per rank): whether this node has `gpus` >= its rank count. When
+/// not, rank 0 prints the line CTest's SKIP_REGULAR_EXPRESSION matches ("no GPU visible" or
+/// "needs at least N GPUs") naming `suite`, and the caller returns 0 (collective: every rank
+/// calls it).
+inline bool gpus_for_every_rank(int rank, int gpus, const char* suite) {
+  int local = 1;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  if (gpus >= local) return true;
+  if (rank == 0) {
+    if (gpus == 0) std::printf("no GPU visible: %s on the CUDA engine is skipped\n", suite);
+    else std::printf("needs at least %d GPUs (one per rank); %d visible: %s skipped\n", local, gpus, suite);
+  }
+  return false;
+}
+
 /// RUN_ALL_TESTS on every rank; the worst exit code over all ranks.
 inline int run_all_tests_on_every_rank(int rank) {
   const int rc = RUN_ALL_TESTS();

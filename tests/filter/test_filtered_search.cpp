@@ -498,21 +498,9 @@ int main(int argc, char** argv) {
   using shardtopk::g_world;
   g_rank = mpi.rank();
   g_world = mpi.world_size();
-  if (shardtopk::cuda_engine()) {  // the GPU registrations: one GPU per rank on this node
-    int local = 1;
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
-    const int gpus = shardtopk::cuda_device_count();
-    if (gpus < local) {
-      if (g_rank == 0) {
-        if (gpus == 0) std::printf("no GPU visible: the filtered-search suite on the CUDA engine is skipped\n");
-        else std::printf("needs at least %d GPUs (one per rank); %d visible: skipped\n", local, gpus);
-      }
-      return 0;
-    }
-  }
+  if (shardtopk::cuda_engine() &&  // the GPU registrations: one GPU per rank on this node
+      !shardtopk::test::gpus_for_every_rank(g_rank, shardtopk::cuda_device_count(), "the filtered-search suite"))
+    return 0;
   shardtopk::test::quiet_followers(g_rank);
   char buf[4096] = {0};
   if (g_rank == 0) {

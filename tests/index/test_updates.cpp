@@ -34,6 +34,7 @@
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
 #include "shardtopk/oracle.hpp"
+#include "mpi_gtest.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {
@@ -475,20 +476,6 @@ TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
 INSTANTIATE_TEST_SUITE_P(Metrics, Updates, ::testing::Values(Metric::kInnerProduct, Metric::kL2, Metric::kCosine),
                          [](const ::testing::TestParamInfo<Metric>& i) { return to_string(i.param); });
 
-// On ranks other than 0: print failures only, tagged with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace shardtopk
 
@@ -497,11 +484,10 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   shardtopk::g_rank = mpi.rank();
   shardtopk::g_world = mpi.world_size();
-  if (shardtopk::g_rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new shardtopk::RankFailurePrinter(shardtopk::g_rank));
-  }
+  if (shardtopk::cuda_engine() &&  // the GPU registrations: one GPU per rank on this node
+      !shardtopk::test::gpus_for_every_rank(shardtopk::g_rank, shardtopk::cuda_device_count(), "the updates suite"))
+    return 0;
+  shardtopk::test::quiet_followers(shardtopk::g_rank);
   char buf[4096] = {0};
   if (shardtopk::g_rank == 0) {
     const char* base = std::getenv("TMPDIR");
@@ -511,9 +497,7 @@ int main(int argc, char** argv) {
   MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (buf[0] == '\0') MPI_Abort(MPI_COMM_WORLD, 1);
   shardtopk::g_dir = buf;
-  const int rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int worst = shardtopk::test::run_all_tests_on_every_rank(shardtopk::g_rank);
   if (shardtopk::g_rank == 0) {
     std::error_code ec;
     std::filesystem::remove_all(shardtopk::g_dir, ec);

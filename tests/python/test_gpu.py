@@ -172,7 +172,7 @@ class DevicePathTests(unittest.TestCase):
             bad = [1, 3] + ([4] if cfg[0] == "cosine" else [])
             for r in range(5):
                 if r in bad:
-                    self.assertTrue((ids[r] == -1).all(), f"{cfg} row {r}: {ids[r]}")
+                    self.assertTrue((ids[r] == shardtopk.PAD_ID).all(), f"{cfg} row {r}: {ids[r]}")
                     self.assertTrue(np.isnan(scores[r]).all(), f"{cfg} row {r}")
                 else:
                     self.assert_same(ids[r:r + 1], scores[r:r + 1], self.host(index, self.Q[r:r + 1]), f"{cfg} row {r}")

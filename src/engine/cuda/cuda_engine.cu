@@ -317,7 +317,8 @@ class CudaEngine final : public Engine {
       masks.words = ws_.mask_words;
     }
     const RowMasks* m = filtered || (rows_ > 0 && live_active_) ? &masks : nullptr;
-    const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, m != nullptr};
+    const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (masks.live ? GraphCache::kMaskLive : 0);
+    const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, mask_kinds};
     const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
     if (rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan)) return search_batched(a, key, s, m);
     // Batch 1 (or an empty shard): one scan + select per query, then the epilogue: one graph.

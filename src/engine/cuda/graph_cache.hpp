@@ -16,8 +16,11 @@ namespace shardtopk::cuda_detail {
 class GraphCache {
  public:
   /// What a captured search depends on: queries, out, k, batch, the epilogue it ends with, and
-  /// whether it reads row masks (filters, deleted rows; the masks live at fixed addresses).
-  using Key = std::tuple<const float*, const Candidate*, int, int, const void*, bool>;
+  /// which row masks it reads (kMaskFilters | kMaskLive bits; the masks live at fixed addresses,
+  /// but whether each is read is captured in the kernels' arguments).
+  using Key = std::tuple<const float*, const Candidate*, int, int, const void*, int>;
+  static constexpr int kMaskFilters = 1;  ///< per-query filter masks
+  static constexpr int kMaskLive = 2;     ///< the live mask (deleted rows)
 
   /// enabled = false: run() enqueues directly every time (nothing is captured).
   explicit GraphCache(bool enabled) : enabled_(enabled) {}
