@@ -54,7 +54,7 @@ rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     side = r["tag"].split("-")[0]
-    key = (r["rows"], r["dtype"], r["batch"], r["k"])
+    key = (r.get("rows", r.get("rows_total")), r["dtype"], r["batch"], r["k"])
     rows.setdefault(key, {}).setdefault(side, []).append(r)
 print("# after/before on one GPU, median over rounds of each run's p50 (us); ratio > 1: after is slower")
 print("%10s %8s %5s %5s %11s %11s %7s %11s %11s %7s %6s" % ("N", "dtype", "B", "K", "h2h_before", "h2h_after",
