@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace shardtopk::python {
 
@@ -28,10 +29,13 @@ inline bool same_stream(StreamHandle a, StreamHandle b) {
 /// reused only after the work queued there before the free. Other streams must be ordered after
 /// `stream` first (order_streams), as with PyTorch's caching allocator. The pool keeps up to
 /// 64 MiB between uses, so a search's answers cost no call into the driver in steady state.
+/// The free needs `stream` alive: `stream_owner` (the Python stream object the handle came from,
+/// when there is one) is released only after it, so a CuPy stream the caller drops before the
+/// answers stays alive until then.
 class DeviceBlock {
  public:
   /// @throws Error naming the bytes and the device when the memory is refused.
-  DeviceBlock(int device, std::size_t bytes, StreamHandle stream);
+  DeviceBlock(int device, std::size_t bytes, StreamHandle stream, std::shared_ptr<void> stream_owner = nullptr);
   ~DeviceBlock();
   DeviceBlock(const DeviceBlock&) = delete;
   DeviceBlock& operator=(const DeviceBlock&) = delete;
@@ -45,6 +49,7 @@ class DeviceBlock {
   std::size_t bytes_ = 0;
   int device_ = 0;
   StreamHandle stream_ = 0;
+  std::shared_ptr<void> stream_owner_;  // released after the free (members outlive the destructor's body)
 };
 
 /// Makes `consumer` wait for the work queued on `producer` so far (an event recorded on

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "core/cuda_check.cuh"
 #include "device.hpp"
@@ -56,8 +57,8 @@ cudaEvent_t ordering_event(int device) {
 
 bool cuda_built() { return true; }
 
-DeviceBlock::DeviceBlock(int device, std::size_t bytes, StreamHandle stream)
-    : bytes_(bytes), device_(device), stream_(stream) {
+DeviceBlock::DeviceBlock(int device, std::size_t bytes, StreamHandle stream, std::shared_ptr<void> stream_owner)
+    : bytes_(bytes), device_(device), stream_(stream), stream_owner_(std::move(stream_owner)) {
   if (bytes == 0) return;
   DeviceGuard guard(device);
   const cudaError_t err = cudaMallocFromPoolAsync(&ptr_, bytes, pool_of(device), as_stream(stream));

@@ -1,5 +1,7 @@
 // The module's CUDA runtime calls (device.hpp) in a build without CUDA: no device array can be
 // made, so none of these is reached by a correct caller; each says why it cannot run.
+#include <utility>
+
 #include "device.hpp"
 #include "shardtopk/error.hpp"
 
@@ -13,8 +15,8 @@ namespace {
 
 bool cuda_built() { return false; }
 
-DeviceBlock::DeviceBlock(int device, std::size_t bytes, StreamHandle stream)
-    : bytes_(bytes), device_(device), stream_(stream) {
+DeviceBlock::DeviceBlock(int device, std::size_t bytes, StreamHandle stream, std::shared_ptr<void> stream_owner)
+    : bytes_(bytes), device_(device), stream_(stream), stream_owner_(std::move(stream_owner)) {
   no_cuda();
 }
 DeviceBlock::~DeviceBlock() = default;

@@ -162,10 +162,24 @@ const TorchApi* torch_api() {
   return &api;
 }
 
+/// A reference to `o` (nullptr for None or a null object) that may be dropped from any thread:
+/// it takes the GIL to release it, and leaves it alone once the interpreter is finalising.
+std::shared_ptr<void> keep_alive(const py::object& o) {
+  if (!o || o.is_none()) return nullptr;
+  PyObject* p = o.ptr();
+  Py_INCREF(p);
+  return std::shared_ptr<void>(p, [](void* x) {
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    Py_DECREF(static_cast<PyObject*>(x));
+  });
+}
+
 /// The producer's current stream on `device`, asked of the library that made `q` (PyTorch,
 /// CuPy); the legacy default stream for any other producer (JAX orders its own work before any
 /// stream it is handed).
-StreamHandle producer_stream(py::handle q, int device) {
+/// `owner`: set to the stream's Python object when there is one (CuPy's current stream).
+StreamHandle producer_stream(py::handle q, int device, py::object* owner) {
   if (const TorchApi* t = torch_api(); t && t->is_tensor(q)) return t->stream(device);
   PyObject* cupy = PyDict_GetItemString(PyImport_GetModuleDict(), "cupy");
   if (cupy) {
@@ -174,9 +188,10 @@ StreamHandle producer_stream(py::handle q, int device) {
       py::object cuda = cp.attr("cuda");
       py::object dev = cuda.attr("Device")(device);
       dev.attr("__enter__")();  // CuPy's current stream is per device
-      py::object ptr = cuda.attr("get_current_stream")().attr("ptr");
+      py::object current = cuda.attr("get_current_stream")();
       dev.attr("__exit__")(py::none(), py::none(), py::none());
-      return ptr.cast<StreamHandle>();
+      *owner = current;
+      return current.attr("ptr").cast<StreamHandle>();
     }
   }
   return 0;
@@ -654,9 +669,10 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, const Fi
   const TorchApi* torch = torch_api();
   const bool torch_queries = torch && torch->is_tensor(queries);
   const StreamHandle torch_stream = torch_queries ? torch->stream(device) : 0;
+  py::object stream_owner = !stream_obj.is_none() && !PyLong_Check(stream_obj.ptr()) ? stream_obj : py::object();
   const StreamHandle s = !stream_obj.is_none() ? stream_handle(stream_obj)
                          : torch_queries       ? torch_stream
-                                               : producer_stream(queries, device);
+                                               : producer_stream(queries, device, &stream_owner);
   bool from_torch = false;
   const auto take = [&](py::handle o, const char* what) {
     if (torch && torch->is_tensor(o)) {
@@ -697,8 +713,9 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, const Fi
     scores = static_cast<float*>(out_scores->data());
   } else {
     const auto n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(k);
-    ids_block = std::make_shared<DeviceBlock>(device_, n * sizeof(std::int64_t), s);
-    scores_block = std::make_shared<DeviceBlock>(device_, n * sizeof(float), s);
+    const std::shared_ptr<void> owner = keep_alive(stream_owner);
+    ids_block = std::make_shared<DeviceBlock>(device_, n * sizeof(std::int64_t), s, owner);
+    scores_block = std::make_shared<DeviceBlock>(device_, n * sizeof(float), s, owner);
     ids = static_cast<std::int64_t*>(ids_block->data());
     scores = static_cast<float*>(scores_block->data());
   }

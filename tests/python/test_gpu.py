@@ -17,6 +17,7 @@ CTest counts as skipped (test_python_gpu, label gpu). What it checks:
 """
 
 import argparse
+import gc
 import os
 import subprocess
 import sys
@@ -247,6 +248,19 @@ class DevicePathTests(unittest.TestCase):
         self.assert_same(ids2.numpy(), scores2.numpy(), want, "cupy stream")
         ids4, scores4 = index.search(q, K, out=(cupy.empty((6, K), cupy.int64), cupy.empty((6, K), cupy.float32)))
         self.assert_same(cupy.asnumpy(ids4), cupy.asnumpy(scores4), want, "cupy out=")
+        # Answers outlive the stream object they were made on: their memory is given back on that
+        # stream, which the answers keep alive (a freed stream handle would crash the free).
+        for how in ("current", "stream="):
+            t = cupy.cuda.Stream(non_blocking=True)
+            with t:
+                q5 = cupy.asarray(self.Q[:6])
+                ids5, scores5 = index.search(q5, K) if how == "current" else index.search(q5, K, stream=t)
+            t.synchronize()
+            del t
+            gc.collect()
+            self.assert_same(ids5.numpy(), scores5.numpy(), want, f"cupy stream dropped first ({how})")
+            del ids5, scores5
+            gc.collect()
 
     def test_jax(self):
         try:
