@@ -689,6 +689,7 @@ py::dict PyIndex::upsert(py::object ids, py::object vectors, py::object attribut
     std::lock_guard<std::mutex> lock(mu_);
     require_open("upsert()");
     r = index_->upsert(rows);
+    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
   }
   return write_answer("upserted", r);
 }
@@ -702,6 +703,7 @@ py::dict PyIndex::remove(py::object ids) {
     std::lock_guard<std::mutex> lock(mu_);
     require_open("remove()");
     r = index_->remove(static_cast<const std::int64_t*>(id.data()), id.shape(0));
+    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
   }
   return write_answer("deleted", r);
 }
@@ -716,6 +718,7 @@ py::dict PyIndex::remove_matching(py::object filter) {
     std::lock_guard<std::mutex> lock(mu_);
     require_open("remove_matching()");
     r = index_->remove_matching(program);
+    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
   }
   return write_answer("deleted", r);
 }
