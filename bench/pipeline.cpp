@@ -425,9 +425,11 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
   std::int64_t widest = 1;
   for (const RowRange& r : scan) widest = std::max(widest, r.size());
   std::vector<float> rows(host_scan ? static_cast<size_t>(std::min(slice, widest) * dim) : 0);
-  for (std::size_t part = 0; host_scan && part < scan.size(); ++part)
-  for (std::int64_t lo = scan[part].lo; lo < scan[part].hi; lo += slice) {
-    const std::int64_t n = std::min(slice, scan[part].hi - lo);
+  std::vector<RowRange> slices;
+  for (const RowRange& r : scan)
+    for (std::int64_t lo = r.lo; lo < r.hi; lo += slice) slices.push_back(RowRange{lo, std::min(lo + slice, r.hi)});
+  for (std::size_t si = 0; host_scan && si < slices.size(); ++si) {
+    const std::int64_t lo = slices[si].lo, n = slices[si].size();
     stored_rows(c, lo, n, rows.data(), threads);
     parallel_for(n, threads, [&](std::int64_t a, std::int64_t b, int t) {
       for (std::int64_t i = a; i < b; ++i) {
