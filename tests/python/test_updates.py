@@ -185,6 +185,20 @@ class UpdateTests(unittest.TestCase):
             apply(index, model, ("upsert", np.array([7, 3]), C[:2], np.array([1, 1])))
             self.check(index, model, Q, "two rows after deleting everything")
 
+    def test_snapshot_policy(self):
+        C, ids, tenant, Q = corpus(n=60)
+        model = Model(C, ids, tenant)
+        with tempfile.TemporaryDirectory() as tmp, \
+                cpu_index(C, ids, tenant, storage__dir=tmp, storage__snapshot_log_bytes=1500) as index:
+            snapshots = set()
+            for i in range(30):
+                apply(index, model, ("upsert", np.array([9000 + i]), C[i:i + 1] + 1, np.array([i % 7])))
+                info = index.info()
+                self.assertLessEqual(info["log_bytes"], 1500, f"write {i}: the log outgrew the policy")
+                snapshots.add(info["snapshot_seq"])
+            self.assertGreaterEqual(len(snapshots - {0}), 2, "30 records of 13 floats pass 1500 bytes more than once")
+            self.check(index, model, Q, "after automatic snapshots")
+
     def test_bad_writes_change_nothing(self):
         C, ids, tenant, Q = corpus(n=50)
         model = Model(C, ids, tenant)
