@@ -19,9 +19,7 @@
 #endif
 
 namespace shardtopk::bench {
-namespace {
 
-// "10k,1M,2.5M" → integers; k/M/G suffixes are powers of ten.
 std::int64_t parse_count(const std::string& s) {
   SHARDTOPK_EXPECTS(!s.empty(), "empty number in a list");
   double mul = 1;
@@ -46,6 +44,8 @@ std::vector<std::string> split_commas(const std::string& s) {
   SHARDTOPK_EXPECTS(!out.empty(), "empty list '", s, "'");
   return out;
 }
+
+namespace {
 
 template <typename T>
 std::vector<T> parse_counts(const std::string& s, const char* flag) {

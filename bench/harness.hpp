@@ -54,6 +54,11 @@ struct Options {
 bool parse_options(int argc, char** argv, const std::string& program, const std::string& about,
                    Options* opt, int* exit_code);
 
+/// "10k", "1M", "2.5M" → an integer (k/M/G suffixes are powers of ten). @throws Error naming s.
+std::int64_t parse_count(const std::string& s);
+/// "a,b,c" → its non-empty items. @throws Error for a list with none.
+std::vector<std::string> split_commas(const std::string& s);
+
 /// Git commit of the source: `override` when given (--git), else the one CMake saw at configure time.
 std::string git_commit(const std::string& override = "");
 std::string host_name();

@@ -36,8 +36,22 @@ void parallel_for(std::int64_t n, int threads, F&& f) {  // f(lo, hi, thread)
 void stored_rows(const CorpusSpec& c, std::int64_t lo, std::int64_t n, float* out, int threads) {
   if (n <= 0) return;
   if (c.generated) {
-    generate_rows(c.seed, lo, n, c.dim, out, threads);
+    // Ids past c.rows: runs of their pool rows (CorpusSpec::added_pool).
+    for (std::int64_t i = 0; i < n;) {
+      const std::int64_t id = lo + i;
+      std::int64_t src = id, run = n - i;
+      if (id < c.rows) {
+        run = std::min(run, c.rows - id);
+      } else if (c.added_pool > 0) {
+        const std::int64_t at = (id - c.rows) % c.added_pool;
+        src = c.rows + at;
+        run = std::min(run, c.added_pool - at);
+      }
+      generate_rows(c.seed, src, run, c.dim, out + i * c.dim, threads);
+      i += run;
+    }
   } else {
+    SHARDTOPK_EXPECTS(lo + n <= c.rows, "rows [", lo, ", ", lo + n, ") past the corpus file's ", c.rows);
     HostMatrix m = read_rows(c.path, c.dataset, RowRange{lo, lo + n}, 65536, {}, "corpus row");
     std::memcpy(out, m.data.data(), sizeof(float) * static_cast<size_t>(n * c.dim));
   }
@@ -287,6 +301,9 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
     SHARDTOPK_EXPECTS(fmeta[3 * i] < static_cast<std::int64_t>(c.attributes.size()), "check: sample ", i,
                       " filters attribute ", fmeta[3 * i], " of ", c.attributes.size());
   }
+  const bool updated = c.added_rows > 0 || static_cast<bool>(c.deleted);
+  const std::int64_t id_end = c.rows + c.added_rows;  // ids [0, id_end) may be rows
+  auto is_live = [&](std::int64_t id) { return id >= 0 && id < id_end && !(c.deleted && c.deleted(id)); };
   auto row_passes = [&](int i, std::int64_t id) {
     const std::int64_t col = fmeta[3 * static_cast<size_t>(i)];
     if (col < 0) return true;
@@ -335,6 +352,8 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
   if (!oracle_mode && check_device > 0) {
     if (any_filter) {
       why = "filtered samples (the device pass counts over every row)";
+    } else if (updated) {
+      why = "updated rows (the device pass counts over the generated corpus)";
     } else if (!c.generated) {
       why = "rows read from " + c.path + " (the device pass regenerates rows)";
     } else {
@@ -397,14 +416,25 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
   std::vector<long long> missed(static_cast<size_t>(threads) * ns, 0);
   auto heap_cmp = [&](const Scored& a, const Scored& b) { return better(a.s, a.id, b.s, b.id); };
   const std::int64_t slice = std::max<std::int64_t>(1024, std::min<std::int64_t>(65536, (1 << 24) / dim));
-  std::vector<float> rows(host_scan ? static_cast<size_t>(std::min(slice, std::max<std::int64_t>(mine.size(), 1)) * dim)
-                                    : 0);
-  for (std::int64_t lo = mine.lo; host_scan && lo < mine.hi; lo += slice) {
-    const std::int64_t n = std::min(slice, mine.hi - lo);
+  // This rank's corpus rows, and its share of the rows added by updates.
+  std::vector<RowRange> scan{mine};
+  if (c.added_rows > 0) {
+    const RowRange share = shard_rows(c.added_rows, world, rank);
+    scan.push_back(RowRange{c.rows + share.lo, c.rows + share.hi});
+  }
+  std::int64_t widest = 1;
+  for (const RowRange& r : scan) widest = std::max(widest, r.size());
+  std::vector<float> rows(host_scan ? static_cast<size_t>(std::min(slice, widest) * dim) : 0);
+  std::vector<RowRange> slices;
+  for (const RowRange& r : scan)
+    for (std::int64_t lo = r.lo; lo < r.hi; lo += slice) slices.push_back(RowRange{lo, std::min(lo + slice, r.hi)});
+  for (std::size_t si = 0; host_scan && si < slices.size(); ++si) {
+    const std::int64_t lo = slices[si].lo, n = slices[si].size();
     stored_rows(c, lo, n, rows.data(), threads);
     parallel_for(n, threads, [&](std::int64_t a, std::int64_t b, int t) {
       for (std::int64_t i = a; i < b; ++i) {
         const std::int64_t id = lo + i;
+        if (updated && !is_live(id)) continue;
         const float* x = rows.data() + i * dim;
         for (int qi = 0; qi < nq; ++qi) {
           const double s = oracle::score(m, queries.data() + static_cast<size_t>(qs[qi]) * dim, x, dim);
@@ -516,7 +546,7 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
         invalid += got[j] != kPadId;
         continue;
       }
-      if (got[j] < 0 || got[j] >= c.rows || !row_passes(i, got[j])) {  // not a row, or one the filter excludes
+      if (!is_live(got[j]) || !row_passes(i, got[j])) {  // not a live row, or one the filter excludes
         ++invalid;
         continue;
       }
@@ -554,7 +584,7 @@ std::vector<CheckResult> check_samples(const CorpusSpec& c, Communicator& host, 
       std::vector<double> s64(k, NAN);
       size_t r = 0;
       for (int j = 0; j < count[i]; ++j) {
-        if (got[j] < 0 || got[j] >= c.rows || !row_passes(i, got[j])) continue;
+        if (!is_live(got[j]) || !row_passes(i, got[j])) continue;
         s64[j] = oracle::score(m, query, mini.data() + r * dim, dim);
         ++r;
         if (std::fabs(static_cast<double>(gs[j]) - s64[j]) > e) ++bad;

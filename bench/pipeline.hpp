@@ -9,6 +9,7 @@
 /// engine and communicator calls and a synchronisation after each.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,13 @@ struct CorpusSpec {
   /// Generated int64 attribute columns for filters, by name (generated_attribute); each rank's
   /// shard gets them beside its rows (bench_filter).
   std::vector<std::string> attributes;
+  /// Rows added by updates (bench_updates; generated corpora only): ids [rows, rows + added_rows)
+  /// are rows too, id x holding the generated row rows + (x - rows) % added_pool (0: the
+  /// generated row x itself). A pool repeats rows on purpose: equal scores, ties broken by id.
+  std::int64_t added_rows = 0, added_pool = 0;
+  /// Ids that are not live (deleted by updates), or empty: every id is live. The same function
+  /// on every rank.
+  std::function<bool(std::int64_t)> deleted;
 };
 
 /// Value of the generated attribute `name` at global row `row` of a corpus of `rows` rows, in
@@ -44,7 +52,8 @@ struct CorpusSpec {
 /// @throws Error for another name.
 std::int64_t generated_attribute(const std::string& name, std::uint64_t seed, std::int64_t row, std::int64_t rows);
 
-/// Fill out [n, dim] with rows [lo, lo + n) as the engine stores them: generated or read, then
+/// Fill out [n, dim] with rows [lo, lo + n) as the engine stores them: generated (ids past
+/// c.rows: their pool rows, CorpusSpec::added_rows) or read, then
 /// L2-normalised for cosine (normalize_rows), then rounded to the storage dtype.
 void stored_rows(const CorpusSpec& c, std::int64_t lo, std::int64_t n, float* out, int threads);
 
@@ -67,6 +76,8 @@ class BenchIndex {
               const FilterProgram* const* filters = nullptr, std::int32_t* counts = nullptr);
   /// The attributes filters may name (the corpus's generated attributes).
   const AttributeSchema& attribute_schema() const { return index_->attribute_schema(); }
+  /// The product's index underneath (updates: submit_upsert, apply_writes, snapshot, follow).
+  ShardedIndex& index() { return *index_; }
   /// The same steps with synchronisation and timing around each (rank 0's times).
   void search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores, StepTimes* t);
 
@@ -139,6 +150,9 @@ struct CheckResult {
 /// `mode` asks: only rows that pass count as missed, a query with fewer real results than k must
 /// have returned every row that passes (any other passing row is a miss), every returned row
 /// must pass, and the slots past the real results must be padding (kPadId).
+/// Updated corpora (CorpusSpec::added_rows, CorpusSpec::deleted): each rank also scans its share
+/// of the added ids (shard_rows over them), deleted ids are never counted and a returned one is
+/// wrong; the count is then taken on the host.
 /// Returns per-entry results on rank 0 (`entries` long); `info` (rank 0) says which path ran.
 struct CheckInfo {
   std::string mode;      ///< "oracle", "count-host", "count-device", "count-device+host", "count-mixed"

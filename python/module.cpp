@@ -18,6 +18,7 @@ namespace {
 // Created once and never released: the module's exception types live as long as the process.
 PyObject* g_remote_error = nullptr;
 PyObject* g_comm_error = nullptr;
+PyObject* g_capacity_error = nullptr;
 
 void translate(std::exception_ptr p) {
   try {
@@ -26,6 +27,12 @@ void translate(std::exception_ptr p) {
     PyErr_SetString(g_comm_error, e.what());
   } catch (const shardtopk::RemoteError& e) {
     PyErr_SetString(g_remote_error, e.what());
+  } catch (const shardtopk::WriteError& e) {
+    switch (e.kind()) {
+      case shardtopk::WriteError::Kind::kReadOnly: PyErr_SetString(PyExc_PermissionError, e.what()); break;
+      case shardtopk::WriteError::Kind::kCapacity: PyErr_SetString(g_capacity_error, e.what()); break;
+      case shardtopk::WriteError::Kind::kInvalid: PyErr_SetString(PyExc_ValueError, e.what()); break;
+    }
   } catch (const shardtopk::Error& e) {
     PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const shardtopk::InternalError& e) {
@@ -158,8 +165,14 @@ PYBIND11_MODULE(shardtopk, m) {
       "shardtopk.CommError",
       "A collective between ranks failed or timed out (comm.timeout_s): the job must end.", PyExc_RuntimeError,
       nullptr);
-  if (!g_remote_error || !g_comm_error) throw py::error_already_set();
+  g_capacity_error = PyErr_NewExceptionWithDoc(
+      "shardtopk.CapacityError",
+      "An upsert needs more new rows than the index has free slots (storage.capacity_rows per rank); "
+      "nothing was written. Delete rows, snapshot and restart with a larger capacity.",
+      PyExc_RuntimeError, nullptr);
+  if (!g_remote_error || !g_comm_error || !g_capacity_error) throw py::error_already_set();
   m.attr("RemoteError") = py::handle(g_remote_error);
+  m.attr("CapacityError") = py::handle(g_capacity_error);
   m.attr("CommError") = py::handle(g_comm_error);
   py::register_exception_translator(&translate);
 
@@ -178,6 +191,47 @@ PYBIND11_MODULE(shardtopk, m) {
                   kFromArraysDoc)
       .def("search", &PyIndex::search, py::arg("queries"), py::arg("k"), py::kw_only(), py::arg("filter") = py::none(),
            py::arg("stream") = py::none(), py::arg("out") = py::none(), kSearchDoc)
+      .def("upsert", &PyIndex::upsert, py::arg("ids"), py::arg("vectors"), py::arg("attributes") = py::none(),
+           R"doc(
+upsert(ids, vectors, attributes=None) -> {"upserted": n, "seq": s}
+
+Insert rows, or replace those whose id is live (a delete and an insert). Rank 0 only; the index
+must have a storage directory (storage.dir: Index.open with it in the config, or
+from_arrays(..., storage__dir=...)). Returns once the write is in the write-ahead log on stable
+storage and applied on every rank: every later search sees it, none sees part of it.
+
+ids         [n] integers, distinct, not PAD_ID.
+vectors     [n, dim] real numbers (converted to float32), finite.
+attributes  None, or {name: [n] values}: every corpus attribute (info()["attributes"]), integers
+            for int64, reals for float64 (no NaN).
+seq         the write's sequence number in the log.
+
+Raises ValueError for bad input (naming the id, row or column), PermissionError on a read-only
+index, shardtopk.CapacityError when the new rows do not fit (storage.capacity_rows); nothing is
+written then.
+)doc")
+      .def("remove", &PyIndex::remove, py::arg("ids"), R"doc(
+remove(ids) -> {"deleted": n, "seq": s}
+
+Delete rows by id ([n] integers, distinct); ids that are not live are ignored (n counts those
+that were). Rank 0 only; durable and visible on return, as upsert(). Raises ValueError (bad
+ids), PermissionError (read-only index).
+)doc")
+      .def("remove_matching", &PyIndex::remove_matching, py::arg("filter"), R"doc(
+remove_matching(filter) -> {"deleted": n, "seq": s}
+
+Delete every live row that passes `filter` (a dict or JSON text in search's filter language,
+docs/FILTERS.md). Rank 0 only; durable and visible on return. Raises ValueError (bad filter),
+PermissionError (read-only index).
+)doc")
+      .def("snapshot", &PyIndex::snapshot, R"doc(
+snapshot() -> {"path": str, "seq": s, "rows": n}
+
+Write a base snapshot of the live rows (atomically: a new file, then the manifest) and remove the
+log records it holds. A restart then loads the snapshot and replays only later records. Rank 0
+only. Raises PermissionError (read-only index), ValueError when a file operation failed (the
+previous snapshot and the whole log stay).
+)doc")
       .def("follow", &PyIndex::follow, R"doc(
 follow() -> None
 
@@ -198,7 +252,9 @@ info() -> dict
 rows (whole corpus), dim, metric, dtype (storage), engine ('cpu' or 'cuda'), device ('cpu' or
 'cuda:N', this rank's), device_name, ranks, rank, k_max, batch_max, comm ('mpi' or 'nccl'),
 resident_bytes (this rank's engine and index buffers), attributes ({name: 'int64' | 'float64'},
-what filters may name), max_filters (distinct filters one batch of batch_max takes), closed.
+what filters may name), max_filters (distinct filters one batch of batch_max takes), closed,
+writable (a storage directory: upsert/remove work); on rank 0 of an open writable index also
+live_rows, capacity_rows, tombstones, applied_seq, snapshot_seq, log_bytes.
 )doc")
       .def_property_readonly("rank", &PyIndex::rank, "this process's rank (0 drives the searches)")
       .def_property_readonly("ranks", &PyIndex::ranks, "number of ranks (MPI world size)")

@@ -306,6 +306,8 @@ PyIndex::PyIndex(std::unique_ptr<ShardedIndex> index) : index_(std::move(index))
   world_ = index_->world_size();
   dim_ = index_->dim();
   rows_ = index_->total_rows();
+  k_rows_ = index_->k_limit_rows();
+  writable_ = index_->writable();
   k_max_ = cfg.search.k_max;
   batch_max_ = cfg.search.batch_max;
   cuda_ = e.space == MemSpace::kDevice;
@@ -547,6 +549,25 @@ py::dict PyIndex::info() {
   d["attributes"] = attrs;
   d["max_filters"] = max_filters_;
   d["closed"] = closed();
+  d["writable"] = writable_;
+  if (writable_ && rank_ == 0) {  // rank 0 keeps the update counters
+    UpdateStats u;
+    bool open = false;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      open = index_ != nullptr;
+      if (open) u = index_->update_stats();
+    }
+    if (open) {
+      d["live_rows"] = u.live_rows;
+      d["capacity_rows"] = u.capacity_rows;
+      d["tombstones"] = u.tombstones;
+      d["applied_seq"] = u.applied_seq;
+      d["snapshot_seq"] = u.snapshot_seq;
+      d["log_bytes"] = u.log_bytes;
+    }
+  }
   return d;
 }
 
@@ -578,10 +599,10 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
                     world_, " calls follow() (or close()) instead");
   const std::optional<long long> k = integer_arg(k_obj, "k");
   if (!k) {
-    const std::int64_t kmax = std::min<std::int64_t>(k_max_, rows_);
+    const std::int64_t kmax = std::min<std::int64_t>(k_max_, k_rows_);
     throw Error(detail::concat("k=", std::string(py::str(k_obj)), " out of range: allowed 1 .. ", kmax));
   }
-  check_k(*k, k_max_, rows_);
+  check_k(*k, k_max_, k_rows_);
   // Compiled once, for every query of the call (and every piece of a split batch).
   std::optional<FilterProgram> program;
   if (!filter.is_none()) program = compile_py_filter(filter, attributes_);
@@ -621,6 +642,116 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
   // Anything else numpy can read as numbers (a list of floats, a list of lists).
   py::array a = numpy().attr("asarray")(queries, py::arg("dtype") = "float32");
   return search(a, py::int_(*k), filter, stream, out);
+}
+
+// ------------------------------------------------------------------------------ updates
+
+namespace {
+
+/// ids=: 1-D integers [n] (numpy, a list, ...) as a C-contiguous int64 array.
+py::array id_array(py::handle ids) {
+  py::object a = numpy().attr("asarray")(ids);
+  const std::string kind = py::str(a.attr("dtype").attr("kind"));
+  SHARDTOPK_EXPECTS(kind == "i" || kind == "u", "ids must be integers, got dtype ", std::string(py::str(a.attr("dtype"))));
+  SHARDTOPK_EXPECTS(a.attr("ndim").cast<int>() == 1, "ids must be 1-D [n], got shape ",
+                    std::string(py::str(a.attr("shape"))));
+  if (kind == "u" && a.attr("dtype").attr("itemsize").cast<int>() == 8)
+    SHARDTOPK_EXPECTS(!a.attr("__gt__")(py::int_(INT64_MAX)).attr("any")().cast<bool>(),
+                      "ids: a value exceeds the int64 range");
+  py::array out = numpy().attr("ascontiguousarray")(a, py::arg("dtype") = "int64");
+  SHARDTOPK_EXPECTS(out.shape(0) >= 1, "ids is empty: a write needs at least one id");
+  return out;
+}
+
+py::dict write_answer(const char* key, const WriteResult& r) {
+  py::dict d;
+  d[key] = r.rows;
+  d["seq"] = r.seq;
+  return d;
+}
+
+}  // namespace
+
+void PyIndex::require_driver(const char* call) const {
+  require_open(call);
+  SHARDTOPK_EXPECTS(rank_ == 0, call, " runs on rank 0, which drives the index; rank ", rank_, " of ", world_,
+                    " calls follow() (or close()) instead");
+}
+
+py::dict PyIndex::upsert(py::object ids, py::object vectors, py::object attributes) {
+  require_driver("upsert()");
+  const py::array id = id_array(ids);
+  const std::int64_t n = id.shape(0);
+  if (const std::optional<DlDevice> d = dlpack_device_of(vectors))
+    SHARDTOPK_EXPECTS(d->type == kDLCPU, "vectors are on ", device_text(*d),
+                      "; upsert takes host arrays (tensor.cpu(), cupy.asnumpy(a))");
+  py::object arr = numpy().attr("asarray")(vectors);
+  const std::string kind = py::str(arr.attr("dtype").attr("kind"));
+  SHARDTOPK_EXPECTS(kind == "f" || kind == "i" || kind == "u", "vectors must hold real numbers, got dtype ",
+                    std::string(py::str(arr.attr("dtype"))));
+  const py::array v = numpy().attr("ascontiguousarray")(arr, py::arg("dtype") = "float32");
+  SHARDTOPK_EXPECTS(v.ndim() == 2 && v.shape(0) == n && v.shape(1) == dim_, "vectors must be [n, dim] = [", n, ", ",
+                    dim_, "] (one row per id), got shape ", std::string(py::str(v.attr("shape"))));
+  const std::vector<AttributeInput> attrs = attribute_inputs(attributes, n);
+  UpsertRows rows;
+  rows.rows = n;
+  rows.ids = static_cast<const std::int64_t*>(id.data());
+  rows.vectors = static_cast<const float*>(v.data());
+  for (const AttributeInput& a : attrs) rows.attributes.push_back(AttributeColumnView{a.name, a.type, a.values.data()});
+  WriteResult r;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open("upsert()");
+    r = index_->upsert(rows);
+    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
+  }
+  return write_answer("upserted", r);
+}
+
+py::dict PyIndex::remove(py::object ids) {
+  require_driver("remove()");
+  const py::array id = id_array(ids);
+  WriteResult r;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open("remove()");
+    r = index_->remove(static_cast<const std::int64_t*>(id.data()), id.shape(0));
+    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
+  }
+  return write_answer("deleted", r);
+}
+
+py::dict PyIndex::remove_matching(py::object filter) {
+  require_driver("remove_matching()");
+  SHARDTOPK_EXPECTS(!filter.is_none(), "remove_matching() needs a filter (to delete every row: {\"all\": []})");
+  const FilterProgram program = compile_py_filter(filter, attributes_);
+  WriteResult r;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open("remove_matching()");
+    r = index_->remove_matching(program);
+    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
+  }
+  return write_answer("deleted", r);
+}
+
+py::dict PyIndex::snapshot() {
+  require_driver("snapshot()");
+  SnapshotResult r;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open("snapshot()");
+    r = index_->snapshot();
+  }
+  py::dict d;
+  d["path"] = r.path;
+  d["seq"] = r.seq;
+  d["rows"] = r.rows;
+  return d;
 }
 
 const FilterProgram* const* PyIndex::piece_filters(const FilterProgram* filter) {

@@ -44,6 +44,16 @@ class PyIndex {
   /// index.search → (ids, scores), numpy arrays for host queries, DeviceArrays (or `out`) for
   /// device queries. `filter`: None, a dict (or its JSON text), compiled once for every query.
   py::tuple search(py::object queries, py::object k, py::object filter, py::object stream, py::object out);
+  /// Updates (docs/PYTHON.md "Updates"), rank 0, on an index with a storage directory
+  /// (storage.dir): each returns once the write is durable and visible to every later search.
+  /// upsert: ids [n] integers, vectors [n, dim] reals, attributes None or {name: [n] values}
+  /// (every corpus attribute) → {"upserted": n, "seq": s}. remove: ids [n] → {"deleted": live
+  /// ids removed, "seq": s}. remove_matching: a filter (as search's) → the same. snapshot →
+  /// {"path", "seq", "rows"}.
+  py::dict upsert(py::object ids, py::object vectors, py::object attributes);
+  py::dict remove(py::object ids);
+  py::dict remove_matching(py::object filter);
+  py::dict snapshot();
   void follow();
   void close();
   py::dict info();
@@ -58,6 +68,8 @@ class PyIndex {
  private:
   explicit PyIndex(std::unique_ptr<ShardedIndex> index);
   void require_open(const char* call) const;
+  /// Open, and rank 0 (the calls that drive the collective ones).
+  void require_driver(const char* call) const;
   py::tuple search_host(const float* q, std::int64_t batch, bool one_d, int k, const FilterProgram* filter,
                         py::object out);
   py::tuple search_device(py::object queries, int device, int k, const FilterProgram* filter, py::object stream,
@@ -78,8 +90,9 @@ class PyIndex {
   // What info() reports, fixed at construction (readable after close()).
   int rank_ = 0, world_ = 1;
   std::int64_t dim_ = 0, rows_ = 0;
+  std::int64_t k_rows_ = 0;  // k's upper bound besides k_max: the rows, or an updatable index's slots
   int k_max_ = 0, batch_max_ = 0;
-  bool cuda_ = false;
+  bool cuda_ = false, writable_ = false;
   int device_ = -1;
   std::string metric_, dtype_, engine_, device_name_, comm_;
   std::uint64_t resident_bytes_ = 0;

@@ -16,6 +16,9 @@ class RemoteError(RuntimeError):
 class CommError(RuntimeError):
     """A collective failed or timed out (comm.timeout_s): the job must end."""
 
+class CapacityError(RuntimeError):
+    """An upsert's new rows do not fit the free slots (storage.capacity_rows); nothing was written."""
+
 def built_with_cuda() -> bool: ...
 def cuda_available() -> bool: ...
 
@@ -86,8 +89,18 @@ class Index:
         filter (docs/FILTERS.md) applies to every query; slots past a query's real results hold
         PAD_ID and -inf (+inf for l2).
         """
+    def upsert(
+        self, ids: npt.ArrayLike, vectors: npt.ArrayLike, attributes: Optional[Mapping[str, npt.ArrayLike]] = None
+    ) -> dict:
+        """ids [n], vectors [n, dim], attributes {name: [n]} -> {"upserted": n, "seq": s}; durable and visible on return."""
+    def remove(self, ids: npt.ArrayLike) -> dict:
+        """ids [n] -> {"deleted": live ids removed, "seq": s}."""
+    def remove_matching(self, filter: Union[Mapping[str, Any], str]) -> dict:
+        """Delete every live row that passes filter -> {"deleted": n, "seq": s}."""
+    def snapshot(self) -> dict:
+        """Write a base snapshot of the live rows -> {"path": str, "seq": s, "rows": n}."""
     def follow(self) -> None:
-        """Ranks != 0: serve rank 0's searches until it closes the index."""
+        """Ranks != 0: serve rank 0's searches and writes until it closes the index."""
     def close(self) -> None:
         """Collective close (followers serve rank 0 until it closes)."""
     def info(self) -> dict: ...

@@ -46,6 +46,7 @@
 /// | storage.segment_bytes | int  | 67108864                        | 4096 .. 2^40 (log segment size) |
 /// | storage.max_pending_bytes | int | 268435456                    | 4096 .. 2^40 (queued, unwritten)|
 /// | storage.capacity_rows | int  | 0 (= shard rows + max(1024, shard rows / 4)) | 0 .. 2^31-1 slots per rank for updates (≥ its shard rows) |
+/// | storage.snapshot_log_bytes | int | 0 (off)                     | 0 .. 2^40: after a write, snapshot once the log holds more bytes |
 /// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
 ///
 /// Booleans: true or false. docs/OPERATIONS.md explains the engine.*
@@ -115,6 +116,10 @@ struct StorageConfig {
   /// Slots each rank reserves for rows (its shard's and upserted ones); 0: derived from the
   /// shard (rank_capacity_rows in ingest.hpp). Only with storage.dir set.
   long long capacity_rows = 0;
+  /// Snapshot policy: once a write has committed and the log's segments hold more than this
+  /// many bytes, the index takes a snapshot (ShardedIndex::snapshot_if_log_exceeds). 0: only
+  /// on request (POST /v1/snapshot, snapshot()).
+  long long snapshot_log_bytes = 0;
 };
 
 struct TestingConfig {

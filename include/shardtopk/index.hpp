@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -241,6 +242,16 @@ class ShardedIndex {
   /// @throws WriteError (kReadOnly) or Error (a file failure: the previous snapshot and the full
   ///   log stay) on rank 0; RemoteError on every rank when a rank failed to read its rows.
   SnapshotResult snapshot();
+
+  /// The snapshot policy (storage.snapshot_log_bytes > 0): collective, one step, like
+  /// snapshot(). Rank 0 takes a snapshot when the log's segments hold more than
+  /// storage.snapshot_log_bytes (after applying what was submitted), else broadcasts a step that
+  /// does nothing; followers in lock step call it too (or run follow()). With the policy off it
+  /// returns at once on every rank, communicating nothing. Returns the snapshot when one was
+  /// taken (rank 0). A snapshot that fails is logged, not thrown (the writes before it are
+  /// durable whatever happens to it): the log stays whole, and the next try waits until the log
+  /// has grown by another storage.snapshot_log_bytes. @throws CommError as upsert().
+  std::optional<SnapshotResult> snapshot_if_log_exceeds();
 
   /// Rank 0, not collective: validates and plans a write and queues it in the log, returning
   /// its seq (rows: as upsert()/remove()) at once; the write is neither durable nor visible

@@ -152,6 +152,9 @@ const std::map<std::string, Setter>& setters() {
       {"storage.max_pending_bytes", [](Config& c, const std::string& v, const std::string& w) {
          c.storage.max_pending_bytes = parse_int("storage.max_pending_bytes", v, 4096, 1LL << 40, w);
        }},
+      {"storage.snapshot_log_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.snapshot_log_bytes = parse_int("storage.snapshot_log_bytes", v, 0, 1LL << 40, w);
+       }},
       {"storage.capacity_rows", [](Config& c, const std::string& v, const std::string& w) {
          c.storage.capacity_rows = parse_int("storage.capacity_rows", v, 0, (1LL << 31) - 1, w);
        }},
@@ -440,6 +443,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "segment_bytes" << YAML::Value << c.storage.segment_bytes;
   out << YAML::Key << "max_pending_bytes" << YAML::Value << c.storage.max_pending_bytes;
   out << YAML::Key << "capacity_rows" << YAML::Value << c.storage.capacity_rows;
+  out << YAML::Key << "snapshot_log_bytes" << YAML::Value << c.storage.snapshot_log_bytes;
   out << YAML::EndMap;
   if (c.testing.fault.kind != FaultSpec::kNone) {
     out << YAML::Key << "testing" << YAML::Value << YAML::BeginMap;

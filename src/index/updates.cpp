@@ -551,6 +551,45 @@ SnapshotResult ShardedIndex::snapshot() {
   return write_snapshot();
 }
 
+std::optional<SnapshotResult> ShardedIndex::snapshot_if_log_exceeds() {
+  const std::int64_t limit = cfg_.storage.snapshot_log_bytes;  // the same on every rank
+  if (!upd_ || limit <= 0) return std::nullopt;
+  if (rank() != 0) {
+    try {
+      follow_one(/*lock_step=*/true);
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {  // rank 0 logs the failure and goes on: so do the others
+      spdlog::warn("rank {}: automatic snapshot failed: {}", rank(), e.what());
+    }
+    return std::nullopt;
+  }
+  Updates& u = *upd_;
+  const std::int64_t bytes = u.storage->stats().log_bytes;
+  if (bytes <= limit || bytes <= u.auto_snapshot_after_bytes) {
+    Header h;  // a step that does nothing: "no new snapshot"
+    h.op = static_cast<std::int32_t>(IndexOp::kSnapshot);
+    h.k = 1;
+    host_comm_->broadcast(&h, sizeof h, 0);
+    return std::nullopt;
+  }
+  try {
+    const SnapshotResult r = snapshot();
+    u.auto_snapshot_after_bytes = 0;
+    spdlog::info("updates: the log held {} bytes (storage.snapshot_log_bytes {}): snapshot {} at seq {} ({} rows)",
+                 bytes, limit, r.path, r.seq, r.rows);
+    return r;
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    u.auto_snapshot_after_bytes = bytes + limit;
+    spdlog::warn("updates: automatic snapshot (log {} bytes, storage.snapshot_log_bytes {}) failed: {}; the log "
+                 "keeps every record, next try past {} bytes",
+                 bytes, limit, e.what(), u.auto_snapshot_after_bytes);
+    return std::nullopt;
+  }
+}
+
 // Every rank: its live slots' rows to rank 0, one block at a time in rank order; rank 0 writes
 // them. A rank's failure is reported to every rank at the end (the protocol's steps are known to
 // all from the counts, so a failure never leaves ranks out of step).

@@ -27,6 +27,7 @@ struct ShardedIndex::Updates {
   std::size_t pending_bytes = 0;
   std::uint64_t submitted_seq = 0;       // seq of the last submitted write (or the base's)
   std::string failure;                   // set when the log failed with writes pending
+  std::int64_t auto_snapshot_after_bytes = 0;  // a failed automatic snapshot: retry past this log size
 
   // counters for update_stats (any thread)
   std::atomic<std::uint64_t> applied_seq{0};

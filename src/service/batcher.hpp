@@ -75,6 +75,8 @@ class Batcher {
     int max_filters = 64;          ///< distinct filters per search (BackendInfo::max_filters)
     /// After a group of write jobs: makes them durable and visible (WriteBackend::commit).
     std::function<void()> commit_writes;
+    /// After a group of write jobs has been answered (WriteBackend::after_commit).
+    std::function<void()> after_writes;
   };
 
   /// `metrics` may be null. The backend must outlive the batcher.

@@ -91,13 +91,15 @@ MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) 
 
 // Query-string arguments, with repeats and unknown names noted.
 struct QueryArgs {
+  bool upsert = false;  // POST /v1/upsert takes n (its binary form's rows); the other routes k, batch, filter
   std::map<std::string, std::string> values;
   std::string repeated, unknown;
+  const char* allowed() const { return upsert ? "n" : "k, batch, filter"; }
 };
 MHD_Result collect_arg(void* cls, MHD_ValueKind, const char* key, const char* value) {
   auto* a = static_cast<QueryArgs*>(cls);
   const std::string k = key ? key : "";
-  if (k != "k" && k != "batch" && k != "filter") {
+  if (a->upsert ? k != "n" : (k != "k" && k != "batch" && k != "filter")) {
     if (a->unknown.empty()) a->unknown = k;
     return MHD_YES;
   }
@@ -554,13 +556,19 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
     return reply_error(c, r, 415, "Content-Type '" + excerpt(ct ? ct : "", 48) +
                                       "' not supported: use application/json or application/octet-stream", true);
   r.binary = media == Media::kBinary;
-  if (r.binary && is_write(r.route))
+  if (r.binary && is_write(r.route) && r.route != Route::kUpsert)
     return reply_error(c, r, 415, std::string(route_label(r.route)) + " takes application/json", true);
 
+  r.args.upsert = r.route == Route::kUpsert;
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
   if (!r.args.unknown.empty())
-    return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: k, batch, filter)",
-                       true);
+    return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: " +
+                                      r.args.allowed() + ")", true);
+  if (r.binary && r.route == Route::kUpsert && r.args.values.count("n") == 0)
+    return reply_error(c, r, 400, "a binary upsert needs the query parameter n (its rows): POST /v1/upsert?n=N", true);
+  if (!r.binary && r.args.values.count("n") > 0)
+    return reply_error(c, r, 400, "the query parameter n is for the binary upsert (application/octet-stream); a JSON "
+                                  "body counts its own rows", true);
   if (!r.args.repeated.empty())
     return reply_error(c, r, 400, "query parameter '" + r.args.repeated + "' given more than once", true);
 
@@ -719,7 +727,9 @@ int HttpFrontEnd::on_write_body_complete(MHD_Connection* c, Request& r) {
   WriteBackend* w = writer_;
   try {
     if (r.route == Route::kUpsert) {
-      auto body = std::make_shared<UpsertBody>(parse_json_upsert(r.body, w->dim(), w->schema()));
+      auto body = std::make_shared<UpsertBody>(
+          r.binary ? parse_binary_upsert(r.body, parse_int_param("n", r.args.values.at("n")), w->dim(), w->schema())
+                   : parse_json_upsert(r.body, w->dim(), w->schema()));
       job->write = [w, body](Job& j) { w->upsert(*body, j); };
     } else if (r.route == Route::kDelete) {
       auto body = std::make_shared<DeleteBody>(parse_json_delete(r.body, w->schema()));

@@ -66,6 +66,14 @@ class IndexWriter final : public WriteBackend {
     }
   }
 
+  void after_commit() override {
+    try {
+      index_.snapshot_if_log_exceeds();
+    } catch (const CommError& e) {
+      throw RankLost(e.what());
+    }
+  }
+
   std::string metrics() const override {
     const UpdateStats s = index_.update_stats();
     std::string out;

@@ -242,6 +242,7 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   bo.dim = info.dim;
   bo.window = std::chrono::microseconds(cfg.service.batch_window_us);
   bo.commit_writes = [&writer] { writer->commit(); };
+  bo.after_writes = [&writer] { writer->after_commit(); };
   Batcher batcher(*backend, bo, &metrics);
   metrics.set_extra([&writer] { return writer->metrics(); });
   fe->set_writer(writer.get());

@@ -40,6 +40,11 @@ class WriteBackend {
   ///   unknown until a restart: answer 500).
   virtual void commit() = 0;
 
+  /// Index thread, after a committed group has been answered: the snapshot policy
+  /// (storage.snapshot_log_bytes; ShardedIndex::snapshot_if_log_exceeds), between batches.
+  /// A failed snapshot is logged, never thrown. @throws RankLost when a rank is gone.
+  virtual void after_commit() {}
+
   /// Prometheus lines (any thread): live rows, tombstones, capacity, log bytes, seqs.
   virtual std::string metrics() const = 0;
   /// Fields for /v1/info (any thread), as a JSON object's members without braces.

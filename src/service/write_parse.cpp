@@ -4,6 +4,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -104,6 +105,43 @@ UpsertBody parse_json_upsert(std::string_view body, std::int64_t dim, const Attr
       }
       out.columns.push_back(std::move(col));
     }
+  }
+  return out;
+}
+
+UpsertBody parse_binary_upsert(std::string_view body, long long n, std::int64_t dim, const AttributeSchema& schema) {
+  SHARDTOPK_EXPECTS(n >= 1, "n=", n, ": a binary upsert needs at least one row");
+  const std::size_t cols = schema.size();
+  // Bytes per row: id, vector, one value per attribute; n is bounded by the body first, so the
+  // products below cannot overflow.
+  const std::size_t row_bytes = 8 + 4 * static_cast<std::size_t>(dim) + 8 * cols;
+  SHARDTOPK_EXPECTS(static_cast<unsigned long long>(n) <= body.size() / row_bytes &&
+                        body.size() == static_cast<std::size_t>(n) * row_bytes,
+                    "binary upsert body of ", body.size(), " bytes, but n=", n, " rows take ",
+                    static_cast<unsigned long long>(n) <= body.size() ? std::to_string(n * row_bytes) : std::string("more"),
+                    " bytes: n x 8 (int64 ids) + n x ", dim, " x 4 (float32 vectors) + n x 8 for each of ", cols,
+                    " attribute column(s) (/v1/info order)");
+  const std::size_t rows = static_cast<std::size_t>(n);
+  UpsertBody out;
+  out.rows = n;
+  out.ids.resize(rows);
+  out.vectors.resize(rows * static_cast<std::size_t>(dim));
+  const char* p = body.data();
+  std::memcpy(out.ids.data(), p, 8 * rows);
+  p += 8 * rows;
+  std::memcpy(out.vectors.data(), p, 4 * out.vectors.size());
+  p += 4 * out.vectors.size();
+  for (const AttributeSpec& a : schema) {
+    AttributeColumn c{a.name, a.type, {}, {}};
+    if (a.type == AttributeType::kInt64) {
+      c.ints.resize(rows);
+      std::memcpy(c.ints.data(), p, 8 * rows);
+    } else {
+      c.reals.resize(rows);
+      std::memcpy(c.reals.data(), p, 8 * rows);
+    }
+    p += 8 * rows;
+    out.columns.push_back(std::move(c));
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Parsing and checking of write request bodies (POST /v1/upsert, /v1/delete): JSON only.
+// Parsing and checking of write request bodies (POST /v1/upsert, /v1/delete): JSON, and the
+// binary form of an upsert.
 // Pure functions over bytes and the index's shape; unit-tested in tests/service/test_write_parse.cpp.
 #include <cstdint>
 #include <string>
@@ -29,6 +30,13 @@ struct UpsertBody {
 /// @throws Error naming the field and the position: malformed JSON, nesting deeper than
 ///   kWriteBodyMaxDepth, unknown or repeated fields, counts that differ, wrong types or lengths.
 UpsertBody parse_json_upsert(std::string_view body, std::int64_t dim, const AttributeSchema& schema);
+
+/// Parses a binary upsert (POST /v1/upsert?n=N, application/octet-stream) of `n` rows: n int64
+/// ids, then n × dim float32 vectors (row-major), then one column per attribute of `schema`, in
+/// its order (/v1/info's), n int64 or n float64 each; little-endian, nothing else. The rest is
+/// checked by the index, as for JSON. @throws Error naming n and the byte counts when the body's
+/// length is not exactly that, or n < 1.
+UpsertBody parse_binary_upsert(std::string_view body, long long n, std::int64_t dim, const AttributeSchema& schema);
 
 /// A parsed delete: ids, or a filter whose passing rows are deleted.
 struct DeleteBody {

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -471,6 +472,61 @@ TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
     const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", idx->attribute_schema());
     expect_oracle(*idx, "attributes from the snapshot", 0, &t0);
   }
+}
+
+TEST_P(Updates, SnapshotPolicyTakesSnapshotsOnceTheLogExceedsItsLimit) {
+  Config cfg = make_config(/*small_ints=*/true);
+  cfg.storage.snapshot_log_bytes = 1500;
+  int taken = 0;
+  std::uint64_t last_snapshot_seq = 0;
+  test::Answer before;
+  {
+    auto idx = load_index(cfg, false);
+    for (int i = 0; i < 60; ++i) {
+      // single-row upserts (new ids and replacements of corpus ids), a delete now and then
+      const std::int64_t id = i % 4 == 0 ? 100 + 3 * (i % kN) : 5000 + i;
+      upsert(*idx, {id}, test::small_ints(kDim, 40 + i), {i % 3});
+      if (i % 7 == 6) remove(*idx, {5000 + i - 1});
+      std::int64_t log_before = 0;
+      if (g_rank == 0) log_before = idx->update_stats().log_bytes;
+      const std::optional<SnapshotResult> snap = idx->snapshot_if_log_exceeds();
+      if (g_rank != 0) continue;
+      const UpdateStats st = idx->update_stats();
+      if (snap) {
+        ++taken;
+        EXPECT_GT(log_before, cfg.storage.snapshot_log_bytes) << "write " << i;
+        EXPECT_EQ(snap->seq, st.applied_seq);
+        EXPECT_EQ(st.snapshot_seq, snap->seq);
+        EXPECT_EQ(st.log_records, 0);
+        EXPECT_LE(st.log_bytes, cfg.storage.snapshot_log_bytes);
+        EXPECT_EQ(snap->rows, static_cast<std::int64_t>(model_.size()));
+        last_snapshot_seq = snap->seq;
+      } else {
+        EXPECT_LE(log_before, cfg.storage.snapshot_log_bytes) << "write " << i << ": no snapshot past the limit";
+        EXPECT_EQ(st.snapshot_seq, last_snapshot_seq);
+      }
+    }
+    expect_oracle(*idx, "after writes and automatic snapshots");
+    before = search(*idx, 0, kQueries);
+  }
+  if (g_rank == 0) EXPECT_GE(taken, 2) << "60 records of " << kDim << " floats pass 1500 bytes more than once";
+  {
+    auto idx = load_index(cfg, false);  // the last snapshot, then the log after it
+    test::expect_bit_identical(search(*idx, 0, kQueries), before, "restart after automatic snapshots");
+    expect_oracle(*idx, "restart after automatic snapshots");
+    if (g_rank == 0) EXPECT_EQ(idx->update_stats().snapshot_seq, last_snapshot_seq);
+  }
+}
+
+TEST_P(Updates, SnapshotPolicyOffTakesNone) {
+  const Config cfg = make_config(/*small_ints=*/true);  // storage.snapshot_log_bytes = 0
+  auto idx = load_index(cfg, false);
+  for (int i = 0; i < 5; ++i) {
+    upsert(*idx, {6000 + i}, test::small_ints(kDim, 50 + i), {0});
+    EXPECT_FALSE(idx->snapshot_if_log_exceeds().has_value());  // no step on any rank
+  }
+  if (g_rank == 0) EXPECT_EQ(idx->update_stats().snapshot_seq, 0u);
+  expect_oracle(*idx, "policy off");
 }
 
 INSTANTIATE_TEST_SUITE_P(Metrics, Updates, ::testing::Values(Metric::kInnerProduct, Metric::kL2, Metric::kCosine),

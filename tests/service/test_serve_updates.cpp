@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -32,7 +34,8 @@ using ::testing::HasSubstr;
 constexpr std::int64_t kDim = 8, kBase = 64;
 
 /// A corpus of kBase random rows with a tenant attribute, and a config over it.
-std::string make_service_files(const TempDir& dir, const std::string& storage, long long capacity_rows = 0) {
+std::string make_service_files(const TempDir& dir, const std::string& storage, long long capacity_rows = 0,
+                               const std::string& more_storage_yaml = "") {
   const std::string corpus = dir.file("corpus.h5");
   {
     const std::vector<float> v = random_floats(kBase * kDim, 5);
@@ -44,7 +47,8 @@ std::string make_service_files(const TempDir& dir, const std::string& storage, l
   }
   std::string storage_yaml;
   if (!storage.empty())
-    storage_yaml = "storage:\n  dir: " + storage + "\n  capacity_rows: " + std::to_string(capacity_rows) + "\n";
+    storage_yaml = "storage:\n  dir: " + storage + "\n  capacity_rows: " + std::to_string(capacity_rows) + "\n" +
+                   more_storage_yaml;
   const std::string path = write_config(dir.path(), corpus, "l2", 16, 64, 200, storage_yaml);
   // corpus.attributes, added to the corpus section
   std::string text = read_text(path);
@@ -59,6 +63,16 @@ std::string upsert_body(const std::vector<std::int64_t>& ids, const std::vector<
   for (std::size_t i = 0; i < ids.size(); ++i)
     vecs.push_back(std::vector<float>(v.begin() + i * kDim, v.begin() + (i + 1) * kDim));
   return json{{"ids", ids}, {"vectors", vecs}, {"attributes", {{"tenant", tenant}}}}.dump();
+}
+
+/// The binary upsert body: ids (int64), vectors (float32 [n, kDim]), the tenant column (int64).
+std::string binary_upsert(const std::vector<std::int64_t>& ids, const std::vector<float>& v,
+                          const std::vector<std::int64_t>& tenant) {
+  std::string b;
+  b.append(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
+  b.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  b.append(reinterpret_cast<const char*>(tenant.data()), tenant.size() * 8);
+  return b;
 }
 
 Reply get(int port, const std::string& path) {
@@ -231,6 +245,104 @@ TEST(ServeUpdates, SearchesSeeWholeRequestsAndEveryAcknowledgedOne) {
   writer.join();
   std::printf("%d searches during the writes, %d saw a whole group\n", searches, whole);
   EXPECT_GT(whole, 0);
+}
+
+TEST(ServeUpdates, BinaryUpsertAnswersAsJsonAndRefusesWrongLengths) {
+  TempDir dir;
+  const std::string cfg = make_service_files(dir, dir.file("store"), 64);
+  Server s(cfg, dir.path(), 2);
+  ASSERT_TRUE(s.wait_ready());
+  const std::string bin = "application/octet-stream";
+
+  // Two new rows and a replaced base row: the JSON route's answer, and searches see them.
+  const std::vector<float> v = random_floats(3 * kDim, 11);
+  Reply r = post(s.port(), "/v1/upsert?n=3", binary_upsert({2000, 2001, 5}, v, {1, 0, 2}), bin);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body), (json{{"upserted", 3}, {"seq", 1}}));
+  EXPECT_EQ(present(s.port(), {2000, 2001, 5}, v), (std::vector<bool>{true, true, true}));
+  // ... and a filter sees the attribute column: tenant 0 holds 2001 (row 5 moved to tenant 2).
+  const Reply f = post(s.port(), "/v1/search",
+                       json{{"queries", {std::vector<float>(v.begin() + kDim, v.begin() + 2 * kDim)}}, {"k", 1},
+                            {"filter", {{"eq", {{"tenant", 0}}}}}}.dump(),
+                       "application/json");
+  ASSERT_EQ(f.status, 200) << f.body;
+  EXPECT_EQ(json::parse(f.body)["ids"][0][0], 2001);
+
+  // Wrong lengths and parameters: 400 naming them; nothing is written.
+  std::string body = binary_upsert({3000, 3001}, random_floats(2 * kDim, 12), {0, 0});
+  r = post(s.port(), "/v1/upsert?n=2", body.substr(0, body.size() - 8), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("binary upsert body of " + std::to_string(body.size() - 8) + " bytes, but n=2 rows take " +
+                                std::to_string(body.size()) + " bytes"));
+  r = post(s.port(), "/v1/upsert?n=3", body, bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("but n=3 rows take"));
+  r = post(s.port(), "/v1/upsert", body, bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("needs the query parameter n"));
+  r = post(s.port(), "/v1/upsert?n=0", body, bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("n=0: a binary upsert needs at least one row"));
+  r = post(s.port(), "/v1/upsert?n=two", body, bin);
+  EXPECT_EQ(r.status, 400);
+  r = post(s.port(), "/v1/upsert?k=2", body, bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("unknown query parameter 'k' (allowed: n)"));
+  r = post(s.port(), "/v1/upsert?n=1", upsert_body({3000}, random_floats(kDim, 13), {0}), "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("the query parameter n is for the binary upsert"));
+  // The index's checks, as for JSON: duplicates, non-finite values.
+  r = post(s.port(), "/v1/upsert?n=2", binary_upsert({7, 7}, random_floats(2 * kDim, 14), {0, 0}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("id 7 appears more than once"));
+  std::vector<float> nan = random_floats(kDim, 15);
+  nan[3] = std::numeric_limits<float>::quiet_NaN();
+  r = post(s.port(), "/v1/upsert?n=1", binary_upsert({3002}, nan, {0}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("row id 3002 has a non-finite value"));
+  // Deletes and snapshots stay JSON.
+  r = post(s.port(), "/v1/delete", std::string(8, '\0'), bin);
+  EXPECT_EQ(r.status, 415);
+  EXPECT_THAT(r.body, HasSubstr("takes application/json"));
+  EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 1);
+  const std::vector<float> refused = random_floats(2 * kDim, 12);  // the rows of the refused bodies
+  EXPECT_EQ(present(s.port(), {3000}, std::vector<float>(refused.begin(), refused.begin() + kDim)),
+            (std::vector<bool>{false}));
+}
+
+TEST(ServeUpdates, SnapshotPolicySnapshotsOnceTheLogExceedsItsLimit) {
+  TempDir dir;
+  const std::string cfg = make_service_files(dir, dir.file("store"), 256, "  snapshot_log_bytes: 3000\n");
+  std::vector<std::int64_t> ids;
+  std::vector<float> rows;
+  {
+    Server s(cfg, dir.path(), 2);
+    ASSERT_TRUE(s.wait_ready());
+    for (int i = 0; i < 20; ++i) {  // 20 records of 4 rows: about 1 KB each
+      const std::vector<std::int64_t> g{5000 + 4 * i, 5001 + 4 * i, 5002 + 4 * i, 5003 + 4 * i};
+      const std::vector<float> v = random_floats(4 * kDim, 200 + i);
+      const Reply r = post(s.port(), "/v1/upsert", upsert_body(g, v, {0, 1, 2, 0}), "application/json");
+      ASSERT_EQ(r.status, 200) << r.body;
+      ids.insert(ids.end(), g.begin(), g.end());
+      rows.insert(rows.end(), v.begin(), v.end());
+    }
+    // The policy runs after the answers: wait for the snapshot it takes (bounded).
+    json info;
+    for (int tries = 0; tries < 300; ++tries) {
+      info = json::parse(get(s.port(), "/v1/info").body);
+      if (info["snapshot_seq"].get<std::int64_t>() > 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_GT(info["snapshot_seq"].get<std::int64_t>(), 0) << "no snapshot after 20 writes past 3000 log bytes";
+    EXPECT_THAT(s.log(), HasSubstr("storage.snapshot_log_bytes 3000): snapshot"));
+    const std::string m = get(s.port(), "/metrics").body;
+    EXPECT_THAT(m, HasSubstr("shardtopk_log_records"));
+    EXPECT_EQ(present(s.port(), ids, rows), std::vector<bool>(ids.size(), true));
+  }
+  Server again(cfg, dir.path(), 1);  // the snapshot, then the log after it
+  ASSERT_TRUE(again.wait_ready());
+  EXPECT_GT(json::parse(get(again.port(), "/v1/info").body)["snapshot_seq"].get<std::int64_t>(), 0);
+  EXPECT_EQ(present(again.port(), ids, rows), std::vector<bool>(ids.size(), true));
 }
 
 TEST(ServeUpdates, ReadOnlyServiceAnswers409) {
