@@ -45,9 +45,13 @@ for i in $(seq 1 120); do [[ -s $D/port ]] && curl -sf http://127.0.0.1:$(cat $D
 PORT=$(cat $D/port); echo "serve ready on $PORT"
 $B/bench/bench_load --url http://127.0.0.1:$PORT --corpus $D/svc.h5 --queries $D/svc.h5 --queries-dataset test -k 10 \
   --clients $CLIENTS --formats binary,json --duration $DUR --warmup 1 --check 64 -J $OUTDIR/load.jsonl 2>&1 | tail -16
+ulimit -n | sed 's/^/open-file limit: /'
 echo "64 binary clients beside 10,000 idle connections (p99 target: 1.2 x the 64-client row above):"
 $B/bench/bench_load --url http://127.0.0.1:$PORT --corpus $D/svc.h5 --queries $D/svc.h5 --queries-dataset test -k 10 \
-  --clients 64 --formats binary --duration 5 --warmup 1 --check 64 --idle 10000 -J $OUTDIR/load_idle.jsonl 2>&1 | tail -4
+  --clients 64 --formats binary --duration 5 --warmup 1 --check 64 --idle 10000 -J $OUTDIR/load_idle.jsonl 2>&1 \
+  | tee $OUTDIR/load_idle.log | tail -4
+grep -E "first error|error:" $OUTDIR/load_idle.log | head -3
+grep -E "\[(warning|error|critical)\]" $OUTDIR/serve.log | head -5
 curl -s http://127.0.0.1:$PORT/metrics | grep -E "batch_size|shardtopk_requests_total" | head -12
 R0=$(ps -o pid= --ppid $MP | while read p; do tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && echo $p; done)
 t0=$(date +%s.%N); kill -TERM $R0; wait $MP; rc=$?; echo "serve exit rc=$rc after $(python3 -c "print(round($(date +%s.%N)-$t0,2))") s"
