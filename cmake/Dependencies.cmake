@@ -100,6 +100,9 @@ else()
   endif()
   target_include_directories(shardtopk_httplib SYSTEM INTERFACE "${_httplib_dir}")
   set(SHARDTOPK_USES_VENDOR ON)
+  # poll() instead of select(): select cannot watch a descriptor past FD_SETSIZE (1024), so a
+  # client holding thousands of sockets (bench_load --idle) failed every new connection.
+  target_compile_definitions(shardtopk_httplib INTERFACE CPPHTTPLIB_USE_POLL)
   target_link_libraries(shardtopk_httplib INTERFACE Threads::Threads)
   message(STATUS "shardtopk: cpp-httplib header-only from ${_httplib_dir}")
 endif()

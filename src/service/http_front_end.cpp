@@ -248,6 +248,7 @@ void HttpFrontEnd::start() {
       {MHD_OPTION_END, 0, nullptr}};
   daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &Callbacks::access, this,                        //
+      MHD_OPTION_EXTERNAL_LOGGER, &log_mhd, nullptr,                                  // first: all messages
       MHD_OPTION_LISTEN_SOCKET, listen_fd_,                                          //
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(cfg_.max_connections),  //
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned int>(cfg_.idle_timeout_s),  //
@@ -255,7 +256,6 @@ void HttpFrontEnd::start() {
       MHD_OPTION_URI_LOG_CALLBACK, &Callbacks::uri_log, this,                         //
       MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::completed, this,                       //
       MHD_OPTION_NOTIFY_CONNECTION, &Callbacks::connection, this,                     //
-      MHD_OPTION_EXTERNAL_LOGGER, &log_mhd, nullptr,                                  //
       MHD_OPTION_ARRAY, pool_option,                                                  //
       MHD_OPTION_END);
   SHARDTOPK_EXPECTS(daemon_ != nullptr, "service: cannot start the HTTP server (libmicrohttpd) on ", cfg_.host, ":",
