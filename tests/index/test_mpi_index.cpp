@@ -723,21 +723,9 @@ int main(int argc, char** argv) {
   g_world = mpi.world_size();
   // SHARDTOPK_TEST_ENGINE=cuda (the GPU registrations in CTest): one GPU per rank on this node.
   const char* eng = std::getenv("SHARDTOPK_TEST_ENGINE");
-  if (eng && std::string(eng) == "cuda") {
-    int local = 1;
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
-    const int gpus = shardtopk::cuda_device_count();
-    if (gpus < local) {
-      if (g_rank == 0) {
-        if (gpus == 0) std::printf("no GPU visible: the CUDA engine suite is skipped\n");
-        else std::printf("needs at least %d GPUs (one per rank); %d visible: skipped\n", local, gpus);
-      }
-      return 0;
-    }
-  }
+  if (eng && std::string(eng) == "cuda" &&
+      !shardtopk::test::gpus_for_every_rank(g_rank, shardtopk::cuda_device_count(), "the index suite"))
+    return 0;
   shardtopk::test::quiet_followers(g_rank);
   // Per-run fixture folder, named by rank 0 and broadcast.
   char buf[4096] = {0};
