@@ -39,7 +39,7 @@
 /// | service.max_inflight_bytes | int | 0 (16 × the body limit, ≥ 16 MiB) | 0, or 65536 .. 2^40 (503) |
 /// | service.drain_timeout_s | number | 1                           | 0 .. 3600 (SIGTERM drain)       |
 /// | service.heartbeat_ms | int   | 100                             | 10 .. 60000 follower heartbeat  |
-/// | service.heartbeat_timeout_ms | int | 1500                      | 20 .. 3600000, ≥ 2 × heartbeat_ms |
+/// | service.heartbeat_timeout_ms | int | 10000                     | 20 .. 3600000, ≥ 2 × heartbeat_ms |
 /// | service.threads     | int    | 0                               | deprecated: accepted, ignored   |
 /// | storage.dir         | string | "" (no log: updates refused)    | write-ahead log + snapshots dir |
 /// | storage.group_commit_window_us | int | 0                       | 0 .. 1000000 (wait for company) |
@@ -151,7 +151,7 @@ struct ServiceConfig {
   long long max_inflight_bytes = 0;        ///< request bodies held at once; over it: 503; 0: derived
   double drain_timeout_s = 1.0;            ///< SIGTERM: how long requests being received may still complete
   int heartbeat_ms = 100;                  ///< followers' liveness heartbeat interval to rank 0
-  int heartbeat_timeout_ms = 1500;         ///< no heartbeat this long: the follower is stalled
+  int heartbeat_timeout_ms = 10000;        ///< no heartbeat this long: the follower is stalled (a dead one is seen at once)
   int threads = 0;                         ///< deprecated (thread-per-connection front end); ignored
 };
 

@@ -142,14 +142,19 @@ class AttributeTable {
 
 /// Reads shard rows [range.lo, range.hi) of each attribute dataset (corpus.attributes) of the
 /// HDF5 file `path` with hyperslab reads through libhdf5. Each dataset must be 1-D with
-/// `corpus_rows` values (the corpus's N), of type int64 or float64 (any byte order); a float64
-/// one must hold no NaN in the range read.
+/// `corpus_rows` values (the corpus's N), of an attribute_dtype() type (any byte order); a
+/// float one must hold no NaN in the range read.
 /// @returns one column per dataset, in order, named by attribute_name(), [range.size()] each.
 /// @throws Error naming the file and dataset: missing (listing those present), another rank or
-///   length, another type (named, e.g. int32), NaN (with its global row), duplicate names,
+///   length, another type (named, e.g. uint64), NaN (with its global row), duplicate names,
 ///   storage HDF5 would fill in (never written), a range outside [0, corpus_rows), a failed read.
 std::vector<AttributeColumn> read_attribute_columns(const std::string& path, const std::vector<std::string>& datasets,
                                                     std::int64_t corpus_rows, RowRange range);
+
+/// Whether an HDF5 dataset of element type `dtype` (a type name as `info` prints it: "int8" ..
+/// "int64", "uint8" .. "uint64", "float32", "float64", "string", ...) may be an attribute:
+/// integers that fit int64 exactly (read as int64) and floats (read as float64).
+bool attribute_dtype(const std::string& dtype);
 
 // ------------------------------------------------------------------------------ programs
 

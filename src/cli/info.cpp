@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "shardtopk/corpus_io.hpp"
+#include "shardtopk/filter.hpp"
 
 namespace shardtopk::cli {
 namespace {
@@ -18,15 +19,15 @@ nlohmann::json json_number(const std::vector<T>& v) {
   return v.size() == 1 ? nlohmann::json(v[0]) : nlohmann::json(v);
 }
 
-// 1-D int64 / float64 datasets with one value per row of `train`: what corpus.attributes may
-// name (docs/FILTERS.md), by their path.
+// 1-D integer or float datasets (attribute_dtype) with one value per row of `train`: what
+// corpus.attributes may name (docs/FILTERS.md), by their path.
 std::vector<std::string> attribute_candidates(const FileInfo& fi) {
   std::int64_t rows = -1;
   for (const auto& d : fi.datasets)
     if (d.name == "train" && d.dims.size() == 2) rows = d.dims[0];
   std::vector<std::string> out;
   for (const auto& d : fi.datasets)
-    if (rows >= 0 && d.dims.size() == 1 && d.dims[0] == rows && (d.dtype == "int64" || d.dtype == "float64"))
+    if (rows >= 0 && d.dims.size() == 1 && d.dims[0] == rows && attribute_dtype(d.dtype))
       out.push_back(d.name);
   return out;
 }
@@ -65,12 +66,10 @@ int run_info(const InfoArgs& a) {
     if (!d.filters.empty()) layout += " " + d.filters;
     std::printf("  %-28s %-20s %-9s %s\n", d.name.c_str(), shape.c_str(), d.dtype.c_str(), layout.c_str());
   }
-  if (!filterable.empty()) {
-    std::string list;
-    for (const std::string& f : filterable) list += (list.empty() ? "" : ", ") + f;
-    std::printf("  filterable (one int64/float64 value per train row; name them in corpus.attributes): %s\n",
-                list.c_str());
-  }
+  std::string list;
+  for (const std::string& f : filterable) list += (list.empty() ? "" : ", ") + f;
+  std::printf("  filterable (one integer or float value per train row; name them in corpus.attributes): %s\n",
+              list.empty() ? "none" : list.c_str());
   if (!fi.attributes.empty()) {
     std::printf("  attributes:\n");
     for (const auto& kv : fi.attributes) std::printf("    %s = %s\n", kv.first.c_str(), kv.second.c_str());

@@ -58,4 +58,14 @@ inline float from_f16(std::uint16_t h) {
   return from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+/// The first column of `row` [dim] (finite float32 values) that overflows binary16 (`bf16`
+/// false) or bfloat16 (true) after rounding, or -1 when every value is representable.
+inline std::int64_t first_overflow(const float* row, std::int64_t dim, bool bf16) {
+  for (std::int64_t d = 0; d < dim; ++d) {
+    const float back = bf16 ? from_bf16(to_bf16(row[d])) : from_f16(to_f16(row[d]));
+    if (!(back - back == 0.0f)) return d;  // inf or nan
+  }
+  return -1;
+}
+
 }  // namespace shardtopk::half

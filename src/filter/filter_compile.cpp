@@ -325,6 +325,8 @@ FilterProgram parse_filter(const std::string& json_text, const AttributeSchema& 
       throw Error("filter: nested deeper than " + std::to_string(kFilterMaxDepth) + " levels");
     return true;
   };
+  const std::size_t nul = json_text.find('\0');
+  SHARDTOPK_EXPECTS(nul == std::string::npos, "filter: invalid JSON: a NUL byte at offset ", nul);
   json j;
   try {
     j = json::parse(json_text, bound);

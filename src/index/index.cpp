@@ -36,13 +36,13 @@ Candidate status_slot(bool failed, int rank) {
   s.failed = failed ? 1 : 0;
   s.rank = rank;
   Candidate c;
-  std::memcpy(&c, &s, sizeof c);
+  std::memcpy(static_cast<void*>(&c), &s, sizeof c);
   return c;
 }
 
 RankStatus read_status(const Candidate& c) {
   RankStatus s;
-  std::memcpy(&s, &c, sizeof s);
+  std::memcpy(static_cast<void*>(&s), &c, sizeof s);
   return s;
 }
 

@@ -256,15 +256,14 @@ WriteResult ShardedIndex::plan_and_submit_upsert(const UpsertRows& rows, bool re
   for (std::int64_t i = 0; i < n; ++i) {
     if (rows.ids[i] == kPadId) invalid(detail::concat("id ", kPadId, " is reserved"));
     const float* x = rows.vectors + i * dim;
-    for (std::int64_t d = 0; d < dim; ++d) {
+    for (std::int64_t d = 0; d < dim; ++d)
       if (!std::isfinite(x[d]))
         invalid(detail::concat("row id ", rows.ids[i], " has a non-finite value (", x[d], ") at column ", d));
-      if (dt != Dtype::kFloat32 && metric_ != Metric::kCosine) {
-        const float back = dt == Dtype::kFloat16 ? half::from_f16(half::to_f16(x[d])) : half::from_bf16(half::to_bf16(x[d]));
-        if (!std::isfinite(back))
-          invalid(detail::concat("row id ", rows.ids[i], " value ", x[d], " at column ", d, " overflows ", to_string(dt),
-                                 " (engine.dtype)"));
-      }
+    if (dt != Dtype::kFloat32 && metric_ != Metric::kCosine) {
+      const std::int64_t d = half::first_overflow(x, dim, dt == Dtype::kBFloat16);
+      if (d >= 0)
+        invalid(detail::concat("row id ", rows.ids[i], " value ", x[d], " at column ", d, " overflows ", to_string(dt),
+                               " (engine.dtype)"));
     }
     const double norm = row_norm64(x, dim);
     if (metric_ == Metric::kCosine && !(norm > 0.0))

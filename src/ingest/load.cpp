@@ -225,6 +225,11 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         if (man && !man->snapshot_path.empty()) {
           dim = man->dim;
           m = man->metric;
+          // The snapshot's rows were stored for its metric (cosine: normalised): another one
+          // would score them wrongly.
+          const Metric want = resolve_metric(cfg);
+          SHARDTOPK_EXPECTS(want == m, "storage '", cfg.storage.dir, "' holds a snapshot written for metric ",
+                            to_string(m), ", configured metric is ", to_string(want));
         } else {
           m = resolve_metric(cfg);
           const DatasetInfo di = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);

@@ -64,13 +64,15 @@ AttributeColumn read_one(hid_t file, const std::string& path, const std::string&
                     corpus_rows, " rows (one value per row)");
   AttributeColumn col;
   col.name = attribute_name(info.name);
-  if (info.dtype == "int64") {
+  // Integers that fit int64 exactly are read as int64, floats as float64 (libhdf5 converts).
+  if (attribute_dtype(info.dtype) && info.dtype.rfind("float", 0) != 0) {
     col.type = AttributeType::kInt64;
-  } else if (info.dtype == "float64") {
+  } else if (attribute_dtype(info.dtype)) {
     col.type = AttributeType::kFloat64;
   } else {
-    throw Error(where + " is " + info.dtype + "; attributes must be int64 or float64 (convert it, e.g. with h5py: " +
-                "f['" + info.name + "'] = f['" + info.name + "'][:].astype('int64'))");
+    throw Error(where + " is " + info.dtype + "; attributes must be integers that fit int64 (int8 .. int64, uint8 .. " +
+                "uint32) or floats (float32, float64); write a converted copy under another name and list that, " +
+                "e.g. with h5py: f['" + info.name + "_i64'] = f['" + info.name + "'][:].astype('int64')");
   }
   refuse_unwritten(ds.get(), where, range.lo, range.hi);
   const auto n = static_cast<std::size_t>(range.size());
@@ -101,6 +103,12 @@ AttributeColumn read_one(hid_t file, const std::string& path, const std::string&
 }
 
 }  // namespace
+
+bool attribute_dtype(const std::string& dtype) {
+  static const char* const kTypes[] = {"int8",   "int16",  "int32",   "int64",  "uint8",
+                                       "uint16", "uint32", "float32", "float64"};
+  return std::find(std::begin(kTypes), std::end(kTypes), dtype) != std::end(kTypes);
+}
 
 std::vector<AttributeColumn> read_attribute_columns(const std::string& path, const std::vector<std::string>& datasets,
                                                     std::int64_t corpus_rows, RowRange range) {

@@ -90,16 +90,24 @@ MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) 
 }
 
 // Query-string arguments, with repeats and unknown names noted.
+// Parameters by route: /v1/search k, batch, filter; /v1/upsert n (its binary form's rows);
+// /v1/delete and /v1/snapshot none (their bodies say everything).
 struct QueryArgs {
-  bool upsert = false;  // POST /v1/upsert takes n (its binary form's rows); the other routes k, batch, filter
+  Route route = Route::kSearch;
   std::map<std::string, std::string> values;
   std::string repeated, unknown;
-  const char* allowed() const { return upsert ? "n" : "k, batch, filter"; }
+  const char* allowed() const {
+    return route == Route::kSearch ? "k, batch, filter" : route == Route::kUpsert ? "n" : "none on this route";
+  }
+  bool takes(const std::string& k) const {
+    if (route == Route::kSearch) return k == "k" || k == "batch" || k == "filter";
+    return route == Route::kUpsert && k == "n";
+  }
 };
 MHD_Result collect_arg(void* cls, MHD_ValueKind, const char* key, const char* value) {
   auto* a = static_cast<QueryArgs*>(cls);
   const std::string k = key ? key : "";
-  if (a->upsert ? k != "n" : (k != "k" && k != "batch" && k != "filter")) {
+  if (!a->takes(k)) {
     if (a->unknown.empty()) a->unknown = k;
     return MHD_YES;
   }
@@ -268,9 +276,12 @@ void HttpFrontEnd::set_ready(const BackendInfo& info, SearchBackend& backend, Ba
   batcher_ = &batcher;
   limits_ = derived_body_limits(info.dim, info.batch_max);
   if (cfg_.max_body_bytes > 0) limits_.json = limits_.binary = static_cast<std::size_t>(cfg_.max_body_bytes);
+  // Derived: room for 16 of the largest searches, and for two of the largest writes (so a legal
+  // write body is never refused as busy forever).
   max_inflight_ = cfg_.max_inflight_bytes > 0
                       ? static_cast<std::size_t>(cfg_.max_inflight_bytes)
-                      : std::max<std::size_t>(16u << 20, 16 * std::max(limits_.json, limits_.binary));
+                      : std::max({std::size_t{16} << 20, 16 * std::max(limits_.json, limits_.binary),
+                                  writer_ && writer_->writable() ? 2 * write_body_limit() : std::size_t{0}});
   ready_.store(true, std::memory_order_release);
 }
 
@@ -365,7 +376,9 @@ void HttpFrontEnd::release_bytes(std::size_t n) {
 std::size_t HttpFrontEnd::body_limit(bool binary) const { return binary ? limits_.binary : limits_.json; }
 
 std::size_t HttpFrontEnd::write_body_limit() const {
-  return cfg_.max_body_bytes > 0 ? static_cast<std::size_t>(cfg_.max_body_bytes) : kWriteBodyBytes;
+  const std::size_t limit = cfg_.max_body_bytes > 0 ? static_cast<std::size_t>(cfg_.max_body_bytes) : kWriteBodyBytes;
+  // A body larger than everything the service may hold at once could never be taken: 413, not 503.
+  return max_inflight_ > 0 ? std::min(limit, max_inflight_) : limit;
 }
 
 void HttpFrontEnd::set_writer(WriteBackend* writer) { writer_ = writer; }
@@ -559,7 +572,7 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
   if (r.binary && is_write(r.route) && r.route != Route::kUpsert)
     return reply_error(c, r, 415, std::string(route_label(r.route)) + " takes application/json", true);
 
-  r.args.upsert = r.route == Route::kUpsert;
+  r.args.route = r.route;
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
   if (!r.args.unknown.empty())
     return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: " +
@@ -582,9 +595,11 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
                                       " needs a Content-Length header (or a chunked body)", true);
   r.limit = is_write(r.route) ? write_body_limit() : body_limit(r.binary);
   const std::string limit_name =
-      cfg_.max_body_bytes > 0 ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
-                              : "the largest legal " + std::string(r.binary ? "binary" : "JSON") + " request (" +
-                                    std::to_string(r.limit) + " bytes: search.batch_max x dim; service.max_body_bytes)";
+      is_write(r.route)       ? "the write limit (" + std::to_string(r.limit) +
+                                    " bytes: service.max_body_bytes, or 32 MiB when 0, within service.max_inflight_bytes)"
+      : cfg_.max_body_bytes > 0 ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
+                                : "the largest legal " + std::string(r.binary ? "binary" : "JSON") + " request (" +
+                                      std::to_string(r.limit) + " bytes: search.batch_max x dim; service.max_body_bytes)";
   std::size_t declared = 0;
   if (cl) {
     // libmicrohttpd has already refused a Content-Length that is not a decimal number or does

@@ -356,7 +356,16 @@ bool iequals(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+namespace {
+/// A NUL byte cannot be in JSON text; the parser would stop at it and take what came before.
+void refuse_nul(std::string_view text, const char* what) {
+  const std::size_t nul = text.find('\0');
+  if (nul != std::string_view::npos) throw Error(detail::concat(what, ": a NUL byte at offset ", nul));
+}
+}  // namespace
+
 SearchBody parse_json_search(std::string_view body, const QueryShape& shape) {
+  refuse_nul(body, "malformed JSON");
   SearchBody out;
   SearchSax sax(shape, out);
   const bool ok = json::sax_parse(body.begin(), body.end(), &sax, json::input_format_t::json, /*strict=*/true);
@@ -368,6 +377,7 @@ SearchBody parse_json_search(std::string_view body, const QueryShape& shape) {
 }
 
 RequestFilter parse_filter_text(std::string_view text, const AttributeSchema& attributes) {
+  refuse_nul(text, "filter: invalid JSON");
   FilterSax sax;
   const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json, /*strict=*/true);
   if (!ok) throw Error(sax.error.empty() ? std::string("filter: invalid JSON") : sax.error);

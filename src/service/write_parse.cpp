@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,9 +22,19 @@ using nlohmann::json;
 
 json parse_bounded(std::string_view body) {
   SHARDTOPK_EXPECTS(!body.empty(), "empty body: expected a JSON object");
-  const json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
+  // A NUL byte cannot be in JSON text; the parser would stop at it and take what came before.
+  const std::size_t nul = body.find('\0');
+  SHARDTOPK_EXPECTS(nul == std::string_view::npos, "malformed JSON: a NUL byte at offset ", nul);
+  // Nesting is bounded while parsing; a key repeated in one object is refused (the parser keeps
+  // the last one, which would change a different row than the one the client meant).
+  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
+  const json::parser_callback_t limit = [&keys](int depth, json::parse_event_t ev, json& v) {
     if (depth > kWriteBodyMaxDepth)
       throw Error("the body nests deeper than " + std::to_string(kWriteBodyMaxDepth) + " levels");
+    if (ev == json::parse_event_t::object_start) keys.emplace_back();
+    else if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (ev == json::parse_event_t::key && !keys.empty() && !keys.back().insert(v.get<std::string>()).second)
+      throw Error("duplicate key \"" + excerpt(v.get<std::string>(), 32) + "\" in one object");
     return true;
   };
   try {

@@ -720,6 +720,9 @@ class AttributeFile : public ::testing::Test {
     w.write_f64("meta/price", reals_.data(), kRows, 0);
     w.write_i32("tag32", i32.data(), kRows, 0);
     w.write_f32("f32", f32.data(), kRows, 0);
+    std::vector<std::uint8_t> u8(kRows, 200);
+    w.write_u8("u8", u8.data(), kRows, 0);
+    w.write_strings("names", std::vector<std::string>(kRows, "x"));
     w.write_f32("two_d", two_d.data(), kRows, 2);
     w.write_i64("short", ints_.data(), kRows - 1, 0);
     w.write_f64("nan_late", with_nan.data(), kRows, 0);
@@ -746,6 +749,14 @@ TEST_F(AttributeFile, ReadsOneRanksRows) {
     EXPECT_TRUE(cols[1].ints.empty());
   }
   EXPECT_TRUE(read_attribute_columns(path_, {}, kRows, {0, kRows}).empty());
+  // narrower integers and float32 are widened exactly (uint8 200 stays 200, not -56)
+  const auto narrow = read_attribute_columns(path_, {"tag32", "u8", "f32"}, kRows, {10, 20});
+  ASSERT_EQ(narrow.size(), 3u);
+  EXPECT_EQ(narrow[0].type, AttributeType::kInt64);
+  EXPECT_EQ(narrow[0].ints, std::vector<std::int64_t>(10, 1));
+  EXPECT_EQ(narrow[1].ints, std::vector<std::int64_t>(10, 200));
+  EXPECT_EQ(narrow[2].type, AttributeType::kFloat64);
+  EXPECT_EQ(narrow[2].reals, std::vector<double>(10, 1.0));
   // the NaN lies outside these rows: a rank reads only its own
   EXPECT_EQ(read_attribute_columns(path_, {"nan_late"}, kRows, {0, 2500})[0].reals.size(), 2500u);
   // a table from what was read, with the shard's global ids
@@ -768,8 +779,8 @@ TEST_F(AttributeFile, RefusesBadDatasetsByName) {
   };
   EXPECT_THAT(err({"tenant", "nope"}), HasSubstr("has no dataset 'nope' (datasets present: "));
   EXPECT_THAT(err({"tenant", "nope"}), HasSubstr("tenant [3000] int64"));
-  EXPECT_THAT(err({"tag32"}), HasSubstr("attribute dataset 'tag32' is int32; attributes must be int64 or float64"));
-  EXPECT_THAT(err({"f32"}), HasSubstr("attribute dataset 'f32' is float32"));
+  EXPECT_THAT(err({"names"}), HasSubstr("attribute dataset 'names' is string; attributes must be integers that fit int64"));
+  EXPECT_THAT(err({"names"}), HasSubstr("f['names_i64'] = f['names'][:].astype('int64')"));
   EXPECT_THAT(err({"two_d"}), HasSubstr("attribute dataset 'two_d' must be 1-D [3000], but it is 2-D"));
   EXPECT_THAT(err({"short"}), HasSubstr("attribute dataset 'short' has 2999 values, but the corpus has 3000 rows"));
   EXPECT_THAT(err({"nan_late"}), HasSubstr("attribute dataset 'nan_late' is NaN at row 2500"));

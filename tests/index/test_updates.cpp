@@ -472,6 +472,18 @@ TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
     const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", idx->attribute_schema());
     expect_oracle(*idx, "attributes from the snapshot", 0, &t0);
   }
+  // The snapshot's rows were stored for this metric: another configured metric is refused (it
+  // would score them wrongly), on every rank, and the directory still opens with the right one.
+  Config other = cfg;
+  other.search.metric = GetParam() == Metric::kL2 ? Metric::kInnerProduct : Metric::kL2;
+  try {
+    (void)load_index(other, false);
+    ADD_FAILURE() << "a snapshot written for " << to_string(GetParam()) << " opened as " << to_string(*other.search.metric);
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("holds a snapshot written for metric " + to_string(GetParam())));
+  }
+  auto idx = load_index(cfg, false);
+  test::expect_bit_identical(search(*idx, 0, kQueries), before, "reopened with its own metric");
 }
 
 TEST_P(Updates, SnapshotPolicyTakesSnapshotsOnceTheLogExceedsItsLimit) {

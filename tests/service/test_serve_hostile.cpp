@@ -860,7 +860,7 @@ TEST_F(HostileOwn, AKilledFollowerGets503NamingItAndEndsTheJob) {
 }
 
 TEST_F(HostileOwn, AStoppedFollowerGets503NamingItAndEndsTheJob) {
-  start();  // service.heartbeat_timeout_ms 1500 by default
+  start("  heartbeat_timeout_ms: 1500\n");  // a stopped follower is found within 3 s
   lost_follower(*server_, *data_, SIGSTOP);
   EXPECT_THAT(server_->log(), HasSubstr("rank 1 stalled"));
 }

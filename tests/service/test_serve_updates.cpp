@@ -140,6 +140,25 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   r = post(s.port(), "/v1/upsert", R"({"ids":[3],"vectors":[[1,2,3,4,5,6,7,8]]})", "application/json");
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(r.body, HasSubstr("attribute 'tenant' is missing"));
+  // A key repeated in one object (the parser would keep the last: another row deleted), a NUL
+  // byte (the parser would stop there) and parameters the route does not take: 400.
+  r = post(s.port(), "/v1/delete", R"({"ids":[10],"ids":[11]})", "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("duplicate key"));
+  std::string nul = R"({"ids":[20]})";
+  nul += '\0';
+  nul += R"(, "filter": {"eq": {"tenant": 1}}})";
+  r = post(s.port(), "/v1/delete", nul, "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("NUL byte at offset 12"));
+  r = post(s.port(), "/v1/search", std::string(R"({"query":[1,2,3,4,5,6,7,8]})") + '\0' + "junk", "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("NUL byte"));
+  r = post(s.port(), "/v1/delete?filter=%7B%7D", R"({"ids":[31]})", "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("unknown query parameter 'filter' (allowed: none on this route)"));
+  r = post(s.port(), "/v1/snapshot?batch=3", "", "application/json");
+  EXPECT_EQ(r.status, 400);
 
   // Delete by ids (one unknown: not counted), then by filter.
   r = post(s.port(), "/v1/delete", R"({"ids":[1000, 3, 424242]})", "application/json");

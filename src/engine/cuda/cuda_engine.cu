@@ -159,13 +159,11 @@ class CudaEngine final : public Engine {
     for (std::int64_t i = 0; i < w.n; ++i)
       SHARDTOPK_EXPECTS(!is_live(w.slots[i]), "write_rows: slot ", w.slots[i], " is live (delete it first)");
     if (dtype_ != Dtype::kFloat32) {  // storage overflow, checked before anything changes
-      for (std::int64_t i = 0; i < w.n; ++i)
-        for (std::int64_t d = 0; d < dim_; ++d) {
-          const float v = w.vectors[i * dim_ + d];
-          const float back = dtype_ == Dtype::kFloat16 ? half::from_f16(half::to_f16(v)) : half::from_bf16(half::to_bf16(v));
-          SHARDTOPK_EXPECTS(std::isfinite(back), "row id ", w.ids[i], " value ", v, " at column ", d, " overflows ",
-                            to_string(dtype_), "; use engine.dtype float32");
-        }
+      for (std::int64_t i = 0; i < w.n; ++i) {
+        const std::int64_t d = half::first_overflow(w.vectors + i * dim_, dim_, dtype_ == Dtype::kBFloat16);
+        SHARDTOPK_EXPECTS(d < 0, "row id ", w.ids[i], " value ", w.vectors[i * dim_ + (d < 0 ? 0 : d)], " at column ",
+                          d, " overflows ", to_string(dtype_), "; use engine.dtype float32");
+      }
     }
     host_table_.write_rows(w.slots, w.n, w.ids, w.attributes);
     DeviceGuard guard(device_);
