@@ -16,7 +16,9 @@ BUILD_DIR=${SAN_BUILD_DIR:-build-asan}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 echo "== configuring $BUILD_DIR (ASan + UBSan, -O1, CPU only)"
 mkdir -p "$BUILD_DIR"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DSHARDTOPK_CUDA=OFF -DSHARDTOPK_BENCH=OFF -DCMAKE_BUILD_TYPE=None \
+# The Python module is left out: an interpreter not built with ASan cannot load an ASan module
+# (the runtime must come first); its tests run in the plain build.
+cmake -S . -B "$BUILD_DIR" -G Ninja -DSHARDTOPK_CUDA=OFF -DSHARDTOPK_BENCH=OFF -DSHARDTOPK_PYTHON=OFF -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_C_FLAGS="-O1 -g $SAN" -DCMAKE_CXX_FLAGS="-O1 -g $SAN" \
   -DCMAKE_EXE_LINKER_FLAGS="$SAN" -DCMAKE_SHARED_LINKER_FLAGS="$SAN" >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }

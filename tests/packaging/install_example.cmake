@@ -24,8 +24,11 @@ set(launcher "")
 if(CXX_LAUNCHER)
   set(launcher "-DCMAKE_CXX_COMPILER_LAUNCHER=${CXX_LAUNCHER}")
 endif()
+# The example is compiled and linked with the flags the libraries were built with (a sanitizer
+# build's libraries need its runtime).
 run("configure examples/cpp" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/cpp" -B "${WORK_DIR}/build" -G "${GENERATOR}"
-    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${prefix}" ${launcher})
+    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${prefix}" ${launcher} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+    "-DCMAKE_EXE_LINKER_FLAGS=${EXE_LINKER_FLAGS}")
 run("build examples/cpp" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 
 set(example "${WORK_DIR}/build/search_example")

@@ -77,11 +77,26 @@ class Server {
   }
   ~Server() {
     if (pid_ > 0 && !exited_) {
-      for (const auto& kv : ranks()) kill(kv.second, SIGCONT);
+      const std::map<int, pid_t> rank_pids = ranks();
+      for (const auto& kv : rank_pids) kill(kv.second, SIGCONT);
       kill(pid_, SIGKILL);
-      for (const auto& kv : ranks()) kill(kv.second, SIGKILL);
+      for (const auto& kv : rank_pids) kill(kv.second, SIGKILL);
       waitpid(pid_, nullptr, 0);
+      // The ranks are not this process's children: wait (bounded) until each is gone or a zombie,
+      // so that what they hold (a storage directory's lock, the port) is free for the next server.
+      for (const auto& kv : rank_pids)
+        for (int i = 0; i < 200 && alive(kv.second); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+  }
+
+  /// Whether `pid` is a process that has not exited (a zombie has).
+  static bool alive(pid_t pid) {
+    if (kill(pid, 0) != 0) return false;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const std::size_t close = line.rfind(')');
+    return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
   }
 
   /// Waits for the port file and /readyz; false (with the log printed) after `timeout_s`.
@@ -280,7 +295,7 @@ struct FilteredAnswer {
     if (ids != o.ids || scores.size() != o.scores.size()) return false;
     for (std::size_t q = 0; q < scores.size(); ++q)  // bit for bit
       if (scores[q].size() != o.scores[q].size() ||
-          std::memcmp(scores[q].data(), o.scores[q].data(), 4 * scores[q].size()) != 0)
+          (!scores[q].empty() && std::memcmp(scores[q].data(), o.scores[q].data(), 4 * scores[q].size()) != 0))
         return false;
     return true;
   }

@@ -659,7 +659,11 @@ TEST_F(Hostile, RankZeroMemoryStaysBoundedAfterTheMemoryAttacks) {
   const long long bound = base + 4 * static_cast<long long>(largest.size());
   std::printf("  rank 0 RSS: %.1f MB before the attacks, %.1f MB after; bound %.1f MB (+4 x %.2f MB)\n", base / 1e6,
               after / 1e6, bound / 1e6, largest.size() / 1e6);
+#if defined(__SANITIZE_ADDRESS__)
+  std::printf("  (AddressSanitizer keeps freed memory in its quarantine: the RSS bound is checked in the plain build)\n");
+#else
   EXPECT_LE(after, bound);
+#endif
 }
 
 // ------------------------------------------------------------------------------ own services
