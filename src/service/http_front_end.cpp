@@ -373,6 +373,25 @@ void HttpFrontEnd::release_bytes(std::size_t n) {
   if (n) inflight_bytes_.fetch_sub(n);
 }
 
+std::string HttpFrontEnd::busy_message(const char* what) const {
+  return std::string("busy: ") + what + " in flight would exceed service.max_inflight_bytes (" +
+         std::to_string(max_inflight_) + " bytes); retry";
+}
+
+int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving) {
+  job->on_done = [this, c] {
+    MHD_resume_connection(c);
+    suspended_.fetch_sub(1);
+  };
+  r.job = job;
+  r.phase = Request::Phase::kWaiting;
+  // Suspend before the batcher can answer: its resume must find the connection suspended.
+  suspended_.fetch_add(1);
+  MHD_suspend_connection(c);
+  batcher_->submit(std::move(job), was_receiving);
+  return MHD_YES;
+}
+
 std::size_t HttpFrontEnd::body_limit(bool binary) const { return binary ? limits_.binary : limits_.json; }
 
 std::size_t HttpFrontEnd::write_body_limit() const {
@@ -536,17 +555,9 @@ int HttpFrontEnd::on_get(MHD_Connection* c, Request& r) {
     case Route::kMetrics: {
       if (!ready || draining_.load() || failed_.load()) return reply(c, r, 200, metrics_.render(), "text/plain; version=0.0.4");
       // Fresh per-rank counters come from a collective on the index thread: queue a job for it.
-      r.job = std::make_shared<Job>();
-      r.job->kind = Job::Kind::kCounters;
-      r.job->on_done = [this, c] {
-        MHD_resume_connection(c);
-        suspended_.fetch_sub(1);
-      };
-      r.phase = Request::Phase::kWaiting;
-      suspended_.fetch_add(1);
-      MHD_suspend_connection(c);
-      batcher_->submit(r.job, false);
-      return MHD_YES;
+      auto job = std::make_shared<Job>();
+      job->kind = Job::Kind::kCounters;
+      return submit_suspended(c, r, std::move(job), /*was_receiving=*/false);
     }
     default:
       break;
@@ -610,8 +621,7 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
   }
   if (!reserve_bytes(declared))
     return reply_error(c, r, 503,
-                       "busy: request bodies in flight would exceed service.max_inflight_bytes (" +
-                           std::to_string(max_inflight_) + " bytes); retry",
+                       busy_message("request bodies"),
                        true);
   r.reserved = declared;
   r.body.reserve(declared);
@@ -657,8 +667,7 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
     if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
     if (r.busy)
       return reply_error(c, r, 503,
-                         "busy: request bodies in flight would exceed service.max_inflight_bytes (" +
-                             std::to_string(max_inflight_) + " bytes); retry",
+                         busy_message("request bodies"),
                          true);
     return reply_error(c, r, 413,
                        "request body of " + std::to_string(r.discarded) + " bytes over " +
@@ -711,29 +720,17 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
     if (!reserve_bytes(held)) {
       batcher_->receiving_end();
       return reply_error(c, r, 503,
-                         "busy: compiled filters and request bodies in flight would exceed service.max_inflight_bytes (" +
-                             std::to_string(max_inflight_) + " bytes); retry");
+                         busy_message("compiled filters and request bodies"));
     }
     r.reserved += held;
   }
-  job->on_done = [this, c] {
-    MHD_resume_connection(c);
-    suspended_.fetch_sub(1);
-  };
-  r.job = job;
-  r.phase = Request::Phase::kWaiting;
-  // Suspend before the batcher can answer: its resume must find the connection suspended.
-  suspended_.fetch_add(1);
-  MHD_suspend_connection(c);
-  batcher_->submit(job, /*was_receiving=*/true);
-  return MHD_YES;
+  return submit_suspended(c, r, std::move(job), /*was_receiving=*/true);
 }
 
 int HttpFrontEnd::on_write_body_complete(MHD_Connection* c, Request& r) {
   if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
   if (r.busy)
-    return reply_error(c, r, 503, "busy: request bodies in flight would exceed service.max_inflight_bytes (" +
-                                      std::to_string(max_inflight_) + " bytes); retry", true);
+    return reply_error(c, r, 503, busy_message("request bodies"), true);
   if (r.too_large)
     return reply_error(c, r, 413, "request body of " + std::to_string(r.discarded) + " bytes over the write limit (" +
                                       std::to_string(r.limit) + " bytes; service.max_body_bytes)", true);
@@ -758,16 +755,7 @@ int HttpFrontEnd::on_write_body_complete(MHD_Connection* c, Request& r) {
     return reply_error(c, r, 400, e.what());
   }
   std::string().swap(r.body);
-  job->on_done = [this, c] {
-    MHD_resume_connection(c);
-    suspended_.fetch_sub(1);
-  };
-  r.job = job;
-  r.phase = Request::Phase::kWaiting;
-  suspended_.fetch_add(1);
-  MHD_suspend_connection(c);
-  batcher_->submit(job, /*was_receiving=*/false);
-  return MHD_YES;
+  return submit_suspended(c, r, std::move(job), /*was_receiving=*/false);
 }
 
 int HttpFrontEnd::on_resumed(MHD_Connection* c, Request& r) {

@@ -34,6 +34,7 @@ namespace shardtopk::service {
 class Batcher;
 class Metrics;
 class WriteBackend;
+struct Job;
 
 class HttpFrontEnd {
  public:
@@ -111,6 +112,11 @@ class HttpFrontEnd {
   bool reserve_bytes(std::size_t n);
   void release_bytes(std::size_t n);
   std::string fail_reason() const;
+  /// The 503 text when `what` would not fit service.max_inflight_bytes.
+  std::string busy_message(const char* what) const;
+  /// Queues `job` on the batcher with the connection suspended until the job is done (its
+  /// resume then answers from r.job); returns MHD_YES.
+  int submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
   std::size_t body_limit(bool binary) const;
   std::size_t write_body_limit() const;
   std::string info_json() const;
