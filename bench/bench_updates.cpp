@@ -695,12 +695,5 @@ int run(MpiSession& mpi, int argc, char** argv) {
 }  // namespace shardtopk::bench
 
 int main(int argc, char** argv) {
-  shardtopk::MpiSession mpi(&argc, &argv);
-  try {
-    return shardtopk::bench::run(mpi, argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_updates: rank " << mpi.rank() << ": " << e.what() << std::endl;
-    if (mpi.world_size() > 1) shardtopk::abort_job(1);
-    return 1;
-  }
+  return shardtopk::bench::run_on_ranks(argc, argv, "bench_updates", &shardtopk::bench::run);
 }

@@ -211,4 +211,15 @@ std::vector<nlohmann::json> read_json_lines(const std::string& path) {
   return out;
 }
 
+int run_on_ranks(int argc, char** argv, const char* program, int (*body)(MpiSession&, int, char**)) {
+  MpiSession mpi(&argc, &argv);
+  try {
+    return body(mpi, argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << program << ": rank " << mpi.rank() << ": " << e.what() << std::endl;
+    if (mpi.world_size() > 1) abort_job(1);
+    return 1;
+  }
+}
+
 }  // namespace shardtopk::bench

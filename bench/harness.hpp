@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/stats.hpp"
+#include "shardtopk/communicator.hpp"
 #include "shardtopk/config.hpp"
 #include "shardtopk/types.hpp"
 
@@ -89,5 +90,10 @@ std::string fmt_int(long long v);
 void write_json_line(const std::string& path, const nlohmann::json& j);
 /// Read JSON lines (blank lines and lines starting with '#' skipped). @throws Error.
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
+
+/// A benchmark's main(): starts MPI, runs `body` on every rank and returns its exit status. An
+/// exception on a rank is printed as "PROGRAM: rank R: what" and, with several ranks, ends the
+/// whole job (a collective may be half done on the others); the status is then 1.
+int run_on_ranks(int argc, char** argv, const char* program, int (*body)(MpiSession&, int, char**));
 
 }  // namespace shardtopk::bench
