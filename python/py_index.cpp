@@ -698,44 +698,22 @@ py::dict PyIndex::upsert(py::object ids, py::object vectors, py::object attribut
   rows.ids = static_cast<const std::int64_t*>(id.data());
   rows.vectors = static_cast<const float*>(v.data());
   for (const AttributeInput& a : attrs) rows.attributes.push_back(AttributeColumnView{a.name, a.type, a.values.data()});
-  WriteResult r;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    require_open("upsert()");
-    r = index_->upsert(rows);
-    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
-  }
-  return write_answer("upserted", r);
+  return write_answer("upserted", write("upsert()", [&] { return index_->upsert(rows); }));
 }
 
 py::dict PyIndex::remove(py::object ids) {
   require_driver("remove()");
   const py::array id = id_array(ids);
-  WriteResult r;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    require_open("remove()");
-    r = index_->remove(static_cast<const std::int64_t*>(id.data()), id.shape(0));
-    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
-  }
-  return write_answer("deleted", r);
+  const auto* ids_in = static_cast<const std::int64_t*>(id.data());
+  const std::int64_t n = id.shape(0);
+  return write_answer("deleted", write("remove()", [&] { return index_->remove(ids_in, n); }));
 }
 
 py::dict PyIndex::remove_matching(py::object filter) {
   require_driver("remove_matching()");
   SHARDTOPK_EXPECTS(!filter.is_none(), "remove_matching() needs a filter (to delete every row: {\"all\": []})");
   const FilterProgram program = compile_py_filter(filter, attributes_);
-  WriteResult r;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    require_open("remove_matching()");
-    r = index_->remove_matching(program);
-    index_->snapshot_if_log_exceeds();  // storage.snapshot_log_bytes
-  }
-  return write_answer("deleted", r);
+  return write_answer("deleted", write("remove_matching()", [&] { return index_->remove_matching(program); }));
 }
 
 py::dict PyIndex::snapshot() {

@@ -68,6 +68,17 @@ class PyIndex {
  private:
   explicit PyIndex(std::unique_ptr<ShardedIndex> index);
   void require_open(const char* call) const;
+  /// Runs one write `op` on the index (GIL released, the index's lock held, open checked), then
+  /// the snapshot policy (storage.snapshot_log_bytes); returns op's result.
+  template <typename Op>
+  WriteResult write(const char* call, Op op) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open(call);
+    const WriteResult r = op();
+    index_->snapshot_if_log_exceeds();
+    return r;
+  }
   /// Open, and rank 0 (the calls that drive the collective ones).
   void require_driver(const char* call) const;
   py::tuple search_host(const float* q, std::int64_t batch, bool one_d, int k, const FilterProgram* filter,
