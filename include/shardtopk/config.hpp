@@ -8,7 +8,7 @@
 /// | corpus.path         | string | (required)                      | an HDF5 file                    |
 /// | corpus.dataset      | string | train                           | dataset path, e.g. emb/vectors  |
 /// | corpus.ids_dataset  | string | "" (ids = row positions)        | int64 [N], unique               |
-/// | corpus.attributes   | list   | [] (no attributes)              | dataset paths, each [N] int64 or float64; names (last path component) unique; at most 64 |
+/// | corpus.attributes   | list   | [] (no attributes)              | dataset paths, each [N] integers (int8..int64, uint8..uint32) or floats, read as int64/float64; names (last path component) unique; at most 64 |
 /// | search.metric       | string | auto: file attr `distance`, else inner_product | inner_product, cosine, l2, auto (¹) |
 /// | search.k_max        | int    | 1024                            | 1 .. 1048576                    |
 /// | search.batch_max    | int    | 64                              | 1 .. 1048576                    |
