@@ -97,6 +97,12 @@ struct StorageOptions {
   /// Called after each step of a snapshot commit, on the committing thread (observability, and
   /// the hook the crash tests stop a process at).
   std::function<void(SnapshotStep)> on_snapshot_step;
+  /// The corpus file the log's records apply to while the directory has no snapshot (the
+  /// configured corpus.path; "" when the rows do not come from a file). Its size and the
+  /// CRC-32C of its first and last MiB are recorded in the manifest; opening a directory whose
+  /// log holds records with another file is refused (the records were planned against the
+  /// recorded one). With an empty log the new file's identity replaces the old.
+  std::string base_corpus;
 };
 
 /// What opening the directory found and repaired.
@@ -189,6 +195,11 @@ class Storage {
 
   const StorageOptions& options() const;
   const RecoveryReport& recovery() const;
+  /// Reads the current snapshot file whole and compares its size and CRC-32C with those the
+  /// manifest recorded when the snapshot was committed (its size alone is checked at open).
+  /// Does nothing when there is no snapshot or the manifest recorded no checksum.
+  /// @throws Error naming the file and the recorded and found values.
+  void verify_snapshot() const;
   std::string snapshot_path() const;  ///< current base snapshot ("" when none)
   std::uint64_t snapshot_seq() const;
   /// Highest durable seq (written and fdatasynced; on_durable may still be running for it).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -39,7 +40,15 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
                                                RowRange rows, const ShardInput& shard,
                                                std::unique_ptr<Communicator> host_comm, IngestStats stats,
                                                const StreamRows& stream_rows, std::unique_ptr<Storage> storage = nullptr,
-                                               std::uint64_t base_seq = 0) {
+                                               std::uint64_t base_seq = 0,
+                                               std::future<void>* snapshot_check = nullptr) {
+  // The check reads through `storage`: it ends before `storage` does, whatever throws here.
+  struct JoinCheck {
+    std::future<void>* f;
+    ~JoinCheck() {
+      if (f && f->valid()) f->wait();
+    }
+  } join_check{snapshot_check};
   const auto tu = Clock::now();
   bool ok = true;
   std::string msg;
@@ -104,7 +113,23 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
   if (shard.attributes) index->set_attribute_schema(shard.attributes->schema());
   stats.engine_resident_bytes = index->ingest_stats().engine_resident_bytes;
   index->set_ingest_stats(stats);
-  if (!cfg.storage.dir.empty()) index->enable_updates(std::move(storage), base_seq);
+  if (!cfg.storage.dir.empty()) {
+    // Rank 0's snapshot checksum (read while the rows loaded), before any log record is applied.
+    bool sum_ok = true;
+    std::string sum_msg;
+    if (snapshot_check && snapshot_check->valid()) {
+      const auto tw = Clock::now();
+      try {
+        snapshot_check->get();
+      } catch (const std::exception& e) {
+        sum_ok = false;
+        sum_msg = e.what();
+      }
+      spdlog::info("rank 0: snapshot checksum verified ({:.2f} s waited after the rows loaded)", seconds_since(tw));
+    }
+    index->host_comm().check(sum_ok, sum_msg);
+    index->enable_updates(std::move(storage), base_seq);
+  }
   return index;
 }
 
@@ -212,6 +237,10 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   // An updatable index (storage.dir): rank 0 opens and recovers the directory first; the
   // snapshot it holds, if any, is the base every rank loads instead of corpus.path.
   std::unique_ptr<Storage> storage;
+  // Rank 0 reads the snapshot whole for its checksum while the ranks load their rows from it;
+  // build_index_impl checks the result before replaying the log (declared after `storage`:
+  // destroyed, and so joined, before it).
+  std::future<void> snapshot_check;
   std::uint64_t base_seq = 0;
   std::int64_t base_normalized = 0;
   std::string snapshot;
@@ -237,11 +266,19 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
                             "' must be 2-D [rows, dim]");
           dim = di.dims[1];
         }
-        storage = std::make_unique<Storage>(storage_options(cfg.storage, dim, m));
+        StorageOptions so = storage_options(cfg.storage, dim, m);
+        if (!man || man->snapshot_path.empty()) so.base_corpus = cfg.corpus.path;
+        storage = std::make_unique<Storage>(so);
         snapshot = storage->snapshot_path();
         base_seq = storage->snapshot_seq();
         if (!snapshot.empty()) {
           const SnapshotInfo si = inspect_snapshot(snapshot);
+          // The manifest commits the snapshot by name and seq; the file's own attributes must agree.
+          SHARDTOPK_EXPECTS(si.seq == base_seq && si.dim == dim && si.metric == m, "snapshot '", snapshot,
+                            "' holds seq ", si.seq, ", dim ", si.dim, ", metric ", to_string(si.metric),
+                            " but the manifest of storage '", cfg.storage.dir, "' says seq ", base_seq, ", dim ", dim,
+                            ", metric ", to_string(m), " (a file was replaced or the manifest edited)");
+          snapshot_check = std::async(std::launch::async, [s = storage.get()] { s->verify_snapshot(); });
           base_normalized = si.normalized ? 1 : 0;
           for (const std::string& a : cfg.corpus.attributes) {
             bool found = false;
@@ -413,7 +450,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   in.attributes = &attributes;
   in.capacity = rank_capacity_rows(cfg, nrows);
   auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows,
-                                std::move(storage), base_seq);
+                                std::move(storage), base_seq, &snapshot_check);
   IngestStats final_stats = index->ingest_stats();
   double mine = seconds_since(t0);
   std::vector<double> all(static_cast<size_t>(world));

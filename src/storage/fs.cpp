@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "shardtopk/error.hpp"
+#include "storage/crc32c.hpp"
 
 namespace shardtopk::storage {
 
@@ -145,6 +147,31 @@ std::string read_small_file(const std::string& path) {
     out.append(buf, static_cast<std::size_t>(r));
   }
   return out;
+}
+
+std::uint32_t file_crc32c(const std::string& path, std::uint64_t offset, std::uint64_t length) {
+  Fd fd = open_file(path, O_RDONLY);
+  std::vector<unsigned char> buf(std::size_t(4) << 20);
+  std::uint32_t crc = 0;
+  while (length > 0) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length, buf.size()));
+    const ssize_t r = ::pread(fd.get(), buf.data(), want, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("reading '" + path + "'", errno);
+    }
+    if (r == 0) throw Error("reading '" + path + "': the file ends at byte " + std::to_string(offset) + ", " +
+                            std::to_string(length) + " byte(s) short");
+    crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(r));
+    offset += static_cast<std::uint64_t>(r);
+    length -= static_cast<std::uint64_t>(r);
+  }
+  return crc;
+}
+
+std::uint64_t file_size(const std::string& path) {
+  Fd fd = open_file(path, O_RDONLY);
+  return file_size(fd.get(), path);
 }
 
 std::vector<std::string> list_dir(const std::string& dir) {

@@ -124,6 +124,10 @@ std::string SnapshotWriter::commit() {
   }
   next.snapshot = snapshot_name(w.spec.seq);
   next.seq = w.spec.seq;
+  next.snapshot_bytes = static_cast<std::int64_t>(file_size(w.final_path));
+  next.snapshot_crc32c = file_crc32c(w.final_path, 0, static_cast<std::uint64_t>(next.snapshot_bytes));
+  next.corpus_path.clear();  // the snapshot is the base from now on
+  next.corpus_bytes = -1;
   const std::string mpath = st.path(kManifestName);
   write_file_synced(mpath + kTempSuffix, manifest_json(next));
   w.step(SnapshotStep::kManifestWritten);

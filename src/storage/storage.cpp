@@ -10,6 +10,7 @@
 #include "core/log.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/storage.hpp"
+#include "storage/crc32c.hpp"
 #include "storage/segment.hpp"
 #include "storage/storage_impl.hpp"
 
@@ -43,7 +44,20 @@ std::string manifest_json(const Manifest& m) {
   j["metric"] = to_string(m.metric);
   j["snapshot"] = m.snapshot.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.snapshot);
   j["seq"] = m.seq;
+  if (!m.snapshot.empty() && m.snapshot_bytes >= 0) {
+    j["snapshot_bytes"] = m.snapshot_bytes;
+    j["snapshot_crc32c"] = m.snapshot_crc32c;
+  }
+  if (m.snapshot.empty() && m.corpus_bytes >= 0)
+    j["corpus"] = {{"path", m.corpus_path}, {"bytes", m.corpus_bytes}, {"sample_crc32c", m.corpus_sample_crc32c}};
   return j.dump(2) + "\n";
+}
+
+std::uint32_t corpus_sample_crc32c(const std::string& path, std::uint64_t bytes) {
+  if (bytes <= 2 * kCorpusSampleBytes) return file_crc32c(path, 0, bytes);
+  const std::uint32_t head = file_crc32c(path, 0, kCorpusSampleBytes);
+  const std::uint32_t tail = file_crc32c(path, bytes - kCorpusSampleBytes, kCorpusSampleBytes);
+  return crc32c_extend(crc32c_extend(0, &head, sizeof head), &tail, sizeof tail);
 }
 
 Manifest parse_manifest(const std::string& text, const std::string& path) {
@@ -59,6 +73,18 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     m.metric = parse_metric(j.at("metric").get<std::string>(), "'" + path + "': metric");
     if (!j.at("snapshot").is_null()) m.snapshot = j.at("snapshot").get<std::string>();
     m.seq = j.at("seq").get<std::uint64_t>();
+    if (j.contains("snapshot_bytes")) {
+      m.snapshot_bytes = j.at("snapshot_bytes").get<std::int64_t>();
+      m.snapshot_crc32c = j.at("snapshot_crc32c").get<std::uint32_t>();
+      SHARDTOPK_EXPECTS(m.snapshot_bytes >= 0, "'", path, "': snapshot_bytes ", m.snapshot_bytes);
+    }
+    if (j.contains("corpus") && !j.at("corpus").is_null()) {
+      const auto& c = j.at("corpus");
+      m.corpus_path = c.at("path").get<std::string>();
+      m.corpus_bytes = c.at("bytes").get<std::int64_t>();
+      m.corpus_sample_crc32c = c.at("sample_crc32c").get<std::uint32_t>();
+      SHARDTOPK_EXPECTS(m.corpus_bytes >= 0, "'", path, "': corpus bytes ", m.corpus_bytes);
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error("'" + path + "': unreadable manifest: " + e.what());
   }
@@ -142,9 +168,16 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
                     ", configured dim is ", st.opt.dim);
   SHARDTOPK_EXPECTS(st.manifest.metric == st.opt.metric, "storage '", st.opt.dir, "' was written for metric ",
                     to_string(st.manifest.metric), ", configured metric is ", to_string(st.opt.metric));
-  if (!st.manifest.snapshot.empty())
-    SHARDTOPK_EXPECTS(std::filesystem::is_regular_file(st.path(st.manifest.snapshot)), "storage '", st.opt.dir,
-                      "': the manifest names snapshot '", st.manifest.snapshot, "', which is missing");
+  if (!st.manifest.snapshot.empty()) {
+    const std::string snap = st.path(st.manifest.snapshot);
+    SHARDTOPK_EXPECTS(std::filesystem::is_regular_file(snap), "storage '", st.opt.dir, "': the manifest names snapshot '",
+                      st.manifest.snapshot, "', which is missing");
+    const std::uint64_t bytes = file_size(snap);
+    SHARDTOPK_EXPECTS(st.manifest.snapshot_bytes < 0 || bytes == static_cast<std::uint64_t>(st.manifest.snapshot_bytes),
+                      "storage '", st.opt.dir, "': snapshot '", st.manifest.snapshot, "' is ", bytes,
+                      " bytes, the manifest recorded ", st.manifest.snapshot_bytes,
+                      " when it was committed (the file was truncated or replaced; restore it from a backup)");
+  }
   for (const auto& n : names) {
     std::uint64_t s = 0;
     if (is_temp_leftover(n)) {
@@ -156,6 +189,37 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
                                                                                     : st.manifest.snapshot));
     }
   }
+}
+
+// Without a snapshot the log's records apply to the configured corpus file: the file the
+// manifest recorded, or, while the log is empty, any (whose identity is then recorded).
+void check_base_corpus(Storage::Impl& st, std::uint64_t last_seq) {
+  Manifest& m = st.manifest;
+  if (!m.snapshot.empty() || st.opt.base_corpus.empty()) return;
+  const std::string& path = st.opt.base_corpus;
+  const std::uint64_t bytes = file_size(path);
+  const std::uint32_t crc = corpus_sample_crc32c(path, bytes);
+  const bool same = m.corpus_bytes >= 0 && static_cast<std::uint64_t>(m.corpus_bytes) == bytes &&
+                    m.corpus_sample_crc32c == crc;
+  if (same) return;
+  if (m.corpus_bytes >= 0 && last_seq > m.seq)
+    throw Error(detail::concat(
+        "storage '", st.opt.dir, "': its log holds ", last_seq - m.seq, " record(s) written against corpus '",
+        m.corpus_path, "' (", m.corpus_bytes, " bytes, sample CRC-32C ", m.corpus_sample_crc32c, "), but corpus.path '",
+        path, "' is another file (", bytes, " bytes, sample CRC-32C ", crc,
+        "): point corpus.path at the file the directory was made with, or use a new storage.dir"));
+  if (m.corpus_bytes < 0 && last_seq > m.seq)
+    spdlog::warn("storage '{}': the manifest does not record which corpus file its {} log record(s) were written "
+                 "against; recording '{}' now",
+                 st.opt.dir, last_seq - m.seq, path);
+  Manifest next = m;
+  next.corpus_path = path;
+  next.corpus_bytes = static_cast<std::int64_t>(bytes);
+  next.corpus_sample_crc32c = crc;
+  const std::string mpath = st.path(kManifestName);
+  write_file_synced(mpath + kTempSuffix, manifest_json(next));
+  rename_synced(mpath + kTempSuffix, mpath, st.opt.dir);
+  m = next;
 }
 
 // Scans the segments, cuts a torn tail of the last one, removes those a snapshot superseded,
@@ -229,6 +293,22 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
 
 }  // namespace
 
+void Storage::verify_snapshot() const {
+  Manifest m;
+  {
+    std::lock_guard<std::mutex> lk(impl_->state_mu);
+    m = impl_->manifest;
+  }
+  if (m.snapshot.empty() || m.snapshot_bytes < 0) return;
+  const std::string path = impl_->path(m.snapshot);
+  const std::uint64_t bytes = file_size(path);
+  SHARDTOPK_EXPECTS(bytes == static_cast<std::uint64_t>(m.snapshot_bytes), "snapshot '", path, "' is ", bytes,
+                    " bytes, the manifest recorded ", m.snapshot_bytes, " (restore it from a backup)");
+  const std::uint32_t crc = file_crc32c(path, 0, bytes);
+  SHARDTOPK_EXPECTS(crc == m.snapshot_crc32c, "snapshot '", path, "' is damaged: its CRC-32C is ", crc,
+                    ", the manifest recorded ", m.snapshot_crc32c, " when it was committed (restore it from a backup)");
+}
+
 std::optional<StorageManifest> read_storage_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifestName;
   std::error_code ec;
@@ -270,6 +350,8 @@ Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
   std::uint64_t last = 0;
   std::vector<SegmentInfo> segments = recover_log(st, list_dir(st.opt.dir), &last);
   if (!st.report.removed_files.empty()) fsync_dir(st.opt.dir);
+
+  check_base_corpus(st, last);
 
   st.report.snapshot_path = st.manifest.snapshot.empty() ? "" : st.path(st.manifest.snapshot);
   st.report.snapshot_seq = st.manifest.seq;

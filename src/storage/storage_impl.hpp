@@ -24,7 +24,22 @@ struct Manifest {
   Metric metric = Metric::kInnerProduct;
   std::string snapshot;  ///< file name in the directory; "" when none
   std::uint64_t seq = 0;
+  /// The snapshot file's size in bytes and CRC-32C of all of it (bytes -1: not recorded).
+  std::int64_t snapshot_bytes = -1;
+  std::uint32_t snapshot_crc32c = 0;
+  /// While there is no snapshot, the corpus file the log's records were planned against:
+  /// its path (as configured, for messages), size in bytes and corpus_sample_crc32c() (bytes
+  /// -1: not recorded).
+  std::string corpus_path;
+  std::int64_t corpus_bytes = -1;
+  std::uint32_t corpus_sample_crc32c = 0;
 };
+
+/// Bytes at each end of a corpus file that its identity's checksum covers (1 MiB).
+inline constexpr std::uint64_t kCorpusSampleBytes = 1u << 20;
+/// CRC-32C of the first and the last kCorpusSampleBytes of a file of `bytes` bytes (the whole
+/// file when it is smaller than twice that). @throws Error naming the file.
+std::uint32_t corpus_sample_crc32c(const std::string& path, std::uint64_t bytes);
 
 std::string manifest_json(const Manifest& m);
 /// @throws Error naming `path` when the text is not a valid manifest.

@@ -24,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -539,6 +540,83 @@ TEST_P(Updates, SnapshotPolicyOffTakesNone) {
   }
   if (g_rank == 0) EXPECT_EQ(idx->update_stats().snapshot_seq, 0u);
   expect_oracle(*idx, "policy off");
+}
+
+// What the storage directory records about its base is checked at start-up, on every rank: the
+// corpus file the log was written against (before any snapshot), the snapshot's size and
+// checksum, and the snapshot's own seq against the manifest's.
+TEST_P(Updates, ADamagedSnapshotOrAnotherBaseFileIsRefusedAtStartUp) {
+  const Config cfg = make_config(/*small_ints=*/true);
+  auto refused = [&](const Config& c, const std::string& what) {
+    try {
+      (void)load_index(c, false);
+      ADD_FAILURE() << "opened; expected an error naming: " << what;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(what));  // every rank: rank 0's message
+    }
+  };
+  auto flip_byte = [](const std::string& path, std::uintmax_t at) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char ch = 0;
+    f.read(&ch, 1);
+    ch = static_cast<char>(ch ^ 0x01);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&ch, 1);
+  };
+  {
+    auto idx = load_index(cfg, false);
+    upsert(*idx, {5000, 5001}, test::small_ints(2 * kDim, 60), {0, 1});
+  }
+  // Another corpus file under the configured path's name: the log's records were planned against the first.
+  Config other = cfg;
+  other.corpus.path = test_stem() + "-other.h5";
+  on_root([&] {
+    H5Writer w(other.corpus.path);
+    const std::vector<float> rows = test::small_ints(kN * kDim, 99);
+    std::vector<std::int64_t> ids(kN), tenant(kN, 0);
+    for (std::int64_t i = 0; i < kN; ++i) ids[i] = 100 + 3 * ((7 * i) % kN);
+    w.write_f32("train", rows.data(), kN, kDim);
+    w.write_i64("ids", ids.data(), kN, 0);
+    w.write_i64("meta/tenant", tenant.data(), kN, 0);
+  });
+  refused(other, "record(s) written against corpus '" + cfg.corpus.path + "'");
+  test::Answer before;
+  std::string snap, older;
+  {
+    auto idx = load_index(cfg, false);
+    expect_oracle(*idx, "the right corpus after a refused one");
+    snap = idx->snapshot().path;
+    on_root([&] { std::filesystem::copy_file(snap, test_stem() + "-older.h5"); });
+    older = test_stem() + "-older.h5";
+    std::vector<std::int64_t> more(100), tenants(100, 2);
+    for (int i = 0; i < 100; ++i) more[i] = 7000 + i;
+    upsert(*idx, more, test::small_ints(100 * kDim, 61), tenants);  // a larger file than the older snapshot
+    snap = idx->snapshot().path;
+    before = search(*idx, 0, kQueries);
+  }
+  // One changed bit in the snapshot's rows: found by its checksum before the log is replayed.
+  on_root([&] { flip_byte(snap, std::filesystem::file_size(snap) / 2); });
+  refused(cfg, "is damaged: its CRC-32C is ");
+  on_root([&] { flip_byte(snap, std::filesystem::file_size(snap) / 2); });
+  {
+    auto idx = load_index(cfg, false);
+    test::expect_bit_identical(search(*idx, 0, kQueries), before, "the repaired snapshot");
+  }
+  // An older snapshot restored under the current one's name: its size differs from the
+  // manifest's record; with that record gone (a manifest written before it), its own seq does.
+  const std::string manifest = cfg.storage.dir + "/MANIFEST.json";
+  on_root([&] { std::filesystem::copy_file(older, snap, std::filesystem::copy_options::overwrite_existing); });
+  refused(cfg, "bytes, the manifest recorded");
+  on_root([&] {
+    std::istringstream in(test::read_text(manifest));
+    std::string text;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("snapshot_bytes") == std::string::npos && line.find("snapshot_crc32c") == std::string::npos)
+        text += line + "\n";
+    std::ofstream(manifest) << text;
+  });
+  refused(cfg, "holds seq ");
 }
 
 INSTANTIATE_TEST_SUITE_P(Metrics, Updates, ::testing::Values(Metric::kInnerProduct, Metric::kL2, Metric::kCosine),

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 
 #include "shardtopk/corpus_io.hpp"
@@ -167,6 +168,105 @@ TEST(Snapshot, MissingSnapshotNamedByTheManifestIsAnError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("which is missing"), std::string::npos) << e.what();
   }
+}
+
+void flip_byte(const std::string& path, std::uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Snapshot, TheManifestRecordsItsSizeAndChecksumAndADamagedOrCutFileIsRefused) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(12, 4, 11);
+  std::string path;
+  {
+    Storage st(options_for(dir, 4));
+    for (const auto& r : reqs) append(st, r);
+    path = write_snapshot(st, model_at(reqs, 12), 12, Dtype::kFloat32, 4)->commit();
+    EXPECT_NO_THROW(st.verify_snapshot());
+  }
+  const std::string manifest = read_text(dir + "/MANIFEST.json");
+  EXPECT_NE(manifest.find("\"snapshot_bytes\": " + std::to_string(fs::file_size(path))), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("\"snapshot_crc32c\""), std::string::npos) << manifest;
+  const auto size = fs::file_size(path);
+  // One bit changed in the middle of the rows: the size still matches, the checksum does not.
+  flip_byte(path, size / 2);
+  {
+    Storage st(options_for(dir, 4));  // opening checks the size only
+    const std::string e = error_of([&] { st.verify_snapshot(); });
+    EXPECT_NE(e.find("snapshot '" + path + "' is damaged: its CRC-32C is "), std::string::npos) << e;
+  }
+  flip_byte(path, size / 2);  // repaired
+  EXPECT_NO_THROW(Storage(options_for(dir, 4)).verify_snapshot());
+  fs::resize_file(path, size - 100);
+  const std::string e = error_of([&] { Storage st(options_for(dir, 4)); });
+  EXPECT_NE(e.find("is " + std::to_string(size - 100) + " bytes, the manifest recorded " + std::to_string(size)),
+            std::string::npos)
+      << e;
+}
+
+TEST(Snapshot, ALogIsTiedToTheCorpusFileItWasWrittenAgainst) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  // Two corpus stand-ins of one size (3 MiB: the identity samples the first and last MiB).
+  const std::string a = tmp.file("a.h5"), b = tmp.file("b.h5"), c = tmp.file("c.h5");
+  {
+    std::string bytes(3u << 20, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131) >> 7);
+    std::ofstream(a, std::ios::binary) << bytes;
+    bytes[bytes.size() - 5] ^= 1;  // a change in the last MiB
+    std::ofstream(b, std::ios::binary) << bytes;
+    bytes[bytes.size() - 5] ^= 1;
+    bytes[(3u << 20) / 2] ^= 1;  // the middle MiB is not sampled: the same identity as a
+    std::ofstream(c, std::ios::binary) << bytes;
+  }
+  auto with = [&](const std::string& corpus) {
+    auto o = options_for(dir, 4);
+    o.base_corpus = corpus;
+    return o;
+  };
+  const auto reqs = workload(6, 4, 13);
+  {
+    Storage st(with(b));  // an empty log: any corpus; the last one opened is recorded
+  }
+  EXPECT_NE(read_text(dir + "/MANIFEST.json").find(b), std::string::npos);
+  {
+    Storage st(with(a));
+    for (const auto& r : reqs) append(st, r);
+  }
+  EXPECT_NE(read_text(dir + "/MANIFEST.json").find(a), std::string::npos);
+  const std::string manifest = read_text(dir + "/MANIFEST.json");
+  const std::string e = error_of([&] { Storage st(with(b)); });
+  EXPECT_NE(e.find("its log holds 6 record(s) written against corpus '" + a + "'"), std::string::npos) << e;
+  EXPECT_NE(e.find("but corpus.path '" + b + "' is another file"), std::string::npos) << e;
+  EXPECT_EQ(read_text(dir + "/MANIFEST.json"), manifest) << "a refused open changes nothing";
+  EXPECT_EQ(recovered_state(*std::make_unique<Storage>(with(a))), model_at(reqs, 6));
+  EXPECT_NO_THROW(Storage st(with(c)));  // the documented limit of the sampled identity
+  // After a snapshot the corpus file no longer matters.
+  {
+    Storage st(with(a));
+    write_snapshot(st, model_at(reqs, 6), 6, Dtype::kFloat32, 4)->commit();
+  }
+  EXPECT_EQ(read_text(dir + "/MANIFEST.json").find("corpus"), std::string::npos);
+  Storage st(with(b));
+  EXPECT_EQ(recovered_state(st), model_at(reqs, 6));
 }
 
 // Where the child stops: in the middle of writing rows (before any step), or right after a step.
