@@ -365,7 +365,21 @@ TEST_F(ServeBge, SigtermToRankZeroDrainsAndEveryRankExitsZero) {
                        "application/octet-stream")
                       .status;
     });
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // inside the 20 ms batch window
+  // The signal goes once a request waits for its batch, so that the drain has one to answer
+  // however the clients were scheduled (a request taken from the queue between the look and the
+  // signal is answered all the same). Batches are often taken at once, so the queue may never be
+  // seen non-empty: after 3 s every request has had its answer, and the signal goes anyway.
+  {
+    httplib::Client c("127.0.0.1", port());
+    const auto deadline = Clock::now() + std::chrono::seconds(3);
+    while (Clock::now() < deadline) {
+      auto m = c.Get("/metrics");
+      if (m && m->status == 200 && m->body.find("shardtopk_queue_depth ") != std::string::npos &&
+          m->body.find("shardtopk_queue_depth 0\n") == std::string::npos)
+        break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   const auto t0 = Clock::now();
   ASSERT_EQ(kill(ranks.at(0), SIGTERM), 0);
   for (auto& t : th) t.join();
