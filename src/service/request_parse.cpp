@@ -378,6 +378,8 @@ SearchBody parse_json_search(std::string_view body, const QueryShape& shape) {
 
 RequestFilter parse_filter_text(std::string_view text, const AttributeSchema& attributes) {
   refuse_nul(text, "filter: invalid JSON");
+  SHARDTOPK_EXPECTS(!text.empty(), "filter: invalid JSON: empty filter; leave filter= out (or give filter=null) for an "
+                    "unfiltered search");
   FilterSax sax;
   const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json, /*strict=*/true);
   if (!ok) throw Error(sax.error.empty() ? std::string("filter: invalid JSON") : sax.error);

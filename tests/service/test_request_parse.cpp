@@ -315,7 +315,7 @@ TEST(ParseFilterText, SameRulesAsTheBody) {
   EXPECT_FALSE(parse_filter_text("null", kAttrs));
   EXPECT_FALSE(parse_filter_text(R"( {"all": []} )", kAttrs));
   auto msg = [&](const std::string& t) { return error_of([&] { (void)parse_filter_text(t, kAttrs); }); };
-  EXPECT_THAT(msg(""), HasSubstr("filter: invalid JSON"));
+  EXPECT_THAT(msg(""), HasSubstr("filter: invalid JSON: empty filter; leave filter= out (or give filter=null)"));
   EXPECT_THAT(msg(R"({"eq": {"tenant": 7}} x)"), HasSubstr("filter: invalid JSON"));
   EXPECT_THAT(msg(R"({"eq": {"tenant": 7})"), HasSubstr("filter: invalid JSON"));
   EXPECT_THAT(msg(R"({"eq": {"year": 7}})"), HasSubstr("unknown attribute 'year' (known: tenant, price)"));

@@ -585,6 +585,8 @@ TEST_F(ServeFiltered, BadFiltersGet400NamingTheProblemAndChangeNothing) {
        "application/octet-stream", "unknown attribute 'Doc'"},
       {"filter twice", "/v1/search?filter=" + test::url_encode(R"({"eq": {"doc": 1}})"), with("null"),
        "application/json", "the filter is given twice"},
+      {"empty ?filter=", "/v1/search?k=5&filter=", bin, "application/octet-stream",
+       "filter: invalid JSON: empty filter; leave filter= out (or give filter=null)"},
       {"filter= twice", "/v1/search?k=5&filter=null&filter=null", bin, "application/octet-stream",
        "query parameter 'filter' given more than once"},
   };
