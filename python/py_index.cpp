@@ -226,7 +226,11 @@ struct AttributeInput {
 };
 
 /// attributes=: None or a dict name → 1-D [rows] array of integers (int64) or reals (float64).
-std::vector<AttributeInput> attribute_inputs(py::handle attributes, std::int64_t rows) {
+/// With `schema` (an upsert into an index), integers for a float64 attribute are converted as
+/// numpy's astype(float64) does, and reals for an int64 attribute are refused; names the schema
+/// lacks keep their own type (the index names them).
+std::vector<AttributeInput> attribute_inputs(py::handle attributes, std::int64_t rows,
+                                             const AttributeSchema* schema = nullptr) {
   std::vector<AttributeInput> out;
   if (attributes.is_none()) return out;
   SHARDTOPK_EXPECTS(PyDict_Check(attributes.ptr()), "attributes must be a dict {name: [rows] values}, got ",
@@ -240,11 +244,21 @@ std::vector<AttributeInput> attribute_inputs(py::handle attributes, std::int64_t
     const std::string kind = py::str(arr.attr("dtype").attr("kind"));
     SHARDTOPK_EXPECTS(kind == "i" || kind == "u" || kind == "f" || kind == "b", "attributes['", a.name,
                       "'] must hold integers or reals, got dtype ", std::string(py::str(arr.attr("dtype"))));
-    if (kind == "u" && arr.attr("dtype").attr("itemsize").cast<int>() == 8)
+    a.type = kind == "f" ? AttributeType::kFloat64 : AttributeType::kInt64;
+    if (schema) {
+      for (const AttributeSpec& s : *schema) {
+        if (s.name != a.name) continue;
+        const bool reals = kind == "f" && arr.attr("size").cast<long long>() > 0;
+        SHARDTOPK_EXPECTS(!(s.type == AttributeType::kInt64 && reals), "attributes['", a.name, "'] holds reals (dtype ",
+                          std::string(py::str(arr.attr("dtype"))), ") but the attribute is int64: pass integers");
+        a.type = s.type;
+      }
+    }
+    if (a.type == AttributeType::kInt64 && kind == "u" && arr.attr("dtype").attr("itemsize").cast<int>() == 8)
       SHARDTOPK_EXPECTS(!arr.attr("__gt__")(py::int_(INT64_MAX)).attr("any")().cast<bool>(), "attributes['", a.name,
                         "']: a value exceeds the int64 range");
-    a.type = kind == "f" ? AttributeType::kFloat64 : AttributeType::kInt64;
-    a.values = numpy().attr("ascontiguousarray")(arr, py::arg("dtype") = kind == "f" ? "float64" : "int64");
+    a.values = numpy().attr("ascontiguousarray")(
+        arr, py::arg("dtype") = a.type == AttributeType::kFloat64 ? "float64" : "int64");
     SHARDTOPK_EXPECTS(a.values.ndim() == 1 && a.values.shape(0) == rows, "attributes['", a.name,
                       "'] must be 1-D [rows] with one value per row of vectors (", rows, " rows), got shape ",
                       std::string(py::str(a.values.attr("shape"))));
@@ -692,7 +706,7 @@ py::dict PyIndex::upsert(py::object ids, py::object vectors, py::object attribut
   const py::array v = numpy().attr("ascontiguousarray")(arr, py::arg("dtype") = "float32");
   SHARDTOPK_EXPECTS(v.ndim() == 2 && v.shape(0) == n && v.shape(1) == dim_, "vectors must be [n, dim] = [", n, ", ",
                     dim_, "] (one row per id), got shape ", std::string(py::str(v.attr("shape"))));
-  const std::vector<AttributeInput> attrs = attribute_inputs(attributes, n);
+  const std::vector<AttributeInput> attrs = attribute_inputs(attributes, n, &attributes_);
   UpsertRows rows;
   rows.rows = n;
   rows.ids = static_cast<const std::int64_t*>(id.data());

@@ -168,8 +168,8 @@ struct Config {
   std::vector<std::string> warnings;  ///< deprecated spellings accepted while parsing, one message each
 };
 
-/// Parse YAML text. Unknown keys, wrong types and out-of-range values throw Error naming the
-/// key, the value and what is allowed. `source` names the text in messages.
+/// Parse YAML text. Unknown keys, a key given twice, wrong types and out-of-range values throw
+/// Error naming the key, the value and what is allowed. `source` names the text in messages.
 Config parse_config(const std::string& yaml_text, const std::string& source = "<string>");
 
 /// Read and parse a YAML file. @throws Error when unreadable or invalid.

@@ -183,12 +183,15 @@ class Storage {
   /// Opens `opt.dir` (creating it when missing or empty) and recovers it: checks the manifest,
   /// removes leftovers of an interrupted snapshot, verifies every record of every segment, cuts
   /// a torn tail of the last segment (truncating the file, with a log line saying what was
-  /// dropped), and starts the writer thread.
+  /// dropped), and starts the writer thread. A directory it creates is removed again when the
+  /// opening fails, or when the Storage is destroyed by an exception in flight (a start-up that
+  /// failed), as long as nothing was written to it: it then holds only LOCK and MANIFEST.json.
   /// @throws Error on bad options, a directory in use by another process, a manifest or segment
   ///   header that is unreadable or disagrees with the options (dim, metric), a gap in the
   ///   sequence numbers, or a damaged record followed by valid ones (naming the file and offset).
   explicit Storage(StorageOptions opt);
-  /// Waits until every queued record is written (or the log has failed), then stops the writer.
+  /// Waits until every queued record is written (or the log has failed), then stops the writer;
+  /// removes a directory it created and never wrote to when an exception is in flight (above).
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -21,7 +21,8 @@ struct SearchArgs {
   std::string timings_json;
   std::int64_t max_queries = -1;
   int batch = 0;  // 0: search.batch_max
-  std::string filter_json;  // one filter for every query (docs/FILTERS.md), or @FILE; empty: none
+  std::string filter_json;  // one filter for every query (docs/FILTERS.md), or @FILE
+  bool filter_given = false;  // --filter-json was given: its text must then be a filter (empty is an error)
 };
 /// search and serve start MPI (MpiSession) with main's argc/argv.
 int run_search(const SearchArgs& a, int* argc, char*** argv);

@@ -26,9 +26,10 @@ int main(int argc, char** argv) {
   search->add_option("--timings-json", sa.timings_json, "write the timing summary as JSON to this file");
   search->add_option("--max-queries", sa.max_queries, "search only the first N queries (-1: all)")->capture_default_str();
   search->add_option("--batch", sa.batch, "queries per batch, 1 .. search.batch_max (0: search.batch_max)");
-  search->add_option("--filter-json", sa.filter_json,
-                     "one filter for every query, as JSON ('{\"eq\": {\"tenant\": 7}}') or @FILE (docs/FILTERS.md); "
-                     "the results file then holds counts [Q]");
+  CLI::Option* filter_opt = search->add_option(
+      "--filter-json", sa.filter_json,
+      "one filter for every query, as JSON ('{\"eq\": {\"tenant\": 7}}') or @FILE (docs/FILTERS.md); "
+      "the results file then holds counts [Q]");
   search->add_option("--set", sa.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
 
   cli::ServeArgs va;
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  sa.filter_given = filter_opt->count() > 0;
   try {
     if (*search) return cli::run_search(sa, &argc, &argv);
     if (*serve) return cli::run_serve(va, &argc, &argv);

@@ -69,8 +69,11 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(corpus_rows < 0 || a.k <= corpus_rows, "--k ", a.k, " is larger than the corpus: '",
                     cfg.corpus.path, "' dataset '", cfg.corpus.dataset, "' has ", corpus_rows,
                     " rows (from the file header; nothing was loaded)");
+  // An empty filter is a mistake, not a request for none: the search would run unfiltered.
+  SHARDTOPK_EXPECTS(!a.filter_given || !a.filter_json.empty(),
+                    "--filter-json: empty filter; omit the option for an unfiltered search");
   // A bad filter is refused before the ingest: compiled against the attributes' headers.
-  if (!a.filter_json.empty() && corpus_rows >= 0) {
+  if (a.filter_given && corpus_rows >= 0) {
     const std::string text = filter_text(a.filter_json);
     try {
       (void)parse_filter(text, corpus_attribute_schema(cfg, corpus_rows));
@@ -115,7 +118,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   std::string filter_json;  // the filter as given, re-written compactly
   if (rank == 0) {
     try {
-      if (!a.filter_json.empty()) {
+      if (a.filter_given) {
         const std::string text = filter_text(a.filter_json);
         try {
           filter = parse_filter(text, index.attribute_schema());

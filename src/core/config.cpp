@@ -254,20 +254,27 @@ void set_key(Config& c, const std::string& key_in, const std::string& value, con
   it->second(c, value, where);
 }
 
-void walk(Config& c, const YAML::Node& node, const std::string& prefix, const std::string& where) {
+// `lines`: each key read so far (sections too, dotted from the top) and its line. yaml-cpp keeps
+// every copy of a repeated key, so without it the last copy would silently win.
+void walk(Config& c, const YAML::Node& node, const std::string& prefix, const std::string& where,
+          std::map<std::string, int>& lines) {
   for (auto it = node.begin(); it != node.end(); ++it) {
     SHARDTOPK_EXPECTS(it->first.IsScalar(), where, "a key ", (prefix.empty() ? "at the top level" : "in '" + prefix + "'"),
                       " is a ", (it->first.IsSequence() ? "list" : it->first.IsMap() ? "mapping" : "null"),
                       " (line ", it->first.Mark().line + 1, "); keys are plain names like search.k_max");
     const std::string name = it->first.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const int line = it->first.Mark().line + 1;
+    const auto seen = lines.emplace(key, line);
+    SHARDTOPK_EXPECTS(seen.second, where, "key '", key, "' given twice (lines ", seen.first->second, " and ", line,
+                      "); give each key once");
     const YAML::Node v = it->second;  // a copy: a reference to the iterator's temporary dangles
     if (v.IsMap()) {
       bool is_section = false;
       for (const auto& kv : setters())
         if (kv.first.rfind(key + ".", 0) == 0) is_section = true;
       SHARDTOPK_EXPECTS(is_section, where, "unknown key '", key, "' (known keys: ", allowed_keys(), ")");
-      walk(c, v, key, where);
+      walk(c, v, key, where, lines);
     } else if (v.IsScalar()) {
       set_key(c, key, v.Scalar(), where);
     } else if (v.IsNull()) {
@@ -302,7 +309,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source) {
   c.source = source;
   if (root.IsNull()) return c;
   SHARDTOPK_EXPECTS(root.IsMap(), where, "expected a mapping of sections (corpus, search, engine, comm)");
-  walk(c, root, "", where);
+  std::map<std::string, int> lines;
+  walk(c, root, "", where, lines);
   return c;
 }
 

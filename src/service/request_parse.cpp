@@ -378,6 +378,8 @@ SearchBody parse_json_search(std::string_view body, const QueryShape& shape) {
 
 RequestFilter parse_filter_text(std::string_view text, const AttributeSchema& attributes) {
   refuse_nul(text, "filter: invalid JSON");
+  SHARDTOPK_EXPECTS(!text.empty(), "filter: invalid JSON: empty filter; leave filter= out (or give filter=null) for an "
+                    "unfiltered search");
   FilterSax sax;
   const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json, /*strict=*/true);
   if (!ok) throw Error(sax.error.empty() ? std::string("filter: invalid JSON") : sax.error);
@@ -491,7 +493,12 @@ std::string excerpt(std::string_view s, std::size_t max) {
 
 long long parse_int_param(std::string_view name, std::string_view value) {
   const std::string what = "query parameter '" + std::string(name) + "'";
-  SHARDTOPK_EXPECTS(value.size() <= 32, what, ": expected an integer, got '", excerpt(value, 32), "'");
+  // Decimal digits only, with a '-' kept so that a negative value reaches the range check that
+  // names the allowed range; std::stoll alone would also take a '+' and leading white space.
+  const std::string_view digits = !value.empty() && value[0] == '-' ? value.substr(1) : value;
+  SHARDTOPK_EXPECTS(value.size() <= 32 && !digits.empty() &&
+                        digits.find_first_not_of("0123456789") == std::string_view::npos,
+                    what, ": expected an integer (decimal digits only), got '", excerpt(value, 32), "'");
   return parse_integer(std::string(value), what);
 }
 

@@ -104,8 +104,8 @@ BodyLimits derived_body_limits(std::int64_t dim, int batch_max);
 /// non-printable bytes as \xNN, a note of the full length when cut.
 std::string excerpt(std::string_view s, std::size_t max = 40);
 
-/// Parses a decimal integer query parameter (whole text, optional sign). @throws Error naming
-/// the parameter and an excerpt of the value.
+/// Parses a decimal integer query parameter: decimal digits, optionally after a '-' (no '+', no
+/// white space). @throws Error naming the parameter and an excerpt of the value.
 long long parse_int_param(std::string_view name, std::string_view value);
 
 }  // namespace shardtopk::service

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <tuple>
 
@@ -291,6 +292,31 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
   return kept;
 }
 
+// A directory this Storage created and to which nothing was written holds only the lock and a
+// manifest without a snapshot: when the start-up that made it fails, it is removed again, so a
+// mistyped storage.dir leaves nothing behind. Anything else in it (a record, a snapshot, a file
+// of another program) keeps it whole. Runs with the lock held and the writer stopped.
+void remove_unused_new_dir(Storage::Impl& st) {
+  if (!st.created_dir || !st.lock) return;
+  if (st.writer) {
+    const auto [queued_records, queued_bytes] = st.writer->queued();
+    if (st.writer->durable_seq() != 0 || st.writer->records_written() != 0 || !st.writer->segments().empty() ||
+        queued_records != 0 || queued_bytes != 0)
+      return;
+    st.writer.reset();
+  }
+  if (st.manifest.seq != 0 || !st.manifest.snapshot.empty()) return;
+  for (const std::string& n : list_dir(st.opt.dir))
+    if (n != kLockName && n != kManifestName) return;
+  remove_file(st.path(kManifestName));
+  remove_file(st.path(kLockName));
+  st.lock.reset();
+  std::error_code ec;
+  if (std::filesystem::remove(st.opt.dir, ec))
+    spdlog::info("storage '{}': start-up failed; removed the directory it had created (nothing was written to it)",
+                 st.opt.dir);
+}
+
 }  // namespace
 
 void Storage::verify_snapshot() const {
@@ -329,13 +355,10 @@ StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metri
   return o;
 }
 
-Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
-  check_options(opt);
-  Impl& st = *impl_;
-  st.opt = std::move(opt);
-  std::error_code ec;
-  const bool created = std::filesystem::create_directories(st.opt.dir, ec);
-  SHARDTOPK_EXPECTS(!ec, "storage: cannot create directory '", st.opt.dir, "': ", ec.message());
+namespace {
+
+// The constructor's work once the directory exists: lock, recover, start the writer.
+void open_dir(Storage::Impl& st, bool created) {
   if (created) {  // the new directory's own name durable in its parent
     auto self = std::filesystem::absolute(st.opt.dir).lexically_normal();
     if (self.filename().empty()) self = self.parent_path();  // "a/b/" names "a/b"
@@ -371,7 +394,38 @@ Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
   st.writer = std::make_unique<LogWriter>(std::move(wc), std::move(segments), last);
 }
 
-Storage::~Storage() = default;
+}  // namespace
+
+Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
+  check_options(opt);
+  Impl& st = *impl_;
+  st.opt = std::move(opt);
+  std::error_code ec;
+  const bool created = std::filesystem::create_directories(st.opt.dir, ec);
+  SHARDTOPK_EXPECTS(!ec, "storage: cannot create directory '", st.opt.dir, "': ", ec.message());
+  st.created_dir = created;
+  st.uncaught_at_open = std::uncaught_exceptions();
+  try {
+    open_dir(st, created);
+  } catch (...) {
+    try {
+      remove_unused_new_dir(st);
+    } catch (const std::exception& e) {
+      spdlog::warn("storage '{}': could not remove the directory it had created: {}", st.opt.dir, e.what());
+    }
+    throw;
+  }
+}
+
+Storage::~Storage() {
+  // Destroyed while an exception unwinds the start-up (or the run) that opened it.
+  if (std::uncaught_exceptions() <= impl_->uncaught_at_open) return;
+  try {
+    remove_unused_new_dir(*impl_);
+  } catch (const std::exception& e) {
+    spdlog::warn("storage '{}': could not remove the directory it had created: {}", impl_->opt.dir, e.what());
+  }
+}
 
 const StorageOptions& Storage::options() const { return impl_->opt; }
 const RecoveryReport& Storage::recovery() const { return impl_->report; }

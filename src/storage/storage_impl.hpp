@@ -66,6 +66,11 @@ struct Storage::Impl {
 
   std::unique_ptr<storage::LogWriter> writer;
 
+  /// This object made `opt.dir` (mkdir succeeded here, so no other process did), and the count
+  /// of exceptions in flight when it did: an end while more are in flight is a failed start-up.
+  bool created_dir = false;
+  int uncaught_at_open = 0;
+
   std::string path(const std::string& name) const { return opt.dir + "/" + name; }
 };
 

@@ -428,6 +428,11 @@ TEST_F(Cli, SearchWithAFilterWritesCountsAndMatchesTheOracle) {
   const CmdResult no_file = run(mpi(1) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json @" + dir_.file("none.json"));
   EXPECT_NE(no_file.rc, 0);
   EXPECT_THAT(no_file.err, HasSubstr("none.json: cannot read the file"));
+  // An empty filter text is refused, not taken as "no filter" (the search would run unfiltered).
+  const CmdResult empty = run(mpi(1) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json ''");
+  EXPECT_NE(empty.rc, 0);
+  EXPECT_THAT(empty.err, HasSubstr("--filter-json: empty filter; omit the option for an unfiltered search"));
+  EXPECT_THAT(empty.err, Not(HasSubstr("engine cpu built"))) << "refused after the ingest";
   // plan and info show the attributes
   const CmdResult plan = run(test::mpi_prefix(1) + " plan -c " + cfg + " -n 2");
   EXPECT_EQ(plan.rc, 0) << plan.err;

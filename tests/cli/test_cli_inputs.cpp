@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -159,6 +160,28 @@ TEST_F(CliInputs, L2CorpusWhoseRowCannotBeBoundedIsRefusedAtStartUpNamingTheRow)
         << r.err;
     if (ranks == 2) EXPECT_THAT(r.err, HasSubstr("rank 1: ")) << "row 2 lives on rank 1:\n" << r.err;
   }
+}
+
+// A start-up that fails after opening storage.dir (here: the corpus row above, refused during
+// the ingest, on rank 0 or 1) removes the directory when it made it and nothing was written to
+// it; a directory that was there before is left as it was.
+TEST_F(CliInputs, FailedStartUpRemovesTheStorageDirectoryItCreated) {
+  const std::vector<float> corpus = {1, 2, 3, 4, 1e20f, -1e20f, 5, 6};
+  const std::string c = write_h5("c.h5", "train", corpus, 2);
+  const std::string q = write_h5("q.h5", "test", {1, 1}, 2);
+  const std::string store = dir_.file("store");
+  const std::string cfg = write_config(c, "l2", "storage:\n  dir: " + store + "\n");
+  for (int ranks : {1, 2}) {
+    const CmdResult r = search(ranks, cfg, q, 1);
+    EXPECT_NE(r.rc, 0);
+    EXPECT_THAT(r.err, HasSubstr("corpus row 2 has norm")) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(store)) << ranks << " rank(s): the failed start-up left '" << store << "'";
+  }
+  std::filesystem::create_directory(store);  // made by the operator: kept, and nothing added but the store's files
+  const CmdResult r = search(1, cfg, q, 1);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(std::filesystem::is_directory(store));
+  EXPECT_TRUE(std::filesystem::exists(store + "/MANIFEST.json"));
 }
 
 // l2 with a corpus inside the bound but a query that is not.

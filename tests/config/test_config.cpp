@@ -226,6 +226,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"io_f16c_number", "io:\n  f16c: 2\n", {"io.f16c", "'2'"}},
         BadConfig{"io_f16c_empty", "io:\n  f16c:\n", {"io.f16c", "''"}},
         BadConfig{"io_unknown_key", "io:\n  threads: 2\n", {"unknown key 'io.threads'"}},
+        // A repeated key is refused wherever it is repeated, naming both lines.
+        BadConfig{"duplicate_key", "search:\n  k_max: 10\n  batch_max: 4\n  k_max: 20\n",
+                  {"key 'search.k_max' given twice (lines 2 and 4)"}},
+        BadConfig{"duplicate_key_same_value", "search:\n  k_max: 10\n  k_max: 10\n", {"'search.k_max' given twice"}},
+        BadConfig{"duplicate_section", "search:\n  k_max: 10\nengine:\n  threads: 1\nsearch:\n  batch_max: 4\n",
+                  {"key 'search' given twice (lines 1 and 5)"}},
+        BadConfig{"duplicate_flow_key", "search: {k_max: 10, k_max: 20}\n", {"'search.k_max' given twice"}},
+        BadConfig{"duplicate_dotted_key", "search:\n  k_max: 10\nsearch.k_max: 20\n",
+                  {"key 'search.k_max' given twice (lines 2 and 3)"}},
         BadConfig{"not_a_mapping", "- a\n- b\n", {"expected a mapping"}},
         BadConfig{"invalid_yaml", "search: {k_max: 3\n", {"invalid YAML"}}),
     [](const ::testing::TestParamInfo<BadConfig>& i) { return std::string(i.param.name); });

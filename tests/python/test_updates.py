@@ -230,6 +230,29 @@ class UpdateTests(unittest.TestCase):
             self.assertEqual(index.info()["applied_seq"], 0)
             self.check(index, model, Q, "after refused writes")
 
+    def test_attribute_values_take_the_index_type(self):
+        """Integers for a float64 attribute are converted as numpy converts them (plain ints, a list,
+        an int array); reals for an int64 attribute are refused, naming the attribute."""
+        C, ids, tenant, _ = corpus(n=20)
+        price = np.arange(20) * 0.5
+        with tempfile.TemporaryDirectory() as tmp, shardtopk.Index.from_arrays(
+                C, ids=ids, backend="cpu", attributes={"tenant": tenant, "price": price}, k_max=1024,
+                engine__threads=1, storage__dir=tmp) as index:
+            self.assertEqual(index.info()["attributes"], {"tenant": "int64", "price": "float64"})
+            for i, p in enumerate([[3], np.array([4], dtype=np.int32), np.array([2**53 + 1], dtype=np.uint64)]):
+                with self.subTest(price=repr(p)):
+                    index.upsert([9000 + i], C[:1], attributes={"tenant": [100 + i], "price": p})
+                    want = float(np.asarray(p).astype(np.float64)[0])
+                    got, _ = index.search(C[:1], 1, filter={"all": [{"eq": {"price": want}}, {"eq": {"tenant": 100 + i}}]})
+                    self.assertEqual(got.tolist(), [[9000 + i]])
+            seq = index.info()["applied_seq"]
+            for t in ([6.0], np.array([6.5]), np.array([6], dtype=np.float32)):
+                with self.subTest(tenant=repr(t)), self.assertRaisesRegex(
+                        ValueError, r"attributes\['tenant'\] holds reals \(dtype float(64|32)\) but the attribute is "
+                                    r"int64: pass integers"):
+                    index.upsert([9100], C[:1], attributes={"tenant": t, "price": [1]})
+            self.assertEqual(index.info()["applied_seq"], seq)
+
     def test_read_only_index(self):
         C, ids, tenant, _ = corpus(n=20)
         with cpu_index(C, ids, tenant) as index:

@@ -17,6 +17,7 @@
 namespace shardtopk::service {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using test::error_of;
@@ -185,10 +186,25 @@ TEST(Excerpt, ShortFlatAndPrintable) {
   EXPECT_EQ(excerpt(std::string("a\nb\0c\\", 6)), "a\\x0ab\\x00c\\x5c");
   EXPECT_EQ(excerpt(std::string(100, 'y'), 5), "yyyyy... (100 bytes)");
   EXPECT_THAT(error_of([] { (void)parse_int_param("k", std::string(1000, '9')); }), HasSubstr("(1000 bytes)"));
-  EXPECT_THAT(error_of([] { (void)parse_int_param("k", "ten"); }), HasSubstr("expected an integer, got 'ten'"));
+  EXPECT_THAT(error_of([] { (void)parse_int_param("k", "ten"); }),
+              HasSubstr("query parameter 'k': expected an integer (decimal digits only), got 'ten'"));
   EXPECT_THAT(error_of([] { (void)parse_int_param("k", "99999999999999999999"); }),
               HasSubstr("beyond the 64-bit integer range"));
   EXPECT_EQ(parse_int_param("k", "-3"), -3);
+}
+
+// Query parameters are decimal digits and nothing else: std::stoll's '+' and leading white
+// space are refused, as is anything around the digits.
+TEST(ParseIntParam, DecimalDigitsOnly) {
+  EXPECT_EQ(parse_int_param("n", "1"), 1);
+  EXPECT_EQ(parse_int_param("n", "007"), 7);
+  EXPECT_EQ(parse_int_param("k", "0"), 0);
+  for (const char* bad : {"+1", " 1", "1 ", "\t1", "1x", "0x10", "1e3", "1.0", "", "-", "+", "--1", "-+1", "1-"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(error_of([&] { (void)parse_int_param("n", bad); }),
+                AllOf(HasSubstr("query parameter 'n': expected an integer (decimal digits only)"),
+                      HasSubstr("got '" + excerpt(bad) + "'")));
+  }
 }
 
 // ------------------------------------------------------------------------------ filters
@@ -299,7 +315,7 @@ TEST(ParseFilterText, SameRulesAsTheBody) {
   EXPECT_FALSE(parse_filter_text("null", kAttrs));
   EXPECT_FALSE(parse_filter_text(R"( {"all": []} )", kAttrs));
   auto msg = [&](const std::string& t) { return error_of([&] { (void)parse_filter_text(t, kAttrs); }); };
-  EXPECT_THAT(msg(""), HasSubstr("filter: invalid JSON"));
+  EXPECT_THAT(msg(""), HasSubstr("filter: invalid JSON: empty filter; leave filter= out (or give filter=null)"));
   EXPECT_THAT(msg(R"({"eq": {"tenant": 7}} x)"), HasSubstr("filter: invalid JSON"));
   EXPECT_THAT(msg(R"({"eq": {"tenant": 7})"), HasSubstr("filter: invalid JSON"));
   EXPECT_THAT(msg(R"({"eq": {"year": 7}})"), HasSubstr("unknown attribute 'year' (known: tenant, price)"));

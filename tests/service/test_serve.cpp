@@ -248,6 +248,9 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
       {"k not a number (binary)", "/v1/search?k=ten", bin, "application/octet-stream", "POST", 400, "expected an integer"},
       {"k beyond int64 (binary)", "/v1/search?k=99999999999999999999", bin, "application/octet-stream", "POST", 400,
        "beyond the 64-bit integer range"},
+      {"k with a '+'", "/v1/search?k=%2B5", bin, "application/octet-stream", "POST", 400,
+       "query parameter 'k': expected an integer (decimal digits only), got '+5'"},
+      {"k with trailing junk", "/v1/search?k=5%20", bin, "application/octet-stream", "POST", 400, "got '5 '"},
       {"empty query list", "/v1/search", json{{"queries", json::array()}, {"k", 5}}.dump(), "application/json", "POST",
        400, "empty query list"},
       {"empty binary body", "/v1/search?k=5", "", "application/octet-stream", "POST", 400, "empty query list"},
@@ -281,6 +284,13 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
     ASSERT_NO_THROW(j = json::parse(r->body)) << cs.what << ": the error is not JSON: " << r->body;
     ASSERT_TRUE(j.contains("error")) << cs.what;
     EXPECT_THAT(j["error"].get<std::string>(), HasSubstr(cs.needle)) << cs.what;
+  }
+  {  // a '+' left unencoded in the query (form encoding reads it as a space): refused all the same
+    const test::RawReply r = test::raw_request(
+        port(), "POST /v1/search?k=+5 HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                "Content-Length: " + std::to_string(bin.size()) + "\r\n\r\n" + bin);
+    EXPECT_EQ(r.status, 400) << r.error;
+    EXPECT_THAT(r.body, HasSubstr("query parameter 'k': expected an integer (decimal digits only)"));
   }
   {  // a body over max_body_bytes is refused from its Content-Length, before it is sent
     const test::RawReply r = test::raw_request(
@@ -589,6 +599,8 @@ TEST_F(ServeFiltered, BadFiltersGet400NamingTheProblemAndChangeNothing) {
        "application/octet-stream", "unknown attribute 'Doc'"},
       {"filter twice", "/v1/search?filter=" + test::url_encode(R"({"eq": {"doc": 1}})"), with("null"),
        "application/json", "the filter is given twice"},
+      {"empty ?filter=", "/v1/search?k=5&filter=", bin, "application/octet-stream",
+       "filter: invalid JSON: empty filter; leave filter= out (or give filter=null)"},
       {"filter= twice", "/v1/search?k=5&filter=null&filter=null", bin, "application/octet-stream",
        "query parameter 'filter' given more than once"},
   };

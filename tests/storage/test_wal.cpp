@@ -10,8 +10,10 @@
 #include <atomic>
 #include <csignal>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "shardtopk/config.hpp"
 #include "shardtopk/error.hpp"
@@ -217,6 +219,48 @@ TEST(Wal, OptionsAndDirectoryChecks) {
   // A path that is a file.
   write_text(tmp.file("f"), "x");
   EXPECT_THROW(Storage{options_for(tmp.file("f"), 8)}, Error);
+}
+
+// A start-up that fails (an exception in flight as the Storage ends) removes the directory this Storage made when nothing was written to it; a directory that was
+// there before, one holding a record, or one holding another program's file is kept whole, and
+// a Storage closed without an error keeps what it made.
+TEST(Wal, AFailedStartUpRemovesOnlyTheUnusedDirectoryItMade) {
+  TempDir tmp;
+  const auto fail_with = [](const StorageOptions& o, const std::function<void(Storage&)>& before) {
+    try {
+      Storage st(o);
+      before(st);
+      throw std::runtime_error("start-up failed");
+    } catch (const std::runtime_error&) {
+    }
+  };
+  const auto nothing = [](Storage&) {};
+  const std::string made = tmp.file("made/inner");
+  fail_with(options_for(made, 8), nothing);
+  EXPECT_FALSE(fs::exists(made));
+  EXPECT_TRUE(fs::is_directory(tmp.file("made"))) << "only the storage directory itself is removed";
+
+  const std::string existing = tmp.file("existing");
+  fs::create_directory(existing);
+  fail_with(options_for(existing, 8), nothing);
+  EXPECT_TRUE(fs::exists(existing + "/MANIFEST.json"));
+
+  const std::string written = tmp.file("written");
+  fail_with(options_for(written, 8), [](Storage& st) { append(st, make_upsert(1, 2, 8, 0, false)); });
+  EXPECT_TRUE(fs::exists(written + "/MANIFEST.json"));
+  {
+    Storage st(options_for(written, 8));
+    EXPECT_EQ(st.last_seq(), 1u);
+  }
+
+  const std::string foreign = tmp.file("foreign");
+  fail_with(options_for(foreign, 8), [&](Storage&) { write_text(foreign + "/notes.txt", "x"); });
+  EXPECT_TRUE(fs::exists(foreign + "/notes.txt"));
+  EXPECT_TRUE(fs::exists(foreign + "/MANIFEST.json"));
+
+  const std::string kept = tmp.file("kept");
+  { Storage st(options_for(kept, 8)); }
+  EXPECT_TRUE(fs::exists(kept + "/MANIFEST.json")) << "closed without an error: kept";
 }
 
 TEST(Wal, ConfigKeysMapToOptions) {
