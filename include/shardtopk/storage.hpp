@@ -103,6 +103,11 @@ struct StorageOptions {
   /// log holds records with another file is refused (the records were planned against the
   /// recorded one). With an empty log the new file's identity replaces the old.
   std::string base_corpus;
+  /// Keep the files a committed snapshot superseded (the previous snapshot, log segments it
+  /// holds) when opening, until finish_recovery(): a caller that verifies the snapshot first
+  /// (verify_snapshot()) leaves them in place when it refuses to start. Temporary files, a
+  /// snapshot never committed and a torn log tail are handled at open either way.
+  bool defer_cleanup = false;
 };
 
 /// What opening the directory found and repaired.
@@ -203,6 +208,8 @@ class Storage {
   /// Does nothing when there is no snapshot or the manifest recorded no checksum.
   /// @throws Error naming the file and the recorded and found values.
   void verify_snapshot() const;
+  /// Removes the superseded files StorageOptions::defer_cleanup kept (nothing otherwise).
+  void finish_recovery();
   std::string snapshot_path() const;  ///< current base snapshot ("" when none)
   std::uint64_t snapshot_seq() const;
   /// Highest durable seq (written and fdatasynced; on_durable may still be running for it).

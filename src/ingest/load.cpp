@@ -128,6 +128,13 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
       spdlog::info("rank 0: snapshot checksum verified ({:.2f} s waited after the rows loaded)", seconds_since(tw));
     }
     index->host_comm().check(sum_ok, sum_msg);
+    if (storage) {
+      try {
+        storage->finish_recovery();
+      } catch (const std::exception& e) {  // the files stay; the next start-up removes them
+        spdlog::warn("storage '{}': removing superseded files: {}", cfg.storage.dir, e.what());
+      }
+    }
     index->enable_updates(std::move(storage), base_seq);
   }
   return index;
@@ -268,16 +275,12 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         }
         StorageOptions so = storage_options(cfg.storage, dim, m);
         if (!man || man->snapshot_path.empty()) so.base_corpus = cfg.corpus.path;
+        so.defer_cleanup = true;  // superseded files stay until the snapshot is verified
         storage = std::make_unique<Storage>(so);
         snapshot = storage->snapshot_path();
         base_seq = storage->snapshot_seq();
         if (!snapshot.empty()) {
           const SnapshotInfo si = inspect_snapshot(snapshot);
-          // The manifest commits the snapshot by name and seq; the file's own attributes must agree.
-          SHARDTOPK_EXPECTS(si.seq == base_seq && si.dim == dim && si.metric == m, "snapshot '", snapshot,
-                            "' holds seq ", si.seq, ", dim ", si.dim, ", metric ", to_string(si.metric),
-                            " but the manifest of storage '", cfg.storage.dir, "' says seq ", base_seq, ", dim ", dim,
-                            ", metric ", to_string(m), " (a file was replaced or the manifest edited)");
           snapshot_check = std::async(std::launch::async, [s = storage.get()] { s->verify_snapshot(); });
           base_normalized = si.normalized ? 1 : 0;
           for (const std::string& a : cfg.corpus.attributes) {

@@ -61,30 +61,68 @@ std::uint32_t corpus_sample_crc32c(const std::string& path, std::uint64_t bytes)
   return crc32c_extend(crc32c_extend(0, &head, sizeof head), &tail, sizeof tail);
 }
 
+namespace {
+
+// A manifest's integer: a JSON integer (not a real, not a string) in [0, max], named in errors.
+std::uint64_t manifest_uint(const nlohmann::json& obj, const char* key, std::uint64_t max, const std::string& path) {
+  SHARDTOPK_EXPECTS(obj.contains(key), "'", path, "': the manifest has no '", key, "'");
+  const nlohmann::json& v = obj.at(key);
+  SHARDTOPK_EXPECTS(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0), "'", path,
+                    "': '", key, "' is ", v.dump(), " (expected an integer 0 .. ", max, ")");
+  const std::uint64_t u = v.get<std::uint64_t>();
+  SHARDTOPK_EXPECTS(u <= max, "'", path, "': '", key, "' is ", u, " (expected an integer 0 .. ", max, ")");
+  return u;
+}
+
+std::string manifest_string(const nlohmann::json& obj, const char* key, const std::string& path) {
+  SHARDTOPK_EXPECTS(obj.contains(key), "'", path, "': the manifest has no '", key, "'");
+  SHARDTOPK_EXPECTS(obj.at(key).is_string(), "'", path, "': '", key, "' is ", obj.at(key).dump(), " (expected a string)");
+  return obj.at(key).get<std::string>();
+}
+
+}  // namespace
+
 Manifest parse_manifest(const std::string& text, const std::string& path) {
   Manifest m;
+  constexpr std::uint64_t kInt64Max = static_cast<std::uint64_t>(INT64_MAX);
   try {
-    const auto j = nlohmann::json::parse(text);
-    SHARDTOPK_EXPECTS(j.is_object() && j.value("format", "") == "shardtopk-storage", "'", path,
+    // A key given twice in one object is refused (the parser would keep the last).
+    std::vector<std::vector<std::string>> keys;
+    const auto j = nlohmann::json::parse(text, [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
+      if (ev == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
+      if (ev == nlohmann::json::parse_event_t::object_end) keys.pop_back();
+      if (ev == nlohmann::json::parse_event_t::key) {
+        const std::string k = v.get<std::string>();
+        SHARDTOPK_EXPECTS(std::find(keys.back().begin(), keys.back().end(), k) == keys.back().end(), "'", path,
+                          "': key '", k, "' appears more than once in an object");
+        keys.back().push_back(k);
+      }
+      return true;
+    });
+    SHARDTOPK_EXPECTS(j.is_object() && j.contains("format") && j.at("format") == "shardtopk-storage", "'", path,
                       "' is not a shardtopk storage manifest");
-    const auto version = j.at("version").get<std::uint32_t>();
+    const auto version = manifest_uint(j, "version", UINT32_MAX, path);
     SHARDTOPK_EXPECTS(version == kFormatVersion, "'", path, "': manifest version ", version, " (this build reads ",
                       kFormatVersion, ")");
-    m.dim = j.at("dim").get<std::int64_t>();
-    m.metric = parse_metric(j.at("metric").get<std::string>(), "'" + path + "': metric");
-    if (!j.at("snapshot").is_null()) m.snapshot = j.at("snapshot").get<std::string>();
-    m.seq = j.at("seq").get<std::uint64_t>();
+    m.dim = static_cast<std::int64_t>(manifest_uint(j, "dim", kMaxDim, path));
+    m.metric = parse_metric(manifest_string(j, "metric", path), "'" + path + "': metric");
+    SHARDTOPK_EXPECTS(j.contains("snapshot"), "'", path, "': the manifest has no 'snapshot'");
+    if (!j.at("snapshot").is_null()) m.snapshot = manifest_string(j, "snapshot", path);
+    m.seq = manifest_uint(j, "seq", kInt64Max, path);
+    SHARDTOPK_EXPECTS(j.contains("snapshot_bytes") == j.contains("snapshot_crc32c"), "'", path,
+                      "': 'snapshot_bytes' and 'snapshot_crc32c' come together (the manifest has only ",
+                      j.contains("snapshot_bytes") ? "'snapshot_bytes'" : "'snapshot_crc32c'", ")");
     if (j.contains("snapshot_bytes")) {
-      m.snapshot_bytes = j.at("snapshot_bytes").get<std::int64_t>();
-      m.snapshot_crc32c = j.at("snapshot_crc32c").get<std::uint32_t>();
-      SHARDTOPK_EXPECTS(m.snapshot_bytes >= 0, "'", path, "': snapshot_bytes ", m.snapshot_bytes);
+      SHARDTOPK_EXPECTS(!m.snapshot.empty(), "'", path, "': a snapshot checksum but no snapshot");
+      m.snapshot_bytes = static_cast<std::int64_t>(manifest_uint(j, "snapshot_bytes", kInt64Max, path));
+      m.snapshot_crc32c = static_cast<std::uint32_t>(manifest_uint(j, "snapshot_crc32c", UINT32_MAX, path));
     }
-    if (j.contains("corpus") && !j.at("corpus").is_null()) {
+    if (j.contains("corpus")) {
       const auto& c = j.at("corpus");
-      m.corpus_path = c.at("path").get<std::string>();
-      m.corpus_bytes = c.at("bytes").get<std::int64_t>();
-      m.corpus_sample_crc32c = c.at("sample_crc32c").get<std::uint32_t>();
-      SHARDTOPK_EXPECTS(m.corpus_bytes >= 0, "'", path, "': corpus bytes ", m.corpus_bytes);
+      SHARDTOPK_EXPECTS(c.is_object(), "'", path, "': 'corpus' is ", c.dump(), " (expected an object)");
+      m.corpus_path = manifest_string(c, "path", path);
+      m.corpus_bytes = static_cast<std::int64_t>(manifest_uint(c, "bytes", kInt64Max, path));
+      m.corpus_sample_crc32c = static_cast<std::uint32_t>(manifest_uint(c, "sample_crc32c", UINT32_MAX, path));
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error("'" + path + "': unreadable manifest: " + e.what());
@@ -145,6 +183,14 @@ void remove_leftover(Storage::Impl& st, const std::string& name, const std::stri
   spdlog::info("storage '{}': removed {} ({})", st.opt.dir, name, why);
 }
 
+// Files a committed snapshot superseded (the previous snapshot, segments whose records it
+// holds): with StorageOptions::defer_cleanup they stay until finish_recovery(), so that a start-up
+// refused because the current snapshot is damaged keeps what could rebuild its state.
+void remove_superseded(Storage::Impl& st, const std::string& name, const std::string& why) {
+  if (!st.opt.defer_cleanup) return remove_leftover(st, name, why);
+  st.superseded.emplace_back(name, why);
+}
+
 // The directory's manifest, created for a new directory. Leftover temp files and snapshots the
 // manifest does not name (an interrupted or superseded snapshot) are removed.
 void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) {
@@ -178,16 +224,34 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
                       "storage '", st.opt.dir, "': snapshot '", st.manifest.snapshot, "' is ", bytes,
                       " bytes, the manifest recorded ", st.manifest.snapshot_bytes,
                       " when it was committed (the file was truncated or replaced; restore it from a backup)");
+    // The manifest commits the snapshot by name and seq; the file's own attributes must agree.
+    SnapshotInfo si;
+    try {
+      si = inspect_snapshot(snap);
+    } catch (const Error& e) {
+      throw Error(detail::concat("storage '", st.opt.dir, "': the snapshot the manifest names cannot be read (", e.what(),
+                                 "); restore it from a backup"));
+    }
+    SHARDTOPK_EXPECTS(si.seq == st.manifest.seq && si.dim == st.manifest.dim && si.metric == st.manifest.metric,
+                      "snapshot '", snap, "' holds seq ", si.seq, ", dim ", si.dim, ", metric ", to_string(si.metric),
+                      " but the manifest of storage '", st.opt.dir, "' says seq ", st.manifest.seq, ", dim ",
+                      st.manifest.dim, ", metric ", to_string(st.manifest.metric),
+                      " (a file was replaced or the manifest edited)");
+    if (st.manifest.snapshot_bytes < 0)
+      spdlog::warn("storage '{}': the manifest records no checksum of snapshot {} (written before snapshots had one): "
+                   "it is loaded unverified; the next snapshot records one",
+                   st.opt.dir, st.manifest.snapshot);
   }
   for (const auto& n : names) {
     std::uint64_t s = 0;
     if (is_temp_leftover(n)) {
       remove_leftover(st, n, "temporary file of an interrupted write");
     } else if (parse_snapshot_name(n, &s) && n != st.manifest.snapshot) {
-      remove_leftover(st, n, s > st.manifest.seq ? "snapshot written but never committed to the manifest"
-                                                 : "snapshot superseded by " + (st.manifest.snapshot.empty()
-                                                                                    ? std::string("none")
-                                                                                    : st.manifest.snapshot));
+      if (s > st.manifest.seq)
+        remove_leftover(st, n, "snapshot written but never committed to the manifest");
+      else
+        remove_superseded(st, n, "snapshot superseded by " +
+                                     (st.manifest.snapshot.empty() ? std::string("none") : st.manifest.snapshot));
     }
   }
 }
@@ -239,7 +303,7 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
     const auto& [first, name] = found[i];
     const bool is_last = i + 1 == found.size();
     if (!is_last && found[i + 1].first - 1 <= S) {
-      remove_leftover(st, name, "every record is in snapshot seq " + std::to_string(S));
+      remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(S));
       continue;
     }
     const std::string path = st.path(name);
@@ -272,7 +336,7 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
     }
     fd.close(path);
     if (is_last && scan.last_seq <= S && first <= S) {
-      remove_leftover(st, name, "every record is in snapshot seq " + std::to_string(S));
+      remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(S));
       continue;
     }
     if (kept.empty()) {
@@ -318,6 +382,14 @@ void remove_unused_new_dir(Storage::Impl& st) {
 }
 
 }  // namespace
+
+void Storage::finish_recovery() {
+  Impl& st = *impl_;
+  std::unique_lock<std::shared_mutex> files(st.files_mu);
+  for (const auto& [name, why] : st.superseded) remove_leftover(st, name, why);
+  if (!st.superseded.empty()) fsync_dir(st.opt.dir);
+  st.superseded.clear();
+}
 
 void Storage::verify_snapshot() const {
   Manifest m;

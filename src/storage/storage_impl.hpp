@@ -7,6 +7,8 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "shardtopk/storage.hpp"
 #include "storage/fs.hpp"
@@ -68,6 +70,8 @@ struct Storage::Impl {
 
   /// This object made `opt.dir` (mkdir succeeded here, so no other process did), and the count
   /// of exceptions in flight when it did: an end while more are in flight is a failed start-up.
+  /// Superseded files kept for finish_recovery() (StorageOptions::defer_cleanup): name, why.
+  std::vector<std::pair<std::string, std::string>> superseded;
   bool created_dir = false;
   int uncaught_at_open = 0;
 

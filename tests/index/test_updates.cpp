@@ -582,11 +582,12 @@ TEST_P(Updates, ADamagedSnapshotOrAnotherBaseFileIsRefusedAtStartUp) {
   });
   refused(other, "record(s) written against corpus '" + cfg.corpus.path + "'");
   test::Answer before;
-  std::string snap, older;
+  std::string snap, older, first;
   {
     auto idx = load_index(cfg, false);
     expect_oracle(*idx, "the right corpus after a refused one");
     snap = idx->snapshot().path;
+    first = snap;
     on_root([&] { std::filesystem::copy_file(snap, test_stem() + "-older.h5"); });
     older = test_stem() + "-older.h5";
     std::vector<std::int64_t> more(100), tenants(100, 2);
@@ -596,13 +597,24 @@ TEST_P(Updates, ADamagedSnapshotOrAnotherBaseFileIsRefusedAtStartUp) {
     before = search(*idx, 0, kQueries);
   }
   // One changed bit in the snapshot's rows: found by its checksum before the log is replayed.
-  on_root([&] { flip_byte(snap, std::filesystem::file_size(snap) / 2); });
+  // The superseded snapshot (as a crash between the commit and the clean-up leaves it) stays
+  // while the current one is refused, and goes once a start-up verified the current one.
+  on_root([&] {
+    std::filesystem::copy_file(older, first);
+    flip_byte(snap, std::filesystem::file_size(snap) / 2);
+  });
   refused(cfg, "is damaged: its CRC-32C is ");
+  if (g_rank == 0)
+    EXPECT_TRUE(std::filesystem::exists(first))
+        << "a refused start-up removed the superseded snapshot";
   on_root([&] { flip_byte(snap, std::filesystem::file_size(snap) / 2); });
   {
     auto idx = load_index(cfg, false);
     test::expect_bit_identical(search(*idx, 0, kQueries), before, "the repaired snapshot");
   }
+  if (g_rank == 0)
+    EXPECT_FALSE(std::filesystem::exists(first))
+        << "the superseded snapshot outlived a verified start-up";
   // An older snapshot restored under the current one's name: its size differs from the
   // manifest's record; with that record gone (a manifest written before it), its own seq does.
   const std::string manifest = cfg.storage.dir + "/MANIFEST.json";

@@ -269,6 +269,64 @@ TEST(Snapshot, ALogIsTiedToTheCorpusFileItWasWrittenAgainst) {
   EXPECT_EQ(recovered_state(st), model_at(reqs, 6));
 }
 
+// A hand-edited manifest is read strictly: integers are JSON integers in range, the checksum's
+// two keys come together, no key twice; each refusal names the key and changes nothing.
+TEST(Snapshot, AnEditedManifestIsReadStrictly) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(8, 4, 17);
+  {
+    Storage st(options_for(dir, 4));
+    for (const auto& r : reqs) append(st, r);
+    write_snapshot(st, model_at(reqs, 8), 8, Dtype::kFloat32, 4)->commit();
+  }
+  const std::string mpath = dir + "/MANIFEST.json", good = read_text(mpath);
+  auto value_of = [&](const std::string& key) {
+    const auto at = good.find("\"" + key + "\": ") + key.size() + 4;
+    return good.substr(at, good.find_first_of(",\n", at) - at);
+  };
+  const std::string bytes = value_of("snapshot_bytes"), crc = value_of("snapshot_crc32c");
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? t : t.replace(at, from.size(), to);
+  };
+  struct Case {
+    std::string what, text, needle;
+  };
+  const std::vector<Case> cases = {
+      {"checksum without size", edited("\"snapshot_bytes\": " + bytes + ",", ""),
+       "'snapshot_bytes' and 'snapshot_crc32c' come together (the manifest has only 'snapshot_crc32c')"},
+      {"size without checksum", edited(",\n  \"snapshot_crc32c\": " + crc, ""),
+       "'snapshot_bytes' and 'snapshot_crc32c' come together (the manifest has only 'snapshot_bytes')"},
+      {"checksum past 32 bits", edited("\"snapshot_crc32c\": " + crc, "\"snapshot_crc32c\": 4294967296"),
+       "'snapshot_crc32c' is 4294967296 (expected an integer 0 .. 4294967295)"},
+      {"a real size", edited("\"snapshot_bytes\": " + bytes, "\"snapshot_bytes\": " + bytes + ".5"),
+       "'snapshot_bytes' is " + bytes + ".5 (expected an integer"},
+      {"a negative checksum", edited("\"snapshot_crc32c\": " + crc, "\"snapshot_crc32c\": -1"),
+       "'snapshot_crc32c' is -1 (expected an integer"},
+      {"a real dim", edited("\"dim\": 4", "\"dim\": 4.9"), "'dim' is 4.9 (expected an integer"},
+      {"a negative seq", edited("\"seq\": 8", "\"seq\": -1"), "'seq' is -1 (expected an integer"},
+      {"a string size", edited("\"snapshot_bytes\": " + bytes, "\"snapshot_bytes\": \"" + bytes + "\""),
+       "'snapshot_bytes' is \"" + bytes + "\" (expected an integer"},
+      {"a key twice", edited("\"seq\": 8", "\"seq\": 8, \"seq\": 8"), "key 'seq' appears more than once"},
+      {"a corpus that is not an object", edited("\"seq\": 8", "\"seq\": 8, \"corpus\": []"),
+       "'corpus' is [] (expected an object)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    write_text(mpath, c.text);
+    const std::string e = error_of([&] { Storage st(options_for(dir, 4)); });
+    EXPECT_NE(e.find(c.needle), std::string::npos) << e;
+    EXPECT_EQ(read_text(mpath), c.text) << "a refused open changed the manifest";
+    EXPECT_TRUE(fs::exists(dir + "/snapshot-00000000000000000008.h5"));
+  }
+  write_text(mpath, good);
+  Storage st(options_for(dir, 4));
+  EXPECT_EQ(recovered_state(st), model_at(reqs, 8));
+}
+
 // Where the child stops: in the middle of writing rows (before any step), or right after a step.
 struct CrashPoint {
   const char* name;
