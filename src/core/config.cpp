@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
@@ -301,7 +302,11 @@ Config parse_config(const std::string& yaml_text, const std::string& source) {
   const std::string where = source + ": ";
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    // One document: YAML::Load would read the first of several and drop the rest unseen.
+    const std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
+    SHARDTOPK_EXPECTS(docs.size() <= 1, where, "the file holds ", docs.size(),
+                      " YAML documents (separated by '---'); a config is one document");
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::Exception& e) {
     throw Error(where + "invalid YAML: " + e.what());
   }

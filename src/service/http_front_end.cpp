@@ -104,14 +104,17 @@ struct QueryArgs {
     return route == Route::kUpsert && k == "n";
   }
 };
-MHD_Result collect_arg(void* cls, MHD_ValueKind, const char* key, const char* value) {
+// With their decoded lengths: a value with %00 in it keeps the NUL and what follows, for the
+// parsers to refuse (a C string would end there).
+MHD_Result collect_arg(void* cls, MHD_ValueKind, const char* key, std::size_t key_size, const char* value,
+                       std::size_t value_size) {
   auto* a = static_cast<QueryArgs*>(cls);
-  const std::string k = key ? key : "";
+  const std::string k = key ? std::string(key, key_size) : "";
   if (!a->takes(k)) {
     if (a->unknown.empty()) a->unknown = k;
     return MHD_YES;
   }
-  if (!a->values.emplace(k, value ? value : "").second && a->repeated.empty()) a->repeated = k;
+  if (!a->values.emplace(k, value ? std::string(value, value_size) : "").second && a->repeated.empty()) a->repeated = k;
   return MHD_YES;
 }
 
@@ -584,7 +587,7 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
     return reply_error(c, r, 415, std::string(route_label(r.route)) + " takes application/json", true);
 
   r.args.route = r.route;
-  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
+  MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
   if (!r.args.unknown.empty())
     return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: " +
                                       r.args.allowed() + ")", true);

@@ -493,12 +493,10 @@ std::string excerpt(std::string_view s, std::size_t max) {
 
 long long parse_int_param(std::string_view name, std::string_view value) {
   const std::string what = "query parameter '" + std::string(name) + "'";
-  // Decimal digits only, with a '-' kept so that a negative value reaches the range check that
-  // names the allowed range; std::stoll alone would also take a '+' and leading white space.
-  const std::string_view digits = !value.empty() && value[0] == '-' ? value.substr(1) : value;
-  SHARDTOPK_EXPECTS(value.size() <= 32 && !digits.empty() &&
-                        digits.find_first_not_of("0123456789") == std::string_view::npos,
-                    what, ": expected an integer (decimal digits only), got '", excerpt(value, 32), "'");
+  // Decimal digits only (every integer parameter is positive); std::stoll alone would also take
+  // a sign and leading white space. A NUL byte (%00) is not a digit either.
+  SHARDTOPK_EXPECTS(value.size() <= 32 && !value.empty() && value.find_first_not_of("0123456789") == std::string_view::npos,
+                    what, ": expected a positive integer (decimal digits only), got '", excerpt(value, 32), "'");
   return parse_integer(std::string(value), what);
 }
 

@@ -376,9 +376,12 @@ void remove_unused_new_dir(Storage::Impl& st) {
   remove_file(st.path(kLockName));
   st.lock.reset();
   std::error_code ec;
-  if (std::filesystem::remove(st.opt.dir, ec))
+  if (std::filesystem::remove(st.opt.dir, ec)) {
     spdlog::info("storage '{}': start-up failed; removed the directory it had created (nothing was written to it)",
                  st.opt.dir);
+    for (const std::string& p : st.created_parents)  // deepest first; each only while empty
+      if (!std::filesystem::remove(p, ec)) break;
+  }
 }
 
 }  // namespace
@@ -473,6 +476,15 @@ Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
   Impl& st = *impl_;
   st.opt = std::move(opt);
   std::error_code ec;
+  // The parents create_directories is about to make too (deepest first), for the clean-up.
+  {
+    auto p = std::filesystem::absolute(st.opt.dir, ec).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    for (p = p.parent_path(); !ec && !p.empty() && p != p.root_path() && !std::filesystem::exists(p, ec);
+         p = p.parent_path())
+      st.created_parents.push_back(p.string());
+    ec.clear();
+  }
   const bool created = std::filesystem::create_directories(st.opt.dir, ec);
   SHARDTOPK_EXPECTS(!ec, "storage: cannot create directory '", st.opt.dir, "': ", ec.message());
   st.created_dir = created;

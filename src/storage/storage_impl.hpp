@@ -73,6 +73,7 @@ struct Storage::Impl {
   /// Superseded files kept for finish_recovery() (StorageOptions::defer_cleanup): name, why.
   std::vector<std::pair<std::string, std::string>> superseded;
   bool created_dir = false;
+  std::vector<std::string> created_parents;  ///< parents of dir the constructor created, deepest first
   int uncaught_at_open = 0;
 
   std::string path(const std::string& name) const { return opt.dir + "/" + name; }

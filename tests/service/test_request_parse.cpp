@@ -187,10 +187,12 @@ TEST(Excerpt, ShortFlatAndPrintable) {
   EXPECT_EQ(excerpt(std::string(100, 'y'), 5), "yyyyy... (100 bytes)");
   EXPECT_THAT(error_of([] { (void)parse_int_param("k", std::string(1000, '9')); }), HasSubstr("(1000 bytes)"));
   EXPECT_THAT(error_of([] { (void)parse_int_param("k", "ten"); }),
-              HasSubstr("query parameter 'k': expected an integer (decimal digits only), got 'ten'"));
+              HasSubstr("query parameter 'k': expected a positive integer (decimal digits only), got 'ten'"));
   EXPECT_THAT(error_of([] { (void)parse_int_param("k", "99999999999999999999"); }),
               HasSubstr("beyond the 64-bit integer range"));
-  EXPECT_EQ(parse_int_param("k", "-3"), -3);
+  EXPECT_THAT(error_of([] { (void)parse_int_param("k", "-3"); }),
+              HasSubstr("query parameter 'k': expected a positive integer (decimal digits only), got '-3'"));
+  EXPECT_THAT(error_of([] { (void)parse_int_param("k", std::string("5\0abc", 5)); }), HasSubstr("got '5\\x00abc'"));
 }
 
 // Query parameters are decimal digits and nothing else: std::stoll's '+' and leading white
@@ -202,7 +204,7 @@ TEST(ParseIntParam, DecimalDigitsOnly) {
   for (const char* bad : {"+1", " 1", "1 ", "\t1", "1x", "0x10", "1e3", "1.0", "", "-", "+", "--1", "-+1", "1-"}) {
     SCOPED_TRACE(bad);
     EXPECT_THAT(error_of([&] { (void)parse_int_param("n", bad); }),
-                AllOf(HasSubstr("query parameter 'n': expected an integer (decimal digits only)"),
+                AllOf(HasSubstr("query parameter 'n': expected a positive integer (decimal digits only)"),
                       HasSubstr("got '" + excerpt(bad) + "'")));
   }
 }

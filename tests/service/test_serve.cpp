@@ -240,16 +240,19 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
        "application/octet-stream", "POST", 400, "column 9"},
       {"not a number", "/v1/search", "{\"query\": [\"a\"], \"k\": 3}", "application/json", "POST", 400, "dimension"},
       {"k = 0", "/v1/search", json{{"query", row(good)}, {"k", 0}}.dump(), "application/json", "POST", 400, "k=0 out of range"},
-      {"k < 0", "/v1/search?k=-3", bin, "application/octet-stream", "POST", 400, "k=-3 out of range"},
+      {"k < 0", "/v1/search?k=-3", bin, "application/octet-stream", "POST", 400,
+       "query parameter 'k': expected a positive integer (decimal digits only), got '-3'"},
+      {"a NUL in k", "/v1/search?k=5%00abc", bin, "application/octet-stream", "POST", 400,
+       "query parameter 'k': expected a positive integer (decimal digits only), got '5\\x00abc'"},
       {"k > k_max", "/v1/search", json{{"query", row(good)}, {"k", 101}}.dump(), "application/json", "POST", 400, "search.k_max"},
       {"k not an integer", "/v1/search", json{{"query", row(good)}, {"k", 2.5}}.dump(), "application/json", "POST", 400,
        "\"k\" must be an integer"},
       {"k missing (binary)", "/v1/search", bin, "application/octet-stream", "POST", 400, "query parameter k"},
-      {"k not a number (binary)", "/v1/search?k=ten", bin, "application/octet-stream", "POST", 400, "expected an integer"},
+      {"k not a number (binary)", "/v1/search?k=ten", bin, "application/octet-stream", "POST", 400, "expected a positive integer"},
       {"k beyond int64 (binary)", "/v1/search?k=99999999999999999999", bin, "application/octet-stream", "POST", 400,
        "beyond the 64-bit integer range"},
       {"k with a '+'", "/v1/search?k=%2B5", bin, "application/octet-stream", "POST", 400,
-       "query parameter 'k': expected an integer (decimal digits only), got '+5'"},
+       "query parameter 'k': expected a positive integer (decimal digits only), got '+5'"},
       {"k with trailing junk", "/v1/search?k=5%20", bin, "application/octet-stream", "POST", 400, "got '5 '"},
       {"empty query list", "/v1/search", json{{"queries", json::array()}, {"k", 5}}.dump(), "application/json", "POST",
        400, "empty query list"},
@@ -290,7 +293,7 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
         port(), "POST /v1/search?k=+5 HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
                 "Content-Length: " + std::to_string(bin.size()) + "\r\n\r\n" + bin);
     EXPECT_EQ(r.status, 400) << r.error;
-    EXPECT_THAT(r.body, HasSubstr("query parameter 'k': expected an integer (decimal digits only)"));
+    EXPECT_THAT(r.body, HasSubstr("query parameter 'k': expected a positive integer (decimal digits only)"));
   }
   {  // a body over max_body_bytes is refused from its Content-Length, before it is sent
     const test::RawReply r = test::raw_request(

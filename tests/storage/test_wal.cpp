@@ -238,7 +238,12 @@ TEST(Wal, AFailedStartUpRemovesOnlyTheUnusedDirectoryItMade) {
   const std::string made = tmp.file("made/inner");
   fail_with(options_for(made, 8), nothing);
   EXPECT_FALSE(fs::exists(made));
-  EXPECT_TRUE(fs::is_directory(tmp.file("made"))) << "only the storage directory itself is removed";
+  EXPECT_FALSE(fs::exists(tmp.file("made"))) << "a parent created with it is removed too";
+  EXPECT_TRUE(fs::is_directory(tmp.file(""))) << "a parent that existed is kept";
+  fs::create_directory(tmp.file("had"));
+  fail_with(options_for(tmp.file("had/a/b"), 8), nothing);
+  EXPECT_FALSE(fs::exists(tmp.file("had/a")));
+  EXPECT_TRUE(fs::is_directory(tmp.file("had")));
 
   const std::string existing = tmp.file("existing");
   fs::create_directory(existing);
