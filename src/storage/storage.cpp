@@ -84,6 +84,8 @@ std::string manifest_string(const nlohmann::json& obj, const char* key, const st
 
 Manifest parse_manifest(const std::string& text, const std::string& path) {
   Manifest m;
+  // A NUL byte cannot be in JSON text; the parser would stop at it and take what came before.
+  SHARDTOPK_EXPECTS(text.find('\0') == std::string::npos, "'", path, "': a NUL byte at offset ", text.find('\0'));
   constexpr std::uint64_t kInt64Max = static_cast<std::uint64_t>(INT64_MAX);
   try {
     // A key given twice in one object is refused (the parser would keep the last).
@@ -476,13 +478,18 @@ Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
   Impl& st = *impl_;
   st.opt = std::move(opt);
   std::error_code ec;
-  // The parents create_directories is about to make too (deepest first), for the clean-up.
+  // The parents create_directories is about to make too (deepest first), for the clean-up:
+  // each prefix of the path as written that does not exist yet ("." and ".." steps skipped).
   {
-    auto p = std::filesystem::absolute(st.opt.dir, ec).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();
-    for (p = p.parent_path(); !ec && !p.empty() && p != p.root_path() && !std::filesystem::exists(p, ec);
-         p = p.parent_path())
-      st.created_parents.push_back(p.string());
+    const auto abs = std::filesystem::absolute(st.opt.dir, ec);
+    std::vector<std::filesystem::path> steps(abs.begin(), abs.end());
+    while (!steps.empty() && steps.back().empty()) steps.pop_back();  // "a/b/" names "a/b"
+    std::filesystem::path prefix;
+    for (std::size_t i = 0; !ec && i + 1 < steps.size(); ++i) {
+      prefix /= steps[i];
+      if (steps[i] == "." || steps[i] == ".." || prefix == prefix.root_path()) continue;
+      if (!std::filesystem::exists(prefix, ec)) st.created_parents.insert(st.created_parents.begin(), prefix.string());
+    }
     ec.clear();
   }
   const bool created = std::filesystem::create_directories(st.opt.dir, ec);

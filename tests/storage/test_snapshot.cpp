@@ -313,6 +313,7 @@ TEST(Snapshot, AnEditedManifestIsReadStrictly) {
       {"a key twice", edited("\"seq\": 8", "\"seq\": 8, \"seq\": 8"), "key 'seq' appears more than once"},
       {"a corpus that is not an object", edited("\"seq\": 8", "\"seq\": 8, \"corpus\": []"),
        "'corpus' is [] (expected an object)"},
+      {"a NUL byte and more after the object", good + std::string("\0{}", 3), "a NUL byte at offset"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -244,6 +244,8 @@ TEST(Wal, AFailedStartUpRemovesOnlyTheUnusedDirectoryItMade) {
   fail_with(options_for(tmp.file("had/a/b"), 8), nothing);
   EXPECT_FALSE(fs::exists(tmp.file("had/a")));
   EXPECT_TRUE(fs::is_directory(tmp.file("had")));
+  fail_with(options_for(tmp.file("via/a/../b"), 8), nothing);  // makes via, via/a and via/b
+  EXPECT_FALSE(fs::exists(tmp.file("via"))) << "every directory made for the path is removed";
 
   const std::string existing = tmp.file("existing");
   fs::create_directory(existing);
