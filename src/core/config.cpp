@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "core/parse.hpp"
@@ -296,17 +297,47 @@ void walk(Config& c, const YAML::Node& node, const std::string& prefix, const st
   }
 }
 
+// Counts the documents with content in `text`, up to 2. The parser is asked for at most three
+// (YAML::LoadAll loops without end on some malformed input, such as ",q", where its parser stops
+// advancing); a document of nothing but null does not count, as YAML::LoadAll counts.
+int yaml_documents(const std::string& text) {
+  struct Counter : YAML::EventHandler {
+    bool content = false;
+    void OnDocumentStart(const YAML::Mark&) override { content = false; }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override { content = true; }
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override { content = true; }
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+      content = true;
+    }
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+      content = true;
+    }
+    void OnMapEnd() override {}
+  };
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  int documents = 0;
+  for (int i = 0; i < 3 && documents < 2; ++i) {
+    Counter c;
+    if (!parser.HandleNextDocument(c)) break;
+    documents += c.content ? 1 : 0;
+  }
+  return documents;
+}
+
 }  // namespace
 
 Config parse_config(const std::string& yaml_text, const std::string& source) {
   const std::string where = source + ": ";
   YAML::Node root;
   try {
-    // One document: YAML::Load would read the first of several and drop the rest unseen.
-    const std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
-    SHARDTOPK_EXPECTS(docs.size() <= 1, where, "the file holds ", docs.size(),
-                      " YAML documents (separated by '---'); a config is one document");
-    if (!docs.empty()) root = docs.front();
+    // One document: YAML::Load reads the first of several and drops the rest unseen.
+    SHARDTOPK_EXPECTS(yaml_documents(yaml_text) <= 1, where,
+                      "the file holds more than one YAML document (separated by '---'); a config is one document");
+    root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     throw Error(where + "invalid YAML: " + e.what());
   }

@@ -236,7 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"duplicate_dotted_key", "search:\n  k_max: 10\nsearch.k_max: 20\n",
                   {"key 'search.k_max' given twice (lines 2 and 3)"}},
         BadConfig{"two_documents", "---\ncorpus:\n  path: a.h5\n---\ncorpus:\n  path: b.h5\n",
-                  {"the file holds 2 YAML documents (separated by '---'); a config is one document"}},
+                  {"the file holds more than one YAML document (separated by '---'); a config is one document"}},
         BadConfig{"not_a_mapping", "- a\n- b\n", {"expected a mapping"}},
         BadConfig{"invalid_yaml", "search: {k_max: 3\n", {"invalid YAML"}}),
     [](const ::testing::TestParamInfo<BadConfig>& i) { return std::string(i.param.name); });
