@@ -1,5 +1,5 @@
 // shardtopk.Index (py_index.hpp): construction, search in host or device memory, the followers'
-// loop, and the process's MPI session.
+// loop, and MPI's initialisation for the process (from the first index to interpreter exit).
 #include "py_index.hpp"
 
 #include <dlfcn.h>

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -119,6 +120,26 @@ inline std::vector<std::int64_t> iota_ids(std::int64_t n, std::int64_t first = 0
   std::vector<std::int64_t> ids(static_cast<size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) ids[i] = first + i;
   return ids;
+}
+
+// ------------------------------------------------------------------------------ files
+
+inline std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void write_bytes(const std::string& path, const std::vector<unsigned char>& b) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  if (!out.good()) throw std::runtime_error("cannot write " + path);
+}
+
+/// Flips bit `bit` (0..7) of the byte at `offset` of the file, in place (damage on purpose).
+inline void flip_bit(const std::string& path, std::uint64_t offset, int bit) {
+  auto b = read_bytes(path);
+  b.at(offset) ^= static_cast<unsigned char>(1u << bit);
+  write_bytes(path, b);
 }
 
 // ------------------------------------------------------------------------------ errors

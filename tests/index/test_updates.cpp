@@ -555,15 +555,6 @@ TEST_P(Updates, ADamagedSnapshotOrAnotherBaseFileIsRefusedAtStartUp) {
       EXPECT_THAT(e.what(), HasSubstr(what));  // every rank: rank 0's message
     }
   };
-  auto flip_byte = [](const std::string& path, std::uintmax_t at) {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(at));
-    char ch = 0;
-    f.read(&ch, 1);
-    ch = static_cast<char>(ch ^ 0x01);
-    f.seekp(static_cast<std::streamoff>(at));
-    f.write(&ch, 1);
-  };
   {
     auto idx = load_index(cfg, false);
     upsert(*idx, {5000, 5001}, test::small_ints(2 * kDim, 60), {0, 1});
@@ -601,13 +592,13 @@ TEST_P(Updates, ADamagedSnapshotOrAnotherBaseFileIsRefusedAtStartUp) {
   // while the current one is refused, and goes once a start-up verified the current one.
   on_root([&] {
     std::filesystem::copy_file(older, first);
-    flip_byte(snap, std::filesystem::file_size(snap) / 2);
+    test::flip_bit(snap, std::filesystem::file_size(snap) / 2, 0);
   });
   refused(cfg, "is damaged: its CRC-32C is ");
   if (g_rank == 0)
     EXPECT_TRUE(std::filesystem::exists(first))
         << "a refused start-up removed the superseded snapshot";
-  on_root([&] { flip_byte(snap, std::filesystem::file_size(snap) / 2); });
+  on_root([&] { test::flip_bit(snap, std::filesystem::file_size(snap) / 2, 0); });
   {
     auto idx = load_index(cfg, false);
     test::expect_bit_identical(search(*idx, 0, kQueries), before, "the repaired snapshot");

@@ -148,23 +148,6 @@ inline std::vector<std::string> dir_names(const std::string& dir) {
   return out;
 }
 
-inline std::vector<unsigned char> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), {});
-}
-
-inline void write_bytes(const std::string& path, const std::vector<unsigned char>& b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  if (!out.good()) throw std::runtime_error("cannot write " + path);
-}
-
-inline void flip_bit(const std::string& path, std::uint64_t offset, int bit) {
-  auto b = read_bytes(path);
-  b.at(offset) ^= static_cast<unsigned char>(1u << bit);
-  write_bytes(path, b);
-}
-
 /// [begin, end) of each record in a segment, parsed from the documented layout: a 32-byte
 /// segment header, then records of a 32-byte header (payload bytes at +16) and the payload
 /// padded to a multiple of 8.

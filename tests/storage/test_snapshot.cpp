@@ -170,27 +170,6 @@ TEST(Snapshot, MissingSnapshotNamedByTheManifestIsAnError) {
   }
 }
 
-void flip_byte(const std::string& path, std::uint64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x10);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(&c, 1);
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Snapshot, TheManifestRecordsItsSizeAndChecksumAndADamagedOrCutFileIsRefused) {
   TempDir tmp;
   const std::string dir = tmp.file("s");
@@ -207,13 +186,13 @@ TEST(Snapshot, TheManifestRecordsItsSizeAndChecksumAndADamagedOrCutFileIsRefused
   EXPECT_NE(manifest.find("\"snapshot_crc32c\""), std::string::npos) << manifest;
   const auto size = fs::file_size(path);
   // One bit changed in the middle of the rows: the size still matches, the checksum does not.
-  flip_byte(path, size / 2);
+  flip_bit(path, size / 2, 4);
   {
     Storage st(options_for(dir, 4));  // opening checks the size only
     const std::string e = error_of([&] { st.verify_snapshot(); });
     EXPECT_NE(e.find("snapshot '" + path + "' is damaged: its CRC-32C is "), std::string::npos) << e;
   }
-  flip_byte(path, size / 2);  // repaired
+  flip_bit(path, size / 2, 4);  // repaired
   EXPECT_NO_THROW(Storage(options_for(dir, 4)).verify_snapshot());
   fs::resize_file(path, size - 100);
   const std::string e = error_of([&] { Storage st(options_for(dir, 4)); });
