@@ -125,7 +125,8 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
         sum_ok = false;
         sum_msg = e.what();
       }
-      spdlog::info("rank 0: snapshot checksum verified ({:.2f} s waited after the rows loaded)", seconds_since(tw));
+      if (sum_ok)
+        spdlog::info("rank 0: snapshot checksum verified ({:.2f} s waited after the rows loaded)", seconds_since(tw));
     }
     index->host_comm().check(sum_ok, sum_msg);
     if (storage) {

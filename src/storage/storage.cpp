@@ -179,6 +179,13 @@ std::string to_string(SnapshotStep s) {
 
 namespace {
 
+// Replaces MANIFEST.json atomically (temp file, fsync, rename, directory fsync).
+void write_manifest(const Storage::Impl& st, const Manifest& m) {
+  const std::string mpath = st.path(kManifestName);
+  write_file_synced(mpath + kTempSuffix, manifest_json(m));
+  rename_synced(mpath + kTempSuffix, mpath, st.opt.dir);
+}
+
 void remove_leftover(Storage::Impl& st, const std::string& name, const std::string& why) {
   remove_file(st.path(name));
   st.report.removed_files.push_back(st.path(name));
@@ -209,8 +216,7 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
     Manifest m;
     m.dim = st.opt.dim;
     m.metric = st.opt.metric;
-    write_file_synced(mpath + kTempSuffix, manifest_json(m));
-    rename_synced(mpath + kTempSuffix, mpath, st.opt.dir);
+    write_manifest(st, m);
   }
   st.manifest = parse_manifest(read_small_file(mpath), mpath);
   SHARDTOPK_EXPECTS(st.manifest.dim == st.opt.dim, "storage '", st.opt.dir, "' holds rows of dim ", st.manifest.dim,
@@ -283,9 +289,7 @@ void check_base_corpus(Storage::Impl& st, std::uint64_t last_seq) {
   next.corpus_path = path;
   next.corpus_bytes = static_cast<std::int64_t>(bytes);
   next.corpus_sample_crc32c = crc;
-  const std::string mpath = st.path(kManifestName);
-  write_file_synced(mpath + kTempSuffix, manifest_json(next));
-  rename_synced(mpath + kTempSuffix, mpath, st.opt.dir);
+  write_manifest(st, next);
   m = next;
 }
 
