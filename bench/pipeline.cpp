@@ -12,12 +12,12 @@
 #include "core/log.hpp"
 #include "device_check.hpp"
 #include "device_timer.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/ingest.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 
 namespace shardtopk::bench {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/ordering.hpp"
 

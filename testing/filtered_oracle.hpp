@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 

@@ -22,7 +22,7 @@
 #include "engine_runner.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/types.hpp"
 
 namespace shardtopk::test {

@@ -61,7 +61,6 @@
 #include <string>
 #include <vector>
 
-#include "shardtopk/engine.hpp"
 #include "shardtopk/types.hpp"
 
 namespace shardtopk {
@@ -181,9 +180,6 @@ void apply_override(Config& cfg, const std::string& key_equals_value);
 
 /// Validate cross-field constraints (e.g. corpus.path set). @throws Error.
 void validate(const Config& cfg);
-
-/// The engine options of a config, for the engine on `device` with `threads` workers.
-EngineOptions engine_options(const Config& cfg, int device, int threads);
 
 /// Whether this build honours testing.fault (CMake option SHARDTOPK_FAULT_INJECTION).
 bool fault_injection_built();

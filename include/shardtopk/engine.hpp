@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "shardtopk/config.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 
@@ -72,6 +73,10 @@ struct EngineOptions {
   SearchPath search_path = SearchPath::kAuto;         ///< CUDA: which path serves a batch (tests)
   CpuIsa cpu_isa = CpuIsa::kAuto;                     ///< CPU engine: scoring instructions
 };
+
+/// The engine options of a config (its `engine.*` keys), for the engine on `device` (-1: the CPU
+/// engine) with `threads` workers.
+EngineOptions engine_options(const Config& cfg, int device, int threads);
 
 /// What an engine is, for logs, plans and checks.
 struct EngineInfo {

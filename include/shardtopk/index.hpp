@@ -20,7 +20,7 @@
 
 namespace shardtopk {
 
-class Space;  // the data path's memory (internal: src/engine/space.hpp)
+class Space;  // the data path's memory (shardtopk/space.hpp)
 struct WriteOp;  // a planned write (internal: src/index/write_ops.hpp)
 
 /// What start-up did, for logs and timing summaries.

@@ -1,5 +1,5 @@
 // `shardtopk import`: Fashion-MNIST, GloVe and raw float32 files into the ann-benchmarks HDF5
-// layout with float64 ground truth (the importers live in src/io/importers.cpp).
+// layout with float64 ground truth (the importers live in src/tools/importers.cpp).
 #include <string>
 
 #include "cli/commands.hpp"

@@ -1,4 +1,4 @@
-#include "comm/choose_comm.hpp"
+#include "shardtopk/communicator.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 
 #include "comm/staged_comm.hpp"
 #include "core/log.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/ordering.hpp"
 
 namespace shardtopk {

@@ -1,6 +1,6 @@
 #include "comm/staged_comm.hpp"
 
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {

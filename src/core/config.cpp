@@ -405,19 +405,6 @@ FaultSpec parse_fault(const std::string& text, const std::string& what) {
   return s;
 }
 
-EngineOptions engine_options(const Config& cfg, int device, int threads) {
-  EngineOptions o;
-  o.threads = threads;
-  o.device = device;
-  o.cuda_graphs = cfg.engine.cuda_graphs;
-  o.scan_l2_hints = cfg.engine.scan_l2_hints;
-  o.scan_rows = cfg.engine.scan_rows;
-  o.scan_schedule = cfg.engine.scan_schedule;
-  o.search_path = cfg.engine.search_path;
-  o.cpu_isa = cfg.engine.cpu_isa;
-  return o;
-}
-
 void validate(const Config& cfg) {
   const std::string where = cfg.source.empty() ? "" : cfg.source + ": ";
   SHARDTOPK_EXPECTS(!cfg.corpus.path.empty(), where, "key 'corpus.path' is required (the corpus HDF5 file)");

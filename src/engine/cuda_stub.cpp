@@ -1,6 +1,6 @@
 // Built when shardtopk is configured without CUDA (-DSHARDTOPK_CUDA=OFF or no nvcc): the CUDA
 // engine and its Space report that they are absent; everything else works on the CPU.
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 

@@ -9,7 +9,7 @@
 #endif
 
 #include "filter/filter_internal.hpp"
-#include "filter/filter_semantics.hpp"
+#include "shardtopk/filter_semantics.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
 

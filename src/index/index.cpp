@@ -1,6 +1,6 @@
 // ShardedIndex: the rank protocol of a collective search (one header broadcast per step, then
 // the data path), the status each rank reports with its candidates, and the export of rank 0's
-// answer. Files, backends and communicator choice live in src/ingest; memory in the Space.
+// answer. Files, backends and communicator choice live in load.cpp; memory in the Space.
 #include "shardtopk/index.hpp"
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "core/log.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "index/admission.hpp"
 #include "index/updates.hpp"
 

@@ -1,14 +1,11 @@
 // The snapshot protocol (docs/STORAGE.md, "Snapshots"): a new base file written to a temporary
 // name and synced, renamed into place, committed by an atomic rewrite of the manifest, then the
 // log records it covers and the previous snapshot removed.
-#include <hdf5.h>
-
 #include <algorithm>
 #include <mutex>
 #include <set>
 
 #include "core/log.hpp"
-#include "io/h5_detail.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/storage.hpp"
@@ -196,26 +193,20 @@ std::unique_ptr<SnapshotWriter> Storage::begin_snapshot(const SnapshotSpec& spec
 }
 
 SnapshotInfo inspect_snapshot(const std::string& path) {
-  using h5::Handle;
   SnapshotInfo info;
-  {
-    Handle f = h5::open_file(path);
-    auto int_attr = [&](const char* name) {
-      SHARDTOPK_EXPECTS(H5Aexists(f.get(), name) > 0, "'", path, "': not a shardtopk snapshot (no attribute '",
-                        name, "')");
-      Handle a(H5Aopen(f.get(), name, H5P_DEFAULT), H5Aclose);
-      STK_H5_CHECK(a.get(), "'", path, "': opening attribute '", name, "'");
-      std::int64_t v = 0;
-      STK_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_INT64, &v), "'", path, "': reading attribute '", name, "'");
-      return v;
-    };
-    const std::int64_t seq = int_attr("seq");
-    SHARDTOPK_EXPECTS(seq >= 0, "'", path, "': seq ", seq);
-    info.seq = static_cast<std::uint64_t>(seq);
-    info.rows = int_attr("rows");
-    info.dim = int_attr("dim");
-    info.normalized = H5Aexists(f.get(), "normalized") > 0 && int_attr("normalized") != 0;
-  }
+  const FileInfo file = inspect_file(path);
+  auto int_attr = [&](const char* name) {
+    const auto it = file.int_attributes.find(name);
+    SHARDTOPK_EXPECTS(it != file.int_attributes.end() && it->second.size() == 1, "'", path,
+                      "': not a shardtopk snapshot (no integer attribute '", name, "')");
+    return it->second[0];
+  };
+  const std::int64_t seq = int_attr("seq");
+  SHARDTOPK_EXPECTS(seq >= 0, "'", path, "': seq ", seq);
+  info.seq = static_cast<std::uint64_t>(seq);
+  info.rows = int_attr("rows");
+  info.dim = int_attr("dim");
+  info.normalized = file.int_attributes.count("normalized") > 0 && int_attr("normalized") != 0;
   info.metric = parse_metric(read_string_attribute(path, "metric"), "'" + path + "': metric");
   info.dtype = parse_dtype(read_string_attribute(path, "dtype"), "'" + path + "': dtype");
   const DatasetInfo train = inspect_dataset(path, "train");
@@ -224,7 +215,7 @@ SnapshotInfo inspect_snapshot(const std::string& path) {
   const DatasetInfo ids = inspect_dataset(path, "ids");
   SHARDTOPK_EXPECTS(ids.dims == std::vector<std::int64_t>{info.rows} && ids.dtype == "int64", "'", path,
                     "': ids is not int64 [", info.rows, "]");
-  for (const DatasetInfo& d : inspect_file(path).datasets) {
+  for (const DatasetInfo& d : file.datasets) {
     if (d.name.rfind("attributes/", 0) != 0) continue;
     SHARDTOPK_EXPECTS(d.dims == std::vector<std::int64_t>{info.rows} && (d.dtype == "int64" || d.dtype == "float64"),
                       "'", path, "': ", d.name, " is not int64 or float64 [", info.rows, "]");

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtopk/corpus_io.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/types.hpp"
 #include "cli_support.hpp"
 #include "filter_support.hpp"

@@ -19,7 +19,7 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/index.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 #include "cli_support.hpp"

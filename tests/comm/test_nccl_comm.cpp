@@ -25,11 +25,11 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/shard_plan.hpp"
 #include "shardtopk/types.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "engine_runner.hpp"
 #include "test_support.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "shardtopk/error.hpp"
 #include "shardtopk/merge.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/shard_plan.hpp"
 #include "test_support.hpp"

@@ -14,7 +14,7 @@
 #include "shardtopk/engine.hpp"
 #include "shardtopk/merge.hpp"
 #include "shardtopk/error.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {

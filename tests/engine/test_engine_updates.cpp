@@ -19,7 +19,7 @@
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "filter/filter_semantics.hpp"
+#include "shardtopk/filter_semantics.hpp"
 #include "filter_support.hpp"
 #include "shardtopk/config.hpp"
 #include "shardtopk/corpus_io.hpp"

@@ -19,7 +19,7 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk::test {

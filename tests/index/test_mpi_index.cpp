@@ -32,10 +32,10 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/shard_plan.hpp"
 #include "test_support.hpp"
 

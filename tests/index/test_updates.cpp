@@ -35,7 +35,7 @@
 #include "shardtopk/filter.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "mpi_gtest.hpp"
 #include "test_support.hpp"
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {

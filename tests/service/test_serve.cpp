@@ -14,7 +14,7 @@
 #include "serve_support.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/filter.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 
 namespace shardtopk {
 namespace {

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/merge.hpp"
 

@@ -13,7 +13,7 @@
 #include "engine/cuda/kernels/fill.hpp"
 #include "engine/cuda/kernels/merge.hpp"
 #include "engine/cuda/kernels/split.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {

@@ -25,7 +25,7 @@
 #include "engine/cuda/batched_search.hpp"
 #include "engine/cuda/kernels/batched_filter.hpp"
 #include "engine/cuda/kernels/rescore.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 
 namespace shardtopk::test {
 namespace {

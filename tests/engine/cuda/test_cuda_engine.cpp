@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "engine_test_support.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 #include "test_support.hpp"

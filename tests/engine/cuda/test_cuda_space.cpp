@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cuda_test_support.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 
 namespace shardtopk::test {
 namespace {

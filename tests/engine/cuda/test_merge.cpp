@@ -14,7 +14,7 @@
 
 #include "cuda_test_support.hpp"
 #include "engine/cuda/kernels/merge.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 
 namespace shardtopk::test {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "core/cuda_check.cuh"
 #include "engine/cuda/kernels/filter_mask.cuh"
-#include "filter/filter_semantics.hpp"
+#include "shardtopk/filter_semantics.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {

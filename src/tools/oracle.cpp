@@ -1,6 +1,6 @@
 // The float64 oracle. Deliberately naive and independent of the engines: no shared scoring
 // code, no blocking, no SIMD; a sort with a float64 restatement of the ordering rule.
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 
 #include <algorithm>
 #include <cmath>

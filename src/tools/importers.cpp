@@ -29,7 +29,7 @@
 #include "core/parallel.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 
 namespace shardtopk {
 namespace {

@@ -10,10 +10,10 @@
 #include <memory>
 #include <thread>
 
-#include "comm/choose_comm.hpp"
+#include "shardtopk/communicator.hpp"
 #include "core/log.hpp"
 #include "core/parallel.hpp"
-#include "engine/space.hpp"
+#include "shardtopk/space.hpp"
 #include "index/admission.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/filter.hpp"

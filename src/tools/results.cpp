@@ -6,7 +6,7 @@
 
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
-#include "shardtopk/oracle.hpp"
+#include "tools/oracle.hpp"
 
 namespace shardtopk {
 
