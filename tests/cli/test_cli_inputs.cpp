@@ -544,5 +544,35 @@ TEST_F(CliInputs, ReadmeShowsTheHelpCommandWithItsPath) {
   EXPECT_THAT(r.out, HasSubstr("search"));
 }
 
+// A mistyped flag or command is what the user hears about, with the nearest valid name, not the
+// required option or command its typo left out.
+TEST_F(CliInputs, AnUnknownFlagOrCommandIsNamedFirstWithTheNearestValidName) {
+  const std::string bin = SHARDTOPK_BIN, cfg = std::string(SHARDTOPK_SOURCE_DIR) + "/configs/example.yaml";
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {" plan -c " + cfg + " --rank 2", "unknown option '--rank' for 'shardtopk plan'; did you mean '--ranks'?"},
+           {" plan -c " + cfg + " --rank=2", "unknown option '--rank' for 'shardtopk plan'; did you mean '--ranks'?"},
+           {" search --confg " + cfg + " -q q.h5", "unknown option '--confg' for 'shardtopk search'; did you mean '--config'?"},
+           {" serve -c " + cfg + " --prot-file p", "unknown option '--prot-file' for 'shardtopk serve'; did you mean '--port-file'?"},
+           {" import raw --corpus a.f32 --dim 4 -o o.h5 --metrik l2",
+            "unknown option '--metrik' for 'shardtopk import raw'; did you mean '--metric'?"},
+           {" --verbose search -c " + cfg + " -q q.h5", "unknown option '--verbose' for 'shardtopk'"},
+           {" serch -c " + cfg + " -q q.h5",
+            "unknown command 'serch'; did you mean 'search'? (commands: search, serve, info, eval, plan, import)"},
+           {" import fashion-minst -o o.h5", "unknown command 'import fashion-minst'; did you mean 'fashion-mnist'?"},
+           {"", "'shardtopk' needs a command: search, serve, info, eval, plan, import"},
+       }) {
+    const CmdResult r = run(bin + c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, AllOf(HasSubstr("shardtopk: error: " + c.expect), Not(HasSubstr("is required"))))
+        << c.args;
+  }
+  // Far from every name: no guess.
+  const CmdResult r = run(bin + " info --xyzzy f.h5");
+  EXPECT_THAT(r.err, AllOf(HasSubstr("unknown option '--xyzzy' for 'shardtopk info'"), Not(HasSubstr("did you mean"))));
+}
+
 }  // namespace
 }  // namespace shardtopk
