@@ -86,6 +86,9 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
       stats.max_row_norm = norms.max_norm;
       stats.max_row_norm_row = norms.row;
     }
+    // Messages name the largest row by its id (the row's position in a snapshot means nothing).
+    const std::int64_t at = stats.max_row_norm_row - rows.lo;
+    if (shard.ids && at >= 0 && at < shard.rows) stats.max_row_norm_row = shard.ids[at];
     stats.upload_s = seconds_since(tu);
     if (host_comm->rank() == 0 && !shard.generated)
       spdlog::info("rank 0: engine {} built (rows uploaded) in {:.2f} s", engine->info().name, stats.upload_s);
