@@ -197,6 +197,34 @@ TEST(Excerpt, ShortFlatAndPrintable) {
 
 // Query parameters are decimal digits and nothing else: std::stoll's '+' and leading white
 // space are refused, as is anything around the digits.
+// RFC 9112 6.3: a body whose length two readers could take differently is refused.
+TEST(Framing, OneUnambiguousLengthOrItIsRefused) {
+  EXPECT_EQ(framing_problem(0, 0, "").first, 0);
+  EXPECT_EQ(framing_problem(1, 0, "").first, 0);
+  for (const char* te : {"chunked", "Chunked", " \tchunked\t "}) EXPECT_EQ(framing_problem(0, 1, te).first, 0) << te;
+  struct Case {
+    int cl, te;
+    const char* value;
+    int status;
+    const char* needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {1, 1, "chunked", 400, "both Transfer-Encoding and Content-Length"},
+           {1, 1, "identity", 400, "both Transfer-Encoding and Content-Length"},
+           {2, 0, "", 400, "Content-Length given more than once"},
+           {0, 2, "chunked", 400, "Transfer-Encoding given more than once"},
+           {0, 1, "gzip", 400, "Transfer-Encoding 'gzip': the body's length cannot be determined"},
+           {0, 1, "chunked, gzip", 400, "the final coding must be chunked"},
+           {0, 1, "", 400, "the final coding must be chunked"},
+           {0, 1, "gzip,chunked", 501, "Transfer-Encoding 'gzip,chunked' not implemented"},
+           {0, 1, "x\r\ny: chunked", 400, "'x\\x0d\\x0ay: chunked'"},
+       }) {
+    const auto [status, why] = framing_problem(c.cl, c.te, c.value);
+    EXPECT_EQ(status, c.status) << c.value;
+    EXPECT_THAT(why, HasSubstr(c.needle));
+  }
+}
+
 TEST(ParseIntParam, DecimalDigitsOnly) {
   EXPECT_EQ(parse_int_param("n", "1"), 1);
   EXPECT_EQ(parse_int_param("n", "007"), 7);

@@ -378,6 +378,70 @@ TEST(ServeUpdates, ReadOnlyServiceAnswers409) {
   EXPECT_EQ(search_json(s.port(), q.data(), 1, kDim, 3).ids.size(), 3u);
 }
 
+// Request smuggling: a search whose body, framed by Content-Length (as a proxy in front may
+// frame it), holds a delete after an empty chunk. Read as chunked, the delete would run as a
+// second request on the connection. Every ambiguous framing is refused with the connection
+// closed, and nothing is deleted.
+TEST(ServeUpdates, AmbiguouslyFramedRequestsAreRefusedAndTheirConnectionClosed) {
+  TempDir dir;
+  const std::string cfg = make_service_files(dir, dir.file("store"));
+  Server s(cfg, dir.path(), 1);
+  ASSERT_TRUE(s.wait_ready());
+  const std::string del = R"({"ids":[0,1,2,3]})";
+  const std::string smuggled = "0\r\n\r\nPOST /v1/delete HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                               "Content-Length: " + std::to_string(del.size()) + "\r\n\r\n" + del;
+  const std::string n = std::to_string(smuggled.size());
+  struct Case {
+    std::string headers;
+    int status;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"Content-Length: " + n + "\r\nTransfer-Encoding: chunked\r\n", 400, "both Transfer-Encoding and Content-Length"},
+      {"Transfer-Encoding:\tchunked\r\nContent-Length: " + n + "\r\n", 400, "both Transfer-Encoding and Content-Length"},
+      {"Content-Length: " + n + "\r\nTransfer-Encoding: CHUNKED \r\n", 400, "both Transfer-Encoding and Content-Length"},
+      {"Content-Length: 5\r\nContent-Length: " + n + "\r\n", 400, "Content-Length given more than once"},
+      {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 400, "Transfer-Encoding given more than once"},
+      {"Transfer-Encoding: chunked, gzip\r\n", 400, "the final coding must be chunked"},
+      {"Transfer-Encoding: gzip\r\n", 400, "the final coding must be chunked"},
+      {"Transfer-Encoding: gzip, chunked\r\n", 501, "only chunked is understood"},
+  };
+  for (const std::string& path : {std::string("/v1/search"), std::string("/v1/info")}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(path + " with " + c.headers);
+      const int fd = connect_to(s.port());
+      ASSERT_GE(fd, 0);
+      const std::string method = path == "/v1/info" ? "GET " : "POST ";
+      send_all(fd, method + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + c.headers +
+                       "\r\n" + smuggled);
+      std::string buf;
+      const RawReply r = read_reply(fd, buf);
+      EXPECT_EQ(r.status, c.status) << r.error << r.body;
+      EXPECT_THAT(r.body, HasSubstr(c.needle));
+      EXPECT_EQ(r.headers.count("connection") ? r.headers.at("connection") : "", "close");
+      const RawReply next = read_reply(fd, buf, 5);
+      EXPECT_EQ(next.status, 0) << "a second reply on the connection: " << next.body;
+      ::close(fd);
+    }
+  }
+  const json info = json::parse(get(s.port(), "/v1/info").body);
+  EXPECT_EQ(info["live_rows"], kBase) << "a smuggled delete ran";
+  EXPECT_EQ(info["applied_seq"], 0);
+  // A plain chunked body is still taken.
+  const int fd = connect_to(s.port());
+  ASSERT_GE(fd, 0);
+  const std::vector<float> q = random_floats(kDim, 3);
+  const std::string body = json_queries(q.data(), 1, kDim, 3);
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  send_all(fd, "POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: "
+               "Chunked\r\n\r\n" + std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n");
+  std::string buf;
+  const RawReply r = read_reply(fd, buf);
+  EXPECT_EQ(r.status, 200) << r.error << r.body;
+  ::close(fd);
+}
+
 // ------------------------------------------------------------------------------ crash tests
 
 /// Stops a service (SIGKILL, as Server's destructor does) and waits until its rank processes
