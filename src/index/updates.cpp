@@ -151,7 +151,8 @@ void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_
       SHARDTOPK_EXPECTS(u->storage->snapshot_seq() == base_seq, "storage '", u->storage->options().dir,
                         "' holds a snapshot at seq ", u->storage->snapshot_seq(), " (", u->storage->snapshot_path(),
                         ") but the index was built from the state at seq ", base_seq,
-                        ": load the index with load_index(), which reads the snapshot");
+                        ": open the directory through a config whose storage.dir names it, which loads the "
+                        "snapshot (Python: shardtopk.Index.open(config); C++: load_index(); or shardtopk serve)");
       u->submitted_seq = base_seq;
       u->live_rows = u->dir->live_rows();
     } catch (const std::exception& e) {

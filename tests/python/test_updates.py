@@ -253,6 +253,37 @@ class UpdateTests(unittest.TestCase):
                     index.upsert([9100], C[:1], attributes={"tenant": t, "price": [1]})
             self.assertEqual(index.info()["applied_seq"], seq)
 
+    def test_a_directory_is_tied_to_the_arrays_it_was_made_from(self):
+        """A storage directory's log replays only over the rows it was written against: other rows,
+        other ids or fewer rows are refused naming what differs; the same arrays reopen it."""
+        rng = np.random.default_rng(5)
+        P = rng.standard_normal((400, D)).astype(np.float32)
+        P /= np.linalg.norm(P, axis=1, keepdims=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = os.path.join(tmp, "store")
+
+            def build(rows, ids=None):
+                return shardtopk.Index.from_arrays(rows, ids=ids, backend="cpu", engine__threads=1, storage__dir=store)
+
+            with build(P[:200]) as index:
+                index.upsert([1000], P[300:301])
+                index.remove([5])
+            for what, rows, ids, msg in [
+                    ("other rows", P[200:400], None, r"the same ids but other row values"),
+                    ("other ids", P[:200], np.arange(200) + 1, r"other ids"),
+                    ("fewer rows", P[:150], None, r"\[150 x 13\] rows, not the \[200 x 13\]"),
+            ]:
+                with self.subTest(what), self.assertRaisesRegex(
+                        ValueError, r"its log holds 2 record\(s\) written against a base of 200 rows of dim 13.*" + msg):
+                    build(rows, ids)
+            with build(P[:200]) as index:
+                got, _ = index.search(P[[5, 300]], 1)
+                self.assertNotEqual(int(got[0, 0]), 5, "the delete was replayed")
+                self.assertEqual(int(got[1, 0]), 1000, "the upsert was replayed")
+                index.snapshot()
+            with self.assertRaisesRegex(ValueError, r"holds a snapshot at seq 2 .*shardtopk\.Index\.open"):
+                build(P[:200])
+
     def test_read_only_index(self):
         C, ids, tenant, _ = corpus(n=20)
         with cpu_index(C, ids, tenant) as index:
