@@ -173,9 +173,14 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   EXPECT_EQ(present(s.port(), {1001, 7}, std::vector<float>(v.begin() + kDim, v.end())),
             (std::vector<bool>{false, false}));
 
-  // Capacity: 80 slots; one row more than are free does not fit, as many as are free do.
-  const std::int64_t live = json::parse(get(s.port(), "/v1/info").body)["live_rows"];
+  // /v1/info's rows follow the live rows; base_rows stays the corpus's.
+  const json after = json::parse(get(s.port(), "/v1/info").body);
+  const std::int64_t live = after["live_rows"];
   EXPECT_EQ(live, 64 + 2 - 2 - 23);
+  EXPECT_EQ(after["rows"], live);
+  EXPECT_EQ(after["base_rows"], kBase);
+
+  // Capacity: 80 slots; one row more than are free does not fit, as many as are free do.
   const std::int64_t free = 80 - live;
   std::vector<std::int64_t> many, tenants;
   for (std::int64_t i = 0; i <= free; ++i) {
@@ -190,13 +195,26 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   r = post(s.port(), "/v1/upsert", upsert_body(many, random_floats(many.size() * kDim, 9), tenants), "application/json");
   EXPECT_EQ(r.status, 200) << r.body;
 
+  // A snapshot that fails (a directory where its temporary file goes): 500 naming what failed
+  // and the file relative to storage.dir; the reason (an absolute path, a library's call) goes
+  // to the log only.
+  const std::string blocker = store + "/snapshot-00000000000000000004.h5.tmp";
+  std::filesystem::create_directory(blocker);
+  r = post(s.port(), "/v1/snapshot", "", "application/json");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("snapshot failed: internal error at 'snapshot-00000000000000000004.h5.tmp' in "
+                                "storage.dir (rank 0's log has the reason)"));
+  EXPECT_THAT(r.body, ::testing::Not(HasSubstr(store)));
+  std::filesystem::remove(blocker);
+
   // Snapshot, then metrics and info.
   r = post(s.port(), "/v1/snapshot", "", "application/json");
   ASSERT_EQ(r.status, 200) << r.body;
   const json snap = json::parse(r.body);
   EXPECT_EQ(snap["seq"], 4);
   EXPECT_EQ(snap["rows"], 80);
-  EXPECT_TRUE(std::filesystem::exists(snap["path"].get<std::string>()));
+  EXPECT_EQ(snap["path"], "snapshot-00000000000000000004.h5") << "relative to storage.dir";
+  EXPECT_TRUE(std::filesystem::exists(store + "/" + snap["path"].get<std::string>()));
   const std::string m = get(s.port(), "/metrics").body;
   EXPECT_THAT(m, HasSubstr("shardtopk_live_rows 80"));
   EXPECT_THAT(m, HasSubstr("shardtopk_snapshot_seq 4"));
@@ -376,6 +394,46 @@ TEST(ServeUpdates, ReadOnlyServiceAnswers409) {
   EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["writable"], false);
   const std::vector<float> q = random_floats(kDim, 2);
   EXPECT_EQ(search_json(s.port(), q.data(), 1, kDim, 3).ids.size(), 3u);
+}
+
+// Fewer live rows than k (a writable index takes k up to its capacity): the binary reply
+// carries the counts, unfiltered too, its slots past them padding, and the JSON reply the real
+// results only (docs/SERVING.md "Binary protocol").
+TEST(ServeUpdates, RepliesWithFewerLiveRowsThanKCarryTheirCounts) {
+  TempDir dir;
+  const std::string cfg = make_service_files(dir, dir.file("store"));
+  Server s(cfg, dir.path(), 1);
+  ASSERT_TRUE(s.wait_ready());
+  std::vector<std::int64_t> gone;
+  for (std::int64_t i = 0; i < kBase - 10; ++i) gone.push_back(i);
+  Reply r = post(s.port(), "/v1/delete", json{{"ids", gone}}.dump(), "application/json");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const int k = 16, live = 10;
+  const std::vector<float> q = random_floats(2 * kDim, 10);
+  for (const std::string& filter : {std::string(), std::string("&filter=null")}) {
+    SCOPED_TRACE(filter.empty() ? "unfiltered" : "filter=null");
+    r = post(s.port(), "/v1/search?k=" + std::to_string(k) + filter,
+             std::string(reinterpret_cast<const char*>(q.data()), 2 * kDim * 4), "application/octet-stream");
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.body.size(), 2u * k * 12 + 2 * 4) << "ids, scores, then the counts";
+    for (int i = 0; i < 2; ++i) {
+      std::int32_t count = 0;
+      std::memcpy(&count, r.body.data() + 2 * k * 12 + 4 * i, 4);
+      EXPECT_EQ(count, live);
+      std::int64_t first = 0, pad = 0;
+      std::memcpy(&first, r.body.data() + 8 * (i * k), 8);
+      std::memcpy(&pad, r.body.data() + 8 * (i * k + live), 8);
+      EXPECT_GE(first, kBase - 10);
+      EXPECT_EQ(pad, std::numeric_limits<std::int64_t>::max());
+    }
+  }
+  const FilteredAnswer a = search_json_filtered(s.port(), q.data(), 2, kDim, k, json(nullptr));
+  ASSERT_EQ(a.ids.size(), 2u);
+  EXPECT_EQ(a.ids[0].size(), static_cast<std::size_t>(live));
+  EXPECT_EQ(a.ids[1].size(), static_cast<std::size_t>(live));
+  const json info = json::parse(get(s.port(), "/v1/info").body);
+  EXPECT_EQ(info["rows"], live);
+  EXPECT_EQ(info["base_rows"], kBase);
 }
 
 // Request smuggling: a search whose body, framed by Content-Length (as a proxy in front may
