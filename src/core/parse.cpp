@@ -72,4 +72,14 @@ std::string closest_name(const std::string& name, const std::vector<std::string>
   return best;
 }
 
+bool exactly_float64(std::int64_t v) {
+  const double d = static_cast<double>(v);
+  return d < 0x1p63 && static_cast<std::int64_t>(d) == v;
+}
+
+bool exactly_float64(std::uint64_t v) {
+  const double d = static_cast<double>(v);
+  return d < 0x1p64 && static_cast<std::uint64_t>(d) == v;
+}
+
 }  // namespace shardtopk

@@ -2,6 +2,7 @@
 // Text that users write (config values, --set overrides, HTTP query parameters, flag and key
 // names): whole-string number parsing with messages that say what was wrong, and the nearest
 // known name for a mistyped one. Internal header.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,11 @@ double parse_number(const std::string& v, const std::string& what);
 /// typo of it: 1 edit for names of up to 4 characters, 2 up to 8, 3 beyond. Empty when none is;
 /// of equally near entries, the first. Used for "did you mean" in messages.
 std::string closest_name(const std::string& name, const std::vector<std::string>& known);
+
+/// Whether an integer is a float64 value exactly (every one up to 2^53 in magnitude, larger
+/// ones when their low bits are zero): a value for a float64 attribute, in a filter or a write,
+/// must be, or it is refused as "not exactly representable as a float64".
+bool exactly_float64(std::int64_t v);
+bool exactly_float64(std::uint64_t v);
 
 }  // namespace shardtopk
