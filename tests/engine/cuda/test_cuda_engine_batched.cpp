@@ -113,7 +113,7 @@ TEST_P(BatchIndependence, SameBitsAloneAndInBatches) {
 INSTANTIATE_TEST_SUITE_P(Gpu, BatchIndependence, ::testing::ValuesIn(dtype_metrics()),
                          [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
 
-class FilterBound : public ::testing::TestWithParam<DtypeMetric> {};
+class CandidateBound : public ::testing::TestWithParam<DtypeMetric> {};
 
 /// Rows [n, dim] = ±(base + eps · noise) (base, noise uniform in [-1, 1] from seeds seed and
 /// seed + 1; every 3rd row negated), every `every`-th row scaled by `scale`; *base_out = base.
@@ -154,11 +154,11 @@ void expect_batches_match_alone_and_oracle(Rig& e, const Corpus& c, Metric m, co
                           to_answer(single, m, nq, k, k), what + " vs oracle");
 }
 
-// Adversarial inputs for the batched path's filter (docs/EXACTNESS.md): rows that are one base
+// Adversarial inputs for the batched path's candidate bound (docs/EXACTNESS.md): rows that are one base
 // vector plus tiny perturbations, so hundreds of scores crowd the k-th within the filter's
 // margin; large norms (×1000) and mixed signs. The batched answer must equal the batch-1 scan's
 // bit for bit and be within ε of the float64 oracle.
-TEST_P(FilterBound, NearTiesLargeNormsMixedSigns) {
+TEST_P(CandidateBound, NearTiesLargeNormsMixedSigns) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   const DtypeMetric& p = GetParam();
   const std::int64_t n = 20000, dim = 96, nq = 8;
@@ -178,7 +178,7 @@ TEST_P(FilterBound, NearTiesLargeNormsMixedSigns) {
 // admission bound FLT_MAX / 2; l2 up to 1e15 so that (‖q‖ + max‖x‖)² stays admissible) must give
 // the batch-1 bits and the oracle's answer for every storage type and metric, and no fallback for
 // inner product (without the scale cap, float16's outputs overflow and all of them fall back).
-TEST_P(FilterBound, ExtremeNormsNeitherOverflowNorFallBack) {
+TEST_P(CandidateBound, ExtremeNormsNeitherOverflowNorFallBack) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   const DtypeMetric& p = GetParam();
   const std::int64_t n = 20000, dim = 96, nq = 6;
@@ -209,7 +209,7 @@ TEST_P(FilterBound, ExtremeNormsNeitherOverflowNorFallBack) {
 // each partial sum to float16, which Δ charges; and the filter's scalar path, 37 not being a
 // multiple of its 8-value loads) and 20,003 rows (an 11,811-row last chunk), at D = 768 with near-tied
 // rows, batches of 64 and 8: batched equals batch 1 bit for bit and the float64 oracle.
-TEST_P(FilterBound, OddChunkShapesSmallShardsAndTails) {
+TEST_P(CandidateBound, OddChunkShapesSmallShardsAndTails) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   const DtypeMetric& p = GetParam();
   const std::int64_t dim = 768, nq = 64;
@@ -224,7 +224,7 @@ TEST_P(FilterBound, OddChunkShapesSmallShardsAndTails) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, FilterBound, ::testing::ValuesIn(dtype_metrics()),
+INSTANTIATE_TEST_SUITE_P(Gpu, CandidateBound, ::testing::ValuesIn(dtype_metrics()),
                          [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
 
 // More rows tie at the k-th score than the final sort holds (the batch-1 slow path, and the
