@@ -23,11 +23,11 @@ int status_of(const WriteError& e) {
 
 class IndexWriter final : public WriteBackend {
  public:
-  explicit IndexWriter(ShardedIndex& index) : index_(index) {}
+  explicit IndexWriter(ShardedIndex& index) : index_(index), info_(index.info()) {}
 
-  bool writable() const override { return index_.writable(); }
-  std::int64_t dim() const override { return index_.dim(); }
-  const AttributeSchema& schema() const override { return index_.attribute_schema(); }
+  bool writable() const override { return info_.writable; }
+  std::int64_t dim() const override { return info_.dim; }
+  const AttributeSchema& schema() const override { return info_.schema; }
 
   void upsert(const UpsertBody& b, Job& j) override {
     run(j, [&] {
@@ -122,6 +122,7 @@ class IndexWriter final : public WriteBackend {
   }
 
   ShardedIndex& index_;
+  const IndexInfo info_;  // fixed once the index is ready
 };
 
 }  // namespace

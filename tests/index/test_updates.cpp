@@ -236,7 +236,7 @@ class Updates : public ::testing::TestWithParam<Metric> {
 TEST_P(Updates, MixedUpsertsAndDeletesMatchTheOracleOverTheLiveRows) {
   const Config cfg = make_config(/*small_ints=*/true);
   auto idx = load_index(cfg, false);
-  ASSERT_TRUE(idx->writable());
+  ASSERT_TRUE(idx->info().writable);
   expect_oracle(*idx, "as loaded");
 
   // New rows: every other one a copy of a base row (ties across old and new rows), ids below
@@ -268,11 +268,11 @@ TEST_P(Updates, MixedUpsertsAndDeletesMatchTheOracleOverTheLiveRows) {
   // A deleted id comes back; a filter on the attribute sees the written values.
   upsert(*idx, {106}, test::small_ints(kDim, 25), {1});
   expect_oracle(*idx, "re-inserted");
-  const FilterProgram t1 = parse_filter(R"({"eq": {"tenant": 1}})", idx->attribute_schema());
+  const FilterProgram t1 = parse_filter(R"({"eq": {"tenant": 1}})", idx->info().schema);
   expect_oracle(*idx, "filter tenant = 1", 1, &t1);
 
   // Delete by filter: every live row of tenant 2.
-  const FilterProgram t2 = parse_filter(R"({"eq": {"tenant": 2}})", idx->attribute_schema());
+  const FilterProgram t2 = parse_filter(R"({"eq": {"tenant": 2}})", idx->info().schema);
   std::int64_t tenant2 = 0;
   for (const auto& [id, row] : model_) tenant2 += row.tenant == 2 ? 1 : 0;
   const WriteResult df = idx->remove_matching(t2);
@@ -411,7 +411,7 @@ TEST_P(Updates, CapacityExhaustedIsRefusedUntilDeletesFreeSlots) {
 TEST_P(Updates, ReadOnlyIndexRefusesWritesAndStillSearches) {
   const Config cfg = make_config(/*small_ints=*/true, 0, /*writable=*/false);
   auto idx = load_index(cfg, false);
-  EXPECT_FALSE(idx->writable());
+  EXPECT_FALSE(idx->info().writable);
   expect_refused([&] { idx->remove(model_.begin() == model_.end() ? nullptr : &model_.begin()->first, 1); },
                  WriteError::Kind::kReadOnly, "storage.dir is not set");
   expect_refused([&] { idx->snapshot(); }, WriteError::Kind::kReadOnly, "read-only");
@@ -470,7 +470,7 @@ TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
       EXPECT_EQ(st.snapshot_seq, seq);
       EXPECT_EQ(st.log_records, 2);
     }
-    const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", idx->attribute_schema());
+    const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", idx->info().schema);
     expect_oracle(*idx, "attributes from the snapshot", 0, &t0);
   }
   // The snapshot's rows were stored for this metric: another configured metric is refused (it

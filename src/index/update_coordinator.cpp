@@ -1,4 +1,4 @@
-// Updates of a ShardedIndex (docs/STORAGE.md "Updates"): rank 0 validates and plans each write
+// The update coordinator of a ShardedIndex (docs/STORAGE.md "Updates"): rank 0 validates and plans each write
 // against its RowDirectory (the state after every submitted write), logs it, and broadcasts
 // planned writes to every rank, which applies its part between searches; snapshots gather every
 // rank's live rows to rank 0; deletes by filter find the passing rows on every rank.
@@ -10,12 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "core/half.hpp"
 #include "core/log.hpp"
 #include "index/admission.hpp"
-#include "index/updates.hpp"
+#include "index/update_coordinator.hpp"
 #include "shardtopk/filter.hpp"
 
 namespace shardtopk {
@@ -60,11 +61,23 @@ void check_distinct(const std::int64_t* ids, std::int64_t n) {
 
 // ------------------------------------------------------------------------------ set-up
 
-std::int64_t ShardedIndex::k_limit_rows() const { return upd_ ? upd_->capacity_total : stats_.total_rows; }
+UpdateCoordinator::UpdateCoordinator(const Config& cfg, Metric metric, const AttributeSchema& schema,
+                                     const IngestStats& stats, SearchProtocol& protocol)
+    : cfg_(cfg),
+      metric_(metric),
+      schema_(schema),
+      stats_(stats),
+      protocol_(protocol),
+      engine_(&protocol.engine()),
+      host_comm_(&protocol.host()) {}
 
-std::size_t ShardedIndex::pending_writes() const { return upd_ ? upd_->pending.size() : 0; }
+UpdateCoordinator::~UpdateCoordinator() = default;
 
-UpdateStats ShardedIndex::update_stats() const {
+std::int64_t UpdateCoordinator::k_limit_rows() const { return upd_ ? upd_->capacity_total : stats_.total_rows; }
+
+std::size_t UpdateCoordinator::pending_writes() const { return upd_ ? upd_->pending.size() : 0; }
+
+UpdateStats UpdateCoordinator::update_stats() const {
   UpdateStats s;
   if (!upd_) {
     s.live_rows = stats_.total_rows;
@@ -86,7 +99,7 @@ UpdateStats ShardedIndex::update_stats() const {
   return s;
 }
 
-void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_t base_seq) {
+void UpdateCoordinator::enable_updates(std::unique_ptr<Storage> storage, std::uint64_t base_seq) {
   SHARDTOPK_EXPECTS(!upd_, "enable_updates: the index is updatable already");
   auto u = std::make_unique<Updates>();
   const int world = world_size();
@@ -174,11 +187,11 @@ void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_
       ok = false;
       msg = e.what();
     }
-    Header h;
+    StepHeader h;
     h.op = static_cast<std::int32_t>(IndexOp::kReplayDone);
     host_comm_->broadcast(&h, sizeof h, 0);
   } else {
-    while (!upd_->replay_done) follow_one(/*lock_step=*/false);
+    while (!upd_->replay_done) protocol_.follow_one(/*lock_step=*/false);
   }
   try {
     host_comm_->check(ok, msg);
@@ -193,7 +206,7 @@ void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_
                  upd_->dir->live_rows(), upd_->capacity_total, world);
 }
 
-void ShardedIndex::replay_log(std::uint64_t base_seq) {
+void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
   Updates& u = *upd_;
   u.storage->replay(base_seq, [&](const WalRecord& rec) {
     try {
@@ -221,7 +234,7 @@ void ShardedIndex::replay_log(std::uint64_t base_seq) {
 
 // ------------------------------------------------------------------------------ planning (rank 0)
 
-WriteResult ShardedIndex::plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq) {
+WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq) {
   Updates& u = *upd_;
   const std::int64_t n = rows.rows, dim = stats_.dim;
   if (n < 1) invalid(detail::concat("an upsert needs at least one row (got ", n, ")"));
@@ -310,7 +323,7 @@ WriteResult ShardedIndex::plan_and_submit_upsert(const UpsertRows& rows, bool re
   return WriteResult{seq, n};
 }
 
-WriteResult ShardedIndex::plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay,
+WriteResult UpdateCoordinator::plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay,
                                                   std::uint64_t seq) {
   Updates& u = *upd_;
   if (n < 1) invalid(detail::concat("a delete needs at least one id (got ", n, ")"));
@@ -331,7 +344,7 @@ WriteResult ShardedIndex::plan_and_submit_remove(const std::int64_t* ids, std::i
   return WriteResult{seq, live};
 }
 
-WriteResult ShardedIndex::submit_upsert(const UpsertRows& rows) {
+WriteResult UpdateCoordinator::submit_upsert(const UpsertRows& rows) {
   SHARDTOPK_EXPECTS(rank() == 0, "submit_upsert is for rank 0");
   if (!upd_)
     throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (updates need a "
@@ -340,7 +353,7 @@ WriteResult ShardedIndex::submit_upsert(const UpsertRows& rows) {
   return plan_and_submit_upsert(rows, /*replay=*/false, 0);
 }
 
-WriteResult ShardedIndex::submit_remove(const std::int64_t* ids, std::int64_t n) {
+WriteResult UpdateCoordinator::submit_remove(const std::int64_t* ids, std::int64_t n) {
   SHARDTOPK_EXPECTS(rank() == 0, "submit_remove is for rank 0");
   if (!upd_)
     throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (updates need a "
@@ -351,7 +364,7 @@ WriteResult ShardedIndex::submit_remove(const std::int64_t* ids, std::int64_t n)
 
 // ------------------------------------------------------------------------------ applying
 
-void ShardedIndex::apply_writes() {
+void UpdateCoordinator::apply_writes() {
   SHARDTOPK_EXPECTS(rank() == 0, "apply_writes is for rank 0");
   if (!upd_ || upd_->pending.empty()) return;
   Updates& u = *upd_;
@@ -367,12 +380,12 @@ void ShardedIndex::apply_writes() {
   broadcast_and_apply(&u.pending);
 }
 
-void ShardedIndex::broadcast_and_apply(std::vector<WriteOp>* ops) {
+void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops) {
   std::vector<std::uint8_t> bytes = encode_write_ops(*ops, stats_.dim);
   const std::uint64_t last = ops->empty() ? 0 : ops->back().seq;
   ops->clear();
   upd_->pending_bytes = 0;
-  Header h;
+  StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kWrite);
   host_comm_->broadcast(&h, sizeof h, 0);
   broadcast_bytes(*host_comm_, bytes, 0);
@@ -380,11 +393,17 @@ void ShardedIndex::broadcast_and_apply(std::vector<WriteOp>* ops) {
   if (last > 0) upd_->applied_seq = last;
   upd_->live_rows = upd_->dir->live_rows();
   upd_->tombstones = upd_->dir->tombstones();
+  publish_norm_bound();
+}
+
+// The bound the writes left (apply_ops) is the one the next batches are admitted against.
+void UpdateCoordinator::publish_norm_bound() {
+  if (admission_) admission_->set_norm_bound(stats_.max_row_norm, stats_.max_row_norm_row);
 }
 
 // Every rank: its part of each op (kills, then rows), then a status check. A rank that fails
 // here holds a state the others do not: the job ends (CommError), and a restart replays the log.
-void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
+void UpdateCoordinator::apply_ops(const std::uint8_t* data, std::size_t size) {
   Updates& u = *upd_;
   bool ok = true;
   std::string msg;
@@ -454,15 +473,15 @@ void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
 
 // ------------------------------------------------------------------------------ the collective calls
 
-void ShardedIndex::reject_write(const std::string&) {
-  Header h;
+void UpdateCoordinator::reject_write(const std::string&) {
+  StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kRejected);
   host_comm_->broadcast(&h, sizeof h, 0);
 }
 
-WriteResult ShardedIndex::upsert(const UpsertRows& rows) {
+WriteResult UpdateCoordinator::upsert(const UpsertRows& rows) {
   if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
     return {};
   }
   WriteResult r;
@@ -476,9 +495,9 @@ WriteResult ShardedIndex::upsert(const UpsertRows& rows) {
   return r;
 }
 
-WriteResult ShardedIndex::remove(const std::int64_t* ids, std::int64_t n) {
+WriteResult UpdateCoordinator::remove(const std::int64_t* ids, std::int64_t n) {
   if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
     return {};
   }
   WriteResult r;
@@ -493,10 +512,10 @@ WriteResult ShardedIndex::remove(const std::int64_t* ids, std::int64_t n) {
   return r;
 }
 
-WriteResult ShardedIndex::remove_matching(const FilterProgram& filter) {
+WriteResult UpdateCoordinator::remove_matching(const FilterProgram& filter) {
   if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
-    follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
     return {};
   }
   try {
@@ -528,9 +547,9 @@ WriteResult ShardedIndex::remove_matching(const FilterProgram& filter) {
   return r;
 }
 
-SnapshotResult ShardedIndex::snapshot() {
+SnapshotResult UpdateCoordinator::snapshot() {
   if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
     return {};
   }
   if (!upd_) {
@@ -542,7 +561,7 @@ SnapshotResult ShardedIndex::snapshot() {
   Updates& u = *upd_;
   // Nothing new since the current snapshot: that one (a step all the same, for lock step).
   const bool current = !u.storage->snapshot_path().empty() && u.storage->snapshot_seq() == u.applied_seq;
-  Header h;
+  StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kSnapshot);
   h.k = current ? 1 : 0;
   host_comm_->broadcast(&h, sizeof h, 0);
@@ -550,12 +569,12 @@ SnapshotResult ShardedIndex::snapshot() {
   return write_snapshot();
 }
 
-std::optional<SnapshotResult> ShardedIndex::snapshot_if_log_exceeds() {
+std::optional<SnapshotResult> UpdateCoordinator::snapshot_if_log_exceeds() {
   const std::int64_t limit = cfg_.storage.snapshot_log_bytes;  // the same on every rank
   if (!upd_ || limit <= 0) return std::nullopt;
   if (rank() != 0) {
     try {
-      follow_one(/*lock_step=*/true);
+      protocol_.follow_one(/*lock_step=*/true);
     } catch (const CommError&) {
       throw;
     } catch (const std::exception& e) {  // rank 0 logs the failure and goes on: so do the others
@@ -566,7 +585,7 @@ std::optional<SnapshotResult> ShardedIndex::snapshot_if_log_exceeds() {
   Updates& u = *upd_;
   const std::int64_t bytes = u.storage->stats().log_bytes;
   if (bytes <= limit || bytes <= u.auto_snapshot_after_bytes) {
-    Header h;  // a step that does nothing: "no new snapshot"
+    StepHeader h;  // a step that does nothing: "no new snapshot"
     h.op = static_cast<std::int32_t>(IndexOp::kSnapshot);
     h.k = 1;
     host_comm_->broadcast(&h, sizeof h, 0);
@@ -592,7 +611,7 @@ std::optional<SnapshotResult> ShardedIndex::snapshot_if_log_exceeds() {
 // Every rank: its live slots' rows to rank 0, one block at a time in rank order; rank 0 writes
 // them. A rank's failure is reported to every rank at the end (the protocol's steps are known to
 // all from the counts, so a failure never leaves ranks out of step).
-SnapshotResult ShardedIndex::write_snapshot() {
+SnapshotResult UpdateCoordinator::write_snapshot() {
   Updates& u = *upd_;
   const int world = world_size();
   const std::int64_t dim = stats_.dim, ncols = static_cast<std::int64_t>(schema_.size());
@@ -691,12 +710,12 @@ SnapshotResult ShardedIndex::write_snapshot() {
 }
 
 // Every rank: the ids of its live rows that pass the filter, gathered on rank 0 (sorted).
-std::vector<std::int64_t> ShardedIndex::resolve_filter(const FilterProgram* filter) {
+std::vector<std::int64_t> UpdateCoordinator::resolve_filter(const FilterProgram* filter) {
   Updates& u = *upd_;
   std::vector<std::uint8_t> program;
   if (rank() == 0) {
     program = filter->serialize();
-    Header h;
+    StepHeader h;
     h.op = static_cast<std::int32_t>(IndexOp::kResolve);
     host_comm_->broadcast(&h, sizeof h, 0);
   }
@@ -705,7 +724,10 @@ std::vector<std::int64_t> ShardedIndex::resolve_filter(const FilterProgram* filt
   bool ok = true;
   std::string msg;
   try {
-    const FilterProgram f = deserialize_filter(program.data(), program.size(), schema_);
+    // Rank 0 keeps the program it was given; the other ranks rebuild it from the bytes.
+    std::optional<FilterProgram> rebuilt;
+    if (!filter) rebuilt = deserialize_filter(program.data(), program.size(), schema_);
+    const FilterProgram& f = filter ? *filter : *rebuilt;
     const AttributeTable& table = engine_->attribute_table();
     const std::int64_t slots = static_cast<std::int64_t>(u.live.size());
     std::vector<std::uint32_t> bits(static_cast<std::size_t>(filter_mask_words(slots)), 0u);
@@ -742,7 +764,7 @@ std::vector<std::int64_t> ShardedIndex::resolve_filter(const FilterProgram* filt
 }
 
 // Followers: one update step. Returns false when the loop must end.
-bool ShardedIndex::follow_update_op(const Header& h, bool lock_step) {
+bool UpdateCoordinator::follow_step(const StepHeader& h, bool lock_step) {
   switch (static_cast<IndexOp>(h.op)) {
     case IndexOp::kWrite: {
       SHARDTOPK_ASSERT(upd_, "write step on a read-only index");
