@@ -18,6 +18,9 @@
 
 namespace shardtopk {
 
+/// Broadcasts buf (resized on the receivers) from `root`: its size, then the bytes in chunks.
+void broadcast_bytes(Communicator& comm, std::vector<std::uint8_t>& buf, int root);
+
 class UpdateCoordinator final : public UpdateSteps {
  public:
   /// Read-only until enable_updates(). `cfg`, `schema` and `protocol` are the index's and

@@ -42,6 +42,7 @@
 namespace shardtopk {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 int g_rank = 0, g_world = 1;
@@ -406,6 +407,39 @@ TEST_P(Updates, CapacityExhaustedIsRefusedUntilDeletesFreeSlots) {
   remove(*idx, {103});
   upsert(*idx, {9999}, test::small_ints(kDim, 32), {2});
   expect_oracle(*idx, "after a delete freed a slot");
+}
+
+// A batch is admitted once, against the corpus's norm bound as it then is. A write that raises
+// the bound before the batch is searched makes the index check that batch's norms again (with
+// admission's wording): rank 0 refuses it, lock-step followers throw with it, and the index
+// keeps serving.
+TEST_P(Updates, ABatchAdmittedBeforeAWriteRaisedTheNormBoundIsCheckedAgain) {
+  if (GetParam() == Metric::kCosine) GTEST_SKIP() << "cosine scores are bounded by 1 whatever the norms";
+  const Config cfg = make_config(/*small_ints=*/true);
+  auto idx = load_index(cfg, false);
+  // inner product: |q| · max|x|; l2: (|q| + max|x|)^2; both within B = FLT_MAX/2 against the
+  // small-integer rows, beyond it once a row of norm 6e18 is live.
+  std::vector<float> q(kDim, 0.0f);
+  q[0] = GetParam() == Metric::kL2 ? 1e19f : 1e20f;
+  SearchBatch admitted;
+  if (g_rank == 0) admitted = idx->admit(q.data(), 1, kK);
+  std::vector<float> big(kDim, 0.0f);
+  big[1] = 6e18f;
+  upsert(*idx, {777}, big, {0});
+  std::vector<std::int64_t> ids(kK);
+  std::vector<float> scores(kK);
+  std::string msg = "<no exception>";
+  try {
+    idx->search(admitted, ids.data(), scores.data());
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  if (g_rank == 0)
+    EXPECT_THAT(msg, AllOf(HasSubstr("query 0 of the batch has norm"), HasSubstr("Score range"))) << msg;
+  else
+    EXPECT_THAT(msg, HasSubstr("rank 0 rejected the batch")) << msg;
+  remove(*idx, {777});
+  expect_oracle(*idx, "after a refused batch");
 }
 
 TEST_P(Updates, ReadOnlyIndexRefusesWritesAndStillSearches) {
