@@ -186,7 +186,6 @@ void SearchProtocol::init(const Config& cfg) {
   space_->fill_pad(merged_, static_cast<std::int64_t>(bk));
   set_status(true);  // this rank's status slot, sent with every all-gather, says "ok" from now on
   export_ = std::make_unique<Exporter>(*space_, metric_, bk, world);
-  query_filters_.assign(bmax, nullptr);
   space_->synchronize();
   space_->counters() = {};  // the start-up copies above are not search traffic
   resident_bytes_ = info.resident_bytes + index_buffer_bytes(cfg.search, world, dim_);
@@ -277,7 +276,7 @@ void SearchProtocol::start(const SearchBatch& batch, bool device_answer) {
   if (h.op != static_cast<std::int32_t>(IndexOp::kSearch)) throw Error(reject);
   if (h.filter_bytes > 0) host_->broadcast(filter_bytes_.data(), filter_bytes_.size(), 0);
   // Rank 0 keeps the programs it admitted; the other ranks rebuild them from the bytes.
-  use_filters(batch.filter_programs(), batch.filter_count(), batch.query_program(), batch.size());
+  use_filters(batch.filter_programs(), batch.filter_count(), batch.query_program());
 }
 
 void SearchProtocol::stage(const SearchBatch& batch, bool device_answer) {
@@ -326,7 +325,7 @@ void SearchProtocol::decode_filters(int batch) {
   program_ptrs_.clear();
   query_program_.clear();
   if (filter_bytes_.empty()) {
-    use_filters(nullptr, 0, nullptr, batch);
+    use_filters(nullptr, 0, nullptr);
     return;
   }
   const std::size_t head = filter_head_bytes(batch);
@@ -350,17 +349,11 @@ void SearchProtocol::decode_filters(int batch) {
   query_program_.resize(static_cast<std::size_t>(batch));
   std::memcpy(query_program_.data(), filter_bytes_.data() + 4, 4 * static_cast<std::size_t>(batch));
   for (std::int32_t i : query_program_) SHARDTOPK_ASSERT(i >= -1 && i < n);
-  use_filters(program_ptrs_.data(), n, query_program_.data(), batch);
+  use_filters(program_ptrs_.data(), n, query_program_.data());
 }
 
-void SearchProtocol::use_filters(const FilterProgram* const* programs, int count, const std::int32_t* query_program,
-                                 int batch) {
-  filtered_ = count > 0;
-  if (!filtered_) return;
-  for (int q = 0; q < batch; ++q) {
-    const std::int32_t i = query_program[q];
-    query_filters_[static_cast<std::size_t>(q)] = i < 0 ? nullptr : programs[i];
-  }
+void SearchProtocol::use_filters(const FilterProgram* const* programs, int count, const std::int32_t* query_program) {
+  filters_ = count > 0 ? FilterBatch{programs, count, query_program} : FilterBatch{};
 }
 
 void SearchProtocol::reject() {
@@ -466,7 +459,7 @@ void SearchProtocol::local_search(int batch, int k) {
   a.k = k;
   a.out = local_ + 1;
   a.stream = space_->stream();
-  a.filters = filtered_ ? query_filters_.data() : nullptr;
+  a.filters = filters_;
   // One rank: the answer is this search's list; its export rides in the engine's launch (host
   // answers; a device answer goes to the caller's buffers, which change from call to call).
   a.epilogue = world_size() == 1 && !device_answer_.ids ? export_.get() : nullptr;

@@ -115,7 +115,7 @@ class SearchProtocol {
   void start(const SearchBatch& batch, bool device_answer);
   std::int32_t encode_filters(const SearchBatch& batch);
   void decode_filters(int batch);
-  void use_filters(const FilterProgram* const* programs, int count, const std::int32_t* query_program, int batch);
+  void use_filters(const FilterProgram* const* programs, int count, const std::int32_t* query_program);
   void run_search(int batch, int k, std::int64_t* ids, float* scores);
   std::string run_data_path(int batch, int k, bool* ok);
   void local_search(int batch, int k);
@@ -148,14 +148,13 @@ class SearchProtocol {
   bool shut_down_ = false;
   bool queries_on_host_ = false;    // host_queries_ holds the batch; false: device queries
   // The current batch's filters: rank 0 packs its admitted programs once for the other ranks
-  // (filter_bytes_); a follower rebuilds them from those bytes (programs_). The engine's view:
-  // each query's program (nullptr: every row).
+  // (filter_bytes_) and gives the engine those it admitted; a follower rebuilds them from the
+  // bytes (programs_, program_ptrs_, query_program_).
   std::vector<std::uint8_t> filter_bytes_;
   std::vector<FilterProgram> programs_;
   std::vector<const FilterProgram*> program_ptrs_;
   std::vector<std::int32_t> query_program_;
-  std::vector<const FilterProgram*> query_filters_;  // [batch_max]
-  bool filtered_ = false;
+  FilterBatch filters_;  // the engine's view of the current batch's filters (count 0: none)
   DeviceAnswer device_answer_;      // set for the duration of one search_async
 };
 
