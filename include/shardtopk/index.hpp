@@ -30,7 +30,7 @@ struct IngestStats {
   std::int64_t dim = 0;
   RowRange rows;         ///< this rank's rows
   std::uint64_t engine_resident_bytes = 0;  ///< this rank's engine + index buffers (device or host memory)
-  /// Largest float64 norm of a raw corpus row over all ranks and its global row (-1: none);
+  /// Largest float64 norm of a raw corpus row over all ranks and that row's id (-1: none);
   /// bounds every score (src/index/admission.hpp, docs/EXACTNESS.md "Score range").
   double max_row_norm = 0;
   std::int64_t max_row_norm_row = -1;
@@ -108,6 +108,7 @@ struct IndexInfo {
   int max_filters = 0;      ///< distinct filters per batch: min(search.max_filters, batch_max)
   AttributeSchema schema;   ///< what filters may name (corpus.attributes), the same on every rank
   bool writable = false;    ///< storage.dir set: upserts, deletes and snapshots are accepted
+  std::string storage_dir;  ///< storage.dir: the write-ahead log and snapshots ("" when read-only)
   EngineInfo engine;        ///< this rank's engine
   std::string comm;         ///< the data path's communicator: "mpi" or "nccl"
   IngestStats ingest;       ///< what start-up did (max_row_norm: as of now, writes included)

@@ -84,6 +84,7 @@ IndexInfo ShardedIndex::info() const {
   i.max_filters = l.max_filters;
   i.schema = m.schema;
   i.writable = m.updates.writable();
+  i.storage_dir = m.cfg.storage.dir;
   i.engine = p.engine().info();
   i.comm = p.data().name();
   i.ingest = m.stats;

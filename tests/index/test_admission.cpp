@@ -53,7 +53,7 @@ TEST(Admission, InnerProductAdmitsUpToTheBoundAndRefusesBeyond) {
   const std::vector<float> ok = {below, below, 1, 0}, bad = {1, 0, above, -above};
   EXPECT_NO_THROW(admit(Metric::kInnerProduct, corpus, ok.data(), 2, 2));
   const std::string msg = test::error_of([&] { admit(Metric::kInnerProduct, corpus, bad.data(), 2, 2); });
-  EXPECT_THAT(msg, AllOf(HasSubstr("query 1 of the batch"), HasSubstr("(row 4)"), HasSubstr("1.70141e+38"),
+  EXPECT_THAT(msg, AllOf(HasSubstr("query 1 of the batch"), HasSubstr("(id 4)"), HasSubstr("1.70141e+38"),
                          HasSubstr("largest admissible query norm is 8.50706e+18")))
       << msg;
   // cosine: scores are in [-1, 1] whatever the raw norms
@@ -78,7 +78,7 @@ TEST(Admission, OnePassNamesTheFirstNonFiniteValueThenTheNormBound) {
   }
   const std::vector<float> large = {1, 0, 0, big, 0, 0};
   EXPECT_THAT(test::error_of([&] { admit_query_values(Metric::kInnerProduct, corpus, large.data(), 2, 3); }),
-              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(row 4)")));
+              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(id 4)")));
   EXPECT_NO_THROW(admit_query_values(Metric::kCosine, corpus, large.data(), 2, 3));
 }
 
@@ -201,7 +201,7 @@ TEST(AdmitBatch, EachRefusalHasOneWordingNamingTheValue) {
   EXPECT_NO_THROW(a.admit(zero.data(), 2, 3)) << "a zero query has scores under inner product";
   const std::vector<float> big = {1, 2, 3, 1e21f, 0, 0};
   EXPECT_THAT(error_of([&] { a.admit(big.data(), 2, 3); }),
-              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(row 7)"), HasSubstr("Score range")));
+              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(id 7)"), HasSubstr("Score range")));
   // filters: one that names an attribute the schema does not have, and one distinct filter too many
   const FilterProgram other = parse_filter(
       R"({"eq": {"year": 1.5}})", {AttributeSpec{"x", AttributeType::kInt64}, AttributeSpec{"year", AttributeType::kFloat64}});
@@ -295,7 +295,7 @@ TEST(AdmitBatch, ANormBoundRaisedSinceAdmissionIsCheckedAgain) {
   EXPECT_NO_THROW(a.recheck_norms(b)) << "a lower bound admits what a higher one did";
   a.set_norm_bound(1e20, 9);  // reach 1e39 > B
   EXPECT_THAT(test::error_of([&] { a.recheck_norms(b); }),
-              AllOf(HasSubstr("query 0 of the batch has norm"), HasSubstr("(row 9)")));
+              AllOf(HasSubstr("query 0 of the batch has norm"), HasSubstr("(id 9)")));
   EXPECT_THAT(test::error_of([&] { a.admit(q.data(), 1, 3); }), HasSubstr("query 0 of the batch has norm"));
   EXPECT_EQ(a.limits().max_row_norm_row, 9);
 }
