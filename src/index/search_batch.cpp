@@ -9,6 +9,16 @@
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
+namespace {
+
+/// Where `f` is among `programs` (the same object or an equal program), or programs.size().
+std::size_t find_program(const std::vector<const FilterProgram*>& programs, const FilterProgram* f) {
+  std::size_t j = 0;
+  while (j < programs.size() && programs[j] != f && !(*programs[j] == *f)) ++j;
+  return j;
+}
+
+}  // namespace
 
 void check_k(long long k, std::int64_t k_max, std::int64_t k_rows) {
   const std::int64_t kmax = std::min<std::int64_t>(k_max, k_rows);
@@ -44,8 +54,7 @@ void Admission::admit_shape(SearchBatch* b, int batch, long long k, const Filter
     const FilterProgram* f = filters[q];
     if (!f || f->passes_everything()) continue;
     if (b->programs_.empty()) b->query_program_.assign(static_cast<std::size_t>(batch), -1);
-    std::size_t j = 0;
-    while (j < b->programs_.size() && b->programs_[j] != f && !(*b->programs_[j] == *f)) ++j;
+    const std::size_t j = find_program(b->programs_, f);
     if (j == b->programs_.size()) {
       check_filter_fits(*f, limits_.schema);
       SHARDTOPK_EXPECTS(static_cast<int>(j) < limits_.max_filters, "the batch holds more than ", limits_.max_filters,
@@ -132,8 +141,7 @@ bool BatchComposer::add(const SearchBatch& request) {
   // The request's programs into the batch's distinct ones; undone when one too many.
   const std::size_t programs_before = batch_.programs_.size(), map_before = program_map_.size();
   for (const FilterProgram* f : request.programs_) {
-    std::size_t j = 0;
-    while (j < batch_.programs_.size() && batch_.programs_[j] != f && !(*batch_.programs_[j] == *f)) ++j;
+    const std::size_t j = find_program(batch_.programs_, f);
     if (j == batch_.programs_.size()) {
       if (static_cast<int>(j) >= max_filters_) {
         batch_.programs_.resize(programs_before);
