@@ -37,8 +37,8 @@ cs_args() {  # tool log -> the compute-sanitizer flags for one process
   local extra=()
   [[ $1 == memcheck ]] && extra=(--leak-check full)
   # --report-api-errors no: libnccl probes cudaFuncGetAttributes on kernels built for other
-  # architectures and handles the cudaErrorNoKernelImageForDevice it gets (seen 2026-11-30: all
-  # 52 reports of a memcheck run were these, none a memory error). Our own CUDA API errors fail
+  # architectures and handles the cudaErrorNoKernelImageForDevice it gets (every report of a
+  # memcheck run on an H200 is one of these, none a memory error). Our own CUDA API errors fail
   # the tests through CHECK_CUDA anyway.
   echo --tool "$1" "${extra[@]}" --report-api-errors no --error-exitcode 99 --print-limit 50 --log-file "$2.%p"
 }

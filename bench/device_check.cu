@@ -35,8 +35,7 @@
 // the H200's ≈ 17e12 FMA/s FP64 vector peak, plus two splitmix64 per generated value on the
 // integer pipes; expected 1–3 s, not yet measured.
 //
-// Device validation (GPU machine; expected outcome in brackets; all five gave it on an H200,
-// 2026-11-30):
+// Device validation (GPU machine; expected outcome in brackets):
 //   B="build/bench/bench_search -N 200000 -d 96 -k 10 -B 4 -n 2 -w 1 --check-mode count --check-queries 16"
 //   $B -t float16 -m inner_product --check-device 1      [exit 0, "(count-device)", #wrong 0]
 //   $B -t float32,float16,bfloat16 -m inner_product --check-device 2   [exit 0, "(count-device+host)"]

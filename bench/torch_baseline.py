@@ -74,8 +74,8 @@ class Searcher:
             s = torch.mv(self.xb, q[0].to(self.xb.dtype)).unsqueeze(0)
         else:
             s = torch.mm(q.to(self.xb.dtype), self.xb.t())
-        # The one-liner a user writes selects on the matmul's own dtype; --upcast (the recorded
-        # 2026-11-30 runs) first converts the [B, N] scores to float32, an extra pass at large B.
+        # The one-liner a user writes selects on the matmul's own dtype; --upcast first converts
+        # the [B, N] scores to float32, an extra pass at large B.
         if self.upcast or self.metric == "l2":
             s = s.float()
         if self.metric == "l2":
@@ -166,7 +166,7 @@ def main():
     ap.add_argument("-J", "--json", default="-", help="append JSON lines to FILE ('-': stdout)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--upcast", type=int, default=0,
-                    help="1: convert the [B, N] scores to float32 before topk (the 2026-11-30 recorded runs)")
+                    help="1: convert the [B, N] scores to float32 before topk")
     a = ap.parse_args()
     if not a.generated and not a.file:
         ap.error("give an HDF5 FILE or --generated")

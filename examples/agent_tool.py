@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """An agent's retrieval tool over shardtopk, in process: embed -> search -> texts.
 
-    python3 examples/agent_tool.py "how do I run on two GPUs?"     # ask the repository's documents
-    python3 examples/agent_tool.py --check                          # self-check (CTest runs it)
-    python3 examples/agent_tool.py --model BAAI/bge-small-en-v1.5 "..."   # a cached sentence-transformers model
+    launch/python.sh examples/agent_tool.py "how do I run on two GPUs?"   # ask the repository's documents
+    launch/python.sh examples/agent_tool.py --check                        # self-check (CTest runs it)
+    launch/python.sh examples/agent_tool.py --model BAAI/bge-small-en-v1.5 "..."   # a cached sentence-transformers model
 
 The corpus is this repository's own Markdown (README.md and docs/*.md), one entry per
 paragraph. The model is any embedder already in the process; by default HashEmbedder, a small
@@ -13,7 +13,8 @@ embedding goes to the index as a torch tensor: the search runs on the same GPU, 
 torch's current stream, and only the k ids come back to the host. Without a GPU (or without
 torch) the same embedder runs in numpy and the index on the CPU engine.
 
-PYTHONPATH must reach the module (launch/setup.sh sets that up), or pass --module-dir build/python.
+launch/python.sh runs the interpreter the module is built for, with build/python on its path
+(`launch/setup.sh shardtopk_python` builds the module); or pass --module-dir build/python.
 """
 
 import argparse

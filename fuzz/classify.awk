@@ -7,34 +7,35 @@ function runtime(line) {
 }
 # A hang is never the library's alone. One allocation over -malloc_limit_mb ("out-of-memory
 # (malloc(N))") comes with the stack of that malloc and is judged by it like any other report
-# (libhdf5 asks for up to 16 GB on damaged files: seen 2026-11-30, H5C_protect under H5Fopen).
+# (libhdf5 asks for up to 16 GB on damaged files: regressions/libhdf5/h5c_protect_16gb_malloc.h5).
 /ERROR: libFuzzer: timeout/ { slow = 1 }
 # RSS over -rss_limit_mb ("out-of-memory (used: N Mb ...)") is judged by ASan's live-heap profile
 # that follows it ("Live Heap Allocations: B bytes ...", then contexts "N byte(s) (P%) in K
 # allocation(s)", each with its allocation stack). It is libhdf5's only when the profile explains
 # the RSS (live bytes at least half of it) and libhdf5's contexts hold the most bytes, shardtopk's
-# (stacks that leave the runtime outside libhdf5) under a quarter of that: finding 14's 3 GB
-# realloc inside the library. A profile that does not explain the RSS (a block being allocated
-# when the watchdog sampled: finding 14's 20 GB malloc, now refused by ASan's
-# max_allocation_size_mb in launch/fuzz.sh) or no profile at all: shardtopk's.
+# (stacks that leave the runtime outside libhdf5) under a quarter of that (a 3 GB realloc inside
+# the library: h5c_protect_3gb_realloc.h5). A profile that does not explain the RSS (a block
+# being allocated when the watchdog sampled; launch/fuzz.sh's max_allocation_size_mb refuses
+# such blocks) or no profile at all: shardtopk's.
 /ERROR: libFuzzer: out-of-memory \(used:/ { rss = 1; s = $0; sub(/.*used: /, "", s); used_mb = s + 0 }
 /^Live Heap Allocations: [0-9]+ bytes/ { live_bytes = $4 + 0 }
 /^[0-9]+ byte\(s\) \([0-9]+%\) in [0-9]+ allocation\(s\)/ { context_bytes = $1 + 0 }
 # glibc's stack-protector abort: shardtopk and the fuzz targets are built without stack
 # protector (no __stack_chk_fail in the binary), Debian's libhdf5 with it, so the smashed frame
-# is the library's (seen once: the unwinder then crashed on it and no input was saved).
+# is the library's (the unwinder may crash on it, so no stack and no input are kept).
 /\*\*\* stack smashing detected \*\*\*/ { smashed = 1 }
 # A heap-buffer-overflow whose address ASan describes by a *freed* chunk ("freed by thread"):
 # that chunk is only the nearest one in the heap (in quarantine, so no live buffer anyone was
 # given), and its free and allocation stacks say nothing about who overflowed what; the access
-# stack alone decides (finding 16: libhdf5 reading 114 bytes past a freed string of ours). A
+# stack alone decides (attr_table_overflow_next_to_freed_chunk.h5: libhdf5 reading 114 bytes
+# past a freed string of ours). A
 # live neighbour ("allocated by thread" without "freed by") still counts: it may be our buffer.
 /ERROR: AddressSanitizer: heap-buffer-overflow/ { overflow = 1 }
-# A heap-use-after-free at finding 4's site, H5A__compact_build_table (under H5Aopen_by_idx in
+# A heap-use-after-free in H5A__compact_build_table (fuzz/README.md; under H5Aopen_by_idx in
 # inspect_file's attribute loop, whose only pointer argument is the literal "/"): the library
 # reads through a stale pointer of its own, and the freed chunk ASan describes may since have
-# been reused and freed by anyone (finding 17: a std::map node of shardtopk's from the previous
-# input). No buffer of ours reaches that call, so the access stack decides. Elsewhere a
+# been reused and freed by anyone (attr_table_use_after_free_of_our_freed_chunk.h5: a std::map
+# node of shardtopk's from the previous input). No buffer of ours reaches that call, so the access stack decides. Elsewhere a
 # use-after-free keeps the general rule: a dangling pointer of ours handed to the library
 # would look the same.
 /ERROR: AddressSanitizer: heap-use-after-free/ { uaf = 1 }

@@ -100,7 +100,7 @@ Libhdf5View libhdf5_view(const std::string& file) {
     const hid_t space = H5Dget_space(ds);
     hsize_t dims[2] = {0, 0};
     // At most 16 bytes a value, as the reader requires: libhdf5 converts a damaged 500 MB "float"
-    // for minutes (fuzz/README.md, finding 21).
+    // for minutes (fuzz/README.md, float_type_of_553mb_per_value.h5).
     if (type >= 0 && space >= 0 && H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) <= 16 &&
         H5Sget_simple_extent_ndims(space) == 2 &&
         H5Sget_simple_extent_dims(space, dims, nullptr) == 2 && dims[0] >= 1 && dims[1] >= 1 && dims[0] <= 65536 &&
@@ -157,7 +157,7 @@ bool is_refusal_of_filled_data(const std::string& e) {
 // The reader passed on a refusal of libhdf5's own (a checked HDF5 call failed: "(H5Dread(...)
 // failed: ...)"). libhdf5 is not always consistent with itself on a damaged file: a contiguous
 // dataset that ends past the file's allocated space reads whole, the part beyond it as zeros,
-// but a hyperslab there fails ("addr overflow"; fuzz/README.md, finding 18).
+// but a hyperslab there fails ("addr overflow"; fuzz/README.md, contiguous_past_end_of_file.h5).
 bool is_libhdf5_refusal(const std::string& e) {
   return e.find("(H5") != std::string::npos && e.find(" failed") != std::string::npos;
 }
@@ -213,10 +213,10 @@ void compare(const Libhdf5View& s, RowRange r, RowFormat fmt) {
   if (is_refusal_of_filled_data(err)) return;  // libhdf5 would substitute the fill value
   if (is_libhdf5_refusal(err)) return;
   // a type message whose fields do not fit its bytes: libhdf5 converts bits beyond each value,
-  // differently for different read sizes (fuzz/README.md, finding 24)
+  // differently for different read sizes (fuzz/README.md, float_type_precision_beyond_size.h5)
   if (err.find("has an invalid float type") != std::string::npos) return;
   // a chunk that decodes to another size than a chunk's: libhdf5 keeps the first chunk's worth
-  // of a longer one (fuzz/README.md, finding 25)
+  // of a longer one (fuzz/README.md, chunk_decodes_past_its_size.h5)
   if (err.find("decoded to ") != std::string::npos && err.find(" bytes, expected ") != std::string::npos) return;
   disagree("the reader refused rows libhdf5 reads", r, fmt, err);
 }
@@ -266,7 +266,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Every handle the reader and the harness opened is closed again (RAII): no dataset, group,
   // datatype or attribute may stay open. File ids are not counted: on some damaged files
   // libhdf5's own H5Fclose fails and leaves the id open, half torn down (closing it again
-  // crashes inside the library; fuzz/README.md, finding 19).
+  // crashes inside the library; fuzz/README.md, h5fclose_fails_file_id_stays_open.h5).
   const ssize_t open_objects =
       H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE | H5F_OBJ_ATTR);
   if (open_objects != 0) {

@@ -44,12 +44,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (std::int64_t n : again.dims) elems = (n > 0 && elems <= (1 << 16) / n) ? elems * n : (1 << 16) + 1;
         if (elems > 4096) continue;  // metadata is the target; small reads exercise the checks
         // Rows (read_matrix, src/io/row_reader.cpp) are not read here: that file does not
-        // build with clang 14 (fuzz/CMakeLists.txt); finding 8 came from a row read.
+        // build with clang 14 (fuzz/CMakeLists.txt); fuzz_hdf5_differential reads rows.
         static const bool strings = std::getenv("FUZZ_HDF5_STRINGS") != nullptr;
         if (strings && again.dtype == "string") read_string_vector(path, d.name);
         if (again.dims.size() == 1 && again.dtype.rfind("int", 0) == 0) read_int64_vector(path, d.name);
         // Not read_string_vector: libhdf5 1.10.8 itself overruns memory reading variable-length
-        // strings from a damaged global heap (H5HG_read memcpy; fuzz/README.md, finding 3).
+        // strings from a damaged global heap (H5HG_read memcpy; fuzz/README.md,
+        // vlen_*_global_heap_overlap.h5).
       } catch (const Error&) {
       }
     }
@@ -62,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   // Every handle shardtopk opened is closed again (RAII), on success and on every error path.
   // Checked per input: a handle leak in shardtopk's code fails at once with this message rather
-  // than as memory piling up over a run (fuzz/README.md, finding 14).
+  // than as memory piling up over a run (fuzz/README.md, "How a report is judged").
   const ssize_t open_objects = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
   if (open_objects != 0) {
     std::fprintf(stderr, "fuzz_hdf5_meta: %zd HDF5 object(s) still open after an input\n", open_objects);

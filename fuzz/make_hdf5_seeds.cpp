@@ -5,7 +5,8 @@
 // Small valid files covering what inspect_dataset looks at: contiguous and chunked+deflate
 // float32, float16, float64, int64 ids, a nested group, numeric root attributes. No
 // variable-length strings: libhdf5 1.10.8 overruns memory on a damaged global heap (where
-// those live), which would stop every run at that library bug (fuzz/README.md, finding 3).
+// those live), which would stop every run at that library bug (fuzz/README.md,
+// vlen_*_global_heap_overlap.h5).
 // DIFF_DIR: the seeds of fuzz_hdf5_differential (launch/fuzz.sh writes them into build-fuzz/):
 // the files of testing/hdf5_matrix.hpp that name other files by relative names only, one
 // per case (the target writes the files they name itself).

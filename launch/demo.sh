@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on a real dataset, from a fresh Debian 12 / Ubuntu 24.04 machine:
 #   1. installs the build dependencies and Fashion-MNIST (apt: dataset-fashion-mnist), builds the
-#      shardtopk binary alone (the CUDA sources only where a GPU is visible; see launch/setup.sh);
+#      shardtopk binary alone into build/ (launch/setup.sh's one configuration: launch/test.sh
+#      later builds the rest there, without building this again);
 #   2. imports Fashion-MNIST (60,000 x 784 corpus, l2) into data/ with float64 ground truth for
 #      the first $QUERIES test images (default 1000; QUERIES=10000 for all of them);
 #   3. runs `mpirun -np $NP shardtopk search` on it (default NP=2; CPU ranks here, one GPU per
@@ -36,3 +37,4 @@ mpirun --oversubscribe --bind-to none -np "$NP" "$BIN" search -c configs/fashion
   --timings-json results/fashion-mnist-np$NP.timings.json
 echo "== recall against the float64 ground truth"
 "$BIN" eval -r results/fashion-mnist-np$NP.h5 -t "$DATA" --show 5
+echo "== next: launch/test.sh (the test suite); docs/TUTORIAL.md (serve this corpus, filters, updates, Python)"

@@ -28,10 +28,10 @@ rm -rf "$BUILD_DIR/seeds-hdf5_diff"
 # allocator_may_return_null: a damaged size field makes libhdf5 ask for terabytes; in production
 # malloc returns NULL and HDF5 reports an error, so let ASan do the same. max_allocation_size_mb:
 # the same for any block of 1 GiB or more (libhdf5 asks for 3–21 GB on damaged superblocks):
-# refused before ASan poisons its shadow (2.5 GB for 20 GB), which took RSS past the watchdog's
-# limit before libFuzzer's -malloc_limit_mb hook saw the size (fuzz/README.md, findings 13 and
-# 14; that hook, which never sees a refused block, is no longer set); shardtopk's own `new` of
-# that size is still reported ("allocator is out of memory"), with its stack. fast_unwind_on_malloc=0:
+# refused before ASan poisons its shadow (2.5 GB for 20 GB), which would take RSS past the
+# watchdog's limit with nothing in the report to blame (fuzz/README.md, "How a report is judged");
+# shardtopk's own `new` of that size is still reported ("allocator is out of memory"), with its
+# stack. fast_unwind_on_malloc=0:
 # full stacks through libhdf5 (no frame pointers), for the leak suppressions in fuzz/lsan.supp.
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=1024:fast_unwind_on_malloc=0"
 export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp"
@@ -47,7 +47,7 @@ rc=0
 # ASan's live-heap profile explains and puts in libhdf5 (fuzz/classify.awk); any other report
 # fails the job.
 # The HDF5 targets run without leak detection: libhdf5 keeps free lists and metadata-cache state
-# between files that LeakSanitizer reports as leaks almost every few seconds (finding 6), and
+# between files that LeakSanitizer reports as leaks almost every few seconds, and
 # shardtopk's HDF5 handles are RAII-closed; fuzz_config keeps it. fuzz_hdf5_differential aborts
 # when the reader and libhdf5 disagree on a file (fuzz/README.md): its report's stack is ours.
 for t in "fuzz/corpus/config:fuzz_config:1:$SECONDS_PER_TARGET" "fuzz/corpus/hdf5:fuzz_hdf5_meta:0:$SECONDS_PER_TARGET" \
@@ -75,8 +75,8 @@ for t in "fuzz/corpus/config:fuzz_config:1:$SECONDS_PER_TARGET" "fuzz/corpus/hdf
     grep -E "ERROR: |SUMMARY: " "$log" | head -3 || true
     # A timeout is never judged from its alarm stack alone (classify.awk: "ours"). But
     # fast_unwind_on_malloc=0 makes every malloc slow, so an allocation loop inside libhdf5 can
-    # hit -timeout before -rss_limit_mb (finding 15: 40 million small blocks in 6 s with fast
-    # unwinding, past 10 s without). Such an input is run once more alone, with fast unwinding
+    # hit -timeout before -rss_limit_mb (stab_name_by_idx_alloc_loop.h5: 40 million small blocks
+    # in 6 s with fast unwinding, past 10 s without). Such an input is run once more alone, with fast unwinding
     # and 60 s: if it then ends in an RSS out-of-memory whose live-heap profile puts the memory in
     # libhdf5 (classify.awk's rule), the loop is the library's; any other outcome keeps "ours".
     if [[ $kind == ours ]] && grep -q "ERROR: libFuzzer: timeout" "$log"; then

@@ -4,60 +4,69 @@
 #   launch/setup.sh shardtopk      # ... build only the named targets (the demo needs only shardtopk)
 #   launch/setup.sh shardtopk_python   # ... the Python module (build/python), registered for `import shardtopk`
 #   SKIP_APT=1 launch/setup.sh     # build only
-# CUDA: the CUDA engine and NCCL communicator are built when a GPU is visible (nvidia-smi -L lists
-# one) and nvcc is found (PATH or /usr/local/cuda). SHARDTOPK_CUDA=ON|OFF forces it either way;
-# SHARDTOPK_CUDA=AUTO builds them whenever nvcc is found, GPU or not (CI compile-checks them so).
-# BUILD_DIR defaults to build.
+# One build configuration for every launch script (demo.sh, test.sh and this one), so that none
+# rebuilds what another built: Release, ccache when installed, and SHARDTOPK_CUDA=AUTO, which
+# compiles the CUDA engine and NCCL communicator wherever nvcc is found (PATH or /usr/local/cuda),
+# GPU or not (CI compile-checks them so), and leaves them out without it. A build directory keeps
+# the value it was configured with; SHARDTOPK_CUDA=ON|OFF|AUTO changes it (and rebuilds).
+# BUILD_DIR defaults to build; CUDA_ARCH (default 90) sets the CUDA architectures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build
   libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libmicrohttpd-dev libspdlog-dev libfmt-dev zlib1g-dev
-  dataset-fashion-mnist python3 python3-numpy python3-h5py python3-dev libdlpack-dev)
+  dataset-fashion-mnist python3 python3-numpy python3-h5py python3-dev libdlpack-dev curl)
 . launch/apt_install.sh
 apt_install_missing "${PACKAGES[@]}"
 
 BUILD_DIR=${BUILD_DIR:-build}
-cuda=${SHARDTOPK_CUDA:-}
+cached=$(sed -n 's/^SHARDTOPK_CUDA:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null || true)
+cuda=${SHARDTOPK_CUDA:-${cached:-AUTO}}
 case "$cuda" in
   ON | OFF | AUTO) ;;
-  "")
-    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-      cuda=AUTO
-    else
-      cuda=OFF
-      echo "== no GPU visible: building without the CUDA sources (SHARDTOPK_CUDA=AUTO or ON compiles them anyway)"
-    fi
-    ;;
   *) echo "setup.sh: SHARDTOPK_CUDA='$cuda' is not ON, OFF or AUTO" >&2; exit 2 ;;
 esac
-echo "== configuring $BUILD_DIR (SHARDTOPK_CUDA=$cuda)"
-mkdir -p "$BUILD_DIR"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA="$cuda" \
-  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$BUILD_DIR/configure.log" 2>&1 ||
-  { cat "$BUILD_DIR/configure.log"; exit 1; }
-grep -E "shardtopk:" "$BUILD_DIR/configure.log" || true
+if [[ -n "$cached" && "$cached" == "$cuda" ]]; then
+  echo "== $BUILD_DIR is configured (SHARDTOPK_CUDA=$cuda): building in it"
+else
+  echo "== configuring $BUILD_DIR (SHARDTOPK_CUDA=$cuda)"
+  mkdir -p "$BUILD_DIR"
+  launcher=()
+  if command -v ccache >/dev/null 2>&1; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA="$cuda" \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" "${launcher[@]}" >"$BUILD_DIR/configure.log" 2>&1 ||
+    { cat "$BUILD_DIR/configure.log"; exit 1; }
+  grep -E "shardtopk:" "$BUILD_DIR/configure.log" || true
+fi
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done
 echo "== building ${*:-everything} ($(nproc) jobs)"
 cmake --build "$BUILD_DIR" -j "$(nproc)" "${targets[@]}"
 echo "== built in $BUILD_DIR${*:+: $*}"
 
-# The Python module, when built: make `import shardtopk` work for the interpreter it was built for,
-# with a .pth file in that interpreter's user site-packages naming $BUILD_DIR/python (remove the
-# file to undo; SHARDTOPK_PTH=0 skips it). Where user site-packages are off (a virtual
-# environment), the PYTHONPATH line to use is printed instead.
-if ls "$BUILD_DIR"/python/shardtopk*.so >/dev/null 2>&1; then
-  py=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+# The Python interpreter: the one the module is built for (it has numpy; the module loads into
+# that Python version only). launch/python.sh runs it with $BUILD_DIR/python on its path. When the
+# module is built, `import shardtopk` also works in that interpreter directly, through a .pth file
+# in its user site-packages naming $BUILD_DIR/python (remove the file to undo; SHARDTOPK_PTH=0
+# skips it); where user site-packages are off (a virtual environment), the PYTHONPATH line to use
+# is printed instead.
+py=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+if [[ -z "$py" ]]; then
+  echo "== Python module: not configured ($(grep -m1 -o 'Python module OFF.*' "$BUILD_DIR/configure.log" 2>/dev/null || echo 'see CMake output'))"
+elif ls "$BUILD_DIR"/python/shardtopk*.so >/dev/null 2>&1; then
   moddir=$(cd "$BUILD_DIR/python" && pwd)
   site=""
   if [[ "${SHARDTOPK_PTH:-1}" != 0 ]] && "$py" -c 'import site, sys; sys.exit(0 if site.ENABLE_USER_SITE else 1)'; then
     site=$("$py" -m site --user-site)
   fi
   if [[ -n "$site" ]] && mkdir -p "$site" && echo "$moddir" > "$site/shardtopk-build.pth"; then
-    echo "== import shardtopk: $site/shardtopk-build.pth names $moddir (for $py)"
+    echo "== Python: $py (launch/python.sh runs it); import shardtopk: $site/shardtopk-build.pth names $moddir"
   else
-    echo "== import shardtopk: export PYTHONPATH=$moddir\${PYTHONPATH:+:\$PYTHONPATH}   (for $py)"
+    echo "== Python: $py (launch/python.sh runs it); import shardtopk: export PYTHONPATH=$moddir\${PYTHONPATH:+:\$PYTHONPATH}"
   fi
+else
+  echo "== Python: $py (launch/python.sh runs it; the module: launch/setup.sh shardtopk_python)"
 fi

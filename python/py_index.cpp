@@ -97,12 +97,42 @@ std::string override_value(py::handle v, const std::string& key) {
                              "bool, or a list of str)"));
 }
 
+/// A keyword that is neither an argument of the call nor a config key (config keys are dotted:
+/// engine__threads): "Index.open(): unknown keyword argument 'metrc'; did you mean
+/// 'search__metric'?", the nearest of the call's arguments (as module.cpp declares them), else
+/// the config key whose last part is nearest.
+std::string unknown_keyword(const std::string& name, bool from_arrays) {
+  const std::string call = from_arrays ? "Index.from_arrays()" : "Index.open()";
+  const std::vector<std::string> args =
+      from_arrays ? std::vector<std::string>{"vectors", "ids", "metric", "dtype", "k_max", "batch_max", "backend",
+                                             "attributes"}
+                  : std::vector<std::string>{"config_path"};
+  std::string near = closest_name(name, args);
+  if (near.empty()) {
+    std::vector<std::string> keys, leaves;
+    for (const std::string& k : config_keys())
+      if (k != "service.threads" && !(from_arrays && k.rfind("corpus.", 0) == 0)) {
+        keys.push_back(k);
+        leaves.push_back(k.substr(k.find('.') + 1));
+      }
+    const std::string leaf = closest_name(name, leaves);
+    for (std::size_t i = 0; i < keys.size() && near.empty(); ++i)
+      if (leaves[i] == leaf) near = keys[i].replace(keys[i].find('.'), 1, "__");
+  }
+  std::string all;
+  for (const std::string& a : args) all += (all.empty() ? "" : ", ") + a;
+  return call + ": unknown keyword argument '" + name + "'" + (near.empty() ? "" : "; did you mean '" + near + "'?") +
+         " (its arguments: " + all + "; config keys as engine__threads=2 or **{'engine.threads': 2}, docs/CONFIG.md)";
+}
+
 /// Keyword overrides: engine__backend="cpu" is engine.backend=cpu; dotted names come through
-/// **{"engine.backend": "cpu"}. Checked as the config file and --set are.
+/// **{"engine.backend": "cpu"}. Checked as the config file and --set are; a name that is no
+/// config key's shape (no dot) is an unknown keyword argument (TypeError, as Python's own).
 void apply_overrides(Config& cfg, const py::kwargs& overrides, bool from_arrays) {
   for (auto item : overrides) {
     std::string key = py::str(item.first);
     for (std::size_t p = key.find("__"); p != std::string::npos; p = key.find("__", p + 1)) key.replace(p, 2, ".");
+    if (key.find('.') == std::string::npos) throw py::type_error(unknown_keyword(key, from_arrays));
     SHARDTOPK_EXPECTS(!from_arrays || key.rfind("corpus.", 0) != 0, "override ", key,
                       ": from_arrays takes its rows from `vectors`; corpus.* keys are for Index.open");
     apply_override(cfg, key + "=" + override_value(item.second, key));

@@ -85,7 +85,8 @@ struct Case {
   bool needs_prefix_env = false;  ///< readable only with set_prefix_environment()'s variables
   /// A fuzz seed: names other files by relative names only, and keeps no metadata in the global
   /// heap (virtual datasets do; libhdf5 1.10.8 loops forever or overruns memory reading a
-  /// damaged one: fuzz/README.md, findings 3 and 23).
+  /// damaged one: fuzz/README.md, vlen_*_global_heap_overlap.h5 and
+  /// virtual_layout_global_heap_loop_in_h5dopen.h5).
   bool seed = true;
 };
 

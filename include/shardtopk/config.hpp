@@ -2,60 +2,14 @@
 /// @file config.hpp
 /// YAML configuration → validated struct.
 ///
-/// Keys (all optional except corpus.path):
-/// | key                 | type   | default                         | allowed                         |
-/// |---------------------|--------|---------------------------------|---------------------------------|
-/// | corpus.path         | string | (required)                      | an HDF5 file                    |
-/// | corpus.dataset      | string | train                           | dataset path, e.g. emb/vectors  |
-/// | corpus.ids_dataset  | string | "" (ids = row positions)        | int64 [N], unique               |
-/// | corpus.attributes   | list   | [] (no attributes)              | dataset paths, each [N] integers (int8..int64, uint8..uint32) or floats, read as int64/float64; names (last path component) unique; at most 64 |
-/// | search.metric       | string | auto: file attr `distance`, else inner_product | inner_product, cosine, l2, auto (¹) |
-/// | search.k_max        | int    | 1024                            | 1 .. 1048576                    |
-/// | search.batch_max    | int    | 64                              | 1 .. 1048576                    |
-/// | search.max_filters  | int    | 64                              | 1 .. 65536 distinct filters per batch (a row mask each) |
-/// | engine.backend      | string | auto                            | auto, cpu, cuda                 |
-/// | engine.dtype        | string | float32                         | float32, float16, bfloat16      |
-/// | engine.threads      | int    | 0 (= cores ÷ ranks on the node) | 0 .. 4096                       |
-/// | engine.read_chunk_rows | int | 65536                           | 1 .. 2^31                       |
-/// | engine.cuda_graphs  | bool   | true                            | replay searches from CUDA graphs |
-/// | engine.scan_l2_hints | bool  | true                            | batch-1 scan L2 hints (CUDA)    |
-/// | engine.scan_rows    | string | auto                            | auto, 2 (batch-1 rows per warp) |
-/// | engine.scan_schedule | string | auto                           | auto, blocked, persistent       |
-/// | engine.search_path  | string | auto                            | auto, scan, gemm (tests)        |
-/// | engine.cpu_isa      | string | auto                            | auto, avx512, avx2, portable    |
-/// | io.direct_reads     | bool   | true                            | true, false (false: H5Dread only) |
-/// | io.f16c             | bool   | true                            | true, false (false: portable float16 conversion) |
-/// | comm.backend        | string | auto                            | auto, mpi, nccl                 |
-/// | comm.timeout_s      | number | 60                              | > 0                             |
-/// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
-/// | service.port        | int    | 8080                            | 0 .. 65535 (0: any free port)   |
-/// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
-/// | service.max_body_bytes | int | 0 (derived from batch_max × dim) | 0, or 1024 .. 2^32 (larger: 413) |
-/// | service.io_threads  | int    | 4                               | 1 .. 64 HTTP event-loop threads |
-/// | service.max_connections | int | 16384                          | 1 .. 1048576 open connections   |
-/// | service.idle_timeout_s | int | 30                              | 1 .. 86400 (idle/slow: closed)  |
-/// | service.max_header_bytes | int | 16384                         | 1024 .. 1048576 (larger: 431)   |
-/// | service.max_headers | int    | 100                             | 1 .. 10000 (more: 431)          |
-/// | service.max_inflight_bytes | int | 0 (16 × the body limit, ≥ 16 MiB) | 0, or 65536 .. 2^40 (503) |
-/// | service.drain_timeout_s | number | 1                           | 0 .. 3600 (SIGTERM drain)       |
-/// | service.heartbeat_ms | int   | 100                             | 10 .. 60000 follower heartbeat  |
-/// | service.heartbeat_timeout_ms | int | 10000                     | 20 .. 3600000, ≥ 2 × heartbeat_ms |
-/// | service.threads     | int    | 0                               | deprecated: accepted, ignored   |
-/// | storage.dir         | string | "" (no log: updates refused)    | write-ahead log + snapshots dir |
-/// | storage.group_commit_window_us | int | 0                       | 0 .. 1000000 (wait for company) |
-/// | storage.segment_bytes | int  | 67108864                        | 4096 .. 2^40 (log segment size) |
-/// | storage.max_pending_bytes | int | 268435456                    | 4096 .. 2^40 (queued, unwritten)|
-/// | storage.capacity_rows | int  | 0 (= shard rows + max(1024, shard rows / 4)) | 0 .. 2^31-1 slots per rank for updates (≥ its shard rows) |
-/// | storage.snapshot_log_bytes | int | 0 (off)                     | 0 .. 2^40: after a write, snapshot once the log holds more bytes |
-/// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
+/// Every key with its type, default and allowed values: docs/CONFIG.md (one table; the config
+/// tests check that it lists exactly the keys parse_config knows). configs/example.yaml sets each
+/// to its default. Booleans are true or false.
 ///
-/// Booleans: true or false. docs/OPERATIONS.md explains the engine.*
-/// tuning keys and testing.fault; docs/SERVING.md ("Limits") the service keys.
-///
-/// (¹) search.metric also accepts the ann-benchmarks distance names as deprecated aliases:
-///     euclidean = l2, angular = cosine, dot = ip = inner_product. They work, and each use adds a
-///     message to Config::warnings (the command line prints it on rank 0). Files keep using these
-///     names in their `distance` attribute, which is read as it is, without a warning.
+/// search.metric also accepts the ann-benchmarks distance names as deprecated aliases:
+/// euclidean = l2, angular = cosine, dot = ip = inner_product. They work, and each use adds a
+/// message to Config::warnings (the command line prints it on rank 0). Files keep using these
+/// names in their `distance` attribute, which is read as it is, without a warning.
 
 #include <optional>
 #include <string>
@@ -168,7 +122,8 @@ struct Config {
 };
 
 /// Parse YAML text. Unknown keys, a key given twice, wrong types and out-of-range values throw
-/// Error naming the key, the value and what is allowed. `source` names the text in messages.
+/// Error naming the key, the value and what is allowed, after "<source>:<line>: "; an unknown
+/// key also gets the nearest valid name. `source` names the text in messages.
 Config parse_config(const std::string& yaml_text, const std::string& source = "<string>");
 
 /// Read and parse a YAML file. @throws Error when unreadable or invalid.
@@ -177,6 +132,9 @@ Config load_config(const std::string& path);
 /// Apply one `key=value` override (same keys and checks as the file), e.g. "search.k_max=100".
 /// @throws Error naming the key and value.
 void apply_override(Config& cfg, const std::string& key_equals_value);
+
+/// Every config key, dotted ("search.k_max"), in alphabetical order.
+std::vector<std::string> config_keys();
 
 /// Validate cross-field constraints (e.g. corpus.path set). @throws Error.
 void validate(const Config& cfg);

@@ -2,13 +2,69 @@
 // file (commands.hpp: search, serve, info, eval, import, plan).
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "core/parse.hpp"
 #include "shardtopk/types.hpp"
+
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// After a failed parse: the first argument no command took, as "unknown option '--rank' for
+// 'shardtopk plan'; did you mean '--ranks'?" (or an unknown command), else the commands when none
+// was given, else "" (CLI11's message stands). CLI11 checks required options and subcommands
+// before leftovers, so its own message would hide a mistyped flag behind "--ranks is required"
+// or "A subcommand is required".
+std::string unknown_argument(const CLI::App& app) {
+  std::string command = "shardtopk";
+  for (const CLI::App* a = &app; a != nullptr;) {
+    const std::vector<const CLI::App*> commands = a->get_subcommands({});
+    const CLI::App* chosen = a->get_subcommands().empty() ? nullptr : a->get_subcommands().front();
+    for (const std::string& arg : a->remaining(false)) {
+      const bool flag = arg.size() >= 2 && arg[0] == '-' && !std::isdigit(static_cast<unsigned char>(arg[1]));
+      std::vector<std::string> names;
+      if (flag) {
+        for (const CLI::Option* o : a->get_options()) {
+          for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+          for (const std::string& sn : o->get_snames()) names.push_back("-" + sn);
+        }
+      } else if (chosen == nullptr && !commands.empty()) {
+        for (const CLI::App* c : commands) names.push_back(c->get_name());
+      } else {
+        continue;  // a stray value: CLI11's own message names it
+      }
+      const std::string name = flag ? arg.substr(0, arg.find('=')) : arg;
+      const std::string near = name.size() > 2 ? shardtopk::closest_name(name, names) : "";
+      const std::string parent = command.size() > 10 ? command.substr(10) + " " : "";  // after "shardtopk "
+      std::string msg = flag ? "unknown option '" + name + "' for '" + command + "'"
+                             : "unknown command '" + parent + name + "'";
+      if (!near.empty()) msg += "; did you mean '" + near + "'?";
+      if (!flag) msg += " (commands: " + joined(names) + ")";
+      return msg;
+    }
+    if (chosen == nullptr && !commands.empty()) {  // nothing unknown, but no command either
+      std::vector<std::string> names;
+      for (const CLI::App* c : commands) names.push_back(c->get_name());
+      return "'" + command + "' needs a command: " + joined(names);
+    }
+    if (chosen != nullptr) command += " " + chosen->get_name();
+    a = chosen;
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace shardtopk;
@@ -95,8 +151,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     // Argument errors read like every other error, with the way to the options.
+    const std::string unknown = unknown_argument(app);
     std::fprintf(stderr, "shardtopk: error: %s\nRun 'shardtopk --help' (or 'shardtopk SUBCOMMAND --help') for the options.\n",
-                 e.what());
+                 unknown.empty() ? e.what() : unknown.c_str());
     return 2;
   }
 

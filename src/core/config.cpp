@@ -1,5 +1,6 @@
 #include "shardtopk/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -237,10 +238,56 @@ const std::map<std::string, std::string>& deprecated_keys() {
   return m;
 }
 
-std::string allowed_keys() {
-  std::string out;
-  for (const auto& kv : setters()) out += (out.empty() ? "" : ", ") + kv.first;
+std::vector<std::string> sections() {
+  std::vector<std::string> out;
+  for (const auto& kv : setters()) {
+    const std::string section = kv.first.substr(0, kv.first.find('.'));
+    if (out.empty() || out.back() != section) out.push_back(section);  // setters() is sorted
+  }
   return out;
+}
+
+bool is_section(const std::string& name) {
+  for (const auto& kv : setters())
+    if (kv.first.rfind(name + ".", 0) == 0) return true;
+  return false;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// "unknown key 'search.kmax'; did you mean 'search.k_max'? (keys of 'search': ...)". The
+// suggestion: a near key of the same section, else the key of the same name in another section,
+// else the nearest key (or section) overall; then the names it was meant to be among (a known
+// section's keys, or the sections). service.threads is accepted but ignored: never suggested.
+std::string unknown_key(const std::string& key) {
+  std::vector<std::string> keys = config_keys();
+  keys.erase(std::remove(keys.begin(), keys.end(), "service.threads"), keys.end());
+  const std::size_t dot = key.find('.');
+  const std::string section = key.substr(0, dot);
+  std::vector<std::string> same_section;
+  for (const std::string& k : keys)
+    if (k.rfind(section + ".", 0) == 0) same_section.push_back(k);
+  std::string near;
+  if (dot != std::string::npos) {
+    near = closest_name(key, same_section);
+    for (const std::string& k : keys)
+      if (near.empty() && k.substr(k.find('.')) == key.substr(dot)) near = k;
+  }
+  if (near.empty()) near = closest_name(key, dot == std::string::npos ? sections() : keys);
+  std::string msg = "unknown key '" + key + "'";
+  if (!near.empty()) msg += "; did you mean '" + near + "'?";
+  if (dot != std::string::npos && !same_section.empty()) {
+    std::vector<std::string> names;
+    for (const std::string& k : same_section) names.push_back(k.substr(section.size() + 1));
+    msg += " (keys of '" + section + "': " + joined(names) + ")";
+  } else {
+    msg += " (sections: " + joined(sections()) + "; every key: docs/CONFIG.md)";
+  }
+  return msg;
 }
 
 void set_key(Config& c, const std::string& key_in, const std::string& value, const std::string& where) {
@@ -251,47 +298,47 @@ void set_key(Config& c, const std::string& key_in, const std::string& value, con
     key = dep->second;
   }
   auto it = setters().find(key);
-  SHARDTOPK_EXPECTS(it != setters().end(), where, "unknown key '", key, "' (known keys: ",
-                    allowed_keys(), ")");
+  if (it == setters().end()) throw Error(where + unknown_key(key));
   it->second(c, value, where);
 }
 
 // `lines`: each key read so far (sections too, dotted from the top) and its line. yaml-cpp keeps
-// every copy of a repeated key, so without it the last copy would silently win.
-void walk(Config& c, const YAML::Node& node, const std::string& prefix, const std::string& where,
+// every copy of a repeated key, so without it the last copy would silently win. Messages about a
+// key start with "<source>:<line>: ", as compilers name a place in a file.
+void walk(Config& c, const YAML::Node& node, const std::string& prefix, const std::string& source,
           std::map<std::string, int>& lines) {
   for (auto it = node.begin(); it != node.end(); ++it) {
+    const int line = it->first.Mark().line + 1;
+    const std::string where = source + ":" + std::to_string(line) + ": ";
     SHARDTOPK_EXPECTS(it->first.IsScalar(), where, "a key ", (prefix.empty() ? "at the top level" : "in '" + prefix + "'"),
                       " is a ", (it->first.IsSequence() ? "list" : it->first.IsMap() ? "mapping" : "null"),
-                      " (line ", it->first.Mark().line + 1, "); keys are plain names like search.k_max");
+                      "; keys are plain names like search.k_max");
     const std::string name = it->first.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
-    const int line = it->first.Mark().line + 1;
     const auto seen = lines.emplace(key, line);
     SHARDTOPK_EXPECTS(seen.second, where, "key '", key, "' given twice (lines ", seen.first->second, " and ", line,
                       "); give each key once");
     const YAML::Node v = it->second;  // a copy: a reference to the iterator's temporary dangles
     if (v.IsMap()) {
-      bool is_section = false;
-      for (const auto& kv : setters())
-        if (kv.first.rfind(key + ".", 0) == 0) is_section = true;
-      SHARDTOPK_EXPECTS(is_section, where, "unknown key '", key, "' (known keys: ", allowed_keys(), ")");
-      walk(c, v, key, where, lines);
+      SHARDTOPK_EXPECTS(setters().count(key) == 0, where, "key '", key, "': expected a single value, got a mapping");
+      if (!is_section(key)) throw Error(where + unknown_key(key));
+      walk(c, v, key, source, lines);
     } else if (v.IsScalar()) {
       set_key(c, key, v.Scalar(), where);
     } else if (v.IsNull()) {
       set_key(c, key, "", where);
     } else if (v.IsSequence() && key == "corpus.attributes") {
-      std::string joined;
+      std::string items;
       for (std::size_t i = 0; i < v.size(); ++i) {
         SHARDTOPK_EXPECTS(v[i].IsScalar() && !v[i].Scalar().empty(), where, "key '", key, "': item ", i + 1,
                           " is not a dataset path (line ", v[i].Mark().line + 1, ")");
         SHARDTOPK_EXPECTS(v[i].Scalar().find(',') == std::string::npos, where, "key '", key, "': dataset path '",
                           v[i].Scalar(), "' contains a comma, which attribute paths cannot");
-        joined += (i ? "," : "") + v[i].Scalar();
+        items += (i ? "," : "") + v[i].Scalar();
       }
-      set_key(c, key, joined, where);
+      set_key(c, key, items, where);
     } else {
+      SHARDTOPK_EXPECTS(setters().count(key) != 0, where, unknown_key(key));
       throw Error(where + "key '" + key + "': expected a single value, got a list");
     }
   }
@@ -330,6 +377,12 @@ int yaml_documents(const std::string& text) {
 
 }  // namespace
 
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  for (const auto& kv : setters()) keys.push_back(kv.first);
+  return keys;
+}
+
 Config parse_config(const std::string& yaml_text, const std::string& source) {
   const std::string where = source + ": ";
   YAML::Node root;
@@ -346,7 +399,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source) {
   if (root.IsNull()) return c;
   SHARDTOPK_EXPECTS(root.IsMap(), where, "expected a mapping of sections (corpus, search, engine, comm)");
   std::map<std::string, int> lines;
-  walk(c, root, "", where, lines);
+  walk(c, root, "", source, lines);
   return c;
 }
 

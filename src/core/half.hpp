@@ -1,6 +1,6 @@
 #pragma once
 // float <-> IEEE binary16 / bfloat16 bit conversions (round to nearest even), host only.
-// Used to store CPU shards in float16/bfloat16 and by tests to round inputs the same way.
+// The CPU engine stores float16/bfloat16 shards with them; tests round inputs the same way.
 #include <cstdint>
 #include <cstring>
 

@@ -1,8 +1,10 @@
 #pragma once
-// Whole-string number parsing for text that users write (config values, --set overrides, HTTP
-// query parameters), with messages that say what was wrong. Internal header.
+// Text that users write (config values, --set overrides, HTTP query parameters, flag and key
+// names): whole-string number parsing with messages that say what was wrong, and the nearest
+// known name for a mistyped one. Internal header.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shardtopk {
 
@@ -15,6 +17,12 @@ long long parse_integer(const std::string& v, const std::string& what);
 /// A decimal floating-point number filling all of `v` (std::stod's syntax).
 /// @throws Error "<what>: expected a number, got '<v>'", or "... is beyond the double range".
 double parse_number(const std::string& v, const std::string& what);
+
+/// The entry of `known` nearest to `name` by edit distance, ignoring case (inserting, deleting or
+/// replacing a character, or swapping two neighbours, counts 1), when it is near enough to be a
+/// typo of it: 1 edit for names of up to 4 characters, 2 up to 8, 3 beyond. Empty when none is;
+/// of equally near entries, the first. Used for "did you mean" in messages.
+std::string closest_name(const std::string& name, const std::vector<std::string>& known);
 
 /// Whether an integer is a float64 value exactly (every one up to 2^53 in magnitude, larger
 /// ones when their low bits are zero): a value for a float64 attribute, in a filter or a write,

@@ -144,7 +144,7 @@ std::string object_key(const H5O_info_t& oi) {
 }
 
 // Groups can link to themselves or to an ancestor (hard links form cycles, in valid files
-// too): each group is walked once (fuzz/README.md, finding 9: a damaged file recursed forever).
+// too): each group is walked once (fuzz/regressions/hdf5/group_cycle_timeout.h5).
 void collect_walk(hid_t file, const std::string& group, std::vector<DatasetInfo>* out, std::set<std::string>* seen);
 
 void collect(hid_t file, const std::string& group, std::vector<DatasetInfo>* out) {
@@ -235,7 +235,8 @@ FileInfo inspect_file(const std::string& path) {
   SHARDTOPK_EXPECTS(got_info >= 0, "'", path, "': cannot read the root group's attributes (", hdf5_reason(), ")");
   for (hsize_t i = 0; i < oinfo.num_attrs; ++i) {
     Handle a(H5Aopen_by_idx(f.get(), "/", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-    // A damaged header can claim more attributes than it holds (fuzz/README.md, finding 1):
+    // A damaged header can claim more attributes than it holds (fuzz/regressions/hdf5/
+    // attr_count_timeout.h5):
     // the first one that cannot be opened ends the list instead of trying every index.
     if (!a.ok()) break;
     char name[512];

@@ -108,10 +108,10 @@ class CliInputs : public ::testing::Test {
   test::TempDir dir_;
 };
 
-// ---------------------------------------------------------------- item 1: score overflow
+// ---------------------------------------------------------------- float32 score overflow
 
-// The input: 1e20·1e20 + 1e20·(−1e20) is +inf + −inf = NaN in float32; before the fix
-// the row was dropped and the pad id came back with score −inf.
+// 1e20·1e20 + 1e20·(−1e20) is +inf + −inf = NaN in float32: answered, the row would be dropped
+// and the pad id come back with score −inf. Refused up front instead.
 TEST_F(CliInputs, InnerProductOverflowIsRefusedNamingTheQueryAndTheBound) {
   const std::vector<float> corpus = {1e20f, -1e20f};
   const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "inner_product");
@@ -128,7 +128,7 @@ TEST_F(CliInputs, InnerProductOverflowIsRefusedNamingTheQueryAndTheBound) {
   }
 }
 
-// 4 rows, K = 4: before the fix the pad id appeared among real ids and rows were misordered.
+// 4 rows, K = 4: an overflowing score would put the pad id among real ids and misorder rows.
 TEST_F(CliInputs, FourRowOverflowIsRefusedAndSmallQueriesOnTheSameCorpusAreExact) {
   const std::vector<float> corpus = {1e20f, -1e20f, 1, 2, 3e19f, 3e19f, -2e19f, 1e19f};
   const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "inner_product");
@@ -196,7 +196,7 @@ TEST_F(CliInputs, L2QueryBeyondTheBoundIsRefused) {
 }
 
 // Cosine normalises rows at ingest and queries per batch in float64: every score lies in
-// [−1, 1], so the input is answered, correctly.
+// [−1, 1], so the inputs above are answered, correctly.
 TEST_F(CliInputs, CosineOnTheOverflowInputsIsAnsweredCorrectly) {
   const std::vector<float> corpus = {1e20f, -1e20f, 1, 2, 3e19f, 3e19f, -2e19f, 1e19f};
   const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 2), "cosine");
@@ -248,7 +248,7 @@ TEST_F(CliInputs, JustBelowTheBoundIsAnsweredCorrectlyAndJustAboveIsRefused) {
   }
 }
 
-// ---------------------------------------------------------------- item 6: buffers too large
+// ---------------------------------------------------------------- buffers too large
 
 // Refused before the shard is read: row 30 (rank 1's shard at 2 ranks) holds a NaN that reading
 // would report first. plan gives the same figure and the same refusal, and exits 3.
@@ -309,7 +309,7 @@ TEST_F(CliInputs, HugeLimitsAreRefusedBeforeReadingNamingTheBufferAndBytesThatPl
   EXPECT_THAT(ok.out, AllOf(HasSubstr("  yes"), Not(HasSubstr("NO")), Not(HasSubstr("does not fit")))) << ok.out;
 }
 
-// ---------------------------------------------------------------- item 7: the stalled rank
+// ---------------------------------------------------------------- the stalled rank
 
 TEST_F(CliInputs, StalledRankIsNamed) {
   if (!SHARDTOPK_FAULTS_BUILT) GTEST_SKIP() << "built without fault injection (-DSHARDTOPK_FAULT_INJECTION=ON)";
@@ -335,7 +335,7 @@ TEST_F(CliInputs, StalledRankIsNamed) {
   }
 }
 
-// ---------------------------------------------------------------- item 8: small faults
+// ---------------------------------------------------------------- small faults
 
 TEST_F(CliInputs, KZeroOrNegativeIsOutOfRangeWithoutAKMaxHint) {
   const std::string cfg = write_config(write_h5("c.h5", "train", test::small_ints(40, 65), 4), "l2");
@@ -424,7 +424,7 @@ TEST_F(CliInputs, ImportRawChecksTheStatedRowCount) {
 }
 
 // eval judges near ties by the truth file's own rows (float64), never by the scores a result
-// file claims, and a repeated id is never a hit (adversarial review, 2026-11-30).
+// file claims, and a repeated id is never a hit.
 TEST_F(CliInputs, EvalCountsRepeatedAndWrongIdsAsMisses) {
   const std::int64_t n = 40, dim = 4, nq = 3, tk = 3;
   const L2Truth t = write_l2_truth("t.h5", n, dim, nq, static_cast<int>(tk), 91);
@@ -542,6 +542,36 @@ TEST_F(CliInputs, ReadmeShowsTheHelpCommandWithItsPath) {
   const CmdResult r = run(std::string(SHARDTOPK_BIN) + " --help");
   EXPECT_EQ(r.rc, 0);
   EXPECT_THAT(r.out, HasSubstr("search"));
+}
+
+// A mistyped flag or command is what the user hears about, with the nearest valid name, not the
+// required option or command its typo left out.
+TEST_F(CliInputs, AnUnknownFlagOrCommandIsNamedFirstWithTheNearestValidName) {
+  const std::string bin = SHARDTOPK_BIN, cfg = std::string(SHARDTOPK_SOURCE_DIR) + "/configs/example.yaml";
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {" plan -c " + cfg + " --rank 2", "unknown option '--rank' for 'shardtopk plan'; did you mean '--ranks'?"},
+           {" plan -c " + cfg + " --rank=2", "unknown option '--rank' for 'shardtopk plan'; did you mean '--ranks'?"},
+           {" search --confg " + cfg + " -q q.h5", "unknown option '--confg' for 'shardtopk search'; did you mean '--config'?"},
+           {" serve -c " + cfg + " --prot-file p", "unknown option '--prot-file' for 'shardtopk serve'; did you mean '--port-file'?"},
+           {" import raw --corpus a.f32 --dim 4 -o o.h5 --metrik l2",
+            "unknown option '--metrik' for 'shardtopk import raw'; did you mean '--metric'?"},
+           {" --verbose search -c " + cfg + " -q q.h5", "unknown option '--verbose' for 'shardtopk'"},
+           {" serch -c " + cfg + " -q q.h5",
+            "unknown command 'serch'; did you mean 'search'? (commands: search, serve, info, eval, plan, import)"},
+           {" import fashion-minst -o o.h5", "unknown command 'import fashion-minst'; did you mean 'fashion-mnist'?"},
+           {"", "'shardtopk' needs a command: search, serve, info, eval, plan, import"},
+       }) {
+    const CmdResult r = run(bin + c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, AllOf(HasSubstr("shardtopk: error: " + c.expect), Not(HasSubstr("is required"))))
+        << c.args;
+  }
+  // Far from every name: no guess.
+  const CmdResult r = run(bin + " info --xyzzy f.h5");
+  EXPECT_THAT(r.err, AllOf(HasSubstr("unknown option '--xyzzy' for 'shardtopk info'"), Not(HasSubstr("did you mean"))));
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "shardtopk/config.hpp"
+#include "core/parse.hpp"
 #include "shardtopk/error.hpp"
 #include "test_support.hpp"
 
@@ -13,6 +15,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test::error_of;
 
 const char* kFull = R"(
@@ -193,10 +196,22 @@ TEST_P(ConfigErrors, ThrowsNamingKeyAndValue) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, ConfigErrors,
     ::testing::Values(
-        BadConfig{"unknown_key", "search:\n  kmax: 10\n", {"unknown key 'search.kmax'", "search.k_max"}},
-        BadConfig{"unknown_section", "serach:\n  k_max: 10\n", {"unknown key 'serach'"}},
-        BadConfig{"unknown_top_scalar", "verbose: true\n", {"unknown key 'verbose'"}},
-        BadConfig{"wrong_type_int", "search:\n  k_max: ten\n", {"search.k_max", "expected an integer", "'ten'"}},
+        // An unknown key: the file and line, the nearest valid name, and the names it was meant
+        // to be among.
+        BadConfig{"unknown_key", "search:\n  k_max: 10\n  kmax: 10\n",
+                  {"bad.yaml:3: unknown key 'search.kmax'; did you mean 'search.k_max'?",
+                   "(keys of 'search': batch_max, k_max, max_filters, metric)"}},
+        BadConfig{"unknown_section", "corpus:\n  path: x.h5\nserach:\n  k_max: 10\n",
+                  {"bad.yaml:3: unknown key 'serach'; did you mean 'search'?", "sections: comm, corpus, engine"}},
+        BadConfig{"key_in_another_section", "search:\n  threads: 2\n",
+                  {"bad.yaml:2: unknown key 'search.threads'; did you mean 'engine.threads'?"}},
+        BadConfig{"unknown_top_scalar", "verbose: true\n", {"bad.yaml:1: unknown key 'verbose' (sections: "}},
+        BadConfig{"unknown_dotted_top_key", "search.kmx: 3\n",
+                  {"bad.yaml:1: unknown key 'search.kmx'; did you mean 'search.k_max'?"}},
+        BadConfig{"value_for_a_section", "search:\n  k_max:\n    x: 1\n",
+                  {"bad.yaml:2: key 'search.k_max': expected a single value, got a mapping"}},
+        BadConfig{"wrong_type_int", "search:\n  batch_max: 4\n  k_max: ten\n",
+                  {"bad.yaml:3: key 'search.k_max'", "expected an integer", "'ten'"}},
         BadConfig{"wrong_type_float_for_int", "engine:\n  threads: 1.5\n", {"engine.threads", "'1.5'"}},
         BadConfig{"wrong_type_list", "search:\n  k_max: [1, 2]\n", {"search.k_max", "list"}},
         BadConfig{"wrong_type_number", "comm:\n  timeout_s: soon\n", {"comm.timeout_s", "expected a number", "'soon'"}},
@@ -226,6 +241,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"io_f16c_number", "io:\n  f16c: 2\n", {"io.f16c", "'2'"}},
         BadConfig{"io_f16c_empty", "io:\n  f16c:\n", {"io.f16c", "''"}},
         BadConfig{"io_unknown_key", "io:\n  threads: 2\n", {"unknown key 'io.threads'"}},
+        BadConfig{"misspelt_section_of_a_list_key", "corpos:\n  attributes: [a]\n",
+                  {"bad.yaml:1: unknown key 'corpos'; did you mean 'corpus'?"}},
         // A repeated key is refused wherever it is repeated, naming both lines.
         BadConfig{"duplicate_key", "search:\n  k_max: 10\n  batch_max: 4\n  k_max: 20\n",
                   {"key 'search.k_max' given twice (lines 2 and 4)"}},
@@ -240,6 +257,47 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"not_a_mapping", "- a\n- b\n", {"expected a mapping"}},
         BadConfig{"invalid_yaml", "search: {k_max: 3\n", {"invalid YAML"}}),
     [](const ::testing::TestParamInfo<BadConfig>& i) { return std::string(i.param.name); });
+
+// "Did you mean": near names are offered, far ones are not; case does not count.
+TEST(ClosestName, OffersOnlyNamesATypoAway) {
+  const std::vector<std::string> known = {"metric", "dtype", "k_max", "batch_max", "backend"};
+  EXPECT_EQ(closest_name("metrc", known), "metric");    // a deletion
+  EXPECT_EQ(closest_name("mertic", known), "metric");   // a swap of neighbours
+  EXPECT_EQ(closest_name("kmax", known), "k_max");
+  EXPECT_EQ(closest_name("Backend", known), "backend");
+  EXPECT_EQ(closest_name("batchmx", known), "batch_max");  // 2 edits, 7 characters
+  EXPECT_EQ(closest_name("dt", known), "");             // 3 edits from dtype: too far for 2 characters
+  EXPECT_EQ(closest_name("threads", known), "");
+  EXPECT_EQ(closest_name("x", {}), "");
+}
+
+// docs/CONFIG.md's key table has one row for each config key and no row for anything else, and
+// configs/example.yaml (which must parse) sets every key but the deprecated service.threads.
+TEST(ConfigKeys, TheKeyTableAndTheExampleListEveryKey) {
+  const std::string dir = SHARDTOPK_SOURCE_DIR;
+  const std::string doc = test::read_text(dir + "/docs/CONFIG.md");
+  const std::string example = test::read_text(dir + "/configs/example.yaml");
+  ASSERT_FALSE(doc.empty());
+  ASSERT_FALSE(example.empty());
+  (void)load_config(dir + "/configs/example.yaml");
+  const std::vector<std::string> keys = config_keys();
+  for (const std::string& k : keys) {
+    EXPECT_EQ(test::count_of(doc, "\n| `" + k + "` |"), 1) << "docs/CONFIG.md: one row for " << k;
+    const std::string section = k.substr(0, k.find('.')), leaf = k.substr(k.find('.') + 1);
+    // The section's block: from "\nsection:" to the next line that is not indented.
+    const std::size_t at = example.find("\n" + section + ":");
+    std::size_t end = at;
+    while (end != std::string::npos && (end = example.find('\n', end + 1)) != std::string::npos &&
+           end + 1 < example.size() && (example[end + 1] == ' ' || example[end + 1] == '#')) {
+    }
+    const std::string block = at == std::string::npos ? "" : example.substr(at, end == std::string::npos ? end : end - at);
+    if (k != "service.threads")
+      EXPECT_NE(block.find("\n  " + leaf + ":"), std::string::npos) << "configs/example.yaml does not set " << k;
+  }
+  std::size_t rows = 0;
+  for (std::size_t at = doc.find("\n| `"); at != std::string::npos; at = doc.find("\n| `", at + 1)) ++rows;
+  EXPECT_EQ(rows, keys.size()) << "docs/CONFIG.md's table has rows that are not config keys";
+}
 
 TEST(ConfigErrorsMisc, MissingFile) {
   EXPECT_THAT(error_of([] { load_config("/nonexistent/dir/c.yaml"); }),
@@ -295,7 +353,12 @@ TEST(ConfigOverride, ErrorsNameKeyAndValue) {
   Config c = parse_config(kFull);
   EXPECT_THAT(error_of([&] { apply_override(c, "search.k_max"); }), HasSubstr("expected key=value"));
   EXPECT_THAT(error_of([&] { apply_override(c, "=5"); }), HasSubstr("expected key=value"));
-  EXPECT_THAT(error_of([&] { apply_override(c, "search.kmax=5"); }), HasSubstr("unknown key 'search.kmax'"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "search.kmax=5"); }),
+              HasSubstr("override: unknown key 'search.kmax'; did you mean 'search.k_max'?"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "serach.k_max=5"); }),
+              HasSubstr("unknown key 'serach.k_max'; did you mean 'search.k_max'?"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "colour=red"); }),
+              AllOf(HasSubstr("unknown key 'colour' (sections: "), Not(HasSubstr("did you mean"))));
   EXPECT_THAT(error_of([&] { apply_override(c, "search.k_max=0"); }),
               AllOf(HasSubstr("search.k_max"), HasSubstr("out of range")));
   EXPECT_THAT(error_of([&] { apply_override(c, "search.batch_max=-1"); }),

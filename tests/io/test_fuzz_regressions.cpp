@@ -96,10 +96,10 @@ TEST(FuzzRegressions, Hdf5DifferentialInputs) {
   replay("hdf5_diff", fuzz_hdf5_diff_one);
 }
 
-// Finding 18 (fuzz_hdf5_differential): a contiguous float16 dataset whose values run past the
-// end of the file's allocated space. libhdf5 read the whole dataset with zeros for rows
-// [24, 37) and failed on a hyperslab there; the reader now refuses those rows by name, and reads
-// the rows before them.
+// contiguous_past_end_of_file.h5 (fuzz_hdf5_differential): a contiguous float16 dataset whose
+// values run past the end of the file's allocated space. libhdf5 reads the whole dataset with
+// zeros for rows [24, 37) and fails on a hyperslab there; the reader refuses those rows by name,
+// and reads the rows before them.
 TEST(FuzzRegressions, ContiguousValuesPastTheEndOfTheFileAreRefused) {
   const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/contiguous_past_end_of_file.h5";
   for (bool direct : {true, false}) {
@@ -114,11 +114,12 @@ TEST(FuzzRegressions, ContiguousValuesPastTheEndOfTheFileAreRefused) {
   }
 }
 
-// Finding 22 (fuzz_hdf5_differential): a damaged chunk index where H5Dget_chunk_info_by_coord
-// finds the chunk at row 24 while H5Dread's own lookup may not (libhdf5 1.10.8 reads its rows as
-// the fill value, 0; 1.10.10 finds part of it). The reader took the first view and read NaN
-// there; it now asks libhdf5's lookup. Whatever the libhdf5 version: rows are either refused as
-// data libhdf5 would fill in, or read equal to H5Dread's values, with direct reads on or off.
+// chunk_index_disagrees_with_chunk_lookup.h5 (fuzz_hdf5_differential): a damaged chunk index
+// where H5Dget_chunk_info_by_coord finds the chunk at row 24 while H5Dread's own lookup may not
+// (libhdf5 1.10.8 reads its rows as the fill value, 0; 1.10.10 finds part of it). Taking the
+// index walk's view would read other bytes (NaN); the reader asks libhdf5's lookup. Whatever the
+// libhdf5 version: rows are either refused as data libhdf5 would fill in, or read equal to
+// H5Dread's values, with direct reads on or off.
 TEST(FuzzRegressions, ChunksOnlyTheIndexWalkFindsAreNotRead) {
   const std::string f =
       std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/chunk_index_disagrees_with_chunk_lookup.h5";
@@ -149,10 +150,10 @@ TEST(FuzzRegressions, ChunksOnlyTheIndexWalkFindsAreNotRead) {
   }
 }
 
-// Finding 24 (fuzz_hdf5_differential): a float type damaged to 3 bytes with a precision of 32
-// bits. libhdf5 converts 4 bytes per 3-byte value, so a value's result depended on the bytes after
-// it in each read (the reader's blocks of 7 rows gave other numbers than a whole read, or NaN).
-// The reader refuses such a type by name.
+// float_type_precision_beyond_size.h5 (fuzz_hdf5_differential): a float type damaged to 3 bytes
+// with a precision of 32 bits. libhdf5 converts 4 bytes per 3-byte value, so a value's result
+// depends on the bytes after it in each read (blocks of 7 rows give other numbers than a whole
+// read, or NaN). The reader refuses such a type by name.
 TEST(FuzzRegressions, FloatTypeWiderThanItsBytesIsRefused) {
   const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/float_type_precision_beyond_size.h5";
   for (bool direct : {true, false}) {
@@ -163,8 +164,9 @@ TEST(FuzzRegressions, FloatTypeWiderThanItsBytesIsRefused) {
   }
 }
 
-// Finding 21 (fuzz_hdf5_differential, timeout): a float type damaged to 553,648,136 bytes per
-// value; libhdf5 converts such values one at a time for minutes. The reader refuses it at once.
+// float_type_of_553mb_per_value.h5 (fuzz_hdf5_differential, a timeout): a float type damaged to
+// 553,648,136 bytes per value; libhdf5 converts such values one at a time for minutes. The reader
+// refuses it at once.
 TEST(FuzzRegressions, FloatTypeOfHundredsOfMegabytesIsRefused) {
   const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/float_type_of_553mb_per_value.h5";
   for (bool direct : {true, false}) {
@@ -176,9 +178,9 @@ TEST(FuzzRegressions, FloatTypeOfHundredsOfMegabytesIsRefused) {
   }
 }
 
-// Finding 1 (fuzz_hdf5_meta, timeout): on a damaged root object header H5Oget_info failed;
-// inspect_file ignored that and looped over the uninitialised attribute count (billions of
-// failing H5Aopen_by_idx calls: `shardtopk info` hung). It now checks the call (Error naming the
+// attr_count_timeout.h5 (fuzz_hdf5_meta, a timeout): on a damaged root object header
+// H5Oget_info fails, and an unchecked call would leave an uninitialised attribute count to loop
+// over (billions of failing H5Aopen_by_idx calls). inspect_file checks the call (Error naming the
 // file) and stops at the first attribute that cannot be opened.
 TEST(FuzzRegressions, DamagedAttributeCountEndsPromptly) {
   const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5/attr_count_timeout.h5";
@@ -192,9 +194,9 @@ TEST(FuzzRegressions, DamagedAttributeCountEndsPromptly) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
 }
 
-// Finding 9 (fuzz_hdf5_meta, timeout in CI): a group linking to its ancestor made the dataset
-// walk of inspect_file (and of every "has no dataset" message) recurse forever. Each group is
-// now walked once.
+// group_cycle_timeout.h5 (fuzz_hdf5_meta, a timeout): a group linking to its ancestor. The
+// dataset walk of inspect_file (and of every "has no dataset" message) visits each group once,
+// so it ends.
 TEST(FuzzRegressions, GroupCycleEndsPromptly) {
   const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5/group_cycle_timeout.h5";
   const auto t0 = std::chrono::steady_clock::now();

@@ -393,6 +393,27 @@ class BuildTests(unittest.TestCase):
                 with self.assertRaisesRegex(ValueError, pattern):
                     shardtopk.Index.from_arrays(**kw)
 
+    def test_unknown_keywords_are_named_as_keywords_with_the_nearest(self):
+        C = small_int_corpus(n=20, d=4, seed=15)
+        cases = [
+            (dict(metrc="cosine"), r"Index\.from_arrays\(\): unknown keyword argument 'metrc'; did you mean 'metric'\?"),
+            (dict(k_mx=3), r"unknown keyword argument 'k_mx'; did you mean 'k_max'\?"),
+            (dict(threads=2), r"unknown keyword argument 'threads'; did you mean 'engine__threads'\?"),
+        ]
+        for kw, pattern in cases:
+            with self.subTest(kw=kw):
+                with self.assertRaisesRegex(TypeError, pattern) as caught:
+                    shardtopk.Index.from_arrays(C, backend="cpu", **kw)
+                self.assertNotIn("unknown key '", str(caught.exception))
+        with self.assertRaisesRegex(TypeError, r"unknown keyword argument 'xyzzy' \(its arguments: vectors, ids"):
+            shardtopk.Index.from_arrays(C, backend="cpu", xyzzy=1)
+        with self.assertRaisesRegex(TypeError, r"Index\.open\(\): unknown keyword argument 'metrc'; did you mean 'search__metric'\?"):
+            example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "example.yaml")
+            shardtopk.Index.open(example, metrc="l2")
+        # a dotted name is a config key: its message, with the nearest key
+        with self.assertRaisesRegex(ValueError, r"unknown key 'engine\.thread'; did you mean 'engine\.threads'\?"):
+            shardtopk.Index.from_arrays(C, backend="cpu", engine__thread=2)
+
     def test_from_arrays_converts_and_reports(self):
         C = small_int_corpus(n=64, d=10, seed=13)
         with shardtopk.Index.from_arrays(C.astype(np.int16).tolist(), metric="l2", dtype="float16", k_max=8,
