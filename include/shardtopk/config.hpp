@@ -22,6 +22,7 @@
 /// | engine.scan_rows    | string | auto                            | auto, 2 (batch-1 rows per warp) |
 /// | engine.scan_schedule | string | auto                           | auto, blocked, persistent       |
 /// | engine.search_path  | string | auto                            | auto, scan, gemm (tests)        |
+/// | engine.filter_scan  | string | auto                            | auto, dense, gathered (CUDA filtered batch-1 scan) |
 /// | engine.cpu_isa      | string | auto                            | auto, avx512, avx2, portable    |
 /// | io.direct_reads     | bool   | true                            | true, false (false: H5Dread only) |
 /// | io.f16c             | bool   | true                            | true, false (false: portable float16 conversion) |
@@ -92,6 +93,7 @@ struct EngineConfig {
   ScanRows scan_rows = ScanRows::kAuto;
   ScanSchedule scan_schedule = ScanSchedule::kAuto;
   SearchPath search_path = SearchPath::kAuto;
+  FilterScan filter_scan = FilterScan::kAuto;
   CpuIsa cpu_isa = CpuIsa::kAuto;
 };
 

@@ -26,7 +26,7 @@
 #include "engine/cuda/batched_search.hpp"
 #include "engine/cuda/graph_cache.hpp"
 #include "engine/cuda/kernels/fill.hpp"
-#include "engine/cuda/kernels/filter_mask.cuh"
+#include "engine/cuda/kernels/filter_table.cuh"
 #include "engine/cuda/kernels/query_prep.hpp"
 #include "engine/cuda/kernels/scan_select.hpp"
 #include "engine/cuda/kernels/shard_store.hpp"

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "engine/cuda/kernels/filter_mask.cuh"
+#include "engine/cuda/kernels/filter_table.cuh"
 #include <limits>
 
 #include "shardtopk/error.hpp"

@@ -1,4 +1,4 @@
-// The GPU filter kernel (src/engine/cuda/kernels/filter_mask.cu) against the host evaluation
+// The GPU filter kernel (src/engine/cuda/kernels/filter_table.cu) against the host evaluation
 // (evaluate_mask, itself checked against a brute-force oracle in test_filter): random programs
 // over random attribute tables, one and several programs per launch, whole shards and
 // block-aligned sub-ranges, every mask word and every block flag compared exactly.
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/kernels/filter_mask.cuh"
+#include "engine/cuda/kernels/filter_table.cuh"
 #include "filter_support.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"

@@ -37,17 +37,44 @@ struct Batch1State {
   std::uint32_t need_ties;     // with tie_overflow: how many tied rows belong to the answer
   std::uint32_t done;          // blocks finished (reset by the last one)
   std::uint32_t bar[2];        // grid_barrier of select1_kernel
+  std::uint32_t list_rows;     // filtered scan: rows listed for the gathered scan
+  std::uint32_t entries;       // filtered scan: compact entries written (its select's length)
+};
+
+/// One filter program's counts over a shard (device; zeroed before its block verdicts).
+struct FilterStats {
+  std::uint32_t cand_blocks;  ///< blocks whose summaries leave a passing row possible (its candidate list)
+  std::uint32_t pass_rows;    ///< rows that pass (deleted rows included)
+  std::uint32_t pad[2];
+};
+
+/// Summary blocks are kFilterBlockRows = 1024 rows (shardtopk/filter.hpp): block of row r.
+constexpr int kFilterBlockShift = 10;
+
+/// The filter programs of one search on the device (filter_blocks.hpp fills them): per program,
+/// a flag per summary block, the list of its candidate blocks, its counts, and a row mask that
+/// is valid in the blocks whose flag is 1 (the others are never read).
+struct FilterState {
+  std::int64_t blocks = 0;         ///< summary blocks of the shard
+  std::int64_t mask_words = 0;     ///< ceil(rows / 32)
+  std::uint8_t* flags = nullptr;   ///< [programs, blocks] 0: no row passes, 1: read the mask, 2: every row passes
+  std::int32_t* cand = nullptr;    ///< [programs, blocks] the blocks whose flag was not 0 after the verdicts
+  FilterStats* stats = nullptr;    ///< [programs]
+  std::uint32_t* masks = nullptr;  ///< [programs, mask_words] bit (r % 32) of word r / 32: row r passes
 };
 
 /// Which rows a search may return (filtered searches, deleted rows), as bitmasks over the
 /// shard's rows: bit (r % 32) of word r / 32 set = row r may be returned. A query q may return
-/// row r when the live mask allows it (or there is none) and its filter's mask does (or it has
-/// none: index[q] < 0). Device pointers; all nullptr: every row (the unmasked kernels).
+/// row r when the live mask allows it (or there is none) and its filter does (or it has none:
+/// index[q] < 0). A filter's block flag decides whole blocks (0: none, 2: all) and sends the
+/// others to its mask. Device pointers; all nullptr: every row (the unmasked kernels).
 struct RowMasks {
-  const std::uint32_t* masks = nullptr;  ///< [filters, words] one mask per distinct filter
+  const std::uint32_t* masks = nullptr;  ///< [filters, words] one mask per filter program
   std::int64_t words = 0;                ///< ceil(rows / 32)
-  const std::int32_t* index = nullptr;   ///< [batch] query q's filter mask, or -1: no filter
+  const std::int32_t* index = nullptr;   ///< [batch] query q's filter program, or -1: no filter
   const std::uint32_t* live = nullptr;   ///< [words] rows not deleted, or nullptr: all
+  const std::uint8_t* flags = nullptr;   ///< [filters, blocks] FilterState::flags (with masks)
+  std::int64_t blocks = 0;
 
   /// Whether query q may return row r (device code; compiled where the caller includes CUDA).
 #if defined(__CUDACC__)
@@ -56,7 +83,10 @@ struct RowMasks {
     const std::uint32_t bit = 1u << (r & 31);
     if (live && (live[w] & bit) == 0u) return false;
     const std::int32_t m = index ? index[q] : -1;
-    return m < 0 || (masks[static_cast<std::int64_t>(m) * words + w] & bit) != 0u;
+    if (m < 0) return true;
+    const std::uint8_t f = flags[static_cast<std::int64_t>(m) * blocks + (r >> kFilterBlockShift)];
+    if (f != 1u) return f == 2u;
+    return (masks[static_cast<std::int64_t>(m) * words + w] & bit) != 0u;
   }
 #endif
 };

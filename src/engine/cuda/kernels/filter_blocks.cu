@@ -1,0 +1,145 @@
+// Block verdicts, candidate block lists and row masks of a search's filter programs.
+//
+// verdicts: one thread per (program, summary block) runs the interval analysis over the block's
+//   min/max bounds (a few 8-byte loads per leaf); a block-wide scan compacts each tile of 1,024
+//   blocks into the program's candidate list with one atomic per tile. 10M rows = 9,766 blocks:
+//   10 thread blocks per program.
+// rows: one thread block of 256 threads per candidate summary block (1,024 rows, 4 per thread).
+//   The leaves' verdicts over the block are computed once, in parallel (thread i: leaf i), and
+//   an `in` leaf keeps only its members inside the block's bounds (ids_in over a million ids:
+//   a row searches the few that can match). Then each thread evaluates its rows with a bit
+//   stack in a register and each warp writes its ballot as a mask word. With every program of a
+//   batch in one thread block, a block's attribute values come from DRAM once.
+
+#include "engine/cuda/kernels/filter_blocks.hpp"
+
+#include <cub/block/block_scan.cuh>
+
+#include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/filter_program.cuh"
+#include "engine/cuda/kernels/launch.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk::cuda_detail {
+namespace {
+
+using namespace filter_detail;
+
+constexpr int kVerdictThreads = 1024;  // blocks per tile of the candidate list
+constexpr int kRowThreads = 256;
+constexpr int kRowsPerThread = static_cast<int>(kFilterBlockRows) / kRowThreads;
+static_assert(kFilterBlockRows == (1 << kFilterBlockShift), "summary blocks of 1024 rows");
+static_assert(kFilterBlockRows % kRowThreads == 0 && kRowThreads % 32 == 0, "whole warps per block row group");
+
+__device__ __forceinline__ int block_rows(const DeviceFilterTable& t, std::int64_t b) {
+  const std::int64_t left = t.rows - b * kFilterBlockRows;
+  return static_cast<int>(left < kFilterBlockRows ? left : kFilterBlockRows);
+}
+
+/// Grid (ceil(blocks / 1024), programs).
+__global__ void __launch_bounds__(kVerdictThreads)
+    verdicts_kernel(DeviceFilterTable t, const std::uint8_t* __restrict__ packed, FilterState fs) {
+  using Scan = cub::BlockScan<int, kVerdictThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ std::uint32_t base;
+  const int p = blockIdx.y;
+  const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kVerdictThreads + threadIdx.x;
+  const ProgramView pv = program_at(packed, p);
+  std::uint8_t v = kVerdictNone;
+  if (b < t.blocks) {
+    v = block_verdict(t, pv, b);
+    fs.flags[static_cast<std::int64_t>(p) * fs.blocks + b] = v;
+  }
+  const int cand = v != kVerdictNone ? 1 : 0;
+  const int all_rows = v == kVerdictAll ? block_rows(t, b) : 0;
+  int pos = 0, total = 0;
+  Scan(tmp).ExclusiveSum(cand, pos, total);
+  __syncthreads();
+  int rows_before = 0, rows_sum = 0;
+  Scan(tmp).ExclusiveSum(all_rows, rows_before, rows_sum);
+  if (threadIdx.x == 0) {
+    base = total > 0 ? atomicAdd(&fs.stats[p].cand_blocks, static_cast<std::uint32_t>(total)) : 0u;
+    if (rows_sum > 0) atomicAdd(&fs.stats[p].pass_rows, static_cast<std::uint32_t>(rows_sum));
+  }
+  __syncthreads();
+  if (cand) fs.cand[static_cast<std::int64_t>(p) * fs.blocks + base + static_cast<std::uint32_t>(pos)] = static_cast<std::int32_t>(b);
+}
+
+/// See launch_filter_rows. Static shared memory: the program's instructions and leaf states.
+__global__ void __launch_bounds__(kRowThreads)
+    rows_kernel(DeviceFilterTable t, const std::uint8_t* __restrict__ packed, int n_programs, int single,
+                FilterState fs) {
+  // Raw bytes: FilterOp's default member initialisers would make it a dynamically initialised
+  // __shared__ object.
+  __shared__ alignas(16) unsigned char s_ops_bytes[kFilterMaxOps * sizeof(FilterOp)];
+  __shared__ LeafState s_leaf[kFilterMaxOps];
+  FilterOp* s_ops = reinterpret_cast<FilterOp*>(s_ops_bytes);
+  const std::int64_t items = single >= 0 ? static_cast<std::int64_t>(fs.stats[single].cand_blocks) : t.blocks;
+  const int p_lo = single >= 0 ? single : 0, p_hi = single >= 0 ? single + 1 : n_programs;
+  for (std::int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+    const std::int64_t b = single >= 0 ? fs.cand[static_cast<std::int64_t>(single) * fs.blocks + it] : it;
+    const std::int64_t r0 = b * kFilterBlockRows;
+    const int n = block_rows(t, b);
+    for (int p = p_lo; p < p_hi; ++p) {
+      std::uint8_t* flag = fs.flags + static_cast<std::int64_t>(p) * fs.blocks + b;
+      if (*flag != kVerdictSome) continue;  // the same address for every thread: uniform
+      const ProgramView pv = program_at(packed, p);
+      for (int i = threadIdx.x; i < pv.n_ops; i += kRowThreads) {
+        const FilterOp op = pv.ops[i];
+        s_ops[i] = op;
+        s_leaf[i] = is_leaf(op.code) ? leaf_state(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
+      }
+      __syncthreads();
+      std::uint32_t* out = fs.masks + static_cast<std::int64_t>(p) * fs.mask_words + r0 / 32;
+      int passed = 0;
+#pragma unroll
+      for (int k = 0; k < kRowsPerThread; ++k) {
+        const int i = k * kRowThreads + threadIdx.x;
+        const bool pass = i < n && eval_row(t, pv, s_ops, s_leaf, r0 + i);
+        const std::uint32_t word = __ballot_sync(0xffffffffu, pass);
+        if ((threadIdx.x & 31) == 0 && i < n) out[i / 32] = word;
+        passed += __syncthreads_count(pass);
+      }
+      if (threadIdx.x == 0) {
+        if (passed == 0) *flag = kVerdictNone;
+        else if (passed == n) *flag = kVerdictAll;
+        if (passed > 0) atomicAdd(&fs.stats[p].pass_rows, static_cast<std::uint32_t>(passed));
+      }
+      __syncthreads();  // s_ops, s_leaf and the flag are rewritten for the next program
+    }
+  }
+}
+
+}  // namespace
+
+void launch_block_verdicts(const DeviceFilterTable& t, const std::uint8_t* packed, int n_programs,
+                           const FilterState& fs, cudaStream_t stream) {
+  SHARDTOPK_EXPECTS(n_programs >= 0 && n_programs <= 65535, "launch_block_verdicts: program count ", n_programs,
+                    " outside 0 .. 65535");
+  if (n_programs == 0) return;
+  CHECK_CUDA(cudaMemsetAsync(fs.stats, 0, sizeof(FilterStats) * static_cast<std::size_t>(n_programs), stream));
+  if (t.blocks == 0) return;
+  SHARDTOPK_EXPECTS(packed != nullptr && fs.flags && fs.cand && fs.stats, "launch_block_verdicts: null buffers");
+  const dim3 grid(static_cast<unsigned>((t.blocks + kVerdictThreads - 1) / kVerdictThreads),
+                  static_cast<unsigned>(n_programs));
+  verdicts_kernel<<<grid, kVerdictThreads, 0, stream>>>(t, packed, fs);
+  CHECK_CUDA_LAUNCH();
+}
+
+void launch_filter_rows(const DeviceFilterTable& t, const std::uint8_t* packed, int n_programs, int single,
+                        const FilterState& fs, int grid, cudaStream_t stream) {
+  SHARDTOPK_EXPECTS(single >= -1 && single < n_programs, "launch_filter_rows: program ", single, " outside -1 .. ",
+                    n_programs - 1);
+  SHARDTOPK_EXPECTS(grid >= 1, "launch_filter_rows: grid of ", grid, " blocks");
+  if (n_programs == 0 || t.blocks == 0) return;
+  SHARDTOPK_EXPECTS(fs.masks != nullptr && fs.mask_words >= (t.rows + 31) / 32, "launch_filter_rows: mask of ",
+                    fs.mask_words, " words for ", t.rows, " rows");
+  rows_kernel<<<static_cast<unsigned>(grid), kRowThreads, 0, stream>>>(t, packed, n_programs, single, fs);
+  CHECK_CUDA_LAUNCH();
+}
+
+int filter_rows_grid(int sms) {
+  return persistent_grid(reinterpret_cast<const void*>(rows_kernel), kRowThreads, 0, sms);
+}
+
+}  // namespace shardtopk::cuda_detail

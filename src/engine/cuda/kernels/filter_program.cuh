@@ -1,0 +1,158 @@
+#pragma once
+// A compiled filter program on the device (device code): its view inside the packed buffer
+// (pack_filter_programs), the verdict of a leaf and of the whole program over one summary
+// block, and the row evaluator. The meaning of every leaf and verdict is in
+// shardtopk/filter_semantics.hpp, shared with the host evaluator.
+
+#include <cstdint>
+
+#include "engine/cuda/kernels/filter_table.cuh"
+#include "shardtopk/filter.hpp"
+#include "shardtopk/filter_semantics.hpp"
+
+namespace shardtopk::cuda_detail {
+
+static_assert(kFilterMaxStack <= 64, "the row evaluator's stack is one 64-bit register");
+
+/// A program inside the packed buffer: its instructions and constant pools.
+struct ProgramView {
+  const FilterOp* ops;
+  const std::int64_t* ints;
+  const double* reals;
+  int n_ops;
+};
+
+__device__ __forceinline__ ProgramView program_at(const std::uint8_t* packed, int p) {
+  const std::uint64_t off = reinterpret_cast<const std::uint64_t*>(packed)[1 + p];
+  const std::uint8_t* image = packed + off;
+  const auto* h = reinterpret_cast<const FilterImageHeader*>(image);
+  ProgramView v;
+  v.n_ops = h->n_ops;
+  v.ops = reinterpret_cast<const FilterOp*>(image + sizeof(FilterImageHeader));
+  v.ints = reinterpret_cast<const std::int64_t*>(v.ops + h->n_ops);
+  v.reals = reinterpret_cast<const double*>(v.ints + h->n_ints);
+  return v;
+}
+
+__device__ __forceinline__ bool is_leaf(FilterOpCode c) {
+  return c == FilterOpCode::kRangeInt || c == FilterOpCode::kRangeReal || c == FilterOpCode::kInInt ||
+         c == FilterOpCode::kInReal;
+}
+
+/// A leaf over one summary block: its verdict, and for `in` leaves the members that can match a
+/// value of the block ([first, first + count) of the pool: those within the block's bounds), so
+/// that a row searches a few members instead of the whole list (an ids_in of a million ids).
+/// Plain members only: a __shared__ array of it needs no constructor.
+struct LeafState {
+  std::uint8_t verdict;
+  std::int32_t first;
+  std::int32_t count;
+};
+
+__device__ __forceinline__ std::int64_t bounds_row(const DeviceFilterTable& t, int column) {
+  return column == kFilterIdColumn ? t.columns : column;
+}
+
+/// The members of set [n] (strictly increasing) within [mn, mx]: [i, j).
+template <class T>
+__device__ __forceinline__ void members_within(const T* set, int n, T mn, T mx, int* i, int* j) {
+  *i = filter_detail::lower_index(set, n, mn);
+  int e = filter_detail::lower_index(set, n, mx);
+  if (e < n && set[e] == mx) ++e;
+  *j = e < *i ? *i : e;
+}
+
+__device__ inline LeafState leaf_state(const DeviceFilterTable& t, const ProgramView& p, const FilterOp& op,
+                                       std::int64_t b) {
+  using namespace filter_detail;
+  const std::int64_t at = bounds_row(t, op.column) * t.blocks + b;
+  const std::uint64_t lo_bits = t.block_min[at], hi_bits = t.block_max[at];
+  const std::int64_t imn = static_cast<std::int64_t>(lo_bits), imx = static_cast<std::int64_t>(hi_bits);
+  const double rmn = __longlong_as_double(static_cast<long long>(lo_bits));
+  const double rmx = __longlong_as_double(static_cast<long long>(hi_bits));
+  LeafState s{kVerdictSome, op.first, op.count};
+  int i = 0, j = 0;
+  switch (op.code) {
+    case FilterOpCode::kRangeInt: s.verdict = range_verdict(imn, imx, p.ints[op.first], p.ints[op.first + 1]); break;
+    case FilterOpCode::kRangeReal:
+      s.verdict = range_verdict(rmn, rmx, p.reals[op.first], p.reals[op.first + 1]);
+      break;
+    case FilterOpCode::kInInt:
+      s.verdict = int_set_verdict(p.ints + op.first, op.count, imn, imx);
+      members_within(p.ints + op.first, op.count, imn, imx, &i, &j);
+      s.first = op.first + i;
+      s.count = j - i;
+      break;
+    case FilterOpCode::kInReal:
+      s.verdict = real_set_verdict(p.reals + op.first, op.count, rmn, rmx);
+      members_within(p.reals + op.first, op.count, rmn, rmx, &i, &j);
+      s.first = op.first + i;
+      s.count = j - i;
+      break;
+    default: break;
+  }
+  return s;
+}
+
+/// The program's verdict over block b (the interval analysis: and = min, or = max, not = 2 − v).
+__device__ inline std::uint8_t block_verdict(const DeviceFilterTable& t, const ProgramView& p, std::int64_t b) {
+  using namespace filter_detail;
+  std::uint8_t stack[kFilterMaxStack];
+  int sp = 0;
+  for (int i = 0; i < p.n_ops; ++i) {
+    const FilterOp op = p.ops[i];
+    std::uint8_t v;
+    switch (op.code) {
+      case FilterOpCode::kTrue: v = kVerdictAll; break;
+      case FilterOpCode::kFalse: v = kVerdictNone; break;
+      case FilterOpCode::kNot: v = verdict_not(stack[--sp]); break;
+      case FilterOpCode::kAnd: sp -= 2; v = verdict_and(stack[sp], stack[sp + 1]); break;
+      case FilterOpCode::kOr: sp -= 2; v = verdict_or(stack[sp], stack[sp + 1]); break;
+      default: v = leaf_state(t, p, op, b).verdict; break;
+    }
+    stack[sp++] = v;
+  }
+  return stack[0];
+}
+
+/// Whether row r (of the block `leaves` was made for) passes. Leaves the block's summaries
+/// decide are not read; `in` leaves search only their members within the block's bounds.
+__device__ inline bool eval_row(const DeviceFilterTable& t, const ProgramView& p, const FilterOp* ops,
+                                const LeafState* leaves, std::int64_t r) {
+  using namespace filter_detail;
+  std::uint64_t st = 0;  // bit 0 is the top of the stack
+  for (int i = 0; i < p.n_ops; ++i) {
+    const FilterOp op = ops[i];
+    if (op.code == FilterOpCode::kNot) {
+      st ^= 1u;
+      continue;
+    }
+    if (op.code == FilterOpCode::kAnd || op.code == FilterOpCode::kOr) {
+      const std::uint64_t b = st & 1u;
+      st >>= 1;
+      st = op.code == FilterOpCode::kAnd ? (st & (~std::uint64_t{1} | b)) : (st | b);
+      continue;
+    }
+    bool v;
+    if (op.code == FilterOpCode::kTrue || op.code == FilterOpCode::kFalse) {
+      v = op.code == FilterOpCode::kTrue;
+    } else if (leaves[i].verdict != kVerdictSome) {
+      v = leaves[i].verdict == kVerdictAll;
+    } else if (op.code == FilterOpCode::kRangeInt || op.code == FilterOpCode::kInInt) {
+      const std::int64_t x = op.column == kFilterIdColumn
+                                 ? t.global_ids[r]
+                                 : static_cast<std::int64_t>(t.values[static_cast<std::int64_t>(op.column) * t.rows + r]);
+      v = op.code == FilterOpCode::kRangeInt ? in_range(x, p.ints[op.first], p.ints[op.first + 1])
+                                             : in_set(p.ints + leaves[i].first, leaves[i].count, x);
+    } else {
+      const double x =
+          __longlong_as_double(static_cast<long long>(t.values[static_cast<std::int64_t>(op.column) * t.rows + r]));
+      v = op.code == FilterOpCode::kRangeReal ? in_range(x, p.reals[op.first], p.reals[op.first + 1])
+                                              : in_set(p.reals + leaves[i].first, leaves[i].count, x);
+    }
+    st = (st << 1) | static_cast<std::uint64_t>(v);
+  }
+  return (st & 1u) != 0;
+}
+
+}  // namespace shardtopk::cuda_detail
