@@ -57,6 +57,7 @@
 
 #include "core/half.hpp"
 #include "core/log.hpp"
+#include "engine/filter_batch.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
@@ -768,7 +769,9 @@ class CpuEngine final : public Engine {
     SHARDTOPK_EXPECTS(!streaming_, "search: the shard's rows are still loading (finish_load)");
     if (a.batch == 0) return;
     SHARDTOPK_EXPECTS(a.queries != nullptr && a.out != nullptr, "search: null query or output buffer");
-    const bool filtered = a.filters && prepare_masks(a.filters, a.batch);
+    engine_detail::check_filter_batch(a.filters, a.batch, limits_.max_filters);
+    const bool filtered = a.filters.count > 0;
+    if (filtered) prepare_masks(a.filters, a.batch);
     if (!filtered && dead_ > 0)  // deleted rows: every query reads the live mask
       std::fill(query_mask_.begin(), query_mask_.begin() + a.batch, live_.data());
     run(a.queries, a.batch, a.k, a.out, filtered || dead_ > 0 ? query_mask_.data() : nullptr);
@@ -861,32 +864,20 @@ class CpuEngine final : public Engine {
     }
   }
 
-  /// Row masks of the batch's distinct filters (equal programs share one), and each query's
-  /// mask in query_mask_ (nullptr: every row). False when no query is filtered.
-  /// @throws Error when there are more distinct filters than limits().max_filters or a program
-  /// does not fit the attribute schema.
-  bool prepare_masks(const FilterProgram* const* filters, int batch) {
-    std::vector<const FilterProgram*> distinct;
-    bool any = false;
-    for (int b = 0; b < batch; ++b) {
-      const FilterProgram* f = filters[b];
-      query_mask_[b] = dead_ > 0 ? live_.data() : nullptr;
-      if (!f || f->passes_everything()) continue;
-      any = true;
-      std::size_t m = 0;
-      while (m < distinct.size() && !(*distinct[m] == *f)) ++m;
-      if (m == distinct.size()) {
-        SHARDTOPK_EXPECTS(static_cast<int>(distinct.size()) < limits_.max_filters, "a batch holds more than ",
-                          limits_.max_filters, " distinct filters (search.max_filters)");
-        distinct.push_back(f);
-        std::uint32_t* mask = masks_.data() + m * static_cast<size_t>(mask_words_);
-        evaluate_mask(*f, table_, RowRange{0, hw_}, mask, nullptr, pool_.size());
-        if (dead_ > 0)
-          for (std::int64_t w = 0; w < filter_mask_words(hw_); ++w) mask[w] &= live_[static_cast<size_t>(w)];
-      }
-      query_mask_[b] = masks_.data() + m * static_cast<size_t>(mask_words_);
+  /// Row masks of the batch's programs (without the dead slots), and each query's mask in
+  /// query_mask_ (unfiltered: the live mask, or nullptr when every slot is live).
+  void prepare_masks(const FilterBatch& f, int batch) {
+    for (int m = 0; m < f.count; ++m) {
+      std::uint32_t* mask = masks_.data() + m * static_cast<size_t>(mask_words_);
+      evaluate_mask(*f.programs[m], table_, RowRange{0, hw_}, mask, nullptr, pool_.size());
+      if (dead_ > 0)
+        for (std::int64_t w = 0; w < filter_mask_words(hw_); ++w) mask[w] &= live_[static_cast<size_t>(w)];
     }
-    return any;
+    for (int b = 0; b < batch; ++b) {
+      const std::int32_t m = f.query_program[b];
+      query_mask_[b] = m >= 0 ? masks_.data() + m * static_cast<size_t>(mask_words_)
+                              : dead_ > 0 ? live_.data() : nullptr;
+    }
   }
 
   void run(const float* queries, int batch, int k, Candidate* out, const std::uint32_t* const* masks) {

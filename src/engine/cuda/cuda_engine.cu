@@ -24,6 +24,7 @@
 #include "core/half.hpp"
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/batched_search.hpp"
+#include "engine/filter_batch.hpp"
 #include "engine/cuda/graph_cache.hpp"
 #include "engine/cuda/kernels/fill.hpp"
 #include "engine/cuda/kernels/filter_table.cuh"
@@ -307,7 +308,9 @@ class CudaEngine final : public Engine {
     }
     SHARDTOPK_EXPECTS(a.queries != nullptr && a.out != nullptr, "search: null query or output buffer");
     // Filters (their masks are computed now, outside the search's graph) and deleted rows.
-    const bool filtered = rows_ > 0 && a.filters && prepare_masks(a.filters, a.batch, s);
+    engine_detail::check_filter_batch(a.filters, a.batch, limits_.max_filters);
+    const bool filtered = rows_ > 0 && a.filters.count > 0;
+    if (filtered) prepare_masks(a.filters, a.batch, s);
     RowMasks masks;
     if (filtered) masks = RowMasks{ws_.masks, ws_.mask_words, ws_.mask_index, nullptr};
     if (rows_ > 0 && live_active_) {
@@ -451,59 +454,34 @@ class CudaEngine final : public Engine {
     scan_select(scan_, args, s);
   }
 
-  /// The row masks of a batch's filters: the distinct programs (equal ones share a mask)
-  /// packed, copied to the device, and evaluated over the shard's attribute table, and each
-  /// query's mask index, on `s` (not captured: the programs change from search to search).
-  /// False when no query is filtered. @throws Error for too many distinct filters, programs
-  /// that do not fit the schema or are too large together.
-  bool prepare_masks(const FilterProgram* const* filters, int batch, cudaStream_t s) {
-    distinct_.clear();
-    bool any = false;
-    for (int q = 0; q < batch; ++q) {
-      const FilterProgram* f = filters[q];
-      std::int32_t m = -1;
-      if (f && !f->passes_everything()) {
-        any = true;
-        std::size_t j = 0;
-        while (j < distinct_.size() && !(*distinct_[j] == *f)) ++j;
-        if (j == distinct_.size()) {
-          SHARDTOPK_EXPECTS(static_cast<int>(distinct_.size()) < limits_.max_filters, "a batch holds more than ",
-                            limits_.max_filters, " distinct filters (search.max_filters)");
-          check_filter_fits(*f, table_schema_);
-          distinct_.push_back(f);
-        }
-        m = static_cast<std::int32_t>(j);
-      }
-      host_mask_index_[q] = m;
-    }
-    if (!any) return false;
+  /// The row masks of a batch's filters: its programs packed, copied to the device with each
+  /// query's program index, and evaluated over the shard's attribute table, on `s` (not
+  /// captured: the programs change from search to search). @throws Error when the programs are
+  /// too large together.
+  void prepare_masks(const FilterBatch& f, int batch, cudaStream_t s) {
     // The pinned staging may still be read by the previous search's copy.
     CHECK_CUDA(cudaEventSynchronize(programs_copied_.get()));
-    const std::size_t bytes = packed_filter_programs_bytes(distinct_.data(), static_cast<int>(distinct_.size()));
+    const std::size_t bytes = packed_filter_programs_bytes(f.programs, f.count);
     SHARDTOPK_EXPECTS(bytes <= kFilterProgramBytes, "the filters of this batch take ", bytes,
                       " bytes compiled, more than the ", kFilterProgramBytes, " one search may carry");
-    pack_filter_programs(distinct_.data(), static_cast<int>(distinct_.size()), programs_pinned_.as<std::uint8_t>(),
-                         kFilterProgramBytes);
-    std::memcpy(programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes, host_mask_index_.data(),
+    pack_filter_programs(f.programs, f.count, programs_pinned_.as<std::uint8_t>(), kFilterProgramBytes);
+    std::memcpy(programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes, f.query_program,
                 sizeof(std::int32_t) * static_cast<std::size_t>(batch));
     CHECK_CUDA(cudaMemcpyAsync(ws_.programs, programs_pinned_.get(), bytes, cudaMemcpyHostToDevice, s));
     CHECK_CUDA(cudaMemcpyAsync(ws_.mask_index, programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes,
                                sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
     CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
-    launch_filter_mask(table_->table(), ws_.programs, static_cast<int>(distinct_.size()), RowRange{0, rows_},
-                       ws_.masks, ws_.mask_words, nullptr, 0, s);
-    return true;
+    launch_filter_mask(table_->table(), ws_.programs, f.count, RowRange{0, rows_}, ws_.masks, ws_.mask_words, nullptr,
+                       0, s);
   }
 
   /// The shard's attribute table on the device (its columns and global ids: filters on
   /// attributes and on ids), the filter staging, and the live mask (every row live).
   void init_filters(const ShardInput& s) {
-    host_mask_index_.assign(static_cast<std::size_t>(limits_.batch_max), -1);
     programs_pinned_.allocate(kFilterProgramBytes + sizeof(std::int32_t) * static_cast<std::size_t>(limits_.batch_max));
     programs_copied_.create(cudaEventDisableTiming);
     CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream_));
     if (rows_ == 0) return;
-    table_schema_ = host_table_.schema();
     table_.emplace(host_table_, stream_);
     // Live: the shard's rows; reserved slots are dead until written.
     live_host_.assign(static_cast<std::size_t>(ws_.mask_words), 0u);
@@ -673,11 +651,8 @@ class CudaEngine final : public Engine {
   int up_next_ = 0;
   const std::int64_t* stream_ids_ = nullptr;
   std::optional<BatchedSearch> batched_;
-  // filters: the attribute table on the device, the batch's distinct programs, their staging
+  // filters: the attribute table on the device, the staging of a batch's programs
   std::optional<DeviceFilterTableStorage> table_;
-  AttributeSchema table_schema_;
-  std::vector<const FilterProgram*> distinct_;
-  std::vector<std::int32_t> host_mask_index_;
   PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] mask indices
   Event programs_copied_;
   bool live_active_ = false;  // some slot is dead: searches read the live mask
