@@ -11,12 +11,27 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/plan.hpp"
 #include "shardtopk/engine.hpp"
 
 namespace shardtopk::cuda_detail {
+
+/// One chunk of rows of a batched search.
+struct RowChunk {
+  std::int64_t row0 = 0;
+  int rows = 0;
+};
+
+/// Which queries each chunk of a filtered batched search scores: a chunk no query may return a
+/// row of is skipped; one that fewer than all queries may GEMMs only those (their rows gathered).
+struct ChunkSchedule {
+  std::vector<int> queries;          ///< [chunks] 0: skipped; the batch: all; else a list
+  std::vector<std::int64_t> first;   ///< [chunks] where the chunk's list starts in qmap
+  const std::int32_t* qmap = nullptr;  ///< device: the lists, one after the other
+};
 
 class BatchedSearch {
  public:
@@ -30,8 +45,15 @@ class BatchedSearch {
   /// (device) on `stream`: no host synchronisation (capturable). A query whose pool overflowed
   /// has overflow[q] ≠ 0 afterwards and its out row untouched: the caller re-runs it through
   /// the batch-1 scan (same bits). max_sq: the shard's largest stored ‖x‖² (Δ's bound).
+  /// `schedule` (filtered searches, optional): the chunks' queries (chunks(batch, k) order);
+  /// each query's threshold then comes from the first chunk holding k rows it may return.
   void enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq, cudaStream_t stream,
-               const RowMasks* masks = nullptr);
+               const RowMasks* masks = nullptr, const ChunkSchedule* schedule = nullptr);
+
+  /// The chunks of rows a search of `batch` queries and `k` goes through, in order: the first
+  /// seeds the thresholds (8,192 rows at most), each later one has at most 8 × the rows before
+  /// it, up to what one GEMM output buffer holds.
+  std::vector<RowChunk> chunks(int batch, int k) const;
 
  private:
   /// Rows per chunk for a batch: the [batch, R] GEMM output fits one ping-pong buffer.

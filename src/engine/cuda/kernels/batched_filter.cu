@@ -65,22 +65,28 @@ struct Approx {
   }
 };
 
-/// First chunk of a batched search, one block per query: its threshold from the chunk's own
-/// k-th approximate score, and every row of the chunk that passes it into the query's pool.
-/// kMasked: rows the query may not return count as −inf for its threshold and never enter its
-/// pool (so when fewer than k of the chunk's rows are allowed, the threshold is −inf).
+/// A query's threshold from a chunk's own k-th approximate score, and every row of the chunk
+/// that passes it into the query's pool; one block per query of the chunk's GEMM (query
+/// qmap[j] in its row j; qmap null: query j). `first`: every query (the first chunk); else only
+/// the queries whose threshold is still −inf (no chunk so far held k rows they may return) —
+/// the filter kernel skipped those. kMasked: rows the query may not return count as −inf for its
+/// threshold and never enter its pool (so when fewer than k of the chunk's rows are allowed, the
+/// threshold stays −inf and every allowed row enters).
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
-    chunk0_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
-                  PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks) {
-  const int q = blockIdx.x;
+    seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
+                PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
+                float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks,
+                const std::int32_t* __restrict__ qmap, bool first) {
+  const int sub = blockIdx.x;
+  const int q = qmap ? qmap[sub] : sub;
+  if (!first && thr[q] != -CUDART_INF_F) return;  // one address: the whole block returns
   const QueryInfo qi = qinfo[q];
   const auto got = [&](int i) {
     if constexpr (kMasked) {
       if (!masks.allows(q, ap.row0 + i)) return -CUDART_INF_F;
     }
-    return ap(q, i, qi);
+    return ap(sub, i, qi);
   };
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
   const float t = filter_threshold(kth, rows_c, k, qi.delta);
@@ -98,6 +104,7 @@ __global__ void __launch_bounds__(kSelThreads)
                       static_cast<std::uint32_t>(pool_cap));
   }
   if (!ok) atomicOr(&overflow[q], 1u);
+  __syncthreads();  // every thread read thr[q] before it changes
   if (threadIdx.x == 0) thr[q] = t;
 }
 
@@ -107,17 +114,23 @@ __global__ void __launch_bounds__(kSelThreads)
 /// takes values V (j · kFilterThreads + t) … + V − 1, V = FilterShape::kVec, j < 4), and makes
 /// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
 /// global atomic per passing value made the first chunks latency bound.
-/// kMasked: a (query, row) the masks rule out never enters the pool.
+/// kMasked: a (query, row) the masks rule out never enters the pool. Row j of the GEMM output is
+/// query qmap[j] (qmap null: query j). skip_unseeded: queries whose threshold is still −inf are
+/// left to seed_kernel, launched after this one.
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kFilterThreads)
     filter_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  std::uint32_t* __restrict__ overflow, RowMasks masks) {
+                  std::uint32_t* __restrict__ overflow, RowMasks masks, const std::int32_t* __restrict__ qmap,
+                  bool skip_unseeded) {
   constexpr int V = FilterShape<OutT>::kVec, P = FilterShape<OutT>::kPerThread;
-  const int q = blockIdx.y;
+  const int sub = blockIdx.y;
+  const int q = qmap ? qmap[sub] : sub;
+  const float t = thr[q];
+  if (skip_unseeded && t == -CUDART_INF_F) return;
   const int lane = threadIdx.x & 31;
   const int base = blockIdx.x * FilterShape<OutT>::kPerBlock;
-  const OutT* src = ap.S + q * ap.ld;
+  const OutT* src = ap.S + sub * ap.ld;
   // Value m of this thread: V consecutive values per 16-byte load, loads kFilterThreads apart.
   auto index = [&](int m) { return base + V * ((m / V) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % V); };
   float v[P];
@@ -133,7 +146,6 @@ __global__ void __launch_bounds__(kFilterThreads)
     }
   }
   const QueryInfo qi = qinfo[q];
-  const float t = thr[q];
   unsigned takes = 0;  // bit m: value m passes
 #pragma unroll
   for (int m = 0; m < P; ++m) {
@@ -215,44 +227,55 @@ Approx<OutT> approx_of(const ChunkScores& c) {
 }
 
 template <typename OutT>
-void filter_chunk_t(const ChunkScores& c, int batch, const CandidatePools& p, const RowMasks* masks,
-                    cudaStream_t stream) {
+void filter_chunk_t(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
   constexpr int per_block = FilterShape<OutT>::kPerBlock;
-  const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(batch));
-  if (masks) {
+  const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(n));
+  if (cq.masks) {
     filter_kernel<OutT, true><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                   p.cap, p.count, p.overflow, *masks);
+                                                                   p.cap, p.count, p.overflow, *cq.masks, cq.qmap,
+                                                                   cq.seeded_per_query);
   } else {
     filter_kernel<OutT, false><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                    p.cap, p.count, p.overflow, RowMasks{});
+                                                                    p.cap, p.count, p.overflow, RowMasks{}, cq.qmap,
+                                                                    cq.seeded_per_query);
   }
 }
 
 template <typename OutT>
-void first_chunk_t(const ChunkScores& c, int batch, std::uint32_t k, const CandidatePools& p, const RowMasks* masks,
-                   cudaStream_t stream) {
-  if (masks) {
-    chunk0_kernel<OutT, true><<<batch, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
-                                                                 p.count, p.thr, p.overflow, *masks);
+void seed_chunk_t(const ChunkScores& c, int n, std::uint32_t k, const CandidatePools& p, const ChunkQueries& cq,
+                  bool first, cudaStream_t stream) {
+  if (cq.masks) {
+    seed_kernel<OutT, true><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
+                                                           p.count, p.thr, p.overflow, *cq.masks, cq.qmap, first);
   } else {
-    chunk0_kernel<OutT, false><<<batch, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool,
-                                                                  p.cap, p.count, p.thr, p.overflow, RowMasks{});
+    seed_kernel<OutT, false><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
+                                                            p.count, p.thr, p.overflow, RowMasks{}, cq.qmap, first);
   }
+}
+
+__global__ void init_thresholds_kernel(float* __restrict__ thr, int batch) {
+  const int q = blockIdx.x * blockDim.x + threadIdx.x;
+  if (q < batch) thr[q] = -CUDART_INF_F;
 }
 
 }  // namespace
 
-void filter_first_chunk(const ChunkScores& c, int batch, int k, const CandidatePools& p, cudaStream_t stream,
-                        const RowMasks* masks) {
+void seed_chunk(const ChunkScores& c, int n, int k, const CandidatePools& p, const ChunkQueries& cq, bool first,
+                cudaStream_t stream) {
   const std::uint32_t uk = static_cast<std::uint32_t>(k);
-  if (c.half) first_chunk_t<__half>(c, batch, uk, p, masks, stream);
-  else first_chunk_t<float>(c, batch, uk, p, masks, stream);
+  if (c.half) seed_chunk_t<__half>(c, n, uk, p, cq, first, stream);
+  else seed_chunk_t<float>(c, n, uk, p, cq, first, stream);
   CHECK_CUDA_LAUNCH();
 }
 
-void filter_chunk(const ChunkScores& c, int batch, const CandidatePools& p, cudaStream_t stream, const RowMasks* masks) {
-  if (c.half) filter_chunk_t<__half>(c, batch, p, masks, stream);
-  else filter_chunk_t<float>(c, batch, p, masks, stream);
+void filter_chunk(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
+  if (c.half) filter_chunk_t<__half>(c, n, p, cq, stream);
+  else filter_chunk_t<float>(c, n, p, cq, stream);
+  CHECK_CUDA_LAUNCH();
+}
+
+void init_thresholds(float* thr, int batch, cudaStream_t stream) {
+  init_thresholds_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(thr, batch);
   CHECK_CUDA_LAUNCH();
 }
 

@@ -110,6 +110,19 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+/// Grid (ceil(chunks / 256), programs): act[p, c] = 1 when a block of chunk c is flagged.
+__global__ void chunk_activity_kernel(FilterState fs, const std::int64_t* __restrict__ chunk_rows, int chunks,
+                                      std::uint8_t* __restrict__ act) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int p = blockIdx.y;
+  if (c >= chunks) return;
+  const std::int64_t b0 = chunk_rows[c] >> kFilterBlockShift, b1 = (chunk_rows[c + 1] - 1) >> kFilterBlockShift;
+  const std::uint8_t* flags = fs.flags + static_cast<std::int64_t>(p) * fs.blocks;
+  std::uint8_t any = 0;
+  for (std::int64_t b = b0; b <= b1 && !any; ++b) any = flags[b] != kVerdictNone;
+  act[static_cast<std::int64_t>(p) * chunks + c] = any;
+}
+
 }  // namespace
 
 void launch_block_verdicts(const DeviceFilterTable& t, const std::uint8_t* packed, int n_programs,
@@ -135,6 +148,14 @@ void launch_filter_rows(const DeviceFilterTable& t, const std::uint8_t* packed, 
   SHARDTOPK_EXPECTS(fs.masks != nullptr && fs.mask_words >= (t.rows + 31) / 32, "launch_filter_rows: mask of ",
                     fs.mask_words, " words for ", t.rows, " rows");
   rows_kernel<<<static_cast<unsigned>(grid), kRowThreads, 0, stream>>>(t, packed, n_programs, single, fs);
+  CHECK_CUDA_LAUNCH();
+}
+
+void launch_chunk_activity(const FilterState& fs, int n_programs, const std::int64_t* chunk_rows, int chunks,
+                           std::uint8_t* act, cudaStream_t stream) {
+  if (n_programs <= 0 || chunks <= 0) return;
+  const dim3 grid(static_cast<unsigned>((chunks + 255) / 256), static_cast<unsigned>(n_programs));
+  chunk_activity_kernel<<<grid, 256, 0, stream>>>(fs, chunk_rows, chunks, act);
   CHECK_CUDA_LAUNCH();
 }
 

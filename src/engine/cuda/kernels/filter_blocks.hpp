@@ -33,6 +33,12 @@ void launch_block_verdicts(const DeviceFilterTable& table, const std::uint8_t* p
 void launch_filter_rows(const DeviceFilterTable& table, const std::uint8_t* packed_programs, int n_programs,
                         int single, const FilterState& fs, int grid, cudaStream_t stream);
 
+/// act [n_programs, chunks] (device) ← 1 where program p flags a block of chunk c (rows
+/// [chunk_rows[c], chunk_rows[c + 1]), device [chunks + 1]) after launch_filter_rows, else 0:
+/// the chunks of a batched search each query must score. On `stream`, returns at once.
+void launch_chunk_activity(const FilterState& fs, int n_programs, const std::int64_t* chunk_rows, int chunks,
+                           std::uint8_t* act, cudaStream_t stream);
+
 /// Blocks of launch_filter_rows resident at once on this device (its grid for a whole shard).
 int filter_rows_grid(int sms);
 

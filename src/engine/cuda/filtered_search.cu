@@ -1,0 +1,121 @@
+#include "engine/cuda/filtered_search.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/filter_blocks.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
+
+namespace shardtopk::cuda_detail {
+namespace {
+
+constexpr std::size_t kScheduleRowsBytes = static_cast<std::size_t>(kScheduleChunks + 1) * sizeof(std::int64_t);
+
+}  // namespace
+
+FilteredSearch::FilteredSearch(const Workspace& ws, const DeviceFilterTable& table, const ScanSelectPlan& scan,
+                               FilterScan path, const EngineLimits& limits, int sms, cudaStream_t stream)
+    : ws_(ws), table_(table), scan_(scan), batch_max_(limits.batch_max) {
+  fscan_ = plan_filtered_scan(scan, path, sms);
+  fs_.blocks = ws.blocks;
+  fs_.mask_words = ws.mask_words;
+  fs_.flags = ws.flags;
+  fs_.cand = ws.cand;
+  fs_.stats = ws.fstats;
+  fs_.masks = ws.masks;
+  rows_grid_ = filter_rows_grid(sms);
+  programs_pinned_.allocate(kFilterProgramBytes + sizeof(std::int32_t) * static_cast<std::size_t>(limits.batch_max));
+  programs_copied_.create(cudaEventDisableTiming);
+  CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream));
+  schedule_pinned_.allocate(kScheduleRowsBytes + static_cast<std::size_t>(kScheduleActBytes) +
+                            sizeof(std::int32_t) * static_cast<std::size_t>(kScheduleQueries));
+  schedule_.qmap = ws.qmap;
+}
+
+void FilteredSearch::prepare(const FilterBatch& f, int batch, cudaStream_t s) {
+  // The pinned staging may still be read by the previous search's copy.
+  CHECK_CUDA(cudaEventSynchronize(programs_copied_.get()));
+  const std::size_t bytes = packed_filter_programs_bytes(f.programs, f.count);
+  SHARDTOPK_EXPECTS(bytes <= kFilterProgramBytes, "the filters of this batch take ", bytes,
+                    " bytes compiled, more than the ", kFilterProgramBytes, " one search may carry");
+  std::uint8_t* staging = programs_pinned_.as<std::uint8_t>();
+  pack_filter_programs(f.programs, f.count, staging, kFilterProgramBytes);
+  std::memcpy(staging + kFilterProgramBytes, f.query_program, sizeof(std::int32_t) * static_cast<std::size_t>(batch));
+  CHECK_CUDA(cudaMemcpyAsync(ws_.programs, staging, bytes, cudaMemcpyHostToDevice, s));
+  CHECK_CUDA(cudaMemcpyAsync(ws_.mask_index, staging + kFilterProgramBytes,
+                             sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
+  CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
+  launch_block_verdicts(table_, ws_.programs, f.count, fs_, s);
+  // One program: its candidate blocks alone. Several: every block once, with all of them.
+  launch_filter_rows(table_, ws_.programs, f.count, f.count == 1 ? 0 : -1, fs_, rows_grid_, s);
+}
+
+RowMasks FilteredSearch::masks(const std::uint32_t* live) const {
+  RowMasks m;
+  m.masks = ws_.masks;
+  m.words = ws_.mask_words;
+  m.index = ws_.mask_index;
+  m.live = live;
+  m.flags = ws_.flags;
+  m.blocks = ws_.blocks;
+  return m;
+}
+
+void FilteredSearch::scan_one(ScanSelectArgs base, int q, const std::uint32_t* live, cudaStream_t s) const {
+  FilteredScanArgs a;
+  base.masks = RowMasks{};
+  a.base = base;
+  a.base.scores = ws_.scores;
+  a.cids = ws_.cids;
+  a.row_list = ws_.row_list;
+  a.fs = fs_;
+  a.query_program = ws_.mask_index;
+  a.q = q;
+  a.live = live;
+  filtered_scan_select(scan_, fscan_, a, s);
+}
+
+const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, const FilterBatch& f, int batch, int k,
+                                              cudaStream_t s) {
+  const std::vector<RowChunk> chunks = batched.chunks(batch, k);
+  const auto nc = static_cast<std::int64_t>(chunks.size());
+  schedule_.queries.assign(chunks.size(), batch);
+  schedule_.first.assign(chunks.size(), 0);
+  if (nc == 0 || nc > kScheduleChunks || static_cast<std::int64_t>(f.count) * nc > kScheduleActBytes) return schedule_;
+  auto* rows = schedule_pinned_.as<std::int64_t>();
+  auto* act = schedule_pinned_.as<std::uint8_t>() + kScheduleRowsBytes;
+  auto* qmap = reinterpret_cast<std::int32_t*>(act + kScheduleActBytes);
+  for (std::int64_t c = 0; c < nc; ++c) rows[c] = chunks[static_cast<std::size_t>(c)].row0;
+  rows[nc] = chunks.back().row0 + chunks.back().rows;
+  CHECK_CUDA(cudaMemcpyAsync(ws_.chunk_rows, rows, sizeof(std::int64_t) * static_cast<std::size_t>(nc + 1),
+                             cudaMemcpyHostToDevice, s));
+  launch_chunk_activity(fs_, f.count, ws_.chunk_rows, static_cast<int>(nc), ws_.chunk_act, s);
+  CHECK_CUDA(cudaMemcpyAsync(act, ws_.chunk_act, static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc),
+                             cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));  // also: the previous search's copy of qmap has left the staging
+  std::int64_t used = 0;
+  std::vector<std::int32_t> list;
+  list.reserve(static_cast<std::size_t>(batch));
+  for (std::int64_t c = 0; c < nc; ++c) {
+    list.clear();
+    for (int q = 0; q < batch; ++q) {
+      const std::int32_t p = f.query_program[q];
+      if (p < 0 || act[static_cast<std::int64_t>(p) * nc + c]) list.push_back(q);
+    }
+    const auto n = static_cast<std::int64_t>(list.size());
+    if (n == batch || used + n > kScheduleQueries) continue;  // every query (the masks do the rest)
+    schedule_.queries[static_cast<std::size_t>(c)] = static_cast<int>(n);
+    schedule_.first[static_cast<std::size_t>(c)] = used;
+    std::copy(list.begin(), list.end(), qmap + used);
+    used += n;
+  }
+  if (used > 0)
+    CHECK_CUDA(cudaMemcpyAsync(ws_.qmap, qmap, sizeof(std::int32_t) * static_cast<std::size_t>(used),
+                               cudaMemcpyHostToDevice, s));
+  return schedule_;
+}
+
+}  // namespace shardtopk::cuda_detail
