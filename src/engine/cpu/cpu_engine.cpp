@@ -57,7 +57,8 @@
 
 #include "core/half.hpp"
 #include "core/log.hpp"
-#include "engine/filter_batch.hpp"
+#include "engine/search_args.hpp"
+#include "engine/slots.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
@@ -620,7 +621,7 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(const ShardInput& s, Metric metric, Dtype dtype, const EngineLimits& lim, const EngineOptions& opt)
       : metric_(metric), dtype_(dtype), isa_(choose_isa(opt.cpu_isa)), rows_(s.rows),
-        cap_(s.capacity > 0 ? s.capacity : s.rows), hw_(s.rows), dim_(s.dim),
+        cap_(s.capacity > 0 ? s.capacity : s.rows), dim_(s.dim),
         dp_(round_up(std::max<std::int64_t>(s.dim, 1), kLanes)), limits_(lim), pool_(pool_threads(opt.threads)) {
     SHARDTOPK_EXPECTS(s.dim >= 1, "cpu engine: dimension must be >= 1");
     SHARDTOPK_EXPECTS(lim.batch_max >= 1 && lim.k_max >= 1, "cpu engine: bad limits (batch_max ", lim.batch_max,
@@ -630,12 +631,7 @@ class CpuEngine final : public Engine {
     check_buffers_fit(cpu_buffers(cap_, s.dim, dtype, lim, pool_.size()), lim);
     SHARDTOPK_EXPECTS(s.rows >= 0 && (s.generated || s.streamed || s.rows == 0 || s.data != nullptr),
                       "cpu engine: shard has no data (data == nullptr and not generated or streamed)");
-    ids_.assign(static_cast<size_t>(cap_), kPadId);  // slots past the rows: never written yet
-    if (s.ids) {
-      std::copy(s.ids, s.ids + s.rows, ids_.begin());
-    } else {
-      for (std::int64_t r = 0; r < s.rows; ++r) ids_[r] = s.first_row + r;
-    }
+    ids_ = engine_detail::slot_ids(s, cap_);
     const size_t n = static_cast<size_t>(round_up(cap_, 2) * dp_);  // an odd count gets a zero row
     if (dtype_ == Dtype::kFloat32) {
       f32_.assign(n, 0.0f);
@@ -659,27 +655,11 @@ class CpuEngine final : public Engine {
       store_rows(0, rows_, s.data);
     }
     padded_q_.assign(static_cast<size_t>(lim.batch_max) * dp_, 0.0f);
-    // Filters: the shard's attribute table (or its global ids alone) and a row mask per distinct
-    // filter of a batch.
-    // Reserved slots hold zeros and kPadId until written (their block bounds include them).
-    if (s.attributes) {
-      SHARDTOPK_EXPECTS(s.attributes->rows() == rows_, "cpu engine: the attribute table has ", s.attributes->rows(),
-                        " rows but the shard has ", rows_);
-      std::vector<AttributeColumn> cols;
-      for (int c = 0; c < s.attributes->columns(); ++c) {
-        cols.push_back(s.attributes->column(c));
-        if (cols.back().type == AttributeType::kInt64) cols.back().ints.resize(static_cast<size_t>(cap_), 0);
-        else cols.back().reals.resize(static_cast<size_t>(cap_), 0.0);
-      }
-      std::vector<std::int64_t> gids = s.attributes->global_ids();
-      gids.resize(static_cast<size_t>(cap_), kPadId);
-      table_ = AttributeTable(std::move(cols), std::move(gids), opt.threads);
-    } else {
-      table_ = AttributeTable({}, ids_, opt.threads);
-    }
+    // Filters: the attribute table over every slot, and a row mask per program of a batch.
+    // Searches scan the rows and every slot written since (slots_.scanned()).
+    table_ = engine_detail::slot_attribute_table(s, cap_, opt.threads, "cpu engine");
+    slots_ = engine_detail::Slots(cap_, rows_, rows_);
     mask_words_ = filter_mask_words(cap_);
-    live_.assign(static_cast<size_t>(mask_words_), 0u);
-    for (std::int64_t r = 0; r < rows_; ++r) live_[r >> 5] |= 1u << (r & 31);
     masks_.assign(static_cast<size_t>(std::max(lim.max_filters, 0)) * static_cast<size_t>(mask_words_), 0u);
     query_mask_.assign(static_cast<size_t>(lim.batch_max), nullptr);
     const size_t bk = static_cast<size_t>(lim.batch_max) * lim.k_max;
@@ -691,20 +671,12 @@ class CpuEngine final : public Engine {
   }
 
   EngineInfo info() const override {
-    EngineInfo i;
-    i.name = "cpu";
-    i.space = MemSpace::kHost;
-    i.metric = metric_;
-    i.dtype = dtype_;
-    i.rows = rows_;
-    i.capacity = cap_;
-    i.dim = dim_;
-    i.device = -1;
-    i.device_name = std::string(isa_name(isa_)) + ", " + std::to_string(pool_.size()) + " threads";
-    i.resident_bytes = f32_.size() * 4 + u16_.size() * 2 + ids_.size() * 8 +
-                       (lists_.size() + sel_buf_.size()) * sizeof(Candidate) + sel_state_.size() * sizeof(QueryState) +
-                       padded_q_.size() * 4 + masks_.size() * 4 + live_.size() * 4;
-    return i;
+    const std::uint64_t bytes = f32_.size() * 4 + u16_.size() * 2 + ids_.size() * 8 +
+                                (lists_.size() + sel_buf_.size()) * sizeof(Candidate) +
+                                sel_state_.size() * sizeof(QueryState) + padded_q_.size() * 4 + masks_.size() * 4 +
+                                slots_.live_mask().size() * 4;
+    return EngineInfo{"cpu", MemSpace::kHost, metric_, dtype_, rows_, cap_, dim_, /*device=*/-1,
+                      std::string(isa_name(isa_)) + ", " + std::to_string(pool_.size()) + " threads", bytes};
   }
   const EngineLimits& limits() const override { return limits_; }
   void* stream() const override { return nullptr; }
@@ -762,19 +734,14 @@ class CpuEngine final : public Engine {
   }
 
   void search(const SearchArgs& a) override {
-    SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= limits_.batch_max, "batch of ", a.batch,
-                      " queries out of range: allowed 0 .. ", limits_.batch_max, " (search.batch_max)");
-    SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= limits_.k_max, "k=", a.k, " out of range: allowed 1 .. ", limits_.k_max,
-                      " (search.k_max)");
+    engine_detail::check_search_args(a, limits_);
     SHARDTOPK_EXPECTS(!streaming_, "search: the shard's rows are still loading (finish_load)");
     if (a.batch == 0) return;
-    SHARDTOPK_EXPECTS(a.queries != nullptr && a.out != nullptr, "search: null query or output buffer");
-    engine_detail::check_filter_batch(a.filters, a.batch, limits_.max_filters);
-    const bool filtered = a.filters.count > 0;
+    const bool filtered = a.filters.count > 0, dead = slots_.dead() > 0;
     if (filtered) prepare_masks(a.filters, a.batch);
-    if (!filtered && dead_ > 0)  // deleted rows: every query reads the live mask
-      std::fill(query_mask_.begin(), query_mask_.begin() + a.batch, live_.data());
-    run(a.queries, a.batch, a.k, a.out, filtered || dead_ > 0 ? query_mask_.data() : nullptr);
+    if (!filtered && dead)  // deleted rows: every query reads the live mask
+      std::fill(query_mask_.begin(), query_mask_.begin() + a.batch, slots_.live_mask().data());
+    run(a.queries, a.batch, a.k, a.out, filtered || dead ? query_mask_.data() : nullptr);
     if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, nullptr);
   }
 
@@ -783,48 +750,21 @@ class CpuEngine final : public Engine {
 
   void write_rows(const SlotRows& w) override {
     SHARDTOPK_EXPECTS(!streaming_, "write_rows: the shard's rows are still loading (finish_load)");
+    slots_.check_write(w, dim_, dtype_);
     if (w.n <= 0) return;
-    SHARDTOPK_EXPECTS(w.slots && w.ids && w.vectors, "write_rows: null slots, ids or vectors");
-    check_slots(w.slots, w.n, "write_rows");
-    for (std::int64_t i = 0; i < w.n; ++i)
-      SHARDTOPK_EXPECTS(!is_live(w.slots[i]), "write_rows: slot ", w.slots[i], " is live (delete it first)");
-    // Storage overflow is checked before anything changes.
-    if (dtype_ != Dtype::kFloat32) {
-      for (std::int64_t i = 0; i < w.n; ++i) {
-        const std::int64_t d = half::first_overflow(w.vectors + i * dim_, dim_, dtype_ == Dtype::kBFloat16);
-        SHARDTOPK_EXPECTS(d < 0, "row id ", w.ids[i], " value ", w.vectors[i * dim_ + (d < 0 ? 0 : d)], " at column ",
-                          d, " overflows ", to_string(dtype_), "; use engine.dtype float32");
-      }
-    }
     table_.write_rows(w.slots, w.n, w.ids, w.attributes);
     for (std::int64_t i = 0; i < w.n; ++i) {
       const std::int64_t s = w.slots[i];
       ids_[static_cast<size_t>(s)] = w.ids[i];
       store_rows(s, 1, w.vectors + i * dim_);
-      if (s >= hw_) {  // the scan grows over never-used slots, which are dead until set_live
-        for (std::int64_t r = hw_; r <= s; ++r) dead_ += is_live(r) ? 0 : 1;
-        hw_ = s + 1;
-      }
+      slots_.scan_through(s);  // never-used slots join the scan dead, until set_live
     }
   }
 
-  void set_live(const std::int64_t* slots, std::int64_t n, bool live) override {
-    if (n <= 0) return;
-    SHARDTOPK_EXPECTS(slots != nullptr, "set_live: null slots");
-    check_slots(slots, n, "set_live");
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t r = slots[i];
-      if (is_live(r) == live) continue;
-      if (live) live_[r >> 5] |= 1u << (r & 31);
-      else live_[r >> 5] &= ~(1u << (r & 31));
-      if (r < hw_) dead_ += live ? -1 : 1;
-    }
-  }
+  void set_live(const std::int64_t* slots, std::int64_t n, bool live) override { slots_.set_live(slots, n, live); }
 
   void read_rows(const std::int64_t* slots, std::int64_t n, float* out) override {
-    if (n <= 0) return;
-    SHARDTOPK_EXPECTS(slots != nullptr && out != nullptr, "read_rows: null slots or output");
-    check_slots(slots, n, "read_rows");
+    slots_.check_read(slots, n, out);
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t d = 0; d < dim_; ++d) {
         const std::int64_t o = elem_offset(slots[i], d, dp_);
@@ -835,13 +775,6 @@ class CpuEngine final : public Engine {
   const AttributeTable& attribute_table() const override { return table_; }
 
  private:
-  bool is_live(std::int64_t r) const { return ((live_[r >> 5] >> (r & 31)) & 1u) != 0u; }
-
-  void check_slots(const std::int64_t* slots, std::int64_t n, const char* what) const {
-    for (std::int64_t i = 0; i < n; ++i)
-      SHARDTOPK_EXPECTS(slots[i] >= 0 && slots[i] < cap_, what, ": slot ", slots[i], " outside [0, ", cap_, ")");
-  }
-
   /// Host float32 rows src [n, dim] → storage rows [first, first + n) (pair-interleaved layout;
   /// float16 / bfloat16 rounding with an overflow check naming the row's global id).
   void store_rows(std::int64_t first, std::int64_t n, const float* src) {
@@ -869,14 +802,15 @@ class CpuEngine final : public Engine {
   void prepare_masks(const FilterBatch& f, int batch) {
     for (int m = 0; m < f.count; ++m) {
       std::uint32_t* mask = masks_.data() + m * static_cast<size_t>(mask_words_);
-      evaluate_mask(*f.programs[m], table_, RowRange{0, hw_}, mask, nullptr, pool_.size());
-      if (dead_ > 0)
-        for (std::int64_t w = 0; w < filter_mask_words(hw_); ++w) mask[w] &= live_[static_cast<size_t>(w)];
+      const std::int64_t hw = slots_.scanned();
+      evaluate_mask(*f.programs[m], table_, RowRange{0, hw}, mask, nullptr, pool_.size());
+      if (slots_.dead() > 0)
+        for (std::int64_t w = 0; w < filter_mask_words(hw); ++w) mask[w] &= slots_.live_mask()[static_cast<size_t>(w)];
     }
     for (int b = 0; b < batch; ++b) {
       const std::int32_t m = f.query_program[b];
       query_mask_[b] = m >= 0 ? masks_.data() + m * static_cast<size_t>(mask_words_)
-                              : dead_ > 0 ? live_.data() : nullptr;
+                              : slots_.dead() > 0 ? slots_.live_mask().data() : nullptr;
     }
   }
 
@@ -888,9 +822,10 @@ class CpuEngine final : public Engine {
     auto work = [&](int t) {
       // Thread ranges start on 16-row bounds (whole row pairs, whole 8-pair blocks). A row's
       // score does not depend on which thread or tile computes it.
-      // Slots past the high-water mark hw_ were never written: not scanned.
-      const std::int64_t per = round_up((hw_ + nt - 1) / nt, 16);
-      const std::int64_t r0 = std::min(hw_, t * per), r1 = std::min(hw_, r0 + per);
+      // Slots past the high-water mark were never written: not scanned.
+      const std::int64_t hw = slots_.scanned();
+      const std::int64_t per = round_up((hw + nt - 1) / nt, 16);
+      const std::int64_t r0 = std::min(hw, t * per), r1 = std::min(hw, r0 + per);
       const Selector sel{sel_buf_.data() + static_cast<size_t>(t) * limits_.batch_max * sel_stride_,
                          sel_state_.data() + static_cast<size_t>(t) * limits_.batch_max,
                          sel_stride_,
@@ -1010,8 +945,6 @@ class CpuEngine final : public Engine {
   Isa isa_;
   std::int64_t rows_;    // rows loaded at build (slots [0, rows_))
   std::int64_t cap_;     // slots (ShardInput::capacity)
-  std::int64_t hw_;      // slots [0, hw_) are scanned: the rows and every slot written since
-  std::int64_t dead_ = 0;  // dead slots below hw_: > 0 makes every search read live_
   std::int64_t dim_, dp_;
   EngineLimits limits_;
   Pool pool_;
@@ -1024,7 +957,7 @@ class CpuEngine final : public Engine {
   std::int64_t mask_words_ = 0;
   std::vector<std::uint32_t> masks_;                 // [max_filters, mask_words_]
   std::vector<const std::uint32_t*> query_mask_;     // [batch_max]
-  std::vector<std::uint32_t> live_;                  // [mask_words_] bit set: slot live
+  engine_detail::Slots slots_;                       // live mask, scanned slots [0, scanned)
   // streamed loading (ShardInput::streamed): two host blocks used in turn
   bool streaming_ = false;
   std::vector<float> load_buf_[2];

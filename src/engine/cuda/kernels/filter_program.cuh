@@ -94,25 +94,11 @@ __device__ inline LeafState leaf_state(const DeviceFilterTable& t, const Program
   return s;
 }
 
-/// The program's verdict over block b (the interval analysis: and = min, or = max, not = 2 − v).
+/// The program's verdict over block b (filter_detail::block_verdicts: the interval analysis).
 __device__ inline std::uint8_t block_verdict(const DeviceFilterTable& t, const ProgramView& p, std::int64_t b) {
-  using namespace filter_detail;
-  std::uint8_t stack[kFilterMaxStack];
-  int sp = 0;
-  for (int i = 0; i < p.n_ops; ++i) {
-    const FilterOp op = p.ops[i];
-    std::uint8_t v;
-    switch (op.code) {
-      case FilterOpCode::kTrue: v = kVerdictAll; break;
-      case FilterOpCode::kFalse: v = kVerdictNone; break;
-      case FilterOpCode::kNot: v = verdict_not(stack[--sp]); break;
-      case FilterOpCode::kAnd: sp -= 2; v = verdict_and(stack[sp], stack[sp + 1]); break;
-      case FilterOpCode::kOr: sp -= 2; v = verdict_or(stack[sp], stack[sp + 1]); break;
-      default: v = leaf_state(t, p, op, b).verdict; break;
-    }
-    stack[sp++] = v;
-  }
-  return stack[0];
+  std::uint8_t states[kFilterMaxOps];  // per-instruction verdicts, unused here
+  return filter_detail::block_verdicts(
+      p.ops, p.n_ops, [&](const FilterOp& op) { return leaf_state(t, p, op, b).verdict; }, states);
 }
 
 /// Whether row r (of the block `leaves` was made for) passes. Leaves the block's summaries
