@@ -278,7 +278,9 @@ class CudaEngine final : public Engine {
     // Filters (evaluated now, outside the search's graph: the programs change from search to
     // search) and deleted rows.
     const bool filtered = rows_ > 0 && a.filters.count > 0;
-    if (filtered) filters_->prepare(a.filters, a.batch, s);
+    const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
+    const bool batched = rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan);
+    if (filtered) filters_->prepare(a.filters, a.batch, /*row_masks=*/!batched, s);
     const std::uint32_t* live = rows_ > 0 && slots_.dead() > 0 ? ws_.live : nullptr;
     RowMasks masks = filtered ? filters_->masks(live) : RowMasks{};
     if (!filtered && live) {
@@ -288,8 +290,7 @@ class CudaEngine final : public Engine {
     const RowMasks* m = filtered || live ? &masks : nullptr;
     const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (live ? GraphCache::kMaskLive : 0);
     const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, mask_kinds};
-    const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
-    if (rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan)) return search_batched(a, key, s, m);
+    if (batched) return search_batched(a, key, s, m);
     // Batch 1 (or an empty shard): one scan + select per query, then the epilogue: one graph
     // (a filtered query's scan reads its program index on the device: one graph serves all).
     graphs_.run(key, s, [&] {
@@ -445,6 +446,7 @@ class CudaEngine final : public Engine {
     for (int q = 0; q < a.batch; ++q) {
       if (host_overflow_[q] == 0) continue;
       ++counters_.batched_fallbacks;  // a pool overflowed (adversarial row order): the exact batch-1 path, same bits
+      if (masks && masks->index) filters_->row_masks_of(a.filters.query_program[q], s);
       scan_one(a, q, s, masks);
       redo = true;
     }

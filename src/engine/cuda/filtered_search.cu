@@ -35,7 +35,7 @@ FilteredSearch::FilteredSearch(const Workspace& ws, const DeviceFilterTable& tab
   schedule_.qmap = ws.qmap;
 }
 
-void FilteredSearch::prepare(const FilterBatch& f, int batch, cudaStream_t s) {
+void FilteredSearch::prepare(const FilterBatch& f, int batch, bool row_masks, cudaStream_t s) {
   // The pinned staging may still be read by the previous search's copy.
   CHECK_CUDA(cudaEventSynchronize(programs_copied_.get()));
   const std::size_t bytes = packed_filter_programs_bytes(f.programs, f.count);
@@ -49,8 +49,16 @@ void FilteredSearch::prepare(const FilterBatch& f, int batch, cudaStream_t s) {
                              sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
   CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
   launch_block_verdicts(table_, ws_.programs, f.count, fs_, s);
+  count_ = f.count;
+  have_masks_.assign(static_cast<std::size_t>(f.count), row_masks);
   // One program: its candidate blocks alone. Several: every block once, with all of them.
-  launch_filter_rows(table_, ws_.programs, f.count, f.count == 1 ? 0 : -1, fs_, rows_grid_, s);
+  if (row_masks) launch_filter_rows(table_, ws_.programs, f.count, f.count == 1 ? 0 : -1, fs_, rows_grid_, s);
+}
+
+void FilteredSearch::row_masks_of(int p, cudaStream_t s) {
+  if (p < 0 || p >= count_ || have_masks_[static_cast<std::size_t>(p)]) return;
+  launch_filter_rows(table_, ws_.programs, count_, p, fs_, rows_grid_, s);
+  have_masks_[static_cast<std::size_t>(p)] = true;
 }
 
 RowMasks FilteredSearch::masks(const std::uint32_t* live) const {
@@ -61,6 +69,10 @@ RowMasks FilteredSearch::masks(const std::uint32_t* live) const {
   m.live = live;
   m.flags = ws_.flags;
   m.blocks = ws_.blocks;
+  m.programs = ws_.programs;
+  m.values = table_.values;
+  m.global_ids = table_.global_ids;
+  m.table_rows = table_.rows;
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/batched_search.hpp"
@@ -28,12 +29,18 @@ class FilteredSearch {
                  const EngineLimits& limits, int sms, cudaStream_t stream);
 
   /// Copies the batch's programs and each query's program index to the device and evaluates the
-  /// programs over the shard there, on `s` (not captured: the programs change from search to
-  /// search). f.count ≥ 1. Waits only for the staging's previous copy.
-  /// @throws Error when the programs take more than kFilterProgramBytes compiled.
-  void prepare(const FilterBatch& f, int batch, cudaStream_t s);
+  /// programs' block verdicts there, and with `row_masks` the masks of every program (the batch-1
+  /// scans read them; the batched path evaluates rows when it asks for them), on `s` (not
+  /// captured: the programs change from search to search). f.count ≥ 1. Waits only for the
+  /// staging's previous copy. @throws Error when the programs take more than kFilterProgramBytes.
+  void prepare(const FilterBatch& f, int batch, bool row_masks, cudaStream_t s);
 
-  /// The prepared batch's row masks for the batched path (`live`: the live mask, or nullptr).
+  /// The masks of program p, after a prepare without row masks (before a batch-1 scan of one of
+  /// its queries). On `s`.
+  void row_masks_of(int p, cudaStream_t s);
+
+  /// The prepared batch's filters for the batched path (`live`: the live mask, or nullptr): block
+  /// flags, and each program evaluated on the rows the path asks about.
   RowMasks masks(const std::uint32_t* live) const;
 
   /// Query q of the prepared batch through the filtered batch-1 scan: `base` holds the shard,
@@ -51,6 +58,8 @@ class FilteredSearch {
   FilteredScanPlan fscan_;
   FilterState fs_;
   int rows_grid_ = 1;
+  int count_ = 0;                    // programs of the prepared batch
+  std::vector<bool> have_masks_;     // [count_] masks evaluated
   int batch_max_ = 0;
   PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] program indices
   Event programs_copied_;

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kSelThreads)
   const QueryInfo qi = qinfo[q];
   const auto got = [&](int i) {
     if constexpr (kMasked) {
-      if (!masks.allows(q, ap.row0 + i)) return -CUDART_INF_F;
+      if (!masks.allows_evaluating(q, ap.row0 + i)) return -CUDART_INF_F;
     }
     return ap(sub, i, qi);
   };
@@ -152,7 +152,15 @@ __global__ void __launch_bounds__(kFilterThreads)
     const int i = index(m);
     if (i < rows_c) {
       v[m] = ap.finish(v[m], i, qi);
-      if (v[m] >= t && (!kMasked || masks.allows(q, ap.row0 + i))) takes |= 1u << m;
+      if (v[m] >= t) takes |= 1u << m;
+    }
+  }
+  if constexpr (kMasked) {
+    // Few values reach the threshold: ask the masks (a filter may evaluate its program on the
+    // row) about those only, from one call site.
+    for (unsigned left = takes; left != 0u; left &= left - 1u) {
+      const int m = __ffs(static_cast<int>(left)) - 1;
+      if (!masks.allows_evaluating(q, ap.row0 + index(m))) takes &= ~(1u << m);
     }
   }
   if (__ballot_sync(kFullMask, takes != 0) == 0) return;

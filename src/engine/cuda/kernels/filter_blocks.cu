@@ -4,12 +4,14 @@
 //   min/max bounds (a few 8-byte loads per leaf); a block-wide scan compacts each tile of 1,024
 //   blocks into the program's candidate list with one atomic per tile. 10M rows = 9,766 blocks:
 //   10 thread blocks per program.
-// rows: one thread block of 256 threads per candidate summary block (1,024 rows, 4 per thread).
-//   The leaves' verdicts over the block are computed once, in parallel (thread i: leaf i), and
-//   an `in` leaf keeps only its members inside the block's bounds (ids_in over a million ids:
-//   a row searches the few that can match). Then each thread evaluates its rows with a bit
-//   stack in a register and each warp writes its ballot as a mask word. With every program of a
-//   batch in one thread block, a block's attribute values come from DRAM once.
+// rows: the candidate blocks the bounds leave open. One program (batch 1, a tenant's batch): one
+//   thread block of 256 threads per block (1,024 rows, 4 per thread), the leaves' verdicts
+//   computed once, in parallel (thread i: leaf i). Several programs (per-query filters): one
+//   warp per (block, program), eight programs at once per thread block, so that a block's
+//   attribute values come from DRAM once for all of them and no barrier separates them. An
+//   `in` leaf keeps only its members inside the block's bounds (ids_in over a million ids: a
+//   row searches the few that can match); each thread evaluates its rows with a bit stack in a
+//   register, and each warp writes its ballot as a mask word.
 
 #include "engine/cuda/kernels/filter_blocks.hpp"
 
@@ -28,6 +30,7 @@ using namespace filter_detail;
 constexpr int kVerdictThreads = 1024;  // blocks per tile of the candidate list
 constexpr int kRowThreads = 256;
 constexpr int kRowsPerThread = static_cast<int>(kFilterBlockRows) / kRowThreads;
+constexpr int kWarpOps = 32;  // programs this short are evaluated by one warp (several programs)
 static_assert(kFilterBlockRows == (1 << kFilterBlockShift), "summary blocks of 1024 rows");
 static_assert(kFilterBlockRows % kRowThreads == 0 && kRowThreads % 32 == 0, "whole warps per block row group");
 
@@ -65,7 +68,73 @@ __global__ void __launch_bounds__(kVerdictThreads)
   if (cand) fs.cand[static_cast<std::int64_t>(p) * fs.blocks + base + static_cast<std::uint32_t>(pos)] = static_cast<std::int32_t>(b);
 }
 
-/// See launch_filter_rows. Static shared memory: the program's instructions and leaf states.
+/// Program p over block b by the whole thread block (4 rows per thread): the leaf states in
+/// parallel, then the rows. Every thread calls it (it has barriers).
+__device__ void block_rows_cta(const DeviceFilterTable& t, const std::uint8_t* packed, const FilterState& fs, int p,
+                               std::int64_t b, FilterOp* s_ops, LeafState* s_leaf) {
+  const std::int64_t r0 = b * kFilterBlockRows;
+  const int n = block_rows(t, b);
+  const ProgramView pv = program_at(packed, p);
+  std::uint8_t* flag = fs.flags + static_cast<std::int64_t>(p) * fs.blocks + b;
+  for (int i = threadIdx.x; i < pv.n_ops; i += kRowThreads) {
+    const FilterOp op = pv.ops[i];
+    s_ops[i] = op;
+    s_leaf[i] = is_leaf(op.code) ? leaf_state(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
+  }
+  __syncthreads();
+  std::uint32_t* out = fs.masks + static_cast<std::int64_t>(p) * fs.mask_words + r0 / 32;
+  int passed = 0;
+#pragma unroll
+  for (int k = 0; k < kRowsPerThread; ++k) {
+    const int i = k * kRowThreads + threadIdx.x;
+    const bool pass = i < n && eval_row(t, pv, s_ops, s_leaf, r0 + i);
+    const std::uint32_t word = __ballot_sync(0xffffffffu, pass);
+    if ((threadIdx.x & 31) == 0 && i < n) out[i / 32] = word;
+    passed += __syncthreads_count(pass);
+  }
+  if (threadIdx.x == 0) {
+    if (passed == 0) *flag = kVerdictNone;
+    else if (passed == n) *flag = kVerdictAll;
+    if (passed > 0) atomicAdd(&fs.stats[p].pass_rows, static_cast<std::uint32_t>(passed));
+  }
+  __syncthreads();  // s_ops and s_leaf are rewritten by the next call
+}
+
+/// Program p over block b by one warp (32 rows per lane, in 32 words): the instructions read
+/// from global memory (L1), the leaf states in `leaf` [kWarpOps]. The warp's lanes call it.
+__device__ void block_rows_warp(const DeviceFilterTable& t, const std::uint8_t* packed, const FilterState& fs, int p,
+                                std::int64_t b, LeafState* leaf) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t r0 = b * kFilterBlockRows;
+  const int n = block_rows(t, b);
+  const ProgramView pv = program_at(packed, p);
+  if (lane < pv.n_ops) {
+    const FilterOp op = pv.ops[lane];
+    leaf[lane] = is_leaf(op.code) ? leaf_state(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
+  }
+  __syncwarp();
+  std::uint32_t* out = fs.masks + static_cast<std::int64_t>(p) * fs.mask_words + r0 / 32;
+  int passed = 0;
+  for (int w = 0; w * 32 < n; ++w) {
+    const int i = w * 32 + lane;
+    const std::uint32_t word = __ballot_sync(0xffffffffu, i < n && eval_row(t, pv, pv.ops, leaf, r0 + i));
+    if (lane == 0) out[w] = word;
+    passed += __popc(word);
+  }
+  if (lane == 0) {
+    std::uint8_t* flag = fs.flags + static_cast<std::int64_t>(p) * fs.blocks + b;
+    if (passed == 0) *flag = kVerdictNone;
+    else if (passed == n) *flag = kVerdictAll;
+    if (passed > 0) atomicAdd(&fs.stats[p].pass_rows, static_cast<std::uint32_t>(passed));
+  }
+  __syncwarp();  // `leaf` is rewritten by the next call
+}
+
+/// See launch_filter_rows. One program: the thread block evaluates each of its candidate blocks.
+/// Several: each warp takes programs of up to kWarpOps instructions in turn (8 programs at once,
+/// no barrier between them: a batch of per-query filters is thousands of (block, program) pairs),
+/// then the thread block takes the longer ones. Static shared memory: one program's instructions
+/// and leaf states, and each warp's leaf states.
 __global__ void __launch_bounds__(kRowThreads)
     rows_kernel(DeviceFilterTable t, const std::uint8_t* __restrict__ packed, int n_programs, int single,
                 FilterState fs) {
@@ -73,40 +142,26 @@ __global__ void __launch_bounds__(kRowThreads)
   // __shared__ object.
   __shared__ alignas(16) unsigned char s_ops_bytes[kFilterMaxOps * sizeof(FilterOp)];
   __shared__ LeafState s_leaf[kFilterMaxOps];
+  __shared__ LeafState s_warp_leaf[kRowThreads / 32][kWarpOps];
   FilterOp* s_ops = reinterpret_cast<FilterOp*>(s_ops_bytes);
+  const int warp = threadIdx.x >> 5;
   const std::int64_t items = single >= 0 ? static_cast<std::int64_t>(fs.stats[single].cand_blocks) : t.blocks;
-  const int p_lo = single >= 0 ? single : 0, p_hi = single >= 0 ? single + 1 : n_programs;
   for (std::int64_t it = blockIdx.x; it < items; it += gridDim.x) {
-    const std::int64_t b = single >= 0 ? fs.cand[static_cast<std::int64_t>(single) * fs.blocks + it] : it;
-    const std::int64_t r0 = b * kFilterBlockRows;
-    const int n = block_rows(t, b);
-    for (int p = p_lo; p < p_hi; ++p) {
-      std::uint8_t* flag = fs.flags + static_cast<std::int64_t>(p) * fs.blocks + b;
-      if (*flag != kVerdictSome) continue;  // the same address for every thread: uniform
-      const ProgramView pv = program_at(packed, p);
-      for (int i = threadIdx.x; i < pv.n_ops; i += kRowThreads) {
-        const FilterOp op = pv.ops[i];
-        s_ops[i] = op;
-        s_leaf[i] = is_leaf(op.code) ? leaf_state(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
-      }
-      __syncthreads();
-      std::uint32_t* out = fs.masks + static_cast<std::int64_t>(p) * fs.mask_words + r0 / 32;
-      int passed = 0;
-#pragma unroll
-      for (int k = 0; k < kRowsPerThread; ++k) {
-        const int i = k * kRowThreads + threadIdx.x;
-        const bool pass = i < n && eval_row(t, pv, s_ops, s_leaf, r0 + i);
-        const std::uint32_t word = __ballot_sync(0xffffffffu, pass);
-        if ((threadIdx.x & 31) == 0 && i < n) out[i / 32] = word;
-        passed += __syncthreads_count(pass);
-      }
-      if (threadIdx.x == 0) {
-        if (passed == 0) *flag = kVerdictNone;
-        else if (passed == n) *flag = kVerdictAll;
-        if (passed > 0) atomicAdd(&fs.stats[p].pass_rows, static_cast<std::uint32_t>(passed));
-      }
-      __syncthreads();  // s_ops, s_leaf and the flag are rewritten for the next program
+    if (single >= 0) {
+      const std::int64_t b = fs.cand[static_cast<std::int64_t>(single) * fs.blocks + it];
+      if (fs.flags[static_cast<std::int64_t>(single) * fs.blocks + b] == kVerdictSome)  // uniform
+        block_rows_cta(t, packed, fs, single, b, s_ops, s_leaf);
+      continue;
     }
+    const std::int64_t b = it;
+    for (int p = warp; p < n_programs; p += kRowThreads / 32) {
+      if (fs.flags[static_cast<std::int64_t>(p) * fs.blocks + b] != kVerdictSome) continue;  // warp-uniform
+      if (program_at(packed, p).n_ops <= kWarpOps) block_rows_warp(t, packed, fs, p, b, s_warp_leaf[warp]);
+    }
+    __syncthreads();
+    for (int p = 0; p < n_programs; ++p)
+      if (program_at(packed, p).n_ops > kWarpOps && fs.flags[static_cast<std::int64_t>(p) * fs.blocks + b] == kVerdictSome)
+        block_rows_cta(t, packed, fs, p, b, s_ops, s_leaf);
   }
 }
 

@@ -24,11 +24,12 @@ void launch_block_verdicts(const DeviceFilterTable& table, const std::uint8_t* p
                            const FilterState& fs, cudaStream_t stream);
 
 /// Row masks of the blocks flagged 1 by launch_block_verdicts (call it first, on the same
-/// stream): one thread block per summary block, 4 rows per thread. A flagged block whose rows
-/// all fail becomes 0, one whose rows all pass becomes 2; stats.pass_rows counts its passing
-/// rows. `single` ≥ 0: only program `single`, walking its candidate list on a grid of `grid`
-/// blocks (work follows the candidates, not the shard); −1: every program, every block (one
-/// thread block reads a block's attribute values once for all programs), `grid` blocks.
+/// stream). A flagged block whose rows all fail becomes 0, one whose rows all pass becomes 2;
+/// stats.pass_rows counts its passing rows. `single` ≥ 0: only program `single`, one thread
+/// block per block of its candidate list (work follows the candidates, not the shard); −1: every
+/// program over every block, one warp per (block, program) for programs of up to 32
+/// instructions (a block's attribute values are read once for all of them), the thread block for
+/// longer ones. `grid`: thread blocks (filter_rows_grid: all resident).
 /// On `stream`, returns at once. @throws Error on bad arguments or a failed launch.
 void launch_filter_rows(const DeviceFilterTable& table, const std::uint8_t* packed_programs, int n_programs,
                         int single, const FilterState& fs, int grid, cudaStream_t stream);

@@ -103,6 +103,8 @@ __device__ inline std::uint8_t block_verdict(const DeviceFilterTable& t, const P
 
 /// Whether row r (of the block `leaves` was made for) passes. Leaves the block's summaries
 /// decide are not read; `in` leaves search only their members within the block's bounds.
+/// `leaves` nullptr: every leaf evaluated on the row, `in` leaves over their whole list (only
+/// t.values, t.global_ids and t.rows are read).
 __device__ inline bool eval_row(const DeviceFilterTable& t, const ProgramView& p, const FilterOp* ops,
                                 const LeafState* leaves, std::int64_t r) {
   using namespace filter_detail;
@@ -122,19 +124,21 @@ __device__ inline bool eval_row(const DeviceFilterTable& t, const ProgramView& p
     bool v;
     if (op.code == FilterOpCode::kTrue || op.code == FilterOpCode::kFalse) {
       v = op.code == FilterOpCode::kTrue;
-    } else if (leaves[i].verdict != kVerdictSome) {
+    } else if (leaves && leaves[i].verdict != kVerdictSome) {
       v = leaves[i].verdict == kVerdictAll;
     } else if (op.code == FilterOpCode::kRangeInt || op.code == FilterOpCode::kInInt) {
       const std::int64_t x = op.column == kFilterIdColumn
                                  ? t.global_ids[r]
                                  : static_cast<std::int64_t>(t.values[static_cast<std::int64_t>(op.column) * t.rows + r]);
-      v = op.code == FilterOpCode::kRangeInt ? in_range(x, p.ints[op.first], p.ints[op.first + 1])
-                                             : in_set(p.ints + leaves[i].first, leaves[i].count, x);
+      v = op.code == FilterOpCode::kRangeInt
+              ? in_range(x, p.ints[op.first], p.ints[op.first + 1])
+              : in_set(p.ints + (leaves ? leaves[i].first : op.first), leaves ? leaves[i].count : op.count, x);
     } else {
       const double x =
           __longlong_as_double(static_cast<long long>(t.values[static_cast<std::int64_t>(op.column) * t.rows + r]));
-      v = op.code == FilterOpCode::kRangeReal ? in_range(x, p.reals[op.first], p.reals[op.first + 1])
-                                              : in_set(p.reals + leaves[i].first, leaves[i].count, x);
+      v = op.code == FilterOpCode::kRangeReal
+              ? in_range(x, p.reals[op.first], p.reals[op.first + 1])
+              : in_set(p.reals + (leaves ? leaves[i].first : op.first), leaves ? leaves[i].count : op.count, x);
     }
     st = (st << 1) | static_cast<std::uint64_t>(v);
   }

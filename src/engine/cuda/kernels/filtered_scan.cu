@@ -56,10 +56,12 @@ struct FilterView {
 };
 
 /// Scores rows row[0 .. kR) (those with live[i]; every lane of the warp calls it with the same
-/// rows and flags) against the query qs [nvec · V] in shared memory: score.cuh's arithmetic.
+/// rows and flags) against the query qs [nvec · V] in shared memory: score.cuh's arithmetic. The
+/// rows are read once: evict-first loads (`pol`), so that they do not push the scan's own
+/// outputs out of L2.
 template <typename T, bool kL2, int kR, int kC>
 __device__ __forceinline__ void score_rows(const T* const (&row)[kR], const bool (&live)[kR], int nvec,
-                                           const float* qs, int lane, float (&s)[kR]) {
+                                           const float* qs, int lane, std::uint64_t pol, float (&s)[kR]) {
   constexpr int V = VecTraits<T>::kElems;
   float a[kR];
 #pragma unroll
@@ -72,7 +74,7 @@ __device__ __forceinline__ void score_rows(const T* const (&row)[kR], const bool
       if (v < nvec) {
 #pragma unroll
         for (int i = 0; i < kR; ++i)
-          if (live[i]) x[i][c] = load_chunk(row[i], v);
+          if (live[i]) x[i][c] = load_chunk_hint(row[i], v, pol);
       }
     }
 #pragma unroll
@@ -159,6 +161,7 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t nb = p < 0 ? fv.fs.blocks : static_cast<std::int64_t>(fv.fs.stats[p].cand_blocks);
   if (blockIdx.x == 0 && threadIdx.x == 0) st->entries = static_cast<std::uint32_t>(nb * kFilterBlockRows);
   scan_prologue(query, dim, nvec * V, qs, h);
+  const std::uint64_t pol = l2_evict_first();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
   const std::int32_t* cand = p < 0 ? nullptr : fv.fs.cand + static_cast<std::int64_t>(p) * fv.fs.blocks;
@@ -181,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
         row[e] = shard + (live[e] ? r : r0) * stride;
       }
       float s[kR];
-      score_rows<T, kL2, kR, kC>(row, live, nvec, qs, lane, s);
+      score_rows<T, kL2, kR, kC>(row, live, nvec, qs, lane, pol, s);
 #pragma unroll
       for (int e = 0; e < kR; ++e) {
         if (lane == e) {
@@ -214,6 +217,7 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t n = st->list_rows;
   if (blockIdx.x == 0 && threadIdx.x == 0) st->entries = static_cast<std::uint32_t>(n);
   scan_prologue(query, dim, nvec * V, qs, h);
+  const std::uint64_t pol = l2_evict_first();
   const int lane = threadIdx.x & 31;
   const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarps;
@@ -229,7 +233,7 @@ __global__ void __launch_bounds__(kThreads)
       row[e] = shard + r[e] * stride;
     }
     float s[kR];
-    score_rows<T, kL2, kR, kC>(row, live, nvec, qs, lane, s);
+    score_rows<T, kL2, kR, kC>(row, live, nvec, qs, lane, pol, s);
 #pragma unroll
     for (int e = 0; e < kR; ++e) {
       if (lane == e && live[e]) {
