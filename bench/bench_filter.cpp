@@ -92,6 +92,7 @@ struct Config1 {
   std::vector<double> lat_ms;
   double wall_s = 0;
   std::int64_t results = 0, slots = 0;  // real results and k x queries of the timed searches
+  std::uint64_t fallbacks = 0;          // batched queries re-run by the batch-1 scan (this rank's engine)
 };
 
 // The range of query q (q: its index in the pool): `width` values starting where q puts it.
@@ -246,6 +247,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
     auto q0_of = [&](long it) { return static_cast<int>((it * b) % (pool - b + 1)); };
     for (int it = 0; it < f.warmup; ++it) search(q0_of(it));
     host.barrier();
+    idx.engine().reset_transfer_counters();
     const auto t0 = Clock::now();
     for (int it = 0; it < f.iters; ++it) {
       const auto tb = Clock::now();
@@ -255,6 +257,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
       c.slots += static_cast<std::int64_t>(b) * f.k;
     }
     c.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    c.fallbacks = idx.engine().transfer_counters().batched_fallbacks;
     host.barrier();
     if (f.check) {
       for (int s0 = 0; s0 < f.check_queries; s0 += b) {
@@ -357,6 +360,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
       r["time_ratio_p50"] = p50 / up50;
       r["qps_ratio"] = qps / uqps;
       r["results_frac"] = c.slots ? static_cast<double>(c.results) / static_cast<double>(c.slots) : NAN;
+      r["batched_fallbacks"] = c.fallbacks;
       r["check"] = f.check;
       r["check_mode"] = info.mode;
       r["checked_queries"] = checks[ci].queries;

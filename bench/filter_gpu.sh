@@ -31,7 +31,7 @@ pack() {
   tar czf "$PACK_TO/filter_gpu_logs.tgz" -C "$OUTDIR" . 2>/dev/null || true
 }
 trap pack EXIT
-GIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "${GIT_COMMIT:-unknown}")
+GIT=${GIT_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 if stage build; then
   if [[ ! -f "$BUILD/build.ninja" ]]; then

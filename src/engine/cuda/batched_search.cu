@@ -79,6 +79,10 @@ std::vector<RowChunk> BatchedSearch::chunks(int batch, int k) const {
   return out;
 }
 
+std::int64_t BatchedSearch::outputs_per_buffer() const {
+  return static_cast<std::int64_t>(sbuf_bytes_ / (dtype_ == Dtype::kFloat16 ? 2 : 4));
+}
+
 void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq,
                             cudaStream_t stream, const RowMasks* masks, const ChunkSchedule* schedule) {
   bind(stream);
@@ -87,7 +91,8 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   CHECK_CUDA(cudaMemsetAsync(ws_.overflow, 0, static_cast<std::size_t>(batch) * 4, stream));
   prepare_batched_queries(queries, batch, dim_, dpad_, dtype_, l2_, max_sq, ws_.qpad, ws_.qhat, ws_.qinfo, stream);
   const bool seeded = schedule != nullptr;
-  if (seeded) init_thresholds(ws_.thr, batch, stream);
+  const CandidatePools pools{ws_.qinfo, ws_.pool, pcap, ws_.counts, ws_.thr, ws_.overflow, ws_.seen};
+  if (seeded) init_thresholds(pools, batch, stream);
   // The GEMM's output: __half for float16 shards (half the bytes per chunk), float otherwise.
   const bool half_out = dtype_ == Dtype::kFloat16;
   const float one = 1.0f, zero = 0.0f;
@@ -105,16 +110,14 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   // after the first 8 chunks measured 3 % slower; docs/PERFORMANCE.md, "Batched path").
   const std::uint32_t trigger = static_cast<std::uint32_t>(
       std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
-  const CandidatePools pools{ws_.qinfo, ws_.pool, pcap, ws_.counts, ws_.thr, ws_.overflow};
   const cudaStream_t side = side_.get();
-  const std::vector<RowChunk> plan = chunks(batch, k);
+  const std::vector<RowChunk> plan = seeded ? schedule->chunks : chunks(batch, k);
   int last = -1;
   std::int64_t c = 0;  // chunks launched
   for (std::size_t ci = 0; ci < plan.size(); ++ci) {
     const std::int64_t r0 = plan[ci].row0;
     const int rc = plan[ci].rows;
     const int n = seeded ? schedule->queries[ci] : batch;
-    if (n == 0) continue;  // no query may return a row of this chunk
     const bool subset = n < batch;
     const int b = static_cast<int>(c & 1);
     if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_filtered_[b].get(), 0));
@@ -134,7 +137,8 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
       // they may return so far) take theirs from this chunk.
       if (c > 0) filter_chunk(chunk, n, pools, cq, side);
       seed_chunk(chunk, n, k, pools, cq, false, side);
-      if (c > 0 && (c < 8 || c % kCompactEvery == 0 || rc > 65536)) compact_pools(batch, k, trigger, pools, side);
+      // after every chunk: a query seeded by this one lets more of the next one through
+      compact_pools(batch, k, trigger, pools, side);
     } else if (c == 0) {
       seed_chunk(chunk, n, k, pools, cq, true, side);
     } else {

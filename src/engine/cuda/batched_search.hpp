@@ -25,12 +25,15 @@ struct RowChunk {
   int rows = 0;
 };
 
-/// Which queries each chunk of a filtered batched search scores: a chunk no query may return a
-/// row of is skipped; one that fewer than all queries may GEMMs only those (their rows gathered).
+/// The chunks of a filtered batched search and the queries each one scores: chunks no query may
+/// return a row of are left out; one that fewer than all queries may GEMMs only those (their rows
+/// gathered), and neighbouring such chunks are merged while their GEMM output fits a buffer.
 struct ChunkSchedule {
-  std::vector<int> queries;          ///< [chunks] 0: skipped; the batch: all; else a list
-  std::vector<std::int64_t> first;   ///< [chunks] where the chunk's list starts in qmap
+  std::vector<RowChunk> chunks;        ///< in row order
+  std::vector<int> queries;            ///< [chunks] the batch: all; else the length of a list
+  std::vector<std::int64_t> first;     ///< [chunks] where the chunk's list starts in qmap
   const std::int32_t* qmap = nullptr;  ///< device: the lists, one after the other
+  bool full = false;                   ///< every chunk of chunks(batch, k), every query
 };
 
 class BatchedSearch {
@@ -54,6 +57,9 @@ class BatchedSearch {
   /// seeds the thresholds (8,192 rows at most), each later one has at most 8 × the rows before
   /// it, up to what one GEMM output buffer holds.
   std::vector<RowChunk> chunks(int batch, int k) const;
+
+  /// GEMM outputs one chunk buffer holds (a chunk of n queries × rows needs n · rows).
+  std::int64_t outputs_per_buffer() const;
 
  private:
   /// Rows per chunk for a batch: the [batch, R] GEMM output fits one ping-pong buffer.

@@ -428,18 +428,20 @@ class CudaEngine final : public Engine {
 
   /// One graph: the batched search, its overflow flags to the host, the epilogue (correct
   /// unless a pool overflowed: then queued again after the fallback). A filtered batch follows
-  /// its chunk schedule (which chunks each query scores, read back from the device first) and
-  /// is launched directly: the schedule changes from search to search.
-  void search_batched(const SearchArgs& a, const GraphCache::Key& key, cudaStream_t s, const RowMasks* masks) {
+  /// its chunk schedule (which chunks each query scores, read back from the device first): one
+  /// graph when it runs every chunk for every query (the programs are read on the device), else
+  /// launched directly, the schedule changing from search to search.
+  void search_batched(const SearchArgs& a, GraphCache::Key key, cudaStream_t s, const RowMasks* masks) {
     const ChunkSchedule* schedule =
         masks && masks->index ? &filters_->schedule(*batched_, a.filters, a.batch, a.k, s) : nullptr;
+    if (schedule) std::get<5>(key) |= GraphCache::kSeeded;
     auto enqueue = [&] {
       batched_->enqueue(a.queries, a.batch, a.k, a.out, max_sq_, s, masks, schedule);
       CHECK_CUDA(cudaMemcpyAsync(host_overflow_, ws_.overflow, static_cast<std::size_t>(a.batch) * 4,
                                  cudaMemcpyDeviceToHost, s));
       if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
     };
-    if (schedule) enqueue();
+    if (schedule && !schedule->full) enqueue();
     else graphs_.run(key, s, enqueue);
     CHECK_CUDA(cudaStreamSynchronize(s));
     bool redo = false;

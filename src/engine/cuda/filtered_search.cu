@@ -92,38 +92,82 @@ void FilteredSearch::scan_one(ScanSelectArgs base, int q, const std::uint32_t* l
 
 const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, const FilterBatch& f, int batch, int k,
                                               cudaStream_t s) {
-  const std::vector<RowChunk> chunks = batched.chunks(batch, k);
-  const auto nc = static_cast<std::int64_t>(chunks.size());
-  schedule_.queries.assign(chunks.size(), batch);
-  schedule_.first.assign(chunks.size(), 0);
+  const std::vector<RowChunk> base = batched.chunks(batch, k);
+  const auto nc = static_cast<std::int64_t>(base.size());
+  schedule_.chunks = base;
+  schedule_.queries.assign(base.size(), batch);
+  schedule_.first.assign(base.size(), 0);
+  schedule_.full = true;
   if (nc == 0 || nc > kScheduleChunks || static_cast<std::int64_t>(f.count) * nc > kScheduleActBytes) return schedule_;
   auto* rows = schedule_pinned_.as<std::int64_t>();
   auto* act = schedule_pinned_.as<std::uint8_t>() + kScheduleRowsBytes;
   auto* qmap = reinterpret_cast<std::int32_t*>(act + kScheduleActBytes);
-  for (std::int64_t c = 0; c < nc; ++c) rows[c] = chunks[static_cast<std::size_t>(c)].row0;
-  rows[nc] = chunks.back().row0 + chunks.back().rows;
+  for (std::int64_t c = 0; c < nc; ++c) rows[c] = base[static_cast<std::size_t>(c)].row0;
+  rows[nc] = base.back().row0 + base.back().rows;
   CHECK_CUDA(cudaMemcpyAsync(ws_.chunk_rows, rows, sizeof(std::int64_t) * static_cast<std::size_t>(nc + 1),
                              cudaMemcpyHostToDevice, s));
   launch_chunk_activity(fs_, f.count, ws_.chunk_rows, static_cast<int>(nc), ws_.chunk_act, s);
   CHECK_CUDA(cudaMemcpyAsync(act, ws_.chunk_act, static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc),
                              cudaMemcpyDeviceToHost, s));
   CHECK_CUDA(cudaStreamSynchronize(s));  // also: the previous search's copy of qmap has left the staging
+  // Per chunk, the queries that may return one of its rows; neighbouring chunks that only some
+  // queries may answer are merged while the union of their queries times their rows fits one
+  // GEMM output buffer (fewer, longer GEMMs: a batch of per-query clustered filters).
+  schedule_.chunks.clear();
+  schedule_.queries.clear();
+  schedule_.first.clear();
+  const std::int64_t outputs = batched.outputs_per_buffer();
+  std::vector<std::int32_t> mark(static_cast<std::size_t>(batch), -1);  // chunk list a query is in
+  std::vector<std::int32_t> list, cur;
+  RowChunk span{};
   std::int64_t used = 0;
-  std::vector<std::int32_t> list;
-  list.reserve(static_cast<std::size_t>(batch));
+  auto flush = [&] {
+    if (cur.empty()) return;
+    const auto n = static_cast<std::int64_t>(cur.size());
+    schedule_.chunks.push_back(span);
+    if (n < batch && used + n <= kScheduleQueries) {
+      std::sort(cur.begin(), cur.end());
+      std::copy(cur.begin(), cur.end(), qmap + used);
+      schedule_.queries.push_back(static_cast<int>(n));
+      schedule_.first.push_back(used);
+      used += n;
+    } else {  // every query (the masks do the rest)
+      schedule_.queries.push_back(batch);
+      schedule_.first.push_back(0);
+    }
+    cur.clear();
+  };
+  int lists = 0;
   for (std::int64_t c = 0; c < nc; ++c) {
+    const RowChunk& ch = base[static_cast<std::size_t>(c)];
     list.clear();
     for (int q = 0; q < batch; ++q) {
       const std::int32_t p = f.query_program[q];
       if (p < 0 || act[static_cast<std::int64_t>(p) * nc + c]) list.push_back(q);
     }
-    const auto n = static_cast<std::int64_t>(list.size());
-    if (n == batch || used + n > kScheduleQueries) continue;  // every query (the masks do the rest)
-    schedule_.queries[static_cast<std::size_t>(c)] = static_cast<int>(n);
-    schedule_.first[static_cast<std::size_t>(c)] = used;
-    std::copy(list.begin(), list.end(), qmap + used);
-    used += n;
+    if (list.size() != static_cast<std::size_t>(batch)) schedule_.full = false;
+    if (list.empty()) {  // no query may return a row of this chunk: skipped
+      flush();
+      continue;
+    }
+    std::int64_t joined = static_cast<std::int64_t>(cur.size());
+    for (std::int32_t q : list) joined += mark[static_cast<std::size_t>(q)] == lists ? 0 : 1;
+    const bool fits = !cur.empty() && span.row0 + span.rows == ch.row0 && joined < batch &&
+                      joined * (span.rows + static_cast<std::int64_t>(ch.rows)) <= outputs;
+    if (!fits) {
+      flush();
+      ++lists;
+      span = ch;
+    } else {
+      span.rows += ch.rows;
+    }
+    for (std::int32_t q : list)
+      if (mark[static_cast<std::size_t>(q)] != lists) {
+        mark[static_cast<std::size_t>(q)] = lists;
+        cur.push_back(q);
+      }
   }
+  flush();
   if (used > 0)
     CHECK_CUDA(cudaMemcpyAsync(ws_.qmap, qmap, sizeof(std::int32_t) * static_cast<std::size_t>(used),
                                cudaMemcpyHostToDevice, s));

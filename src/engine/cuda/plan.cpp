@@ -111,6 +111,7 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_chunk_rows = take(static_cast<std::uint64_t>(kScheduleChunks + 1) * 8);
   p.off_chunk_act = take(static_cast<std::uint64_t>(kScheduleActBytes));
   p.off_qmap = take(static_cast<std::uint64_t>(kScheduleQueries) * 4);
+  p.off_seen = take(mul_bytes(bmax, 4));
   p.total = off;
   p.table_bytes = DeviceFilterTableStorage::bytes_for(rows, lim.attribute_columns);
   return p;
@@ -149,6 +150,7 @@ Workspace Plan::carve(void* arena, bool l2) const {
   w.chunk_rows = reinterpret_cast<std::int64_t*>(base + off_chunk_rows);
   w.chunk_act = reinterpret_cast<std::uint8_t*>(base + off_chunk_act);
   w.qmap = reinterpret_cast<std::int32_t*>(base + off_qmap);
+  w.seen = reinterpret_cast<std::uint32_t*>(base + off_seen);
   return w;
 }
 

@@ -91,6 +91,7 @@ struct Workspace {
   std::int64_t* chunk_rows = nullptr; // [kScheduleChunks + 1] chunk starts, then the end
   std::uint8_t* chunk_act = nullptr;  // [kScheduleActBytes]: [programs, chunks]
   std::int32_t* qmap = nullptr;       // [kScheduleQueries]
+  std::uint32_t* seen = nullptr;      // [batch_max] a filtered batch's rows seen per threshold
 };
 
 struct Plan {
@@ -99,7 +100,7 @@ struct Plan {
                 off_status = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
                 off_pool = 0, off_scores = 0, off_cublas = 0, off_masks = 0, off_mask_index = 0, off_live = 0,
                 off_programs = 0, off_flags = 0, off_cand = 0, off_fstats = 0, off_cids = 0, off_row_list = 0,
-                off_qsub = 0, off_chunk_rows = 0, off_chunk_act = 0, off_qmap = 0;
+                off_qsub = 0, off_chunk_rows = 0, off_chunk_act = 0, off_qmap = 0, off_seen = 0;
   std::int64_t mask_words = 0, blocks = 0;
   std::uint64_t scores_bytes = 0;
   std::uint64_t sbuf_bytes = 0;   // one batched GEMM output buffer (two, ping-pong)

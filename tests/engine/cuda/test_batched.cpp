@@ -112,10 +112,17 @@ struct Pools {
   DeviceArray<PoolEntry> pool;
   DeviceArray<std::uint32_t> count, overflow;
   DeviceArray<float> thr;
+  DeviceArray<std::uint32_t> seen;
   Pools(int b, std::int64_t c)
-      : batch(b), cap(c), pool(static_cast<size_t>(b * c), 0xFF), count(b, 0x00), overflow(b, 0x00), thr(b, 0x00) {}
+      : batch(b),
+        cap(c),
+        pool(static_cast<size_t>(b * c), 0xFF),
+        count(b, 0x00),
+        overflow(b, 0x00),
+        thr(b, 0x00),
+        seen(b, 0x00) {}
   CandidatePools view(const QueryInfo* qinfo) const {
-    return CandidatePools{qinfo, pool.get(), cap, count.get(), thr.get(), overflow.get()};
+    return CandidatePools{qinfo, pool.get(), cap, count.get(), thr.get(), overflow.get(), seen.get()};
   }
 };
 
@@ -202,9 +209,10 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
 }
 
 // A filtered batch's chunk: its GEMM scored only some queries (row j of the output is query
-// qmap[j]); a query with a threshold is filtered by filter_chunk, one still at −inf is seeded
-// by seed_chunk from this chunk's own k-th value (per-query seeding), and queries the chunk left
-// out keep their pools and thresholds.
+// qmap[j]); a query whose threshold saw at least 1/8 of the chunk's rows is filtered by
+// filter_chunk, one still at −inf (or seen on fewer rows) is seeded by seed_chunk from this
+// chunk's own k-th value and counts the chunk's rows, and queries the chunk left out keep their
+// pools, thresholds and counts.
 TEST(BatchedFilter, SeededQueriesAndChunkSubsets) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   use_test_device();
@@ -217,6 +225,7 @@ TEST(BatchedFilter, SeededQueriesAndChunkSubsets) {
         const ChunkData c(batch, rows, rows, 4096, half, l2, 23 + k);  // GEMM rows 0, 1 used
         Pools p(batch, 16384);
         p.thr.upload({7.0f, -inf, -inf, 0.5f});
+        p.seen.upload({5u, 0u, 0u, static_cast<std::uint32_t>(rows / 8)});
         const DeviceArray<std::int32_t> qmap(std::vector<std::int32_t>{3, 1});
         const cuda_detail::ChunkQueries cq{qmap.get(), nullptr, true};
         const CandidatePools pv = p.view(c.dev_qinfo.get());
@@ -238,6 +247,10 @@ TEST(BatchedFilter, SeededQueriesAndChunkSubsets) {
         EXPECT_TRUE(std::isinf(thr[2]) && thr[2] < 0) << what;
         EXPECT_EQ(count[0], 0u) << what << ": query 0 was not in the chunk";
         EXPECT_EQ(count[2], 0u) << what << ": query 2 was not in the chunk";
+        const std::vector<std::uint32_t> seen = p.seen.download();
+        EXPECT_EQ(seen, (std::vector<std::uint32_t>{5u, static_cast<std::uint32_t>(rows), 0u,
+                                                    static_cast<std::uint32_t>(rows / 8)}))
+            << what << ": the seeded query counts the chunk's rows";
         for (const auto& [q, j, t] : {std::tuple<int, int, float>{1, 1, t1}, {3, 0, 0.5f}}) {
           std::vector<PoolEntry> want;
           for (int i = 0; i < rows; ++i)

@@ -65,22 +65,32 @@ struct Approx {
   }
 };
 
+/// Whether query q's threshold is young for a chunk of rows_c rows: it comes from fewer than
+/// 1 / kSeedGrowth of the chunk's rows (none at all: −inf), so that filtering the chunk with it
+/// could let about k · rows_c / seen rows through; seed_kernel takes such a query from the chunk
+/// itself instead (the filter kernel skips it). The bound of the first chunks' growth, per query.
+constexpr std::uint64_t kSeedGrowth = 8;
+__device__ __forceinline__ bool young(const std::uint32_t* seen, int q, int rows_c) {
+  return static_cast<std::uint64_t>(seen[q]) * kSeedGrowth < static_cast<std::uint64_t>(rows_c);
+}
+
 /// A query's threshold from a chunk's own k-th approximate score, and every row of the chunk
 /// that passes it into the query's pool; one block per query of the chunk's GEMM (query
-/// qmap[j] in its row j; qmap null: query j). `first`: every query (the first chunk); else only
-/// the queries whose threshold is still −inf (no chunk so far held k rows they may return) —
-/// the filter kernel skipped those. kMasked: rows the query may not return count as −inf for its
-/// threshold and never enter its pool (so when fewer than k of the chunk's rows are allowed, the
-/// threshold stays −inf and every allowed row enters).
+/// qmap[j] in its row j; qmap null: query j). `seen` null: every query, threshold from this chunk
+/// (the first chunk). Else only the queries whose threshold is young (young()): the threshold
+/// becomes the larger of its own and this chunk's, and seen[q] counts the chunk's rows the query
+/// may return. kMasked: rows the query may not return count as −inf for its threshold and never
+/// enter its pool (when fewer than k of the chunk's rows are allowed, the chunk's threshold is
+/// −inf and every allowed row enters).
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
                 PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                 float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks,
-                const std::int32_t* __restrict__ qmap, bool first) {
+                const std::int32_t* __restrict__ qmap, std::uint32_t* __restrict__ seen) {
   const int sub = blockIdx.x;
   const int q = qmap ? qmap[sub] : sub;
-  if (!first && thr[q] != -CUDART_INF_F) return;  // one address: the whole block returns
+  if (seen != nullptr && !young(seen, q, rows_c)) return;  // one address: the whole block returns
   const QueryInfo qi = qinfo[q];
   const auto got = [&](int i) {
     if constexpr (kMasked) {
@@ -89,10 +99,12 @@ __global__ void __launch_bounds__(kSelThreads)
     return ap(sub, i, qi);
   };
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
-  const float t = filter_threshold(kth, rows_c, k, qi.delta);
+  float t = filter_threshold(kth, rows_c, k, qi.delta);
+  if (seen != nullptr) t = fmaxf(t, thr[q]);
   PoolEntry* list = pool + q * pool_cap;
   const int end = (rows_c + 31) / 32 * 32;
   bool ok = true;
+  int allowed = 0;
   for (int i = threadIdx.x; i < end; i += blockDim.x) {
     float s = 0.0f;
     bool take = false;
@@ -102,10 +114,14 @@ __global__ void __launch_bounds__(kSelThreads)
     }
     ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)}, list, &pool_count[q],
                       static_cast<std::uint32_t>(pool_cap));
+    if (seen != nullptr) allowed += __syncthreads_count(i < rows_c && s != -CUDART_INF_F);
   }
   if (!ok) atomicOr(&overflow[q], 1u);
-  __syncthreads();  // every thread read thr[q] before it changes
-  if (threadIdx.x == 0) thr[q] = t;
+  __syncthreads();  // every thread read thr[q] and seen[q] before they change
+  if (threadIdx.x == 0) {
+    thr[q] = t;
+    if (seen != nullptr) seen[q] += static_cast<std::uint32_t>(allowed);
+  }
 }
 
 /// Later chunks: every (query, row) whose approximate score reaches the query's threshold
@@ -115,19 +131,19 @@ __global__ void __launch_bounds__(kSelThreads)
 /// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
 /// global atomic per passing value made the first chunks latency bound.
 /// kMasked: a (query, row) the masks rule out never enters the pool. Row j of the GEMM output is
-/// query qmap[j] (qmap null: query j). skip_unseeded: queries whose threshold is still −inf are
-/// left to seed_kernel, launched after this one.
+/// query qmap[j] (qmap null: query j). `seen` (optional): queries whose threshold is young for
+/// this chunk are left to seed_kernel, launched after this one.
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kFilterThreads)
     filter_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                   std::uint32_t* __restrict__ overflow, RowMasks masks, const std::int32_t* __restrict__ qmap,
-                  bool skip_unseeded) {
+                  const std::uint32_t* __restrict__ seen) {
   constexpr int V = FilterShape<OutT>::kVec, P = FilterShape<OutT>::kPerThread;
   const int sub = blockIdx.y;
   const int q = qmap ? qmap[sub] : sub;
+  if (seen != nullptr && young(seen, q, rows_c)) return;
   const float t = thr[q];
-  if (skip_unseeded && t == -CUDART_INF_F) return;
   const int lane = threadIdx.x & 31;
   const int base = blockIdx.x * FilterShape<OutT>::kPerBlock;
   const OutT* src = ap.S + sub * ap.ld;
@@ -241,11 +257,11 @@ void filter_chunk_t(const ChunkScores& c, int n, const CandidatePools& p, const 
   if (cq.masks) {
     filter_kernel<OutT, true><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
                                                                    p.cap, p.count, p.overflow, *cq.masks, cq.qmap,
-                                                                   cq.seeded_per_query);
+                                                                   cq.seeded_per_query ? p.seen : nullptr);
   } else {
     filter_kernel<OutT, false><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
                                                                     p.cap, p.count, p.overflow, RowMasks{}, cq.qmap,
-                                                                    cq.seeded_per_query);
+                                                                    cq.seeded_per_query ? p.seen : nullptr);
   }
 }
 
@@ -254,16 +270,21 @@ void seed_chunk_t(const ChunkScores& c, int n, std::uint32_t k, const CandidateP
                   bool first, cudaStream_t stream) {
   if (cq.masks) {
     seed_kernel<OutT, true><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
-                                                           p.count, p.thr, p.overflow, *cq.masks, cq.qmap, first);
+                                                           p.count, p.thr, p.overflow, *cq.masks, cq.qmap,
+                                                           first ? nullptr : p.seen);
   } else {
     seed_kernel<OutT, false><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
-                                                            p.count, p.thr, p.overflow, RowMasks{}, cq.qmap, first);
+                                                            p.count, p.thr, p.overflow, RowMasks{}, cq.qmap,
+                                                            first ? nullptr : p.seen);
   }
 }
 
-__global__ void init_thresholds_kernel(float* __restrict__ thr, int batch) {
+__global__ void init_thresholds_kernel(float* __restrict__ thr, std::uint32_t* __restrict__ seen, int batch) {
   const int q = blockIdx.x * blockDim.x + threadIdx.x;
-  if (q < batch) thr[q] = -CUDART_INF_F;
+  if (q < batch) {
+    thr[q] = -CUDART_INF_F;
+    seen[q] = 0;
+  }
 }
 
 }  // namespace
@@ -282,8 +303,8 @@ void filter_chunk(const ChunkScores& c, int n, const CandidatePools& p, const Ch
   CHECK_CUDA_LAUNCH();
 }
 
-void init_thresholds(float* thr, int batch, cudaStream_t stream) {
-  init_thresholds_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(thr, batch);
+void init_thresholds(const CandidatePools& p, int batch, cudaStream_t stream) {
+  init_thresholds_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(p.thr, p.seen, batch);
   CHECK_CUDA_LAUNCH();
 }
 

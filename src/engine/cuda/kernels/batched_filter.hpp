@@ -33,6 +33,9 @@ struct CandidatePools {
   std::uint32_t* count = nullptr;    ///< [batch] entries appended (zero before the first chunk)
   float* thr = nullptr;              ///< [batch] the filter threshold
   std::uint32_t* overflow = nullptr; ///< [batch] set (bit 0) when a pool overflowed (zero before)
+  /// [batch] per-query seeding (ChunkQueries::seeded_per_query): the rows each query may return
+  /// that its threshold has seen.
+  std::uint32_t* seen = nullptr;
 };
 
 /// Which queries a chunk's GEMM scored and what they may return.
@@ -43,15 +46,17 @@ struct ChunkQueries {
   /// Optional: rows a query may not return never enter its pool and do not count for its
   /// threshold.
   const RowMasks* masks = nullptr;
-  /// The thresholds were set to −inf by init_thresholds and each query's is seeded by the first
-  /// chunk that holds k rows it may return (seed_chunk after filter_chunk on every chunk); false:
-  /// the first chunk seeds every query and filter_chunk takes every query after it.
+  /// The thresholds were set to −inf by init_thresholds, and each query's is seeded, and seeded
+  /// again while young, by the chunks that hold rows it may return (seed_chunk after filter_chunk
+  /// on every chunk; pools.seen); false: the first chunk seeds every query and filter_chunk takes
+  /// every query after it.
   bool seeded_per_query = false;
 };
 
 /// Threshold from the chunk's own k-th approximate score (−inf when fewer than k of its rows are
 /// allowed) minus 2Δ, and every row of the chunk that reaches it into the query's pool, for the
-/// chunk's n GEMM rows: all of them when `first`, else only the queries whose threshold is −inf.
+/// chunk's n GEMM rows: all of them when `first`, else only the queries whose threshold came from
+/// fewer than 1/8 of the chunk's rows (their threshold becomes the larger of the two).
 /// One block of 1,024 threads per query. On `stream`, returns at once.
 void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& pools, const ChunkQueries& cq,
                 bool first, cudaStream_t stream);
@@ -62,8 +67,9 @@ void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& po
 void filter_chunk(const ChunkScores& chunk, int n, const CandidatePools& pools, const ChunkQueries& cq,
                   cudaStream_t stream);
 
-/// thr [batch] = −inf (before the first chunk of a search with ChunkQueries::seeded_per_query).
-void init_thresholds(float* thr, int batch, cudaStream_t stream);
+/// thr [batch] = −inf and seen [batch] = 0 (before the first chunk of a search with
+/// ChunkQueries::seeded_per_query).
+void init_thresholds(const CandidatePools& pools, int batch, cudaStream_t stream);
 
 /// For each query whose pool holds more than `trigger` entries: raises the threshold to the
 /// pool's k-th approximate score minus 2Δ (never lowers it) and drops the entries below it,

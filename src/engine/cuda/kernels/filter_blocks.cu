@@ -76,10 +76,14 @@ __device__ void block_rows_cta(const DeviceFilterTable& t, const std::uint8_t* p
   const int n = block_rows(t, b);
   const ProgramView pv = program_at(packed, p);
   std::uint8_t* flag = fs.flags + static_cast<std::int64_t>(p) * fs.blocks + b;
-  for (int i = threadIdx.x; i < pv.n_ops; i += kRowThreads) {
+  // one warp per instruction: a long `in` list is searched by 32 lanes together
+  for (int i = static_cast<int>(threadIdx.x >> 5); i < pv.n_ops; i += kRowThreads / 32) {
     const FilterOp op = pv.ops[i];
-    s_ops[i] = op;
-    s_leaf[i] = is_leaf(op.code) ? leaf_state(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
+    const LeafState st = is_leaf(op.code) ? leaf_state_warp(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
+    if ((threadIdx.x & 31) == 0) {
+      s_ops[i] = op;
+      s_leaf[i] = st;
+    }
   }
   __syncthreads();
   std::uint32_t* out = fs.masks + static_cast<std::int64_t>(p) * fs.mask_words + r0 / 32;
@@ -108,9 +112,10 @@ __device__ void block_rows_warp(const DeviceFilterTable& t, const std::uint8_t* 
   const std::int64_t r0 = b * kFilterBlockRows;
   const int n = block_rows(t, b);
   const ProgramView pv = program_at(packed, p);
-  if (lane < pv.n_ops) {
-    const FilterOp op = pv.ops[lane];
-    leaf[lane] = is_leaf(op.code) ? leaf_state(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
+  for (int i = 0; i < pv.n_ops; ++i) {
+    const FilterOp op = pv.ops[i];
+    const LeafState st = is_leaf(op.code) ? leaf_state_warp(t, pv, op, b) : LeafState{kVerdictSome, 0, 0};
+    if (lane == 0) leaf[i] = st;
   }
   __syncwarp();
   std::uint32_t* out = fs.masks + static_cast<std::int64_t>(p) * fs.mask_words + r0 / 32;

@@ -2,8 +2,8 @@
 // candidate blocks of one filter, scanned densely or through a list of the passing rows.
 //   list      (gathered only) one thread block per candidate block: its passing, live rows in
 //             order, one atomic per block for the block's place in the list
-//   dense     one thread block per candidate block (persistent grid walking the list); a warp
-//             scores kR adjacent rows at a time, 32 lanes per row, loading only rows that pass
+//   dense     the candidate blocks' rows in list order, kR adjacent rows per warp at a time over
+//             the whole (persistent) grid, 32 lanes per row, loading only rows that pass
 //   gathered  warps take kR listed rows at a time (persistent grid)
 // Both scans use scan1's row shapes and the per-row arithmetic of score.cuh (lane l adds chunks
 // l, l + 32, … in order, then the xor butterfly), so every score has the unfiltered scan's bits;
@@ -28,8 +28,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kListThreads = 256;  // 4 rows of a summary block per thread
-/// Gathered below this fraction of the candidate blocks' rows (auto).
-constexpr float kGatherBelow = 0.5f;
+/// auto: gathered when fewer than this fraction of the shard's rows pass, or fewer than
+/// kGatherDensity of the candidate blocks' rows (measured on one H200, 10M × 768 float16:
+/// docs/PERFORMANCE.md, "Filtered search").
+constexpr float kGatherBelow = 0.3f;
+constexpr double kGatherDensity = 0.9;
 static_assert(kFilterBlockRows == kListThreads * 4, "the list kernel gives each thread 4 rows of a block");
 
 /// What the kernels read of the query's filter (by value).
@@ -40,6 +43,7 @@ struct FilterView {
   const std::uint32_t* live;
   int path;  // FilterScan
   float gather_below;
+  std::int64_t rows;  // shard rows
 
   __device__ __forceinline__ int program() const { return query_program ? query_program[q] : -1; }
   /// The same answer in every thread of every kernel of one search.
@@ -47,8 +51,9 @@ struct FilterView {
     if (p < 0 || path == static_cast<int>(FilterScan::kDense)) return false;
     if (path == static_cast<int>(FilterScan::kGathered)) return true;
     const FilterStats& s = fs.stats[p];
-    return static_cast<double>(s.pass_rows) <
-           static_cast<double>(gather_below) * static_cast<double>(s.cand_blocks) * kFilterBlockRows;
+    const double pass = s.pass_rows;
+    return pass < static_cast<double>(gather_below) * static_cast<double>(rows) ||
+           pass < kGatherDensity * static_cast<double>(s.cand_blocks) * kFilterBlockRows;
   }
   __device__ __forceinline__ bool is_live(std::int64_t r) const {
     return live == nullptr || ((live[r >> 5] >> (r & 31)) & 1u) != 0u;
@@ -144,9 +149,10 @@ __global__ void __launch_bounds__(kListThreads)
   }
 }
 
-/// The dense scan: candidate block i's rows go to entries [i · 1024, (i + 1) · 1024); a row the
-/// query may not return (or past the shard) scores −inf and is not counted. Query without a
-/// filter: every block, every live row.
+/// The dense scan: row j of candidate block i goes to entry i · 1024 + j; a row the query may
+/// not return (or past the shard) scores −inf and is not counted. Warps take kR entries at a time
+/// across the grid (a few candidate blocks still keep every warp busy). Query without a filter:
+/// every block, every live row.
 template <typename T, bool kL2, int kR, int kC>
 __global__ void __launch_bounds__(kThreads)
     dense_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ query, int dim,
@@ -154,48 +160,49 @@ __global__ void __launch_bounds__(kThreads)
                  std::int64_t* __restrict__ cids, std::uint32_t* __restrict__ hists, std::uint32_t k, std::uint32_t cap,
                  Batch1State* __restrict__ st) {
   constexpr int V = VecTraits<T>::kElems;
+  static_assert(kFilterBlockRows % kR == 0, "a warp's rows lie in one block");
   const int p = fv.program();
   if (fv.gathered(p)) return;
   extern __shared__ __align__(16) float qs[];
   __shared__ std::uint32_t h[kHist1Bins];
   const std::int64_t nb = p < 0 ? fv.fs.blocks : static_cast<std::int64_t>(fv.fs.stats[p].cand_blocks);
-  if (blockIdx.x == 0 && threadIdx.x == 0) st->entries = static_cast<std::uint32_t>(nb * kFilterBlockRows);
+  const std::int64_t n = nb * kFilterBlockRows;
+  if (blockIdx.x == 0 && threadIdx.x == 0) st->entries = static_cast<std::uint32_t>(n);
   scan_prologue(query, dim, nvec * V, qs, h);
   const std::uint64_t pol = l2_evict_first();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
   const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
   const std::int32_t* cand = p < 0 ? nullptr : fv.fs.cand + static_cast<std::int64_t>(p) * fv.fs.blocks;
   const std::uint8_t* flags = p < 0 ? nullptr : fv.fs.flags + static_cast<std::int64_t>(p) * fv.fs.blocks;
   const std::uint32_t* mask = p < 0 ? nullptr : fv.fs.masks + static_cast<std::int64_t>(p) * fv.fs.mask_words;
-  for (std::int64_t i = blockIdx.x; i < nb; i += gridDim.x) {
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarps;
+  for (std::int64_t l = (static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kR; l < n;
+       l += warps * kR) {
+    const std::int64_t i = l >> kFilterBlockShift;
     const std::int64_t b = p < 0 ? i : cand[i];
     const std::uint8_t flag = p < 0 ? 2u : flags[b];
-    const std::int64_t r0 = b * kFilterBlockRows, e0 = i * kFilterBlockRows;
-    const std::int64_t n = min(static_cast<std::int64_t>(kFilterBlockRows), rows - r0);
-    for (int j = warp * kR; j < kFilterBlockRows; j += kWarps * kR) {
-      const T* row[kR];
-      bool live[kR];
+    const std::int64_t first = b * kFilterBlockRows, r0 = first + (l & (kFilterBlockRows - 1));
+    const T* row[kR];
+    bool live[kR];
 #pragma unroll
-      for (int e = 0; e < kR; ++e) {
-        const std::int64_t r = r0 + j + e;
-        bool ok = j + e < n && flag != 0u;
-        if (ok && flag == 1u) ok = ((mask[r >> 5] >> (r & 31)) & 1u) != 0u;
-        live[e] = ok && fv.is_live(r);
-        row[e] = shard + (live[e] ? r : r0) * stride;
-      }
-      float s[kR];
-      score_rows<T, kL2, kR, kC>(row, live, nvec, qs, lane, pol, s);
+    for (int e = 0; e < kR; ++e) {
+      const std::int64_t r = r0 + e;
+      bool ok = r < rows && flag != 0u;
+      if (ok && flag == 1u) ok = ((mask[r >> 5] >> (r & 31)) & 1u) != 0u;
+      live[e] = ok && fv.is_live(r);
+      row[e] = shard + (live[e] ? r : first) * stride;
+    }
+    float s[kR];
+    score_rows<T, kL2, kR, kC>(row, live, nvec, qs, lane, pol, s);
 #pragma unroll
-      for (int e = 0; e < kR; ++e) {
-        if (lane == e) {
-          const std::int64_t at = e0 + j + e;
-          if (live[e]) {
-            scores[at] = s[e];
-            cids[at] = ids[r0 + j + e];
-            atomicAdd(&h[score_key(s[e]) >> 20], 1u);
-          } else {
-            scores[at] = -CUDART_INF_F;  // never selected (select1<true> skips −inf)
-          }
+    for (int e = 0; e < kR; ++e) {
+      if (lane == e) {
+        if (live[e]) {
+          scores[l + e] = s[e];
+          cids[l + e] = ids[r0 + e];
+          atomicAdd(&h[score_key(s[e]) >> 20], 1u);
+        } else {
+          scores[l + e] = -CUDART_INF_F;  // never selected (select1<true> skips −inf)
         }
       }
     }
@@ -250,7 +257,7 @@ template <typename T, bool kL2, int kR, int kC>
 void launch(const ScanSelectPlan& p, const FilteredScanPlan& f, const FilteredScanArgs& a, cudaStream_t stream) {
   const ScanSelectArgs& b = a.base;
   CHECK_CUDA(cudaMemsetAsync(b.hists, 0, b.clear_bytes, stream));
-  const FilterView fv{a.fs, a.query_program, a.q, a.live, static_cast<int>(f.path), f.gather_below};
+  const FilterView fv{a.fs, a.query_program, a.q, a.live, static_cast<int>(f.path), f.gather_below, p.rows};
   const std::uint32_t uk = static_cast<std::uint32_t>(b.k), ucap = static_cast<std::uint32_t>(p.cap);
   const std::size_t qsmem = static_cast<std::size_t>(p.dpad) * sizeof(float);
   const T* shard = static_cast<const T*>(b.shard);
