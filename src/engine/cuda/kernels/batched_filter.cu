@@ -104,8 +104,10 @@ __global__ void __launch_bounds__(kSelThreads)
   PoolEntry* list = pool + q * pool_cap;
   const int end = (rows_c + 31) / 32 * 32;
   bool ok = true;
-  int allowed = 0;
-  for (int i = threadIdx.x; i < end; i += blockDim.x) {
+  __shared__ std::uint32_t allowed;  // rows of the chunk the query may return
+  if (threadIdx.x == 0) allowed = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < end; i += blockDim.x) {  // whole warps: i < end for all lanes or none
     float s = 0.0f;
     bool take = false;
     if (i < rows_c) {
@@ -114,13 +116,16 @@ __global__ void __launch_bounds__(kSelThreads)
     }
     ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)}, list, &pool_count[q],
                       static_cast<std::uint32_t>(pool_cap));
-    if (seen != nullptr) allowed += __syncthreads_count(i < rows_c && s != -CUDART_INF_F);
+    if (seen != nullptr) {
+      const unsigned m = __ballot_sync(kFullMask, i < rows_c && s != -CUDART_INF_F);
+      if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
+    }
   }
   if (!ok) atomicOr(&overflow[q], 1u);
   __syncthreads();  // every thread read thr[q] and seen[q] before they change
   if (threadIdx.x == 0) {
     thr[q] = t;
-    if (seen != nullptr) seen[q] += static_cast<std::uint32_t>(allowed);
+    if (seen != nullptr) seen[q] += allowed;
   }
 }
 
