@@ -98,7 +98,7 @@ struct TransferCounters {
   std::uint64_t host_to_device = 0;
   std::uint64_t device_to_host = 0;
   /// Queries of batched searches that the CUDA engine re-ran alone through the batch-1 scan
-  /// because the batched filter's candidate pool overflowed (same answer, slower); 0 elsewhere.
+  /// because its candidate pool on the batched path overflowed (same answer, slower); 0 elsewhere.
   std::uint64_t batched_fallbacks = 0;
 };
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.cuh"
-#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/candidate_pools.hpp"
 #include "engine/cuda/kernels/query_prep.hpp"
 #include "engine/cuda/kernels/rescore.hpp"
 
@@ -33,7 +33,7 @@ BatchedSearch::BatchedSearch(Dtype dtype, bool l2, std::int64_t rows, std::int64
   side_.create(cudaStreamNonBlocking);
   for (int i = 0; i < 2; ++i) {
     ev_scored_[i].create(cudaEventDisableTiming);
-    ev_filtered_[i].create(cudaEventDisableTiming);
+    ev_pooled_[i].create(cudaEventDisableTiming);
   }
   cublas_.create();
   CHECK_CUBLAS(cublasSetStream(cublas_.get(), stream));
@@ -120,7 +120,7 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     const int n = seeded ? schedule->queries[ci] : batch;
     const bool subset = n < batch;
     const int b = static_cast<int>(c & 1);
-    if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_filtered_[b].get(), 0));
+    if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[b].get(), 0));
     const std::int32_t* qmap = subset ? schedule->qmap + schedule->first[ci] : nullptr;
     if (subset) gather_query_rows(ws_.qhat, static_cast<std::size_t>(dpad_) * elem, qmap, n, ws_.qsub, stream);
     // sbuf[b][j * rc + i] = Σ_d qhat[query j, d] · shard[r0 + i, d]   (column-major [rc, n])
@@ -133,26 +133,26 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_};
     const ChunkQueries cq{qmap, masks, seeded};
     if (seeded) {
-      // Queries with a threshold filter the chunk; those still without one (fewer than k rows
-      // they may return so far) take theirs from this chunk.
-      if (c > 0) filter_chunk(chunk, n, pools, cq, side);
+      // Queries whose threshold saw enough rows collect the chunk; the others (none yet, or too
+      // few for a chunk this long) take theirs from this chunk.
+      if (c > 0) collect_chunk(chunk, n, pools, cq, side);
       seed_chunk(chunk, n, k, pools, cq, false, side);
       // after every chunk: a query seeded by this one lets more of the next one through
       compact_pools(batch, k, trigger, pools, side);
     } else if (c == 0) {
       seed_chunk(chunk, n, k, pools, cq, true, side);
     } else {
-      filter_chunk(chunk, n, pools, cq, side);
+      collect_chunk(chunk, n, pools, cq, side);
       // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
       // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
       if (c < 8 || c % kCompactEvery == 0 || rc > 65536)  // long chunks: after each
         compact_pools(batch, k, trigger, pools, side);
     }
-    CHECK_CUDA(cudaEventRecord(ev_filtered_[b].get(), side));
+    CHECK_CUDA(cudaEventRecord(ev_pooled_[b].get(), side));
     last = b;
     ++c;
   }
-  if (last >= 0) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_filtered_[last].get(), 0));
+  if (last >= 0) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[last].get(), 0));
   const int nvec = static_cast<int>(dpad_ * static_cast<std::int64_t>(elem) / 16);
   rescore_pools(dtype_, l2_, ws_.shard, nvec, ws_.qpad, k, pools, cap_, ws_.ids, batch, out, stream);
 }

@@ -4,7 +4,7 @@
 //   kernels/shard_store the shard's upload (convert + pad, generated rows, norms, ids)
 //   kernels/query_prep  query validation and cosine normalisation
 //   kernels/scan_select batch 1 (and the batched path's fallback): one scan + radix select
-//   batched_search      batch ≥ 2: tensor-core GEMM per chunk, filter within Δ, exact re-score
+//   batched_search      batch ≥ 2: tensor-core GEMM per chunk, candidates within 2Δ, exact re-score
 //   filtered_search     a search's filters: evaluated per summary block, then the filtered scan
 //                       of each query's candidate blocks (batch 1) or the chunk schedule (batches)
 //   graph_cache         each search shape replayed from a CUDA graph

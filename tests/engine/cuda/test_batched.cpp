@@ -1,4 +1,4 @@
-// The batched path (B ≥ 2): kernels/batched_filter and kernels/rescore against their
+// The batched path (B ≥ 2): kernels/candidate_pools and kernels/rescore against their
 // specification computed on the host (the filter's thresholds and pools from given
 // approximate scores; the re-scoring's answer = the float64 oracle's top-k over the pool's
 // rows), and the whole path through BatchedSearch (query prep, cuBLAS GEMM per chunk, filter,
@@ -24,7 +24,7 @@
 
 #include "cuda_test_support.hpp"
 #include "engine/cuda/batched_search.hpp"
-#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/candidate_pools.hpp"
 #include "engine/cuda/kernels/rescore.hpp"
 #include "tools/oracle.hpp"
 
@@ -185,7 +185,7 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
           std::vector<PoolEntry> pool(static_cast<size_t>(batch * cap), PoolEntry{-7.0f, -1});
           p.pool.upload(pool);
           p.count.upload(std::vector<std::uint32_t>(batch, held));
-          cuda_detail::filter_chunk(c.view(), batch, p.view(c.dev_qinfo.get()), cuda_detail::ChunkQueries{}, nullptr);
+          cuda_detail::collect_chunk(c.view(), batch, p.view(c.dev_qinfo.get()), cuda_detail::ChunkQueries{}, nullptr);
           const std::vector<PoolEntry> got = p.pool.download();
           const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
           for (int q = 0; q < batch; ++q) {
@@ -209,8 +209,8 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
 }
 
 // A filtered batch's chunk: its GEMM scored only some queries (row j of the output is query
-// qmap[j]); a query whose threshold saw at least 1/8 of the chunk's rows is filtered by
-// filter_chunk, one still at −inf (or seen on fewer rows) is seeded by seed_chunk from this
+// qmap[j]); a query whose threshold saw at least 1/8 of the chunk's rows is collected by
+// collect_chunk, one still at −inf (or seen on fewer rows) is seeded by seed_chunk from this
 // chunk's own k-th value and counts the chunk's rows, and queries the chunk left out keep their
 // pools, thresholds and counts.
 TEST(BatchedFilter, SeededQueriesAndChunkSubsets) {
@@ -229,7 +229,7 @@ TEST(BatchedFilter, SeededQueriesAndChunkSubsets) {
         const DeviceArray<std::int32_t> qmap(std::vector<std::int32_t>{3, 1});
         const cuda_detail::ChunkQueries cq{qmap.get(), nullptr, true};
         const CandidatePools pv = p.view(c.dev_qinfo.get());
-        cuda_detail::filter_chunk(c.view(), 2, pv, cq, nullptr);
+        cuda_detail::collect_chunk(c.view(), 2, pv, cq, nullptr);
         cuda_detail::seed_chunk(c.view(), 2, k, pv, cq, false, nullptr);
         const std::vector<PoolEntry> pool = p.pool.download();
         const std::vector<std::uint32_t> count = p.count.download();

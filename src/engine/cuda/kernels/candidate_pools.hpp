@@ -1,9 +1,10 @@
 #pragma once
-// The batched path's filter (host launchers): after the tensor-core GEMM of each chunk of rows,
-// every (query, row) whose approximate score lies within 2Δ of the query's running k-th
+// The batched path's candidate pools (host launchers): after the tensor-core GEMM of each chunk
+// of rows, every (query, row) whose approximate score lies within 2Δ of the query's running k-th
 // approximate score enters the query's candidate pool (DESIGN.md "filter then re-score"; Δ
-// bounds |approximate − exact|, docs/EXACTNESS.md), and pools are compacted as thresholds rise.
-// rescore.hpp then scores the pools exactly.
+// bounds |approximate − exact|, docs/EXACTNESS.md), and pools are pruned as thresholds rise.
+// rescore.hpp then scores the pools exactly. Attribute filters are elsewhere (filter_blocks.hpp):
+// a filtered query's rows come in through RowMasks.
 
 #include <cuda_runtime.h>
 
@@ -31,7 +32,7 @@ struct CandidatePools {
   PoolEntry* pool = nullptr;         ///< [batch, cap] (approximate score, shard row)
   std::int64_t cap = 0;
   std::uint32_t* count = nullptr;    ///< [batch] entries appended (zero before the first chunk)
-  float* thr = nullptr;              ///< [batch] the filter threshold
+  float* thr = nullptr;              ///< [batch] the pool's threshold (approximate score)
   std::uint32_t* overflow = nullptr; ///< [batch] set (bit 0) when a pool overflowed (zero before)
   /// [batch] per-query seeding (ChunkQueries::seeded_per_query): the rows each query may return
   /// that its threshold has seen.
@@ -47,8 +48,8 @@ struct ChunkQueries {
   /// threshold.
   const RowMasks* masks = nullptr;
   /// The thresholds were set to −inf by init_thresholds, and each query's is seeded, and seeded
-  /// again while young, by the chunks that hold rows it may return (seed_chunk after filter_chunk
-  /// on every chunk; pools.seen); false: the first chunk seeds every query and filter_chunk takes
+  /// again while young, by the chunks that hold rows it may return (seed_chunk after collect_chunk
+  /// on every chunk; pools.seen); false: the first chunk seeds every query and collect_chunk takes
   /// every query after it.
   bool seeded_per_query = false;
 };
@@ -64,7 +65,7 @@ void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& po
 /// A chunk after the first: every (query, row) of its n GEMM rows whose approximate score reaches
 /// the query's threshold enters its pool (one pool atomic per warp); with cq.seeded_per_query,
 /// queries whose threshold is −inf are skipped (seed_chunk takes them next). On `stream`.
-void filter_chunk(const ChunkScores& chunk, int n, const CandidatePools& pools, const ChunkQueries& cq,
+void collect_chunk(const ChunkScores& chunk, int n, const CandidatePools& pools, const ChunkQueries& cq,
                   cudaStream_t stream);
 
 /// thr [batch] = −inf and seen [batch] = 0 (before the first chunk of a search with

@@ -1,7 +1,7 @@
-// The batched path's filter: approximate scores from the GEMM output of a chunk, a threshold
-// per query from its k-th approximate score minus 2Δ, pools of the rows that reach it.
+// The batched path's candidate pools: approximate scores from the GEMM output of a chunk, a
+// threshold per query from its k-th approximate score minus 2Δ, pools of the rows that reach it.
 
-#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/candidate_pools.hpp"
 
 #include <cuda_fp16.h>
 
@@ -11,18 +11,18 @@
 namespace shardtopk::cuda_detail {
 namespace {
 
-constexpr int kFilterThreads = 256;
+constexpr int kCollectThreads = 256;
 
 __device__ __forceinline__ float out_to_float(float g) { return g; }
 __device__ __forceinline__ float out_to_float(__half g) { return __half2float(g); }
 
-/// The filter's shape per GEMM output type: kVec consecutive values per 16-byte load, four
+/// The collect kernel's shape per GEMM output type: kVec consecutive values per 16-byte load, four
 /// loads per thread (float: 16 values, __half: 32).
 template <typename OutT>
-struct FilterShape {
+struct CollectShape {
   static constexpr int kVec = 16 / static_cast<int>(sizeof(OutT));
   static constexpr int kPerThread = 4 * kVec;
-  static constexpr int kPerBlock = kFilterThreads * kPerThread;
+  static constexpr int kPerBlock = kCollectThreads * kPerThread;
 };
 
 /// kVec consecutive GEMM outputs from a 16-byte-aligned address: one 16-byte load.
@@ -66,9 +66,9 @@ struct Approx {
 };
 
 /// Whether query q's threshold is young for a chunk of rows_c rows: it comes from fewer than
-/// 1 / kSeedGrowth of the chunk's rows (none at all: −inf), so that filtering the chunk with it
+/// 1 / kSeedGrowth of the chunk's rows (none at all: −inf), so that collecting the chunk with it
 /// could let about k · rows_c / seen rows through; seed_kernel takes such a query from the chunk
-/// itself instead (the filter kernel skips it). The bound of the first chunks' growth, per query.
+/// itself instead (the collect kernel skips it). The bound of the first chunks' growth, per query.
 constexpr std::uint64_t kSeedGrowth = 8;
 __device__ __forceinline__ bool young(const std::uint32_t* seen, int q, int rows_c) {
   return static_cast<std::uint64_t>(seen[q]) * kSeedGrowth < static_cast<std::uint64_t>(rows_c);
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kSelThreads)
     return ap(sub, i, qi);
   };
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
-  float t = filter_threshold(kth, rows_c, k, qi.delta);
+  float t = pool_threshold(kth, rows_c, k, qi.delta);
   if (seen != nullptr) t = fmaxf(t, thr[q]);
   PoolEntry* list = pool + q * pool_cap;
   const int end = (rows_c + 31) / 32 * 32;
@@ -130,30 +130,30 @@ __global__ void __launch_bounds__(kSelThreads)
 }
 
 /// Later chunks: every (query, row) whose approximate score reaches the query's threshold
-/// enters the pool. Grid: (ceil(rows_c / FilterShape<OutT>::kPerBlock), batch). A warp reads 512
+/// enters the pool. Grid: (ceil(rows_c / CollectShape<OutT>::kPerBlock), batch). A warp reads 512
 /// contiguous bytes per load (16-byte loads when the row stride allows: thread t of the block
-/// takes values V (j · kFilterThreads + t) … + V − 1, V = FilterShape::kVec, j < 4), and makes
+/// takes values V (j · kCollectThreads + t) … + V − 1, V = CollectShape::kVec, j < 4), and makes
 /// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
 /// global atomic per passing value made the first chunks latency bound.
 /// kMasked: a (query, row) the masks rule out never enters the pool. Row j of the GEMM output is
 /// query qmap[j] (qmap null: query j). `seen` (optional): queries whose threshold is young for
 /// this chunk are left to seed_kernel, launched after this one.
 template <typename OutT, bool kMasked>
-__global__ void __launch_bounds__(kFilterThreads)
-    filter_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
+__global__ void __launch_bounds__(kCollectThreads)
+    collect_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                   std::uint32_t* __restrict__ overflow, RowMasks masks, const std::int32_t* __restrict__ qmap,
                   const std::uint32_t* __restrict__ seen) {
-  constexpr int V = FilterShape<OutT>::kVec, P = FilterShape<OutT>::kPerThread;
+  constexpr int V = CollectShape<OutT>::kVec, P = CollectShape<OutT>::kPerThread;
   const int sub = blockIdx.y;
   const int q = qmap ? qmap[sub] : sub;
   if (seen != nullptr && young(seen, q, rows_c)) return;
   const float t = thr[q];
   const int lane = threadIdx.x & 31;
-  const int base = blockIdx.x * FilterShape<OutT>::kPerBlock;
+  const int base = blockIdx.x * CollectShape<OutT>::kPerBlock;
   const OutT* src = ap.S + sub * ap.ld;
-  // Value m of this thread: V consecutive values per 16-byte load, loads kFilterThreads apart.
-  auto index = [&](int m) { return base + V * ((m / V) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % V); };
+  // Value m of this thread: V consecutive values per 16-byte load, loads kCollectThreads apart.
+  auto index = [&](int m) { return base + V * ((m / V) * kCollectThreads + static_cast<int>(threadIdx.x)) + (m % V); };
   float v[P];
   const bool vec = ap.ld % V == 0;
 #pragma unroll
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kSelThreads)
   PoolEntry* list = pool + q * pool_cap;
   const auto got = [&](int i) { return list[i].s; };
   const std::uint32_t kth = block_kth_key(got, n, k);
-  const float t = fmaxf(thr[q], filter_threshold(kth, n, k, qinfo[q].delta));
+  const float t = fmaxf(thr[q], pool_threshold(kth, n, k, qinfo[q].delta));
   using Scan = cub::BlockScan<int, kSelThreads>;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int kept;
@@ -256,15 +256,15 @@ Approx<OutT> approx_of(const ChunkScores& c) {
 }
 
 template <typename OutT>
-void filter_chunk_t(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
-  constexpr int per_block = FilterShape<OutT>::kPerBlock;
+void collect_chunk_t(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
+  constexpr int per_block = CollectShape<OutT>::kPerBlock;
   const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(n));
   if (cq.masks) {
-    filter_kernel<OutT, true><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
+    collect_kernel<OutT, true><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
                                                                    p.cap, p.count, p.overflow, *cq.masks, cq.qmap,
                                                                    cq.seeded_per_query ? p.seen : nullptr);
   } else {
-    filter_kernel<OutT, false><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
+    collect_kernel<OutT, false><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
                                                                     p.cap, p.count, p.overflow, RowMasks{}, cq.qmap,
                                                                     cq.seeded_per_query ? p.seen : nullptr);
   }
@@ -302,9 +302,9 @@ void seed_chunk(const ChunkScores& c, int n, int k, const CandidatePools& p, con
   CHECK_CUDA_LAUNCH();
 }
 
-void filter_chunk(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
-  if (c.half) filter_chunk_t<__half>(c, n, p, cq, stream);
-  else filter_chunk_t<float>(c, n, p, cq, stream);
+void collect_chunk(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
+  if (c.half) collect_chunk_t<__half>(c, n, p, cq, stream);
+  else collect_chunk_t<float>(c, n, p, cq, stream);
   CHECK_CUDA_LAUNCH();
 }
 
