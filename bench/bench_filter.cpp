@@ -2,11 +2,14 @@
 // the device by the CUDA engine, or on the host by the CPU engine) with two generated int64
 // attributes: "clustered" (contiguous runs of a value: summary blocks prove most blocks empty)
 // and "scattered" (hashed: every block holds about every value). A filter is a range of values
-// passing a given fraction of the rows. Per configuration (layout x selectivity x batch): host to
-// host latency, QPS, the ratio to the unfiltered search of the same batch, and #wrong: sampled
-// answers checked against float64 scores over the rows that pass (pipeline.hpp check_samples,
-// count mode on the host). Batch 1: one filter per search; larger batches: each query its own
-// filter (a different range of the same width). JSON lines per configuration (-J), then a table.
+// passing a given fraction of the rows. Per configuration (layout x selectivity x batch x kind):
+// host to host latency, QPS, the ratio to the unfiltered search of the same batch, and #wrong:
+// sampled answers checked against float64 scores over the rows that pass (pipeline.hpp
+// check_samples, count mode on the host). Kinds: "own" (batch 1: one filter per search; larger
+// batches: each query its own range of the same width), "shared" (one range for the whole batch:
+// a tenant's batch), "ids_in" (batch 1: an allow-list of the global ids whose scattered attribute
+// lies in a range: the same rows as that range, named one by one). JSON lines per configuration
+// (-J), then a table.
 //
 //   mpirun -np 1 build/bench/bench_filter -N 10M -d 768 -k 100 -t float16 -B 1,256 -J out.jsonl
 #include <CLI/CLI.hpp>
@@ -48,6 +51,8 @@ struct Flags {
   std::string layouts = "clustered,scattered";
   std::string selectivities = "10,1";   // percent, batch 1
   std::string batched_selectivities = "10";  // percent, batches > 1 (each query its own range)
+  std::string shared_selectivities;          // percent, batches > 1 (one range for the batch)
+  std::string ids_in;                        // allow-list lengths, batch 1
   int iters = 20, warmup = 5, check = 1, check_queries = 4;
   std::uint64_t seed = 1;
   std::string json_path, git, tag;
@@ -80,12 +85,14 @@ std::int64_t parse_rows(const std::string& s) {
 struct Config1 {
   int batch = 1;
   std::string layout;  // "" : unfiltered
+  std::string kind = "own";  // own | shared | ids_in
   int column = -1;     // index in the corpus's attributes
   double percent = 100;
   std::int64_t width = kValues;
   std::vector<double> lat_ms;
   double wall_s = 0;
   std::int64_t results = 0, slots = 0;  // real results and k x queries of the timed searches
+  std::uint64_t fallbacks = 0;          // batched queries re-run by the batch-1 scan (this rank's engine)
 };
 
 // The range of query q (q: its index in the pool): `width` values starting where q puts it.
@@ -114,6 +121,13 @@ int run(MpiSession& mpi, int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--batched-selectivities", f.batched_selectivities,
                  "percent of rows passing each query's own filter, batches > 1")
+      ->capture_default_str();
+  app.add_option("--shared-selectivities", f.shared_selectivities,
+                 "percent of rows passing one filter shared by the whole batch, batches > 1 (comma list)")
+      ->capture_default_str();
+  app.add_option("--ids-in", f.ids_in,
+                 "ids_in allow-list lengths, batch 1 (comma list; the ids of the rows whose scattered attribute "
+                 "lies in a range)")
       ->capture_default_str();
   app.add_option("-n,--iters", f.iters, "timed searches per configuration")->capture_default_str();
   app.add_option("-w,--warmup", f.warmup, "warm-up searches per configuration")->capture_default_str();
@@ -164,18 +178,30 @@ int run(MpiSession& mpi, int argc, char** argv) {
   // Configurations: per batch, unfiltered first (the ratios' reference), then each layout x
   // selectivity.
   std::vector<Config1> configs;
+  auto add = [&](int b, const std::string& kind, int column, double percent) {
+    Config1 c{b};
+    c.kind = kind;
+    c.layout = layouts[static_cast<size_t>(column)];
+    c.column = column;
+    c.percent = percent;
+    c.width = std::max<std::int64_t>(1, std::llround(c.percent * kValues / 100.0));
+    SHARDTOPK_EXPECTS(c.width <= kValues, "selectivity ", percent, " % is above 100");
+    configs.push_back(c);
+  };
   for (int b : batches) {
     configs.push_back(Config1{b});
-    for (size_t li = 0; li < layouts.size(); ++li)
-      for (const auto& p : split(b == 1 ? f.selectivities : f.batched_selectivities)) {
-        Config1 c{b};
-        c.layout = layouts[li];
-        c.column = static_cast<int>(li);
-        c.percent = std::stod(p);
-        c.width = std::max<std::int64_t>(1, std::llround(c.percent * kValues / 100.0));
-        SHARDTOPK_EXPECTS(c.width <= kValues, "selectivity ", p, " % is above 100");
-        configs.push_back(c);
-      }
+    for (size_t li = 0; li < layouts.size(); ++li) {
+      for (const auto& p : split(b == 1 ? f.selectivities : f.batched_selectivities))
+        add(b, "own", static_cast<int>(li), std::stod(p));
+      if (b > 1)
+        for (const auto& p : split(f.shared_selectivities)) add(b, "shared", static_cast<int>(li), std::stod(p));
+    }
+    if (b == 1 && !f.ids_in.empty()) {
+      const auto it = std::find(layouts.begin(), layouts.end(), "scattered");
+      SHARDTOPK_EXPECTS(it != layouts.end(), "--ids-in needs the scattered layout (--layouts)");
+      for (const auto& n : split(f.ids_in))
+        add(1, "ids_in", static_cast<int>(it - layouts.begin()), 100.0 * std::stod(n) / static_cast<double>(spec.rows));
+    }
   }
 
   // Query pool (seed + 1), every rank holds it (the check needs it); filters compiled once here.
@@ -190,23 +216,38 @@ int run(MpiSession& mpi, int argc, char** argv) {
   for (size_t ci = 0; ci < configs.size(); ++ci) {
     Config1& c = configs[ci];
     const int b = c.batch;
-    // Each query of the pool with its own range (compiled for every query of the pool).
+    // Each query of the pool with its own range (compiled for every query of the pool); ids_in:
+    // the ids of the rows in that range, listed (the same rows as the range).
     std::vector<FilterProgram> programs;
     if (c.column >= 0 && rank == 0) {
-      for (int q = 0; q < pool; ++q) {
-        const std::int64_t lo = range_lo(q, c.width);
-        programs.push_back(compile_filter(json{{"range", {{c.layout, {lo, lo + c.width - 1}}}}}, idx.attribute_schema()));
+      std::vector<std::vector<std::int64_t>> rows_of(c.kind == "ids_in" ? kValues : 0);  // value -> its rows
+      for (std::int64_t r = 0; !rows_of.empty() && r < spec.rows; ++r)
+        rows_of[static_cast<size_t>(generated_attribute(c.layout, spec.seed, r, spec.rows))].push_back(r);
+      // ids_in lists are long: only the queries the timed and checked searches use
+      const int used = rows_of.empty() ? pool : std::min(pool, f.warmup + f.iters + f.check_queries);
+      for (int q = 0; q < used; ++q) {
+        const std::int64_t lo = range_lo(q, c.width), hi = lo + c.width - 1;
+        if (rows_of.empty()) {
+          programs.push_back(compile_filter(json{{"range", {{c.layout, {lo, hi}}}}}, idx.attribute_schema()));
+          continue;
+        }
+        std::vector<std::int64_t> list;
+        for (std::int64_t v = lo; v <= hi; ++v) list.insert(list.end(), rows_of[v].begin(), rows_of[v].end());
+        programs.push_back(compile_filter(json{{"ids_in", list}}, idx.attribute_schema()));
       }
     }
+    const bool shared = c.kind == "shared";
     std::vector<const FilterProgram*> fp(static_cast<size_t>(b));
-    auto search = [&](int q0) {  // queries [q0, q0 + b) of the pool, each with its filter
-      for (int j = 0; j < b; ++j) fp[j] = programs.empty() ? nullptr : &programs[static_cast<size_t>(q0 + j)];
+    auto search = [&](int q0) {  // queries [q0, q0 + b) of the pool, each with its filter (shared: q0's)
+      for (int j = 0; j < b; ++j)
+        fp[j] = programs.empty() ? nullptr : &programs[static_cast<size_t>(shared ? q0 : q0 + j)];
       idx.search(queries.data() + static_cast<size_t>(q0) * spec.dim, b, f.k, ids.data(), scores.data(),
                  programs.empty() ? nullptr : fp.data(), counts.data());
     };
     auto q0_of = [&](long it) { return static_cast<int>((it * b) % (pool - b + 1)); };
     for (int it = 0; it < f.warmup; ++it) search(q0_of(it));
     host.barrier();
+    idx.engine().reset_transfer_counters();
     const auto t0 = Clock::now();
     for (int it = 0; it < f.iters; ++it) {
       const auto tb = Clock::now();
@@ -216,6 +257,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
       c.slots += static_cast<std::int64_t>(b) * f.k;
     }
     c.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    c.fallbacks = idx.engine().transfer_counters().batched_fallbacks;
     host.barrier();
     if (f.check) {
       for (int s0 = 0; s0 < f.check_queries; s0 += b) {
@@ -230,7 +272,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
           s.scores.assign(scores.begin() + static_cast<size_t>(j) * f.k, scores.begin() + static_cast<size_t>(j + 1) * f.k);
           if (c.column >= 0) {
             s.filter_column = c.column;
-            s.filter_lo = range_lo(s0 + j, c.width);
+            s.filter_lo = range_lo(shared ? s0 : s0 + j, c.width);
             s.filter_hi = s.filter_lo + c.width - 1;
             // Test hooks (bench_filter_catches_wrong): a row whose attribute is outside the range
             // in place of the last result, or the best result dropped (the rest moved up, padding
@@ -271,6 +313,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
   if (rank == 0) {
     const Table table({{"B", "", 5},
                        {"layout", "", 10},
+                       {"filter", "", 7},
                        {"select", "(%)", 7},
                        {"p50", "(us)", 10},
                        {"p99", "(us)", 10},
@@ -304,8 +347,10 @@ int run(MpiSession& mpi, int argc, char** argv) {
       r["k"] = f.k;
       r["batch"] = c.batch;
       r["layout"] = c.column < 0 ? "none" : c.layout;
+      r["filter"] = c.column < 0 ? "none" : c.kind;
       r["selectivity_pct"] = c.percent;
-      r["per_query_filters"] = c.column >= 0 && c.batch > 1;
+      r["per_query_filters"] = c.column >= 0 && c.batch > 1 && c.kind == "own";
+      r["filter_scan"] = to_string(cfg.engine.filter_scan);
       r["iters"] = f.iters;
       r["warmup"] = f.warmup;
       r["p50_ms"] = p50;
@@ -315,6 +360,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
       r["time_ratio_p50"] = p50 / up50;
       r["qps_ratio"] = qps / uqps;
       r["results_frac"] = c.slots ? static_cast<double>(c.results) / static_cast<double>(c.slots) : NAN;
+      r["batched_fallbacks"] = c.fallbacks;
       r["check"] = f.check;
       r["check_mode"] = info.mode;
       r["checked_queries"] = checks[ci].queries;
@@ -331,14 +377,15 @@ int run(MpiSession& mpi, int argc, char** argv) {
       r["time"] = utc_now();
       if (!f.tag.empty()) r["tag"] = f.tag;
       write_json_line(f.json_path, r);
-      std::cout << table.line({fmt_int(c.batch), c.column < 0 ? "none" : c.layout, fmt_num(c.percent, 1),
+      std::cout << table.line({fmt_int(c.batch), c.column < 0 ? "none" : c.layout, c.column < 0 ? "-" : c.kind,
+                               fmt_num(c.percent, 1),
                                fmt_num(p50 * 1e3), fmt_num(p99 * 1e3), fmt_num(qps, 0), fmt_num(p50 / up50, 3),
                                fmt_num(qps / uqps, 3), fmt_num(r["results_frac"].get<double>(), 3),
                                fmt_int(checks[ci].wrong)})
                 << std::flush;
       total_wrong += checks[ci].wrong;
       if (checks[ci].wrong > 0)
-        std::cout << "# WRONG: B=" << c.batch << " " << r["layout"].get<std::string>() << " " << c.percent
+        std::cout << "# WRONG: B=" << c.batch << " " << r["layout"].get<std::string>() << " " << c.kind << " " << c.percent
                   << " %: " << checks[ci].first_problem << "\n";
     }
     if (f.check)

@@ -46,6 +46,7 @@ struct EngineConfig {
   ScanRows scan_rows = ScanRows::kAuto;
   ScanSchedule scan_schedule = ScanSchedule::kAuto;
   SearchPath search_path = SearchPath::kAuto;
+  FilterScan filter_scan = FilterScan::kAuto;
   CpuIsa cpu_isa = CpuIsa::kAuto;
 };
 

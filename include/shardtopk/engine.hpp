@@ -71,6 +71,7 @@ struct EngineOptions {
   ScanRows scan_rows = ScanRows::kAuto;               ///< CUDA batch-1 scan: rows per warp
   ScanSchedule scan_schedule = ScanSchedule::kAuto;   ///< CUDA batch-1 scan: block schedule
   SearchPath search_path = SearchPath::kAuto;         ///< CUDA: which path serves a batch (tests)
+  FilterScan filter_scan = FilterScan::kAuto;         ///< CUDA filtered batch-1 scan: dense or gathered
   CpuIsa cpu_isa = CpuIsa::kAuto;                     ///< CPU engine: scoring instructions
 };
 

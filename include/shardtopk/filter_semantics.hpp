@@ -1,7 +1,7 @@
 #pragma once
 // The meaning of a filter program's leaves and of the block verdicts, in one place for the host
 // evaluator (src/filter/filter_eval.cpp) and the GPU kernel
-// (src/engine/cuda/kernels/filter_mask.cu). Internal header: plain C++ that nvcc also compiles.
+// (src/engine/cuda/kernels/filter_program.cuh). Internal header: plain C++ that nvcc also compiles.
 //
 // Verdicts over a block: 0 = no row can pass, 1 = some may, 2 = every row passes. With that
 // order, "and" is the minimum, "or" the maximum and "not" is 2 - v, each sound when its operands

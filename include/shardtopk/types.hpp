@@ -32,6 +32,11 @@ enum class ScanSchedule { kAuto, kBlocked, kPersistent };
 /// Which CUDA path serves a batch: kAuto = the scan for batch 1, the tensor-core GEMM path for
 /// larger batches; kScan / kGemm force one (tests; engine.search_path: auto | scan | gemm).
 enum class SearchPath { kAuto, kScan, kGemm };
+/// CUDA filtered batch-1 scan: kAuto = the gathered scan (only the passing rows, listed first)
+/// when under a fixed fraction of its candidate blocks' rows pass, else the dense scan of those
+/// blocks; kDense / kGathered force one (measurements, tests; engine.filter_scan: auto | dense |
+/// gathered). The answer's bits are the same either way.
+enum class FilterScan { kAuto, kDense, kGathered };
 /// CPU engine scoring instructions: kAuto = the best the processor has (AVX-512, else AVX2/FMA,
 /// else portable C++ with the same arithmetic order) (engine.cpu_isa: auto | avx512 | avx2 | portable).
 enum class CpuIsa { kAuto, kAvx512, kAvx2, kPortable };
@@ -45,6 +50,7 @@ std::string to_string(AttributeType t);
 std::string to_string(ScanRows r);
 std::string to_string(ScanSchedule s);
 std::string to_string(SearchPath p);
+std::string to_string(FilterScan f);
 std::string to_string(CpuIsa i);
 
 /// Parse a metric name: "inner_product", "cosine", "l2". The ann-benchmarks distance names
@@ -66,6 +72,7 @@ CommBackend parse_comm_backend(const std::string& s, const std::string& what = "
 ScanRows parse_scan_rows(const std::string& s, const std::string& what = "engine.scan_rows");
 ScanSchedule parse_scan_schedule(const std::string& s, const std::string& what = "engine.scan_schedule");
 SearchPath parse_search_path(const std::string& s, const std::string& what = "engine.search_path");
+FilterScan parse_filter_scan(const std::string& s, const std::string& what = "engine.filter_scan");
 CpuIsa parse_cpu_isa(const std::string& s, const std::string& what = "engine.cpu_isa");
 
 /// Bytes per element of a storage dtype.

@@ -95,6 +95,14 @@ std::string to_string(SearchPath p) {
   }
   return "?";
 }
+std::string to_string(FilterScan f) {
+  switch (f) {
+    case FilterScan::kAuto: return "auto";
+    case FilterScan::kDense: return "dense";
+    case FilterScan::kGathered: return "gathered";
+  }
+  return "?";
+}
 std::string to_string(CpuIsa i) {
   switch (i) {
     case CpuIsa::kAuto: return "auto";
@@ -121,6 +129,12 @@ SearchPath parse_search_path(const std::string& s, const std::string& what) {
   if (s == "scan") return SearchPath::kScan;
   if (s == "gemm") return SearchPath::kGemm;
   throw Error(what + ": '" + s + "' is not allowed (allowed: auto, scan, gemm)");
+}
+FilterScan parse_filter_scan(const std::string& s, const std::string& what) {
+  if (s == "auto") return FilterScan::kAuto;
+  if (s == "dense") return FilterScan::kDense;
+  if (s == "gathered") return FilterScan::kGathered;
+  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, dense, gathered)");
 }
 CpuIsa parse_cpu_isa(const std::string& s, const std::string& what) {
   if (s == "auto") return CpuIsa::kAuto;

@@ -225,6 +225,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"negative_threads", "engine:\n  threads: -1\n", {"engine.threads", "-1"}},
         BadConfig{"bad_dtype", "engine:\n  dtype: int8\n", {"engine.dtype", "'int8'", "float16"}},
         BadConfig{"bad_backend", "engine:\n  backend: tpu\n", {"engine.backend", "'tpu'"}},
+        BadConfig{"bad_filter_scan", "engine:\n  filter_scan: sparse\n",
+                  {"engine.filter_scan", "'sparse'", "auto, dense, gathered"}},
         BadConfig{"bad_comm", "comm:\n  backend: gloo\n", {"comm.backend", "'gloo'"}},
         BadConfig{"zero_timeout", "comm:\n  timeout_s: 0\n", {"comm.timeout_s", "> 0"}},
         BadConfig{"empty_path", "corpus:\n  path: ''\n", {"corpus.path", "empty"}},
@@ -340,6 +342,10 @@ TEST(ConfigOverride, SetsValuesWithTheSameChecks) {
   apply_override(c, "engine.dtype=float16");
   apply_override(c, "comm.timeout_s=0.5");
   apply_override(c, "search.metric=auto");
+  EXPECT_EQ(c.engine.filter_scan, FilterScan::kAuto);
+  apply_override(c, "engine.filter_scan=gathered");
+  EXPECT_EQ(c.engine.filter_scan, FilterScan::kGathered);
+  EXPECT_EQ(parse_config(to_yaml(c), "again").engine.filter_scan, FilterScan::kGathered);
   EXPECT_EQ(c.search.k_max, 7);
   EXPECT_EQ(c.corpus.dataset, "a/b/c");
   EXPECT_FALSE(c.search.metric.has_value());

@@ -68,6 +68,9 @@ std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dt
       {"filter masks", "[max_filters=" + std::to_string(lim.max_filters) + ", rows/32] x 4 B",
        mul_sat({static_cast<std::uint64_t>(std::max(lim.max_filters, 0)),
                 static_cast<std::uint64_t>(filter_mask_words(std::max<std::int64_t>(rows, 0))), 4})},
+      {"filter block flags", "[max_filters=" + std::to_string(lim.max_filters) + ", rows/1024] x 1 B",
+       mul_sat(static_cast<std::uint64_t>(std::max(lim.max_filters, 0)),
+               static_cast<std::uint64_t>((std::max<std::int64_t>(rows, 0) + kFilterBlockRows - 1) / kFilterBlockRows))},
       {"live mask", "[rows/32] x 4 B",
        mul_sat(static_cast<std::uint64_t>(filter_mask_words(std::max<std::int64_t>(rows, 0))), 4)},
   };

@@ -6,6 +6,7 @@
 //   selector.hpp     per-thread exact top-k behind a threshold
 //   worker_pool.hpp  the threads, started once
 //   buffers.cpp      the memory plan, checked before anything is allocated
+//   scan_spans.cpp   the blocks a filtered batch scans (some query may return a row of them)
 // Slots, their live mask and the checks of updates are shared with the CUDA engine (../slots.hpp).
 #include <algorithm>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "engine/cpu/buffers.hpp"
 #include "engine/cpu/layout.hpp"
 #include "engine/cpu/scan.hpp"
+#include "engine/cpu/scan_spans.hpp"
 #include "engine/cpu/selector.hpp"
 #include "engine/cpu/worker_pool.hpp"
 #include "engine/search_args.hpp"
@@ -79,6 +81,8 @@ class CpuEngine final : public Engine {
     slots_ = engine_detail::Slots(cap_, rows_, rows_);
     mask_words_ = filter_mask_words(cap_);
     masks_.assign(static_cast<size_t>(std::max(lim.max_filters, 0)) * static_cast<size_t>(mask_words_), 0u);
+    blocks_ = (cap_ + kFilterBlockRows - 1) / kFilterBlockRows;
+    flags_.assign(static_cast<size_t>(std::max(lim.max_filters, 0)) * static_cast<size_t>(blocks_), 0u);
     query_mask_.assign(static_cast<size_t>(lim.batch_max), nullptr);
     const size_t bk = static_cast<size_t>(lim.batch_max) * lim.k_max;
     lists_.assign(bk * pool_.size(), pad_candidate());
@@ -92,7 +96,7 @@ class CpuEngine final : public Engine {
     const std::uint64_t bytes = f32_.size() * 4 + u16_.size() * 2 + ids_.size() * 8 +
                                 (lists_.size() + sel_buf_.size()) * sizeof(Candidate) +
                                 sel_state_.size() * sizeof(QueryState) + padded_q_.size() * 4 + masks_.size() * 4 +
-                                slots_.live_mask().size() * 4;
+                                flags_.size() + slots_.live_mask().size() * 4;
     return EngineInfo{"cpu", MemSpace::kHost, metric_, dtype_, rows_, cap_, dim_, /*device=*/-1,
                       std::string(isa_name(isa_)) + ", " + std::to_string(pool_.size()) + " threads", bytes};
   }
@@ -156,10 +160,16 @@ class CpuEngine final : public Engine {
     SHARDTOPK_EXPECTS(!streaming_, "search: the shard's rows are still loading (finish_load)");
     if (a.batch == 0) return;
     const bool filtered = a.filters.count > 0, dead = slots_.dead() > 0;
-    if (filtered) prepare_masks(a.filters, a.batch);
+    const std::int64_t hw = slots_.scanned();
+    std::vector<RowRange> spans{RowRange{0, hw}};
+    if (filtered) {
+      prepare_masks(a.filters, a.batch);
+      // only the blocks some query may return a row of
+      spans = engine_detail::scan_spans(flags_.data(), blocks_, a.filters.query_program, a.batch, hw);
+    }
     if (!filtered && dead)  // deleted rows: every query reads the live mask
       std::fill(query_mask_.begin(), query_mask_.begin() + a.batch, slots_.live_mask().data());
-    run(a.queries, a.batch, a.k, a.out, filtered || dead ? query_mask_.data() : nullptr);
+    run(a.queries, a.batch, a.k, a.out, filtered || dead ? query_mask_.data() : nullptr, spans);
     if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, nullptr);
   }
 
@@ -215,13 +225,14 @@ class CpuEngine final : public Engine {
     }
   }
 
-  /// Row masks of the batch's programs (without the dead slots), and each query's mask in
-  /// query_mask_ (unfiltered: the live mask, or nullptr when every slot is live).
+  /// Row masks and block flags of the batch's programs (without the dead slots), and each
+  /// query's mask in query_mask_ (unfiltered: the live mask, or nullptr when every slot is live).
   void prepare_masks(const FilterBatch& f, int batch) {
     for (int m = 0; m < f.count; ++m) {
       std::uint32_t* mask = masks_.data() + m * static_cast<size_t>(mask_words_);
       const std::int64_t hw = slots_.scanned();
-      evaluate_mask(*f.programs[m], table_, RowRange{0, hw}, mask, nullptr, pool_.size());
+      evaluate_mask(*f.programs[m], table_, RowRange{0, hw}, mask, flags_.data() + m * static_cast<size_t>(blocks_),
+                    pool_.size());
       if (slots_.dead() > 0)
         for (std::int64_t w = 0; w < filter_mask_words(hw); ++w) mask[w] &= slots_.live_mask()[static_cast<size_t>(w)];
     }
@@ -232,18 +243,17 @@ class CpuEngine final : public Engine {
     }
   }
 
-  void run(const float* queries, int batch, int k, Candidate* out, const std::uint32_t* const* masks) {
+  /// The batch over the rows of `spans` (block runs, ascending), split among the threads.
+  void run(const float* queries, int batch, int k, Candidate* out, const std::uint32_t* const* masks,
+           const std::vector<RowRange>& spans) {
     for (int b = 0; b < batch; ++b)
       std::memcpy(&padded_q_[b * dp_], queries + static_cast<std::int64_t>(b) * dim_, sizeof(float) * dim_);
     const int nt = pool_.size();
     const size_t bk = static_cast<size_t>(batch) * k;
     auto work = [&](int t) {
-      // Thread ranges start on 16-row bounds (whole row pairs, whole 8-pair blocks). A row's
+      // Thread pieces start on 16-row bounds (whole row pairs, whole 8-pair blocks). A row's
       // score does not depend on which thread or tile computes it.
       // Slots past the high-water mark were never written: not scanned.
-      const std::int64_t hw = slots_.scanned();
-      const std::int64_t per = round_up((hw + nt - 1) / nt, 16);
-      const std::int64_t r0 = std::min(hw, t * per), r1 = std::min(hw, r0 + per);
       const Selector sel{sel_buf_.data() + static_cast<size_t>(t) * limits_.batch_max * sel_stride_,
                          sel_state_.data() + static_cast<size_t>(t) * limits_.batch_max,
                          sel_stride_,
@@ -253,8 +263,8 @@ class CpuEngine final : public Engine {
                          metric_ == Metric::kL2,
                          masks};
       sel.reset(batch);
-      scan_rows(ScanInput{f32_.data(), u16_.data(), dtype_, metric_ == Metric::kL2, isa_, dp_, padded_q_.data(), batch},
-                r0, r1, sel);
+      const ScanInput in{f32_.data(), u16_.data(), dtype_, metric_ == Metric::kL2, isa_, dp_, padded_q_.data(), batch};
+      for (const RowRange& piece : engine_detail::thread_pieces(spans, nt, t, 16)) scan_rows(in, piece.lo, piece.hi, sel);
       Candidate* lp = lists_.data() + bk * t;
       for (int b = 0; b < batch; ++b) sel.finish(b, lp + static_cast<size_t>(b) * k);
     };
@@ -282,6 +292,8 @@ class CpuEngine final : public Engine {
   AttributeTable table_;
   std::int64_t mask_words_ = 0;
   std::vector<std::uint32_t> masks_;                 // [max_filters, mask_words_]
+  std::int64_t blocks_ = 0;                          // summary blocks of the slots
+  std::vector<std::uint8_t> flags_;                  // [max_filters, blocks_] evaluate_mask's block flags
   std::vector<const std::uint32_t*> query_mask_;     // [batch_max]
   engine_detail::Slots slots_;                       // live mask, scanned slots [0, scanned)
   // streamed loading (ShardInput::streamed): two host blocks used in turn

@@ -60,17 +60,41 @@ std::int64_t BatchedSearch::chunk_rows(int batch, std::uint64_t out_bytes) const
   return std::max<std::int64_t>(1, std::min(r, rows_));
 }
 
+std::vector<RowChunk> BatchedSearch::chunks(int batch, int k) const {
+  const std::uint64_t out_bytes = dtype_ == Dtype::kFloat16 ? 2 : 4;
+  const std::int64_t R = chunk_rows(batch, out_bytes);
+  const std::int64_t R0 = std::min<std::int64_t>(R, kFirstChunkRows);  // seeds the thresholds
+  // Chunk c ≥ 1 has at most G times as many rows as came before it (from R0 up to R): a
+  // threshold from n rows lets about k · rows_c / n ≤ k · G rows of the next chunk through, so
+  // the early chunks cannot flood the pools (k · G ≤ pool_cap / 4), and small batches still get
+  // long GEMMs soon. G = 8 where the pool allows (1M rows, B = 64: 656 → 626 µs device time
+  // against doubling; docs/PERFORMANCE.md, "Batched path").
+  const std::int64_t G = std::min<std::int64_t>(kMaxChunkGrowth, std::max<std::int64_t>(1, pool_cap_ / (4LL * k)));
+  std::vector<RowChunk> out;
+  for (std::int64_t r0 = 0; r0 < rows_;) {
+    const int rc = static_cast<int>(std::min({out.empty() ? R0 : std::min(R, G * r0), rows_ - r0}));
+    out.push_back(RowChunk{r0, rc});
+    r0 += rc;
+  }
+  return out;
+}
+
+std::int64_t BatchedSearch::outputs_per_buffer() const {
+  return static_cast<std::int64_t>(sbuf_bytes_ / (dtype_ == Dtype::kFloat16 ? 2 : 4));
+}
+
 void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq,
-                            cudaStream_t stream, const RowMasks* masks) {
+                            cudaStream_t stream, const RowMasks* masks, const ChunkSchedule* schedule) {
   bind(stream);
   const std::int64_t pcap = pool_cap_;
   CHECK_CUDA(cudaMemsetAsync(ws_.counts, 0, static_cast<std::size_t>(batch) * 4, stream));
   CHECK_CUDA(cudaMemsetAsync(ws_.overflow, 0, static_cast<std::size_t>(batch) * 4, stream));
   prepare_batched_queries(queries, batch, dim_, dpad_, dtype_, l2_, max_sq, ws_.qpad, ws_.qhat, ws_.qinfo, stream);
+  const bool seeded = schedule != nullptr;
+  const CandidatePools pools{ws_.qinfo, ws_.pool, pcap, ws_.counts, ws_.thr, ws_.overflow, ws_.seen};
+  if (seeded) init_thresholds(pools, batch, stream);
   // The GEMM's output: __half for float16 shards (half the bytes per chunk), float otherwise.
   const bool half_out = dtype_ == Dtype::kFloat16;
-  const std::uint64_t out_bytes = half_out ? 2 : 4;
-  const std::int64_t R = chunk_rows(batch, out_bytes);
   const float one = 1.0f, zero = 0.0f;
   const cudaDataType_t ty = dtype_ == Dtype::kFloat32   ? CUDA_R_32F
                             : dtype_ == Dtype::kFloat16 ? CUDA_R_16F
@@ -80,38 +104,45 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   const std::uint64_t elem = dtype_bytes(dtype_);
   // The GEMM output alternates between two buffers.
   void* sbuf[2] = {ws_.scores, reinterpret_cast<char*>(ws_.scores) + sbuf_bytes_};
-  const std::int64_t R0 = std::min<std::int64_t>(R, kFirstChunkRows);  // seeds the thresholds
   // Compact (and raise the threshold) once a pool holds 2k entries: the first chunk's threshold
   // (the k-th of 8,192 rows) lets ~k · R / 8192 rows of each later chunk through, and waiting
   // for pool_cap / 4 entries kept it that loose for several chunks (a trigger of pool_cap / 4
   // after the first 8 chunks measured 3 % slower; docs/PERFORMANCE.md, "Batched path").
   const std::uint32_t trigger = static_cast<std::uint32_t>(
       std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
-  const CandidatePools pools{ws_.qinfo, ws_.pool, pcap, ws_.counts, ws_.thr, ws_.overflow};
   const cudaStream_t side = side_.get();
-  int last = 0;
-  // Chunk c ≥ 1 has at most G times as many rows as came before it (from R0 up to R): a
-  // threshold from n rows lets about k · rows_c / n ≤ k · G rows of the next chunk through, so
-  // the early chunks cannot flood the pools (k · G ≤ pool_cap / 4), and small batches still get
-  // long GEMMs soon. G = 8 where the pool allows (1M rows, B = 64: 656 → 626 µs device time
-  // against doubling; docs/PERFORMANCE.md, "Batched path").
-  const std::int64_t G = std::min<std::int64_t>(kMaxChunkGrowth, std::max<std::int64_t>(1, pcap / (4LL * k)));
-  for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
-    const int rc = static_cast<int>(std::min({c == 0 ? R0 : std::min(R, G * r0), rows_ - r0}));
+  const std::vector<RowChunk> plan = seeded ? schedule->chunks : chunks(batch, k);
+  int last = -1;
+  std::int64_t c = 0;  // chunks launched
+  for (std::size_t ci = 0; ci < plan.size(); ++ci) {
+    const std::int64_t r0 = plan[ci].row0;
+    const int rc = plan[ci].rows;
+    const int n = seeded ? schedule->queries[ci] : batch;
+    const bool subset = n < batch;
     const int b = static_cast<int>(c & 1);
     if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[b].get(), 0));
-    // sbuf[b][q * rc + i] = Σ_d qhat[q, d] · shard[r0 + i, d]   (column-major [rc, batch])
-    CHECK_CUBLAS(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, rc, batch, static_cast<int>(dpad_), &one,
+    const std::int32_t* qmap = subset ? schedule->qmap + schedule->first[ci] : nullptr;
+    if (subset) gather_query_rows(ws_.qhat, static_cast<std::size_t>(dpad_) * elem, qmap, n, ws_.qsub, stream);
+    // sbuf[b][j * rc + i] = Σ_d qhat[query j, d] · shard[r0 + i, d]   (column-major [rc, n])
+    CHECK_CUBLAS(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, rc, n, static_cast<int>(dpad_), &one,
                               static_cast<const char*>(ws_.shard) + r0 * dpad_ * elem, ty, static_cast<int>(dpad_),
-                              ws_.qhat, ty, static_cast<int>(dpad_), &zero, sbuf[b], out_ty, rc, ct,
+                              subset ? ws_.qsub : ws_.qhat, ty, static_cast<int>(dpad_), &zero, sbuf[b], out_ty, rc, ct,
                               CUBLAS_GEMM_DEFAULT));
     CHECK_CUDA(cudaEventRecord(ev_scored_[b].get(), stream));
     CHECK_CUDA(cudaStreamWaitEvent(side, ev_scored_[b].get(), 0));
     const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_};
-    if (c == 0) {
-      collect_first_chunk(chunk, batch, k, pools, side, masks);
+    const ChunkQueries cq{qmap, masks, seeded};
+    if (seeded) {
+      // Queries whose threshold saw enough rows collect the chunk; the others (none yet, or too
+      // few for a chunk this long) take theirs from this chunk.
+      if (c > 0) collect_chunk(chunk, n, pools, cq, side);
+      seed_chunk(chunk, n, k, pools, cq, false, side);
+      // after every chunk: a query seeded by this one lets more of the next one through
+      compact_pools(batch, k, trigger, pools, side);
+    } else if (c == 0) {
+      seed_chunk(chunk, n, k, pools, cq, true, side);
     } else {
-      collect_chunk(chunk, batch, pools, side, masks);
+      collect_chunk(chunk, n, pools, cq, side);
       // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
       // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
       if (c < 8 || c % kCompactEvery == 0 || rc > 65536)  // long chunks: after each
@@ -119,9 +150,9 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     }
     CHECK_CUDA(cudaEventRecord(ev_pooled_[b].get(), side));
     last = b;
-    r0 += rc;
+    ++c;
   }
-  CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[last].get(), 0));
+  if (last >= 0) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[last].get(), 0));
   const int nvec = static_cast<int>(dpad_ * static_cast<std::int64_t>(elem) / 16);
   rescore_pools(dtype_, l2_, ws_.shard, nvec, ws_.qpad, k, pools, cap_, ws_.ids, batch, out, stream);
 }

@@ -11,12 +11,30 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/plan.hpp"
 #include "shardtopk/engine.hpp"
 
 namespace shardtopk::cuda_detail {
+
+/// One chunk of rows of a batched search.
+struct RowChunk {
+  std::int64_t row0 = 0;
+  int rows = 0;
+};
+
+/// The chunks of a filtered batched search and the queries each one scores: chunks no query may
+/// return a row of are left out; one that fewer than all queries may GEMMs only those (their rows
+/// gathered), and neighbouring such chunks are merged while their GEMM output fits a buffer.
+struct ChunkSchedule {
+  std::vector<RowChunk> chunks;        ///< in row order
+  std::vector<int> queries;            ///< [chunks] the batch: all; else the length of a list
+  std::vector<std::int64_t> first;     ///< [chunks] where the chunk's list starts in qmap
+  const std::int32_t* qmap = nullptr;  ///< device: the lists, one after the other
+  bool full = false;                   ///< every chunk of chunks(batch, k), every query
+};
 
 class BatchedSearch {
  public:
@@ -30,8 +48,18 @@ class BatchedSearch {
   /// (device) on `stream`: no host synchronisation (capturable). A query whose pool overflowed
   /// has overflow[q] ≠ 0 afterwards and its out row untouched: the caller re-runs it through
   /// the batch-1 scan (same bits). max_sq: the shard's largest stored ‖x‖² (Δ's bound).
+  /// `schedule` (filtered searches, optional): the chunks' queries (chunks(batch, k) order);
+  /// each query's threshold then comes from the first chunk holding k rows it may return.
   void enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq, cudaStream_t stream,
-               const RowMasks* masks = nullptr);
+               const RowMasks* masks = nullptr, const ChunkSchedule* schedule = nullptr);
+
+  /// The chunks of rows a search of `batch` queries and `k` goes through, in order: the first
+  /// seeds the thresholds (8,192 rows at most), each later one has at most 8 × the rows before
+  /// it, up to what one GEMM output buffer holds.
+  std::vector<RowChunk> chunks(int batch, int k) const;
+
+  /// GEMM outputs one chunk buffer holds (a chunk of n queries × rows needs n · rows).
+  std::int64_t outputs_per_buffer() const;
 
  private:
   /// Rows per chunk for a batch: the [batch, R] GEMM output fits one ping-pong buffer.

@@ -5,6 +5,8 @@
 //   kernels/query_prep  query validation and cosine normalisation
 //   kernels/scan_select batch 1 (and the batched path's fallback): one scan + radix select
 //   batched_search      batch ≥ 2: tensor-core GEMM per chunk, candidates within 2Δ, exact re-score
+//   filtered_search     a search's filters: evaluated per summary block, then the filtered scan
+//                       of each query's candidate blocks (batch 1) or the chunk schedule (batches)
 //   graph_cache         each search shape replayed from a CUDA graph
 // Scoring (DESIGN.md invariant 3): kernels/score.cuh, one arithmetic for every batch size.
 
@@ -24,11 +26,12 @@
 #include "core/half.hpp"
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/batched_search.hpp"
+#include "engine/cuda/filtered_search.hpp"
 #include "engine/search_args.hpp"
 #include "engine/slots.hpp"
 #include "engine/cuda/graph_cache.hpp"
 #include "engine/cuda/kernels/fill.hpp"
-#include "engine/cuda/kernels/filter_mask.cuh"
+#include "engine/cuda/kernels/filter_table.cuh"
 #include "engine/cuda/kernels/query_prep.hpp"
 #include "engine/cuda/kernels/scan_select.hpp"
 #include "engine/cuda/kernels/shard_store.hpp"
@@ -112,7 +115,7 @@ class CudaEngine final : public Engine {
     }
     host_table_ = slot_attribute_table(s, rows_, 0, "CUDA engine");
     upload(s);
-    init_filters(s);
+    init_filters(s, opt);
     CHECK_CUDA(cudaMemsetAsync(ws_.qpad, 0, static_cast<std::size_t>(lim.batch_max) * dpad_ * sizeof(float), stream_));
     CHECK_CUDA(cudaMemsetAsync(ws_.status + kStatusScanDir, 0, sizeof(unsigned long long), stream_));
     CHECK_CUDA(cudaStreamSynchronize(stream_));
@@ -272,22 +275,24 @@ class CudaEngine final : public Engine {
       if (a.epilogue) a.epilogue->enqueue(a.out, 0, a.k, s);
       return;
     }
-    // Filters (their masks are computed now, outside the search's graph) and deleted rows.
+    // Filters (evaluated now, outside the search's graph: the programs change from search to
+    // search) and deleted rows.
     const bool filtered = rows_ > 0 && a.filters.count > 0;
-    if (filtered) prepare_masks(a.filters, a.batch, s);
-    RowMasks masks;
-    if (filtered) masks = RowMasks{ws_.masks, ws_.mask_words, ws_.mask_index, nullptr};
-    const bool dead = rows_ > 0 && slots_.dead() > 0;
-    if (dead) {
-      masks.live = ws_.live;
+    const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
+    const bool batched = rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan);
+    if (filtered) filters_->prepare(a.filters, a.batch, /*row_masks=*/!batched, s);
+    const std::uint32_t* live = rows_ > 0 && slots_.dead() > 0 ? ws_.live : nullptr;
+    RowMasks masks = filtered ? filters_->masks(live) : RowMasks{};
+    if (!filtered && live) {
+      masks.live = live;
       masks.words = ws_.mask_words;
     }
-    const RowMasks* m = filtered || dead ? &masks : nullptr;
-    const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (masks.live ? GraphCache::kMaskLive : 0);
+    const RowMasks* m = filtered || live ? &masks : nullptr;
+    const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (live ? GraphCache::kMaskLive : 0);
     const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, mask_kinds};
-    const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
-    if (rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan)) return search_batched(a, key, s, m);
-    // Batch 1 (or an empty shard): one scan + select per query, then the epilogue: one graph.
+    if (batched) return search_batched(a, key, s, m);
+    // Batch 1 (or an empty shard): one scan + select per query, then the epilogue: one graph
+    // (a filtered query's scan reads its program index on the device: one graph serves all).
     graphs_.run(key, s, [&] {
       if (rows_ == 0) {
         fill_pad(a.out, static_cast<std::int64_t>(a.batch) * a.k, s);
@@ -394,12 +399,14 @@ class CudaEngine final : public Engine {
         ", or lower search.batch_max / search.k_max"));
   }
 
-  /// Query q of a search through the batch-1 scan, into its row of a.out (masks: its rows).
+  /// Query q of a search through the batch-1 scan, into its row of a.out (masks: its rows; with
+  /// filters, the filtered scan of its filter's candidate blocks).
   void scan_one(const SearchArgs& a, int q, cudaStream_t s, const RowMasks* masks) {
     ScanSelectArgs args = scan_args_;
     args.query = a.queries + static_cast<std::int64_t>(q) * dim_;
     args.k = a.k;
     args.out = a.out + static_cast<std::int64_t>(q) * a.k;
+    if (masks && masks->index) return filters_->scan_one(args, q, masks->live, s);
     if (masks) {
       args.masks = *masks;
       args.mask_query = q;
@@ -407,55 +414,41 @@ class CudaEngine final : public Engine {
     scan_select(scan_, args, s);
   }
 
-  /// The row masks of a batch's filters: its programs packed, copied to the device with each
-  /// query's program index, and evaluated over the shard's attribute table, on `s` (not
-  /// captured: the programs change from search to search). @throws Error when the programs are
-  /// too large together.
-  void prepare_masks(const FilterBatch& f, int batch, cudaStream_t s) {
-    // The pinned staging may still be read by the previous search's copy.
-    CHECK_CUDA(cudaEventSynchronize(programs_copied_.get()));
-    const std::size_t bytes = packed_filter_programs_bytes(f.programs, f.count);
-    SHARDTOPK_EXPECTS(bytes <= kFilterProgramBytes, "the filters of this batch take ", bytes,
-                      " bytes compiled, more than the ", kFilterProgramBytes, " one search may carry");
-    pack_filter_programs(f.programs, f.count, programs_pinned_.as<std::uint8_t>(), kFilterProgramBytes);
-    std::memcpy(programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes, f.query_program,
-                sizeof(std::int32_t) * static_cast<std::size_t>(batch));
-    CHECK_CUDA(cudaMemcpyAsync(ws_.programs, programs_pinned_.get(), bytes, cudaMemcpyHostToDevice, s));
-    CHECK_CUDA(cudaMemcpyAsync(ws_.mask_index, programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes,
-                               sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
-    CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
-    launch_filter_mask(table_->table(), ws_.programs, f.count, RowRange{0, rows_}, ws_.masks, ws_.mask_words, nullptr,
-                       0, s);
-  }
-
   /// The shard's attribute table on the device (its columns and global ids: filters on
   /// attributes and on ids), the filter staging, and the live mask (every row live).
-  void init_filters(const ShardInput& s) {
-    programs_pinned_.allocate(kFilterProgramBytes + sizeof(std::int32_t) * static_cast<std::size_t>(limits_.batch_max));
-    programs_copied_.create(cudaEventDisableTiming);
-    CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream_));
+  void init_filters(const ShardInput& s, const EngineOptions& opt) {
     // Live: the shard's rows; reserved slots are dead until written. Searches cover every slot.
     slots_ = Slots(rows_, base_rows_, rows_);
     if (rows_ == 0) return;
     table_.emplace(host_table_, stream_);
+    filters_.emplace(ws_, table_->table(), scan_, opt.filter_scan, limits_, sms_, stream_);
     CHECK_CUDA(cudaMemcpyAsync(ws_.live, slots_.live_mask().data(), sizeof(std::uint32_t) * slots_.live_mask().size(),
                                cudaMemcpyHostToDevice, stream_));
   }
 
   /// One graph: the batched search, its overflow flags to the host, the epilogue (correct
-  /// unless a pool overflowed: then queued again after the fallback).
-  void search_batched(const SearchArgs& a, const GraphCache::Key& key, cudaStream_t s, const RowMasks* masks) {
-    graphs_.run(key, s, [&] {
-      batched_->enqueue(a.queries, a.batch, a.k, a.out, max_sq_, s, masks);
+  /// unless a pool overflowed: then queued again after the fallback). A filtered batch follows
+  /// its chunk schedule (which chunks each query scores, read back from the device first): one
+  /// graph when it runs every chunk for every query (the programs are read on the device), else
+  /// launched directly, the schedule changing from search to search.
+  void search_batched(const SearchArgs& a, GraphCache::Key key, cudaStream_t s, const RowMasks* masks) {
+    const ChunkSchedule* schedule =
+        masks && masks->index ? &filters_->schedule(*batched_, a.filters, a.batch, a.k, s) : nullptr;
+    if (schedule) std::get<5>(key) |= GraphCache::kSeeded;
+    auto enqueue = [&] {
+      batched_->enqueue(a.queries, a.batch, a.k, a.out, max_sq_, s, masks, schedule);
       CHECK_CUDA(cudaMemcpyAsync(host_overflow_, ws_.overflow, static_cast<std::size_t>(a.batch) * 4,
                                  cudaMemcpyDeviceToHost, s));
       if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
-    });
+    };
+    if (schedule && !schedule->full) enqueue();
+    else graphs_.run(key, s, enqueue);
     CHECK_CUDA(cudaStreamSynchronize(s));
     bool redo = false;
     for (int q = 0; q < a.batch; ++q) {
       if (host_overflow_[q] == 0) continue;
       ++counters_.batched_fallbacks;  // a pool overflowed (adversarial row order): the exact batch-1 path, same bits
+      if (masks && masks->index) filters_->row_masks_of(a.filters.query_program[q], s);
       scan_one(a, q, s, masks);
       redo = true;
     }
@@ -583,10 +576,9 @@ class CudaEngine final : public Engine {
   int up_next_ = 0;
   const std::int64_t* stream_ids_ = nullptr;
   std::optional<BatchedSearch> batched_;
-  // filters: the attribute table on the device, the staging of a batch's programs
+  // filters: the attribute table on the device, a search's programs evaluated on it
   std::optional<DeviceFilterTableStorage> table_;
-  PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] mask indices
-  Event programs_copied_;
+  std::optional<FilteredSearch> filters_;
   AttributeTable host_table_;  // [rows_] ids and columns of every slot (write_rows, snapshots)
   Slots slots_;                // the live mask as on the device (ws_.live), and the dead count
   GraphCache graphs_;

@@ -21,6 +21,7 @@ class GraphCache {
   using Key = std::tuple<const float*, const Candidate*, int, int, const void*, int>;
   static constexpr int kMaskFilters = 1;  ///< per-query filter masks
   static constexpr int kMaskLive = 2;     ///< the live mask (deleted rows)
+  static constexpr int kSeeded = 4;       ///< a filtered batch: per-query seeded thresholds
 
   /// enabled = false: run() enqueues directly every time (nothing is captured).
   explicit GraphCache(bool enabled) : enabled_(enabled) {}

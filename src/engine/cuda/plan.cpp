@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "engine/cuda/kernels/filter_mask.cuh"
+#include "engine/cuda/kernels/filter_table.cuh"
 #include <limits>
 
 #include "shardtopk/error.hpp"
@@ -86,7 +86,11 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_state = take(sizeof(Batch1State));
   p.off_pool = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(pool_cap(lim))), sizeof(PoolEntry)));
   p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(kChunkBudget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
-  p.scores_bytes = std::max<std::uint64_t>({mul_bytes(urows, 4), 2 * p.sbuf_bytes, kMinScratch,
+  // Filtered scans write whole summary blocks of compact scores.
+  p.blocks = (rows + kFilterBlockRows - 1) / kFilterBlockRows;
+  const std::uint64_t ublocks = static_cast<std::uint64_t>(p.blocks);
+  const std::uint64_t block_rows = mul_bytes(ublocks, static_cast<std::uint64_t>(kFilterBlockRows));
+  p.scores_bytes = std::max<std::uint64_t>({mul_bytes(block_rows, 4), 2 * p.sbuf_bytes, kMinScratch,
                                             mul_bytes(static_cast<std::uint64_t>(dim), 4)});
   p.off_scores = take(p.scores_bytes);
   p.off_cublas = take(rows > 0 ? kCublasWorkspace : 0);
@@ -97,6 +101,17 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_mask_index = take(mul_bytes(bmax, 4));
   p.off_live = take(mul_bytes(words, 4));
   p.off_programs = take(kFilterProgramBytes);
+  const std::uint64_t filters = static_cast<std::uint64_t>(std::max(lim.max_filters, 1));
+  p.off_flags = take(mul_bytes(filters, ublocks));
+  p.off_cand = take(mul_bytes(mul_bytes(filters, ublocks), 4));
+  p.off_fstats = take(mul_bytes(filters, sizeof(FilterStats)));
+  p.off_cids = take(mul_bytes(block_rows, 8));
+  p.off_row_list = take(mul_bytes(urows, 4));
+  p.off_qsub = take(mul_bytes(mul_bytes(bmax, dpad), elem));
+  p.off_chunk_rows = take(static_cast<std::uint64_t>(kScheduleChunks + 1) * 8);
+  p.off_chunk_act = take(static_cast<std::uint64_t>(kScheduleActBytes));
+  p.off_qmap = take(static_cast<std::uint64_t>(kScheduleQueries) * 4);
+  p.off_seen = take(mul_bytes(bmax, 4));
   p.total = off;
   p.table_bytes = DeviceFilterTableStorage::bytes_for(rows, lim.attribute_columns);
   return p;
@@ -125,6 +140,17 @@ Workspace Plan::carve(void* arena, bool l2) const {
   w.live = reinterpret_cast<std::uint32_t*>(base + off_live);
   w.programs = reinterpret_cast<std::uint8_t*>(base + off_programs);
   w.mask_words = mask_words;
+  w.blocks = blocks;
+  w.flags = reinterpret_cast<std::uint8_t*>(base + off_flags);
+  w.cand = reinterpret_cast<std::int32_t*>(base + off_cand);
+  w.fstats = reinterpret_cast<FilterStats*>(base + off_fstats);
+  w.cids = reinterpret_cast<std::int64_t*>(base + off_cids);
+  w.row_list = reinterpret_cast<std::int32_t*>(base + off_row_list);
+  w.qsub = base + off_qsub;
+  w.chunk_rows = reinterpret_cast<std::int64_t*>(base + off_chunk_rows);
+  w.chunk_act = reinterpret_cast<std::uint8_t*>(base + off_chunk_act);
+  w.qmap = reinterpret_cast<std::int32_t*>(base + off_qmap);
+  w.seen = reinterpret_cast<std::uint32_t*>(base + off_seen);
   return w;
 }
 

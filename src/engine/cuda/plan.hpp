@@ -18,6 +18,11 @@
 //   mask_index [batch_max]           each query's filter mask (-1: none)
 //   live     [rows/32]               rows not deleted (updates)
 //   programs kFilterProgramBytes     the batch's compiled filter programs, packed
+//   flags, cand, fstats [max_filters, blocks] / [max_filters]   block verdicts, candidate lists, counts
+//   cids     [blocks × 1024]         the filtered scan's compact ids (its scores: `scores`)
+//   row_list [rows]                  the gathered scan's rows
+//   qsub     [batch_max, dpad]       storage dtype: the queries a chunk of a filtered batch GEMMs
+//   chunk_rows, chunk_act, qmap      a filtered batch's chunk schedule (rows, activity, query lists)
 //
 // The query, candidate and answer buffers of the data path are not here: the index allocates
 // them (engine/space.hpp).
@@ -33,6 +38,11 @@ constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
 /// Bytes of compiled filter programs one search may carry (packed: filter.hpp).
 constexpr std::uint64_t kFilterProgramBytes = 16ull << 20;
 constexpr int kMaxCandCap = 16384;  // final sort in shared memory: 16384 × 12 B
+/// A filtered batch's chunk schedule: at most this many chunks get per-chunk query lists (more:
+/// every chunk GEMMs every query), and at most kScheduleQueries list entries together.
+constexpr std::int64_t kScheduleChunks = 4096;
+constexpr std::int64_t kScheduleQueries = 1 << 20;
+constexpr std::int64_t kScheduleActBytes = 4 << 20;  // chunk activity: programs × chunks
 
 /// The words of the status area; kStatusOk: a minimum that nothing lowered.
 constexpr unsigned long long kStatusOk = ~0ull;
@@ -71,6 +81,17 @@ struct Workspace {
   std::uint32_t* live = nullptr;
   std::uint8_t* programs = nullptr;
   std::int64_t mask_words = 0;
+  std::int64_t blocks = 0;            // summary blocks (kFilterBlockRows rows)
+  std::uint8_t* flags = nullptr;      // [max_filters, blocks]
+  std::int32_t* cand = nullptr;       // [max_filters, blocks]
+  FilterStats* fstats = nullptr;      // [max_filters]
+  std::int64_t* cids = nullptr;       // [blocks × 1024]
+  std::int32_t* row_list = nullptr;   // [rows]
+  void* qsub = nullptr;               // [batch_max, dpad] storage dtype
+  std::int64_t* chunk_rows = nullptr; // [kScheduleChunks + 1] chunk starts, then the end
+  std::uint8_t* chunk_act = nullptr;  // [kScheduleActBytes]: [programs, chunks]
+  std::int32_t* qmap = nullptr;       // [kScheduleQueries]
+  std::uint32_t* seen = nullptr;      // [batch_max] a filtered batch's rows seen per threshold
 };
 
 struct Plan {
@@ -78,8 +99,9 @@ struct Plan {
   std::uint64_t off_shard = 0, off_ids = 0, off_row_sq = 0, off_qpad = 0, off_qhat = 0, off_qinfo = 0,
                 off_status = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
                 off_pool = 0, off_scores = 0, off_cublas = 0, off_masks = 0, off_mask_index = 0, off_live = 0,
-                off_programs = 0;
-  std::int64_t mask_words = 0;
+                off_programs = 0, off_flags = 0, off_cand = 0, off_fstats = 0, off_cids = 0, off_row_list = 0,
+                off_qsub = 0, off_chunk_rows = 0, off_chunk_act = 0, off_qmap = 0, off_seen = 0;
+  std::int64_t mask_words = 0, blocks = 0;
   std::uint64_t scores_bytes = 0;
   std::uint64_t sbuf_bytes = 0;   // one batched GEMM output buffer (two, ping-pong)
   std::uint64_t shard_bytes = 0;  // shard + ids + row norms

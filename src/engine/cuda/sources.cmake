@@ -21,7 +21,10 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/scan_select.cu
   ${_stk_cuda_dir}/kernels/candidate_pools.cu
   ${_stk_cuda_dir}/kernels/rescore.cu
-  ${_stk_cuda_dir}/kernels/filter_mask.cu)
+  ${_stk_cuda_dir}/kernels/filter_table.cu
+  ${_stk_cuda_dir}/kernels/filter_blocks.cu
+  ${_stk_cuda_dir}/kernels/filtered_scan.cu
+  ${_stk_cuda_dir}/filtered_search.cu)
 set(SHARDTOPK_CUDA_ENGINE_LIBRARIES CUDA::cudart CUDA::cublas)
 
 # Compile options of the engine's CUDA code (the kernels' machine code depends on them: keep

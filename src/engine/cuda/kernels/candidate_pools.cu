@@ -65,29 +65,49 @@ struct Approx {
   }
 };
 
-/// First chunk of a batched search, one block per query: its threshold from the chunk's own
-/// k-th approximate score, and every row of the chunk that passes it into the query's pool.
-/// kMasked: rows the query may not return count as −inf for its threshold and never enter its
-/// pool (so when fewer than k of the chunk's rows are allowed, the threshold is −inf).
+/// Whether query q's threshold is young for a chunk of rows_c rows: it comes from fewer than
+/// 1 / kSeedGrowth of the chunk's rows (none at all: −inf), so that collecting the chunk with it
+/// could let about k · rows_c / seen rows through; seed_kernel takes such a query from the chunk
+/// itself instead (the collect kernel skips it). The bound of the first chunks' growth, per query.
+constexpr std::uint64_t kSeedGrowth = 8;
+__device__ __forceinline__ bool young(const std::uint32_t* seen, int q, int rows_c) {
+  return static_cast<std::uint64_t>(seen[q]) * kSeedGrowth < static_cast<std::uint64_t>(rows_c);
+}
+
+/// A query's threshold from a chunk's own k-th approximate score, and every row of the chunk
+/// that passes it into the query's pool; one block per query of the chunk's GEMM (query
+/// qmap[j] in its row j; qmap null: query j). `seen` null: every query, threshold from this chunk
+/// (the first chunk). Else only the queries whose threshold is young (young()): the threshold
+/// becomes the larger of its own and this chunk's, and seen[q] counts the chunk's rows the query
+/// may return. kMasked: rows the query may not return count as −inf for its threshold and never
+/// enter its pool (when fewer than k of the chunk's rows are allowed, the chunk's threshold is
+/// −inf and every allowed row enters).
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
-    chunk0_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
-                  PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks) {
-  const int q = blockIdx.x;
+    seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
+                PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
+                float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks,
+                const std::int32_t* __restrict__ qmap, std::uint32_t* __restrict__ seen) {
+  const int sub = blockIdx.x;
+  const int q = qmap ? qmap[sub] : sub;
+  if (seen != nullptr && !young(seen, q, rows_c)) return;  // one address: the whole block returns
   const QueryInfo qi = qinfo[q];
   const auto got = [&](int i) {
     if constexpr (kMasked) {
-      if (!masks.allows(q, ap.row0 + i)) return -CUDART_INF_F;
+      if (!masks.allows_evaluating(q, ap.row0 + i)) return -CUDART_INF_F;
     }
-    return ap(q, i, qi);
+    return ap(sub, i, qi);
   };
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
-  const float t = pool_threshold(kth, rows_c, k, qi.delta);
+  float t = pool_threshold(kth, rows_c, k, qi.delta);
+  if (seen != nullptr) t = fmaxf(t, thr[q]);
   PoolEntry* list = pool + q * pool_cap;
   const int end = (rows_c + 31) / 32 * 32;
   bool ok = true;
-  for (int i = threadIdx.x; i < end; i += blockDim.x) {
+  __shared__ std::uint32_t allowed;  // rows of the chunk the query may return
+  if (threadIdx.x == 0) allowed = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < end; i += blockDim.x) {  // whole warps: i < end for all lanes or none
     float s = 0.0f;
     bool take = false;
     if (i < rows_c) {
@@ -96,9 +116,17 @@ __global__ void __launch_bounds__(kSelThreads)
     }
     ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)}, list, &pool_count[q],
                       static_cast<std::uint32_t>(pool_cap));
+    if (seen != nullptr) {
+      const unsigned m = __ballot_sync(kFullMask, i < rows_c && s != -CUDART_INF_F);
+      if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
+    }
   }
   if (!ok) atomicOr(&overflow[q], 1u);
-  if (threadIdx.x == 0) thr[q] = t;
+  __syncthreads();  // every thread read thr[q] and seen[q] before they change
+  if (threadIdx.x == 0) {
+    thr[q] = t;
+    if (seen != nullptr) seen[q] += allowed;
+  }
 }
 
 /// Later chunks: every (query, row) whose approximate score reaches the query's threshold
@@ -107,17 +135,23 @@ __global__ void __launch_bounds__(kSelThreads)
 /// takes values V (j · kCollectThreads + t) … + V − 1, V = CollectShape::kVec, j < 4), and makes
 /// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
 /// global atomic per passing value made the first chunks latency bound.
-/// kMasked: a (query, row) the masks rule out never enters the pool.
+/// kMasked: a (query, row) the masks rule out never enters the pool. Row j of the GEMM output is
+/// query qmap[j] (qmap null: query j). `seen` (optional): queries whose threshold is young for
+/// this chunk are left to seed_kernel, launched after this one.
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kCollectThreads)
     collect_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  std::uint32_t* __restrict__ overflow, RowMasks masks) {
+                  std::uint32_t* __restrict__ overflow, RowMasks masks, const std::int32_t* __restrict__ qmap,
+                  const std::uint32_t* __restrict__ seen) {
   constexpr int V = CollectShape<OutT>::kVec, P = CollectShape<OutT>::kPerThread;
-  const int q = blockIdx.y;
+  const int sub = blockIdx.y;
+  const int q = qmap ? qmap[sub] : sub;
+  if (seen != nullptr && young(seen, q, rows_c)) return;
+  const float t = thr[q];
   const int lane = threadIdx.x & 31;
   const int base = blockIdx.x * CollectShape<OutT>::kPerBlock;
-  const OutT* src = ap.S + q * ap.ld;
+  const OutT* src = ap.S + sub * ap.ld;
   // Value m of this thread: V consecutive values per 16-byte load, loads kCollectThreads apart.
   auto index = [&](int m) { return base + V * ((m / V) * kCollectThreads + static_cast<int>(threadIdx.x)) + (m % V); };
   float v[P];
@@ -133,14 +167,21 @@ __global__ void __launch_bounds__(kCollectThreads)
     }
   }
   const QueryInfo qi = qinfo[q];
-  const float t = thr[q];
   unsigned takes = 0;  // bit m: value m passes
 #pragma unroll
   for (int m = 0; m < P; ++m) {
     const int i = index(m);
     if (i < rows_c) {
       v[m] = ap.finish(v[m], i, qi);
-      if (v[m] >= t && (!kMasked || masks.allows(q, ap.row0 + i))) takes |= 1u << m;
+      if (v[m] >= t) takes |= 1u << m;
+    }
+  }
+  if constexpr (kMasked) {
+    // Few values reach the threshold: ask the masks (a filter may evaluate its program on the
+    // row) about those only, from one call site.
+    for (unsigned left = takes; left != 0u; left &= left - 1u) {
+      const int m = __ffs(static_cast<int>(left)) - 1;
+      if (!masks.allows_evaluating(q, ap.row0 + index(m))) takes &= ~(1u << m);
     }
   }
   if (__ballot_sync(kFullMask, takes != 0) == 0) return;
@@ -215,44 +256,60 @@ Approx<OutT> approx_of(const ChunkScores& c) {
 }
 
 template <typename OutT>
-void collect_chunk_t(const ChunkScores& c, int batch, const CandidatePools& p, const RowMasks* masks,
-                    cudaStream_t stream) {
+void collect_chunk_t(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
   constexpr int per_block = CollectShape<OutT>::kPerBlock;
-  const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(batch));
-  if (masks) {
+  const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(n));
+  if (cq.masks) {
     collect_kernel<OutT, true><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                   p.cap, p.count, p.overflow, *masks);
+                                                                   p.cap, p.count, p.overflow, *cq.masks, cq.qmap,
+                                                                   cq.seeded_per_query ? p.seen : nullptr);
   } else {
     collect_kernel<OutT, false><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                    p.cap, p.count, p.overflow, RowMasks{});
+                                                                    p.cap, p.count, p.overflow, RowMasks{}, cq.qmap,
+                                                                    cq.seeded_per_query ? p.seen : nullptr);
   }
 }
 
 template <typename OutT>
-void first_chunk_t(const ChunkScores& c, int batch, std::uint32_t k, const CandidatePools& p, const RowMasks* masks,
-                   cudaStream_t stream) {
-  if (masks) {
-    chunk0_kernel<OutT, true><<<batch, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
-                                                                 p.count, p.thr, p.overflow, *masks);
+void seed_chunk_t(const ChunkScores& c, int n, std::uint32_t k, const CandidatePools& p, const ChunkQueries& cq,
+                  bool first, cudaStream_t stream) {
+  if (cq.masks) {
+    seed_kernel<OutT, true><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
+                                                           p.count, p.thr, p.overflow, *cq.masks, cq.qmap,
+                                                           first ? nullptr : p.seen);
   } else {
-    chunk0_kernel<OutT, false><<<batch, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool,
-                                                                  p.cap, p.count, p.thr, p.overflow, RowMasks{});
+    seed_kernel<OutT, false><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
+                                                            p.count, p.thr, p.overflow, RowMasks{}, cq.qmap,
+                                                            first ? nullptr : p.seen);
+  }
+}
+
+__global__ void init_thresholds_kernel(float* __restrict__ thr, std::uint32_t* __restrict__ seen, int batch) {
+  const int q = blockIdx.x * blockDim.x + threadIdx.x;
+  if (q < batch) {
+    thr[q] = -CUDART_INF_F;
+    seen[q] = 0;
   }
 }
 
 }  // namespace
 
-void collect_first_chunk(const ChunkScores& c, int batch, int k, const CandidatePools& p, cudaStream_t stream,
-                        const RowMasks* masks) {
+void seed_chunk(const ChunkScores& c, int n, int k, const CandidatePools& p, const ChunkQueries& cq, bool first,
+                cudaStream_t stream) {
   const std::uint32_t uk = static_cast<std::uint32_t>(k);
-  if (c.half) first_chunk_t<__half>(c, batch, uk, p, masks, stream);
-  else first_chunk_t<float>(c, batch, uk, p, masks, stream);
+  if (c.half) seed_chunk_t<__half>(c, n, uk, p, cq, first, stream);
+  else seed_chunk_t<float>(c, n, uk, p, cq, first, stream);
   CHECK_CUDA_LAUNCH();
 }
 
-void collect_chunk(const ChunkScores& c, int batch, const CandidatePools& p, cudaStream_t stream, const RowMasks* masks) {
-  if (c.half) collect_chunk_t<__half>(c, batch, p, masks, stream);
-  else collect_chunk_t<float>(c, batch, p, masks, stream);
+void collect_chunk(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
+  if (c.half) collect_chunk_t<__half>(c, n, p, cq, stream);
+  else collect_chunk_t<float>(c, n, p, cq, stream);
+  CHECK_CUDA_LAUNCH();
+}
+
+void init_thresholds(const CandidatePools& p, int batch, cudaStream_t stream) {
+  init_thresholds_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(p.thr, p.seen, batch);
   CHECK_CUDA_LAUNCH();
 }
 

@@ -3,7 +3,8 @@
 // of rows, every (query, row) whose approximate score lies within 2Δ of the query's running k-th
 // approximate score enters the query's candidate pool (DESIGN.md "filter then re-score"; Δ
 // bounds |approximate − exact|, docs/EXACTNESS.md), and pools are pruned as thresholds rise.
-// rescore.hpp then scores the pools exactly. Attribute filters are elsewhere (filter_mask.cuh).
+// rescore.hpp then scores the pools exactly. Attribute filters are elsewhere (filter_blocks.hpp):
+// a filtered query's rows come in through RowMasks.
 
 #include <cuda_runtime.h>
 
@@ -33,20 +34,43 @@ struct CandidatePools {
   std::uint32_t* count = nullptr;    ///< [batch] entries appended (zero before the first chunk)
   float* thr = nullptr;              ///< [batch] the pool's threshold (approximate score)
   std::uint32_t* overflow = nullptr; ///< [batch] set (bit 0) when a pool overflowed (zero before)
+  /// [batch] per-query seeding (ChunkQueries::seeded_per_query): the rows each query may return
+  /// that its threshold has seen.
+  std::uint32_t* seen = nullptr;
 };
 
-/// The first chunk: each query's threshold from the chunk's own k-th approximate score (−inf
-/// when the chunk has fewer than k rows) minus 2Δ, and every row of the chunk that reaches it
-/// into the query's pool. One block of 1,024 threads per query. On `stream`, returns at once.
-/// `masks` (optional): rows a query may not return never enter its pool and do not count for
-/// its threshold.
-void collect_first_chunk(const ChunkScores& chunk, int batch, int k, const CandidatePools& pools,
-                         cudaStream_t stream, const RowMasks* masks = nullptr);
+/// Which queries a chunk's GEMM scored and what they may return.
+struct ChunkQueries {
+  /// [n] device: row j of the chunk's GEMM output is query qmap[j]; nullptr: row j is query j
+  /// (every query of the batch).
+  const std::int32_t* qmap = nullptr;
+  /// Optional: rows a query may not return never enter its pool and do not count for its
+  /// threshold.
+  const RowMasks* masks = nullptr;
+  /// The thresholds were set to −inf by init_thresholds, and each query's is seeded, and seeded
+  /// again while young, by the chunks that hold rows it may return (seed_chunk after collect_chunk
+  /// on every chunk; pools.seen); false: the first chunk seeds every query and collect_chunk takes
+  /// every query after it.
+  bool seeded_per_query = false;
+};
 
-/// A later chunk: every (query, row) whose approximate score reaches the query's threshold
-/// enters its pool (one pool atomic per warp). On `stream`, returns at once.
-void collect_chunk(const ChunkScores& chunk, int batch, const CandidatePools& pools, cudaStream_t stream,
-                   const RowMasks* masks = nullptr);
+/// Threshold from the chunk's own k-th approximate score (−inf when fewer than k of its rows are
+/// allowed) minus 2Δ, and every row of the chunk that reaches it into the query's pool, for the
+/// chunk's n GEMM rows: all of them when `first`, else only the queries whose threshold came from
+/// fewer than 1/8 of the chunk's rows (their threshold becomes the larger of the two).
+/// One block of 1,024 threads per query. On `stream`, returns at once.
+void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& pools, const ChunkQueries& cq,
+                bool first, cudaStream_t stream);
+
+/// A chunk after the first: every (query, row) of its n GEMM rows whose approximate score reaches
+/// the query's threshold enters its pool (one pool atomic per warp); with cq.seeded_per_query,
+/// queries whose threshold is −inf are skipped (seed_chunk takes them next). On `stream`.
+void collect_chunk(const ChunkScores& chunk, int n, const CandidatePools& pools, const ChunkQueries& cq,
+                  cudaStream_t stream);
+
+/// thr [batch] = −inf and seen [batch] = 0 (before the first chunk of a search with
+/// ChunkQueries::seeded_per_query).
+void init_thresholds(const CandidatePools& pools, int batch, cudaStream_t stream);
 
 /// For each query whose pool holds more than `trigger` entries: raises the threshold to the
 /// pool's k-th approximate score minus 2Δ (never lowers it) and drops the entries below it,

@@ -241,4 +241,23 @@ void prepare_batched_queries(const float* queries, int batch, std::int64_t dim, 
   CHECK_CUDA_LAUNCH();
 }
 
+namespace {
+
+__global__ void gather_rows_kernel(const uint4* __restrict__ src, std::int64_t row_vecs,
+                                   const std::int32_t* __restrict__ qmap, uint4* __restrict__ dst) {
+  const uint4* from = src + static_cast<std::int64_t>(qmap[blockIdx.x]) * row_vecs;
+  uint4* to = dst + static_cast<std::int64_t>(blockIdx.x) * row_vecs;
+  for (std::int64_t i = threadIdx.x; i < row_vecs; i += blockDim.x) to[i] = from[i];
+}
+
+}  // namespace
+
+void gather_query_rows(const void* src, std::size_t row_bytes, const std::int32_t* qmap, int n, void* dst,
+                       cudaStream_t stream) {
+  if (n <= 0) return;
+  gather_rows_kernel<<<n, 128, 0, stream>>>(static_cast<const uint4*>(src), static_cast<std::int64_t>(row_bytes / 16),
+                                            qmap, static_cast<uint4*>(dst));
+  CHECK_CUDA_LAUNCH();
+}
+
 }  // namespace shardtopk::cuda_detail

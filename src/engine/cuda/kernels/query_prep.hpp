@@ -48,4 +48,9 @@ void validate_queries_marking(float* queries, int batch, std::int64_t dim, bool 
 void prepare_batched_queries(const float* queries, int batch, std::int64_t dim, std::int64_t dpad, Dtype dtype,
                              bool l2, double max_sq, float* qpad, void* qhat, QueryInfo* qinfo, cudaStream_t stream);
 
+/// dst [n, row_bytes] ← rows qmap[0 .. n) of src [*, row_bytes] (device; row_bytes a multiple of
+/// 16): the GEMM queries of the part of a batch that a chunk scores. On `stream`, returns at once.
+void gather_query_rows(const void* src, std::size_t row_bytes, const std::int32_t* qmap, int n, void* dst,
+                       cudaStream_t stream);
+
 }  // namespace shardtopk::cuda_detail

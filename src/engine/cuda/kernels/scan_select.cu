@@ -12,6 +12,7 @@
 
 #include "core/cuda_check.cuh"
 #include "engine/cuda/kernels/launch.hpp"
+#include "engine/cuda/kernels/select1.cuh"
 #include "engine/cuda/kernels/select_primitives.cuh"
 #include "engine/cuda/kernels/storage.cuh"
 
@@ -24,72 +25,6 @@ constexpr std::uint64_t kScanL2KeepBytes = 32ull << 20;  // the rows a batch-1 s
                                                         // docs/PERFORMANCE.md, "Batch-1 scan")
 constexpr std::int64_t kScanBlockRows = 1024;         // batch 1, large shards: rows per scan block
 constexpr std::int64_t kScanBlockedWaves = 8;         // ... from 8 waves of such blocks on
-
-struct Resolution {
-  int status;              // 0 resolved, 2 needs level 2, 3 needs level 3
-  std::uint32_t thr;       // resolved: candidates are keys ≥ thr (> thr with tie_overflow)
-  std::uint32_t above;     // with tie_overflow: keys strictly above thr
-  std::uint32_t tie_overflow;
-  std::uint32_t prefix;    // unresolved: the key prefix the next level refines
-};
-
-/// Resolves the batch-1 threshold from the histograms available (levels 1 .. `levels`), stopping
-/// at the first level whose candidate count (keys at or above the threshold) is at most `cap`.
-template <int NT>
-__device__ Resolution resolve(const std::uint32_t* hists, int levels, std::uint32_t k, std::uint32_t cap) {
-  const std::uint32_t* h1 = hists;
-  const std::uint32_t* h2 = hists + kHist1Bins;
-  const std::uint32_t* h3 = h2 + kHist2Bins;
-  Resolution r{0, 0u, 0u, 0u, 0u};
-  const BinPick p1 = find_bin<NT>(h1, kHist1Bins, k);
-  if (p1.bin < 0) return r;  // fewer rows than k: take them all (every key ≥ 0)
-  const std::uint32_t b1 = static_cast<std::uint32_t>(p1.bin);
-  if (p1.above + h1[b1] <= cap) {
-    r.thr = b1 << 20;
-    return r;
-  }
-  if (levels < 2) {
-    r.status = 2;
-    r.prefix = b1;
-    return r;
-  }
-  const BinPick p2 = find_bin<NT>(h2, kHist2Bins, k - p1.above);
-  const std::uint32_t b2 = static_cast<std::uint32_t>(p2.bin);
-  if (p1.above + p2.above + h2[b2] <= cap) {
-    r.thr = (b1 << 20) | (b2 << 8);
-    return r;
-  }
-  if (levels < 3) {
-    r.status = 3;
-    r.prefix = (b1 << 12) | b2;
-    return r;
-  }
-  const BinPick p3 = find_bin<NT>(h3, kHist3Bins, k - p1.above - p2.above);
-  const std::uint32_t b3 = static_cast<std::uint32_t>(p3.bin);
-  r.thr = (b1 << 20) | (b2 << 8) | b3;
-  r.above = p1.above + p2.above + p3.above;
-  r.tie_overflow = r.above + h3[b3] > cap ? 1u : 0u;
-  return r;
-}
-
-/// Called by every thread of a block after it flushed its histogram: the last block of the grid
-/// to finish resolves the threshold from levels 1 .. `levels` and publishes it in *st. Returns
-/// true in that block.
-template <int NT>
-__device__ bool publish_if_last(const std::uint32_t* hists, int levels, std::uint32_t k, std::uint32_t cap,
-                                Batch1State* st) {
-  if (!last_block_done(&st->done)) return false;
-  const Resolution r = resolve<NT>(hists, levels, k, cap);
-  if (threadIdx.x == 0) {
-    st->status = static_cast<std::uint32_t>(r.status);
-    st->thr = r.thr;
-    st->prefix = r.prefix;
-    st->tie_overflow = r.tie_overflow;
-    st->need_ties = r.tie_overflow ? k - r.above : 0u;
-    st->done = 0;
-  }
-  return true;
-}
 
 /// One pass over the shard [rows, nvec chunks] against one query [dim] (float32, read with
 /// zero padding to nvec · V): scores[r] = exact ranking score, level-1 histogram += the top 12
@@ -283,12 +218,15 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
 /// the last block to finish, the final sort into out [k]. Correct for any grid (no block waits
 /// for a block that has not started); sized to one wave of blocks for speed. Dynamic shared
 /// memory: cap × 12 bytes (the final sort).
+/// `entries` (optional, device): the number of scores when a filtered scan wrote them compactly
+/// (at most `rows`; then `ids` are the compact ids beside them), read once at the start.
 template <bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     select1_kernel(const float* __restrict__ scores, std::int64_t rows, std::uint32_t* __restrict__ hists,
                    std::uint32_t k, std::uint32_t cap, Batch1State* __restrict__ st, PoolEntry* __restrict__ cand,
                    std::uint32_t* __restrict__ count, const std::int64_t* __restrict__ ids,
-                   Candidate* __restrict__ out) {
+                   Candidate* __restrict__ out, const std::uint32_t* __restrict__ entries) {
+  if (entries != nullptr) rows = min(rows, static_cast<std::int64_t>(*entries));
   extern __shared__ __align__(16) unsigned char smem[];
   std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // refinement histogram (before the sort)
   __shared__ std::uint32_t first_claim[2];
@@ -409,7 +347,8 @@ void launch_scan_select(const ScanSelectPlan& p, const ScanSelectArgs& a, cudaSt
   CHECK_CUDA_LAUNCH();
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
   select1_kernel<kMasked><<<p.select_blocks, kSelThreads, smem, stream>>>(a.scores, p.rows, a.hists, uk, ucap,
-                                                                         a.state, a.cand, a.count, a.ids, a.out);
+                                                                         a.state, a.cand, a.count, a.ids, a.out,
+                                                                         nullptr);
   CHECK_CUDA_LAUNCH();
 }
 
@@ -451,6 +390,15 @@ void plan_rows(ScanSelectPlan& p, ScanRows scan_rows, ScanSchedule schedule, int
 }
 
 }  // namespace
+
+void select_compact(const ScanSelectPlan& p, const ScanSelectArgs& a, std::int64_t max_entries,
+                    const std::uint32_t* entries, cudaStream_t stream) {
+  const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
+  select1_kernel<true><<<p.select_blocks, kSelThreads, smem, stream>>>(
+      a.scores, max_entries, a.hists, static_cast<std::uint32_t>(a.k), static_cast<std::uint32_t>(p.cap), a.state,
+      a.cand, a.count, a.ids, a.out, entries);
+  CHECK_CUDA_LAUNCH();
+}
 
 ScanSelectPlan plan_scan_select(Dtype dtype, bool l2, std::int64_t rows, std::int64_t dim, std::int64_t dpad,
                                 int cap, ScanRows scan_rows, ScanSchedule schedule, bool l2_hints, int sms) {

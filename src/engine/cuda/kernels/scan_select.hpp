@@ -80,4 +80,11 @@ inline void scan_select(const ScanSelectPlan& plan, const ScanSelectArgs& args, 
   (args.masked() ? plan.launch_masked : plan.launch)(plan, args, stream);
 }
 
+/// The select of a filtered scan (filtered_scan.hpp) alone: args.scores and args.ids hold the
+/// scan's compact entries [*entries] (≤ max_entries; −inf: a row the query may not return, never
+/// selected), args.hists and args.state its histogram and resolved threshold. Writes args.out [k]
+/// (ids from args.ids, padding when fewer than k entries are finite). On `stream`, returns at once.
+void select_compact(const ScanSelectPlan& plan, const ScanSelectArgs& args, std::int64_t max_entries,
+                    const std::uint32_t* entries, cudaStream_t stream);
+
 }  // namespace shardtopk::cuda_detail

@@ -1,8 +1,13 @@
 #pragma once
 // Plain records that the CUDA engine's kernels keep in device memory, shared by the kernels,
-// their launchers and the workspace plan (which sizes them). No CUDA headers.
+// their launchers and the workspace plan (which sizes them). No CUDA headers (the device part of
+// RowMasks, compiled by nvcc only, uses the filter evaluator).
 
 #include <cstdint>
+
+#if defined(__CUDACC__)
+#include "engine/cuda/kernels/filter_program.cuh"
+#endif
 
 namespace shardtopk::cuda_detail {
 
@@ -38,26 +43,89 @@ struct Batch1State {
   std::uint32_t done;          // blocks finished (reset by the last one)
   std::uint32_t claimed[2];    // select1's refinement levels 2 and 3: chunks of rows claimed
   std::uint32_t finished[2];   // ... and counted
+  std::uint32_t list_rows;     // filtered scan: rows listed for the gathered scan
+  std::uint32_t entries;       // filtered scan: compact entries written (its select's length)
+};
+
+/// One filter program's counts over a shard (device; zeroed before its block verdicts).
+struct FilterStats {
+  std::uint32_t cand_blocks;  ///< blocks whose summaries leave a passing row possible (its candidate list)
+  std::uint32_t pass_rows;    ///< rows that pass (deleted rows included)
+  std::uint32_t pad[2];
+};
+
+/// Summary blocks are kFilterBlockRows = 1024 rows (shardtopk/filter.hpp): block of row r.
+constexpr int kFilterBlockShift = 10;
+
+/// The filter programs of one search on the device (filter_blocks.hpp fills them): per program,
+/// a flag per summary block, the list of its candidate blocks, its counts, and a row mask that
+/// is valid in the blocks whose flag is 1 (the others are never read).
+struct FilterState {
+  std::int64_t blocks = 0;         ///< summary blocks of the shard
+  std::int64_t mask_words = 0;     ///< ceil(rows / 32)
+  std::uint8_t* flags = nullptr;   ///< [programs, blocks] 0: no row passes, 1: read the mask, 2: every row passes
+  std::int32_t* cand = nullptr;    ///< [programs, blocks] the blocks whose flag was not 0 after the verdicts
+  FilterStats* stats = nullptr;    ///< [programs]
+  std::uint32_t* masks = nullptr;  ///< [programs, mask_words] bit (r % 32) of word r / 32: row r passes
 };
 
 /// Which rows a search may return (filtered searches, deleted rows), as bitmasks over the
 /// shard's rows: bit (r % 32) of word r / 32 set = row r may be returned. A query q may return
-/// row r when the live mask allows it (or there is none) and its filter's mask does (or it has
-/// none: index[q] < 0). Device pointers; all nullptr: every row (the unmasked kernels).
+/// row r when the live mask allows it (or there is none) and its filter does (or it has none:
+/// index[q] < 0). A filter's block flag decides whole blocks (0: none, 2: all) and sends the
+/// others to its mask, or, with `programs`, to the program itself, evaluated for that row when
+/// asked (the batched path asks only for rows whose approximate score reaches the threshold: a
+/// batch of per-query filters needs no masks). Device pointers; all nullptr: every row (the
+/// unmasked kernels).
 struct RowMasks {
-  const std::uint32_t* masks = nullptr;  ///< [filters, words] one mask per distinct filter
+  const std::uint32_t* masks = nullptr;  ///< [filters, words] one mask per filter program
   std::int64_t words = 0;                ///< ceil(rows / 32)
-  const std::int32_t* index = nullptr;   ///< [batch] query q's filter mask, or -1: no filter
+  const std::int32_t* index = nullptr;   ///< [batch] query q's filter program, or -1: no filter
   const std::uint32_t* live = nullptr;   ///< [words] rows not deleted, or nullptr: all
+  const std::uint8_t* flags = nullptr;   ///< [filters, blocks] FilterState::flags (with masks)
+  std::int64_t blocks = 0;
+  const std::uint8_t* programs = nullptr;    ///< packed programs: evaluate flag-1 blocks' rows (no masks)
+  const std::uint64_t* values = nullptr;     ///< with programs: DeviceFilterTable::values
+  const std::int64_t* global_ids = nullptr;  ///< with programs: DeviceFilterTable::global_ids
+  std::int64_t table_rows = 0;               ///< with programs: DeviceFilterTable::rows
 
-  /// Whether query q may return row r (device code; compiled where the caller includes CUDA).
 #if defined(__CUDACC__)
+  /// Whether query q may return row r by the live mask and the masks alone (device code,
+  /// compiled where the caller includes CUDA; the batch-1 scan of deleted rows). Flags and
+  /// programs are not read: a filter's mask must be complete.
   __device__ __forceinline__ bool allows(int q, std::int64_t r) const {
     const std::int64_t w = r >> 5;
     const std::uint32_t bit = 1u << (r & 31);
     if (live && (live[w] & bit) == 0u) return false;
     const std::int32_t m = index ? index[q] : -1;
     return m < 0 || (masks[static_cast<std::int64_t>(m) * words + w] & bit) != 0u;
+  }
+
+  /// Whether query q may return row r: the live mask, then the filter's block flag, then its
+  /// mask or, when `programs` is set, its program evaluated on the row (keep it off hot paths:
+  /// a call site that asks for every row pays the evaluator's registers).
+  __device__ bool allows_evaluating(int q, std::int64_t r) const {
+    int m;
+    const int f = decide(q, r, &m);
+    if (f >= 0) return f != 0;
+    if (programs == nullptr) return (masks[static_cast<std::int64_t>(m) * words + (r >> 5)] & (1u << (r & 31))) != 0u;
+    DeviceFilterTable t;
+    t.rows = table_rows;
+    t.values = values;
+    t.global_ids = global_ids;
+    const ProgramView p = program_at(programs, m);
+    return eval_row(t, p, p.ops, nullptr, r);
+  }
+
+  /// 0 / 1: decided by the live mask, the absence of a filter or the block flag; −1: row r of
+  /// program *m's mask (or program) decides.
+  __device__ __forceinline__ int decide(int q, std::int64_t r, int* m) const {
+    if (live && (live[r >> 5] & (1u << (r & 31))) == 0u) return 0;
+    *m = index ? index[q] : -1;
+    if (*m < 0) return 1;
+    if (flags == nullptr) return -1;
+    const std::uint8_t f = flags[static_cast<std::int64_t>(*m) * blocks + (r >> kFilterBlockShift)];
+    return f == 1u ? -1 : f == 2u ? 1 : 0;
   }
 #endif
 };

@@ -1,7 +1,7 @@
 #pragma once
-// GPU evaluation of compiled filter programs (shardtopk/filter.hpp) over a shard's attribute
-// columns: one row bitmask and one flag per summary block for each program. Internal header: the
-// launcher takes a cudaStream_t; no public header includes this one.
+// A shard's attribute table in device memory (shardtopk/filter.hpp): its columns, global ids and
+// per-block bounds, which the filter kernels (filter_blocks.hpp) evaluate programs over.
+// Internal header; no public header includes this one.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -51,24 +51,5 @@ class DeviceFilterTableStorage {
   std::size_t bytes_ = 0;
   DeviceFilterTable view_;
 };
-
-/// Evaluates `n_programs` programs over shard rows [rows.lo, rows.hi), in one pass over the
-/// attribute columns (one thread block per summary block, the programs in turn; a block whose
-/// summaries decide a program is written without reading its rows).
-/// @param[in] table            the shard's attribute table on the device
-/// @param[in] packed_programs  device copy of pack_filter_programs's output for the programs,
-///                             which must fit table's schema (check_filter_fits)
-/// @param[in] rows             rows.lo a multiple of kFilterBlockRows; rows.hi <= table.rows
-/// @param[out] masks           [n_programs, mask_stride_words], device: bit (i % 32) of word
-///                             i / 32 of program p's row is set when row rows.lo + i passes; bits
-///                             past the last row are 0; words past filter_mask_words are untouched
-/// @param[out] block_flags     optional (nullptr), [n_programs, flag_stride], device: for each
-///                             summary block from rows.lo / kFilterBlockRows on, 0 when none of
-///                             its rows in the range passes, 2 when all do, 1 otherwise
-/// Work is ordered on `stream`; nothing is allocated. @throws Error on bad arguments (named) or
-/// a failed launch.
-void launch_filter_mask(const DeviceFilterTable& table, const std::uint8_t* packed_programs, int n_programs,
-                        RowRange rows, std::uint32_t* masks, std::int64_t mask_stride_words,
-                        std::uint8_t* block_flags, std::int64_t flag_stride, cudaStream_t stream);
 
 }  // namespace shardtopk

@@ -1,0 +1,177 @@
+#include "engine/cuda/filtered_search.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/filter_blocks.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/filter.hpp"
+
+namespace shardtopk::cuda_detail {
+namespace {
+
+constexpr std::size_t kScheduleRowsBytes = static_cast<std::size_t>(kScheduleChunks + 1) * sizeof(std::int64_t);
+
+}  // namespace
+
+FilteredSearch::FilteredSearch(const Workspace& ws, const DeviceFilterTable& table, const ScanSelectPlan& scan,
+                               FilterScan path, const EngineLimits& limits, int sms, cudaStream_t stream)
+    : ws_(ws), table_(table), scan_(scan), batch_max_(limits.batch_max) {
+  fscan_ = plan_filtered_scan(scan, path, sms);
+  fs_.blocks = ws.blocks;
+  fs_.mask_words = ws.mask_words;
+  fs_.flags = ws.flags;
+  fs_.cand = ws.cand;
+  fs_.stats = ws.fstats;
+  fs_.masks = ws.masks;
+  rows_grid_ = filter_rows_grid(sms);
+  programs_pinned_.allocate(kFilterProgramBytes + sizeof(std::int32_t) * static_cast<std::size_t>(limits.batch_max));
+  programs_copied_.create(cudaEventDisableTiming);
+  CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream));
+  schedule_pinned_.allocate(kScheduleRowsBytes + static_cast<std::size_t>(kScheduleActBytes) +
+                            sizeof(std::int32_t) * static_cast<std::size_t>(kScheduleQueries));
+  schedule_.qmap = ws.qmap;
+}
+
+void FilteredSearch::prepare(const FilterBatch& f, int batch, bool row_masks, cudaStream_t s) {
+  // The pinned staging may still be read by the previous search's copy.
+  CHECK_CUDA(cudaEventSynchronize(programs_copied_.get()));
+  const std::size_t bytes = packed_filter_programs_bytes(f.programs, f.count);
+  SHARDTOPK_EXPECTS(bytes <= kFilterProgramBytes, "the filters of this batch take ", bytes,
+                    " bytes compiled, more than the ", kFilterProgramBytes, " one search may carry");
+  std::uint8_t* staging = programs_pinned_.as<std::uint8_t>();
+  pack_filter_programs(f.programs, f.count, staging, kFilterProgramBytes);
+  std::memcpy(staging + kFilterProgramBytes, f.query_program, sizeof(std::int32_t) * static_cast<std::size_t>(batch));
+  CHECK_CUDA(cudaMemcpyAsync(ws_.programs, staging, bytes, cudaMemcpyHostToDevice, s));
+  CHECK_CUDA(cudaMemcpyAsync(ws_.mask_index, staging + kFilterProgramBytes,
+                             sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
+  CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
+  launch_block_verdicts(table_, ws_.programs, f.count, fs_, s);
+  count_ = f.count;
+  have_masks_.assign(static_cast<std::size_t>(f.count), row_masks);
+  // One program: its candidate blocks alone. Several: every block once, with all of them.
+  if (row_masks) launch_filter_rows(table_, ws_.programs, f.count, f.count == 1 ? 0 : -1, fs_, rows_grid_, s);
+}
+
+void FilteredSearch::row_masks_of(int p, cudaStream_t s) {
+  if (p < 0 || p >= count_ || have_masks_[static_cast<std::size_t>(p)]) return;
+  launch_filter_rows(table_, ws_.programs, count_, p, fs_, rows_grid_, s);
+  have_masks_[static_cast<std::size_t>(p)] = true;
+}
+
+RowMasks FilteredSearch::masks(const std::uint32_t* live) const {
+  RowMasks m;
+  m.masks = ws_.masks;
+  m.words = ws_.mask_words;
+  m.index = ws_.mask_index;
+  m.live = live;
+  m.flags = ws_.flags;
+  m.blocks = ws_.blocks;
+  m.programs = ws_.programs;
+  m.values = table_.values;
+  m.global_ids = table_.global_ids;
+  m.table_rows = table_.rows;
+  return m;
+}
+
+void FilteredSearch::scan_one(ScanSelectArgs base, int q, const std::uint32_t* live, cudaStream_t s) const {
+  FilteredScanArgs a;
+  base.masks = RowMasks{};
+  a.base = base;
+  a.base.scores = ws_.scores;
+  a.cids = ws_.cids;
+  a.row_list = ws_.row_list;
+  a.fs = fs_;
+  a.query_program = ws_.mask_index;
+  a.q = q;
+  a.live = live;
+  filtered_scan_select(scan_, fscan_, a, s);
+}
+
+const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, const FilterBatch& f, int batch, int k,
+                                              cudaStream_t s) {
+  const std::vector<RowChunk> base = batched.chunks(batch, k);
+  const auto nc = static_cast<std::int64_t>(base.size());
+  schedule_.chunks = base;
+  schedule_.queries.assign(base.size(), batch);
+  schedule_.first.assign(base.size(), 0);
+  schedule_.full = true;
+  if (nc == 0 || nc > kScheduleChunks || static_cast<std::int64_t>(f.count) * nc > kScheduleActBytes) return schedule_;
+  auto* rows = schedule_pinned_.as<std::int64_t>();
+  auto* act = schedule_pinned_.as<std::uint8_t>() + kScheduleRowsBytes;
+  auto* qmap = reinterpret_cast<std::int32_t*>(act + kScheduleActBytes);
+  for (std::int64_t c = 0; c < nc; ++c) rows[c] = base[static_cast<std::size_t>(c)].row0;
+  rows[nc] = base.back().row0 + base.back().rows;
+  CHECK_CUDA(cudaMemcpyAsync(ws_.chunk_rows, rows, sizeof(std::int64_t) * static_cast<std::size_t>(nc + 1),
+                             cudaMemcpyHostToDevice, s));
+  launch_chunk_activity(fs_, f.count, ws_.chunk_rows, static_cast<int>(nc), ws_.chunk_act, s);
+  CHECK_CUDA(cudaMemcpyAsync(act, ws_.chunk_act, static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc),
+                             cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));  // also: the previous search's copy of qmap has left the staging
+  // Per chunk, the queries that may return one of its rows; neighbouring chunks that only some
+  // queries may answer are merged while the union of their queries times their rows fits one
+  // GEMM output buffer (fewer, longer GEMMs: a batch of per-query clustered filters).
+  schedule_.chunks.clear();
+  schedule_.queries.clear();
+  schedule_.first.clear();
+  const std::int64_t outputs = batched.outputs_per_buffer();
+  std::vector<std::int32_t> mark(static_cast<std::size_t>(batch), -1);  // chunk list a query is in
+  std::vector<std::int32_t> list, cur;
+  RowChunk span{};
+  std::int64_t used = 0;
+  auto flush = [&] {
+    if (cur.empty()) return;
+    const auto n = static_cast<std::int64_t>(cur.size());
+    schedule_.chunks.push_back(span);
+    if (n < batch && used + n <= kScheduleQueries) {
+      std::sort(cur.begin(), cur.end());
+      std::copy(cur.begin(), cur.end(), qmap + used);
+      schedule_.queries.push_back(static_cast<int>(n));
+      schedule_.first.push_back(used);
+      used += n;
+    } else {  // every query (the masks do the rest)
+      schedule_.queries.push_back(batch);
+      schedule_.first.push_back(0);
+    }
+    cur.clear();
+  };
+  int lists = 0;
+  for (std::int64_t c = 0; c < nc; ++c) {
+    const RowChunk& ch = base[static_cast<std::size_t>(c)];
+    list.clear();
+    for (int q = 0; q < batch; ++q) {
+      const std::int32_t p = f.query_program[q];
+      if (p < 0 || act[static_cast<std::int64_t>(p) * nc + c]) list.push_back(q);
+    }
+    if (list.size() != static_cast<std::size_t>(batch)) schedule_.full = false;
+    if (list.empty()) {  // no query may return a row of this chunk: skipped
+      flush();
+      continue;
+    }
+    std::int64_t joined = static_cast<std::int64_t>(cur.size());
+    for (std::int32_t q : list) joined += mark[static_cast<std::size_t>(q)] == lists ? 0 : 1;
+    const bool fits = !cur.empty() && span.row0 + span.rows == ch.row0 && joined < batch &&
+                      joined * (span.rows + static_cast<std::int64_t>(ch.rows)) <= outputs;
+    if (!fits) {
+      flush();
+      ++lists;
+      span = ch;
+    } else {
+      span.rows += ch.rows;
+    }
+    for (std::int32_t q : list)
+      if (mark[static_cast<std::size_t>(q)] != lists) {
+        mark[static_cast<std::size_t>(q)] = lists;
+        cur.push_back(q);
+      }
+  }
+  flush();
+  if (used > 0)
+    CHECK_CUDA(cudaMemcpyAsync(ws_.qmap, qmap, sizeof(std::int32_t) * static_cast<std::size_t>(used),
+                               cudaMemcpyHostToDevice, s));
+  return schedule_;
+}
+
+}  // namespace shardtopk::cuda_detail

@@ -1,0 +1,70 @@
+#pragma once
+// The filters of the CUDA engine's searches: a FilterBatch's programs evaluated on the device
+// once per search (kernels/filter_blocks: block verdicts, candidate block lists, row masks), the
+// batch-1 search of a filtered query (kernels/filtered_scan: only its candidate blocks, dense or
+// gathered), and the chunk schedule of a filtered batched search (a chunk no query may return a
+// row of is skipped; one that only some may GEMMs only those).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda_raii.cuh"
+#include "engine/cuda/batched_search.hpp"
+#include "engine/cuda/kernels/filter_table.cuh"
+#include "engine/cuda/kernels/filtered_scan.hpp"
+#include "engine/cuda/kernels/scan_select.hpp"
+#include "engine/cuda/plan.hpp"
+#include "shardtopk/engine.hpp"
+
+namespace shardtopk::cuda_detail {
+
+class FilteredSearch {
+ public:
+  /// For the shard whose workspace is `ws` (device), attribute table `table` (device) and batch-1
+  /// scan plan `scan` (rows ≥ 1), on the current device of `sms` multiprocessors. Allocates the
+  /// pinned staging of programs and schedules.
+  FilteredSearch(const Workspace& ws, const DeviceFilterTable& table, const ScanSelectPlan& scan, FilterScan path,
+                 const EngineLimits& limits, int sms, cudaStream_t stream);
+
+  /// Copies the batch's programs and each query's program index to the device and evaluates the
+  /// programs' block verdicts there, and with `row_masks` the masks of every program (the batch-1
+  /// scans read them; the batched path evaluates rows when it asks for them), on `s` (not
+  /// captured: the programs change from search to search). f.count ≥ 1. Waits only for the
+  /// staging's previous copy. @throws Error when the programs take more than kFilterProgramBytes.
+  void prepare(const FilterBatch& f, int batch, bool row_masks, cudaStream_t s);
+
+  /// The masks of program p, after a prepare without row masks (before a batch-1 scan of one of
+  /// its queries). On `s`.
+  void row_masks_of(int p, cudaStream_t s);
+
+  /// The prepared batch's filters for the batched path (`live`: the live mask, or nullptr): block
+  /// flags, and each program evaluated on the rows the path asks about.
+  RowMasks masks(const std::uint32_t* live) const;
+
+  /// Query q of the prepared batch through the filtered batch-1 scan: `base` holds the shard,
+  /// the query, k, out and the select workspace (scores become compact). Capturable.
+  void scan_one(ScanSelectArgs base, int q, const std::uint32_t* live, cudaStream_t s) const;
+
+  /// The chunk schedule of a batched search of the prepared batch through `batched` (its
+  /// chunks(batch, k)): the chunks' activity comes back to the host, so this waits for `s`.
+  const ChunkSchedule& schedule(const BatchedSearch& batched, const FilterBatch& f, int batch, int k, cudaStream_t s);
+
+ private:
+  Workspace ws_;
+  DeviceFilterTable table_;
+  ScanSelectPlan scan_;
+  FilteredScanPlan fscan_;
+  FilterState fs_;
+  int rows_grid_ = 1;
+  int count_ = 0;                    // programs of the prepared batch
+  std::vector<bool> have_masks_;     // [count_] masks evaluated
+  int batch_max_ = 0;
+  PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] program indices
+  Event programs_copied_;
+  PinnedBuffer schedule_pinned_;  // chunk rows [kScheduleChunks + 1], activity [kScheduleActBytes], qmap
+  ChunkSchedule schedule_;
+};
+
+}  // namespace shardtopk::cuda_detail

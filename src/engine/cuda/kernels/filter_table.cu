@@ -1,0 +1,102 @@
+// The shard's attribute table on the device (its evaluation: filter_blocks.cu).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/filter_table.cuh"
+#include "shardtopk/filter_semantics.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk {
+// ------------------------------------------------------------------------------ the table
+
+std::size_t DeviceFilterTableStorage::bytes_for(std::int64_t rows, int columns) {
+  const auto r = static_cast<std::size_t>(rows), c = static_cast<std::size_t>(columns);
+  const std::size_t blocks = static_cast<std::size_t>((rows + kFilterBlockRows - 1) / kFilterBlockRows);
+  return 8 * (c * r + r + 2 * (c + 1) * blocks);
+}
+
+DeviceFilterTableStorage::DeviceFilterTableStorage(const AttributeTable& table, cudaStream_t stream) {
+  const std::int64_t rows = table.rows(), blocks = table.blocks();
+  const int columns = table.columns();
+  bytes_ = bytes_for(rows, columns);
+  if (bytes_ > 0) CHECK_CUDA(cudaMalloc(&base_, bytes_));
+  try {
+    auto* words = static_cast<std::uint64_t*>(base_);
+    auto* values = words;
+    auto* ids = values + static_cast<std::size_t>(columns) * static_cast<std::size_t>(rows);
+    auto* bmin = ids + rows;
+    auto* bmax = bmin + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(blocks);
+    auto put = [&](std::uint64_t* dst, const void* src, std::int64_t count) {
+      if (count > 0) CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(count) * 8, cudaMemcpyHostToDevice, stream));
+    };
+    for (int c = 0; c < columns; ++c) {
+      const AttributeColumn& col = table.column(c);
+      const BlockBounds& bb = table.bounds(c);
+      const bool is_int = col.type == AttributeType::kInt64;
+      put(values + static_cast<std::int64_t>(c) * rows, is_int ? static_cast<const void*>(col.ints.data()) : col.reals.data(),
+          rows);
+      put(bmin + static_cast<std::int64_t>(c) * blocks,
+          is_int ? static_cast<const void*>(bb.ints_min.data()) : bb.reals_min.data(), blocks);
+      put(bmax + static_cast<std::int64_t>(c) * blocks,
+          is_int ? static_cast<const void*>(bb.ints_max.data()) : bb.reals_max.data(), blocks);
+    }
+    put(reinterpret_cast<std::uint64_t*>(ids), table.global_ids().data(), rows);
+    put(bmin + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_min.data(), blocks);
+    put(bmax + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_max.data(), blocks);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    view_.rows = rows;
+    view_.blocks = blocks;
+    view_.columns = columns;
+    view_.values = values;
+    view_.global_ids = reinterpret_cast<const std::int64_t*>(ids);
+    view_.block_min = bmin;
+    view_.block_max = bmax;
+  } catch (...) {
+    (void)cudaStreamSynchronize(stream);
+    cudaFree(base_);
+    throw;
+  }
+}
+
+void DeviceFilterTableStorage::update_rows(const AttributeTable& table, RowRange range, cudaStream_t stream) {
+  const std::int64_t rows = view_.rows, blocks = view_.blocks;
+  const int columns = view_.columns;
+  SHARDTOPK_EXPECTS(table.rows() == rows && table.columns() == columns, "attribute table update: the host table has ",
+                    table.rows(), " rows and ", table.columns(), " columns, the device table ", rows, " and ", columns);
+  SHARDTOPK_EXPECTS(range.lo >= 0 && range.lo <= range.hi && range.hi <= rows, "attribute table update: rows [",
+                    range.lo, ", ", range.hi, ") outside [0, ", rows, ")");
+  if (range.size() == 0) return;
+  auto* words = static_cast<std::uint64_t*>(base_);
+  auto* ids = words + static_cast<std::size_t>(columns) * static_cast<std::size_t>(rows);
+  auto* bmin = ids + rows;
+  auto* bmax = bmin + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(blocks);
+  const std::int64_t b0 = range.lo / kFilterBlockRows, b1 = (range.hi - 1) / kFilterBlockRows + 1;
+  auto put = [&](std::uint64_t* dst, const void* src, std::int64_t first, std::int64_t count) {
+    CHECK_CUDA(cudaMemcpyAsync(dst + first, static_cast<const std::uint64_t*>(src) + first,
+                               static_cast<std::size_t>(count) * 8, cudaMemcpyHostToDevice, stream));
+  };
+  for (int c = 0; c < columns; ++c) {
+    const AttributeColumn& col = table.column(c);
+    const BlockBounds& bb = table.bounds(c);
+    const bool is_int = col.type == AttributeType::kInt64;
+    put(words + static_cast<std::int64_t>(c) * rows, is_int ? static_cast<const void*>(col.ints.data()) : col.reals.data(),
+        range.lo, range.size());
+    put(bmin + static_cast<std::int64_t>(c) * blocks,
+        is_int ? static_cast<const void*>(bb.ints_min.data()) : bb.reals_min.data(), b0, b1 - b0);
+    put(bmax + static_cast<std::int64_t>(c) * blocks,
+        is_int ? static_cast<const void*>(bb.ints_max.data()) : bb.reals_max.data(), b0, b1 - b0);
+  }
+  put(ids, table.global_ids().data(), range.lo, range.size());
+  put(bmin + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_min.data(), b0, b1 - b0);
+  put(bmax + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_max.data(), b0, b1 - b0);
+}
+
+DeviceFilterTableStorage::~DeviceFilterTableStorage() {
+  if (base_) cudaFree(base_);
+}
+
+}  // namespace shardtopk
