@@ -119,7 +119,10 @@ void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* 
   SHARDTOPK_EXPECTS(!p.shut_down(), "the index was shut down");
   SearchBatch b;
   try {
-    b = impl_->admission->admit(queries, batch, k, filters);
+    // Inner product and L2: staged and uploading first, then checked in that copy, still in the
+    // CPU's cache, while the copy runs (a refused batch changes only the staging buffers).
+    const float* staged = p.stage_early(queries, batch);
+    b = impl_->admission->admit(staged ? staged : queries, batch, k, filters);
   } catch (const Error&) {
     p.reject();  // followers in lock step throw with rank 0; a follow() loop skips the step
     throw;

@@ -285,6 +285,12 @@ void SearchProtocol::stage(const SearchBatch& batch, bool device_answer) {
     SHARDTOPK_EXPECTS(!device_answer, "search_async takes device queries (ShardedIndex::admit_device)");
     // The previous batch's upload must have left the staging buffer (the stream is idle between
     // searches on this path; a refused batch may have left its upload queued).
+    const int early = early_staged_;
+    early_staged_ = 0;
+    if (early == batch.size() && batch.queries() == host_queries_ && metric_ != Metric::kCosine) {
+      queries_on_host_ = true;  // staged and queued by stage_early()
+      return;
+    }
     if (host_queries_ != queries_) space_->synchronize();
     std::memcpy(host_queries_, batch.queries(), bytes);
     // normalize_rows is the arithmetic every engine's prepare_queries uses.
@@ -356,7 +362,20 @@ void SearchProtocol::use_filters(const FilterProgram* const* programs, int count
   filters_ = count > 0 ? FilterBatch{programs, count, query_program} : FilterBatch{};
 }
 
+const float* SearchProtocol::stage_early(const float* queries, int batch) {
+  early_staged_ = 0;
+  if (metric_ == Metric::kCosine || queries == nullptr || batch < 1 || batch > batch_max_) return nullptr;
+  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(batch) * static_cast<std::size_t>(dim_);
+  // The previous batch's upload must have left the staging buffer (see stage()).
+  if (host_queries_ != queries_) space_->synchronize();
+  std::memcpy(host_queries_, queries, bytes);
+  if (host_queries_ != queries_) space_->from_host(queries_, host_queries_, bytes, /*wait=*/false);
+  early_staged_ = batch;
+  return host_queries_;
+}
+
 void SearchProtocol::reject() {
+  early_staged_ = 0;
   StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kRejected);
   host_->broadcast(&h, sizeof h, 0);

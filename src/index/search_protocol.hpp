@@ -84,6 +84,12 @@ class SearchProtocol {
   /// One collective search of an admitted batch (ShardedIndex::search / search_async).
   void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts);
   void search_async(const SearchBatch& batch, std::int64_t* d_ids, float* d_scores);
+  /// ShardedIndex::search's host path under inner product and L2: copies `queries`
+  /// [batch, dim] float32 into the staging buffer and queues its upload, so that admission
+  /// checks the staged copy (in cache) while the copy runs. Returns the staged copy; a batch
+  /// admitted from it is not copied again by search(). Cosine queries are normalised when
+  /// staged, so they take the ordinary path (nullptr returned, nothing staged).
+  const float* stage_early(const float* queries, int batch);
   /// Rank 0 refused a batch or a write: lock-step followers throw, a follow() loop skips it.
   void reject();
   std::vector<RankStats> rank_stats();
@@ -147,6 +153,7 @@ class SearchProtocol {
   double local_search_s_ = 0;
   bool shut_down_ = false;
   bool queries_on_host_ = false;    // host_queries_ holds the batch; false: device queries
+  int early_staged_ = 0;            // rows stage_early() staged and queued (0: none)
   // The current batch's filters: rank 0 packs its admitted programs once for the other ranks
   // (filter_bytes_) and gives the engine those it admitted; a follower rebuilds them from the
   // bytes (programs_, program_ptrs_, query_program_).
