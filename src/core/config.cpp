@@ -190,7 +190,7 @@ const std::map<std::string, Setter>& setters() {
                            " out of range (allowed: 0 = derived from search.batch_max x dim, or 1024 .. ", 1LL << 32, ")");
        }},
       {"service.io_threads", [](Config& c, const std::string& v, const std::string& w) {
-         c.service.io_threads = static_cast<int>(parse_int("service.io_threads", v, 1, 64, w));
+         c.service.io_threads = static_cast<int>(parse_int("service.io_threads", v, 0, 64, w));
        }},
       {"service.max_connections", [](Config& c, const std::string& v, const std::string& w) {
          c.service.max_connections = static_cast<int>(parse_int("service.max_connections", v, 1, 1 << 20, w));

@@ -217,6 +217,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     filtered = filtered || s.filter != nullptr;
     total += s.nq;
   }
+  const auto search_start = Clock::now();
   try {
     backend_.search(queries_.data(), total, k, ids_.data(), scores_.data(), filtered ? filters_.data() : nullptr,
                     counts_.data());
@@ -240,6 +241,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     for (const auto& j : batch) answer(*j, 500, std::string("internal error: ") + e.what());
     return;
   }
+  const auto search_end = Clock::now();
   if (metrics_) metrics_->batch_done(total);
   int row = 0;
   for (const auto& j : batch) {
@@ -251,6 +253,8 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     s.scores.assign(scores_.begin() + off, scores_.begin() + off + n);
     s.counts.assign(counts_.begin() + (row - s.nq), counts_.begin() + row);
     s.batch_size = total;
+    s.search_start = search_start;
+    s.search_end = search_end;
     j->status = 200;
     if (j->on_done) j->on_done();
   }

@@ -42,6 +42,8 @@ struct SearchJob {
   std::vector<float> scores;         ///< [nq, k]
   std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
   int batch_size = 0;                ///< queries in the batch it rode in
+  /// When the index thread started and ended its batch's search (stage timings).
+  std::chrono::steady_clock::time_point search_start, search_end;
 };
 
 /// A request for every rank's counters (/metrics): a collective, so it runs on the index thread.

@@ -1,6 +1,6 @@
-// The route table of `shardtopk serve` alone (no server): every route is found by its exact
-// path and nothing else is, each takes the methods and bodies docs/SERVING.md gives it, and no
-// route asks for a role unless one is set.
+// The HTTP front end's parts alone (no server): the route table (every route is found by its
+// exact path and nothing else is, each takes the methods and bodies docs/SERVING.md gives it, no
+// route asks for a role unless one is set) and the default number of event loops.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -50,6 +50,17 @@ TEST(Routes, MethodsBodiesAndParameters) {
 
 TEST(Routes, NoRouteRequiresARoleUnlessSet) {
   for (const FE::Route* r = FE::routes_begin(); r != FE::routes_end(); ++r) EXPECT_EQ(r->role, Role::kNone) << r->path;
+}
+
+// service.io_threads 0: the cores rank 0 may use less the index thread's, within 1 .. 16.
+TEST(FrontEndDefaults, IoThreadsFollowTheUsableCores) {
+  EXPECT_EQ(FE::default_io_threads(1), 1);  // bound to one core (mpirun --bind-to core)
+  EXPECT_EQ(FE::default_io_threads(2), 1);
+  EXPECT_EQ(FE::default_io_threads(5), 4);
+  EXPECT_EQ(FE::default_io_threads(16), 15);
+  EXPECT_EQ(FE::default_io_threads(17), 16);
+  EXPECT_EQ(FE::default_io_threads(128), 16);
+  EXPECT_EQ(FE::default_io_threads(0), 1);
 }
 
 }  // namespace
