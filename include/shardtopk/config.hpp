@@ -30,6 +30,7 @@
 /// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
 /// | service.port        | int    | 8080                            | 0 .. 65535 (0: any free port)   |
 /// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
+/// | service.poll_us     | int    | 100                             | 0 .. 100000: the index thread polls for requests this long before it sleeps |
 /// | service.max_body_bytes | int | 0 (derived from batch_max × dim) | 0, or 1024 .. 2^32 (larger: 413) |
 /// | service.io_threads  | int    | 0 (= usable cores − 1, 1 .. 16) | 0 .. 64 HTTP event-loop threads (²) |
 /// | service.max_connections | int | 16384                          | 1 .. 1048576 open connections   |
@@ -145,6 +146,7 @@ struct ServiceConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
   int batch_window_us = 300;               ///< longest wait for company while other requests are being received
+  int poll_us = 100;                       ///< the index thread polls for requests this long before it sleeps
   long long max_body_bytes = 0;            ///< larger request bodies get 413; 0: derived from batch_max × dim
   int io_threads = 0;                      ///< HTTP event-loop threads (each serves many connections); 0: from the usable cores
   int max_connections = 16384;             ///< open client connections; more wait in the listen backlog
