@@ -46,15 +46,17 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Header fields of the request: how many, and whether Content-Type / Content-Length repeat.
+// Header fields of the request: how many, and whether Content-Type, Content-Length or
+// Transfer-Encoding repeat.
 struct HeaderCount {
-  int fields = 0, content_type = 0, content_length = 0;
+  int fields = 0, content_type = 0, content_length = 0, transfer_encoding = 0;
 };
 MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) {
   auto* h = static_cast<HeaderCount*>(cls);
   ++h->fields;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) ++h->content_type;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) ++h->content_length;
+  if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) ++h->transfer_encoding;
   return MHD_YES;
 }
 
@@ -475,6 +477,11 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
   if (h.fields > cfg_.max_headers)
     return reply_error(c, r, 431, std::to_string(h.fields) + " header fields, over service.max_headers (" +
                                       std::to_string(cfg_.max_headers) + ")", true);
+  // On every route, before anything else reads the body: its framing must be unambiguous.
+  const char* te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  const auto [framing_status, framing_why] =
+      framing_problem(h.content_length, h.transfer_encoding, te ? te : "");
+  if (framing_status) return reply_error(c, r, framing_status, framing_why, true);
 
   // Refused from the request line: answered at once, the body (if any) not read, the
   // connection closed.

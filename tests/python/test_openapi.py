@@ -95,12 +95,12 @@ class Api(unittest.TestCase):
         rows = q.astype("<f4").tobytes()
         _, headers, data = self.request("POST", "/v1/search?k=4&batch=3", rows,
                                         {"Content-Type": "application/octet-stream"}, expect=200)
-        self.assertEqual(len(data), 12 * 3 * 4, "ids and scores of B x K: 12 bytes each")
+        self.assertEqual(len(data), 12 * 3 * 4 + 4 * 3, "ids and scores of B x K (12 bytes each), counts [B] int32")
         header = b"ST\xc0\x7f" + struct.pack("<IIII", 0x01020304, 1, 3, D) + bytes(12)
         f = urllib.parse.quote(json.dumps({"range": {"price": [0, 10]}}))
         _, _, data = self.request("POST", "/v1/search?k=6&filter=" + f, header + rows,
                                   {"Content-Type": "application/octet-stream"}, expect=200)
-        self.assertEqual(len(data), 12 * 3 * 6 + 4 * 3, "filtered: the counts [B] int32 after the scores")
+        self.assertEqual(len(data), 12 * 3 * 6 + 4 * 3, "ids, scores, then the counts [B] int32")
         counts = np.frombuffer(data, "<i4", 3, offset=12 * 3 * 6)
         self.assertTrue(((counts >= 0) & (counts <= 6)).all())
 

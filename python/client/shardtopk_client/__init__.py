@@ -103,8 +103,8 @@ class Client:
         header = _MAGIC + struct.pack("<IIII", 0x01020304, 1, b, d) + bytes(12)
         _, body = self._request("POST", target, header + q.tobytes(), "application/octet-stream")
         n = b * k
-        if len(body) not in (12 * n, 12 * n + 4 * b):
-            raise ServiceError(200, "binary answer of %d bytes, expected %d or %d" % (len(body), 12 * n, 12 * n + 4 * b))
+        if len(body) != 12 * n + 4 * b:  # ids, scores, counts (docs/SERVING.md "Binary protocol")
+            raise ServiceError(200, "binary answer of %d bytes, expected %d" % (len(body), 12 * n + 4 * b))
         ids = np.frombuffer(body, "<i8", n).reshape(b, k).astype(np.int64)
         scores = np.frombuffer(body, "<f4", n, offset=8 * n).reshape(b, k).astype(np.float32)
         return ids, scores
