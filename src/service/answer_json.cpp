@@ -1,6 +1,7 @@
 #include "service/answer_json.hpp"
 
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 
 namespace shardtopk::service {
@@ -10,8 +11,17 @@ namespace {
 // form ("-1.17549435e-38") with ".0" room, a double in shortest form.
 constexpr std::size_t kIdChars = 20, kScoreChars = 17, kDoubleChars = 25;
 
+// The only float32 values (all 2^32 checked) whose shortest text, read as a double and rounded
+// to float32, gives another float32: ±7.038531e-26, a hair from a float32 midpoint. They are
+// written with 9 significant digits, which read back right either way.
+constexpr std::uint32_t kDoubleRoundingBits = 0x15ae43fdu;
+
 char* write_score(char* p, char* end, float v) {
-  const std::to_chars_result r = std::to_chars(p, end, v);
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  const std::to_chars_result r = (bits & 0x7fffffffu) == kDoubleRoundingBits
+                                     ? std::to_chars(p, end, v, std::chars_format::scientific, 8)
+                                     : std::to_chars(p, end, v);
   bool plain = true;  // digits only, perhaps a sign: "3" is a JSON integer, the answer gives floats
   for (const char* c = p; c < r.ptr; ++c)
     if (*c == '.' || *c == 'e' || *c == 'n' || *c == 'i') plain = false;

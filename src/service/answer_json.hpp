@@ -1,7 +1,8 @@
 #pragma once
 // The JSON answer of a search, written with std::to_chars: ids as integers, scores as the
 // shortest decimal that reads back as the same float32 (so a client that parses a score as
-// float32, or as a double and rounds it to float32, gets exactly the binary route's bits).
+// float32, or as a double and rounds it to float32, gets exactly the binary route's bits; the
+// two values for which the double's rounding would not, ±7.038531e-26, get 9 digits).
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -344,6 +344,13 @@ TEST(JsonAnswer, EveryScoreReadsBackAsTheSameFloat32) {
   std::vector<float> v = {0.0f,     -0.0f,   1.0f, -1.0f, 0.1f,  1e-45f, -1e-45f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX,
                           1e20f,    1e-20f,  3.0f, 1e7f,  1e8f,  123456789.0f, 0.3f, 2.5e-38f,
                           std::nextafter(FLT_MIN, 0.0f), std::nextafter(FLT_MAX, 0.0f)};
+  // The two float32 values whose shortest text, read as a double, rounds to another float32
+  // (all 2^32 were checked): 7.038531e-26 reads back as 7.0385313e-26 through a double.
+  for (std::uint32_t bits : {0x15ae43fdu, 0x95ae43fdu}) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    v.push_back(f);
+  }
   for (int e = -45; e <= 38; ++e)
     for (float f : {std::pow(10.0f, static_cast<float>(e))}) {
       v.push_back(f);
