@@ -165,12 +165,11 @@ int HttpFrontEnd::on_search(MHD_Connection* c, Request& r) {
       SHARDTOPK_EXPECTS(batch == b.nq, "batch=", batch, " does not match the body: ", b.nq, " quer",
                         b.nq == 1 ? "y" : "ies", " of dim ", info_.dim);
     }
-    backend_->check_k(k);
-    check_query_values(b.queries.data(), b.nq, info_.dim, info_.rejects_zero_norm);
-    s.nq = b.nq;
-    s.k = static_cast<int>(k);
     s.queries = std::move(b.queries);
     s.filter = std::move(b.filter);
+    s.admitted = backend_->admit(s.queries.data(), b.nq, k, s.filter.get());
+    s.nq = b.nq;
+    s.k = static_cast<int>(k);
   } catch (const Error& e) {
     batcher_->receiving_end();
     return reply_error(c, r, 400, e.what());
