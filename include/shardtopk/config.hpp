@@ -96,8 +96,9 @@ struct ServiceConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
   int batch_window_us = 300;               ///< longest wait for company while other requests are being received
+  int poll_us = 100;                       ///< the index thread polls for requests this long before it sleeps
   long long max_body_bytes = 0;            ///< larger request bodies get 413; 0: derived from batch_max × dim
-  int io_threads = 4;                      ///< HTTP event-loop threads (each serves many connections)
+  int io_threads = 0;                      ///< HTTP event-loop threads (each serves many connections); 0: from the usable cores
   int max_connections = 16384;             ///< open client connections; more wait in the listen backlog
   int idle_timeout_s = 30;                 ///< a connection silent this long is closed (keep-alive or mid-request)
   int max_header_bytes = 16384;            ///< request line + headers; larger: 431
