@@ -41,6 +41,12 @@
 /// | service.heartbeat_ms | int   | 100                             | 10 .. 60000 follower heartbeat  |
 /// | service.heartbeat_timeout_ms | int | 10000                     | 20 .. 3600000, ≥ 2 × heartbeat_ms |
 /// | service.threads     | int    | 0                               | deprecated: accepted, ignored   |
+/// | service.tls.cert_file | string | "" (plain HTTP)               | PEM certificate chain (with tls.key_file: HTTPS, TLS 1.2+) |
+/// | service.tls.key_file | string | ""                             | PEM private key of the certificate (unencrypted) |
+/// | service.auth.keys_file | string | "" (no keys: every route open) | API keys with roles (docs/OPERATIONS.md "Security") |
+/// | service.auth.open_metrics | bool | false                       | /metrics without a key when keys are configured |
+/// | service.auth.allow_open_writes | bool | false                  | a writable service without keys beyond loopback |
+/// | service.audit_log   | string | "" (none)                       | file: one line per write and per refused request |
 /// | storage.dir         | string | "" (no log: updates refused)    | write-ahead log + snapshots dir |
 /// | storage.group_commit_window_us | int | 0                       | 0 .. 1000000 (wait for company) |
 /// | storage.segment_bytes | int  | 67108864                        | 4096 .. 2^40 (log segment size) |
@@ -152,6 +158,14 @@ struct ServiceConfig {
   int heartbeat_ms = 100;                  ///< followers' liveness heartbeat interval to rank 0
   int heartbeat_timeout_ms = 10000;        ///< no heartbeat this long: the follower is stalled (a dead one is seen at once)
   int threads = 0;                         ///< deprecated (thread-per-connection front end); ignored
+  /// HTTPS (libmicrohttpd over GnuTLS, TLS 1.2 and 1.3): both set, or neither (plain HTTP).
+  std::string tls_cert_file;               ///< PEM: the server certificate, then its intermediates
+  std::string tls_key_file;                ///< PEM: its private key (unencrypted; keep it mode 0600)
+  /// API keys (`NAME ROLE SHA256 [rate=R] [burst=B]` per line); "": every route is open.
+  std::string auth_keys_file;
+  bool auth_open_metrics = false;          ///< with keys: /metrics answers without one
+  bool auth_allow_open_writes = false;     ///< a writable service may listen beyond loopback without keys
+  std::string audit_log;                   ///< "": no audit log
 };
 
 struct Config {
