@@ -73,22 +73,24 @@ void Batcher::close() {
 
 bool Batcher::dispatchable(Clock::time_point now) const {
   const Job& head = *q_.front();
-  if (head.kind != Job::Kind::kSearch || closed_ || receiving_ == 0 || now >= head.queued + opts_.window)
-    return true;
+  const SearchJob* s = head.search();
+  if (!s || closed_ || receiving_ == 0 || now >= head.queued + opts_.window) return true;
   int rows = 0;
-  for (const auto& j : q_)
-    if (j->kind == Job::Kind::kSearch && j->k == head.k && (rows += j->nq) >= opts_.batch_max) return true;
+  for (const auto& j : q_) {
+    const SearchJob* o = j->search();
+    if (o && o->k == s->k && (rows += o->nq) >= opts_.batch_max) return true;
+  }
   return false;
 }
 
 std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   std::vector<std::shared_ptr<Job>> batch;
-  if (q_.front()->kind == Job::Kind::kCounters) {
+  if (std::holds_alternative<CountersJob>(q_.front()->work)) {
     batch.push_back(q_.front());
     q_.pop_front();
-  } else if (q_.front()->kind == Job::Kind::kWrite) {  // every queued write: one group commit
+  } else if (std::holds_alternative<WriteJob>(q_.front()->work)) {  // every queued write: one group commit
     for (auto it = q_.begin(); it != q_.end();) {
-      if ((*it)->kind == Job::Kind::kWrite) {
+      if (std::holds_alternative<WriteJob>((*it)->work)) {
         batch.push_back(*it);
         it = q_.erase(it);
       } else {
@@ -96,7 +98,7 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
       }
     }
   } else {
-    const int k = q_.front()->k;
+    const int k = q_.front()->search()->k;
     int total = 0;
     // The batch's distinct filters: a request whose filter would be one too many waits for a
     // later batch (the oldest request always fits: one filter, max_filters >= 1).
@@ -110,9 +112,9 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
       return true;
     };
     for (auto it = q_.begin(); it != q_.end();) {
-      if ((*it)->kind == Job::Kind::kSearch && (*it)->k == k && total + (*it)->nq <= opts_.batch_max &&
-          fits((*it)->filter.get())) {
-        total += (*it)->nq;
+      const SearchJob* s = (*it)->search();
+      if (s && s->k == k && total + s->nq <= opts_.batch_max && fits(s->filter.get())) {
+        total += s->nq;
         batch.push_back(*it);
         it = q_.erase(it);
       } else {
@@ -141,9 +143,11 @@ void Batcher::run() {
       batch = take_batch();
       running_ = batch;
     }
-    if (batch.front()->kind == Job::Kind::kCounters) run_counters(batch.front());
-    else if (batch.front()->kind == Job::Kind::kWrite) run_writes(batch);
-    else run_batch(batch);  // a RankLost leaves the batch in running_ for fail_all
+    // A batch holds one kind of job (take_batch); a RankLost leaves it in running_ for fail_all.
+    std::visit(Overloaded{[&](const SearchJob&) { run_searches(batch); },
+                          [&](const CountersJob&) { run_counters(batch.front()); },
+                          [&](const WriteJob&) { run_writes(batch); }},
+               batch.front()->work);
     std::lock_guard<std::mutex> l(m_);
     running_.clear();
   }
@@ -167,7 +171,7 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
     return;
   }
   if (!job->claim()) return;
-  job->counters = std::move(c);
+  std::get<CountersJob>(job->work).counters = std::move(c);
   job->status = 200;
   if (job->on_done) job->on_done();
 }
@@ -175,7 +179,7 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
 void Batcher::run_writes(const std::vector<std::shared_ptr<Job>>& jobs) {
   for (const auto& j : jobs) {
     try {
-      j->write(*j);
+      std::get<WriteJob>(j->work).run(*j);
     } catch (const RankLost&) {
       throw;  // the group stays unanswered in running_: the caller answers it with fail_all
     } catch (const std::exception& e) {
@@ -201,16 +205,17 @@ void Batcher::run_writes(const std::vector<std::shared_ptr<Job>>& jobs) {
   if (opts_.after_writes) opts_.after_writes();  // RankLost: every job above is answered already
 }
 
-void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
+void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
   const std::int64_t dim = opts_.dim;
-  const int k = batch.front()->k;
+  const int k = batch.front()->search()->k;
   int total = 0;
   bool filtered = false;
   for (const auto& j : batch) {
-    std::copy(j->queries.begin(), j->queries.end(), queries_.begin() + static_cast<std::ptrdiff_t>(total) * dim);
-    std::fill(filters_.begin() + total, filters_.begin() + total + j->nq, j->filter.get());
-    filtered = filtered || j->filter != nullptr;
-    total += j->nq;
+    const SearchJob& s = *j->search();
+    std::copy(s.queries.begin(), s.queries.end(), queries_.begin() + static_cast<std::ptrdiff_t>(total) * dim);
+    std::fill(filters_.begin() + total, filters_.begin() + total + s.nq, s.filter.get());
+    filtered = filtered || s.filter != nullptr;
+    total += s.nq;
   }
   try {
     backend_.search(queries_.data(), total, k, ids_.data(), scores_.data(), filtered ? filters_.data() : nullptr,
@@ -228,7 +233,7 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
       answer(*batch.front(), 400, e.what());
       return;
     }
-    for (const auto& j : batch) run_batch({j});
+    for (const auto& j : batch) run_searches({j});
     return;
   } catch (const std::exception& e) {
     spdlog::error("search of a batch of {} request(s) failed: {}", batch.size(), e.what());
@@ -238,13 +243,14 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
   if (metrics_) metrics_->batch_done(total);
   int row = 0;
   for (const auto& j : batch) {
-    const size_t off = static_cast<size_t>(row) * k, n = static_cast<size_t>(j->nq) * k;
-    row += j->nq;
+    SearchJob& s = *j->search();
+    const size_t off = static_cast<size_t>(row) * k, n = static_cast<size_t>(s.nq) * k;
+    row += s.nq;
     if (!j->claim()) continue;  // already answered by a failure
-    j->ids.assign(ids_.begin() + off, ids_.begin() + off + n);
-    j->scores.assign(scores_.begin() + off, scores_.begin() + off + n);
-    j->counts.assign(counts_.begin() + (row - j->nq), counts_.begin() + row);
-    j->batch_size = total;
+    s.ids.assign(ids_.begin() + off, ids_.begin() + off + n);
+    s.scores.assign(scores_.begin() + off, scores_.begin() + off + n);
+    s.counts.assign(counts_.begin() + (row - s.nq), counts_.begin() + row);
+    s.batch_size = total;
     j->status = 200;
     if (j->on_done) j->on_done();
   }

@@ -12,8 +12,6 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <iterator>
-#include <map>
 #include <thread>
 
 #include <microhttpd.h>
@@ -23,6 +21,7 @@
 
 #include "core/log.hpp"
 #include "service/batcher.hpp"
+#include "service/http_request.hpp"
 #include "service/metrics.hpp"
 #include "service/write_backend.hpp"
 
@@ -32,38 +31,6 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 namespace {
-
-enum class Route { kOther, kSearch, kInfo, kHealth, kReady, kMetrics, kUpsert, kDelete, kSnapshot };
-
-bool is_write(Route r) { return r == Route::kUpsert || r == Route::kDelete || r == Route::kSnapshot; }
-
-Route match_route(const char* url) {
-  static const std::map<std::string, Route> routes = {{"/v1/search", Route::kSearch},
-                                                      {"/v1/info", Route::kInfo},
-                                                      {"/healthz", Route::kHealth},
-                                                      {"/readyz", Route::kReady},
-                                                      {"/metrics", Route::kMetrics},
-                                                      {"/v1/upsert", Route::kUpsert},
-                                                      {"/v1/delete", Route::kDelete},
-                                                      {"/v1/snapshot", Route::kSnapshot}};
-  auto it = routes.find(url ? url : "");
-  return it == routes.end() ? Route::kOther : it->second;
-}
-
-const char* route_label(Route r) {
-  switch (r) {
-    case Route::kSearch: return "/v1/search";
-    case Route::kInfo: return "/v1/info";
-    case Route::kHealth: return "/healthz";
-    case Route::kReady: return "/readyz";
-    case Route::kMetrics: return "/metrics";
-    case Route::kUpsert: return "/v1/upsert";
-    case Route::kDelete: return "/v1/delete";
-    case Route::kSnapshot: return "/v1/snapshot";
-    case Route::kOther: break;
-  }
-  return "other";
-}
 
 bool icontains(const char* haystack, const char* needle) {
   if (!haystack) return false;
@@ -89,21 +56,6 @@ MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) 
   return MHD_YES;
 }
 
-// Query-string arguments, with repeats and unknown names noted.
-// Parameters by route: /v1/search k, batch, filter; /v1/upsert n (its binary form's rows);
-// /v1/delete and /v1/snapshot none (their bodies say everything).
-struct QueryArgs {
-  Route route = Route::kSearch;
-  std::map<std::string, std::string> values;
-  std::string repeated, unknown;
-  const char* allowed() const {
-    return route == Route::kSearch ? "k, batch, filter" : route == Route::kUpsert ? "n" : "none on this route";
-  }
-  bool takes(const std::string& k) const {
-    if (route == Route::kSearch) return k == "k" || k == "batch" || k == "filter";
-    return route == Route::kUpsert && k == "n";
-  }
-};
 // With their decoded lengths: a value with %00 in it keeps the NUL and what follows, for the
 // parsers to refuse (a C string would end there).
 MHD_Result collect_arg(void* cls, MHD_ValueKind, const char* key, std::size_t key_size, const char* value,
@@ -135,28 +87,6 @@ void mhd_panic(void*, const char* file, unsigned int line, const char* reason) {
 }  // namespace
 
 // ------------------------------------------------------------------------------ per request
-
-struct HttpFrontEnd::Request {
-  // kGet: a GET route's request, answered on the handler's next call (an answer queued in the
-  // first call makes libmicrohttpd close the connection after it, which ends pipelining).
-  enum class Phase { kNew, kGet, kBody, kWaiting, kAnswered };
-  Phase phase = Phase::kNew;
-  Route route = Route::kOther;
-  bool accepted = true;         // its request line arrived before drain or failure
-  bool binary = false;
-  bool chunked = false;
-  bool too_large = false;
-  bool busy = false;            // over service.max_inflight_bytes
-  bool receiving = false;       // counted in Batcher::receiving_begin
-  bool filtered = false;        // the request gave a filter: a binary reply carries the counts
-  std::size_t limit = 0;        // body bytes allowed
-  std::size_t reserved = 0;     // bytes of the in-flight budget held
-  std::size_t discarded = 0;    // body bytes dropped after the limit
-  std::string body;
-  QueryArgs args;
-  std::shared_ptr<Job> job;
-  Clock::time_point headers_in;
-};
 
 struct Callbacks {
   static void* uri_log(void* cls, const char*, MHD_Connection*) {
@@ -423,11 +353,12 @@ int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string b
   }
   MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
   if (allow) MHD_add_response_header(res, MHD_HTTP_HEADER_ALLOW, allow);
-  if (r.job && r.job->kind == Job::Kind::kSearch && r.job->status == 200) {
+  const SearchJob* searched = r.job && r.job->status == 200 ? r.job->search() : nullptr;
+  if (searched) {
     char took[32];
     std::snprintf(took, sizeof took, "%.3f", ms_between(r.headers_in, Clock::now()));
     MHD_add_response_header(res, "X-Took-Ms", took);
-    MHD_add_response_header(res, "X-Batch-Size", std::to_string(r.job->batch_size).c_str());
+    MHD_add_response_header(res, "X-Batch-Size", std::to_string(searched->batch_size).c_str());
   }
   if (status == 503 && failed_.load() == false && draining_.load() == false)
     MHD_add_response_header(res, MHD_HTTP_HEADER_RETRY_AFTER, "1");
@@ -435,13 +366,11 @@ int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string b
   const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned int>(status), res);
   MHD_destroy_response(res);
   r.phase = Request::Phase::kAnswered;
-  metrics_.request(route_label(r.route), status);
+  metrics_.request(r.label(), status);
   if (spdlog::should_log(spdlog::level::debug))
-    spdlog::debug("{} -> {} ({} bytes out, {:.3f} ms{})", route_label(r.route), status, out_bytes,
+    spdlog::debug("{} -> {} ({} bytes out, {:.3f} ms{})", r.label(), status, out_bytes,
                   ms_between(r.headers_in, Clock::now()),
-                  r.job && r.job->kind == Job::Kind::kSearch && status == 200
-                      ? ", batch " + std::to_string(r.job->batch_size)
-                      : std::string());
+                  searched && status == 200 ? ", batch " + std::to_string(searched->batch_size) : std::string());
   return ok;
 }
 
@@ -450,24 +379,8 @@ int HttpFrontEnd::reply_error(MHD_Connection* c, Request& r, int status, const s
   // replace: a message may quote client bytes (already flattened by excerpt())
   const std::string body =
       json{{"error", message}, {"status", status}}.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("{} -> {}: {}", route_label(r.route), status, message);
+  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("{} -> {}: {}", r.label(), status, message);
   return reply(c, r, status, body, "application/json", close, allow);
-}
-
-std::string HttpFrontEnd::info_json() const {
-  const BackendInfo& i = info_;
-  json attributes = json::array();
-  for (const AttributeSpec& a : i.attributes) attributes.push_back({{"name", a.name}, {"type", to_string(a.type)}});
-  std::string out = json{{"rows", i.rows},          {"dim", i.dim},       {"metric", i.metric},
-                         {"dtype", i.dtype},        {"ranks", i.ranks},   {"engine", i.engine},
-                         {"comm", i.comm},          {"k_max", i.k_max},   {"batch_max", i.batch_max},
-                         {"batch_window_us", cfg_.batch_window_us},       {"version", version()},
-                         {"max_body_bytes_json", limits_.json},           {"max_body_bytes_binary", limits_.binary},
-                         {"attributes", attributes},                      {"max_filters", i.max_filters}}
-                        .dump(-1, ' ', false, json::error_handler_t::replace);
-  if (!writer_) return out;
-  out.pop_back();  // '}': the writer's fields go inside
-  return out + "," + writer_->info_fields() + "}";
 }
 
 // ------------------------------------------------------------------------------ requests
@@ -484,7 +397,7 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
         *upload_size = 0;
         return r.discarded <= static_cast<std::size_t>(cfg_.max_header_bytes) ? MHD_YES : MHD_NO;
       }
-      return on_get(c, r);
+      return (this->*r.route->handler)(c, r);
     case Request::Phase::kBody:
       if (*upload_size > 0) {
         const int ok = on_body(c, upload, *upload_size, r);
@@ -501,8 +414,29 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
   return MHD_NO;
 }
 
+namespace {
+
+Method method_of(const std::string& m) {
+  if (m == "GET") return kGet;
+  if (m == "HEAD") return kHead;
+  if (m == "POST") return kPost;
+  return kOtherMethod;
+}
+
+// The methods of `mask`, comma separated: for the Allow header (with HEAD), or for messages
+// (without: HEAD goes wherever GET does).
+std::string method_names(unsigned mask, bool with_head) {
+  std::string out;
+  const std::pair<Method, const char*> names[] = {{kGet, "GET"}, {kHead, "HEAD"}, {kPost, "POST"}};
+  for (const auto& [bit, name] : names)
+    if ((mask & bit) && (with_head || bit != kHead)) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
+}  // namespace
+
 int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* method, Request& r) {
-  r.route = match_route(url);
+  r.route = find_route(url);
   HeaderCount h;
   MHD_get_connection_values(c, MHD_HEADER_KIND, &count_header, &h);
   const MHD_ConnectionInfo* ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
@@ -518,57 +452,29 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
   // Refused from the request line: answered at once, the body (if any) not read, the
   // connection closed.
   const std::string m = method ? method : "";
-  const bool get = m == "GET" || m == "HEAD";
-  if (r.route == Route::kOther)
-    return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
-  if ((r.route == Route::kSearch || is_write(r.route)) && m != "POST")
-    return reply_error(c, r, 405, "method " + excerpt(m, 16) + " not allowed on " + route_label(r.route) +
-                                      " (allowed: POST)", true, "POST");
-  if (is_write(r.route)) {
+  if (!r.route) return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
+  if (!(r.route->methods & method_of(m)))
+    return reply_error(c, r, 405,
+                       "method " + excerpt(m, 16) + " not allowed on " + r.route->path + " (allowed: " +
+                           method_names(r.route->methods, false) + ")",
+                       true, method_names(r.route->methods, true).c_str());
+  if (r.route->body == BodyKind::kNone) {
+    r.phase = Request::Phase::kGet;
+    return MHD_YES;
+  }
+  return on_body_headers(c, r);
+}
+
+int HttpFrontEnd::on_body_headers(MHD_Connection* c, Request& r) {
+  const Route& route = *r.route;
+  const bool write = route.body == BodyKind::kWrite;
+  if (write) {
     if (!ready_.load(std::memory_order_acquire))
       return reply_error(c, r, 503, "not ready: the ranks are still ingesting", true);
     if (!writer_ || !writer_->writable())
       return reply_error(c, r, 409, "the index is read-only: storage.dir is not set (updates need a directory for "
                                     "their write-ahead log)", true);
-    return on_search_headers(c, r);
   }
-  if (r.route != Route::kSearch && !get)
-    return reply_error(c, r, 405,
-                       "method " + excerpt(m, 16) + " not allowed on " + route_label(r.route) + " (allowed: GET)",
-                       true, "GET, HEAD");
-
-  if (r.route == Route::kSearch) return on_search_headers(c, r);
-  r.phase = Request::Phase::kGet;
-  return MHD_YES;
-}
-
-int HttpFrontEnd::on_get(MHD_Connection* c, Request& r) {
-  const bool ready = ready_.load(std::memory_order_acquire);
-  switch (r.route) {
-    case Route::kHealth:
-      return reply(c, r, 200, R"({"status":"ok"})", "application/json");
-    case Route::kReady:
-      if (failed_.load()) return reply_error(c, r, 503, fail_reason());
-      if (draining_.load()) return reply_error(c, r, 503, "shutting down");
-      if (!ready) return reply_error(c, r, 503, "not ready: the ranks are still ingesting");
-      return reply(c, r, 200, R"({"status":"ready"})", "application/json");
-    case Route::kInfo:
-      if (!ready) return reply_error(c, r, 503, "not ready: the ranks are still ingesting");
-      return reply(c, r, 200, info_json(), "application/json");
-    case Route::kMetrics: {
-      if (!ready || draining_.load() || failed_.load()) return reply(c, r, 200, metrics_.render(), "text/plain; version=0.0.4");
-      // Fresh per-rank counters come from a collective on the index thread: queue a job for it.
-      auto job = std::make_shared<Job>();
-      job->kind = Job::Kind::kCounters;
-      return submit_suspended(c, r, std::move(job), /*was_receiving=*/false);
-    }
-    default:
-      break;
-  }
-  return MHD_NO;
-}
-
-int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
   if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
   if (!r.accepted) return reply_error(c, r, 503, "shutting down", true);
   if (!ready_.load(std::memory_order_acquire)) return reply_error(c, r, 503, "not ready: the ranks are still ingesting");
@@ -583,19 +489,17 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
     return reply_error(c, r, 415, "Content-Type '" + excerpt(ct ? ct : "", 48) +
                                       "' not supported: use application/json or application/octet-stream", true);
   r.binary = media == Media::kBinary;
-  if (r.binary && is_write(r.route) && r.route != Route::kUpsert)
-    return reply_error(c, r, 415, std::string(route_label(r.route)) + " takes application/json", true);
+  if (r.binary && !route.binary) return reply_error(c, r, 415, std::string(route.path) + " takes application/json", true);
 
-  r.args.route = r.route;
+  r.args.allowed = route.params;
   MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
   if (!r.args.unknown.empty())
     return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: " +
-                                      r.args.allowed() + ")", true);
-  if (r.binary && r.route == Route::kUpsert && r.args.values.count("n") == 0)
-    return reply_error(c, r, 400, "a binary upsert needs the query parameter n (its rows): POST /v1/upsert?n=N", true);
-  if (!r.binary && r.args.values.count("n") > 0)
-    return reply_error(c, r, 400, "the query parameter n is for the binary upsert (application/octet-stream); a JSON "
-                                  "body counts its own rows", true);
+                                      r.args.allowed_text() + ")", true);
+  if (route.check_headers) {
+    const int refused = (this->*route.check_headers)(c, r);
+    if (refused >= 0) return refused;
+  }
   if (!r.args.repeated.empty())
     return reply_error(c, r, 400, "query parameter '" + r.args.repeated + "' given more than once", true);
 
@@ -604,13 +508,13 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
   const char* te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
   const char* cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   r.chunked = icontains(te, "chunked");
-  if (!cl && !r.chunked && r.route != Route::kSnapshot)
-    return reply_error(c, r, 411, std::string("POST ") + route_label(r.route) +
-                                      " needs a Content-Length header (or a chunked body)", true);
-  r.limit = is_write(r.route) ? write_body_limit() : body_limit(r.binary);
+  if (!cl && !r.chunked && route.body_required)
+    return reply_error(c, r, 411, std::string("POST ") + route.path + " needs a Content-Length header (or a chunked body)",
+                       true);
+  r.limit = write ? write_body_limit() : body_limit(r.binary);
   const std::string limit_name =
-      is_write(r.route)       ? "the write limit (" + std::to_string(r.limit) +
-                                    " bytes: service.max_body_bytes, or 32 MiB when 0, within service.max_inflight_bytes)"
+      write                     ? "the write limit (" + std::to_string(r.limit) +
+                                      " bytes: service.max_body_bytes, or 32 MiB when 0, within service.max_inflight_bytes)"
       : cfg_.max_body_bytes > 0 ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
                                 : "the largest legal " + std::string(r.binary ? "binary" : "JSON") + " request (" +
                                       std::to_string(r.limit) + " bytes: search.batch_max x dim; service.max_body_bytes)";
@@ -622,13 +526,10 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
     if (declared > r.limit)
       return reply_error(c, r, 413, "request body of " + excerpt(cl, 24) + " bytes over " + limit_name, true);
   }
-  if (!reserve_bytes(declared))
-    return reply_error(c, r, 503,
-                       busy_message("request bodies"),
-                       true);
+  if (!reserve_bytes(declared)) return reply_error(c, r, 503, busy_message("request bodies"), true);
   r.reserved = declared;
   r.body.reserve(declared);
-  if (r.route == Route::kSearch) {  // searches wait for the ones still arriving; writes do not
+  if (route.body == BodyKind::kSearch) {  // searches wait for the ones still arriving; writes do not
     batcher_->receiving_begin();
     r.receiving = true;
   }
@@ -663,159 +564,28 @@ int HttpFrontEnd::on_body(MHD_Connection*, const char* data, std::size_t n, Requ
 }
 
 int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
-  if (is_write(r.route)) return on_write_body_complete(c, r);
-  r.receiving = false;  // from here: submitted, or receiving_end()
   if (r.too_large || r.busy || failed_.load()) {
-    batcher_->receiving_end();
-    if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
-    if (r.busy)
-      return reply_error(c, r, 503,
-                         busy_message("request bodies"),
-                         true);
-    return reply_error(c, r, 413,
-                       "request body of " + std::to_string(r.discarded) + " bytes over " +
-                           (cfg_.max_body_bytes > 0 ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
-                                                    : "the largest legal request (" + std::to_string(r.limit) +
-                                                          " bytes: search.batch_max x dim; service.max_body_bytes)"),
-                       true);
-  }
-  auto job = std::make_shared<Job>();
-  try {
-    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes};
-    SearchBody b = r.binary ? parse_binary_search(r.body, shape) : parse_json_search(r.body, shape);
-    std::string().swap(r.body);  // the rows are parsed: the body's memory goes back now
-    const auto fp = r.args.values.find("filter");
-    if (fp != r.args.values.end()) {
-      SHARDTOPK_EXPECTS(!b.has_filter, "the filter is given twice, as the query parameter filter= and in the body "
-                        "(\"filter\"); give it once");
-      b.filter = parse_filter_text(fp->second, info_.attributes);
-      b.has_filter = true;
-    }
-    const auto kp = r.args.values.find("k");
-    long long k = 10;
-    if (b.has_k && kp != r.args.values.end())
-      throw Error("k is given twice, as the query parameter k=" + excerpt(kp->second, 24) + " and in the body (\"k\": " +
-                  std::to_string(b.k) + "); give it once");
-    if (b.has_k) k = b.k;
-    else if (kp != r.args.values.end()) k = parse_int_param("k", kp->second);
-    else SHARDTOPK_EXPECTS(!r.binary, "binary search needs the query parameter k: POST /v1/search?k=K");
-    const auto bp = r.args.values.find("batch");
-    if (bp != r.args.values.end()) {
-      const long long batch = parse_int_param("batch", bp->second);
-      SHARDTOPK_EXPECTS(batch == b.nq, "batch=", batch, " does not match the body: ", b.nq, " quer",
-                        b.nq == 1 ? "y" : "ies", " of dim ", info_.dim);
-    }
-    backend_->check_k(k);
-    check_query_values(b.queries.data(), b.nq, info_.dim, info_.rejects_zero_norm);
-    job->nq = b.nq;
-    job->k = static_cast<int>(k);
-    job->queries = std::move(b.queries);
-    job->filter = std::move(b.filter);
-    r.filtered = b.has_filter;
-  } catch (const Error& e) {
-    batcher_->receiving_end();
-    return reply_error(c, r, 400, e.what());
-  }
-  // A compiled filter is held until the answer, like the body it came from: its bytes count
-  // against the in-flight budget too (its lists may take more room than their text).
-  if (job->filter) {
-    const std::size_t held = job->filter->serialized_bytes();
-    if (!reserve_bytes(held)) {
+    if (r.receiving) {
+      r.receiving = false;
       batcher_->receiving_end();
-      return reply_error(c, r, 503,
-                         busy_message("compiled filters and request bodies"));
     }
-    r.reserved += held;
+    if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
+    if (r.busy) return reply_error(c, r, 503, busy_message("request bodies"), true);
+    const std::string over =
+        r.route->body == BodyKind::kWrite ? "the write limit (" + std::to_string(r.limit) + " bytes; service.max_body_bytes)"
+        : cfg_.max_body_bytes > 0         ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
+                                          : "the largest legal request (" + std::to_string(r.limit) +
+                                        " bytes: search.batch_max x dim; service.max_body_bytes)";
+    return reply_error(c, r, 413, "request body of " + std::to_string(r.discarded) + " bytes over " + over, true);
   }
-  return submit_suspended(c, r, std::move(job), /*was_receiving=*/true);
-}
-
-int HttpFrontEnd::on_write_body_complete(MHD_Connection* c, Request& r) {
-  if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
-  if (r.busy)
-    return reply_error(c, r, 503, busy_message("request bodies"), true);
-  if (r.too_large)
-    return reply_error(c, r, 413, "request body of " + std::to_string(r.discarded) + " bytes over the write limit (" +
-                                      std::to_string(r.limit) + " bytes; service.max_body_bytes)", true);
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::kWrite;
-  WriteBackend* w = writer_;
-  try {
-    if (r.route == Route::kUpsert) {
-      auto body = std::make_shared<UpsertBody>(
-          r.binary ? parse_binary_upsert(r.body, parse_int_param("n", r.args.values.at("n")), w->dim(), w->schema())
-                   : parse_json_upsert(r.body, w->dim(), w->schema()));
-      job->write = [w, body](Job& j) { w->upsert(*body, j); };
-    } else if (r.route == Route::kDelete) {
-      auto body = std::make_shared<DeleteBody>(parse_json_delete(r.body, w->schema()));
-      job->write = [w, body](Job& j) { w->remove(*body, j); };
-    } else {
-      SHARDTOPK_EXPECTS(r.body.find_first_not_of(" \t\r\n{}") == std::string::npos,
-                        "POST /v1/snapshot takes no body (or {})");
-      job->write = [w](Job& j) { w->snapshot(j); };
-    }
-  } catch (const Error& e) {
-    return reply_error(c, r, 400, e.what());
-  }
-  std::string().swap(r.body);
-  return submit_suspended(c, r, std::move(job), /*was_receiving=*/false);
+  return (this->*r.route->handler)(c, r);
 }
 
 int HttpFrontEnd::on_resumed(MHD_Connection* c, Request& r) {
-  Job& j = *r.job;
-  if (j.kind == Job::Kind::kWrite) {
-    if (j.status != 200) return reply_error(c, r, j.status, j.error, j.status == 503);
-    return reply(c, r, 200, std::move(j.body), "application/json");
-  }
-  if (j.kind == Job::Kind::kCounters) {
-    if (j.status == 200) metrics_.set_rank_counters(j.counters);
-    return reply(c, r, 200, metrics_.render(), "text/plain; version=0.0.4");
-  }
-  if (j.status != 200) return reply_error(c, r, j.status, j.error, j.status == 503);
-  metrics_.search_done(ms_between(r.headers_in, Clock::now()) / 1000.0, j.nq);
-  const std::size_t n = static_cast<std::size_t>(j.nq) * static_cast<std::size_t>(j.k);
-  if (r.binary) {
-    // ids [B, K] int64, scores [B, K] float32, and for a filtered request counts [B] int32
-    // (docs/SERVING.md "Binary protocol").
-    const std::size_t counts = r.filtered ? static_cast<std::size_t>(j.nq) * 4 : 0;
-    std::string body(n * 12 + counts, '\0');
-    std::memcpy(&body[0], j.ids.data(), n * 8);
-    std::memcpy(&body[n * 8], j.scores.data(), n * 4);
-    if (counts) std::memcpy(&body[n * 12], j.counts.data(), counts);
-    return reply(c, r, 200, std::move(body), "application/octet-stream");
-  }
-  // {"ids":[[...]],"metric":"...","scores":[[...]],"took_ms":...}; a score is printed as the
-  // shortest decimal that reads back as the same double (float -> double is exact). A query's
-  // lists hold its real results only (fewer than k when fewer rows pass its filter).
-  fmt::memory_buffer out;
-  out.reserve(n * 28 + 64);
-  auto rows = [&](auto&& one) {
-    fmt::format_to(std::back_inserter(out), "[");
-    for (int q = 0; q < j.nq; ++q) {
-      fmt::format_to(std::back_inserter(out), q ? ",[" : "[");
-      for (int x = 0; x < j.counts[static_cast<std::size_t>(q)]; ++x) {
-        if (x) out.push_back(',');
-        one(static_cast<std::size_t>(q) * static_cast<std::size_t>(j.k) + static_cast<std::size_t>(x));
-      }
-      out.push_back(']');
-    }
-    out.push_back(']');
-  };
-  fmt::format_to(std::back_inserter(out), "{{\"ids\":");
-  rows([&](std::size_t i) { fmt::format_to(std::back_inserter(out), "{}", j.ids[i]); });
-  fmt::format_to(std::back_inserter(out), ",\"metric\":\"{}\",\"scores\":", info_.metric);
-  char num[40];
-  rows([&](std::size_t i) {
-    const auto res = fmt::format_to_n(num, sizeof num - 3, "{}", static_cast<double>(j.scores[i]));
-    std::size_t len = res.size;
-    if (!std::memchr(num, '.', len) && !std::memchr(num, 'e', len)) {  // keep it a JSON float: 3 -> 3.0
-      num[len++] = '.';
-      num[len++] = '0';
-    }
-    out.append(num, num + len);
-  });
-  fmt::format_to(std::back_inserter(out), ",\"took_ms\":{}}}", ms_between(r.headers_in, Clock::now()));
-  return reply(c, r, 200, fmt::to_string(out), "application/json");
+  return std::visit(Overloaded{[&](SearchJob&) { return answer_search(c, r); },
+                               [&](CountersJob&) { return answer_counters(c, r); },
+                               [&](WriteJob&) { return answer_write(c, r); }},
+                    r.job->work);
 }
 
 }  // namespace shardtopk::service

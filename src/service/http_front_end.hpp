@@ -6,6 +6,10 @@
 // job, the connection is resumed and the answer sent from the loop thread. Nothing on a loop
 // thread waits for a search.
 //
+// Files: http_front_end.cpp (life cycle, the request's phases, limits, replies),
+// http_routes.cpp (the route table and each route's handler), http_request.hpp (per-request
+// state).
+//
 // Why libmicrohttpd and not libevent's evhttp (2.1, the Debian and Ubuntu version): evhttp has
 // no hook between a server request's headers and its body (a POST with neither Content-Length
 // nor chunked encoding is read until the client closes, so it cannot be refused at once), no
@@ -18,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,6 +40,16 @@ class Batcher;
 class Metrics;
 class WriteBackend;
 struct Job;
+
+/// HTTP methods a route takes (a bit mask). HEAD is answered wherever GET is.
+enum Method : unsigned { kGet = 1u, kHead = 2u, kPost = 4u, kOtherMethod = 8u };
+
+/// How a route's request body is read: none (GET routes), a search (limits derived from the
+/// index's shape; batches wait for searches still arriving) or a write (the write limit).
+enum class BodyKind { kNone, kSearch, kWrite };
+
+/// The least role a request's key must hold for a route; kNone: no key needed.
+enum class Role { kNone, kRead, kWrite, kAdmin };
 
 class HttpFrontEnd {
  public:
@@ -88,20 +103,60 @@ class HttpFrontEnd {
   /// The limits in force, for logs: body bytes (JSON, binary) and in-flight bytes.
   std::string limits_summary() const;
 
-  struct Request;  // per-request state (http_front_end.cpp)
+  struct Request;  // per-request state (http_request.hpp)
+
+  /// A route handler: runs once the request is complete (its headers, and its body if the route
+  /// reads one) and answers it, or queues a job whose answer resumes the request (on_resumed).
+  using Handler = int (HttpFrontEnd::*)(MHD_Connection*, Request&);
+
+  /// One row of the route table (http_routes.cpp): everything that depends on the route.
+  struct Route {
+    const char* path;       ///< the URL path, matched exactly; also the route's label in metrics
+    unsigned methods;       ///< Method bits; any other method: 405 with Allow
+    BodyKind body;          ///< kNone: no body read (a GET route)
+    bool binary;            ///< application/octet-stream accepted besides JSON (else 415)
+    bool body_required;     ///< a POST without Content-Length or chunked encoding: 411
+    const char* params;     ///< the query parameters it takes, comma separated ("": none)
+    Handler handler;        ///< answers the complete request
+    /// Route-specific checks of the headers and query parameters, run after the common ones and
+    /// before the body is read (nullptr: none). Answers a refusal, or returns -1 to go on.
+    Handler check_headers = nullptr;
+    Role role = Role::kNone;  ///< the least role a request's key must have
+  };
+
+  /// The route for `path`, or nullptr (404). The one place a request's route is decided.
+  static const Route* find_route(const char* path);
+  /// Every route, in the table's order.
+  static const Route* routes_begin();
+  static const Route* routes_end();
 
  private:
   friend struct Callbacks;
+  static const Route kRoutes[];  // the route table (http_routes.cpp)
+
   int on_request(MHD_Connection* c, const char* url, const char* method, const char* upload, std::size_t* upload_size,
                  Request& r);
   int on_headers(MHD_Connection* c, const char* url, const char* method, Request& r);
-  int on_get(MHD_Connection* c, Request& r);
-  int on_search_headers(MHD_Connection* c, Request& r);
+  int on_body_headers(MHD_Connection* c, Request& r);
   int on_body(MHD_Connection* c, const char* data, std::size_t n, Request& r);
   int on_body_complete(MHD_Connection* c, Request& r);
-  int on_write_body_complete(MHD_Connection* c, Request& r);
   int on_resumed(MHD_Connection* c, Request& r);
   void on_completed(Request* r);
+
+  // ---- route handlers (http_routes.cpp)
+  int on_health(MHD_Connection* c, Request& r);
+  int on_ready(MHD_Connection* c, Request& r);
+  int on_info(MHD_Connection* c, Request& r);
+  int on_metrics(MHD_Connection* c, Request& r);
+  int on_search(MHD_Connection* c, Request& r);
+  int on_upsert(MHD_Connection* c, Request& r);
+  int on_delete(MHD_Connection* c, Request& r);
+  int on_snapshot(MHD_Connection* c, Request& r);
+  int check_upsert_headers(MHD_Connection* c, Request& r);
+  // ---- answers of queued jobs, once resumed (http_routes.cpp)
+  int answer_search(MHD_Connection* c, Request& r);
+  int answer_counters(MHD_Connection* c, Request& r);
+  int answer_write(MHD_Connection* c, Request& r);
 
   int reply(MHD_Connection* c, Request& r, int status, std::string body, const char* content_type,
             bool close = false, const char* allow = nullptr);
@@ -117,6 +172,8 @@ class HttpFrontEnd {
   /// Queues `job` on the batcher with the connection suspended until the job is done (its
   /// resume then answers from r.job); returns MHD_YES.
   int submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
+  /// Queues a write job that runs `run` on the index thread (submit_suspended).
+  int submit_write(MHD_Connection* c, Request& r, std::function<void(Job&)> run);
   std::size_t body_limit(bool binary) const;
   std::size_t write_body_limit() const;
   std::string info_json() const;

@@ -108,7 +108,7 @@ class IndexWriter final : public WriteBackend {
   template <typename F>
   void run(Job& j, F&& f) {
     try {
-      j.body = f();
+      std::get<WriteJob>(j.work).body = f();
       j.status = 200;
     } catch (const WriteError& e) {
       j.status = status_of(e);

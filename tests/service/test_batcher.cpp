@@ -112,15 +112,18 @@ struct Tracked {
   }
 };
 
-// A job of `nq` queries whose first values are `tag`, tag + 1, ...
+SearchJob& search_of(const Tracked& t) { return *t.job->search(); }
+
+// A search job of `nq` queries whose first values are `tag`, tag + 1, ...
 Tracked make_job(int tag, int nq = 1, int k = 3) {
   Tracked t;
   t.job = std::make_shared<Job>();
-  t.job->nq = nq;
-  t.job->k = k;
+  SearchJob& s = t.job->work.emplace<SearchJob>();
+  s.nq = nq;
+  s.k = k;
   for (int q = 0; q < nq; ++q) {
-    t.job->queries.push_back(static_cast<float>(tag + q));
-    t.job->queries.push_back(0.5f * static_cast<float>(tag + q));
+    s.queries.push_back(static_cast<float>(tag + q));
+    s.queries.push_back(0.5f * static_cast<float>(tag + q));
   }
   t.done = std::make_shared<std::promise<void>>();
   t.answered_ = t.done->get_future().share();
@@ -155,8 +158,9 @@ struct Running {
   std::string lost;
 };
 
-void expect_own_rows(const Job& j, int tag) {
-  ASSERT_EQ(j.status, 200) << j.error;
+void expect_own_rows(const Job& job, int tag) {
+  ASSERT_EQ(job.status, 200) << job.error;
+  const SearchJob& j = *job.search();
   ASSERT_EQ(j.ids.size(), static_cast<size_t>(j.nq * j.k));
   for (int q = 0; q < j.nq; ++q)
     for (int x = 0; x < j.k; ++x) {
@@ -172,7 +176,7 @@ TEST(Batcher, ALoneRequestIsDispatchedAtOnce) {
   r.batcher.submit(a.job, false);
   ASSERT_TRUE(a.answered()) << "a lone request waited for the batch window";
   expect_own_rows(*a.job, 7);
-  EXPECT_EQ(a.job->batch_size, 1);
+  EXPECT_EQ(search_of(a).batch_size, 1);
   // announced, then submitted: still alone, still at once
   r.batcher.receiving_begin();
   Tracked b = make_job(8);
@@ -194,7 +198,7 @@ TEST(Batcher, WaitsForRequestsBeingReceivedThenSearchesThemTogether) {
   r.batcher.submit(b.job, true);
   ASSERT_TRUE(a.answered());
   ASSERT_TRUE(b.answered());
-  EXPECT_EQ(a.job->batch_size, 2);
+  EXPECT_EQ(search_of(a).batch_size, 2);
   expect_own_rows(*a.job, 1);
   expect_own_rows(*b.job, 2);
   ASSERT_EQ(be.calls().size(), 1u);
@@ -210,7 +214,7 @@ TEST(Batcher, AReceivingRequestThatIsRefusedReleasesTheWait) {
   EXPECT_FALSE(a.answered(100ms));
   r.batcher.receiving_end();  // the other request was refused (a 400), never queued
   ASSERT_TRUE(a.answered());
-  EXPECT_EQ(a.job->batch_size, 1);
+  EXPECT_EQ(search_of(a).batch_size, 1);
 }
 
 TEST(Batcher, TheWindowBoundsTheWaitForRequestsBeingReceived) {
@@ -231,7 +235,7 @@ TEST(Batcher, AFullBatchIsDispatchedAtOnceAndKeepsEachRequestsRows) {
   for (auto& x : t) r.batcher.submit(x.job, false);
   for (auto& x : t) {
     ASSERT_TRUE(x.answered()) << "a full batch waited";
-    EXPECT_EQ(x.job->batch_size, 4);
+    EXPECT_EQ(search_of(x).batch_size, 4);
   }
   expect_own_rows(*t[0].job, 10);
   expect_own_rows(*t[1].job, 20);
@@ -281,10 +285,10 @@ TEST(Batcher, FiltersRideTogetherUpToMaxFiltersAndTheRestWaits) {
   r.batcher.submit(first.job, false);
   ASSERT_TRUE(be.wait_calls(1));
   Tracked a = make_job(10, 2), b = make_job(20), c = make_job(30), d = make_job(40), e = make_job(50), f = make_job(60);
-  a.job->filter = f1;
-  c.job->filter = f2;
-  d.job->filter = f1_again;
-  e.job->filter = f3;  // a third distinct filter: waits
+  search_of(a).filter = f1;
+  search_of(c).filter = f2;
+  search_of(d).filter = f1_again;
+  search_of(e).filter = f3;  // a third distinct filter: waits
   for (auto* x : {&a, &b, &c, &d, &e, &f}) r.batcher.submit(x->job, false);
   be.hold(false);
   for (auto* x : {&first, &a, &b, &c, &d, &e, &f}) ASSERT_TRUE(x->answered());
@@ -298,7 +302,7 @@ TEST(Batcher, FiltersRideTogetherUpToMaxFiltersAndTheRestWaits) {
   EXPECT_EQ(filters[1], want);
   EXPECT_EQ(filters[2], std::vector<const FilterProgram*>{f3.get()});
   for (auto* x : {&a, &b, &c, &d, &e, &f}) {
-    EXPECT_EQ(x->job->counts, std::vector<std::int32_t>(static_cast<size_t>(x->job->nq), 3));
+    EXPECT_EQ(search_of(*x).counts, std::vector<std::int32_t>(static_cast<size_t>(search_of(*x).nq), 3));
   }
   expect_own_rows(*a.job, 10);
   expect_own_rows(*e.job, 50);
@@ -426,12 +430,13 @@ TEST(Batcher, CountersJobsRunOnTheIndexThread) {
   FakeBackend be;
   Running r(be);
   Tracked c = make_job(0);
-  c.job->kind = Job::Kind::kCounters;
+  c.job->work = CountersJob{};
   r.batcher.submit(c.job, false);
   ASSERT_TRUE(c.answered());
   ASSERT_EQ(c.job->status, 200);
-  ASSERT_EQ(c.job->counters.size(), 2u);
-  EXPECT_EQ(c.job->counters[1].searches, 4);
+  const auto& counters = std::get<CountersJob>(c.job->work).counters;
+  ASSERT_EQ(counters.size(), 2u);
+  EXPECT_EQ(counters[1].searches, 4);
   EXPECT_TRUE(be.calls().empty());
   EXPECT_EQ(r.metrics.queue_depth.load(), 0);
 }
