@@ -100,6 +100,7 @@ bool AuditLog::reopen(std::string* message) {
   {
     std::lock_guard<std::mutex> l(m_);
     failure_.clear();  // a fresh file: let writes through again
+    failed_.store(false, std::memory_order_release);
   }
   if (message) *message = "service.audit_log '" + path_ + "' reopened";
   return true;
@@ -134,6 +135,7 @@ void AuditLog::loop() {
                     path_, error, batch.size());
       std::lock_guard<std::mutex> l(m_);
       failure_ = "the audit log '" + path_ + "' cannot be written (" + error + ")";
+      failed_.store(true, std::memory_order_release);
     }
     for (Item& i : batch)
       if (i.done) i.done(error.empty());

@@ -9,6 +9,7 @@
 // SHA-256, when one was sent), "rows"/"seq" null when the request wrote nothing, and "why" on a
 // refusal. A writer thread appends what is queued with one write and one fdatasync (a group),
 // then calls each record's callback: the loop threads never wait for the disk.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -56,6 +57,8 @@ class AuditLog {
 
   /// "" while every write succeeded; else why the last one failed (writes are refused then).
   std::string failure() const;
+  /// failure() is not empty (without a lock).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   const std::string& path() const { return path_; }
 
@@ -76,6 +79,7 @@ class AuditLog {
   std::vector<Item> queue_;
   bool stop_ = false;
   std::string failure_;
+  std::atomic<bool> failed_{false};
   std::mutex fd_m_;  // fd_: the writer's writes and reopen()
   int fd_ = -1;
   std::thread thread_;

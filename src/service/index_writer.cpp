@@ -39,6 +39,7 @@ class IndexWriter final : public WriteBackend {
         rows.attributes.push_back(AttributeColumnView{
             c.name, c.type, c.type == AttributeType::kInt64 ? static_cast<const void*>(c.ints.data()) : c.reals.data()});
       const WriteResult r = index_.submit_upsert(rows);
+      record(j, r.rows, r.seq);
       return json{{"upserted", r.rows}, {"seq", r.seq}}.dump();
     });
   }
@@ -47,6 +48,7 @@ class IndexWriter final : public WriteBackend {
     run(j, [&] {
       const WriteResult r = b.by_filter ? index_.remove_matching(b.filter)
                                         : index_.submit_remove(b.ids.data(), static_cast<std::int64_t>(b.ids.size()));
+      record(j, r.rows, r.seq);
       return json{{"deleted", r.rows}, {"seq", r.seq}}.dump();
     });
   }
@@ -54,6 +56,7 @@ class IndexWriter final : public WriteBackend {
   void snapshot(Job& j) override {
     run(j, [&] {
       const SnapshotResult r = index_.snapshot();
+      record(j, r.rows, r.seq);
       return json{{"path", r.path}, {"seq", r.seq}, {"rows", r.rows}}.dump();
     });
   }
@@ -105,6 +108,13 @@ class IndexWriter final : public WriteBackend {
   }
 
  private:
+  // The rows and seq of an answered write, for the audit log.
+  static void record(Job& j, std::int64_t rows, std::uint64_t seq) {
+    WriteJob& w = std::get<WriteJob>(j.work);
+    w.rows = rows;
+    w.seq = static_cast<std::int64_t>(seq);
+  }
+
   template <typename F>
   void run(Job& j, F&& f) {
     try {

@@ -12,7 +12,7 @@ namespace shardtopk::test {
 
 struct TestPki {
   std::string ca_pem;        ///< the CA's certificate (what clients trust)
-  std::string cert_pem;      ///< the server's certificate, valid now for 30 days
+  std::string cert_pem;      ///< the server's certificate, valid from now for 365 days
   std::string key_pem;       ///< its key
   std::string expired_pem;   ///< a server certificate of the same key, valid only in January 2020
   std::string other_key_pem; ///< a key no certificate belongs to
@@ -33,12 +33,12 @@ inline TestPki make_test_pki(const std::string& dir) {
   key(dir + "/ca.key");
   key(p.key_pem);
   key(p.other_key_pem);
-  write_text(dir + "/ca.tmpl", "cn = \"shardtopk test CA\"\nca\ncert_signing_key\nexpiration_days = 30\n");
+  write_text(dir + "/ca.tmpl", "cn = \"shardtopk test CA\"\nca\ncert_signing_key\nexpiration_days = 400\n");
   run("certtool --generate-self-signed --no-text --load-privkey " + dir + "/ca.key --template " + dir +
       "/ca.tmpl --outfile " + p.ca_pem);
   const std::string server = "cn = \"localhost\"\ndns_name = \"localhost\"\nip_address = \"127.0.0.1\"\n"
                              "tls_www_server\nsigning_key\n";
-  write_text(dir + "/server.tmpl", server + "expiration_days = 30\n");
+  write_text(dir + "/server.tmpl", server + "expiration_days = 365\n");
   write_text(dir + "/expired.tmpl",
              server + "activation_date = \"2020-01-01 00:00:00\"\nexpiration_date = \"2020-02-01 00:00:00\"\n");
   for (const auto& [tmpl, out] : {std::pair<std::string, std::string>{"server", p.cert_pem}, {"expired", p.expired_pem}})
