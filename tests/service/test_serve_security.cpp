@@ -497,6 +497,54 @@ TEST(ServeSecurity, RateLimitedFloodLeavesOtherKeysAlone) {
   EXPECT_TRUE(within) << "the steady key's p99 beside the flood stayed above 1.5 x its p99 alone in 3 rounds";
 }
 
+// ------------------------------------------------------------------------------ launch/serve.sh
+
+// The launcher passes SIGHUP to rank 0 (mpirun would end the job on it) and SIGTERM for the drain.
+TEST(ServeSecurity, LaunchScriptPassesSighupToRankZero) {
+  const Key a = keygen("a", "read"), b = keygen("b", "read");
+  Files f;
+  make_files(f, line_of(a) + line_of(b), "  auth:\n    keys_file: " + f.dir.file("keys") + "\n", false);
+  const std::string log = f.dir.file("launch.log"), port_file = f.dir.file("port");
+  const std::string cmd = "SHARDTOPK_BIN=" + std::string(SHARDTOPK_BIN) + " exec " + SHARDTOPK_SOURCE_DIR +
+                          "/launch/serve.sh 2 -c " + f.config + " --set engine.backend=cpu --port-file " + port_file +
+                          " >" + log + " 2>&1 </dev/null";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  struct Cleanup {
+    pid_t pid;
+    ~Cleanup() {
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, WNOHANG);
+    }
+  } cleanup{pid};
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::ifstream(port_file) >> port;
+    if (port == 0 || http(port, "GET", "/readyz", "").status != 200) {
+      port = 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_GT(port, 0) << read_text(log);
+  const std::string search = json_queries(f.q(0), 1, kDim, 3);
+  EXPECT_EQ(http(port, "POST", "/v1/search", b.key, search).status, 200);
+  write_text(f.keys, line_of(a));
+  ASSERT_EQ(kill(pid, SIGHUP), 0);
+  for (int i = 0; i < 200 && count_of(read_text(log), "reloaded: 1 key(s) in force") == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(http(port, "POST", "/v1/search", b.key, search).status, 401) << read_text(log);
+  EXPECT_EQ(http(port, "POST", "/v1/search", a.key, search).status, 200) << "the job goes on after the SIGHUP";
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int st = 0;
+  for (int i = 0; i < 300 && waitpid(pid, &st, WNOHANG) != pid; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << read_text(log);
+}
+
 // ------------------------------------------------------------------------------ keygen
 
 TEST(ServeSecurity, Keygen) {
