@@ -147,6 +147,12 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
     std::string key, route;
   };
   std::vector<Expect> audit;  // what the audit log must say, in order
+  // An audited answer comes only once its line is in the file.
+  auto audited = [&](int status, const std::string& key, const std::string& route) {
+    audit.push_back({status, key, route});
+    EXPECT_EQ(count_of(read_text(f.audit), "\n"), static_cast<int>(audit.size()))
+        << "the answer to " << route << " (" << status << ") came before its audit line";
+  };
 
   // Health is open; everything else needs a key.
   EXPECT_EQ(http(port, "GET", "/healthz", "").status, 200);
@@ -156,15 +162,15 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
   EXPECT_EQ(r.status, 401) << r.body;
   EXPECT_THAT(r.body, HasSubstr("Authorization: Bearer KEY"));
   EXPECT_EQ(r.connection, "Bearer realm=\"shardtopk\"");
-  audit.push_back({401, "", "/v1/search"});
+  audited(401, "", "/v1/search");
   r = http(port, "POST", "/v1/search", "stk_not_a_key", search);
   EXPECT_EQ(r.status, 401);
   EXPECT_THAT(r.body, HasSubstr("unknown API key"));
   EXPECT_EQ(r.connection, "Bearer realm=\"shardtopk\", error=\"invalid_token\"");
-  audit.push_back({401, "", "/v1/search"});
+  audited(401, "", "/v1/search");
   for (const char* path : {"/v1/info", "/metrics"}) {
     EXPECT_EQ(http(port, "GET", path, "").status, 401) << path;
-    audit.push_back({401, "", path});
+    audited(401, "", path);
     EXPECT_EQ(http(port, "GET", path, reader.key).status, 200) << path;
   }
   r = http(port, "POST", "/v1/search", reader.key, search);
@@ -177,7 +183,7 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
                               "\r\nAuthorization: Bearer " + ops.key + "\r\n\r\n");
   EXPECT_EQ(raw.status, 401);
   EXPECT_THAT(raw.body, HasSubstr("Authorization given more than once"));
-  audit.push_back({401, "", "/v1/info"});
+  audited(401, "", "/v1/info");
 
   // A read key on the write routes, a write key on the snapshot: 403, nothing written.
   const std::string up = upsert_json(900001, f.q(1));
@@ -185,28 +191,28 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
     r = http(port, "POST", path, reader.key, std::string(path) == "/v1/delete" ? R"({"ids":[1]})" : up);
     EXPECT_EQ(r.status, 403) << path << ": " << r.body;
     EXPECT_THAT(r.body, HasSubstr("key 'reader' has role read"));
-    audit.push_back({403, "reader", path});
+    audited(403, "reader", path);
   }
   r = http(port, "POST", "/v1/snapshot", writer.key, "{}");
   EXPECT_EQ(r.status, 403);
   EXPECT_THAT(r.body, HasSubstr("needs role admin"));
-  audit.push_back({403, "writer", "/v1/snapshot"});
+  audited(403, "writer", "/v1/snapshot");
   // Each role's writes; a bad write body is audited too.
   r = http(port, "POST", "/v1/upsert", writer.key, up);
   ASSERT_EQ(r.status, 200) << r.body;
   const std::int64_t seq1 = json::parse(r.body)["seq"];
-  audit.push_back({200, "writer", "/v1/upsert"});
+  audited(200, "writer", "/v1/upsert");
   r = http(port, "POST", "/v1/upsert", writer.key, R"({"ids":[1],"vectors":[[1,2]]})");
   EXPECT_EQ(r.status, 400);
-  audit.push_back({400, "writer", "/v1/upsert"});
+  audited(400, "writer", "/v1/upsert");
   r = http(port, "POST", "/v1/delete", ops.key, R"({"ids":[900001, 5]})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["deleted"], 2);
   const std::int64_t seq2 = json::parse(r.body)["seq"];
-  audit.push_back({200, "ops", "/v1/delete"});
+  audited(200, "ops", "/v1/delete");
   r = http(port, "POST", "/v1/snapshot", ops.key, "{}");
   ASSERT_EQ(r.status, 200) << r.body;
-  audit.push_back({200, "ops", "/v1/snapshot"});
+  audited(200, "ops", "/v1/snapshot");
 
   // Revoked: the reader's line removed, SIGHUP to rank 0. An open keep-alive connection goes on.
   const int conn = connect_to(port);
@@ -221,7 +227,7 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
   ASSERT_TRUE(wait_for_log(s, "reloaded: 2 key(s) in force")) << s.log();
   r = http(port, "POST", "/v1/search", reader.key, search);
   EXPECT_EQ(r.status, 401) << "a revoked key";
-  audit.push_back({401, "", "/v1/search"});
+  audited(401, "", "/v1/search");
   ASSERT_TRUE(send_all(conn, info_as_writer)) << "the connection was dropped";
   EXPECT_EQ(read_reply(conn, buf).status, 200) << "on the connection opened before the reload";
   // A bad file: the keys in force stay, the log says why.
@@ -231,9 +237,9 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
   ASSERT_TRUE(wait_for_log(s, "the previous 2 key(s) stay in force")) << s.log();
   EXPECT_THAT(s.log(), HasSubstr(f.keys + ":3: SHA256"));
   EXPECT_EQ(http(port, "POST", "/v1/search", newbie.key, search).status, 401) << "the bad file's keys are not taken";
-  audit.push_back({401, "", "/v1/search"});
+  audited(401, "", "/v1/search");
   EXPECT_EQ(http(port, "POST", "/v1/snapshot", ops.key, "{}").status, 200) << "the old keys stay in force";
-  audit.push_back({200, "ops", "/v1/snapshot"});
+  audited(200, "ops", "/v1/snapshot");
   ASSERT_TRUE(send_all(conn, info_as_writer));
   EXPECT_EQ(read_reply(conn, buf).status, 200);
   ::close(conn);
