@@ -154,16 +154,26 @@ TEST(RateLimiter, AdmitsTheBurstThenOnePerInterval) {
 }
 
 TEST(RateLimiter, ConcurrentTakersGetExactlyTheBurst) {
-  RateLimiter r(1, 500);
-  std::atomic<int> admitted{0};
+  // Threads released together, each taking more than the burst: no update may be lost.
+  constexpr int kBurst = 400000;
+  RateLimiter r(1, kBurst);
+  std::atomic<int> admitted{0}, ready{0};
+  std::atomic<bool> go{false};
   std::vector<std::thread> th;
-  for (int t = 0; t < 8; ++t)
+  for (int t = 0; t < 4; ++t)
     th.emplace_back([&] {
-      for (int i = 0; i < 1000; ++i)
-        if (r.take(5'000'000'000) == 0) admitted.fetch_add(1);
+      ready.fetch_add(1);
+      while (!go.load()) {
+      }
+      int mine = 0;
+      for (int i = 0; i < kBurst / 2; ++i)
+        if (r.take(5'000'000'000) == 0) ++mine;
+      admitted.fetch_add(mine);
     });
+  while (ready.load() < 4) std::this_thread::yield();
+  go = true;
   for (auto& x : th) x.join();
-  EXPECT_EQ(admitted.load(), 500);
+  EXPECT_EQ(admitted.load(), kBurst);
 }
 
 // ------------------------------------------------------------------------------ key ring
