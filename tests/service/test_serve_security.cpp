@@ -521,13 +521,21 @@ TEST(ServeSecurity, LaunchScriptPassesSighupToRankZero) {
     _exit(127);
   }
   setpgid(pid, pid);
-  struct Cleanup {
+  struct Cleanup {  // the launcher, and every process started with this test's config (mpirun, the ranks)
     pid_t pid;
+    std::string config;
     ~Cleanup() {
       kill(-pid, SIGKILL);
+      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        const std::string name = e.path().filename();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream in(e.path() / "cmdline");
+        const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (cmdline.find(config) != std::string::npos) kill(std::stoi(name), SIGKILL);
+      }
       waitpid(pid, nullptr, WNOHANG);
     }
-  } cleanup{pid};
+  } cleanup{pid, f.config};
   int port = 0;
   for (int i = 0; i < 600 && port == 0; ++i) {
     std::ifstream(port_file) >> port;
