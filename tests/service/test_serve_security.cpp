@@ -5,7 +5,8 @@
 //    and SIGHUP (revoked: 401, while an open keep-alive connection goes on); a bad file and
 //    SIGHUP (the old keys stay); an audit line, in order, for every write and every refusal.
 //  Tls: curl and an HTTPS client over TLS with the test's CA (a client without it refuses the
-//    certificate); TLS 1.2 and 1.3 taken, TLS 1.1 refused; a plaintext request to the TLS port
+//    certificate); keys over TLS, /metrics open with service.auth.open_metrics; TLS 1.2 and 1.3
+//    taken, TLS 1.1 refused; a plaintext request to the TLS port
 //    is closed without an answer, and the port goes on serving.
 //  StartUpRefusals: open writes on 0.0.0.0, an expired certificate, a key that is not the
 //    certificate's, a bad or missing keys file: each stops the start-up naming the file (or how
@@ -281,7 +282,7 @@ TEST(ServeSecurity, Tls) {
   const TestPki pki = make_test_pki(f.dir.path());
   make_files(f, line_of(reader),
              "  tls:\n    cert_file: " + pki.cert_pem + "\n    key_file: " + pki.key_pem + "\n  auth:\n    keys_file: " +
-                 f.dir.file("keys") + "\n",
+                 f.dir.file("keys") + "\n    open_metrics: true\n",
              false);
   Server s(f.config, f.dir.path(), 1, "");
   // wait_ready speaks plain HTTP: wait for the port and the log line instead.
@@ -304,6 +305,8 @@ TEST(ServeSecurity, Tls) {
   EXPECT_EQ(json::parse(c.out)["ids"][0].size(), 4u) << c.out;
   c = sh(curl + "-w '%{http_code}' -o /dev/null " + url + "/v1/info");
   EXPECT_EQ(c.out, "401") << "keys apply over TLS";
+  c = sh(curl + "-w '%{http_code}' -o /dev/null " + url + "/metrics");
+  EXPECT_EQ(c.out, "200") << "service.auth.open_metrics";
 
 #ifdef CPPHTTPLIB_OPENSSL_SUPPORT
   {
