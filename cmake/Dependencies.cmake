@@ -138,6 +138,29 @@ else()
                       "on a Debian 12 machine and carry .vendor/)")
 endif()
 
+# simdjson (the `serve` front end reads JSON search bodies with it; src/service/json_search.cpp).
+# Debian's libsimdjson-dev through its CMake package; without it (a GPU machine without the -dev
+# package): the header and the shared library that bench/pack_vendor.sh copies from a Debian 12
+# machine into .vendor/include/simdjson and .vendor/lib (found through the build's RPATH).
+find_package(simdjson CONFIG QUIET)
+add_library(shardtopk_simdjson INTERFACE)
+if(TARGET simdjson::simdjson)
+  target_link_libraries(shardtopk_simdjson INTERFACE simdjson::simdjson)
+  message(STATUS "shardtopk: simdjson ${simdjson_VERSION} (system library)")
+elseif(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/simdjson/simdjson.h" AND EXISTS "${_vendor_lib}/libsimdjson.so.14")
+  set(SHARDTOPK_USES_VENDOR ON)
+  add_library(shardtopk_simdjson_vendor SHARED IMPORTED)
+  set_target_properties(shardtopk_simdjson_vendor PROPERTIES IMPORTED_LOCATION "${_vendor_lib}/libsimdjson.so.14"
+                        INTERFACE_INCLUDE_DIRECTORIES "${SHARDTOPK_VENDOR_DIR}/simdjson"
+                        INTERFACE_COMPILE_DEFINITIONS "SIMDJSON_THREADS_ENABLED=1")
+  target_link_libraries(shardtopk_simdjson INTERFACE shardtopk_simdjson_vendor)
+  message(STATUS "shardtopk: simdjson from ${_vendor_lib}")
+else()
+  message(FATAL_ERROR "simdjson not found: apt-get install libsimdjson-dev (Debian 12, Ubuntu 24.04; the `serve` "
+                      "front end parses JSON request bodies with it), or run bench/pack_vendor.sh on a Debian 12 "
+                      "machine and carry .vendor/")
+endif()
+
 # GnuTLS (the service's TLS checks, SHA-256 of API keys, random keys; libmicrohttpd does the TLS
 # itself through the same library). Debian's libgnutls28-dev through pkg-config; without it: the
 # headers that bench/pack_vendor.sh copies into .vendor/include/gnutls and the system's

@@ -30,8 +30,9 @@
 /// | service.host        | string | 127.0.0.1                       | address `serve` listens on      |
 /// | service.port        | int    | 8080                            | 0 .. 65535 (0: any free port)   |
 /// | service.batch_window_us | int | 300                            | 0 .. 1000000 (micro-batching)   |
+/// | service.poll_us     | int    | 100                             | 0 .. 100000: the index thread polls for requests this long before it sleeps |
 /// | service.max_body_bytes | int | 0 (derived from batch_max × dim) | 0, or 1024 .. 2^32 (larger: 413) |
-/// | service.io_threads  | int    | 4                               | 1 .. 64 HTTP event-loop threads |
+/// | service.io_threads  | int    | 0 (= usable cores − 1, 1 .. 16) | 0 .. 64 HTTP event-loop threads (²) |
 /// | service.max_connections | int | 16384                          | 1 .. 1048576 open connections   |
 /// | service.idle_timeout_s | int | 30                              | 1 .. 86400 (idle/slow: closed)  |
 /// | service.max_header_bytes | int | 16384                         | 1024 .. 1048576 (larger: 431)   |
@@ -57,6 +58,10 @@
 ///
 /// Booleans: true or false. docs/OPERATIONS.md explains the engine.*
 /// tuning keys and testing.fault; docs/SERVING.md ("Limits") the service keys.
+///
+/// (²) service.io_threads 0: one event loop per core rank 0 may use (its CPU affinity, as the
+///     launcher's binding leaves it) less one for the thread that runs the searches, at least 1
+///     and at most 16.
 ///
 /// (¹) search.metric also accepts the ann-benchmarks distance names as deprecated aliases:
 ///     euclidean = l2, angular = cosine, dot = ip = inner_product. They work, and each use adds a
@@ -147,8 +152,9 @@ struct ServiceConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
   int batch_window_us = 300;               ///< longest wait for company while other requests are being received
+  int poll_us = 100;                       ///< the index thread polls for requests this long before it sleeps
   long long max_body_bytes = 0;            ///< larger request bodies get 413; 0: derived from batch_max × dim
-  int io_threads = 4;                      ///< HTTP event-loop threads (each serves many connections)
+  int io_threads = 0;                      ///< HTTP event-loop threads (each serves many connections); 0: from the usable cores
   int max_connections = 16384;             ///< open client connections; more wait in the listen backlog
   int idle_timeout_s = 30;                 ///< a connection silent this long is closed (keep-alive or mid-request)
   int max_header_bytes = 16384;            ///< request line + headers; larger: 431

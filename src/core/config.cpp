@@ -183,6 +183,9 @@ const std::map<std::string, Setter>& setters() {
       {"service.batch_window_us", [](Config& c, const std::string& v, const std::string& w) {
          c.service.batch_window_us = static_cast<int>(parse_int("service.batch_window_us", v, 0, 1000000, w));
        }},
+      {"service.poll_us", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.poll_us = static_cast<int>(parse_int("service.poll_us", v, 0, 100000, w));
+       }},
       {"service.max_body_bytes", [](Config& c, const std::string& v, const std::string& w) {
          c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 0, 1LL << 32, w);
          SHARDTOPK_EXPECTS(c.service.max_body_bytes == 0 || c.service.max_body_bytes >= 1024, w,
@@ -190,7 +193,7 @@ const std::map<std::string, Setter>& setters() {
                            " out of range (allowed: 0 = derived from search.batch_max x dim, or 1024 .. ", 1LL << 32, ")");
        }},
       {"service.io_threads", [](Config& c, const std::string& v, const std::string& w) {
-         c.service.io_threads = static_cast<int>(parse_int("service.io_threads", v, 1, 64, w));
+         c.service.io_threads = static_cast<int>(parse_int("service.io_threads", v, 0, 64, w));
        }},
       {"service.max_connections", [](Config& c, const std::string& v, const std::string& w) {
          c.service.max_connections = static_cast<int>(parse_int("service.max_connections", v, 1, 1 << 20, w));
@@ -471,6 +474,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "host" << YAML::Value << c.service.host;
   out << YAML::Key << "port" << YAML::Value << c.service.port;
   out << YAML::Key << "batch_window_us" << YAML::Value << c.service.batch_window_us;
+  out << YAML::Key << "poll_us" << YAML::Value << c.service.poll_us;
   out << YAML::Key << "max_body_bytes" << YAML::Value << c.service.max_body_bytes;
   out << YAML::Key << "io_threads" << YAML::Value << c.service.io_threads;
   out << YAML::Key << "max_connections" << YAML::Value << c.service.max_connections;

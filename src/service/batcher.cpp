@@ -1,6 +1,7 @@
 #include "service/batcher.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/log.hpp"
 #include "service/metrics.hpp"
@@ -29,7 +30,7 @@ void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
     const int status = fail_status_;
     const std::string msg = fail_message_;
     l.unlock();
-    cv_.notify_all();
+    wake();
     answer(*job, status, msg);
     return;
   }
@@ -37,7 +38,7 @@ void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
   q_.push_back(std::move(job));
   if (metrics_) metrics_->queue_depth.store(static_cast<int>(q_.size()));
   l.unlock();
-  cv_.notify_all();
+  wake();
 }
 
 void Batcher::receiving_begin() {
@@ -50,7 +51,7 @@ void Batcher::receiving_end() {
     std::lock_guard<std::mutex> l(m_);
     --receiving_;
   }
-  cv_.notify_all();  // the oldest queued request may stop waiting for company
+  wake();  // the oldest queued request may stop waiting for company
 }
 
 int Batcher::queued() const {
@@ -68,7 +69,7 @@ void Batcher::close() {
     std::lock_guard<std::mutex> l(m_);
     closed_ = true;
   }
-  cv_.notify_all();
+  wake();
 }
 
 bool Batcher::dispatchable(Clock::time_point now) const {
@@ -126,11 +127,17 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   return batch;
 }
 
+void Batcher::wake() {
+  changes_.fetch_add(1, std::memory_order_release);
+  cv_.notify_all();
+}
+
 void Batcher::run() {
   for (;;) {
     std::vector<std::shared_ptr<Job>> batch;
     {
       std::unique_lock<std::mutex> l(m_);
+      bool polled = false;
       for (;;) {
         if (!q_.empty()) {
           if (dispatchable(Clock::now())) break;
@@ -138,6 +145,17 @@ void Batcher::run() {
           continue;
         }
         if (closed_) return;
+        if (!polled && opts_.poll.count() > 0) {
+          // Poll a while before sleeping: a request that arrives soon (a client's next one,
+          // sent once this answer reached it) is taken without waking a sleeping thread.
+          polled = true;
+          const std::uint64_t seen = changes_.load(std::memory_order_acquire);
+          l.unlock();
+          const auto until = Clock::now() + opts_.poll;
+          while (changes_.load(std::memory_order_acquire) == seen && Clock::now() < until) std::this_thread::yield();
+          l.lock();
+          continue;
+        }
         cv_.wait(l);
       }
       batch = take_batch();
@@ -217,6 +235,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     filtered = filtered || s.filter != nullptr;
     total += s.nq;
   }
+  const auto search_start = Clock::now();
   try {
     backend_.search(queries_.data(), total, k, ids_.data(), scores_.data(), filtered ? filters_.data() : nullptr,
                     counts_.data());
@@ -240,6 +259,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     for (const auto& j : batch) answer(*j, 500, std::string("internal error: ") + e.what());
     return;
   }
+  const auto search_end = Clock::now();
   if (metrics_) metrics_->batch_done(total);
   int row = 0;
   for (const auto& j : batch) {
@@ -251,6 +271,8 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     s.scores.assign(scores_.begin() + off, scores_.begin() + off + n);
     s.counts.assign(counts_.begin() + (row - s.nq), counts_.begin() + row);
     s.batch_size = total;
+    s.search_start = search_start;
+    s.search_end = search_end;
     j->status = 200;
     if (j->on_done) j->on_done();
   }
@@ -264,7 +286,7 @@ void Batcher::fail_queued(int status, const std::string& message) {
     q_.clear();
     if (metrics_) metrics_->queue_depth.store(0);
   }
-  cv_.notify_all();
+  wake();
   for (const auto& j : jobs) answer(*j, status, message);
 }
 
@@ -282,7 +304,7 @@ void Batcher::fail_all(int status, const std::string& message) {
     q_.clear();
     if (metrics_) metrics_->queue_depth.store(0);
   }
-  cv_.notify_all();
+  wake();
   for (const auto& j : jobs) answer(*j, status, message);
 }
 

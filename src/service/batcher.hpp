@@ -42,6 +42,8 @@ struct SearchJob {
   std::vector<float> scores;         ///< [nq, k]
   std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
   int batch_size = 0;                ///< queries in the batch it rode in
+  /// When the index thread started and ended its batch's search (stage timings).
+  std::chrono::steady_clock::time_point search_start, search_end;
 };
 
 /// A request for every rank's counters (/metrics): a collective, so it runs on the index thread.
@@ -104,6 +106,9 @@ class Batcher {
     std::function<void()> commit_writes;
     /// After a group of write jobs has been answered (WriteBackend::after_commit).
     std::function<void()> after_writes;
+    /// How long the index thread polls for work before it sleeps, once the queue is empty
+    /// (service.poll_us; 0: it sleeps at once).
+    std::chrono::microseconds poll{0};
   };
 
   /// `metrics` may be null. The backend must outlive the batcher.
@@ -145,6 +150,7 @@ class Batcher {
   void run_counters(const std::shared_ptr<Job>& job);
   void run_writes(const std::vector<std::shared_ptr<Job>>& jobs);
   static void answer(Job& j, int status, const std::string& error);
+  void wake();  // after a change of what run() waits for (m_ released or held)
 
   SearchBackend& backend_;
   const Options opts_;
@@ -152,6 +158,7 @@ class Batcher {
 
   mutable std::mutex m_;
   std::condition_variable cv_;
+  std::atomic<std::uint64_t> changes_{0};  // counts wake(): what a polling run() watches
   std::deque<std::shared_ptr<Job>> q_;
   std::vector<std::shared_ptr<Job>> running_;  // the batch being searched
   int receiving_ = 0;

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -20,6 +21,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "core/log.hpp"
+#include "core/parallel.hpp"
 #include "service/audit_log.hpp"
 #include "service/batcher.hpp"
 #include "service/http_request.hpp"
@@ -105,8 +107,9 @@ struct Callbacks {
                ? MHD_YES
                : MHD_NO;
   }
-  static void completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
-    static_cast<HttpFrontEnd*>(cls)->on_completed(static_cast<HttpFrontEnd::Request*>(*con_cls));
+  static void completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode code) {
+    static_cast<HttpFrontEnd*>(cls)->on_completed(static_cast<HttpFrontEnd::Request*>(*con_cls),
+                                                  code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     *con_cls = nullptr;
   }
   static void connection(void* cls, MHD_Connection*, void**, MHD_ConnectionNotificationCode code) {
@@ -119,7 +122,12 @@ struct Callbacks {
 // ------------------------------------------------------------------------------ life cycle
 
 HttpFrontEnd::HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics) : cfg_(cfg), metrics_(metrics) {
+  if (cfg_.io_threads == 0) cfg_.io_threads = default_io_threads(usable_cores_ = usable_cores());
   load_security();
+}
+
+int HttpFrontEnd::default_io_threads(int usable_cores) {
+  return std::clamp(usable_cores - 1, 1, kMaxDefaultIoThreads);
 }
 
 HttpFrontEnd::~HttpFrontEnd() {
@@ -238,7 +246,8 @@ std::string HttpFrontEnd::limits_summary() const {
          " bytes (binary), " + std::to_string(max_inflight_) + " bytes in flight; headers " +
          std::to_string(cfg_.max_header_bytes) + " bytes, " + std::to_string(cfg_.max_headers) + " fields; " +
          std::to_string(cfg_.max_connections) + " connections, idle " + std::to_string(cfg_.idle_timeout_s) + " s; " +
-         std::to_string(cfg_.io_threads) + " event-loop thread(s)";
+         std::to_string(cfg_.io_threads) + " event-loop thread(s)" +
+         (usable_cores_ ? " (service.io_threads 0: " + std::to_string(usable_cores_) + " usable core(s) less one)" : "");
 }
 
 void HttpFrontEnd::stop_accepting() {
@@ -293,13 +302,27 @@ bool HttpFrontEnd::stop(Clock::time_point deadline) {
 
 HttpFrontEnd::Request* HttpFrontEnd::new_request() {
   auto* r = new Request;
+  r->line_in = Clock::now();
   r->accepted = !draining_.load() && !failed_.load();
   in_progress_.fetch_add(1);
   return r;
 }
 
-void HttpFrontEnd::on_completed(Request* r) {
+void HttpFrontEnd::on_completed(Request* r, bool sent) {
   if (!r) return;
+  const SearchJob* s = r->job && r->job->status == 200 ? r->job->search() : nullptr;
+  if (sent && s) {
+    using std::chrono::nanoseconds;
+    const auto done = Clock::now();
+    const nanoseconds stages[kSearchStages] = {r->body_in - r->line_in,        r->submitted - r->body_in,
+                                               s->search_start - r->submitted, s->search_end - s->search_start,
+                                               r->resumed - s->search_end,     done - r->resumed};
+    metrics_.search_stages(r->binary, stages);
+    if (spdlog::should_log(spdlog::level::debug))
+      spdlog::debug("{} stages (us): read {:.1f} parse {:.1f} queue {:.1f} search {:.1f} resume {:.1f} write {:.1f}",
+                    r->binary ? "binary search" : "JSON search", stages[0].count() / 1e3, stages[1].count() / 1e3,
+                    stages[2].count() / 1e3, stages[3].count() / 1e3, stages[4].count() / 1e3, stages[5].count() / 1e3);
+  }
   if (r->receiving && batcher_) batcher_->receiving_end();
   release_bytes(r->reserved);
   delete r;
@@ -333,6 +356,7 @@ int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_pt
   };
   r.job = job;
   r.phase = Request::Phase::kWaiting;
+  r.submitted = Clock::now();
   // Suspend before the batcher can answer: its resume must find the connection suspended.
   suspended_.fetch_add(1);
   MHD_suspend_connection(c);
@@ -429,8 +453,10 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
         *upload_size = 0;
         return ok;
       }
+      r.body_in = Clock::now();
       return on_body_complete(c, r);
     case Request::Phase::kWaiting:
+      r.resumed = Clock::now();
       return on_resumed(c, r);
     case Request::Phase::kAudit:
       if (upload_size) *upload_size = 0;
@@ -562,7 +588,7 @@ int HttpFrontEnd::on_body_headers(MHD_Connection* c, Request& r) {
   }
   if (!reserve_bytes(declared)) return reply_error(c, r, 503, busy_message("request bodies"), true);
   r.reserved = declared;
-  r.body.reserve(declared);
+  r.body.reserve(declared + kJsonPadding);  // room for simdjson to read a JSON body in place
   if (route.body == BodyKind::kSearch) {  // searches wait for the ones still arriving; writes do not
     batcher_->receiving_begin();
     r.receiving = true;

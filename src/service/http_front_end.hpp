@@ -80,6 +80,11 @@ class HttpFrontEnd {
   /// outlive the front end's last request.
   void set_writer(WriteBackend* writer);
 
+  /// Event-loop threads when service.io_threads is 0: the cores rank 0 may use less one (the
+  /// index thread's), between 1 and kMaxDefaultIoThreads.
+  static int default_io_threads(int usable_cores);
+  static constexpr int kMaxDefaultIoThreads = 16;
+
   /// Body limit of a write request when service.max_body_bytes is 0.
   static constexpr std::size_t kWriteBodyBytes = 32u << 20;
 
@@ -156,7 +161,8 @@ class HttpFrontEnd {
   int on_body(MHD_Connection* c, const char* data, std::size_t n, Request& r);
   int on_body_complete(MHD_Connection* c, Request& r);
   int on_resumed(MHD_Connection* c, Request& r);
-  void on_completed(Request* r);
+  /// The request is over: `sent` when its answer went out whole.
+  void on_completed(Request* r, bool sent);
 
   // ---- route handlers (http_routes.cpp)
   int on_health(MHD_Connection* c, Request& r);
@@ -217,6 +223,7 @@ class HttpFrontEnd {
 
   ServiceConfig cfg_;
   Metrics& metrics_;
+  int usable_cores_ = 0;  // service.io_threads 0: the cores it was derived from
   int listen_fd_ = -1;
   int port_ = 0;
   MHD_Daemon* daemon_ = nullptr;

@@ -43,7 +43,9 @@ struct HttpFrontEnd::Request {
   std::string body;
   QueryArgs args;
   std::shared_ptr<Job> job;
-  std::chrono::steady_clock::time_point headers_in;
+  // When the request line arrived, its headers were in, its body was complete, its job was
+  // queued and its connection resumed (stage timings; Metrics::search_stages).
+  std::chrono::steady_clock::time_point line_in, headers_in, body_in, submitted, resumed;
 
   // ---- who sent it (http_guard.cpp)
   std::string method;            // GET, HEAD or POST (for the audit line)

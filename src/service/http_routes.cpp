@@ -8,9 +8,9 @@
 #include <microhttpd.h>
 #include <nlohmann/json.hpp>
 
-#include <spdlog/fmt/fmt.h>
 
 #include "core/log.hpp"
+#include "service/answer_json.hpp"
 #include "service/batcher.hpp"
 #include "service/http_front_end.hpp"
 #include "service/http_request.hpp"
@@ -128,7 +128,21 @@ int HttpFrontEnd::on_search(MHD_Connection* c, Request& r) {
   SearchJob& s = job->work.emplace<SearchJob>();
   try {
     const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes};
-    SearchBody b = r.binary ? parse_binary_search(r.body, shape) : parse_json_search(r.body, shape);
+    SearchBody b;
+    if (r.binary) {
+      b = parse_binary_search(r.body, shape);
+    } else {
+      // simdjson's working memory beyond the loop thread's own counts against the in-flight
+      // budget; without room the event parser reads the body (the same answer, more slowly).
+      const std::size_t workspace = json_search_workspace(r.body.size());
+      const bool fast = workspace == 0 || reserve_bytes(workspace);
+      struct Release {
+        HttpFrontEnd* fe;
+        std::size_t n;
+        ~Release() { fe->release_bytes(n); }
+      } release{this, fast ? workspace : 0};
+      b = parse_json_search(r.body, shape, JsonRead{r.body.capacity(), fast});
+    }
     std::string().swap(r.body);  // the rows are parsed: the body's memory goes back now
     const auto fp = r.args.values.find("filter");
     if (fp != r.args.values.end()) {
@@ -191,38 +205,10 @@ int HttpFrontEnd::answer_search(MHD_Connection* c, Request& r) {
     if (counts) std::memcpy(&body[n * 12], j.counts.data(), counts);
     return reply(c, r, 200, std::move(body), "application/octet-stream");
   }
-  // {"ids":[[...]],"metric":"...","scores":[[...]],"took_ms":...}; a score is printed as the
-  // shortest decimal that reads back as the same double (float -> double is exact). A query's
-  // lists hold its real results only (fewer than k when fewer rows pass its filter).
-  fmt::memory_buffer out;
-  out.reserve(n * 28 + 64);
-  auto rows = [&](auto&& one) {
-    fmt::format_to(std::back_inserter(out), "[");
-    for (int q = 0; q < j.nq; ++q) {
-      fmt::format_to(std::back_inserter(out), q ? ",[" : "[");
-      for (int x = 0; x < j.counts[static_cast<std::size_t>(q)]; ++x) {
-        if (x) out.push_back(',');
-        one(static_cast<std::size_t>(q) * static_cast<std::size_t>(j.k) + static_cast<std::size_t>(x));
-      }
-      out.push_back(']');
-    }
-    out.push_back(']');
-  };
-  fmt::format_to(std::back_inserter(out), "{{\"ids\":");
-  rows([&](std::size_t i) { fmt::format_to(std::back_inserter(out), "{}", j.ids[i]); });
-  fmt::format_to(std::back_inserter(out), ",\"metric\":\"{}\",\"scores\":", info_.metric);
-  char num[40];
-  rows([&](std::size_t i) {
-    const auto res = fmt::format_to_n(num, sizeof num - 3, "{}", static_cast<double>(j.scores[i]));
-    std::size_t len = res.size;
-    if (!std::memchr(num, '.', len) && !std::memchr(num, 'e', len)) {  // keep it a JSON float: 3 -> 3.0
-      num[len++] = '.';
-      num[len++] = '0';
-    }
-    out.append(num, num + len);
-  });
-  fmt::format_to(std::back_inserter(out), ",\"took_ms\":{}}}", ms_between(r.headers_in, Clock::now()));
-  return reply(c, r, 200, fmt::to_string(out), "application/json");
+  std::string out;
+  write_search_json(out, j.ids.data(), j.scores.data(), j.counts.data(), j.nq, j.k, info_.metric,
+                    ms_between(r.headers_in, Clock::now()));
+  return reply(c, r, 200, std::move(out), "application/json");
 }
 
 int HttpFrontEnd::answer_counters(MHD_Connection* c, Request& r) {

@@ -277,6 +277,7 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   bo.max_filters = info.max_filters;
   bo.dim = info.dim;
   bo.window = std::chrono::microseconds(cfg.service.batch_window_us);
+  bo.poll = std::chrono::microseconds(cfg.service.poll_us);
   bo.commit_writes = [&writer] { writer->commit(); };
   bo.after_writes = [&writer] { writer->after_commit(); };
   Batcher batcher(*backend, bo, &metrics);

@@ -214,7 +214,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero_timeout", "comm:\n  timeout_s: 0\n", {"comm.timeout_s", "> 0"}},
         BadConfig{"empty_path", "corpus:\n  path: ''\n", {"corpus.path", "empty"}},
         BadConfig{"small_body_limit", "service:\n  max_body_bytes: 100\n", {"service.max_body_bytes", "100", "0 = derived"}},
-        BadConfig{"zero_io_threads", "service:\n  io_threads: 0\n", {"service.io_threads", "0 out of range"}},
+        BadConfig{"negative_poll", "service:\n  poll_us: -1\n", {"service.poll_us", "-1 out of range"}},
+        BadConfig{"negative_io_threads", "service:\n  io_threads: -1\n", {"service.io_threads", "-1 out of range"}},
+        BadConfig{"many_io_threads", "service:\n  io_threads: 65\n", {"service.io_threads", "65 out of range"}},
         BadConfig{"zero_connections", "service:\n  max_connections: 0\n", {"service.max_connections", "0 out of range"}},
         BadConfig{"zero_idle_timeout", "service:\n  idle_timeout_s: 0\n", {"service.idle_timeout_s", "0 out of range"}},
         BadConfig{"small_header_limit", "service:\n  max_header_bytes: 100\n", {"service.max_header_bytes", "100"}},
@@ -260,7 +262,10 @@ TEST(ConfigErrorsMisc, ValidateNeedsCorpusPath) {
 TEST(ConfigService, LimitsDefaultsAndTheDeprecatedThreadsKey) {
   Config c = parse_config("corpus: {path: x.h5}\n");
   EXPECT_EQ(c.service.max_body_bytes, 0);  // derived from batch_max x dim
-  EXPECT_EQ(c.service.io_threads, 4);
+  EXPECT_EQ(c.service.io_threads, 0);  // from the cores rank 0 may use
+  EXPECT_EQ(c.service.poll_us, 100);
+  EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {poll_us: 0}\n").service.poll_us, 0);
+  EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {io_threads: 6}\n").service.io_threads, 6);
   EXPECT_EQ(c.service.threads, 0);
   c = parse_config("corpus: {path: x.h5}\nservice:\n  threads: 96\n  max_body_bytes: 0\n  drain_timeout_s: 0.25\n"
                    "  heartbeat_ms: 50\n  heartbeat_timeout_ms: 100\n  max_connections: 12000\n");

@@ -426,6 +426,38 @@ TEST(Batcher, CloseRunsWhatIsQueuedFirst) {
   }
 }
 
+// service.poll_us: the index thread polls for work before it sleeps. A job queued while it polls
+// is taken (a 60 s poll: seeing the job, not the poll's end, must take it), and so is one queued
+// after the poll ended and the thread slept; close() ends a polling thread.
+TEST(Batcher, APollingIndexThreadTakesNewJobsAndStops) {
+  FakeBackend be;
+  Metrics metrics;
+  Batcher::Options o{4, 8, kDim, kLong, 64};
+  o.poll = kLong;
+  auto b = std::make_unique<Batcher>(be, o, &metrics);
+  std::thread t([&] { b->run(); });
+  Tracked a = make_job(1);
+  b->submit(a.job, false);
+  ASSERT_TRUE(a.answered());  // polling after this one
+  std::this_thread::sleep_for(50ms);
+  Tracked c = make_job(2);
+  b->submit(c.job, false);
+  ASSERT_TRUE(c.answered()) << "a job queued while the index thread polled waited for the poll to end";
+  expect_own_rows(*c.job, 2);
+  b->close();
+  t.join();  // a polling run() returns on close()
+  o.poll = 1ms;  // a short poll, then sleep
+  b = std::make_unique<Batcher>(be, o, &metrics);
+  std::thread t2([&] { b->run(); });
+  std::this_thread::sleep_for(50ms);
+  Tracked d = make_job(3);
+  b->submit(d.job, false);
+  ASSERT_TRUE(d.answered());
+  expect_own_rows(*d.job, 3);
+  b->close();
+  t2.join();
+}
+
 TEST(Batcher, CountersJobsRunOnTheIndexThread) {
   FakeBackend be;
   Running r(be);

@@ -1,6 +1,6 @@
-// The route table of `shardtopk serve` alone (no server): every route is found by its exact
-// path and nothing else is, each takes the methods and bodies docs/SERVING.md gives it, and the
-// role its key must hold.
+// The HTTP front end's parts alone (no server): the route table (every route is found by its
+// exact path and nothing else is, each takes the methods and bodies docs/SERVING.md gives it, and
+// the role its key must hold) and the default number of event loops.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -57,6 +57,17 @@ TEST(Routes, EachRouteNeedsItsRole) {
                                             {"/v1/delete", Role::kWrite}, {"/v1/snapshot", Role::kAdmin}};
   for (const FE::Route* r = FE::routes_begin(); r != FE::routes_end(); ++r)
     EXPECT_EQ(r->role, want.at(r->path)) << r->path << " needs " << to_string(r->role);
+}
+
+// service.io_threads 0: the cores rank 0 may use less the index thread's, within 1 .. 16.
+TEST(FrontEndDefaults, IoThreadsFollowTheUsableCores) {
+  EXPECT_EQ(FE::default_io_threads(1), 1);  // bound to one core (mpirun --bind-to core)
+  EXPECT_EQ(FE::default_io_threads(2), 1);
+  EXPECT_EQ(FE::default_io_threads(5), 4);
+  EXPECT_EQ(FE::default_io_threads(16), 15);
+  EXPECT_EQ(FE::default_io_threads(17), 16);
+  EXPECT_EQ(FE::default_io_threads(128), 16);
+  EXPECT_EQ(FE::default_io_threads(0), 1);
 }
 
 }  // namespace
