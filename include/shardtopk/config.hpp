@@ -57,7 +57,8 @@
 /// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
 ///
 /// Booleans: true or false. docs/OPERATIONS.md explains the engine.*
-/// tuning keys and testing.fault; docs/SERVING.md ("Limits") the service keys.
+/// tuning keys and testing.fault, and ("Security") service.tls.*, service.auth.* and
+/// service.audit_log; docs/SERVING.md ("Limits") the other service keys.
 ///
 /// (²) service.io_threads 0: one event loop per core rank 0 may use (its CPU affinity, as the
 ///     launcher's binding leaves it) less one for the thread that runs the searches, at least 1
