@@ -49,15 +49,17 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Header fields of the request: how many, and whether Content-Type / Content-Length repeat.
+// Header fields of the request: how many, and whether Content-Type, Content-Length,
+// Transfer-Encoding or Authorization repeat.
 struct HeaderCount {
-  int fields = 0, content_type = 0, content_length = 0, authorization = 0;
+  int fields = 0, content_type = 0, content_length = 0, transfer_encoding = 0, authorization = 0;
 };
 MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) {
   auto* h = static_cast<HeaderCount*>(cls);
   ++h->fields;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) ++h->content_type;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) ++h->content_length;
+  if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) ++h->transfer_encoding;
   if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) ++h->authorization;
   return MHD_YES;
 }
@@ -491,6 +493,8 @@ std::string method_names(unsigned mask, bool with_head) {
 
 int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* method, Request& r) {
   r.route = find_route(url);
+  const std::string m = method ? method : "";
+  r.method = excerpt(m, 16);
   HeaderCount h;
   MHD_get_connection_values(c, MHD_HEADER_KIND, &count_header, &h);
   const MHD_ConnectionInfo* ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
@@ -502,12 +506,15 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
   if (h.fields > cfg_.max_headers)
     return reply_error(c, r, 431, std::to_string(h.fields) + " header fields, over service.max_headers (" +
                                       std::to_string(cfg_.max_headers) + ")", true);
+  // On every route, before anything else reads the body: its framing must be unambiguous.
+  const char* te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  const auto [framing_status, framing_why] =
+      framing_problem(h.content_length, h.transfer_encoding, te ? te : "");
+  if (framing_status) return reply_error(c, r, framing_status, framing_why, true);
 
   // Refused from the request line: answered at once, the body (if any) not read, the
   // connection closed.
-  const std::string m = method ? method : "";
   if (!r.route) return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
-  r.method = excerpt(m, 16);
   if (!(r.route->methods & method_of(m)))
     return reply_error(c, r, 405,
                        "method " + excerpt(m, 16) + " not allowed on " + r.route->path + " (allowed: " +

@@ -108,7 +108,10 @@ std::string HttpFrontEnd::info_json() const {
   const BackendInfo& i = info_;
   json attributes = json::array();
   for (const AttributeSpec& a : i.attributes) attributes.push_back({{"name", a.name}, {"type", to_string(a.type)}});
-  std::string out = json{{"rows", i.rows},          {"dim", i.dim},       {"metric", i.metric},
+  // rows: what a search can return now (live rows of a writable index); base_rows: the rows
+  // of the base loaded at start-up (the corpus, or the snapshot; the log is replayed on it).
+  const std::int64_t rows = writer_ && writer_->writable() ? writer_->live_rows() : i.rows;
+  std::string out = json{{"rows", rows},            {"base_rows", i.rows}, {"dim", i.dim},  {"metric", i.metric},
                          {"dtype", i.dtype},        {"ranks", i.ranks},   {"engine", i.engine},
                          {"comm", i.comm},          {"k_max", i.k_max},   {"batch_max", i.batch_max},
                          {"batch_window_us", cfg_.batch_window_us},       {"version", version()},
@@ -171,7 +174,6 @@ int HttpFrontEnd::on_search(MHD_Connection* c, Request& r) {
     s.k = static_cast<int>(k);
     s.queries = std::move(b.queries);
     s.filter = std::move(b.filter);
-    r.filtered = b.has_filter;
   } catch (const Error& e) {
     batcher_->receiving_end();
     return reply_error(c, r, 400, e.what());
@@ -196,13 +198,13 @@ int HttpFrontEnd::answer_search(MHD_Connection* c, Request& r) {
   metrics_.search_done(ms_between(r.headers_in, Clock::now()) / 1000.0, j.nq);
   const std::size_t n = static_cast<std::size_t>(j.nq) * static_cast<std::size_t>(j.k);
   if (r.binary) {
-    // ids [B, K] int64, scores [B, K] float32, and for a filtered request counts [B] int32
-    // (docs/SERVING.md "Binary protocol").
-    const std::size_t counts = r.filtered ? static_cast<std::size_t>(j.nq) * 4 : 0;
+    // ids [B, K] int64, scores [B, K] float32, counts [B] int32 (docs/SERVING.md "Binary
+    // protocol"): any query may have fewer results than k (a filter, or fewer live rows).
+    const std::size_t counts = static_cast<std::size_t>(j.nq) * 4;
     std::string body(n * 12 + counts, '\0');
     std::memcpy(&body[0], j.ids.data(), n * 8);
     std::memcpy(&body[n * 8], j.scores.data(), n * 4);
-    if (counts) std::memcpy(&body[n * 12], j.counts.data(), counts);
+    std::memcpy(&body[n * 12], j.counts.data(), counts);
     return reply(c, r, 200, std::move(body), "application/octet-stream");
   }
   std::string out;
