@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# What TLS and API keys cost the service, in one run: one generated corpus, `serve` started twice
-# on it (plain HTTP; then HTTPS with a keys file, a read key and an audit log), bench_load against
-# each at the same client counts (binary requests, answers checked against the float64 oracle),
-# then a table: QPS with TLS + keys / plain QPS, and the p50 difference, per client count.
+# What TLS and API keys cost the service, in one run: one generated corpus served by two `serve`
+# jobs at once (plain HTTP; HTTPS with a keys file, a read key and an audit log), bench_load
+# against each in turn, ROUNDS times (binary requests, answers checked against the float64
+# oracle; alternating cancels drifts of a shared machine's load), then a table of the medians
+# over the rounds: QPS with TLS + keys / plain QPS, and the p50 difference, per client count.
 #
 # usage: bench/security_load.sh [OUTDIR]     (default $OUT when set, else ./results/security_load)
-# env:   BUILD_DIR (build-gpu), NP ranks (1), ENGINE (cuda; cpu on a machine without GPUs),
-#        ROWS (1000000), DIM (768), DTYPE (float16), CLIENTS (1,64), DURATION (5 s), FORMATS (binary)
+# env:   BUILD_DIR (build-gpu), NP ranks per job (1), ENGINE (cuda; cpu on a machine without GPUs),
+#        ROWS (1000000), DIM (768), DTYPE (float16), CLIENTS (1,64), DURATION (5 s), ROUNDS (3),
+#        FORMATS (binary)
 # needs: BUILD_DIR/shardtopk, BUILD_DIR/bench/bench_load and bench_write_corpus, certtool
 #        (Debian gnutls-bin), python3
 set -uo pipefail
@@ -20,12 +22,13 @@ DIM=${DIM:-768}
 DTYPE=${DTYPE:-float16}
 CLIENTS=${CLIENTS:-1,64}
 DUR=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
 FORMATS=${FORMATS:-binary}
 OUTDIR=${1:-${OUT:-./results/security_load}}
 mkdir -p "$OUTDIR"
 D=$(mktemp -d /tmp/shardtopk_sec.XXXXXX)
-trap 'kill $MP 2>/dev/null; rm -rf "$D"' EXIT
-MP=""
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -TERM $p 2>/dev/null; done; sleep 1; rm -rf "$D"' EXIT
 
 $B/bench/bench_write_corpus -o $D/c.h5 -N $ROWS -d $DIM -t $DTYPE -q 2000 --seed 0 --distance dot > $OUTDIR/corpus.log 2>&1 ||
   { cat $OUTDIR/corpus.log; exit 1; }
@@ -65,45 +68,51 @@ config "  tls: {cert_file: $D/srv.pem, key_file: $D/srv.key}
   auth: {keys_file: $D/keys}
   audit_log: $D/audit.log" > $D/secure.yaml
 
-run() {  # $1: name, $2: config, $3: scheme, then bench_load's extra flags
-  local name=$1 cfg=$2 scheme=$3
-  shift 3
-  rm -f $D/port
-  mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE=0 -np $NP $B/shardtopk serve -c $cfg \
-    --port-file $D/port > $OUTDIR/serve_$name.log 2>&1 &
-  MP=$!
-  for _ in $(seq 1 600); do
-    [[ -s $D/port ]] && grep -q "ready: " $OUTDIR/serve_$name.log && break
-    kill -0 $MP 2>/dev/null || { cat $OUTDIR/serve_$name.log; exit 1; }
+start() {  # $1: name, $2: config; the job in the background, its port in $D/port_$1
+  rm -f $D/port_$1
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE=0 -np $NP $B/shardtopk serve -c $2 \
+    --port-file $D/port_$1 > $OUTDIR/serve_$1.log 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 900); do
+    [[ -s $D/port_$1 ]] && grep -q "ready: " $OUTDIR/serve_$1.log && return
+    kill -0 ${PIDS[-1]} 2>/dev/null || { cat $OUTDIR/serve_$1.log; exit 1; }
     sleep 0.2
   done
-  $B/bench/bench_load --url $scheme://127.0.0.1:$(cat $D/port) "$@" --corpus $D/c.h5 --queries $D/c.h5 \
-    --queries-dataset test -k 10 --clients $CLIENTS --formats $FORMATS --duration $DUR --warmup 1 --check 64 \
-    -J $OUTDIR/load_$name.jsonl > $OUTDIR/load_$name.log 2>&1 || { echo "bench_load ($name) failed:"; tail -5 $OUTDIR/load_$name.log; }
-  tail -n +2 $OUTDIR/load_$name.log | grep -E "^ +(binary|json)" | sed "s/^/$name /"
-  local r0
-  r0=$(ps -o pid= --ppid $MP | while read -r p; do tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && echo $p; done)
-  kill -TERM $r0 2>/dev/null
-  wait $MP
-  MP=""
+  echo "serve ($1) not ready"; exit 1
 }
-echo "# corpus $ROWS x $DIM $DTYPE, engine $ENGINE, $NP rank(s); clients $CLIENTS, $DUR s each"
-run plain $D/plain.yaml http
-run secure $D/secure.yaml https --cacert $D/ca.pem --api-key "$KEY"
+load() {  # $1: name, $2: scheme, then bench_load's extra flags
+  local name=$1 scheme=$2
+  shift 2
+  $B/bench/bench_load --url $scheme://127.0.0.1:$(cat $D/port_$name) "$@" --corpus $D/c.h5 --queries $D/c.h5 \
+    --queries-dataset test -k 10 --clients $CLIENTS --formats $FORMATS --duration $DUR --warmup 1 --check 64 \
+    -J $D/load.jsonl > $OUTDIR/load_$name.log 2>&1 || { echo "bench_load ($name) failed:"; tail -5 $OUTDIR/load_$name.log; }
+  cat $D/load.jsonl >> $OUTDIR/load_$name.jsonl
+}
+echo "# corpus $ROWS x $DIM $DTYPE, engine $ENGINE, $NP rank(s) per job; clients $CLIENTS, $DUR s each, $ROUNDS rounds"
+rm -f $OUTDIR/load_plain.jsonl $OUTDIR/load_secure.jsonl
+start plain $D/plain.yaml
+start secure $D/secure.yaml
+for r in $(seq 1 $ROUNDS); do
+  load plain http
+  load secure https --cacert $D/ca.pem --api-key "$KEY"
+  echo "round $r done"
+done
 python3 - "$OUTDIR" <<'P'
-import json, sys
+import json, statistics, sys
 out = sys.argv[1]
-rows = {}
+runs = {}
 for name in ("plain", "secure"):
     for line in open(f"{out}/load_{name}.jsonl"):
         j = json.loads(line)
-        rows.setdefault((j["format"], j["clients"]), {})[name] = j
-print("#\n# %-7s %8s %12s %12s %9s %12s %12s %10s" % ("format", "clients", "QPS plain", "QPS TLS+key", "ratio",
-                                                      "p50 plain", "p50 TLS+key", "p50 +us"))
-for (fmt, c), r in sorted(rows.items()):
+        runs.setdefault((j["format"], j["clients"]), {}).setdefault(name, []).append(j)
+print("#\n# medians over the rounds")
+print("# %-7s %8s %12s %12s %9s %12s %12s %10s %7s" % ("format", "clients", "QPS plain", "QPS TLS+key", "ratio",
+                                                       "p50 plain", "p50 TLS+key", "p50 +us", "#wrong"))
+for (fmt, c), r in sorted(runs.items()):
     if len(r) < 2: continue
-    p, s = r["plain"], r["secure"]
-    print("  %-7s %8d %12.1f %12.1f %9.3f %12.3f %12.3f %10.1f" % (fmt, c, p["qps"], s["qps"], s["qps"] / p["qps"],
-          p["p50_ms"], s["p50_ms"], 1000 * (s["p50_ms"] - p["p50_ms"])))
-    if p["wrong"] or s["wrong"]: print("  # wrong answers: plain %d, TLS+key %d" % (p["wrong"], s["wrong"]))
+    med = lambda name, key: statistics.median(x[key] for x in r[name])
+    qp, qs, pp, ps = med("plain", "qps"), med("secure", "qps"), med("plain", "p50_ms"), med("secure", "p50_ms")
+    wrong = sum(x["wrong"] for name in r for x in r[name])
+    print("  %-7s %8d %12.1f %12.1f %9.3f %12.3f %12.3f %10.1f %7d" % (fmt, c, qp, qs, qs / qp, pp, ps,
+                                                                      1000 * (ps - pp), wrong))
 P
