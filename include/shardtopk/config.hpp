@@ -108,6 +108,14 @@ struct ServiceConfig {
   int heartbeat_ms = 100;                  ///< followers' liveness heartbeat interval to rank 0
   int heartbeat_timeout_ms = 10000;        ///< no heartbeat this long: the follower is stalled (a dead one is seen at once)
   int threads = 0;                         ///< deprecated (thread-per-connection front end); ignored
+  /// HTTPS (libmicrohttpd over GnuTLS, TLS 1.2 and 1.3): both set, or neither (plain HTTP).
+  std::string tls_cert_file;               ///< PEM: the server certificate, then its intermediates
+  std::string tls_key_file;                ///< PEM: its private key (unencrypted; keep it mode 0600)
+  /// API keys (`NAME ROLE SHA256 [rate=R] [burst=B]` per line); "": every route is open.
+  std::string auth_keys_file;
+  bool auth_open_metrics = false;          ///< with keys: /metrics answers without one
+  bool auth_allow_open_writes = false;     ///< a writable service may listen beyond loopback without keys
+  std::string audit_log;                   ///< "": no audit log
 };
 
 struct Config {

@@ -67,4 +67,11 @@ struct PlanArgs {
 };
 int run_plan(const PlanArgs& a);
 
+struct KeygenArgs {
+  std::string name, role;
+  double rate = 0;   // requests per second; 0: not limited
+  double burst = 0;  // 0: one second's worth
+};
+int run_keygen(const KeygenArgs& a);
+
 }  // namespace shardtopk::cli

@@ -1,5 +1,5 @@
 // shardtopk command line: the flags of every subcommand (CLI11); each command runs from its own
-// file (commands.hpp: search, serve, info, eval, import, plan).
+// file (commands.hpp: search, serve, info, eval, import, plan, keygen).
 #include <CLI/CLI.hpp>
 
 #include <cctype>
@@ -116,6 +116,16 @@ int main(int argc, char** argv) {
   plan->add_option("--ranks-per-node", pa.ranks_per_node, "ranks per node (default: all on this node)");
   plan->add_option("--set", pa.overrides, "override a config key (repeatable)");
 
+  cli::KeygenArgs ka;
+  auto* keygen = app.add_subcommand("keygen", "print a new random API key once, and its line for "
+                                              "service.auth.keys_file (which holds the key's SHA-256, not the key)");
+  keygen->add_option("--name", ka.name, "the key's name (letters, digits, '.', '_', '-'; the audit log names it)")
+      ->required();
+  keygen->add_option("--role", ka.role, "read (search, info, metrics), write (read + upsert, delete) or admin "
+                                        "(write + snapshot)")->required();
+  keygen->add_option("--rate", ka.rate, "requests per second allowed to the key (0: not limited)");
+  keygen->add_option("--burst", ka.burst, "requests allowed at once with --rate (default: one second's worth)");
+
   cli::ImportArgs ma;
   auto* imp = app.add_subcommand("import", "convert a raw dataset to the ann-benchmarks HDF5 layout with ground truth");
   imp->require_subcommand(1);
@@ -164,6 +174,7 @@ int main(int argc, char** argv) {
     if (*info) return cli::run_info(ia);
     if (*eval) return cli::run_eval(ea);
     if (*plan) return cli::run_plan(pa);
+    if (*keygen) return cli::run_keygen(ka);
     ma.source = *fm ? "fashion-mnist" : *gl ? "glove" : "raw";
     return cli::run_import(ma);
   } catch (const std::exception& e) {

@@ -229,6 +229,18 @@ const std::map<std::string, Setter>& setters() {
       {"service.heartbeat_timeout_ms", [](Config& c, const std::string& v, const std::string& w) {
          c.service.heartbeat_timeout_ms = static_cast<int>(parse_int("service.heartbeat_timeout_ms", v, 20, 3600000, w));
        }},
+      {"service.tls.cert_file", [](Config& c, const std::string& v, const std::string&) { c.service.tls_cert_file = v; }},
+      {"service.tls.key_file", [](Config& c, const std::string& v, const std::string&) { c.service.tls_key_file = v; }},
+      {"service.auth.keys_file", [](Config& c, const std::string& v, const std::string&) {
+         c.service.auth_keys_file = v;
+       }},
+      {"service.auth.open_metrics", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.auth_open_metrics = parse_bool("service.auth.open_metrics", v, w);
+       }},
+      {"service.auth.allow_open_writes", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.auth_allow_open_writes = parse_bool("service.auth.allow_open_writes", v, w);
+       }},
+      {"service.audit_log", [](Config& c, const std::string& v, const std::string&) { c.service.audit_log = v; }},
       {"service.threads", [](Config& c, const std::string& v, const std::string& w) {
          // Deprecated: the event-driven front end has no thread per connection. Accepted so that
          // old configs still load; `serve` warns when it is set.
@@ -474,6 +486,9 @@ void validate(const Config& cfg) {
                     "service.heartbeat_timeout_ms = ", cfg.service.heartbeat_timeout_ms,
                     " must be at least twice service.heartbeat_ms = ", cfg.service.heartbeat_ms,
                     " (one late heartbeat must not count as a stalled rank)");
+  SHARDTOPK_EXPECTS(cfg.service.tls_cert_file.empty() == cfg.service.tls_key_file.empty(), where,
+                    "service.tls.cert_file = '", cfg.service.tls_cert_file, "' and service.tls.key_file = '",
+                    cfg.service.tls_key_file, "': give both (HTTPS) or neither (plain HTTP)");
 }
 
 std::string to_yaml(const Config& c) {
@@ -528,6 +543,16 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "heartbeat_ms" << YAML::Value << c.service.heartbeat_ms;
   out << YAML::Key << "heartbeat_timeout_ms" << YAML::Value << c.service.heartbeat_timeout_ms;
   if (c.service.threads != 0) out << YAML::Key << "threads" << YAML::Value << c.service.threads;
+  out << YAML::Key << "tls" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "cert_file" << YAML::Value << c.service.tls_cert_file;
+  out << YAML::Key << "key_file" << YAML::Value << c.service.tls_key_file;
+  out << YAML::EndMap;
+  out << YAML::Key << "auth" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "keys_file" << YAML::Value << c.service.auth_keys_file;
+  out << YAML::Key << "open_metrics" << YAML::Value << c.service.auth_open_metrics;
+  out << YAML::Key << "allow_open_writes" << YAML::Value << c.service.auth_allow_open_writes;
+  out << YAML::EndMap;
+  out << YAML::Key << "audit_log" << YAML::Value << c.service.audit_log;
   out << YAML::EndMap;
   out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "dir" << YAML::Value << c.storage.dir;

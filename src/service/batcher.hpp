@@ -61,6 +61,8 @@ struct WriteJob {
   /// Runs on the index thread; sets the job's status and `body` (or its error).
   std::function<void(Job&)> run;
   std::string body;  ///< the answer (JSON)
+  std::int64_t rows = -1;  ///< rows upserted, deleted or in the snapshot (status 200), for the audit log
+  std::int64_t seq = -1;   ///< the write's log sequence number (status 200)
 };
 
 /// One unit of work for the index thread: one of the three kinds of request, with what every

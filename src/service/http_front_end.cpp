@@ -22,9 +22,12 @@
 
 #include "core/log.hpp"
 #include "core/parallel.hpp"
+#include "service/audit_log.hpp"
 #include "service/batcher.hpp"
 #include "service/http_request.hpp"
+#include "service/key_ring.hpp"
 #include "service/metrics.hpp"
+#include "service/tls.hpp"
 #include "service/write_backend.hpp"
 
 namespace shardtopk::service {
@@ -46,10 +49,10 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Header fields of the request: how many, and whether Content-Type, Content-Length or
-// Transfer-Encoding repeat.
+// Header fields of the request: how many, and whether Content-Type, Content-Length,
+// Transfer-Encoding or Authorization repeat.
 struct HeaderCount {
-  int fields = 0, content_type = 0, content_length = 0, transfer_encoding = 0;
+  int fields = 0, content_type = 0, content_length = 0, transfer_encoding = 0, authorization = 0;
 };
 MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) {
   auto* h = static_cast<HeaderCount*>(cls);
@@ -57,6 +60,7 @@ MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) 
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) ++h->content_type;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) ++h->content_length;
   if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) ++h->transfer_encoding;
+  if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) ++h->authorization;
   return MHD_YES;
 }
 
@@ -121,6 +125,7 @@ struct Callbacks {
 
 HttpFrontEnd::HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics) : cfg_(cfg), metrics_(metrics) {
   if (cfg_.io_threads == 0) cfg_.io_threads = default_io_threads(usable_cores_ = usable_cores());
+  load_security();
 }
 
 int HttpFrontEnd::default_io_threads(int usable_cores) {
@@ -128,7 +133,7 @@ int HttpFrontEnd::default_io_threads(int usable_cores) {
 }
 
 HttpFrontEnd::~HttpFrontEnd() {
-  if (daemon_) stop(Clock::now());
+  if (daemon_) stop(Clock::now() + std::chrono::seconds(5));
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -194,10 +199,19 @@ void HttpFrontEnd::start() {
   // on_headers (431 with a JSON body).
   const std::size_t pool = static_cast<std::size_t>(cfg_.max_header_bytes) + 48 * 1024;
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-  MHD_OptionItem pool_option[] = {
-      {cfg_.io_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
-       static_cast<intptr_t>(cfg_.io_threads), nullptr},
-      {MHD_OPTION_END, 0, nullptr}};
+  std::vector<MHD_OptionItem> more;
+  if (cfg_.io_threads > 1)
+    more.push_back({MHD_OPTION_THREAD_POOL_SIZE, static_cast<intptr_t>(cfg_.io_threads), nullptr});
+  if (!tls_cert_.empty()) {
+    // libmicrohttpd's own TLS (GnuTLS): the files were checked by load_security().
+    SHARDTOPK_EXPECTS(MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES,
+                      "service.tls.cert_file is set but this libmicrohttpd was built without TLS (HTTPS) support");
+    flags |= MHD_USE_TLS;
+    more.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(tls_cert_.c_str())});
+    more.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(tls_key_.c_str())});
+    more.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0, const_cast<char*>(kTlsPriorities)});
+  }
+  more.push_back({MHD_OPTION_END, 0, nullptr});
   daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &Callbacks::access, this,                        //
       MHD_OPTION_EXTERNAL_LOGGER, &log_mhd, nullptr,                                  // first: all messages
@@ -208,7 +222,7 @@ void HttpFrontEnd::start() {
       MHD_OPTION_URI_LOG_CALLBACK, &Callbacks::uri_log, this,                         //
       MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::completed, this,                       //
       MHD_OPTION_NOTIFY_CONNECTION, &Callbacks::connection, this,                     //
-      MHD_OPTION_ARRAY, pool_option,                                                  //
+      MHD_OPTION_ARRAY, more.data(),                                                  //
       MHD_OPTION_END);
   SHARDTOPK_EXPECTS(daemon_ != nullptr, "service: cannot start the HTTP server (libmicrohttpd) on ", cfg_.host, ":",
                     port_, " (run with SHARDTOPK_LOG_LEVEL=debug for its reason)");
@@ -370,6 +384,10 @@ void free_string(void* cls) { delete static_cast<std::string*>(cls); }
 
 int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string body, const char* content_type,
                         bool close, const char* allow) {
+  if (!r.audited && audited(r, status)) {
+    r.held = Request::Held{status, std::move(body), content_type, close, allow ? allow : ""};
+    return hold_for_audit(c, r);
+  }
   auto* owned = new std::string(std::move(body));
   const std::size_t out_bytes = owned->size();
   MHD_Response* res =
@@ -389,6 +407,10 @@ int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string b
   }
   if (status == 503 && failed_.load() == false && draining_.load() == false)
     MHD_add_response_header(res, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (status == 429) MHD_add_response_header(res, MHD_HTTP_HEADER_RETRY_AFTER, std::to_string(r.retry_after_s).c_str());
+  if (status == 401)  // RFC 6750: the scheme, and whether the key sent was the trouble
+    MHD_add_response_header(res, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                            r.token_sent ? "Bearer realm=\"shardtopk\", error=\"invalid_token\"" : "Bearer realm=\"shardtopk\"");
   if (close || draining_.load() || failed_.load()) MHD_add_response_header(res, MHD_HTTP_HEADER_CONNECTION, "close");
   const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned int>(status), res);
   MHD_destroy_response(res);
@@ -407,6 +429,7 @@ int HttpFrontEnd::reply_error(MHD_Connection* c, Request& r, int status, const s
   const std::string body =
       json{{"error", message}, {"status", status}}.dump(-1, ' ', false, json::error_handler_t::replace);
   if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("{} -> {}: {}", r.label(), status, message);
+  r.why = message;
   return reply(c, r, status, body, "application/json", close, allow);
 }
 
@@ -424,6 +447,7 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
         *upload_size = 0;
         return r.discarded <= static_cast<std::size_t>(cfg_.max_header_bytes) ? MHD_YES : MHD_NO;
       }
+      if (r.refused) return reply_error(c, r, r.refused, r.why);
       return (this->*r.route->handler)(c, r);
     case Request::Phase::kBody:
       if (*upload_size > 0) {
@@ -436,6 +460,9 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
     case Request::Phase::kWaiting:
       r.resumed = Clock::now();
       return on_resumed(c, r);
+    case Request::Phase::kAudit:
+      if (upload_size) *upload_size = 0;
+      return r.audited ? send_held(c, r) : MHD_YES;
     case Request::Phase::kAnswered:
       if (upload_size) *upload_size = 0;
       return MHD_YES;
@@ -466,6 +493,8 @@ std::string method_names(unsigned mask, bool with_head) {
 
 int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* method, Request& r) {
   r.route = find_route(url);
+  const std::string m = method ? method : "";
+  r.method = excerpt(m, 16);
   HeaderCount h;
   MHD_get_connection_values(c, MHD_HEADER_KIND, &count_header, &h);
   const MHD_ConnectionInfo* ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
@@ -485,13 +514,15 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
 
   // Refused from the request line: answered at once, the body (if any) not read, the
   // connection closed.
-  const std::string m = method ? method : "";
   if (!r.route) return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
   if (!(r.route->methods & method_of(m)))
     return reply_error(c, r, 405,
                        "method " + excerpt(m, 16) + " not allowed on " + r.route->path + " (allowed: " +
                            method_names(r.route->methods, false) + ")",
                        true, method_names(r.route->methods, true).c_str());
+  // The key, its role and its rate limit: before anything else about the request is looked at.
+  const int refused = authorize(c, r, h.authorization);
+  if (refused >= 0) return refused;
   if (r.route->body == BodyKind::kNone) {
     r.phase = Request::Phase::kGet;
     return MHD_YES;
@@ -505,6 +536,8 @@ int HttpFrontEnd::on_body_headers(MHD_Connection* c, Request& r) {
   if (write) {
     if (!ready_.load(std::memory_order_acquire))
       return reply_error(c, r, 503, "not ready: the ranks are still ingesting", true);
+    if (audit_ && audit_->failed())
+      return reply_error(c, r, 503, audit_->failure() + ": writes are refused until it can (SIGHUP reopens it)", true);
     if (!writer_ || !writer_->writable())
       return reply_error(c, r, 409, "the index is read-only: storage.dir is not set (updates need a directory for "
                                     "their write-ahead log)", true);
@@ -572,7 +605,7 @@ int HttpFrontEnd::on_body_headers(MHD_Connection* c, Request& r) {
 }
 
 int HttpFrontEnd::on_body(MHD_Connection*, const char* data, std::size_t n, Request& r) {
-  if (r.too_large || r.busy) {
+  if (r.too_large || r.busy || r.refused) {
     // Read and dropped (a chunked body has no length to refuse up front); a client that keeps
     // sending far beyond the limit is disconnected.
     r.discarded += n;
@@ -598,6 +631,7 @@ int HttpFrontEnd::on_body(MHD_Connection*, const char* data, std::size_t n, Requ
 }
 
 int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
+  if (r.refused) return reply_error(c, r, r.refused, r.why);
   if (r.too_large || r.busy || failed_.load()) {
     if (r.receiving) {
       r.receiving = false;

@@ -7,8 +7,8 @@
 // thread waits for a search.
 //
 // Files: http_front_end.cpp (life cycle, the request's phases, limits, replies),
-// http_routes.cpp (the route table and each route's handler), http_request.hpp (per-request
-// state).
+// http_routes.cpp (the route table and each route's handler), http_guard.cpp (who may call a
+// route: API keys, rate limits, the audit log; TLS), http_request.hpp (per-request state).
 //
 // Why libmicrohttpd and not libevent's evhttp (2.1, the Debian and Ubuntu version): evhttp has
 // no hook between a server request's headers and its body (a POST with neither Content-Length
@@ -26,7 +26,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "service/api_keys.hpp"
 #include "service/request_parse.hpp"
 #include "service/search_backend.hpp"
 #include "shardtopk/config.hpp"
@@ -36,9 +38,12 @@ struct MHD_Connection;
 
 namespace shardtopk::service {
 
+class AuditLog;
 class Batcher;
+class KeyRing;
 class Metrics;
 class WriteBackend;
+struct AuditRecord;
 struct Job;
 
 /// HTTP methods a route takes (a bit mask). HEAD is answered wherever GET is.
@@ -48,11 +53,10 @@ enum Method : unsigned { kGet = 1u, kHead = 2u, kPost = 4u, kOtherMethod = 8u };
 /// index's shape; batches wait for searches still arriving) or a write (the write limit).
 enum class BodyKind { kNone, kSearch, kWrite };
 
-/// The least role a request's key must hold for a route; kNone: no key needed.
-enum class Role { kNone, kRead, kWrite, kAdmin };
-
 class HttpFrontEnd {
  public:
+  /// Reads and checks the TLS files, the keys file and opens the audit log that `cfg` names.
+  /// @throws Error naming the file that is unreadable or bad.
   HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics);
   ~HttpFrontEnd();
   HttpFrontEnd(const HttpFrontEnd&) = delete;
@@ -107,6 +111,17 @@ class HttpFrontEnd {
 
   /// The limits in force, for logs: body bytes (JSON, binary) and in-flight bytes.
   std::string limits_summary() const;
+
+  /// For the start-up log: TLS (its certificate) or plain HTTP, the keys in force, the audit log;
+  /// then one line per warning about them (TLS files, the keys file).
+  std::vector<std::string> security_summary() const;
+
+  /// "https" with TLS, else "http".
+  const char* scheme() const { return tls_cert_.empty() ? "http" : "https"; }
+
+  /// SIGHUP: reads the keys file again (a bad file keeps the keys in force) and reopens the
+  /// audit log (after a rotation); logs what happened. Connections and requests go on.
+  void reload();
 
   struct Request;  // per-request state (http_request.hpp)
 
@@ -164,6 +179,28 @@ class HttpFrontEnd {
   int answer_counters(MHD_Connection* c, Request& r);
   int answer_write(MHD_Connection* c, Request& r);
 
+  // ---- who may call a route (http_guard.cpp)
+  /// The TLS files, the key ring and the audit log of cfg_ (constructor).
+  void load_security();
+  /// The role the request's route needs (its table row; /metrics with service.auth.open_metrics
+  /// needs none).
+  Role needed_role(const Route& route) const;
+  /// Decides the request's key, role and rate limit from its headers: -1 to go on, or the
+  /// refusal answered (401 with WWW-Authenticate, 403, 429 with Retry-After).
+  int authorize(MHD_Connection* c, Request& r, int authorization_headers);
+  /// Whether a 429 may keep the connection: a route without a body, or a body of at most
+  /// kKeepAliveRefusalBytes declared by Content-Length (not chunked, no Expect).
+  bool keep_alive_refusal(MHD_Connection* c, const Request& r) const;
+  static constexpr std::size_t kKeepAliveRefusalBytes = 1u << 20;
+  /// Whether the answer `status` to `r` gets an audit line: every answer on a write route and
+  /// every refusal for its key.
+  bool audited(const Request& r, int status) const;
+  AuditRecord audit_record(MHD_Connection* c, const Request& r, int status) const;
+  /// Queues the audit line of the answer and suspends the connection until it is durable; the
+  /// answer (held in r.held) is then sent by send_held().
+  int hold_for_audit(MHD_Connection* c, Request& r);
+  int send_held(MHD_Connection* c, Request& r);
+
   int reply(MHD_Connection* c, Request& r, int status, std::string body, const char* content_type,
             bool close = false, const char* allow = nullptr);
   int reply_error(MHD_Connection* c, Request& r, int status, const std::string& message, bool close = false,
@@ -205,6 +242,12 @@ class HttpFrontEnd {
   std::string fail_reason_;
   std::atomic<int> in_progress_{0};
   std::atomic<int> suspended_{0};
+
+  // Security (http_guard.cpp): each null or empty when not configured.
+  std::string tls_cert_, tls_key_;        // PEM, handed to libmicrohttpd (it reads them at start())
+  std::vector<std::string> tls_notes_;    // TLS summary, then warnings
+  std::unique_ptr<KeyRing> keys_;
+  std::unique_ptr<AuditLog> audit_;
 };
 
 }  // namespace shardtopk::service

@@ -32,16 +32,19 @@ constexpr unsigned kGetHead = kGet | kHead;
 // Every route the service has; a path not here is a 404, a method not in its row a 405.
 // Parameters by route: /v1/search k, batch, filter; /v1/upsert n (its binary form's rows);
 // /v1/delete and /v1/snapshot none (their bodies say everything); GET routes ignore theirs.
-//  path            methods   body               binary body_required params             handler           check_headers
+// Roles (with service.auth.keys_file; docs/OPERATIONS.md "Security"): read searches and reads
+// the index's description and metrics (/metrics needs none with service.auth.open_metrics),
+// write changes rows, admin also snapshots; health needs no key.
+//  path            methods   body               binary body_required params             handler           check_headers                role
 const FE::Route FE::kRoutes[] = {
-    {"/v1/search",   kPost,    BodyKind::kSearch, true,  true,  "k, batch, filter", &FE::on_search},
-    {"/v1/upsert",   kPost,    BodyKind::kWrite,  true,  true,  "n",                &FE::on_upsert, &FE::check_upsert_headers},
-    {"/v1/delete",   kPost,    BodyKind::kWrite,  false, true,  "",                 &FE::on_delete},
-    {"/v1/snapshot", kPost,    BodyKind::kWrite,  false, false, "",                 &FE::on_snapshot},
-    {"/v1/info",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_info},
-    {"/healthz",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_health},
-    {"/readyz",      kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_ready},
-    {"/metrics",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_metrics},
+    {"/v1/search",   kPost,    BodyKind::kSearch, true,  true,  "k, batch, filter", &FE::on_search,   nullptr,                     Role::kRead},
+    {"/v1/upsert",   kPost,    BodyKind::kWrite,  true,  true,  "n",                &FE::on_upsert,   &FE::check_upsert_headers,   Role::kWrite},
+    {"/v1/delete",   kPost,    BodyKind::kWrite,  false, true,  "",                 &FE::on_delete,   nullptr,                     Role::kWrite},
+    {"/v1/snapshot", kPost,    BodyKind::kWrite,  false, false, "",                 &FE::on_snapshot, nullptr,                     Role::kAdmin},
+    {"/v1/info",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_info,     nullptr,                     Role::kRead},
+    {"/healthz",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_health,   nullptr,                     Role::kNone},
+    {"/readyz",      kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_ready,    nullptr,                     Role::kNone},
+    {"/metrics",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_metrics,  nullptr,                     Role::kRead},
 };
 
 namespace {

@@ -241,6 +241,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"small_inflight", "service:\n  max_inflight_bytes: 1000\n", {"service.max_inflight_bytes", "1000"}},
         BadConfig{"negative_drain", "service:\n  drain_timeout_s: -1\n", {"service.drain_timeout_s", "-1", "0 .. 3600"}},
         BadConfig{"fast_heartbeat", "service:\n  heartbeat_ms: 1\n", {"service.heartbeat_ms", "1 out of range"}},
+        BadConfig{"open_metrics_word", "service:\n  auth:\n    open_metrics: yes\n",
+                  {"service.auth.open_metrics", "expected true or false", "'yes'"}},
+        BadConfig{"allow_open_writes_number", "service:\n  auth: {allow_open_writes: 1}\n",
+                  {"service.auth.allow_open_writes", "'1'"}},
+        BadConfig{"tls_unknown_key", "service:\n  tls:\n    ca_file: ca.pem\n", {"unknown key 'service.tls.ca_file'"}},
+        BadConfig{"auth_key_list", "service:\n  auth:\n    keys_file: [a, b]\n", {"service.auth.keys_file", "list"}},
         BadConfig{"io_direct_reads_word", "io:\n  direct_reads: maybe\n", {"io.direct_reads", "expected true or false", "'maybe'"}},
         BadConfig{"io_f16c_number", "io:\n  f16c: 2\n", {"io.f16c", "'2'"}},
         BadConfig{"io_f16c_empty", "io:\n  f16c:\n", {"io.f16c", "''"}},
@@ -330,6 +336,36 @@ TEST(ConfigService, LimitsDefaultsAndTheDeprecatedThreadsKey) {
   c.service.heartbeat_timeout_ms = 99;  // less than twice the interval: one late beat would end the job
   EXPECT_THAT(error_of([&] { validate(c); }), AllOf(HasSubstr("service.heartbeat_timeout_ms = 99"),
                                                     HasSubstr("twice service.heartbeat_ms = 50")));
+}
+
+// service.tls.*, service.auth.*, service.audit_log: off by default, parsed, round-tripped; the
+// certificate and its key go together.
+TEST(ConfigService, SecurityKeysDefaultParseAndRoundTrip) {
+  Config c = parse_config("corpus: {path: x.h5}\n");
+  EXPECT_TRUE(c.service.tls_cert_file.empty() && c.service.tls_key_file.empty());
+  EXPECT_TRUE(c.service.auth_keys_file.empty() && c.service.audit_log.empty());
+  EXPECT_FALSE(c.service.auth_open_metrics);
+  EXPECT_FALSE(c.service.auth_allow_open_writes);
+  c = parse_config("corpus: {path: x.h5}\nservice:\n  tls:\n    cert_file: /etc/s/cert.pem\n    key_file: /etc/s/key.pem\n"
+                   "  auth:\n    keys_file: /etc/s/keys\n    open_metrics: true\n    allow_open_writes: true\n"
+                   "  audit_log: /var/log/s/audit.log\n", "sec.yaml");
+  EXPECT_NO_THROW(validate(c));
+  const Config d = parse_config(to_yaml(c), "again");
+  EXPECT_EQ(d.service.tls_cert_file, "/etc/s/cert.pem");
+  EXPECT_EQ(d.service.tls_key_file, "/etc/s/key.pem");
+  EXPECT_EQ(d.service.auth_keys_file, "/etc/s/keys");
+  EXPECT_TRUE(d.service.auth_open_metrics);
+  EXPECT_TRUE(d.service.auth_allow_open_writes);
+  EXPECT_EQ(d.service.audit_log, "/var/log/s/audit.log");
+  Config o = c;
+  apply_override(o, "service.tls.key_file=");
+  EXPECT_THAT(error_of([&] { validate(o); }),
+              AllOf(HasSubstr("service.tls.cert_file = '/etc/s/cert.pem'"), HasSubstr("service.tls.key_file = ''"),
+                    HasSubstr("give both")));
+  apply_override(o, "service.tls.cert_file=");
+  EXPECT_NO_THROW(validate(o));
+  apply_override(o, "service.auth.open_metrics=false");
+  EXPECT_FALSE(o.service.auth_open_metrics);
 }
 
 TEST(ConfigErrorsMisc, CpuEngineWithNcclIsRejected) {

@@ -10,6 +10,7 @@ attributes, `tenant` (int64) and `price` (float64), and ids that are not row pos
 import os
 import shlex
 import signal
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -46,7 +47,10 @@ def write_corpus(path):
 class Service:
     """`mpiexec -n 2 shardtopk serve` in the background; stopped (SIGTERM, then SIGKILL) on exit."""
 
-    def __init__(self, args, workdir, name, service_extra="", storage=True, ranks=2):
+    def __init__(self, args, workdir, name, service_extra="", storage=True, ranks=2, ca_file=None):
+        # ca_file: the service speaks TLS (service_extra sets service.tls.*), its certificate
+        # signed by this CA: readiness is asked over https, and url is https://.
+        self.ssl = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.corpus_path = os.path.join(self.dir, "corpus.h5")
@@ -72,7 +76,7 @@ class Service:
                                      start_new_session=True)
         self.port = 0
         self._wait_ready(90)
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if self.ssl else "http", self.port)
 
     def _wait_ready(self, timeout_s):
         t0 = time.time()
@@ -87,7 +91,8 @@ class Service:
                     pass
             if self.port:
                 try:
-                    with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % self.port, timeout=5) as r:
+                    url = "%s://127.0.0.1:%d/readyz" % ("https" if self.ssl else "http", self.port)
+                    with urllib.request.urlopen(url, timeout=5, context=self.ssl) as r:
                         if r.status == 200:
                             return
                 except OSError:

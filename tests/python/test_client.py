@@ -2,16 +2,20 @@
 shardtopk serve` on CPU ranks: searches against the float64 oracle (small-integer rows: exact ids
 and scores, ties included), 1-D and batched queries, filters with padded answers, the same bits
 as the JSON route, upserts (binary and JSON forms) and deletes seen by later searches, refusals
-as ServiceError with the service's status and message, and one connection reused (and renewed
-once the service closed it).
+as ServiceError with the service's status and message, one connection reused (and renewed
+once the service closed it), and the same over TLS with API keys (401, 403, 429 with retry_after;
+a certificate the client does not trust refused).
 
     python3 test_client.py --client-dir python/client --cli build/shardtopk --mpiexec mpiexec \
         [--mpiexec-flags "--allow-run-as-root --oversubscribe"]
 """
 
 import argparse
+import http.client
 import json
 import os
+import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -173,12 +177,84 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(ids.shape, (1, 3))
         self.assertIsNot(self.c._conn.sock, sock)
 
+    def test_i_tls_and_keys(self):
+        d = os.path.join(self.tmp.name, "pki")
+        os.makedirs(d, exist_ok=True)
+        try:
+            ca, cert, key = make_pki(d)
+        except (OSError, subprocess.CalledProcessError) as e:
+            self.skipTest("certtool (Debian gnutls-bin) could not make the certificates: %s" % e)
+        keys = {name: keygen(name, role, limits) for name, role, limits in
+                (("reader", "read", ""), ("writer", "write", ""), ("slow", "read", "--rate 0.5 --burst 1"))}
+        keys_file = os.path.join(d, "keys")
+        with open(keys_file, "w") as f:
+            f.write("".join(line for _, line in keys.values()))
+        extra = ("  tls:\n    cert_file: %s\n    key_file: %s\n  auth:\n    keys_file: %s\n" % (cert, key, keys_file))
+        with serve_fixture.Service(ARGS, self.tmp.name, "tls", extra, ca_file=ca) as svc:
+            self.assertTrue(svc.url.startswith("https://"))
+            with sc.Client(svc.url, api_key=keys["reader"][0], ca_file=ca) as c:
+                Q = np.random.default_rng(3).integers(-3, 4, size=(3, D)).astype(np.float32)
+                ids, scores = c.search(Q, 5)
+                C, live = Model().arrays()  # the fresh corpus of this service
+                want_ids, want_scores = oracle.topk(C, live, Q, 5, "inner_product")
+                np.testing.assert_array_equal(ids, want_ids)
+                np.testing.assert_array_equal(scores, want_scores.astype(np.float32))
+                with self.assertRaises(sc.ServiceError) as e:
+                    c.upsert([5], np.zeros((1, D)), {"tenant": [0], "price": [0.0]})
+                self.assertEqual(e.exception.status, 403)
+                self.assertIn("role read", e.exception.message)
+            with sc.Client(svc.url, api_key=keys["writer"][0], ca_file=ca) as c:
+                self.assertEqual(c.delete([123456789])["deleted"], 0)
+            with sc.Client(svc.url, api_key="", ca_file=ca) as c:  # no key
+                with self.assertRaises(sc.ServiceError) as e:
+                    c.info()
+                self.assertEqual(e.exception.status, 401)
+            with sc.Client(svc.url, api_key=keys["slow"][0], ca_file=ca) as c:
+                c.info()
+                with self.assertRaises(sc.ServiceError) as e:
+                    c.info()
+                self.assertEqual(e.exception.status, 429)
+                self.assertGreaterEqual(e.exception.retry_after, 1)
+            with sc.Client(svc.url, api_key=keys["reader"][0]) as c:  # the system's CAs: not this one
+                with self.assertRaises(ssl.SSLCertVerificationError):
+                    c.info()
+            with sc.Client(svc.url.replace("https", "http"), api_key=keys["reader"][0]) as c:
+                with self.assertRaises((ConnectionError, http.client.HTTPException, OSError)):
+                    c.info()  # plain HTTP to the TLS port: the connection is closed
+
     def test_h_read_only_service(self):
         with serve_fixture.Service(ARGS, self.tmp.name, "ro", storage=False) as ro, sc.Client(ro.url) as c:
             with self.assertRaises(sc.ServiceError) as e:
                 c.upsert([1], np.zeros((1, D)), {"tenant": [0], "price": [0.0]})
             self.assertEqual(e.exception.status, 409)
             self.assertIn("read-only", e.exception.message)
+
+
+def make_pki(d):
+    """A CA and a server certificate for 127.0.0.1 made by certtool: (ca.pem, server.pem, server.key)."""
+    def run(*a):
+        subprocess.run(a, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    p = lambda name: os.path.join(d, name)  # noqa: E731
+    for k in ("ca.key", "server.key"):
+        run("certtool", "--generate-privkey", "--key-type", "ecdsa", "--no-text", "--outfile", p(k))
+    with open(p("ca.tmpl"), "w") as f:
+        f.write('cn = "client test CA"\nca\ncert_signing_key\nexpiration_days = 400\n')
+    with open(p("server.tmpl"), "w") as f:
+        f.write('cn = "localhost"\nip_address = "127.0.0.1"\ntls_www_server\nsigning_key\nexpiration_days = 365\n')
+    run("certtool", "--generate-self-signed", "--no-text", "--load-privkey", p("ca.key"), "--template", p("ca.tmpl"),
+        "--outfile", p("ca.pem"))
+    run("certtool", "--generate-certificate", "--no-text", "--load-privkey", p("server.key"), "--load-ca-certificate",
+        p("ca.pem"), "--load-ca-privkey", p("ca.key"), "--template", p("server.tmpl"), "--outfile", p("server.pem"))
+    os.chmod(p("server.key"), 0o600)
+    return p("ca.pem"), p("server.pem"), p("server.key")
+
+
+def keygen(name, role, limits=""):
+    """`shardtopk keygen`: (the key, its line for the keys file)."""
+    out = subprocess.run([ARGS.cli, "keygen", "--name", name, "--role", role] + limits.split(), check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    return out[1], out[3] + "\n"
 
 
 def main():

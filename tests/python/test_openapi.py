@@ -2,7 +2,8 @@
 answers (JSON and binary, successes and refusals) are checked against the document (status
 documented for the path and method, Content-Type listed, required headers there, JSON bodies
 valid by its schemas, binary bodies of the length its prose gives), every documented operation
-is seen answering 2xx, and an undocumented path or method is a 404 / 405 with the Error body.
+is seen answering 2xx, an undocumented path or method is a 404 / 405 with the Error body, and a
+service with API keys answers 401, 403 and 429 as documented.
 
     python3 test_openapi.py --spec docs/openapi.yaml --cli build/shardtopk --mpiexec mpiexec \
         [--mpiexec-flags "--allow-run-as-root --oversubscribe"]
@@ -16,6 +17,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -179,6 +181,38 @@ class Api(unittest.TestCase):
             self.assertEqual(headers.get("Retry-After"), "1")
         finally:
             hold.close()
+
+    def test_key_refusals(self):
+        """A service with keys (one read key limited to 1 request at a time): 401, 403, 429."""
+        keys = {}
+        for name, role, limits in (("reader", "read", []), ("slow", "read", ["--rate", "0.2", "--burst", "1"])):
+            out = subprocess.run([ARGS.cli, "keygen", "--name", name, "--role", role] + limits, check=True,
+                                 capture_output=True, text=True).stdout.splitlines()
+            keys[name] = (out[1], out[3])
+        keys_file = os.path.join(self.tmp.name, "keys")
+        with open(keys_file, "w") as f:
+            f.write("".join(line + "\n" for _, line in keys.values()))
+        with serve_fixture.Service(ARGS, self.tmp.name, "keyed", "  auth:\n    keys_file: %s\n" % keys_file) as svc:
+            j = {"Content-Type": "application/json"}
+            bearer = lambda name: dict(j, Authorization="Bearer " + keys[name][0])  # noqa: E731
+            query = json.dumps({"query": [1] * D, "k": 3})
+            self.request("GET", "/healthz", service=svc, expect=200)
+            self.request("GET", "/readyz", service=svc, expect=200)
+            for method, path, body in [("POST", "/v1/search", query), ("GET", "/v1/info", None),
+                                       ("GET", "/metrics", None), ("POST", "/v1/upsert", "{}"),
+                                       ("POST", "/v1/delete", "{}"), ("POST", "/v1/snapshot", "{}")]:
+                _, headers, _ = self.request(method, path, body, j, service=svc, expect=401)
+                self.assertEqual(headers.get("WWW-Authenticate"), 'Bearer realm="shardtopk"')
+            _, headers, _ = self.request("GET", "/v1/info", None, dict(j, Authorization="Bearer nope"), service=svc,
+                                         expect=401)
+            self.assertIn('error="invalid_token"', headers.get("WWW-Authenticate"))
+            self.request("POST", "/v1/search", query, bearer("reader"), service=svc, expect=200)
+            for path in ("/v1/upsert", "/v1/delete", "/v1/snapshot"):
+                self.request("POST", path, "{}", bearer("reader"), service=svc, expect=403)
+            self.request("GET", "/v1/info", None, bearer("slow"), service=svc, expect=200)
+            for method, path, body in [("GET", "/v1/info", None), ("POST", "/v1/search", query)]:
+                _, headers, _ = self.request(method, path, body, bearer("slow"), service=svc, expect=429)
+                self.assertGreaterEqual(int(headers["Retry-After"]), 1)
 
     # ---------------------------------------------------------------- last: coverage
 

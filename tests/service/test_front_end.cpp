@@ -1,8 +1,9 @@
 // The HTTP front end's parts alone (no server): the route table (every route is found by its
-// exact path and nothing else is, each takes the methods and bodies docs/SERVING.md gives it, no
-// route asks for a role unless one is set) and the default number of event loops.
+// exact path and nothing else is, each takes the methods and bodies docs/SERVING.md gives it, and
+// the role its key must hold) and the default number of event loops.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -48,8 +49,14 @@ TEST(Routes, MethodsBodiesAndParameters) {
   for (const char* w : {"/v1/upsert", "/v1/delete", "/v1/snapshot"}) EXPECT_EQ(FE::find_route(w)->body, BodyKind::kWrite);
 }
 
-TEST(Routes, NoRouteRequiresARoleUnlessSet) {
-  for (const FE::Route* r = FE::routes_begin(); r != FE::routes_end(); ++r) EXPECT_EQ(r->role, Role::kNone) << r->path;
+// With keys configured: health open, reads need read, row changes write, snapshots admin.
+TEST(Routes, EachRouteNeedsItsRole) {
+  const std::map<std::string, Role> want = {{"/healthz", Role::kNone},  {"/readyz", Role::kNone},
+                                            {"/v1/search", Role::kRead}, {"/v1/info", Role::kRead},
+                                            {"/metrics", Role::kRead},   {"/v1/upsert", Role::kWrite},
+                                            {"/v1/delete", Role::kWrite}, {"/v1/snapshot", Role::kAdmin}};
+  for (const FE::Route* r = FE::routes_begin(); r != FE::routes_end(); ++r)
+    EXPECT_EQ(r->role, want.at(r->path)) << r->path << " needs " << to_string(r->role);
 }
 
 // service.io_threads 0: the cores rank 0 may use less the index thread's, within 1 .. 16.

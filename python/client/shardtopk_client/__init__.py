@@ -3,6 +3,7 @@
     from shardtopk_client import Client, ServiceError
 
     c = Client("http://127.0.0.1:8080")
+    c = Client("https://search.internal:8443", api_key=key, ca_file="ca.pem")   # TLS and a key
     ids, scores = c.search(queries, k=10)               # int64 [B, k], float32 [B, k]
     ids, scores = c.search(queries, 10, filter={"eq": {"tenant": 7}})
     c.upsert([1001, 1002], vectors, attributes={"tenant": [7, 7]})
@@ -13,11 +14,15 @@ Searches go over the binary route (float32 rows in, int64 ids and float32 scores
 service's bits exactly). One keep-alive connection is reused for every call; a Client is not
 safe to share between threads (make one per thread). A request the service refuses raises
 ServiceError with its status and message; the wire format is docs/openapi.yaml's and
-docs/SERVING.md's ("Binary protocol").
+docs/SERVING.md's ("Binary protocol"). With TLS (an https:// URL) the service's certificate is
+checked against `ca_file` (or the system's CAs); `api_key` is sent as `Authorization: Bearer KEY`
+on every request (docs/OPERATIONS.md, "Security").
 """
 
 import http.client
 import json
+import os
+import ssl
 import struct
 import urllib.parse
 
@@ -35,30 +40,47 @@ _MAGIC = b"ST\xc0\x7f"
 
 
 class ServiceError(Exception):
-    """The service refused a request: `status` (the HTTP status) and `message` (its error text)."""
+    """The service refused a request: `status` (the HTTP status) and `message` (its error text);
+    `retry_after` (seconds, from a 429's or 503's Retry-After) or None."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, retry_after=None):
         super().__init__("HTTP %d: %s" % (status, message))
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 class Client:
     """A connection to one service.
 
     Args:
-        url: the service's base URL, ``http://host:port`` (no TLS: serve on a trusted network).
+        url: the service's base URL, ``http://host:port``, or ``https://host:port`` for a service
+            with TLS (service.tls.*).
         timeout: seconds to wait for a connection or a reply.
+        api_key: the key sent as ``Authorization: Bearer KEY`` (service.auth.keys_file); None: the
+            environment's SHARDTOPK_API_KEY, if set.
+        ca_file: https: a PEM file of the CA that signed the service's certificate; None: the
+            system's CAs.
+        ssl_context: https: an ssl.SSLContext to use instead (ca_file is then ignored).
+
+    Raises:
+        ValueError: another scheme than http or https.
     """
 
-    def __init__(self, url="http://127.0.0.1:8080", timeout=60.0):
+    def __init__(self, url="http://127.0.0.1:8080", timeout=60.0, api_key=None, ca_file=None, ssl_context=None):
         parts = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
-        if parts.scheme != "http":
-            raise ValueError("url %r: only http:// is served" % url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("url %r: the service speaks http:// or https://" % url)
+        self._tls = None
+        if parts.scheme == "https":
+            # the certificate and the host name are checked (ssl's defaults), TLS 1.2 or newer
+            self._tls = ssl_context or ssl.create_default_context(cafile=ca_file)
         self._host = parts.hostname or "127.0.0.1"
-        self._port = parts.port or 80
+        self._port = parts.port or (443 if self._tls else 80)
         self._prefix = parts.path.rstrip("/")
         self._timeout = timeout
+        key = api_key if api_key is not None else os.environ.get("SHARDTOPK_API_KEY")
+        self._auth = {"Authorization": "Bearer " + key} if key else {}
         self._conn = None
         self._info = None
 
@@ -188,11 +210,17 @@ class Client:
         return self._info["attributes"]
 
     def _request(self, method, target, body=None, content_type=None):
-        headers = {"Content-Type": content_type} if content_type else {}
+        headers = dict(self._auth)
+        if content_type:
+            headers["Content-Type"] = content_type
         for attempt in (0, 1):
             reused = self._conn is not None
             if self._conn is None:
-                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+                if self._tls:
+                    self._conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
+                                                             context=self._tls)
+                else:
+                    self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
             try:
                 self._conn.request(method, self._prefix + target, body=body, headers=headers)
                 r = self._conn.getresponse()
@@ -210,7 +238,8 @@ class Client:
             if r.will_close:
                 self.close()
             if r.status != 200:
-                raise ServiceError(r.status, _message(data))
+                retry = r.getheader("Retry-After")
+                raise ServiceError(r.status, _message(data), int(retry) if retry and retry.isdigit() else None)
             return r, data
         raise AssertionError("unreachable")
 
