@@ -47,6 +47,9 @@
 /// | storage.max_pending_bytes | int | 268435456                    | 4096 .. 2^40 (queued, unwritten)|
 /// | storage.capacity_rows | int  | 0 (= shard rows + max(1024, shard rows / 4)) | 0 .. 2^31-1 slots per rank for updates (≥ its shard rows) |
 /// | storage.snapshot_log_bytes | int | 0 (off)                     | 0 .. 2^40: after a write, snapshot once the log holds more bytes |
+/// | storage.snapshot_interval_s | number | 0 (off)                  | 0 .. 31536000: after a write, snapshot once the current one is this old |
+/// | storage.keep_snapshots | int | 1                               | 1 .. 1000 snapshots kept, with the log from the oldest on |
+/// | storage.lock_wait_s | number | 30                              | 0 .. 86400: wait this long for another process's lock on storage.dir (one that is exiting) |
 /// | testing.fault       | string | "" (none)                       | stall:R:B:S, exit:R:B, fail:R:B (fault-injection builds only) |
 ///
 /// Booleans: true or false. docs/OPERATIONS.md explains the engine.*
@@ -119,6 +122,15 @@ struct StorageConfig {
   /// many bytes, the index takes a snapshot (ShardedIndex::snapshot_if_log_exceeds). 0: only
   /// on request (POST /v1/snapshot, snapshot()).
   long long snapshot_log_bytes = 0;
+  /// Time policy: once a write has committed and the current snapshot (or, without one, the
+  /// open of the directory) is this many seconds old, the index takes a snapshot. 0: off.
+  double snapshot_interval_s = 0;
+  /// Snapshots kept: the current one and the newest older ones, with the log segments from the
+  /// oldest of them on (StorageOptions::keep_snapshots). 1: the current one only.
+  long long keep_snapshots = 1;
+  /// At start-up, wait up to this long for a lock on storage.dir held by another process (the
+  /// orphaned ranks of a killed job hold it while they exit); then fail naming the holder.
+  double lock_wait_s = 30;
 };
 
 struct TestingConfig {

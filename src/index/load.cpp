@@ -156,14 +156,25 @@ Metric resolve_metric(const Config& cfg) {
 
 bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
 
-std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows) {
+std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows, int world, std::int64_t recorded_rows) {
   if (cfg.storage.dir.empty()) return shard_rows;
   if (cfg.storage.capacity_rows > 0) {
     SHARDTOPK_EXPECTS(cfg.storage.capacity_rows >= shard_rows, "storage.capacity_rows = ", cfg.storage.capacity_rows,
                       " is less than a rank's ", shard_rows, " rows: raise it, or add ranks");
     return cfg.storage.capacity_rows;
   }
+  if (recorded_rows > 0 && world >= 1) {  // the directory's capacity, spread over this run's ranks
+    const std::int64_t share = (recorded_rows + world - 1) / world;
+    if (share >= shard_rows) return share;
+  }
   return shard_rows + std::max<std::int64_t>(1024, shard_rows / 4);
+}
+
+std::int64_t total_capacity_rows(const Config& cfg, std::int64_t total_rows, int world, std::int64_t recorded_rows) {
+  std::int64_t sum = 0;
+  for (int r = 0; r < world; ++r)
+    sum += rank_capacity_rows(cfg, shard_rows(total_rows, world, r).size(), world, recorded_rows);
+  return sum;
 }
 
 std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows) {
@@ -251,8 +262,13 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   std::future<void> snapshot_check;
   std::uint64_t base_seq = 0;
   std::int64_t base_normalized = 0;
+  std::int64_t recorded_capacity = 0;  // the directory's slots over all ranks (0: none recorded)
   std::string snapshot;
   if (!cfg.storage.dir.empty()) {
+    // While another process holds the directory's lock (the orphaned ranks of a killed job, for
+    // a few seconds), rank 0 waits up to storage.lock_wait_s; the others wait in this loop, which
+    // a token from rank 0 each second keeps within comm.timeout_s. 0 ends it.
+    std::int64_t waiting = 1;
     if (rank == 0) {
       try {
         validate(cfg);
@@ -277,7 +293,9 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         StorageOptions so = storage_options(cfg.storage, dim, m);
         if (!man || man->snapshot_path.empty()) so.base_corpus = cfg.corpus.path;
         so.defer_cleanup = true;  // superseded files stay until the snapshot is verified
+        if (world > 1) so.on_lock_wait = [&] { host_comm->broadcast(&waiting, sizeof waiting, 0); };
         storage = std::make_unique<Storage>(so);
+        recorded_capacity = storage->recorded_capacity();
         snapshot = storage->snapshot_path();
         base_seq = storage->snapshot_seq();
         if (!snapshot.empty()) {
@@ -293,13 +311,19 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
           spdlog::info("storage '{}': loading snapshot {} (seq {}, {} rows) instead of corpus.path", cfg.storage.dir,
                        snapshot, base_seq, si.rows);
         }
+      } catch (const CommError&) {
+        throw;
       } catch (const std::exception& e) {
         ok = false;
         msg = e.what();
       }
+      waiting = 0;
     }
+    do host_comm->broadcast(&waiting, sizeof waiting, 0);
+    while (waiting != 0);
     host_comm->check(ok, msg);
     broadcast_string(*host_comm, &snapshot);
+    host_comm->broadcast(&recorded_capacity, sizeof recorded_capacity, 0);
     host_comm->broadcast(&base_seq, sizeof base_seq, 0);
     host_comm->broadcast(&base_normalized, sizeof base_normalized, 0);
     if (!snapshot.empty()) {
@@ -344,8 +368,12 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     streamed = streams_shard(backend == EngineBackend::kCuda, metric);
     // The engine's and the index's start-up bytes against this machine, before any row is read
     // (`plan` shows them).
-    check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size()), stats.dim, cfg.engine.dtype, cfg.search,
-                      world, resolve_threads(cfg, host_comm->local_size()), host_comm->local_rank());
+    check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size(), world, recorded_capacity), stats.dim,
+                      cfg.engine.dtype, cfg.search, world, resolve_threads(cfg, host_comm->local_size()),
+                      host_comm->local_rank());
+    // The capacity this start gives the directory, kept by later starts without
+    // storage.capacity_rows (a restart after deletes must not shrink it).
+    if (storage) storage->record_capacity(total_capacity_rows(cfg, stats.total_rows, world, recorded_capacity));
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();
@@ -452,7 +480,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
   in.streamed = streamed;
   in.attributes = &attributes;
-  in.capacity = rank_capacity_rows(cfg, nrows);
+  in.capacity = rank_capacity_rows(cfg, nrows, world, recorded_capacity);
   auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows,
                                 std::move(storage), base_seq, &snapshot_check);
   IngestStats final_stats = index->ingest_stats();

@@ -1,6 +1,8 @@
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -51,6 +53,7 @@ std::string manifest_json(const Manifest& m) {
   }
   if (m.snapshot.empty() && m.corpus_bytes >= 0)
     j["corpus"] = {{"path", m.corpus_path}, {"bytes", m.corpus_bytes}, {"sample_crc32c", m.corpus_sample_crc32c}};
+  if (m.capacity_rows > 0) j["capacity_rows"] = m.capacity_rows;
   return j.dump(2) + "\n";
 }
 
@@ -126,6 +129,11 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
       m.corpus_bytes = static_cast<std::int64_t>(manifest_uint(c, "bytes", kInt64Max, path));
       m.corpus_sample_crc32c = static_cast<std::uint32_t>(manifest_uint(c, "sample_crc32c", UINT32_MAX, path));
     }
+    if (j.contains("capacity_rows")) {
+      m.capacity_rows = static_cast<std::int64_t>(manifest_uint(j, "capacity_rows", kInt64Max, path));
+      SHARDTOPK_EXPECTS(m.capacity_rows >= 1, "'", path, "': 'capacity_rows' is 0 (expected an integer 1 .. ",
+                        kInt64Max, ")");
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error("'" + path + "': unreadable manifest: " + e.what());
   }
@@ -134,6 +142,14 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
                     "': snapshot '", m.snapshot, "' does not match seq ", m.seq);
   SHARDTOPK_EXPECTS(m.dim >= 1 && m.dim <= kMaxDim, "'", path, "': dim ", m.dim, " out of range");
   return m;
+}
+
+bool is_temp_leftover(const std::string& name) {
+  const std::string sfx = kTempSuffix;
+  if (name.size() <= sfx.size() || name.compare(name.size() - sfx.size(), sfx.size(), sfx) != 0) return false;
+  const std::string base = name.substr(0, name.size() - sfx.size());
+  std::uint64_t seq = 0;
+  return base == kManifestName || parse_snapshot_name(base, &seq);
 }
 
 namespace {
@@ -151,15 +167,12 @@ void check_options(const StorageOptions& o) {
                     "storage: max_pending_bytes = ", o.max_pending_bytes, " (allowed: 4096 .. 2^40)");
   SHARDTOPK_EXPECTS(o.max_record_bytes >= 64 && o.max_record_bytes <= static_cast<std::int64_t>(kMaxPayloadBytes),
                     "storage: max_record_bytes = ", o.max_record_bytes, " (allowed: 64 .. 2^40)");
+  SHARDTOPK_EXPECTS(o.lock_wait_s >= 0 && o.lock_wait_s <= 86400, "storage: lock_wait_s = ", o.lock_wait_s,
+                    " (allowed: 0 .. 86400)");
+  SHARDTOPK_EXPECTS(o.keep_snapshots >= 1 && o.keep_snapshots <= 1000, "storage: keep_snapshots = ", o.keep_snapshots,
+                    " (allowed: 1 .. 1000)");
 }
 
-bool is_temp_leftover(const std::string& name) {
-  const std::string sfx = kTempSuffix;
-  if (name.size() <= sfx.size() || name.compare(name.size() - sfx.size(), sfx.size(), sfx) != 0) return false;
-  const std::string base = name.substr(0, name.size() - sfx.size());
-  std::uint64_t seq = 0;
-  return base == kManifestName || parse_snapshot_name(base, &seq);
-}
 
 }  // namespace
 }  // namespace storage
@@ -250,6 +263,7 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
                    "it is loaded unverified; the next snapshot records one",
                    st.opt.dir, st.manifest.snapshot);
   }
+  std::vector<std::string> older;  // snapshots before the current one, oldest first (names sort by seq)
   for (const auto& n : names) {
     std::uint64_t s = 0;
     if (is_temp_leftover(n)) {
@@ -257,11 +271,37 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
     } else if (parse_snapshot_name(n, &s) && n != st.manifest.snapshot) {
       if (s > st.manifest.seq)
         remove_leftover(st, n, "snapshot written but never committed to the manifest");
+      else if (s < st.manifest.seq && !st.manifest.snapshot.empty())
+        older.push_back(n);
       else
         remove_superseded(st, n, "snapshot superseded by " +
                                      (st.manifest.snapshot.empty() ? std::string("none") : st.manifest.snapshot));
     }
   }
+  const std::size_t keep = static_cast<std::size_t>(st.opt.keep_snapshots - 1);
+  for (std::size_t i = 0; i < older.size(); ++i) {
+    if (i + keep < older.size())
+      remove_superseded(st, older[i], "snapshot superseded by " + st.manifest.snapshot + " (storage.keep_snapshots " +
+                                          std::to_string(st.opt.keep_snapshots) + ")");
+    else
+      st.older_snapshots.push_back(older[i]);
+  }
+  if (!st.manifest.snapshot.empty()) {
+    struct stat sb {};
+    if (::stat(st.path(st.manifest.snapshot).c_str(), &sb) == 0)
+      st.base_time = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(sb.st_mtim.tv_sec) + std::chrono::nanoseconds(sb.st_mtim.tv_nsec)));
+  }
+}
+
+// The seq of the oldest snapshot kept: the log is kept from it on.
+std::uint64_t retention_anchor(const Storage::Impl& st) {
+  std::uint64_t anchor = st.manifest.seq;
+  for (const std::string& n : st.older_snapshots) {
+    std::uint64_t s = 0;
+    if (parse_snapshot_name(n, &s)) anchor = std::min(anchor, s);
+  }
+  return anchor;
 }
 
 // Without a snapshot the log's records apply to the configured corpus file: the file the
@@ -296,7 +336,7 @@ void check_base_corpus(Storage::Impl& st, std::uint64_t last_seq) {
 // Scans the segments, cuts a torn tail of the last one, removes those a snapshot superseded,
 // and checks that the kept ones continue the snapshot without a gap.
 std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::string>& names, std::uint64_t* last_seq) {
-  const std::uint64_t S = st.manifest.seq;
+  const std::uint64_t S = st.manifest.seq, anchor = retention_anchor(st);
   std::vector<std::pair<std::uint64_t, std::string>> found;
   for (const auto& n : names) {
     std::uint64_t first = 0;
@@ -309,7 +349,10 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
     const auto& [first, name] = found[i];
     const bool is_last = i + 1 == found.size();
     if (!is_last && found[i + 1].first - 1 <= S) {
-      remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(S));
+      if (found[i + 1].first - 1 <= anchor)
+        remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(anchor));
+      else  // kept for an older snapshot (retention), not read
+        st.retained.push_back(SegmentInfo{st.path(name), first, file_size(st.path(name)), found[i + 1].first - 1});
       continue;
     }
     const std::string path = st.path(name);
@@ -342,7 +385,10 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
     }
     fd.close(path);
     if (is_last && scan.last_seq <= S && first <= S) {
-      remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(S));
+      if (scan.last_seq <= anchor)
+        remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(anchor));
+      else
+        st.retained.push_back(SegmentInfo{path, first, scan.end, scan.last_seq});
       continue;
     }
     if (kept.empty()) {
@@ -400,6 +446,27 @@ void Storage::finish_recovery() {
   st.superseded.clear();
 }
 
+std::int64_t Storage::recorded_capacity() const {
+  std::lock_guard<std::mutex> lk(impl_->state_mu);
+  return impl_->manifest.capacity_rows;
+}
+
+void Storage::record_capacity(std::int64_t rows) {
+  Impl& st = *impl_;
+  SHARDTOPK_EXPECTS(rows >= 1, "storage '", st.opt.dir, "': capacity of ", rows, " rows");
+  std::lock_guard<std::mutex> writing(st.manifest_mu);
+  Manifest next;
+  {
+    std::lock_guard<std::mutex> lk(st.state_mu);
+    if (st.manifest.capacity_rows == rows) return;
+    next = st.manifest;
+  }
+  next.capacity_rows = rows;
+  write_manifest(st, next);
+  std::lock_guard<std::mutex> lk(st.state_mu);
+  st.manifest.capacity_rows = rows;
+}
+
 void Storage::verify_snapshot() const {
   Manifest m;
   {
@@ -421,7 +488,8 @@ std::optional<StorageManifest> read_storage_manifest(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
   const Manifest m = parse_manifest(read_small_file(path), path);
-  return StorageManifest{m.dim, m.metric, m.snapshot.empty() ? std::string() : dir + "/" + m.snapshot, m.seq};
+  return StorageManifest{m.dim, m.metric, m.snapshot.empty() ? std::string() : dir + "/" + m.snapshot, m.seq,
+                         m.capacity_rows};
 }
 
 StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric) {
@@ -433,6 +501,8 @@ StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metri
   o.group_commit_window_us = cfg.group_commit_window_us;
   o.segment_bytes = cfg.segment_bytes;
   o.max_pending_bytes = cfg.max_pending_bytes;
+  o.lock_wait_s = cfg.lock_wait_s;
+  o.keep_snapshots = static_cast<int>(cfg.keep_snapshots);
   return o;
 }
 
@@ -447,7 +517,7 @@ void open_dir(Storage::Impl& st, bool created) {
     fsync_dir(parent.empty() ? std::string("/") : parent.string());
   }
   SHARDTOPK_EXPECTS(std::filesystem::is_directory(st.opt.dir), "storage: '", st.opt.dir, "' is not a directory");
-  st.lock.emplace(st.path(kLockName));
+  st.lock.emplace(st.path(kLockName), st.opt.lock_wait_s, st.opt.on_lock_wait);
 
   const std::vector<std::string> names = list_dir(st.opt.dir);
   recover_manifest(st, names);
@@ -555,6 +625,10 @@ StorageStats Storage::stats() const {
   std::tie(s.queued_records, s.queued_bytes) = impl_->writer->queued();
   s.failure = impl_->writer->failure();
   s.failed = !s.failure.empty();
+  std::lock_guard<std::mutex> lk(impl_->state_mu);
+  s.seconds_since_snapshot = std::chrono::duration<double>(std::chrono::system_clock::now() - impl_->base_time).count();
+  s.older_snapshots = static_cast<std::int64_t>(impl_->older_snapshots.size());
+  for (const auto& seg : impl_->retained) s.retained_log_bytes += static_cast<std::int64_t>(seg.bytes);
   return s;
 }
 
