@@ -63,7 +63,7 @@ int run_plan(const PlanArgs& a) {
     // what is refused before anything is read when it cannot be had (device memory for cuda,
     // host memory for cpu); equals the rank's resident bytes.
     // With storage.dir the engine holds storage.capacity_rows slots (rank_capacity_rows).
-    const std::int64_t slots = rank_capacity_rows(cfg, rr.size(), a.ranks, recorded);
+    const std::int64_t slots = rank_capacity_rows(cfg, rr.size(), a.ranks, recorded, r);
     const std::uint64_t dev = rank_resident_bytes(use_gpu, slots, dim, cfg.engine.dtype, cfg.search, a.ranks, threads);
     // load_peak_host_bytes: host memory at the peak of loading: the rows read from the file and
     // their ids (streamed into the CUDA engine: the ids and its pinned blocks), plus the CPU

@@ -156,15 +156,16 @@ Metric resolve_metric(const Config& cfg) {
 
 bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
 
-std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows, int world, std::int64_t recorded_rows) {
+std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows, int world, std::int64_t recorded_rows,
+                                int rank) {
   if (cfg.storage.dir.empty()) return shard_rows;
   if (cfg.storage.capacity_rows > 0) {
     SHARDTOPK_EXPECTS(cfg.storage.capacity_rows >= shard_rows, "storage.capacity_rows = ", cfg.storage.capacity_rows,
                       " is less than a rank's ", shard_rows, " rows: raise it, or add ranks");
     return cfg.storage.capacity_rows;
   }
-  if (recorded_rows > 0 && world >= 1) {  // the directory's capacity, spread over this run's ranks
-    const std::int64_t share = (recorded_rows + world - 1) / world;
+  if (recorded_rows > 0 && world >= 1) {  // the directory's capacity, split over this run's ranks as rows are
+    const std::int64_t share = shardtopk::shard_rows(recorded_rows, world, rank).size();
     if (share >= shard_rows) return share;
   }
   return shard_rows + std::max<std::int64_t>(1024, shard_rows / 4);
@@ -173,7 +174,7 @@ std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows, int 
 std::int64_t total_capacity_rows(const Config& cfg, std::int64_t total_rows, int world, std::int64_t recorded_rows) {
   std::int64_t sum = 0;
   for (int r = 0; r < world; ++r)
-    sum += rank_capacity_rows(cfg, shard_rows(total_rows, world, r).size(), world, recorded_rows);
+    sum += rank_capacity_rows(cfg, shard_rows(total_rows, world, r).size(), world, recorded_rows, r);
   return sum;
 }
 
@@ -368,7 +369,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     streamed = streams_shard(backend == EngineBackend::kCuda, metric);
     // The engine's and the index's start-up bytes against this machine, before any row is read
     // (`plan` shows them).
-    check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size(), world, recorded_capacity), stats.dim,
+    check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size(), world, recorded_capacity, rank), stats.dim,
                       cfg.engine.dtype, cfg.search, world, resolve_threads(cfg, host_comm->local_size()),
                       host_comm->local_rank());
     // The capacity this start gives the directory, kept by later starts without
@@ -480,7 +481,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
   in.streamed = streamed;
   in.attributes = &attributes;
-  in.capacity = rank_capacity_rows(cfg, nrows, world, recorded_capacity);
+  in.capacity = rank_capacity_rows(cfg, nrows, world, recorded_capacity, rank);
   auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows,
                                 std::move(storage), base_seq, &snapshot_check);
   IngestStats final_stats = index->ingest_stats();

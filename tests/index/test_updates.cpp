@@ -580,10 +580,13 @@ TEST_P(Updates, TheCapacityADirectoryWasStartedWithIsKeptAcrossRestarts) {
     EXPECT_EQ(capacity(*idx), 2000 * g_world) << "the capacity set last was not kept";
     expect_oracle(*idx, "capacity kept");
   }
-  // Another rank count spreads the recorded slots over its ranks (ceil), never below a shard.
-  EXPECT_EQ(rank_capacity_rows(cfg, 10, 4, 12500), 3125);
-  EXPECT_EQ(rank_capacity_rows(cfg, 10, 3, 12500), 4167);
-  EXPECT_EQ(rank_capacity_rows(cfg, 5000, 4, 12500), 5000 + 1250);  // the recorded share is too small
+  // Another rank count splits the recorded slots over its ranks as rows are split (the shares
+  // add up to them), never below a shard.
+  EXPECT_EQ(rank_capacity_rows(cfg, 10, 4, 12500, 3), 3125);
+  EXPECT_EQ(rank_capacity_rows(cfg, 10, 3, 12500, 0), 4167);
+  EXPECT_EQ(rank_capacity_rows(cfg, 10, 3, 12500, 2), 4166);
+  EXPECT_EQ(total_capacity_rows(cfg, 30, 3, 12500), 12500);
+  EXPECT_EQ(rank_capacity_rows(cfg, 5000, 4, 12500, 1), 5000 + 1250);  // the recorded share is too small
 }
 
 // While another process holds the directory (the orphaned ranks of a killed job), rank 0 waits
