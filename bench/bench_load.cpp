@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
             bool ok = r && r->status == 200;
             if (ok) {
               if (binary) {
-                ok = r->body.size() == static_cast<size_t>(k) * 12;
+                ok = r->body.size() == static_cast<size_t>(k) * 12 + 4;  // ids, scores, the count
                 if (ok) {
                   std::memcpy(ids.data(), r->body.data(), static_cast<size_t>(k) * 8);
                   std::memcpy(sc.data(), r->body.data() + static_cast<size_t>(k) * 8, static_cast<size_t>(k) * 4);

@@ -80,10 +80,11 @@ class ShardTopK:
             header = struct.pack("<4sIIII12x", b"ST\xc0\x7f", 0x01020304, 1, b, q.shape[1])
             body = header + np.ascontiguousarray(q, dtype="<f4").tobytes()
             raw = self._request(f"/v1/search?k={int(k)}&batch={b}", body, "application/octet-stream")
-            if len(raw) != b * k * 12:
-                raise ShardTopKError(200, f"reply of {len(raw)} bytes, expected {b * k * 12}")
+            if len(raw) != b * k * 12 + b * 4:
+                raise ShardTopKError(200, f"reply of {len(raw)} bytes, expected {b * k * 12 + b * 4}")
             ids = np.frombuffer(raw, dtype="<i8", count=b * k).reshape(b, k)
-            scores = np.frombuffer(raw, dtype="<f4", offset=b * k * 8).reshape(b, k)
+            scores = np.frombuffer(raw, dtype="<f4", count=b * k, offset=b * k * 8).reshape(b, k)
+            # counts [B] int32: a query's slots past its count are padding (fewer live rows than k)
             return ids, scores
         body = json.dumps({"queries": q.tolist(), "k": int(k)}).encode()
         reply = json.loads(self._request("/v1/search", body, "application/json"))

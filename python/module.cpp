@@ -203,8 +203,8 @@ storage and applied on every rank: every later search sees it, none sees part of
 ids         [n] integers, distinct, not PAD_ID.
 vectors     [n, dim] real numbers (converted to float32), finite.
 attributes  None, or {name: [n] values}: every corpus attribute (info()["attributes"]), integers
-            for int64, reals or integers for float64 (converted as numpy's astype(float64); no
-            NaN).
+            for int64, reals or integers for float64 (an integer must be a float64 value
+            exactly, else ValueError, as in filters; no NaN).
 seq         the write's sequence number in the log.
 
 Raises ValueError for bad input (naming the id, row or column), PermissionError on a read-only

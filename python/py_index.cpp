@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/parse.hpp"
 #include "dlpack_io.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/config.hpp"
@@ -225,6 +226,38 @@ struct AttributeInput {
   py::array values;  // [rows] int64 or float64, C-contiguous
 };
 
+/// A list or tuple of Python ints as an int64 array, or a float64 one when `to_float`; None
+/// for anything else. numpy reads [1, 2, 2**63] as float64 (rounding what does not fit) and
+/// [-2**63 - 1] as objects: such values are refused here by name, as a uint64 array's are.
+py::object int_list(py::handle x, const std::string& what, bool to_float) {
+  if (!PyList_Check(x.ptr()) && !PyTuple_Check(x.ptr())) return py::none();
+  const auto seq = py::reinterpret_borrow<py::sequence>(x);
+  if (seq.size() == 0) return py::none();
+  for (py::handle v : seq)
+    if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) return py::none();
+  std::size_t i = 0;
+  for (py::handle v : seq) {
+    int overflow = 0;
+    const long long ll = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (to_float) {
+      bool exact = overflow == 0 && exactly_float64(static_cast<std::int64_t>(ll));
+      if (overflow != 0) {
+        try {
+          exact = py::float_(py::reinterpret_borrow<py::object>(v)).equal(v);  // compared exactly
+        } catch (const py::error_already_set&) {  // beyond the float range
+          exact = false;
+        }
+      }
+      SHARDTOPK_EXPECTS(exact, what, "[", i, "] = ", std::string(py::str(v)),
+                        " is not exactly representable as a float64 (the attribute is float64)");
+    } else {
+      SHARDTOPK_EXPECTS(overflow == 0, what, ": a value exceeds the int64 range (", std::string(py::str(v)), ")");
+    }
+    ++i;
+  }
+  return numpy().attr("asarray")(x, py::arg("dtype") = to_float ? "float64" : "int64");
+}
+
 /// attributes=: None or a dict name → 1-D [rows] array of integers (int64) or reals (float64).
 /// With `schema` (an upsert into an index), integers for a float64 attribute are converted as
 /// numpy's astype(float64) does, and reals for an int64 attribute are refused; names the schema
@@ -240,7 +273,11 @@ std::vector<AttributeInput> attribute_inputs(py::handle attributes, std::int64_t
     AttributeInput a;
     a.name = item.first.cast<std::string>();
     SHARDTOPK_EXPECTS(!a.name.empty(), "attributes: an empty name");
-    py::object arr = numpy().attr("asarray")(item.second);
+    bool to_float = false;
+    if (schema)
+      for (const AttributeSpec& s : *schema) to_float = to_float || (s.name == a.name && s.type == AttributeType::kFloat64);
+    py::object arr = int_list(item.second, "attributes['" + a.name + "']", to_float);
+    if (arr.is_none()) arr = numpy().attr("asarray")(item.second);
     const std::string kind = py::str(arr.attr("dtype").attr("kind"));
     SHARDTOPK_EXPECTS(kind == "i" || kind == "u" || kind == "f" || kind == "b", "attributes['", a.name,
                       "'] must hold integers or reals, got dtype ", std::string(py::str(arr.attr("dtype"))));
@@ -257,6 +294,19 @@ std::vector<AttributeInput> attribute_inputs(py::handle attributes, std::int64_t
     if (a.type == AttributeType::kInt64 && kind == "u" && arr.attr("dtype").attr("itemsize").cast<int>() == 8)
       SHARDTOPK_EXPECTS(!arr.attr("__gt__")(py::int_(INT64_MAX)).attr("any")().cast<bool>(), "attributes['", a.name,
                         "']: a value exceeds the int64 range");
+    // Integers for a float64 attribute: each must be a float64 exactly, as in the filter
+    // language (an equality filter would never find a rounded value).
+    if (a.type == AttributeType::kFloat64 && (kind == "i" || kind == "u") &&
+        arr.attr("dtype").attr("itemsize").cast<int>() == 8) {
+      const py::array w = numpy().attr("ascontiguousarray")(arr, py::arg("dtype") = kind == "u" ? "uint64" : "int64");
+      for (py::ssize_t i = 0; i < w.size(); ++i) {
+        const bool exact = kind == "u" ? exactly_float64(static_cast<const std::uint64_t*>(w.data())[i])
+                                       : exactly_float64(static_cast<const std::int64_t*>(w.data())[i]);
+        SHARDTOPK_EXPECTS(exact, "attributes['", a.name, "'][", i, "] = ",
+                          std::string(py::str(w.attr("__getitem__")(i))),
+                          " is not exactly representable as a float64 (the attribute is float64)");
+      }
+    }
     a.values = numpy().attr("ascontiguousarray")(
         arr, py::arg("dtype") = a.type == AttributeType::kFloat64 ? "float64" : "int64");
     SHARDTOPK_EXPECTS(a.values.ndim() == 1 && a.values.shape(0) == rows, "attributes['", a.name,
@@ -384,7 +434,8 @@ std::unique_ptr<PyIndex> PyIndex::from_arrays(py::object vectors, py::object ids
 
   py::object id_arr;  // int64 [rows], or None
   if (!ids.is_none()) {
-    py::object a = numpy().attr("asarray")(ids);
+    py::object a = int_list(ids, "ids", false);
+    if (a.is_none()) a = numpy().attr("asarray")(ids);
     const std::string ik = py::str(a.attr("dtype").attr("kind"));
     SHARDTOPK_EXPECTS(ik == "i" || ik == "u", "ids must be integers, got dtype ", std::string(py::str(a.attr("dtype"))));
     SHARDTOPK_EXPECTS(a.attr("ndim").cast<int>() == 1 && a.attr("shape").cast<py::tuple>()[0].cast<std::int64_t>() == rows,
@@ -664,7 +715,10 @@ namespace {
 
 /// ids=: 1-D integers [n] (numpy, a list, ...) as a C-contiguous int64 array.
 py::array id_array(py::handle ids) {
-  py::object a = numpy().attr("asarray")(ids);
+  py::object a = int_list(ids, "ids", false);
+  if (a.is_none()) a = numpy().attr("asarray")(ids);
+  // Empty is refused as empty, whatever dtype numpy gave it ([] is float64).
+  SHARDTOPK_EXPECTS(a.attr("size").cast<long long>() > 0, "ids is empty: a write needs at least one id");
   const std::string kind = py::str(a.attr("dtype").attr("kind"));
   SHARDTOPK_EXPECTS(kind == "i" || kind == "u", "ids must be integers, got dtype ", std::string(py::str(a.attr("dtype"))));
   SHARDTOPK_EXPECTS(a.attr("ndim").cast<int>() == 1, "ids must be 1-D [n], got shape ",

@@ -32,7 +32,7 @@ struct IngestStats {
   std::int64_t dim = 0;
   RowRange rows;         ///< this rank's rows
   std::uint64_t engine_resident_bytes = 0;  ///< this rank's engine + index buffers (device or host memory)
-  /// Largest float64 norm of a raw corpus row over all ranks and its global row (-1: none);
+  /// Largest float64 norm of a raw corpus row over all ranks and that row's id (-1: none);
   /// bounds every score (src/index/admission.hpp, docs/EXACTNESS.md "Score range").
   double max_row_norm = 0;
   std::int64_t max_row_norm_row = -1;

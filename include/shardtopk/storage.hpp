@@ -122,6 +122,26 @@ struct StorageOptions {
   int keep_snapshots = 1;
 };
 
+/// The content of a base that is not a snapshot (the rows handed to build_index, or read from
+/// corpus.path), to which a directory's log records apply: its shape and two order-sensitive
+/// 64-bit digests, one of the ids and one of the float32 rows as the engine takes them (cosine:
+/// normalised). The parts of contiguous shards add up (mod 2^64) to the whole's, so the
+/// identity does not depend on how many ranks hold the rows.
+struct BaseIdentity {
+  std::int64_t rows = 0;
+  std::int64_t dim = 0;
+  std::uint64_t ids_digest = 0;
+  std::uint64_t data_digest = 0;
+};
+
+/// One shard's part of a BaseIdentity: rows [rows, dim] float32 whose global row positions
+/// start at `first_row`, and their ids [rows] (nullptr: the global row positions). Split over
+/// `threads` threads (the result does not depend on it). Sum the parts with add_base_parts().
+BaseIdentity base_identity_part(const float* rows, const std::int64_t* ids, std::int64_t n, std::int64_t dim,
+                                std::int64_t first_row, int threads = 1);
+/// The identity of the union of two disjoint shards (rows added; dims must agree).
+BaseIdentity add_base_parts(const BaseIdentity& a, const BaseIdentity& b);
+
 /// What opening the directory found and repaired.
 struct RecoveryReport {
   std::string snapshot_path;         ///< base named by the manifest; "" when none
@@ -131,9 +151,15 @@ struct RecoveryReport {
   std::int64_t records = 0;          ///< whole records with seq > snapshot_seq
   std::int64_t log_bytes = 0;        ///< bytes of the segments kept
   /// Torn tail cut from the last segment: bytes removed, and records that began in them (the
-  /// torn one plus any whole ones of the same unfinished group commit). None was acknowledged.
+  /// torn one plus any whole ones of the same unfinished group commit). A crash tears only
+  /// records never acknowledged; a file cut short after the fact loses acknowledged ones,
+  /// which `missing_acknowledged` counts.
   std::int64_t dropped_bytes = 0;
   std::int64_t dropped_records = 0;
+  /// Records the log had reached when the directory was last closed or snapshotted (so they
+  /// were acknowledged) but no longer holds: a segment truncated or deleted since. Logged as
+  /// an error naming the seqs; 0 when the manifest records no such seq.
+  std::int64_t missing_acknowledged = 0;
   std::vector<std::string> removed_files;  ///< leftovers removed: temp files, superseded files
 };
 
@@ -212,8 +238,10 @@ class Storage {
   ///   header that is unreadable or disagrees with the options (dim, metric), a gap in the
   ///   sequence numbers, or a damaged record followed by valid ones (naming the file and offset).
   explicit Storage(StorageOptions opt);
-  /// Waits until every queued record is written (or the log has failed), then stops the writer;
-  /// removes a directory it created and never wrote to when an exception is in flight (above).
+  /// Waits until every queued record is written (or the log has failed), then stops the writer
+  /// and records the log's last seq in the manifest (a later open that finds the log shorter
+  /// reports the acknowledged records missing); removes a directory it created and never wrote
+  /// to when an exception is in flight (above) instead.
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -234,6 +262,12 @@ class Storage {
   /// it differs), so that a restart without storage.capacity_rows keeps it.
   /// @throws Error for rows < 1 or a failed manifest write (the old one stays).
   void record_capacity(std::int64_t rows);
+  /// Ties the log to its base while the directory has no snapshot: with log records after the
+  /// base, `base` must be the identity the manifest recorded; otherwise `base` is recorded
+  /// (the manifest rewritten). Does nothing when the manifest names a snapshot.
+  /// @throws Error naming the directory, what differs (rows, dim, ids, row values) and both
+  ///   values, changing nothing.
+  void check_base(const BaseIdentity& base);
   std::string snapshot_path() const;  ///< current base snapshot ("" when none)
   std::uint64_t snapshot_seq() const;
   /// Highest durable seq (written and fdatasynced; on_durable may still be running for it).

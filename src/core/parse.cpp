@@ -33,4 +33,14 @@ double parse_number(const std::string& v, const std::string& what) {
                              [](const std::string& s, std::size_t* p) { return std::stod(s, p); });
 }
 
+bool exactly_float64(std::int64_t v) {
+  const double d = static_cast<double>(v);
+  return d < 0x1p63 && static_cast<std::int64_t>(d) == v;
+}
+
+bool exactly_float64(std::uint64_t v) {
+  const double d = static_cast<double>(v);
+  return d < 0x1p64 && static_cast<std::uint64_t>(d) == v;
+}
+
 }  // namespace shardtopk

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/parse.hpp"
 #include "filter/filter_internal.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
@@ -156,8 +157,14 @@ class FilterCompiler {
       return static_cast<std::int64_t>(u);
     }
     if (v.is_number_integer()) return v.get<std::int64_t>();
-    if (v.is_number_float())
+    if (v.is_number_float()) {
+      // An integer literal outside int64 and uint64 reads as a real, rounded (-2^63 - 1 to -2^63):
+      // a whole real of that magnitude is named as out of range, not as a fraction.
+      const double d = v.get<double>();
+      if (std::isfinite(d) && std::nearbyint(d) == d && !(d > -0x1p63 && d < 0x1p63))
+        fail(where, what.with(v) + " is outside int64");
       fail(where, what.with(v) + " is not an integer (int64 values compare exactly with integers)");
+    }
     fail(where, what.without() + " must be an integer, got " + describe(v));
   }
 
@@ -169,13 +176,11 @@ class FilterCompiler {
     } else if (v.is_number_unsigned()) {
       const std::uint64_t u = v.get<std::uint64_t>();
       d = static_cast<double>(u);
-      if (!(d < 0x1p64) || static_cast<std::uint64_t>(d) != u)
-        fail(where, what.with(v) + " is not exactly representable as a float64");
+      if (!exactly_float64(u)) fail(where, what.with(v) + " is not exactly representable as a float64");
     } else if (v.is_number_integer()) {
       const std::int64_t i = v.get<std::int64_t>();
       d = static_cast<double>(i);
-      if (!(d < 0x1p63) || static_cast<std::int64_t>(d) != i)
-        fail(where, what.with(v) + " is not exactly representable as a float64");
+      if (!exactly_float64(i)) fail(where, what.with(v) + " is not exactly representable as a float64");
     } else {
       fail(where, what.without() + " must be a number, got " + describe(v));
     }

@@ -102,6 +102,21 @@ double max_query_norm(Metric m, const NormSummary& corpus) {
   return corpus.max_norm > 0.0 ? kScoreBound / corpus.max_norm : inf;
 }
 
+double max_upsert_norm(Metric m) {
+  if (m == Metric::kCosine) return std::numeric_limits<double>::infinity();
+  return m == Metric::kL2 ? std::sqrt(kScoreBound) / 2.0 : std::sqrt(kScoreBound);
+}
+
+void check_upsert_norm(Metric m, const NormSummary& rows) {
+  if (rows.row < 0 || !(rows.max_norm > max_upsert_norm(m))) return;
+  throw Error(detail::concat(
+      "row id ", rows.row, " has norm ", rows.max_norm, ", above ", max_upsert_norm(m),
+      ", the largest an upserted row may have under ", to_string(m),
+      m == Metric::kL2 ? " (sqrt(FLT_MAX/2) / 2)" : " (sqrt(FLT_MAX/2))",
+      ": with it, queries of its own norm could overflow a float32 score and would be refused; scale the vectors "
+      "down (docs/EXACTNESS.md 'Score range')"));
+}
+
 namespace {
 
 /// The largest score magnitude a query of norm qn can reach (admission.hpp's table).
@@ -114,7 +129,7 @@ void check_query_norm(Metric m, const NormSummary& corpus, int b, double qn) {
   const double reach = reach_of(m, corpus, qn);
   if (reach <= kScoreBound) return;
   throw Error(detail::concat(
-      "query ", b, " of the batch has norm ", qn, ": with the corpus's largest row norm ", corpus.max_norm, " (row ",
+      "query ", b, " of the batch has norm ", qn, ": with the corpus's largest row norm ", corpus.max_norm, " (id ",
       corpus.row, "), ", m == Metric::kL2 ? "(|q| + max|x|)^2 = " : "|q| * max|x| = ", reach,
       " exceeds the float32 score bound ", kScoreBound,
       " (FLT_MAX/2), so scores could overflow; the largest admissible query norm is ", max_query_norm(m, corpus),
@@ -156,6 +171,52 @@ void admit_query_values(Metric m, const NormSummary& corpus, const float* querie
   }
 }
 
+// The largest float64 norm over the live rows of every rank, as stored (read back from the
+// engine: under float16/bfloat16 the stored values, whose norms are what scores are computed
+// from), named by id. Collective. nullopt when some rank could not read its rows: the bound
+// in force is then kept, which is still an upper bound.
+std::optional<NormSummary> live_row_norms(Engine& engine, Communicator& comm, const std::vector<std::uint8_t>& live,
+                                          std::int64_t dim) {
+  struct Wire {
+    double norm;
+    std::int64_t id;
+    std::int64_t ok;
+  };
+  Wire mine{0.0, -1, 1};
+  try {
+    const auto& gids = engine.attribute_table().global_ids();
+    std::vector<std::int64_t> slots;
+    std::vector<float> rows;
+    auto flush = [&] {
+      const std::int64_t m = static_cast<std::int64_t>(slots.size());
+      rows.resize(static_cast<std::size_t>(m * dim));
+      engine.read_rows(slots.data(), m, rows.data());
+      for (std::int64_t i = 0; i < m; ++i) {
+        const double n = row_norm(rows.data() + i * dim, dim);
+        const std::int64_t id = gids[static_cast<std::size_t>(slots[static_cast<std::size_t>(i)])];
+        if (mine.id < 0 || n > mine.norm || (n == mine.norm && id < mine.id)) mine = Wire{n, id, 1};
+      }
+      slots.clear();
+    };
+    for (std::size_t s = 0; s < live.size(); ++s) {
+      if (live[s]) slots.push_back(static_cast<std::int64_t>(s));
+      if (slots.size() == 4096) flush();
+    }
+    if (!slots.empty()) flush();
+  } catch (const std::exception& e) {
+    spdlog::warn("rank {}: measuring the live rows' norms: {}", comm.rank(), e.what());
+    mine = Wire{0.0, -1, 0};
+  }
+  std::vector<Wire> all(static_cast<std::size_t>(comm.world_size()));
+  comm.allgather(&mine, all.data(), sizeof mine);
+  std::vector<NormSummary> parts;
+  for (const Wire& w : all) {
+    if (!w.ok) return std::nullopt;
+    parts.push_back(NormSummary{w.norm, w.id});
+  }
+  return combine_norms(parts);
+}
+
 void allgather_norms(Communicator& comm, Metric m, IngestStats* stats) {
   struct Wire {
     double norm;
@@ -170,7 +231,7 @@ void allgather_norms(Communicator& comm, Metric m, IngestStats* stats) {
   stats->max_row_norm = c.max_norm;
   stats->max_row_norm_row = c.row;
   if (comm.rank() == 0)
-    spdlog::debug("score range: largest corpus row norm {:.6g} (row {}); {} admits queries of norm up to {:.6g} "
+    spdlog::debug("score range: largest corpus row norm {:.6g} (id {}); {} admits queries of norm up to {:.6g} "
                   "(bound B = FLT_MAX/2)",
                   c.max_norm, c.row, to_string(m), max_query_norm(m, c));
 }

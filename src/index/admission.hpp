@@ -22,12 +22,19 @@
 /// A corpus whose own largest row makes every score unbounded is refused at start-up: under l2
 /// (‖q‖ + M)² ≥ M², so M² > B leaves no admissible query (the row is named). Under inner
 /// product every corpus admits small enough queries: start-up logs the largest admissible ‖q‖.
+///
+/// Updates: M is the largest norm over the live rows. An upserted row may raise it only as far
+/// as keeps every query of the row's own norm admissible (‖x‖² ≤ B for inner product,
+/// (2‖x‖)² ≤ B for l2), so no write can shrink the admissible queries below that; and when the
+/// row that holds M dies (deleted or replaced), M is measured again over the live rows.
 #include <cfloat>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "shardtopk/communicator.hpp"
+#include "shardtopk/engine.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/types.hpp"
 
@@ -42,7 +49,9 @@ constexpr std::int64_t kMaxBoundedDim = 10'000'000;
 /// The largest float64 row norm of a set of rows and the (global) row that has it.
 struct NormSummary {
   double max_norm = 0.0;
-  std::int64_t row = -1;  ///< global row position of the largest norm (-1: no rows)
+  /// The row with the largest norm (-1: no rows): its global row position where a shard is
+  /// measured, its id once the index holds it (IngestStats::max_row_norm_row).
+  std::int64_t row = -1;
 };
 
 /// Float64 norms of rows [rows, dim] (raw values, before any cosine normalisation); rows are
@@ -58,6 +67,19 @@ NormSummary combine_norms(const std::vector<NormSummary>& parts);
 /// row that leaves no admissible query (l2: ‖x‖² > B), and a dimension above kMaxBoundedDim.
 void check_corpus_norms(Metric m, const NormSummary& shard, std::int64_t dim, const std::string& label);
 
+/// The largest norm an upserted row may have: √B (inner product), √B / 2 (l2), +inf (cosine).
+double max_upsert_norm(Metric m);
+
+/// Refuses (Error naming the id, its norm and the limit) upserted rows whose largest norm,
+/// `rows` (its row: the id), is above max_upsert_norm(m).
+void check_upsert_norm(Metric m, const NormSummary& rows);
+
+/// Collective: the largest float64 norm over every rank's live rows (`live` [this rank's
+/// slots], 1: live) as the engine stores them, named by id (-1: none live). nullopt when a rank
+/// could not read its rows (the bound in force, an upper bound, is then kept).
+std::optional<NormSummary> live_row_norms(Engine& engine, Communicator& comm, const std::vector<std::uint8_t>& live,
+                                          std::int64_t dim);
+
 /// Largest admissible query norm for the corpus: inner product B / M, l2 √B − M, cosine +inf
 /// (and +inf when M = 0).
 double max_query_norm(Metric m, const NormSummary& corpus);
@@ -68,7 +90,7 @@ double max_query_norm(Metric m, const NormSummary& corpus);
 /// the range check from the bound ‖q‖ ≤ √dim · max|q_d|; only one that does not gets its float64
 /// norm, which decides. Throws Error naming the first non-finite value (query, column, value;
 /// row-major order), else the first query over the bound with its float64 norm, the bound it
-/// would reach, B, and the corpus row with the largest norm.
+/// would reach, B, and the id of the row with the largest norm.
 void admit_query_values(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim);
 
 /// Collective: replaces stats->max_row_norm / max_row_norm_row (this shard's) by the corpus's

@@ -25,8 +25,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-/// Streams a ShardInput::streamed shard's rows into the just-built engine; returns their norms.
-using StreamRows = std::function<NormSummary(Engine&)>;
+/// What a pass over a shard's rows measures: their norms (admission.hpp) and, for a base that
+/// a storage directory's log applies to, their part of its identity (Storage::check_base).
+struct RowsSeen {
+  NormSummary norms;
+  BaseIdentity base;
+};
+
+/// Streams a ShardInput::streamed shard's rows into the just-built engine.
+using StreamRows = std::function<RowsSeen(Engine&)>;
 
 /// A string from rank 0 to every rank.
 void broadcast_string(Communicator& comm, std::string* s) {
@@ -54,6 +61,9 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
   std::string msg;
   std::unique_ptr<Space> space;
   std::unique_ptr<Engine> engine;
+  // The log's base when it is not a snapshot: its identity ties the directory to these rows.
+  const bool tie_base = !cfg.storage.dir.empty() && base_seq == 0 && !shard.generated;
+  BaseIdentity base{0, shard.dim, 0, 0};
   try {
     if (stats.max_row_norm_row < 0 && shard.rows > 0 && !shard.streamed) {  // norms not measured by the caller
       NormSummary norms;
@@ -81,11 +91,18 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
     }
     if (shard.streamed) {  // the rows now, while the engine copies the previous block to its device
       const auto ts = Clock::now();
-      const NormSummary norms = stream_rows(*engine);
+      const RowsSeen seen = stream_rows(*engine);
       stats.read_s = seconds_since(ts);
-      stats.max_row_norm = norms.max_norm;
-      stats.max_row_norm_row = norms.row;
+      stats.max_row_norm = seen.norms.max_norm;
+      stats.max_row_norm_row = seen.norms.row;
+      base = seen.base;
+    } else if (tie_base) {
+      base = base_identity_part(shard.data, shard.ids, shard.rows, shard.dim, rows.lo,
+                                resolve_threads(cfg, host_comm->local_size()));
     }
+    // Messages name the largest row by its id (the row's position in a snapshot means nothing).
+    const std::int64_t at = stats.max_row_norm_row - rows.lo;
+    if (shard.ids && at >= 0 && at < shard.rows) stats.max_row_norm_row = shard.ids[at];
     stats.upload_s = seconds_since(tu);
     if (host_comm->rank() == 0 && !shard.generated)
       spdlog::info("rank 0: engine {} built (rows uploaded) in {:.2f} s", engine->info().name, stats.upload_s);
@@ -97,6 +114,12 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
   }
   host_comm->check(ok, msg);
   allgather_norms(*host_comm, metric, &stats);
+  if (tie_base) {
+    std::vector<BaseIdentity> parts(static_cast<std::size_t>(host_comm->world_size()));
+    host_comm->allgather(&base, parts.data(), sizeof base);
+    base = BaseIdentity{0, shard.dim, 0, 0};
+    for (const BaseIdentity& p : parts) base = add_base_parts(base, p);
+  }
 
   // The data path's communicator: its staging (if any) is sized for the largest broadcast and
   // all-gather block (a rank's status slot and its [batch_max, k_max] candidates).
@@ -136,6 +159,20 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
         spdlog::warn("storage '{}': removing superseded files: {}", cfg.storage.dir, e.what());
       }
     }
+    // Rank 0 opens the directory here when the caller did not (rows given in memory), and
+    // checks that its log was written against these rows before any record is replayed.
+    bool base_ok = true;
+    std::string base_msg;
+    if (index->rank() == 0) {
+      try {
+        if (!storage) storage = std::make_unique<Storage>(storage_options(cfg.storage, shard.dim, metric));
+        if (tie_base) storage->check_base(base);
+      } catch (const std::exception& e) {
+        base_ok = false;
+        base_msg = e.what();
+      }
+    }
+    index->host_comm().check(base_ok, base_msg);
     index->enable_updates(std::move(storage), base_seq);
   }
   return index;
@@ -424,12 +461,16 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         tr = Clock::now();
         last_log = tr;
         std::vector<NormSummary> parts;
+        BaseIdentity base{0, stats.dim, 0, 0};
         read_row_blocks(
             cfg.corpus.path, cfg.corpus.dataset, stats.rows, RowFormat::kFloat32, ropt,
             [&](const RowBlock& b) {
               const float* x = static_cast<const float*>(b.data);
               e.load_rows(b.first_row - stats.rows.lo, b.rows, x);  // queued: the copy runs meanwhile
               parts.push_back(shard_norms(x, b.rows, b.cols, b.first_row, ropt.threads));
+              if (!cfg.storage.dir.empty() && snapshot.empty())
+                base = add_base_parts(base, base_identity_part(x, ids.data() + (b.first_row - stats.rows.lo), b.rows,
+                                                               b.cols, b.first_row, ropt.threads));
             },
             [&](std::int64_t, std::int64_t n) -> void* { return e.load_buffer(n); });
         e.finish_load();
@@ -441,7 +482,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
                        "while the previous one is copied)",
                        nrows, sec, nrows * row_bytes / std::max(sec, 1e-9) / 1e6);
         }
-        return norms;
+        return RowsSeen{norms, base};
       };
     }
   } catch (const std::exception& e) {

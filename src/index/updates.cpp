@@ -151,7 +151,8 @@ void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_
       SHARDTOPK_EXPECTS(u->storage->snapshot_seq() == base_seq, "storage '", u->storage->options().dir,
                         "' holds a snapshot at seq ", u->storage->snapshot_seq(), " (", u->storage->snapshot_path(),
                         ") but the index was built from the state at seq ", base_seq,
-                        ": load the index with load_index(), which reads the snapshot");
+                        ": open the directory through a config whose storage.dir names it, which loads the "
+                        "snapshot (Python: shardtopk.Index.open(config); C++: load_index(); or shardtopk serve)");
       u->submitted_seq = base_seq;
       u->live_rows = u->dir->live_rows();
     } catch (const std::exception& e) {
@@ -272,6 +273,8 @@ WriteResult ShardedIndex::plan_and_submit_upsert(const UpsertRows& rows, bool re
   }
   try {
     check_corpus_norms(metric_, norms, dim, "upserted row id");
+    // A logged record was acknowledged: replayed whatever its norm (the bound follows it).
+    if (!replay) check_upsert_norm(metric_, norms);
   } catch (const Error& e) {
     invalid(e.what());
   }
@@ -391,8 +394,13 @@ void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
   std::uint64_t last = 0;
   double max_norm = stats_.max_row_norm;
   std::int64_t max_norm_id = stats_.max_row_norm_row;
+  // The admission bound is the largest live row's norm: once the row that holds it dies, every
+  // rank measures its live rows again (rare: only that row's death costs a pass).
+  const bool ranged = metric_ != Metric::kCosine;
+  std::uint8_t holder_died = 0;
   try {
     const std::vector<WriteOp> ops = decode_write_ops(data, size, stats_.dim, static_cast<int>(schema_.size()));
+    const auto& gids = engine_->attribute_table().global_ids();
     const std::int64_t dim = stats_.dim;
     std::vector<std::int64_t> slots, ids;
     std::vector<float> vectors;
@@ -401,7 +409,10 @@ void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
     for (const WriteOp& op : ops) {
       slots.clear();
       for (const SlotRef& k : op.kills)
-        if (k.rank == rank()) slots.push_back(k.slot);
+        if (k.rank == rank()) {
+          slots.push_back(k.slot);
+          if (ranged && gids[static_cast<std::size_t>(k.slot)] == max_norm_id) holder_died = 1;
+        }
       engine_->set_live(slots.data(), static_cast<std::int64_t>(slots.size()), false);
       for (auto s : slots) u.live[static_cast<std::size_t>(s)] = 0;
       slots.clear();
@@ -447,9 +458,19 @@ void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
                                 "log): ") + e.what());
   }
   if (last > 0) u.applied_seq = last;
-  // The admission bound grows with the largest row (it never shrinks: deletes keep it).
   stats_.max_row_norm = max_norm;
   stats_.max_row_norm_row = max_norm_id;
+  if (!ranged) return;
+  std::vector<std::uint8_t> died(static_cast<std::size_t>(world_size()));
+  host_comm_->allgather(&holder_died, died.data(), 1);
+  if (std::find(died.begin(), died.end(), 1) == died.end()) return;
+  if (const std::optional<NormSummary> live = live_row_norms(*engine_, *host_comm_, u.live, stats_.dim)) {
+    if (rank() == 0)
+      spdlog::debug("score range: the largest row norm {:.6g} (id {}) left; now {:.6g} (id {})", max_norm,
+                    max_norm_id, live->max_norm, live->row);
+    stats_.max_row_norm = live->max_norm;
+    stats_.max_row_norm_row = live->row;
+  }
 }
 
 // ------------------------------------------------------------------------------ the collective calls

@@ -77,15 +77,17 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Header fields of the request: how many, and whether Content-Type / Content-Length repeat.
+// Header fields of the request: how many, and whether Content-Type, Content-Length or
+// Transfer-Encoding repeat.
 struct HeaderCount {
-  int fields = 0, content_type = 0, content_length = 0;
+  int fields = 0, content_type = 0, content_length = 0, transfer_encoding = 0;
 };
 MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) {
   auto* h = static_cast<HeaderCount*>(cls);
   ++h->fields;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) ++h->content_type;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) ++h->content_length;
+  if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) ++h->transfer_encoding;
   return MHD_YES;
 }
 
@@ -148,7 +150,6 @@ struct HttpFrontEnd::Request {
   bool too_large = false;
   bool busy = false;            // over service.max_inflight_bytes
   bool receiving = false;       // counted in Batcher::receiving_begin
-  bool filtered = false;        // the request gave a filter: a binary reply carries the counts
   std::size_t limit = 0;        // body bytes allowed
   std::size_t reserved = 0;     // bytes of the in-flight budget held
   std::size_t discarded = 0;    // body bytes dropped after the limit
@@ -458,7 +459,10 @@ std::string HttpFrontEnd::info_json() const {
   const BackendInfo& i = info_;
   json attributes = json::array();
   for (const AttributeSpec& a : i.attributes) attributes.push_back({{"name", a.name}, {"type", to_string(a.type)}});
-  std::string out = json{{"rows", i.rows},          {"dim", i.dim},       {"metric", i.metric},
+  // rows: what a search can return now (live rows of a writable index); base_rows: the rows
+  // of the base loaded at start-up (the corpus, or the snapshot; the log is replayed on it).
+  const std::int64_t rows = writer_ && writer_->writable() ? writer_->live_rows() : i.rows;
+  std::string out = json{{"rows", rows},            {"base_rows", i.rows}, {"dim", i.dim},  {"metric", i.metric},
                          {"dtype", i.dtype},        {"ranks", i.ranks},   {"engine", i.engine},
                          {"comm", i.comm},          {"k_max", i.k_max},   {"batch_max", i.batch_max},
                          {"batch_window_us", cfg_.batch_window_us},       {"version", version()},
@@ -514,6 +518,11 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
   if (h.fields > cfg_.max_headers)
     return reply_error(c, r, 431, std::to_string(h.fields) + " header fields, over service.max_headers (" +
                                       std::to_string(cfg_.max_headers) + ")", true);
+  // On every route, before anything else reads the body: its framing must be unambiguous.
+  const char* te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  const auto [framing_status, framing_why] =
+      framing_problem(h.content_length, h.transfer_encoding, te ? te : "");
+  if (framing_status) return reply_error(c, r, framing_status, framing_why, true);
 
   // Refused from the request line: answered at once, the body (if any) not read, the
   // connection closed.
@@ -711,7 +720,6 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
     job->k = static_cast<int>(k);
     job->queries = std::move(b.queries);
     job->filter = std::move(b.filter);
-    r.filtered = b.has_filter;
   } catch (const Error& e) {
     batcher_->receiving_end();
     return reply_error(c, r, 400, e.what());
@@ -775,13 +783,13 @@ int HttpFrontEnd::on_resumed(MHD_Connection* c, Request& r) {
   metrics_.search_done(ms_between(r.headers_in, Clock::now()) / 1000.0, j.nq);
   const std::size_t n = static_cast<std::size_t>(j.nq) * static_cast<std::size_t>(j.k);
   if (r.binary) {
-    // ids [B, K] int64, scores [B, K] float32, and for a filtered request counts [B] int32
-    // (docs/SERVING.md "Binary protocol").
-    const std::size_t counts = r.filtered ? static_cast<std::size_t>(j.nq) * 4 : 0;
+    // ids [B, K] int64, scores [B, K] float32, counts [B] int32 (docs/SERVING.md "Binary
+    // protocol"): any query may have fewer results than k (a filter, or fewer live rows).
+    const std::size_t counts = static_cast<std::size_t>(j.nq) * 4;
     std::string body(n * 12 + counts, '\0');
     std::memcpy(&body[0], j.ids.data(), n * 8);
     std::memcpy(&body[n * 8], j.scores.data(), n * 4);
-    if (counts) std::memcpy(&body[n * 12], j.counts.data(), counts);
+    std::memcpy(&body[n * 12], j.counts.data(), counts);
     return reply(c, r, 200, std::move(body), "application/octet-stream");
   }
   // {"ids":[[...]],"metric":"...","scores":[[...]],"took_ms":...}; a score is printed as the

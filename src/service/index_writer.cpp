@@ -1,6 +1,7 @@
 // WriteBackend over ShardedIndex's updates (the only place the service calls them).
 #include <nlohmann/json.hpp>
 
+#include "core/log.hpp"
 #include "service/batcher.hpp"
 #include "service/search_backend.hpp"
 #include "service/write_backend.hpp"
@@ -21,6 +22,29 @@ int status_of(const WriteError& e) {
   return 400;
 }
 
+/// A 500's message: what failed and, when the reason names a file in storage.dir, that file
+/// relative to it. The reason itself (absolute paths, library calls) goes to the log only.
+std::string internal_error(const std::string& what, const std::string& reason, const std::string& dir) {
+  spdlog::error("{} failed: {}", what, reason);
+  std::string file;
+  if (!dir.empty()) {
+    const std::string prefix = dir.back() == '/' ? dir : dir + "/";
+    const auto at = reason.find(prefix);
+    if (at != std::string::npos) {
+      const auto b = at + prefix.size();
+      file = reason.substr(b, reason.find_first_of("'\" ,;:)\n", b) - b);
+    }
+  }
+  return what + " failed: internal error" + (file.empty() ? "" : " at '" + file + "' in storage.dir") +
+         " (rank 0's log has the reason)";
+}
+
+/// A path under storage.dir as relative to it (as given when it is elsewhere).
+std::string relative_to(const std::string& path, const std::string& dir) {
+  const std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  return !prefix.empty() && path.compare(0, prefix.size(), prefix) == 0 ? path.substr(prefix.size()) : path;
+}
+
 class IndexWriter final : public WriteBackend {
  public:
   explicit IndexWriter(ShardedIndex& index) : index_(index) {}
@@ -30,7 +54,7 @@ class IndexWriter final : public WriteBackend {
   const AttributeSchema& schema() const override { return index_.attribute_schema(); }
 
   void upsert(const UpsertBody& b, Job& j) override {
-    run(j, [&] {
+    run(j, "upsert", [&] {
       UpsertRows rows;
       rows.rows = b.rows;
       rows.ids = b.ids.data();
@@ -44,7 +68,7 @@ class IndexWriter final : public WriteBackend {
   }
 
   void remove(const DeleteBody& b, Job& j) override {
-    run(j, [&] {
+    run(j, "delete", [&] {
       const WriteResult r = b.by_filter ? index_.remove_matching(b.filter)
                                         : index_.submit_remove(b.ids.data(), static_cast<std::int64_t>(b.ids.size()));
       return json{{"deleted", r.rows}, {"seq", r.seq}}.dump();
@@ -52,9 +76,9 @@ class IndexWriter final : public WriteBackend {
   }
 
   void snapshot(Job& j) override {
-    run(j, [&] {
+    run(j, "snapshot", [&] {
       const SnapshotResult r = index_.snapshot();
-      return json{{"path", r.path}, {"seq", r.seq}, {"rows", r.rows}}.dump();
+      return json{{"path", relative_to(r.path, dir())}, {"seq", r.seq}, {"rows", r.rows}}.dump();
     });
   }
 
@@ -63,8 +87,12 @@ class IndexWriter final : public WriteBackend {
       index_.apply_writes();
     } catch (const CommError& e) {
       throw RankLost(e.what());
+    } catch (const std::exception& e) {
+      throw Error(internal_error("the log write", e.what(), dir()));
     }
   }
+
+  std::int64_t live_rows() const override { return index_.update_stats().live_rows; }
 
   void after_commit() override {
     try {
@@ -105,8 +133,10 @@ class IndexWriter final : public WriteBackend {
   }
 
  private:
+  const std::string& dir() const { return index_.config().storage.dir; }
+
   template <typename F>
-  void run(Job& j, F&& f) {
+  void run(Job& j, const char* what, F&& f) {
     try {
       j.body = f();
       j.status = 200;
@@ -117,7 +147,7 @@ class IndexWriter final : public WriteBackend {
       throw RankLost(e.what());
     } catch (const std::exception& e) {
       j.status = 500;
-      j.error = e.what();
+      j.error = internal_error(what, e.what(), dir());
     }
   }
 

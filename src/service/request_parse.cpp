@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <strings.h>
 #include <limits>
 #include <set>
 
@@ -489,6 +490,27 @@ std::string excerpt(std::string_view s, std::size_t max) {
   }
   if (n < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
   return out;
+}
+
+std::pair<int, std::string> framing_problem(int content_lengths, int transfer_encodings, std::string_view te) {
+  if (content_lengths > 1) return {400, "Content-Length given more than once"};
+  if (transfer_encodings == 0) return {0, ""};
+  if (content_lengths > 0)
+    return {400, "both Transfer-Encoding and Content-Length given: the body's length is ambiguous (RFC 9112 6.3); "
+                 "send one of them"};
+  if (transfer_encodings > 1) return {400, "Transfer-Encoding given more than once"};
+  const auto trim = [](std::string_view t) {
+    const auto a = t.find_first_not_of(" \t"), b = t.find_last_not_of(" \t");
+    return a == std::string_view::npos ? std::string() : std::string(t.substr(a, b - a + 1));
+  };
+  const auto is_chunked = [](const std::string& t) { return strcasecmp(t.c_str(), "chunked") == 0; };
+  const std::string v = trim(te);
+  if (is_chunked(v)) return {0, ""};
+  const std::string shown = "Transfer-Encoding '" + excerpt(v, 48) + "'";
+  const auto comma = v.rfind(',');
+  if (!is_chunked(trim(comma == std::string::npos ? std::string_view(v) : std::string_view(v).substr(comma + 1))))
+    return {400, shown + ": the body's length cannot be determined (the final coding must be chunked, RFC 9112 6.3)"};
+  return {501, shown + " not implemented: only chunked is understood"};
 }
 
 long long parse_int_param(std::string_view name, std::string_view value) {

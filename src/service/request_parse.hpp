@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardtopk/filter.hpp"
@@ -99,6 +100,16 @@ struct BodyLimits {
   std::size_t binary = 0;
 };
 BodyLimits derived_body_limits(std::int64_t dim, int batch_max);
+
+/// Why a request's body length is ambiguous, and the status to answer ({0, ""}: it is not),
+/// from the number of Content-Length and Transfer-Encoding fields and the (first)
+/// Transfer-Encoding value. Where two readers of the same bytes could frame the body
+/// differently (a proxy by Content-Length, this server as chunked), the bytes after the body
+/// may be a request the proxy never saw, so RFC 9112 §6.3 has the request refused and its
+/// connection closed: both fields (400), either repeated (400), a coding list whose final coding
+/// is not chunked (400; the length is unknown), other codings before chunked (501). Accepted:
+/// exactly `chunked` (any case, surrounding spaces or tabs ignored).
+std::pair<int, std::string> framing_problem(int content_lengths, int transfer_encodings, std::string_view te);
 
 /// A short, flat, printable excerpt of client bytes for messages: at most `max` characters,
 /// non-printable bytes as \xNN, a note of the full length when cut.

@@ -26,7 +26,9 @@ class WriteBackend {
   virtual const AttributeSchema& schema() const = 0;
 
   /// Index thread. Each sets job.status and job.body: 200 with the JSON answer, or 400 (bad
-  /// input), 409 (read-only), 507 (capacity exhausted), 500 (the log failed) with job.error.
+  /// input), 409 (read-only), 507 (capacity exhausted), 500 (the log or a file failed) with
+  /// job.error. A 500's error is short: what failed and the file relative to storage.dir; the
+  /// full reason goes to rank 0's log (absolute paths and library calls are not for clients).
   /// upsert and delete by ids are only submitted here (durable and visible after commit());
   /// a delete by filter and a snapshot complete here (they apply what was submitted before
   /// them first). @throws RankLost when a rank is gone.
@@ -37,7 +39,7 @@ class WriteBackend {
   /// Index thread: waits until every submitted write is durable, then applies them on every
   /// rank (one group commit and one step between searches for a group of requests).
   /// @throws RankLost when a rank is gone; Error when the log failed (the writes' fate is
-  ///   unknown until a restart: answer 500).
+  ///   unknown until a restart: answer 500), with a short message as a 500's (above).
   virtual void commit() = 0;
 
   /// Index thread, after a committed group has been answered: the snapshot policy
@@ -45,6 +47,8 @@ class WriteBackend {
   /// A failed snapshot is logged, never thrown. @throws RankLost when a rank is gone.
   virtual void after_commit() {}
 
+  /// Rows a search can return now, all ranks (any thread).
+  virtual std::int64_t live_rows() const = 0;
   /// Prometheus lines (any thread): live rows, tombstones, capacity, log bytes, seqs.
   virtual std::string metrics() const = 0;
   /// Fields for /v1/info (any thread), as a JSON object's members without braces.

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/parse.hpp"
 #include "service/request_parse.hpp"
 #include "shardtopk/error.hpp"
 
@@ -46,9 +47,23 @@ json parse_bounded(std::string_view body) {
   }
 }
 
+/// Why a JSON value is not an int64 ("" when it is): an integer literal outside int64 and
+/// uint64 reads as a real, rounded (-2^63 - 1 to -2^63), so a whole real of that magnitude is
+/// "outside the int64 range", not "not an integer".
+std::string not_int64(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>() > INT64_MAX ? "is outside the int64 range" : "";
+  if (v.is_number_integer()) return "";
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && std::nearbyint(d) == d && !(d > -0x1p63 && d < 0x1p63)) return "is outside the int64 range";
+    return "is not an integer";
+  }
+  return "is not a number";
+}
+
 std::int64_t as_id(const json& v, const char* where, std::size_t i) {
-  SHARDTOPK_EXPECTS(v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX),
-                    where, "[", i, "] is not an int64 integer (", excerpt(v.dump(), 24), ")");
+  const std::string why = not_int64(v);
+  SHARDTOPK_EXPECTS(why.empty(), where, "[", i, "] = ", excerpt(v.dump(), 24), " ", why, " (ids are int64)");
   return v.get<std::int64_t>();
 }
 
@@ -108,11 +123,19 @@ UpsertBody parse_json_upsert(std::string_view body, std::int64_t dim, const Attr
       for (std::size_t i = 0; i < values.size(); ++i) {
         const json& v = values[i];
         if (spec->type == AttributeType::kInt64) {
-          SHARDTOPK_EXPECTS(v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX),
-                            "attribute \"", name, "\"[", i, "] is not an int64 integer (the attribute is int64)");
+          const std::string why = not_int64(v);
+          SHARDTOPK_EXPECTS(why.empty(), "attribute \"", name, "\"[", i, "] = ", excerpt(v.dump(), 24), " ", why,
+                            " (the attribute is int64)");
           col.ints.push_back(v.get<std::int64_t>());
         } else {
           SHARDTOPK_EXPECTS(v.is_number(), "attribute \"", name, "\"[", i, "] is not a number");
+          // As the filter language reads the same literal: an integer the attribute cannot hold
+          // exactly would be stored as another value, which an equality filter never finds.
+          const bool exact = v.is_number_unsigned() ? exactly_float64(v.get<std::uint64_t>())
+                             : v.is_number_integer() ? exactly_float64(v.get<std::int64_t>())
+                                                     : true;
+          SHARDTOPK_EXPECTS(exact, "attribute \"", name, "\"[", i, "] = ", excerpt(v.dump(), 24),
+                            " is not exactly representable as a float64 (the attribute is float64)");
           col.reals.push_back(v.get<double>());
         }
       }

@@ -153,6 +153,8 @@ std::string SnapshotWriter::commit() {
   next.snapshot_crc32c = file_crc32c(w.final_path, 0, static_cast<std::uint64_t>(next.snapshot_bytes));
   next.corpus_path.clear();  // the snapshot is the base from now on
   next.corpus_bytes = -1;
+  next.base = BaseIdentity{-1, 0, 0, 0};
+  next.log_seq = std::max(next.log_seq, st.writer->durable_seq());
   const std::string mpath = st.path(kManifestName);
   write_file_synced(mpath + kTempSuffix, manifest_json(next));
   w.step(SnapshotStep::kManifestWritten);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/log.hpp"
+#include "core/parallel.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/storage.hpp"
 #include "storage/crc32c.hpp"
@@ -39,6 +40,29 @@ bool parse_snapshot_name(const std::string& name, std::uint64_t* seq) {
   return true;
 }
 
+namespace {
+
+// A 64-bit digest as 16 hex digits: JSON numbers that large lose bits in many readers.
+std::string digest_text(std::uint64_t d) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(d));
+  return buf;
+}
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// One row's term of a digest: depends on its global position, so the sum is order-sensitive.
+std::uint64_t row_term(std::int64_t row, std::uint64_t value) {
+  return splitmix64(splitmix64(static_cast<std::uint64_t>(row)) ^ value);
+}
+
+}  // namespace
+
 std::string manifest_json(const Manifest& m) {
   nlohmann::json j;
   j["format"] = "shardtopk-storage";
@@ -54,6 +78,12 @@ std::string manifest_json(const Manifest& m) {
   if (m.snapshot.empty() && m.corpus_bytes >= 0)
     j["corpus"] = {{"path", m.corpus_path}, {"bytes", m.corpus_bytes}, {"sample_crc32c", m.corpus_sample_crc32c}};
   if (m.capacity_rows > 0) j["capacity_rows"] = m.capacity_rows;
+  if (m.snapshot.empty() && m.base.rows >= 0)
+    j["base"] = {{"rows", m.base.rows},
+                 {"dim", m.base.dim},
+                 {"ids_digest", digest_text(m.base.ids_digest)},
+                 {"data_digest", digest_text(m.base.data_digest)}};
+  if (m.log_seq > 0) j["log_seq"] = m.log_seq;
   return j.dump(2) + "\n";
 }
 
@@ -81,6 +111,13 @@ std::string manifest_string(const nlohmann::json& obj, const char* key, const st
   SHARDTOPK_EXPECTS(obj.contains(key), "'", path, "': the manifest has no '", key, "'");
   SHARDTOPK_EXPECTS(obj.at(key).is_string(), "'", path, "': '", key, "' is ", obj.at(key).dump(), " (expected a string)");
   return obj.at(key).get<std::string>();
+}
+
+std::uint64_t manifest_digest(const nlohmann::json& obj, const char* key, const std::string& path) {
+  const std::string t = manifest_string(obj, key, path);
+  SHARDTOPK_EXPECTS(t.size() == 16 && t.find_first_not_of("0123456789abcdef") == std::string::npos, "'", path, "': '",
+                    key, "' is \"", t, "\" (expected 16 lower-case hex digits)");
+  return std::stoull(t, nullptr, 16);
 }
 
 }  // namespace
@@ -134,12 +171,28 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
       SHARDTOPK_EXPECTS(m.capacity_rows >= 1, "'", path, "': 'capacity_rows' is 0 (expected an integer 1 .. ",
                         kInt64Max, ")");
     }
+    if (j.contains("base")) {
+      const auto& b = j.at("base");
+      SHARDTOPK_EXPECTS(b.is_object(), "'", path, "': 'base' is ", b.dump(), " (expected an object)");
+      m.base.rows = static_cast<std::int64_t>(manifest_uint(b, "rows", kInt64Max, path));
+      m.base.dim = static_cast<std::int64_t>(manifest_uint(b, "dim", kMaxDim, path));
+      m.base.ids_digest = manifest_digest(b, "ids_digest", path);
+      m.base.data_digest = manifest_digest(b, "data_digest", path);
+    }
+    if (j.contains("log_seq")) m.log_seq = manifest_uint(j, "log_seq", kInt64Max, path);
   } catch (const nlohmann::json::exception& e) {
     throw Error("'" + path + "': unreadable manifest: " + e.what());
   }
   std::uint64_t s = 0;
   SHARDTOPK_EXPECTS(m.snapshot.empty() || (parse_snapshot_name(m.snapshot, &s) && s == m.seq), "'", path,
                     "': snapshot '", m.snapshot, "' does not match seq ", m.seq);
+  // Without a snapshot the base is the corpus, before record 1: a larger seq would claim that
+  // records 1 .. seq are held by a snapshot that does not exist, and recovery would skip them
+  // and remove their segments.
+  SHARDTOPK_EXPECTS(!m.snapshot.empty() || m.seq == 0, "'", path, "': 'seq' is ", m.seq,
+                    " but 'snapshot' is null: no snapshot holds records 1 .. ", m.seq,
+                    " (without a snapshot the base is the corpus, seq 0); set 'seq' to 0, or name the snapshot "
+                    "file whose seq it is");
   SHARDTOPK_EXPECTS(m.dim >= 1 && m.dim <= kMaxDim, "'", path, "': dim ", m.dim, " out of range");
   return m;
 }
@@ -378,10 +431,14 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
       fsync_checked(fd.get(), path);
       st.report.dropped_bytes += static_cast<std::int64_t>(size - scan.end);
       st.report.dropped_records += scan.tail_records;
+      // A crash tears only the last group commit, whose records were never acknowledged; a file
+      // cut short afterwards may have lost acknowledged ones, and more than began in the tail:
+      // open_dir compares the log's end with the seq the manifest recorded.
       spdlog::warn(
-          "storage '{}': {}: cut a torn tail at offset {} ({}): dropped {} bytes, {} record(s) never acknowledged; "
-          "the log ends at seq {}",
-          st.opt.dir, name, scan.end, scan.tail_reason, size - scan.end, scan.tail_records, scan.last_seq);
+          "storage '{}': {}: cut a torn tail at offset {} ({}): dropped {} bytes holding {} record(s) from seq {} on "
+          "(after a crash: never acknowledged); the log ends at seq {}",
+          st.opt.dir, name, scan.end, scan.tail_reason, size - scan.end, scan.tail_records, scan.last_seq + 1,
+          scan.last_seq);
     }
     fd.close(path);
     if (is_last && scan.last_seq <= S && first <= S) {
@@ -436,6 +493,29 @@ void remove_unused_new_dir(Storage::Impl& st) {
   }
 }
 
+// A clean close: the log's last durable seq into the manifest (every record up to it was
+// acknowledged or is durable), so that a later open can tell a log cut short after the fact.
+void record_log_end(Storage::Impl& st) {
+  if (!st.writer || !st.lock) return;
+  try {
+    const std::uint64_t end = st.writer->durable_seq();
+    const bool failed = !st.writer->failure().empty();
+    st.writer.reset();
+    Manifest next;
+    {
+      std::lock_guard<std::mutex> lk(st.state_mu);
+      if (failed || st.manifest.log_seq == end) return;
+      next = st.manifest;
+    }
+    next.log_seq = end;
+    write_manifest(st, next);
+    std::lock_guard<std::mutex> lk(st.state_mu);
+    st.manifest = next;
+  } catch (const std::exception& e) {
+    spdlog::warn("storage '{}': recording the log's end in {} at close: {}", st.opt.dir, kManifestName, e.what());
+  }
+}
+
 }  // namespace
 
 void Storage::finish_recovery() {
@@ -465,6 +545,72 @@ void Storage::record_capacity(std::int64_t rows) {
   write_manifest(st, next);
   std::lock_guard<std::mutex> lk(st.state_mu);
   st.manifest.capacity_rows = rows;
+}
+
+BaseIdentity base_identity_part(const float* rows, const std::int64_t* ids, std::int64_t n, std::int64_t dim,
+                                std::int64_t first_row, int threads) {
+  SHARDTOPK_EXPECTS(n >= 0 && dim >= 1 && (n == 0 || rows), "base_identity_part: bad shape [", n, ", ", dim, "]");
+  const int parts = range_parts(n * dim, std::max(1, threads), 1 << 20);
+  std::vector<BaseIdentity> part(static_cast<std::size_t>(parts), BaseIdentity{0, dim, 0, 0});
+  parallel_ranges(n, parts, [&](std::int64_t lo, std::int64_t hi, int p) {
+    BaseIdentity& b = part[static_cast<std::size_t>(p)];
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const std::int64_t row = first_row + i;
+      const std::int64_t id = ids ? ids[i] : row;
+      b.ids_digest += row_term(row, static_cast<std::uint64_t>(id));
+      b.data_digest += row_term(row, crc32c(rows + i * dim, static_cast<std::size_t>(dim) * sizeof(float)));
+    }
+    b.rows = hi - lo;
+  });
+  BaseIdentity all{0, dim, 0, 0};
+  for (const BaseIdentity& b : part) all = add_base_parts(all, b);
+  return all;
+}
+
+BaseIdentity add_base_parts(const BaseIdentity& a, const BaseIdentity& b) {
+  SHARDTOPK_EXPECTS(a.dim == b.dim || a.rows == 0 || b.rows == 0, "add_base_parts: dims ", a.dim, " and ", b.dim);
+  return BaseIdentity{a.rows + b.rows, a.rows ? a.dim : b.dim, a.ids_digest + b.ids_digest,
+                      a.data_digest + b.data_digest};
+}
+
+void Storage::check_base(const BaseIdentity& base) {
+  Impl& st = *impl_;
+  std::lock_guard<std::mutex> writing(st.manifest_mu);
+  Manifest next;
+  {
+    std::lock_guard<std::mutex> lk(st.state_mu);
+    if (!st.manifest.snapshot.empty()) return;
+    next = st.manifest;
+  }
+  const BaseIdentity& was = next.base;
+  const std::uint64_t last = st.writer->durable_seq();
+  if (was.rows == base.rows && was.dim == base.dim && was.ids_digest == base.ids_digest &&
+      was.data_digest == base.data_digest)
+    return;
+  if (was.rows >= 0 && last > next.seq) {
+    std::string what;
+    if (was.rows != base.rows || was.dim != base.dim)
+      what = detail::concat("[", base.rows, " x ", base.dim, "] rows, not the [", was.rows, " x ", was.dim, "]");
+    else if (was.ids_digest != base.ids_digest)
+      what = detail::concat("other ids (digest ", digest_text(base.ids_digest), ", recorded ",
+                            digest_text(was.ids_digest), ")");
+    else
+      what = detail::concat("the same ids but other row values (digest ", digest_text(base.data_digest), ", recorded ",
+                            digest_text(was.data_digest), ")");
+    throw Error(detail::concat("storage '", st.opt.dir, "': its log holds ", last - next.seq,
+                               " record(s) written against a base of ", was.rows, " rows of dim ", was.dim,
+                               ", but the index was given ", what,
+                               ": replayed over other rows they would give wrong answers; load the rows the directory "
+                               "was made with (the same corpus file, or the same arrays), or use a new storage.dir"));
+  }
+  if (was.rows < 0 && last > next.seq)
+    spdlog::warn("storage '{}': the manifest does not record which rows its {} log record(s) were written against; "
+                 "recording the given [{} x {}] rows now",
+                 st.opt.dir, last - next.seq, base.rows, base.dim);
+  next.base = base;
+  write_manifest(st, next);
+  std::lock_guard<std::mutex> lk(st.state_mu);
+  st.manifest = next;
 }
 
 void Storage::verify_snapshot() const {
@@ -526,6 +672,13 @@ void open_dir(Storage::Impl& st, bool created) {
   if (!st.report.removed_files.empty()) fsync_dir(st.opt.dir);
 
   check_base_corpus(st, last);
+  if (st.manifest.log_seq > last) {
+    st.report.missing_acknowledged = static_cast<std::int64_t>(st.manifest.log_seq - last);
+    spdlog::error("storage '{}': the log ends at seq {} but had reached seq {} when the directory was last closed: {} "
+                  "acknowledged record(s), seq {} .. {}, are missing (a log segment was truncated or deleted since; "
+                  "restore it from a backup to get them back)",
+                  st.opt.dir, last, st.manifest.log_seq, st.report.missing_acknowledged, last + 1, st.manifest.log_seq);
+  }
 
   st.report.snapshot_path = st.manifest.snapshot.empty() ? "" : st.path(st.manifest.snapshot);
   st.report.snapshot_seq = st.manifest.seq;
@@ -584,7 +737,10 @@ Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
 
 Storage::~Storage() {
   // Destroyed while an exception unwinds the start-up (or the run) that opened it.
-  if (std::uncaught_exceptions() <= impl_->uncaught_at_open) return;
+  if (std::uncaught_exceptions() <= impl_->uncaught_at_open) {
+    record_log_end(*impl_);
+    return;
+  }
   try {
     remove_unused_new_dir(*impl_);
   } catch (const std::exception& e) {

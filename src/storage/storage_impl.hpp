@@ -39,6 +39,13 @@ struct Manifest {
   std::uint32_t corpus_sample_crc32c = 0;
   /// Row slots over all ranks the index was last started with (0: not recorded).
   std::int64_t capacity_rows = 0;
+  /// While there is no snapshot, the content of the base the log's records were planned
+  /// against (Storage::check_base; rows -1: not recorded).
+  BaseIdentity base{-1, 0, 0, 0};
+  /// A seq the log is known to have reached: its last durable seq when the directory was last
+  /// closed or snapshotted (0: not recorded). Every record up to it was acknowledged, so a log
+  /// that ends before it has lost acknowledged records.
+  std::uint64_t log_seq = 0;
 };
 
 /// Bytes at each end of a corpus file that its identity's checksum covers (1 MiB).

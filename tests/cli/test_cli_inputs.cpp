@@ -120,7 +120,7 @@ TEST_F(CliInputs, InnerProductOverflowIsRefusedNamingTheQueryAndTheBound) {
     const CmdResult r = search(ranks, cfg, q, 1);
     EXPECT_EQ(r.rc, 1) << r.err;
     EXPECT_THAT(r.err, AllOf(HasSubstr("queries [0, 1): query 0 of the batch has norm 1.41421e+20"),
-                             HasSubstr("largest row norm 1.41421e+20 (row 0)"), HasSubstr("|q| * max|x| = 2e+40"),
+                             HasSubstr("largest row norm 1.41421e+20 (id 0)"), HasSubstr("|q| * max|x| = 2e+40"),
                              HasSubstr("exceeds the float32 score bound 1.70141e+38 (FLT_MAX/2)"),
                              HasSubstr("largest admissible query norm is 1.2030")))
         << r.err;
@@ -191,7 +191,7 @@ TEST_F(CliInputs, L2QueryBeyondTheBoundIsRefused) {
   const CmdResult r = search(1, cfg, write_h5("q.h5", "test", {1, 1, 1e19f, -1e19f}, 2), 1);
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, AllOf(HasSubstr("query 1 of the batch has norm 1.41421e+19"), HasSubstr("(|q| + max|x|)^2"),
-                           HasSubstr("row 1"), HasSubstr("score bound 1.70141e+38")))
+                           HasSubstr("(id 1)"), HasSubstr("score bound 1.70141e+38")))
       << r.err;
 }
 

@@ -180,6 +180,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFilter{"null_for_int", R"({"eq": {"tenant": null}})", {"must be an integer, got null"}},
         BadFilter{"bool_for_float", R"({"eq": {"price": true}})", {"float64 attribute 'price' must be a number, got true"}},
         BadFilter{"beyond_int64", R"({"eq": {"tenant": 9223372036854775808}})", {"value 9223372036854775808 for int64 attribute 'tenant' is outside int64"}},
+        // below int64 and beyond 64 bits: the parser reads such integers as reals
+        BadFilter{"below_int64", R"({"eq": {"tenant": -9223372036854775809}})", {"for int64 attribute 'tenant' is outside int64"}},
+        BadFilter{"id_below_int64", R"({"ids_in": [-9223372036854775809]})", {"'ids_in' id", "is outside int64"}},
+        BadFilter{"beyond_uint64", R"({"eq": {"tenant": 18446744073709551616}})", {"is outside int64"}},
         BadFilter{"inexact_float", R"({"eq": {"price": 9007199254740993}})",
                   {"'eq' value 9007199254740993 for float64 attribute 'price' is not exactly representable as a float64"}},
         BadFilter{"inexact_float_negative", R"({"in": {"price": [-9223372036854775807]}})",

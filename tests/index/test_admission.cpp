@@ -50,7 +50,7 @@ TEST(Admission, InnerProductAdmitsUpToTheBoundAndRefusesBeyond) {
   const std::vector<float> ok = {below, below, 1, 0}, bad = {1, 0, above, -above};
   EXPECT_NO_THROW(admit(Metric::kInnerProduct, corpus, ok.data(), 2, 2));
   const std::string msg = test::error_of([&] { admit(Metric::kInnerProduct, corpus, bad.data(), 2, 2); });
-  EXPECT_THAT(msg, AllOf(HasSubstr("query 1 of the batch"), HasSubstr("(row 4)"), HasSubstr("1.70141e+38"),
+  EXPECT_THAT(msg, AllOf(HasSubstr("query 1 of the batch"), HasSubstr("(id 4)"), HasSubstr("1.70141e+38"),
                          HasSubstr("largest admissible query norm is 8.50706e+18")))
       << msg;
   // cosine: scores are in [-1, 1] whatever the raw norms
@@ -75,7 +75,7 @@ TEST(Admission, OnePassNamesTheFirstNonFiniteValueThenTheNormBound) {
   }
   const std::vector<float> large = {1, 0, 0, big, 0, 0};
   EXPECT_THAT(test::error_of([&] { admit_query_values(Metric::kInnerProduct, corpus, large.data(), 2, 3); }),
-              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(row 4)")));
+              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(id 4)")));
   EXPECT_NO_THROW(admit_query_values(Metric::kCosine, corpus, large.data(), 2, 3));
 }
 

@@ -723,6 +723,80 @@ TEST_P(Updates, ADamagedSnapshotOrAnotherBaseFileIsRefusedAtStartUp) {
   refused(cfg, "holds seq ");
 }
 
+// Score range under updates (docs/EXACTNESS.md "Score range"): a row whose norm would leave
+// queries of its own norm inadmissible is refused at upsert; a large admissible one lowers the
+// admissible query norm only while it lives (deleting it restores the bound, also after a
+// restart that replays the delete), and the refusal names the row by its id, also when the row
+// comes from a snapshot.
+TEST_P(Updates, AHugeRowIsRefusedAndTheBoundFollowsTheLiveRows) {
+  const Config cfg = make_config(/*small_ints=*/true);
+  const Metric m = GetParam();
+  const std::vector<std::int64_t> t1{0};
+  auto try_upsert = [&](ShardedIndex& idx, std::int64_t id, const std::vector<float>& v) {
+    UpsertRows r;
+    r.rows = 1;
+    r.ids = &id;
+    r.vectors = v.data();
+    r.attributes.push_back(AttributeColumnView{"tenant", AttributeType::kInt64, t1.data()});
+    idx.upsert(r);
+  };
+  // Whether a search for `q` is admitted; the refusal's text on rank 0.
+  auto admitted = [&](ShardedIndex& idx, const std::vector<float>& q, std::string* why) {
+    std::vector<std::int64_t> ids(kK);
+    std::vector<float> scores(kK);
+    try {
+      idx.search(g_rank == 0 ? q.data() : nullptr, 1, kK, g_rank == 0 ? ids.data() : nullptr,
+                 g_rank == 0 ? scores.data() : nullptr);
+      return true;
+    } catch (const Error& e) {
+      if (why) *why = e.what();
+      return false;
+    }
+  };
+  const std::vector<float> huge(kDim, 3e38f);
+  if (m == Metric::kCosine) {  // unit rows and queries: no bound, any finite row is taken
+    auto idx = load_index(cfg, false);
+    try_upsert(*idx, 9000, huge);
+    model_[9000] = Row{huge, 0};
+    expect_oracle(*idx, "cosine after a huge row");
+    return;
+  }
+  // The largest admissible row (√B, or √B / 2 under l2, with B = FLT_MAX / 2 ≈ 1.70141e38) and
+  // a probe query of norm 2^66 (2^63 under l2): admitted over the base rows, not with `big` live.
+  std::vector<float> big(kDim, 0.0f), probe(kDim, 0.0f);
+  big[0] = m == Metric::kL2 ? 6e18f : 1.2e19f;
+  probe[0] = m == Metric::kL2 ? 0x1p63f : 0x1p66f;
+  std::string why;
+  {
+    auto idx = load_index(cfg, false);
+    ASSERT_TRUE(admitted(*idx, probe, nullptr));
+    expect_refused([&] { try_upsert(*idx, 9000, huge); }, WriteError::Kind::kInvalid, "row id 9000 has norm");
+    std::vector<float> over = big;
+    over[0] *= 1.1f;
+    expect_refused([&] { try_upsert(*idx, 9000, over); }, WriteError::Kind::kInvalid, "row id 9000 has norm");
+    try_upsert(*idx, 9001, big);
+    EXPECT_FALSE(admitted(*idx, probe, &why));
+    if (g_rank == 0) EXPECT_THAT(why, HasSubstr("(id 9001)"));
+    idx->snapshot();
+  }
+  {
+    auto idx = load_index(cfg, false);  // the big row is in the snapshot now
+    EXPECT_FALSE(admitted(*idx, probe, &why));
+    if (g_rank == 0) EXPECT_THAT(why, HasSubstr("(id 9001)")) << "named by its position in the snapshot?";
+    const std::vector<std::int64_t> gone{9001};
+    idx->remove(gone.data(), 1);
+    EXPECT_TRUE(admitted(*idx, probe, &why)) << why;
+    expect_oracle(*idx, "after the big row's delete");
+  }
+  auto idx = load_index(cfg, false);  // snapshot + the delete replayed
+  EXPECT_TRUE(admitted(*idx, probe, &why)) << why;
+  // Replacing the big row by a small one also gives the bound back.
+  try_upsert(*idx, 9002, big);
+  EXPECT_FALSE(admitted(*idx, probe, nullptr));
+  try_upsert(*idx, 9002, std::vector<float>(kDim, 1.0f));
+  EXPECT_TRUE(admitted(*idx, probe, &why)) << why;
+}
+
 INSTANTIATE_TEST_SUITE_P(Metrics, Updates, ::testing::Values(Metric::kInnerProduct, Metric::kL2, Metric::kCosine),
                          [](const ::testing::TestParamInfo<Metric>& i) { return to_string(i.param); });
 

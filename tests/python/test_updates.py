@@ -221,8 +221,12 @@ class UpdateTests(unittest.TestCase):
                 index.upsert(np.array([1]), C[:1])
             with self.assertRaisesRegex(ValueError, r"unknown attribute 'year'"):
                 index.upsert(np.array([1]), C[:1], attributes={"tenant": t1, "year": t1})
-            with self.assertRaisesRegex(ValueError, r"ids is empty"):
-                index.remove(np.array([], dtype=np.int64))
+            for empty in (np.array([], dtype=np.int64), [], np.array([])):
+                with self.subTest(ids=repr(empty)), self.assertRaisesRegex(ValueError, r"ids is empty"):
+                    index.remove(empty)
+            for big in ([1, 2, 2**63], [-2**63 - 1]):
+                with self.subTest(ids=big), self.assertRaisesRegex(ValueError, r"ids: a value exceeds the int64 range"):
+                    index.remove(big)
             with self.assertRaisesRegex(ValueError, r"id 4 appears more than once"):
                 index.remove(np.array([4, 4]))
             with self.assertRaisesRegex(ValueError, r"filter"):
@@ -231,27 +235,76 @@ class UpdateTests(unittest.TestCase):
             self.check(index, model, Q, "after refused writes")
 
     def test_attribute_values_take_the_index_type(self):
-        """Integers for a float64 attribute are converted as numpy converts them (plain ints, a list,
-        an int array); reals for an int64 attribute are refused, naming the attribute."""
+        """Integers for a float64 attribute are taken when they are float64 values exactly (plain ints,
+        a list, an int array), and refused otherwise, as the filter language refuses such a literal;
+        reals for an int64 attribute are refused, naming the attribute."""
         C, ids, tenant, _ = corpus(n=20)
         price = np.arange(20) * 0.5
         with tempfile.TemporaryDirectory() as tmp, shardtopk.Index.from_arrays(
                 C, ids=ids, backend="cpu", attributes={"tenant": tenant, "price": price}, k_max=1024,
                 engine__threads=1, storage__dir=tmp) as index:
             self.assertEqual(index.info()["attributes"], {"tenant": "int64", "price": "float64"})
-            for i, p in enumerate([[3], np.array([4], dtype=np.int32), np.array([2**53 + 1], dtype=np.uint64)]):
+            for i, p in enumerate([[3], np.array([4], dtype=np.int32), np.array([2**63], dtype=np.uint64), [2**63]]):
                 with self.subTest(price=repr(p)):
                     index.upsert([9000 + i], C[:1], attributes={"tenant": [100 + i], "price": p})
                     want = float(np.asarray(p).astype(np.float64)[0])
                     got, _ = index.search(C[:1], 1, filter={"all": [{"eq": {"price": want}}, {"eq": {"tenant": 100 + i}}]})
                     self.assertEqual(got.tolist(), [[9000 + i]])
             seq = index.info()["applied_seq"]
+            for p in (np.array([2**53 + 1], dtype=np.uint64), np.array([-(2**53) - 1]), [2**53 + 1], [2**64 + 1]):
+                with self.subTest(price=repr(p)), self.assertRaisesRegex(
+                        ValueError, r"attributes\['price'\]\[0\] = -?\d+ is not exactly representable as a float64"):
+                    index.upsert([9100], C[:1], attributes={"tenant": [1], "price": p})
             for t in ([6.0], np.array([6.5]), np.array([6], dtype=np.float32)):
                 with self.subTest(tenant=repr(t)), self.assertRaisesRegex(
                         ValueError, r"attributes\['tenant'\] holds reals \(dtype float(64|32)\) but the attribute is "
                                     r"int64: pass integers"):
                     index.upsert([9100], C[:1], attributes={"tenant": t, "price": [1]})
             self.assertEqual(index.info()["applied_seq"], seq)
+
+    def test_integer_lists_are_int64_as_integer_arrays_are(self):
+        """A list of ints whose values do not fit int64 is refused like a uint64 array of them (numpy
+        alone would make [1, 2, 2**63] a float64 column)."""
+        C, ids, tenant, _ = corpus(n=3)
+        for values in ([1, 2, 2**63], np.array([1, 2, 2**63], dtype=np.uint64)):
+            with self.subTest(values=repr(values)), self.assertRaisesRegex(
+                    ValueError, r"attributes\['x'\]: a value exceeds the int64 range"):
+                shardtopk.Index.from_arrays(C, backend="cpu", attributes={"x": values})
+        with self.assertRaisesRegex(ValueError, r"ids: a value exceeds the int64 range"):
+            shardtopk.Index.from_arrays(C, ids=[1, 2, 2**63], backend="cpu")
+        with shardtopk.Index.from_arrays(C, backend="cpu", attributes={"x": [1, 2, 2**62]}) as index:
+            self.assertEqual(index.info()["attributes"], {"x": "int64"})
+
+    def test_a_directory_is_tied_to_the_arrays_it_was_made_from(self):
+        """A storage directory's log replays only over the rows it was written against: other rows,
+        other ids or fewer rows are refused naming what differs; the same arrays reopen it."""
+        rng = np.random.default_rng(5)
+        P = rng.standard_normal((400, D)).astype(np.float32)
+        P /= np.linalg.norm(P, axis=1, keepdims=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = os.path.join(tmp, "store")
+
+            def build(rows, ids=None):
+                return shardtopk.Index.from_arrays(rows, ids=ids, backend="cpu", engine__threads=1, storage__dir=store)
+
+            with build(P[:200]) as index:
+                index.upsert([1000], P[300:301])
+                index.remove([5])
+            for what, rows, ids, msg in [
+                    ("other rows", P[200:400], None, r"the same ids but other row values"),
+                    ("other ids", P[:200], np.arange(200) + 1, r"other ids"),
+                    ("fewer rows", P[:150], None, r"\[150 x 13\] rows, not the \[200 x 13\]"),
+            ]:
+                with self.subTest(what), self.assertRaisesRegex(
+                        ValueError, r"its log holds 2 record\(s\) written against a base of 200 rows of dim 13.*" + msg):
+                    build(rows, ids)
+            with build(P[:200]) as index:
+                got, _ = index.search(P[[5, 300]], 1)
+                self.assertNotEqual(int(got[0, 0]), 5, "the delete was replayed")
+                self.assertEqual(int(got[1, 0]), 1000, "the upsert was replayed")
+                index.snapshot()
+            with self.assertRaisesRegex(ValueError, r"holds a snapshot at seq 2 .*shardtopk\.Index\.open"):
+                build(P[:200])
 
     def test_read_only_index(self):
         C, ids, tenant, _ = corpus(n=20)

@@ -261,11 +261,12 @@ inline Answer search_json(int port, const float* q, int nq, std::int64_t dim, in
   return a;
 }
 
-/// Parses a binary reply body (B×K int64 ids, then B×K float32 scores).
+/// Parses a binary reply body (B×K int64 ids, B×K float32 scores, then B int32 counts) into
+/// its ids and scores, padding included (empty when the length is not that).
 inline Answer parse_binary_reply(const std::string& body, int nq, int k) {
   Answer a;
   const size_t n = static_cast<size_t>(nq) * k;
-  if (body.size() != n * 12) return a;
+  if (body.size() != n * 12 + static_cast<size_t>(nq) * 4) return a;
   a.ids.resize(n);
   a.scores.resize(n);
   std::memcpy(a.ids.data(), body.data(), n * 8);
@@ -281,7 +282,7 @@ inline Answer search_binary(int port, const float* q, int nq, std::int64_t dim, 
   EXPECT_EQ(r.status, 200) << r.body;
   if (r.status != 200) return {};
   if (batch_size) *batch_size = r.batch_size;
-  EXPECT_EQ(r.body.size(), static_cast<size_t>(nq) * k * 12);
+  EXPECT_EQ(r.body.size(), static_cast<size_t>(nq) * k * 12 + static_cast<size_t>(nq) * 4);
   return parse_binary_reply(r.body, nq, k);
 }
 

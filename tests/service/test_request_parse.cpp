@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "service/request_parse.hpp"
+#include "service/write_parse.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk::service {
@@ -197,6 +198,66 @@ TEST(Excerpt, ShortFlatAndPrintable) {
 
 // Query parameters are decimal digits and nothing else: std::stoll's '+' and leading white
 // space are refused, as is anything around the digits.
+// RFC 9112 6.3: a body whose length two readers could take differently is refused.
+TEST(Framing, OneUnambiguousLengthOrItIsRefused) {
+  EXPECT_EQ(framing_problem(0, 0, "").first, 0);
+  EXPECT_EQ(framing_problem(1, 0, "").first, 0);
+  for (const char* te : {"chunked", "Chunked", " \tchunked\t "}) EXPECT_EQ(framing_problem(0, 1, te).first, 0) << te;
+  struct Case {
+    int cl, te;
+    const char* value;
+    int status;
+    const char* needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {1, 1, "chunked", 400, "both Transfer-Encoding and Content-Length"},
+           {1, 1, "identity", 400, "both Transfer-Encoding and Content-Length"},
+           {2, 0, "", 400, "Content-Length given more than once"},
+           {0, 2, "chunked", 400, "Transfer-Encoding given more than once"},
+           {0, 1, "gzip", 400, "Transfer-Encoding 'gzip': the body's length cannot be determined"},
+           {0, 1, "chunked, gzip", 400, "the final coding must be chunked"},
+           {0, 1, "", 400, "the final coding must be chunked"},
+           {0, 1, "gzip,chunked", 501, "Transfer-Encoding 'gzip,chunked' not implemented"},
+           {0, 1, "x\r\ny: chunked", 400, "'x\\x0d\\x0ay: chunked'"},
+       }) {
+    const auto [status, why] = framing_problem(c.cl, c.te, c.value);
+    EXPECT_EQ(status, c.status) << c.value;
+    EXPECT_THAT(why, HasSubstr(c.needle));
+  }
+}
+
+// Write bodies read numbers as the filter language does: an integer a float64 attribute cannot
+// hold exactly is refused (it would be stored as another value), and an integer beyond int64 is
+// named as such (the JSON parser reads it as a real).
+TEST(ParseWrite, NumbersAreTakenExactlyOrRefusedByName) {
+  const AttributeSchema schema{{"tenant", AttributeType::kInt64}, {"price", AttributeType::kFloat64}};
+  auto upsert = [&](const std::string& tenant, const std::string& price) {
+    return parse_json_upsert(R"({"ids":[1],"vectors":[[1,2]],"attributes":{"tenant":[)" + tenant + R"(],"price":[)" +
+                                 price + "]}}",
+                             2, schema);
+  };
+  auto price = [&](const std::string& p) {
+    for (const AttributeColumn& c : upsert("1", p).columns)
+      if (c.name == "price" && c.reals.size() == 1) return c.reals[0];
+    ADD_FAILURE() << "no price column";
+    return 0.0;
+  };
+  EXPECT_EQ(price("9007199254740992"), 9007199254740992.0);
+  EXPECT_EQ(price("18446744073709551615.5"), 18446744073709551616.0);  // a real: rounded, as any real
+  EXPECT_EQ(price("-9223372036854775808"), -9223372036854775808.0);
+  for (const char* p : {"9007199254740993", "-9007199254740993", "18446744073709551615"})
+    EXPECT_THAT(error_of([&] { upsert("1", p); }),
+                HasSubstr(std::string("attribute \"price\"[0] = ") + p + " is not exactly representable as a float64"));
+  EXPECT_THAT(error_of([&] { upsert("-9223372036854775809", "1"); }),
+              AllOf(HasSubstr("attribute \"tenant\"[0] = -9.22"), HasSubstr("is outside the int64 range")));
+  EXPECT_THAT(error_of([&] { upsert("1.5", "1"); }), HasSubstr("attribute \"tenant\"[0] = 1.5 is not an integer"));
+  EXPECT_THAT(error_of([&] { parse_json_delete(R"({"ids":[5, -9223372036854775809]})", schema); }),
+              AllOf(HasSubstr("ids[1] = -9.22"), HasSubstr("is outside the int64 range")));
+  EXPECT_THAT(error_of([&] { parse_json_delete(R"({"ids":[18446744073709551615]})", schema); }),
+              HasSubstr("ids[0] = 18446744073709551615 is outside the int64 range"));
+  EXPECT_THAT(error_of([&] { parse_json_delete(R"({"ids":[2.5]})", schema); }), HasSubstr("ids[0] = 2.5 is not an integer"));
+}
+
 TEST(ParseIntParam, DecimalDigitsOnly) {
   EXPECT_EQ(parse_int_param("n", "1"), 1);
   EXPECT_EQ(parse_int_param("n", "007"), 7);

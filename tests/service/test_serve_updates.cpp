@@ -174,9 +174,14 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   EXPECT_EQ(present(s.port(), {1001, 7}, std::vector<float>(v.begin() + kDim, v.end())),
             (std::vector<bool>{false, false}));
 
-  // Capacity: 80 slots; one row more than are free does not fit, as many as are free do.
-  const std::int64_t live = json::parse(get(s.port(), "/v1/info").body)["live_rows"];
+  // /v1/info's rows follow the live rows; base_rows stays the corpus's.
+  const json after = json::parse(get(s.port(), "/v1/info").body);
+  const std::int64_t live = after["live_rows"];
   EXPECT_EQ(live, 64 + 2 - 2 - 23);
+  EXPECT_EQ(after["rows"], live);
+  EXPECT_EQ(after["base_rows"], kBase);
+
+  // Capacity: 80 slots; one row more than are free does not fit, as many as are free do.
   const std::int64_t free = 80 - live;
   std::vector<std::int64_t> many, tenants;
   for (std::int64_t i = 0; i <= free; ++i) {
@@ -191,13 +196,26 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   r = post(s.port(), "/v1/upsert", upsert_body(many, random_floats(many.size() * kDim, 9), tenants), "application/json");
   EXPECT_EQ(r.status, 200) << r.body;
 
+  // A snapshot that fails (a directory where its temporary file goes): 500 naming what failed
+  // and the file relative to storage.dir; the reason (an absolute path, a library's call) goes
+  // to the log only.
+  const std::string blocker = store + "/snapshot-00000000000000000004.h5.tmp";
+  std::filesystem::create_directory(blocker);
+  r = post(s.port(), "/v1/snapshot", "", "application/json");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("snapshot failed: internal error at 'snapshot-00000000000000000004.h5.tmp' in "
+                                "storage.dir (rank 0's log has the reason)"));
+  EXPECT_THAT(r.body, ::testing::Not(HasSubstr(store)));
+  std::filesystem::remove(blocker);
+
   // Snapshot, then metrics and info.
   r = post(s.port(), "/v1/snapshot", "", "application/json");
   ASSERT_EQ(r.status, 200) << r.body;
   const json snap = json::parse(r.body);
   EXPECT_EQ(snap["seq"], 4);
   EXPECT_EQ(snap["rows"], 80);
-  EXPECT_TRUE(std::filesystem::exists(snap["path"].get<std::string>()));
+  EXPECT_EQ(snap["path"], "snapshot-00000000000000000004.h5") << "relative to storage.dir";
+  EXPECT_TRUE(std::filesystem::exists(store + "/" + snap["path"].get<std::string>()));
   const std::string m = get(s.port(), "/metrics").body;
   EXPECT_THAT(m, HasSubstr("shardtopk_live_rows 80"));
   EXPECT_THAT(m, HasSubstr("shardtopk_snapshot_seq 4"));
@@ -377,6 +395,110 @@ TEST(ServeUpdates, ReadOnlyServiceAnswers409) {
   EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["writable"], false);
   const std::vector<float> q = random_floats(kDim, 2);
   EXPECT_EQ(search_json(s.port(), q.data(), 1, kDim, 3).ids.size(), 3u);
+}
+
+// Fewer live rows than k (a writable index takes k up to its capacity): the binary reply
+// carries the counts, unfiltered too, its slots past them padding, and the JSON reply the real
+// results only (docs/SERVING.md "Binary protocol").
+TEST(ServeUpdates, RepliesWithFewerLiveRowsThanKCarryTheirCounts) {
+  TempDir dir;
+  const std::string cfg = make_service_files(dir, dir.file("store"));
+  Server s(cfg, dir.path(), 1);
+  ASSERT_TRUE(s.wait_ready());
+  std::vector<std::int64_t> gone;
+  for (std::int64_t i = 0; i < kBase - 10; ++i) gone.push_back(i);
+  Reply r = post(s.port(), "/v1/delete", json{{"ids", gone}}.dump(), "application/json");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const int k = 16, live = 10;
+  const std::vector<float> q = random_floats(2 * kDim, 10);
+  for (const std::string& filter : {std::string(), std::string("&filter=null")}) {
+    SCOPED_TRACE(filter.empty() ? "unfiltered" : "filter=null");
+    r = post(s.port(), "/v1/search?k=" + std::to_string(k) + filter,
+             std::string(reinterpret_cast<const char*>(q.data()), 2 * kDim * 4), "application/octet-stream");
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.body.size(), 2u * k * 12 + 2 * 4) << "ids, scores, then the counts";
+    for (int i = 0; i < 2; ++i) {
+      std::int32_t count = 0;
+      std::memcpy(&count, r.body.data() + 2 * k * 12 + 4 * i, 4);
+      EXPECT_EQ(count, live);
+      std::int64_t first = 0, pad = 0;
+      std::memcpy(&first, r.body.data() + 8 * (i * k), 8);
+      std::memcpy(&pad, r.body.data() + 8 * (i * k + live), 8);
+      EXPECT_GE(first, kBase - 10);
+      EXPECT_EQ(pad, std::numeric_limits<std::int64_t>::max());
+    }
+  }
+  const FilteredAnswer a = search_json_filtered(s.port(), q.data(), 2, kDim, k, json(nullptr));
+  ASSERT_EQ(a.ids.size(), 2u);
+  EXPECT_EQ(a.ids[0].size(), static_cast<std::size_t>(live));
+  EXPECT_EQ(a.ids[1].size(), static_cast<std::size_t>(live));
+  const json info = json::parse(get(s.port(), "/v1/info").body);
+  EXPECT_EQ(info["rows"], live);
+  EXPECT_EQ(info["base_rows"], kBase);
+}
+
+// Request smuggling: a search whose body, framed by Content-Length (as a proxy in front may
+// frame it), holds a delete after an empty chunk. Read as chunked, the delete would run as a
+// second request on the connection. Every ambiguous framing is refused with the connection
+// closed, and nothing is deleted.
+TEST(ServeUpdates, AmbiguouslyFramedRequestsAreRefusedAndTheirConnectionClosed) {
+  TempDir dir;
+  const std::string cfg = make_service_files(dir, dir.file("store"));
+  Server s(cfg, dir.path(), 1);
+  ASSERT_TRUE(s.wait_ready());
+  const std::string del = R"({"ids":[0,1,2,3]})";
+  const std::string smuggled = "0\r\n\r\nPOST /v1/delete HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                               "Content-Length: " + std::to_string(del.size()) + "\r\n\r\n" + del;
+  const std::string n = std::to_string(smuggled.size());
+  struct Case {
+    std::string headers;
+    int status;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"Content-Length: " + n + "\r\nTransfer-Encoding: chunked\r\n", 400, "both Transfer-Encoding and Content-Length"},
+      {"Transfer-Encoding:\tchunked\r\nContent-Length: " + n + "\r\n", 400, "both Transfer-Encoding and Content-Length"},
+      {"Content-Length: " + n + "\r\nTransfer-Encoding: CHUNKED \r\n", 400, "both Transfer-Encoding and Content-Length"},
+      {"Content-Length: 5\r\nContent-Length: " + n + "\r\n", 400, "Content-Length given more than once"},
+      {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 400, "Transfer-Encoding given more than once"},
+      {"Transfer-Encoding: chunked, gzip\r\n", 400, "the final coding must be chunked"},
+      {"Transfer-Encoding: gzip\r\n", 400, "the final coding must be chunked"},
+      {"Transfer-Encoding: gzip, chunked\r\n", 501, "only chunked is understood"},
+  };
+  for (const std::string& path : {std::string("/v1/search"), std::string("/v1/info")}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(path + " with " + c.headers);
+      const int fd = connect_to(s.port());
+      ASSERT_GE(fd, 0);
+      const std::string method = path == "/v1/info" ? "GET " : "POST ";
+      send_all(fd, method + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + c.headers +
+                       "\r\n" + smuggled);
+      std::string buf;
+      const RawReply r = read_reply(fd, buf);
+      EXPECT_EQ(r.status, c.status) << r.error << r.body;
+      EXPECT_THAT(r.body, HasSubstr(c.needle));
+      EXPECT_EQ(r.headers.count("connection") ? r.headers.at("connection") : "", "close");
+      const RawReply next = read_reply(fd, buf, 5);
+      EXPECT_EQ(next.status, 0) << "a second reply on the connection: " << next.body;
+      ::close(fd);
+    }
+  }
+  const json info = json::parse(get(s.port(), "/v1/info").body);
+  EXPECT_EQ(info["live_rows"], kBase) << "a smuggled delete ran";
+  EXPECT_EQ(info["applied_seq"], 0);
+  // A plain chunked body is still taken.
+  const int fd = connect_to(s.port());
+  ASSERT_GE(fd, 0);
+  const std::vector<float> q = random_floats(kDim, 3);
+  const std::string body = json_queries(q.data(), 1, kDim, 3);
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  send_all(fd, "POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: "
+               "Chunked\r\n\r\n" + std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n");
+  std::string buf;
+  const RawReply r = read_reply(fd, buf);
+  EXPECT_EQ(r.status, 200) << r.error << r.body;
+  ::close(fd);
 }
 
 // ------------------------------------------------------------------------------ crash tests

@@ -1,10 +1,13 @@
-// Snapshots: the file's contents, the log truncated behind it, bad requests, and recovery after
-// a crash at every step of the protocol (a forked process that exits at the step).
+// Snapshots: the file's contents, the log truncated behind it, bad requests, recovery after a
+// crash at every step of the protocol (a forked process that exits at the step), and the
+// manifest's other records: the corpus the log was written against, a seq only a snapshot may
+// hold, and the log's end at the last close.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "shardtopk/corpus_io.hpp"
@@ -285,6 +288,96 @@ TEST(Snapshot, AnEditedManifestIsReadStrictly) {
   write_text(mpath, good);
   Storage st(options_for(dir, 4));
   EXPECT_EQ(recovered_state(st), model_at(reqs, 8));
+}
+
+// A manifest that claims records no snapshot holds ("seq" above 0 with "snapshot": null, as a
+// hand edit leaves it) is refused naming the key, and no log segment is touched: recovery
+// would otherwise skip those records and remove their segments.
+TEST(Snapshot, AManifestClaimingRecordsNoSnapshotHoldsIsRefusedAndKeepsTheLog) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(12, 4, 23);
+  {
+    Storage st(options_for(dir, 4));
+    for (const auto& r : reqs) append(st, r);
+  }
+  const std::string mpath = dir + "/MANIFEST.json", good = read_text(mpath);
+  ASSERT_NE(good.find("\"seq\": 0,"), std::string::npos) << good;
+  const auto segments = segment_paths(dir);
+  std::vector<std::string> bytes;
+  for (const auto& p : segments) bytes.push_back(read_text(p));
+  for (const std::string seq : {"100", "5", "12"}) {
+    SCOPED_TRACE("seq " + seq);
+    std::string text = good;
+    text.replace(text.find("\"seq\": 0,"), 9, "\"seq\": " + seq + ",");
+    write_text(mpath, text);
+    const std::string e = error_of([&] { Storage st(options_for(dir, 4)); });
+    EXPECT_NE(e.find("'seq' is " + seq + " but 'snapshot' is null: no snapshot holds records 1 .. " + seq),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(read_text(mpath), text) << "a refused open changed the manifest";
+    EXPECT_THROW(read_storage_manifest(dir), Error);
+  }
+  ASSERT_EQ(segment_paths(dir), segments);
+  for (std::size_t i = 0; i < segments.size(); ++i) EXPECT_EQ(read_text(segments[i]), bytes[i]) << segments[i];
+  write_text(mpath, good);
+  Storage st(options_for(dir, 4));
+  EXPECT_EQ(recovered_state(st), model_at(reqs, 12));
+}
+
+// Acknowledged records lost after the directory was closed are counted and reported: the
+// manifest records the log's end at a clean close, and the next open compares. Cut short in
+// the middle of a record of an earlier group commit, cut to its header, or deleted: the last
+// segment's acknowledged records are all counted, not only the one the cut tore.
+TEST(Snapshot, AcknowledgedRecordsCutFromAClosedLogAreCounted) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  std::vector<Request> reqs;
+  auto opts = [](const std::string& d) {
+    auto o = options_for(d, 4);
+    o.segment_bytes = 4096;
+    return o;
+  };
+  {
+    Storage st(opts(pristine));
+    for (int i = 0; i < 40; ++i) {  // one group commit each
+      reqs.push_back(make_upsert(500 + i, 8, 4, i * 10, false));
+      append(st, reqs.back());
+    }
+  }
+  const auto segs = segment_paths(pristine);
+  ASSERT_GE(segs.size(), 3u);
+  const auto spans = record_spans(segs.back());
+  ASSERT_GE(spans.size(), 3u);
+  const std::int64_t in_last = static_cast<std::int64_t>(spans.size());
+  const std::string work = tmp.file("work");
+  struct Case {
+    const char* what;
+    std::function<void(const std::string&)> damage;
+    std::int64_t missing;
+  };
+  const std::vector<Case> cases = {
+      {"cut in the middle of the second-last record",
+       [&](const std::string& seg) {
+         const auto [begin, end] = spans[spans.size() - 2];
+         fs::resize_file(seg, (begin + end) / 2);
+       },
+       2},
+      {"cut to its header", [&](const std::string& seg) { fs::resize_file(seg, 32); }, in_last},
+      {"deleted", [&](const std::string& seg) { fs::remove(seg); }, in_last},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    copy_dir(pristine, work);
+    c.damage(segment_paths(work).back());
+    Storage st(opts(work));
+    EXPECT_EQ(st.recovery().missing_acknowledged, c.missing);
+    EXPECT_EQ(st.last_seq(), 40u - static_cast<std::uint64_t>(c.missing));
+    EXPECT_EQ(replay_all(st).size(), 40u - static_cast<std::size_t>(c.missing));
+  }
+  // Undamaged, or closed again after the loss was reported: nothing is missing.
+  EXPECT_EQ(Storage(opts(pristine)).recovery().missing_acknowledged, 0);
+  EXPECT_EQ(Storage(opts(work)).recovery().missing_acknowledged, 0);
 }
 
 // Where the child stops: in the middle of writing rows (before any step), or right after a step.
