@@ -57,6 +57,8 @@ std::uint32_t corpus_sample_crc32c(const std::string& path, std::uint64_t bytes)
 std::string manifest_json(const Manifest& m);
 /// @throws Error naming `path` when the text is not a valid manifest.
 Manifest parse_manifest(const std::string& text, const std::string& path);
+/// A 64-bit digest as 16 hex digits (JSON numbers that large lose bits in many readers).
+std::string digest_text(std::uint64_t d);
 /// A temporary file of an interrupted write: MANIFEST.json.tmp or snapshot-<seq>.h5.tmp.
 bool is_temp_leftover(const std::string& name);
 /// "snapshot-<seq, 20 digits>.h5".
