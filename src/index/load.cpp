@@ -35,6 +35,30 @@ struct RowsSeen {
 /// Streams a ShardInput::streamed shard's rows into the just-built engine.
 using StreamRows = std::function<RowsSeen(Engine&)>;
 
+/// Rank 0 runs `open` (which opens the storage directory and may wait up to storage.lock_wait_s
+/// for its lock, calling the tick it is given about once a second) while the other ranks wait in
+/// broadcasts that each tick feeds: the wait may exceed comm.timeout_s. What `open` throws is
+/// rank 0's error (`ok`, `msg`), checked by the caller.
+void rank0_opens_storage(Communicator& comm, const std::function<void(const std::function<void()>&)>& open, bool* ok,
+                         std::string* msg) {
+  std::int64_t waiting = 1;
+  if (comm.rank() == 0) {
+    try {
+      open([&] {
+        if (comm.world_size() > 1) comm.broadcast(&waiting, sizeof waiting, 0);
+      });
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      *ok = false;
+      *msg = e.what();
+    }
+    waiting = 0;
+  }
+  do comm.broadcast(&waiting, sizeof waiting, 0);
+  while (waiting != 0);
+}
+
 /// A string from rank 0 to every rank.
 void broadcast_string(Communicator& comm, std::string* s) {
   std::uint64_t n = s->size();
@@ -159,19 +183,27 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
         spdlog::warn("storage '{}': removing superseded files: {}", cfg.storage.dir, e.what());
       }
     }
-    // Rank 0 opens the directory here when the caller did not (rows given in memory), and
-    // checks that its log was written against these rows before any record is replayed.
+    // Rank 0 opens the directory here when the caller did not (rows given in memory), checks
+    // that its log was written against these rows before any record is replayed, and records
+    // the capacity this start gives it (a restart without storage.capacity_rows keeps it).
+    std::int64_t capacity = shard.capacity, total_capacity = 0;
+    std::vector<std::int64_t> capacities(static_cast<std::size_t>(index->world_size()));
+    index->host_comm().allgather(&capacity, capacities.data(), sizeof capacity);
+    for (std::int64_t c : capacities) total_capacity += c;
     bool base_ok = true;
     std::string base_msg;
-    if (index->rank() == 0) {
-      try {
-        if (!storage) storage = std::make_unique<Storage>(storage_options(cfg.storage, shard.dim, metric));
-        if (tie_base) storage->check_base(base);
-      } catch (const std::exception& e) {
-        base_ok = false;
-        base_msg = e.what();
-      }
-    }
+    rank0_opens_storage(
+        index->host_comm(),
+        [&](const std::function<void()>& tick) {
+          if (!storage) {
+            StorageOptions so = storage_options(cfg.storage, shard.dim, metric);
+            so.on_lock_wait = tick;
+            storage = std::make_unique<Storage>(so);
+          }
+          if (tie_base) storage->check_base(base);
+          if (total_capacity > 0) storage->record_capacity(total_capacity);
+        },
+        &base_ok, &base_msg);
     index->host_comm().check(base_ok, base_msg);
     index->enable_updates(std::move(storage), base_seq);
   }
@@ -278,7 +310,24 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
                                           IngestStats stats) {
   SHARDTOPK_EXPECTS(!shard.streamed, "build_index: a streamed shard is load_index's own (ShardInput::streamed)");
   ShardInput in = shard;
-  if (!cfg.storage.dir.empty() && in.capacity == 0) in.capacity = rank_capacity_rows(cfg, shard.rows);
+  if (!cfg.storage.dir.empty() && in.capacity == 0) {
+    // The directory's recorded capacity (read without opening it; build_index_impl opens it).
+    std::int64_t recorded = 0;
+    bool ok = true;
+    std::string msg;
+    if (host_comm->rank() == 0) {
+      try {
+        const std::optional<StorageManifest> m = read_storage_manifest(cfg.storage.dir);
+        recorded = m ? m->capacity_rows : 0;
+      } catch (const std::exception& e) {
+        ok = false;
+        msg = e.what();
+      }
+    }
+    host_comm->check(ok, msg);
+    host_comm->broadcast(&recorded, sizeof recorded, 0);
+    in.capacity = rank_capacity_rows(cfg, shard.rows, host_comm->world_size(), recorded, host_comm->rank());
+  }
   return build_index_impl(cfg, metric, total_rows, rows, in, std::move(host_comm), stats, {});
 }
 
@@ -304,61 +353,52 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   std::string snapshot;
   if (!cfg.storage.dir.empty()) {
     // While another process holds the directory's lock (the orphaned ranks of a killed job, for
-    // a few seconds), rank 0 waits up to storage.lock_wait_s; the others wait in this loop, which
-    // a token from rank 0 each second keeps within comm.timeout_s. 0 ends it.
-    std::int64_t waiting = 1;
-    if (rank == 0) {
-      try {
-        validate(cfg);
-        const std::optional<StorageManifest> man = read_storage_manifest(cfg.storage.dir);
-        std::int64_t dim = 0;
-        Metric m = Metric::kInnerProduct;
-        if (man && !man->snapshot_path.empty()) {
-          dim = man->dim;
-          m = man->metric;
-          // The snapshot's rows were stored for its metric (cosine: normalised): another one
-          // would score them wrongly.
-          const Metric want = resolve_metric(cfg);
-          SHARDTOPK_EXPECTS(want == m, "storage '", cfg.storage.dir, "' holds a snapshot written for metric ",
-                            to_string(m), ", configured metric is ", to_string(want));
-        } else {
-          m = resolve_metric(cfg);
-          const DatasetInfo di = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
-          SHARDTOPK_EXPECTS(di.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", di.name,
-                            "' must be 2-D [rows, dim]");
-          dim = di.dims[1];
-        }
-        StorageOptions so = storage_options(cfg.storage, dim, m);
-        if (!man || man->snapshot_path.empty()) so.base_corpus = cfg.corpus.path;
-        so.defer_cleanup = true;  // superseded files stay until the snapshot is verified
-        if (world > 1) so.on_lock_wait = [&] { host_comm->broadcast(&waiting, sizeof waiting, 0); };
-        storage = std::make_unique<Storage>(so);
-        recorded_capacity = storage->recorded_capacity();
-        snapshot = storage->snapshot_path();
-        base_seq = storage->snapshot_seq();
-        if (!snapshot.empty()) {
-          const SnapshotInfo si = inspect_snapshot(snapshot);
-          snapshot_check = std::async(std::launch::async, [s = storage.get()] { s->verify_snapshot(); });
-          base_normalized = si.normalized ? 1 : 0;
-          for (const std::string& a : cfg.corpus.attributes) {
-            bool found = false;
-            for (const auto& [name, type] : si.attributes) found = found || name == attribute_name(a);
-            SHARDTOPK_EXPECTS(found, "snapshot '", snapshot, "' has no attribute '", attribute_name(a),
-                              "' (corpus.attributes names it)");
+    // a few seconds), rank 0 waits up to storage.lock_wait_s and the other ranks with it.
+    rank0_opens_storage(
+        *host_comm,
+        [&](const std::function<void()>& tick) {
+          validate(cfg);
+          const std::optional<StorageManifest> man = read_storage_manifest(cfg.storage.dir);
+          std::int64_t dim = 0;
+          Metric m = Metric::kInnerProduct;
+          if (man && !man->snapshot_path.empty()) {
+            dim = man->dim;
+            m = man->metric;
+            // The snapshot's rows were stored for its metric (cosine: normalised): another one
+            // would score them wrongly.
+            const Metric want = resolve_metric(cfg);
+            SHARDTOPK_EXPECTS(want == m, "storage '", cfg.storage.dir, "' holds a snapshot written for metric ",
+                              to_string(m), ", configured metric is ", to_string(want));
+          } else {
+            m = resolve_metric(cfg);
+            const DatasetInfo di = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+            SHARDTOPK_EXPECTS(di.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", di.name,
+                              "' must be 2-D [rows, dim]");
+            dim = di.dims[1];
           }
-          spdlog::info("storage '{}': loading snapshot {} (seq {}, {} rows) instead of corpus.path", cfg.storage.dir,
-                       snapshot, base_seq, si.rows);
-        }
-      } catch (const CommError&) {
-        throw;
-      } catch (const std::exception& e) {
-        ok = false;
-        msg = e.what();
-      }
-      waiting = 0;
-    }
-    do host_comm->broadcast(&waiting, sizeof waiting, 0);
-    while (waiting != 0);
+          StorageOptions so = storage_options(cfg.storage, dim, m);
+          if (!man || man->snapshot_path.empty()) so.base_corpus = cfg.corpus.path;
+          so.defer_cleanup = true;  // superseded files stay until the snapshot is verified
+          so.on_lock_wait = tick;
+          storage = std::make_unique<Storage>(so);
+          recorded_capacity = storage->recorded_capacity();
+          snapshot = storage->snapshot_path();
+          base_seq = storage->snapshot_seq();
+          if (!snapshot.empty()) {
+            const SnapshotInfo si = inspect_snapshot(snapshot);
+            snapshot_check = std::async(std::launch::async, [s = storage.get()] { s->verify_snapshot(); });
+            base_normalized = si.normalized ? 1 : 0;
+            for (const std::string& a : cfg.corpus.attributes) {
+              bool found = false;
+              for (const auto& [name, type] : si.attributes) found = found || name == attribute_name(a);
+              SHARDTOPK_EXPECTS(found, "snapshot '", snapshot, "' has no attribute '", attribute_name(a),
+                                "' (corpus.attributes names it)");
+            }
+            spdlog::info("storage '{}': loading snapshot {} (seq {}, {} rows) instead of corpus.path", cfg.storage.dir,
+                         snapshot, base_seq, si.rows);
+          }
+        },
+        &ok, &msg);
     host_comm->check(ok, msg);
     broadcast_string(*host_comm, &snapshot);
     host_comm->broadcast(&recorded_capacity, sizeof recorded_capacity, 0);
@@ -409,9 +449,6 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size(), world, recorded_capacity, rank), stats.dim,
                       cfg.engine.dtype, cfg.search, world, resolve_threads(cfg, host_comm->local_size()),
                       host_comm->local_rank());
-    // The capacity this start gives the directory, kept by later starts without
-    // storage.capacity_rows (a restart after deletes must not shrink it).
-    if (storage) storage->record_capacity(total_capacity_rows(cfg, stats.total_rows, world, recorded_capacity));
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();
