@@ -467,8 +467,10 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
           last_log = Clock::now();
           const double sec = seconds_since(tr);
-          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} MB/s", done, total, 100.0 * done / total,
-                       sec, done * row_bytes / std::max(sec, 1e-9) / 1e6);
+          const double rate = done / std::max(sec, 1e-9);
+          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} rows/s, {:.0f} MB/s, ETA {:.0f} s", done,
+                       total, 100.0 * done / total, sec, rate, rate * row_bytes / 1e6,
+                       done > 0 ? (total - done) / rate : 0.0);
         }
       };
     }
