@@ -43,7 +43,13 @@ struct StorageDirSummary {
   std::string corpus_path;
   std::int64_t corpus_bytes = -1;
   std::uint32_t corpus_sample_crc32c = 0;
+  /// Without a snapshot: the rows the log's records apply to (Storage::check_base; rows -1: not
+  /// recorded).
+  BaseIdentity base{-1, 0, 0, 0};
   std::int64_t capacity_rows = 0;  ///< recorded slots over all ranks (0: not recorded)
+  /// The seq the log had reached at the last clean close or snapshot (0: not recorded): every
+  /// record up to it was acknowledged.
+  std::uint64_t recorded_log_seq = 0;
   std::vector<std::string> older_snapshots;  ///< snapshot files before the current one (retention)
   std::vector<std::string> leftovers;        ///< temp files, uncommitted snapshots: a start-up removes them
   std::vector<StorageSegmentSummary> segments;  ///< every segment, in seq order
@@ -82,8 +88,9 @@ struct StorageVerifyReport {
 /// snapshot it names (size and CRC-32C against the manifest's record, its seq, dim and metric
 /// attributes), older snapshots kept by retention (readable, seq), every record of every
 /// segment (checksum, seq order, payload structure, dim), that the segments continue the
-/// snapshot without a gap, and, without a snapshot, the corpus file's identity: `corpus`, or the
-/// path the manifest recorded when that exists. Each problem names its file.
+/// snapshot without a gap, that it reaches the seq the manifest recorded at the last clean close
+/// (else acknowledged records are missing), and, without a snapshot, the corpus file's identity:
+/// `corpus`, or the path the manifest recorded when that exists. Each problem names its file.
 /// @throws Error when `dir` is not a readable directory.
 StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string& corpus = "");
 

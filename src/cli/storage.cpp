@@ -1,5 +1,6 @@
 // `shardtopk storage info DIR` and `shardtopk storage verify DIR`: a storage directory read
 // without the service and without its lock (docs/STORAGE.md, "Inspecting and verifying").
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -11,6 +12,13 @@
 
 namespace shardtopk::cli {
 namespace {
+
+// As the manifest writes them: JSON numbers this large lose bits in many readers.
+std::string hex64(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 nlohmann::json info_json(const StorageDirSummary& s) {
   nlohmann::json j;
@@ -35,8 +43,12 @@ nlohmann::json info_json(const StorageDirSummary& s) {
   if (!s.snapshot_error.empty()) j["snapshot_error"] = s.snapshot_error;
   if (s.corpus_bytes >= 0)
     j["corpus"] = {{"path", s.corpus_path}, {"bytes", s.corpus_bytes}, {"sample_crc32c", s.corpus_sample_crc32c}};
+  if (s.base.rows >= 0)
+    j["base"] = {{"rows", s.base.rows}, {"dim", s.base.dim}, {"ids_digest", hex64(s.base.ids_digest)},
+                 {"data_digest", hex64(s.base.data_digest)}};
   j["capacity_rows"] = s.capacity_rows;
   j["last_seq"] = s.last_seq;
+  j["recorded_log_seq"] = s.recorded_log_seq;
   j["log_records"] = s.log_records;
   j["log_bytes"] = s.log_bytes;
   j["segments"] = nlohmann::json::array();
@@ -75,14 +87,19 @@ void print_info(const StorageDirSummary& s) {
       std::printf(" (its identity is not recorded yet)");
     std::printf("\n");
   }
+  if (s.snapshot.empty() && s.base.rows >= 0)
+    std::printf("  base rows  [%lld x %lld], ids digest %s, rows digest %s\n", static_cast<long long>(s.base.rows),
+                static_cast<long long>(s.base.dim), hex64(s.base.ids_digest).c_str(), hex64(s.base.data_digest).c_str());
   if (s.capacity_rows > 0)
     std::printf("  capacity   %lld row slots over all ranks (kept while storage.capacity_rows is unset)\n",
                 static_cast<long long>(s.capacity_rows));
   else
     std::printf("  capacity   not recorded\n");
-  std::printf("  log        %lld record(s) after the snapshot, %lld bytes; last seq %llu\n",
-              static_cast<long long>(s.log_records), static_cast<long long>(s.log_bytes),
-              static_cast<unsigned long long>(s.last_seq));
+  std::printf("  log        %lld record(s) after the snapshot, %lld bytes; last seq %llu", static_cast<long long>(s.log_records),
+              static_cast<long long>(s.log_bytes), static_cast<unsigned long long>(s.last_seq));
+  if (s.recorded_log_seq > 0)
+    std::printf(" (seq %llu reached at the last clean close or snapshot)", static_cast<unsigned long long>(s.recorded_log_seq));
+  std::printf("\n");
   for (const auto& g : s.segments) {
     std::printf("    %s  seq %llu .. %llu, %lld record(s), %lld bytes, %s", g.name.c_str(),
                 static_cast<unsigned long long>(g.first_seq), static_cast<unsigned long long>(g.last_seq),

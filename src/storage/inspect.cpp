@@ -143,6 +143,8 @@ StorageDirSummary inspect_storage_dir(const std::string& dir) {
     out.corpus_bytes = m.corpus_bytes;
     out.corpus_sample_crc32c = m.corpus_sample_crc32c;
     out.capacity_rows = m.capacity_rows;
+    out.base = m.base;
+    out.recorded_log_seq = m.log_seq;
     if (!m.snapshot.empty()) {
       try {
         out.snapshot_info = inspect_snapshot(dir + "/" + m.snapshot);
@@ -354,6 +356,15 @@ StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string
                                        ", ", scan.end, " bytes, every checksum ok",
                                        role == "retained" ? " (kept for an older snapshot)" : ""));
   }
+
+  // Records the log had reached at the last clean close or snapshot were acknowledged: a log
+  // that ends before that lost some (a segment cut short or removed after the fact).
+  if (have && log_known && m.log_seq > log_end)
+    damage(l.segments.empty() ? "" : l.segments.back().second,
+           detail::concat("the log ends at seq ", log_end, " but had reached seq ", m.log_seq,
+                          " when the directory was last closed or snapshotted: ", m.log_seq - log_end,
+                          " acknowledged record(s), seq ", log_end + 1, " .. ", m.log_seq,
+                          ", are missing (restore the segment from a backup)"));
 
   // Without a snapshot, the log's records apply to the corpus file the manifest identifies.
   if (have && m.snapshot.empty() && m.corpus_bytes >= 0) {

@@ -478,6 +478,16 @@ TEST_F(Cli, StorageInfoAndVerifyReportAndExitByWhatTheyFind) {
   const std::string seg = dir + "/wal-00000000000000000001.log";
   const auto size = std::filesystem::file_size(seg);
   std::filesystem::resize_file(seg, size - 3);
+  r = run(bin + " storage verify " + dir);  // closed cleanly: the cut record was acknowledged
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("1 acknowledged record(s), seq 3 .. 3, are missing"));
+  {  // as a crash leaves the manifest: the cut record is not known to be acknowledged
+    std::string m = test::read_text(dir + "/MANIFEST.json");
+    const auto at = m.find("  \"log_seq\"");
+    ASSERT_NE(at, std::string::npos) << m;
+    m.erase(at, m.find('\n', at) + 1 - at);
+    test::write_text(dir + "/MANIFEST.json", m);
+  }
   r = run(bin + " storage verify " + dir);
   EXPECT_EQ(r.rc, 3) << r.out;
   EXPECT_THAT(r.out, HasSubstr("TORN     wal-00000000000000000001.log: a start-up cuts "));

@@ -13,14 +13,9 @@
 // answers as before.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <mpi.h>
-#include <sys/file.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -31,7 +26,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "shardtopk/communicator.hpp"
@@ -546,101 +540,6 @@ TEST_P(Updates, SnapshotPolicyOffTakesNone) {
   }
   if (g_rank == 0) EXPECT_EQ(idx->update_stats().snapshot_seq, 0u);
   expect_oracle(*idx, "policy off");
-}
-
-// With storage.capacity_rows unset the slots are derived from the rows at the first start and
-// recorded in the directory: a restart after deletes (and a snapshot of fewer rows) keeps them,
-// and a capacity set once is kept after the key is unset again.
-TEST_P(Updates, TheCapacityADirectoryWasStartedWithIsKeptAcrossRestarts) {
-  const Config cfg = make_config(/*small_ints=*/true);
-  auto capacity = [&](ShardedIndex& idx) { return idx.update_stats().capacity_rows; };
-  std::int64_t first = 0;
-  {
-    auto idx = load_index(cfg, false);
-    first = capacity(*idx);
-    EXPECT_EQ(first, total_capacity_rows(cfg, kN, g_world));
-    std::vector<std::int64_t> gone;
-    for (auto it = model_.begin(); gone.size() < 20; ++it) gone.push_back(it->first);
-    remove(*idx, gone);
-    idx->snapshot();  // 10 rows: derived afresh, each rank's capacity would shrink
-  }
-  {
-    auto idx = load_index(cfg, false);
-    EXPECT_EQ(capacity(*idx), first) << "a restart after deletes changed the capacity";
-    expect_oracle(*idx, "restarted after deletes");
-  }
-  Config set = cfg;
-  set.storage.capacity_rows = 2000;
-  {
-    auto idx = load_index(set, false);
-    EXPECT_EQ(capacity(*idx), 2000 * g_world);
-  }
-  {
-    auto idx = load_index(cfg, false);
-    EXPECT_EQ(capacity(*idx), 2000 * g_world) << "the capacity set last was not kept";
-    expect_oracle(*idx, "capacity kept");
-  }
-  // Another rank count splits the recorded slots over its ranks as rows are split (the shares
-  // add up to them), never below a shard.
-  EXPECT_EQ(rank_capacity_rows(cfg, 10, 4, 12500, 3), 3125);
-  EXPECT_EQ(rank_capacity_rows(cfg, 10, 3, 12500, 0), 4167);
-  EXPECT_EQ(rank_capacity_rows(cfg, 10, 3, 12500, 2), 4166);
-  EXPECT_EQ(total_capacity_rows(cfg, 30, 3, 12500), 12500);
-  EXPECT_EQ(rank_capacity_rows(cfg, 5000, 4, 12500, 1), 5000 + 1250);  // the recorded share is too small
-}
-
-// While another process holds the directory (the orphaned ranks of a killed job), rank 0 waits
-// for it up to storage.lock_wait_s, longer than comm.timeout_s, and the other ranks wait with it.
-TEST_P(Updates, AStartUpWaitsForTheDirectorysHolderWhileTheOtherRanksWait) {
-  if (GetParam() != Metric::kInnerProduct) GTEST_SKIP() << "one metric suffices";
-  Config cfg = make_config(/*small_ints=*/true);
-  cfg.comm.timeout_s = 3;
-  cfg.storage.lock_wait_s = 120;
-  int release = -1;
-  pid_t holder = -1;
-  on_root([&] {
-    std::filesystem::create_directories(cfg.storage.dir);
-    int ready[2], hold[2];
-    ASSERT_EQ(pipe(ready), 0);
-    ASSERT_EQ(pipe(hold), 0);
-    holder = fork();
-    if (holder == 0) {  // takes the lock the way a Storage does, holds it until told, exits
-      const int fd = open((cfg.storage.dir + "/LOCK").c_str(), O_RDWR | O_CREAT, 0644);
-      char c = fd >= 0 && flock(fd, LOCK_EX) == 0 ? 1 : 0;
-      if (write(ready[1], &c, 1) != 1 || read(hold[0], &c, 1) < 0) _exit(2);
-      _exit(0);
-    }
-    close(ready[1]);
-    close(hold[0]);
-    char c = 0;
-    ASSERT_EQ(read(ready[0], &c, 1), 1);
-    ASSERT_EQ(c, 1);
-    close(ready[0]);
-    release = hold[1];
-  });
-  // Released after more than comm.timeout_s: the followers' collectives must have been kept alive.
-  std::thread releaser;
-  if (g_rank == 0)
-    releaser = std::thread([&] {
-      std::this_thread::sleep_for(std::chrono::seconds(7));
-      const char c = 1;
-      (void)!write(release, &c, 1);
-      close(release);
-    });
-  std::unique_ptr<ShardedIndex> idx;
-  std::string error;
-  try {
-    idx = load_index(cfg, false);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (g_rank == 0) {
-    releaser.join();
-    waitpid(holder, nullptr, 0);
-  }
-  ASSERT_TRUE(idx) << error;
-  upsert(*idx, {7000}, test::small_ints(kDim, 70), {1});
-  expect_oracle(*idx, "after the wait");
 }
 
 // What the storage directory records about its base is checked at start-up, on every rank: the

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "shardtopk/error.hpp"
@@ -60,6 +61,16 @@ void expect_problem(const std::string& dir, Kind kind, const std::string& file, 
 }
 
 std::string name_of(const std::string& path) { return fs::path(path).filename().string(); }
+
+// The manifest as a crash leaves it: without the seq a clean close records (`log_seq`), so the
+// last records are not known to be acknowledged.
+void as_after_a_crash(const std::string& dir) {
+  std::istringstream in(read_text(dir + "/MANIFEST.json"));
+  std::string text;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"log_seq\"") == std::string::npos) text += line + "\n";
+  write_text(dir + "/MANIFEST.json", text);
+}
 
 // ------------------------------------------------------------------------------ good directories
 
@@ -145,6 +156,7 @@ TEST(StorageVerify, ATornLastRecordIsATornTailAtEveryByte) {
   TempDir tmp;
   const std::string pristine = tmp.file("pristine");
   five_records(pristine, 6);
+  as_after_a_crash(pristine);
   const auto spans = record_spans(segment_paths(pristine)[0]);
   const auto [begin, end] = spans.back();
   const std::string work = tmp.file("work");
@@ -162,10 +174,33 @@ TEST(StorageVerify, ATornLastRecordIsATornTailAtEveryByte) {
   }
 }
 
+// After a clean close the manifest records the log's last seq: a log cut short afterwards,
+// at a record's boundary or inside it, has lost acknowledged records.
+TEST(StorageVerify, ALogCutShortAfterACleanCloseLostAcknowledgedRecords) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  five_records(pristine, 6);
+  expect_clean(pristine);
+  const auto spans = record_spans(segment_paths(pristine)[0]);
+  const std::string work = tmp.file("work");
+  for (std::uint64_t cut : {spans[3].first, spans.back().first, spans.back().first + 9}) {
+    copy_dir(pristine, work);
+    fs::resize_file(segment_paths(work)[0], cut);
+    const std::uint64_t end = cut < spans.back().first ? 3 : 4;
+    expect_problem(work, Kind::kDamage, "wal-",
+                   "the log ends at seq " + std::to_string(end) + " but had reached seq 5 when the directory was last "
+                   "closed or snapshotted: " + std::to_string(5 - end) + " acknowledged record(s)");
+  }
+  copy_dir(pristine, work);
+  fs::remove(segment_paths(work)[0]);
+  expect_problem(work, Kind::kDamage, "", "the log ends at seq 0 but had reached seq 5");
+}
+
 TEST(StorageVerify, GarbageAfterTheLastRecordAndAFlippedBitInItAreTornTails) {
   TempDir tmp;
   const std::string pristine = tmp.file("pristine");
   five_records(pristine, 4);
+  as_after_a_crash(pristine);
   const auto spans = record_spans(segment_paths(pristine)[0]);
   const std::string work = tmp.file("work");
   for (std::size_t extra : {1u, 8u, 33u, 4096u}) {
@@ -222,6 +257,7 @@ TEST(StorageVerify, DamageInsideTheLastGroupCommitIsATornTailBeforeItDamage) {
     for (auto& t : rest) t.join();
     ASSERT_EQ(st.stats().group_commits, 2);
   }
+  as_after_a_crash(pristine);
   const auto spans = record_spans(segment_paths(pristine)[0]);
   const std::string work = tmp.file("work");
   copy_dir(pristine, work);
