@@ -97,7 +97,7 @@ struct TransferCounters {
   std::uint64_t host_to_device = 0;
   std::uint64_t device_to_host = 0;
   /// Queries of batched searches that the CUDA engine re-ran alone through the batch-1 scan
-  /// because the batched filter's candidate pool overflowed (same answer, slower); 0 elsewhere.
+  /// because its candidate pool on the batched path overflowed (same answer, slower); 0 elsewhere.
   std::uint64_t batched_fallbacks = 0;
 };
 
@@ -112,6 +112,19 @@ class SearchEpilogue {
   virtual void enqueue(const Candidate* list, int batch, int k, void* stream) = 0;
 };
 
+/// The filters of one search (host memory, read during Engine::search): the batch's distinct
+/// programs and which one each query uses. The caller builds it once (the index: on rank 0, equal
+/// programs merged, programs that pass every row left out); engines take it as given and evaluate
+/// each program once, over every row, into one row mask.
+struct FilterBatch {
+  /// [count] distinct programs, each compiled against the engine's attribute schema
+  /// (check_filter_fits holds; the engines do not check it again).
+  const FilterProgram* const* programs = nullptr;
+  int count = 0;  ///< 0 .. limits().max_filters; 0: no query is filtered
+  /// [batch] query q's program, an index into `programs`, or -1: every row. Unused when count is 0.
+  const std::int32_t* query_program = nullptr;
+};
+
 /// One search: queries in, local top-k out, both in the engine's memory space.
 struct SearchArgs {
   const float* queries = nullptr;  ///< [batch, dim] float32, row-major (engine space)
@@ -122,12 +135,9 @@ struct SearchArgs {
   /// there and whatever follows on that stream sees its results. nullptr: the engine's stream().
   void* stream = nullptr;
   SearchEpilogue* epilogue = nullptr;  ///< optional, run on `stream` after the search
-  /// Optional per-query filters (host memory): filters[q] is query q's program, compiled against
-  /// the engine's attribute schema, or nullptr for every row. The answer of a filtered query is
-  /// the ordering rule's top k of exactly the rows that pass; when fewer than k pass, the rest
-  /// of its row is padding. Equal programs are evaluated once; at most limits().max_filters
-  /// distinct ones per search.
-  const FilterProgram* const* filters = nullptr;
+  /// Optional filters (count 0: none). The answer of a filtered query is the ordering rule's
+  /// top k of exactly the rows that pass; when fewer than k pass, the rest of its row is padding.
+  FilterBatch filters;
 };
 
 /// Rows to write into slots of an engine (Engine::write_rows). Host memory, read during the call.
@@ -177,7 +187,8 @@ class Engine {
   /// not depend on the batch, its size, the thread count or the shard boundaries. Ordered on
   /// args.stream; the CUDA engine returns without waiting for batch 1 and after its candidate
   /// pools' overflow check for batches of 2 or more (the host waits for that stream then).
-  /// @throws Error when batch or k is out of range or a buffer is missing.
+  /// @throws Error when batch or k is out of range, a buffer is missing, or the filter batch has
+  ///   more than limits().max_filters programs or a query index outside [-1, count).
   virtual void search(const SearchArgs& args) = 0;
 
   virtual TransferCounters transfer_counters() const = 0;

@@ -8,6 +8,8 @@
 // are.
 #include <cstdint>
 
+#include "shardtopk/filter.hpp"
+
 #if defined(__CUDACC__)
 #define STK_FILTER_HD __host__ __device__ __forceinline__
 #else
@@ -85,5 +87,29 @@ STK_FILTER_HD std::uint8_t real_set_verdict(const double* set, int n, double mn,
 STK_FILTER_HD std::uint8_t verdict_not(std::uint8_t a) { return static_cast<std::uint8_t>(2 - a); }
 STK_FILTER_HD std::uint8_t verdict_and(std::uint8_t a, std::uint8_t b) { return a < b ? a : b; }
 STK_FILTER_HD std::uint8_t verdict_or(std::uint8_t a, std::uint8_t b) { return a > b ? a : b; }
+
+/// The verdict of every instruction of a program [n_ops] over one summary block into
+/// states[n_ops], and the program's; `leaf(op)` gives a leaf's verdict from the block's
+/// summaries. A compiled program's stack never holds more than kFilterMaxStack values.
+template <class Leaf>
+STK_FILTER_HD std::uint8_t block_verdicts(const FilterOp* ops, int n_ops, const Leaf& leaf, std::uint8_t* states) {
+  std::uint8_t stack[kFilterMaxStack];
+  int sp = 0;
+  for (int i = 0; i < n_ops; ++i) {
+    const FilterOp op = ops[i];
+    std::uint8_t v;
+    switch (op.code) {
+      case FilterOpCode::kTrue: v = kVerdictAll; break;
+      case FilterOpCode::kFalse: v = kVerdictNone; break;
+      case FilterOpCode::kNot: v = verdict_not(stack[--sp]); break;
+      case FilterOpCode::kAnd: sp -= 2; v = verdict_and(stack[sp], stack[sp + 1]); break;
+      case FilterOpCode::kOr: sp -= 2; v = verdict_or(stack[sp], stack[sp + 1]); break;
+      default: v = leaf(op); break;
+    }
+    states[i] = v;
+    stack[sp++] = v;
+  }
+  return stack[0];
+}
 
 }  // namespace shardtopk::filter_detail

@@ -366,11 +366,12 @@ class ShardedIndex {
   bool queries_on_host_ = false;    // host_queries_ holds the batch (search()); false: device queries
   std::uint8_t* invalid_ = nullptr; // [batch_max] queries rejected on the device (search_async)
   AttributeSchema schema_;
-  // The current batch's filters: the broadcast bytes, the programs rebuilt from them, and each
-  // query's program (nullptr: none).
+  // The current batch's filters: the broadcast bytes, the distinct programs rebuilt from them
+  // (and their addresses, for the engine's FilterBatch), and each query's program index (-1: none).
   std::vector<std::uint8_t> filter_bytes_;
   std::vector<FilterProgram> filter_programs_;
-  std::vector<const FilterProgram*> query_filters_;
+  std::vector<const FilterProgram*> filter_batch_programs_;
+  std::vector<std::int32_t> query_program_;
   bool filtered_ = false;
   DeviceAnswer device_answer_;      // set for the duration of one search_async
   std::unique_ptr<Updates> upd_;    // nullptr: read-only

@@ -46,24 +46,9 @@ std::uint8_t leaf_verdict(const FilterProgram& p, const FilterOp& op, const Attr
 
 // Verdict of every instruction over block b (states[i] for instruction i); returns the program's.
 std::uint8_t analyse(const FilterProgram& p, const AttributeTable& t, std::int64_t b, std::uint8_t* states) {
-  std::uint8_t stack[kFilterMaxStack];
-  int sp = 0;
   const auto& ops = p.ops();
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const FilterOp& op = ops[i];
-    std::uint8_t v;
-    switch (op.code) {
-      case FilterOpCode::kTrue: v = kVerdictAll; break;
-      case FilterOpCode::kFalse: v = kVerdictNone; break;
-      case FilterOpCode::kNot: v = verdict_not(stack[--sp]); break;
-      case FilterOpCode::kAnd: sp -= 2; v = verdict_and(stack[sp], stack[sp + 1]); break;
-      case FilterOpCode::kOr: sp -= 2; v = verdict_or(stack[sp], stack[sp + 1]); break;
-      default: v = leaf_verdict(p, op, t, b); break;
-    }
-    states[i] = v;
-    stack[sp++] = v;
-  }
-  return stack[0];
+  return block_verdicts(ops.data(), static_cast<int>(ops.size()),
+                        [&](const FilterOp& op) { return leaf_verdict(p, op, t, b); }, states);
 }
 
 // Mask of the first n bits of a word-sized slot w of a block with n rows.

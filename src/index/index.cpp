@@ -342,7 +342,8 @@ void ShardedIndex::encode_filters(const FilterProgram* const* filters, int batch
 
 void ShardedIndex::decode_filters(int batch) {
   filter_programs_.clear();
-  query_filters_.assign(static_cast<std::size_t>(batch), nullptr);
+  filter_batch_programs_.clear();
+  query_program_.assign(static_cast<std::size_t>(batch), -1);
   filtered_ = !filter_bytes_.empty();
   if (!filtered_) return;
   const std::size_t head = (4 + 4 * static_cast<std::size_t>(batch) + 7) / 8 * 8;
@@ -362,12 +363,9 @@ void ShardedIndex::decode_filters(int batch) {
     SHARDTOPK_ASSERT(off < end && end <= packed_size);
     filter_programs_.push_back(deserialize_filter(packed + off, end - off, schema_));
   }
-  for (int q = 0; q < batch; ++q) {
-    std::int32_t i = -1;
-    std::memcpy(&i, filter_bytes_.data() + 4 + 4 * static_cast<std::size_t>(q), 4);
-    SHARDTOPK_ASSERT(i >= -1 && i < n);
-    query_filters_[static_cast<std::size_t>(q)] = i < 0 ? nullptr : &filter_programs_[static_cast<std::size_t>(i)];
-  }
+  for (const FilterProgram& p : filter_programs_) filter_batch_programs_.push_back(&p);
+  std::memcpy(query_program_.data(), filter_bytes_.data() + 4, 4 * static_cast<std::size_t>(batch));
+  for (std::int32_t i : query_program_) SHARDTOPK_ASSERT(i >= -1 && i < n);
 }
 
 void ShardedIndex::admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries,
@@ -502,7 +500,9 @@ void ShardedIndex::local_search(int batch, int k) {
   a.k = k;
   a.out = local_ + 1;
   a.stream = space_->stream();
-  a.filters = filtered_ ? query_filters_.data() : nullptr;
+  if (filtered_)
+    a.filters = FilterBatch{filter_batch_programs_.data(), static_cast<int>(filter_batch_programs_.size()),
+                            query_program_.data()};
   // One rank: the answer is this search's list; its export rides in the engine's launch (host
   // answers; a device answer goes to the caller's buffers, which change from call to call).
   a.epilogue = world_size() == 1 && !device_answer_.ids ? export_.get() : nullptr;

@@ -39,6 +39,14 @@ std::ostream& operator<<(std::ostream& os, const UpdateCase& c) {
 constexpr std::int64_t kDim = 12, kBase = 40, kCapacity = 100;
 constexpr int kK = 8, kQueries = 5;
 
+/// A search's filters: the programs of its FilterBatch, the tenant each one keeps (what the
+/// oracle filters on), and each query's program ([kQueries], -1: none).
+struct Filters {
+  std::vector<const FilterProgram*> programs;
+  std::vector<std::int64_t> tenant;
+  std::vector<std::int32_t> which;
+};
+
 /// What the engine should hold: per slot its id, vector, tenant and whether it is live.
 struct Model {
   std::vector<std::int64_t> ids;
@@ -100,9 +108,8 @@ class EngineUpdates : public ::testing::TestWithParam<UpdateCase> {
     for (auto s : slots) m_.live[s] = live;
   }
 
-  /// The engine's answer [batch, k] for queries [q0, q0 + batch) (filter: every query's, or none).
-  std::vector<Candidate> search(int q0, int batch, const FilterProgram* filter = nullptr) {
-    std::vector<const FilterProgram*> f(batch, filter);
+  /// The engine's answer [batch, k] for queries [q0, q0 + batch), each with its filter of `f`.
+  std::vector<Candidate> search(int q0, int batch, const Filters& f = {}) {
     const std::size_t qbytes = sizeof(float) * batch * kDim;
     Space& sp = runner_->space();
     sp.from_host(const_cast<float*>(runner_->device_queries()), queries_.data() + q0 * kDim, qbytes, true);
@@ -113,27 +120,29 @@ class EngineUpdates : public ::testing::TestWithParam<UpdateCase> {
     a.k = kK;
     a.out = runner_->device_out();
     a.stream = sp.stream();
-    a.filters = filter ? f.data() : nullptr;
+    if (!f.programs.empty())
+      a.filters = FilterBatch{f.programs.data(), static_cast<int>(f.programs.size()), f.which.data() + q0};
     engine_->search(a);
     std::vector<Candidate> out(static_cast<std::size_t>(batch) * kK);
     sp.to_host(out.data(), runner_->device_out(), out.size() * sizeof(Candidate), true);
     return out;
   }
 
-  /// Every query's answer against the oracle over the live rows (passing `tenant` when >= 0),
+  /// Every query's answer against the oracle over the live rows that pass its filter of `f`,
   /// exact ids and scores; the batch of all queries equals each query alone, bit for bit.
-  void expect_oracle(const std::string& step, std::int64_t tenant = -1, const FilterProgram* filter = nullptr) {
+  void expect_oracle(const std::string& step, const Filters& f = {}) {
     const Metric m = GetParam().metric;
-    std::vector<float> rows;
-    std::vector<std::int64_t> ids;
-    for (std::int64_t s = 0; s < kCapacity; ++s) {
-      if (!m_.live[s] || (tenant >= 0 && m_.tenant[s] != tenant)) continue;
-      ids.push_back(m_.ids[s]);
-      rows.insert(rows.end(), m_.vectors.begin() + s * kDim, m_.vectors.begin() + (s + 1) * kDim);
-    }
-    const std::vector<Candidate> batch = search(0, kQueries, filter);
+    const std::vector<Candidate> batch = search(0, kQueries, f);
     for (int q = 0; q < kQueries; ++q) {
-      const std::vector<Candidate> alone = search(q, 1, filter);
+      const std::int64_t tenant = f.programs.empty() || f.which[q] < 0 ? -1 : f.tenant[f.which[q]];
+      std::vector<float> rows;
+      std::vector<std::int64_t> ids;
+      for (std::int64_t s = 0; s < kCapacity; ++s) {
+        if (!m_.live[s] || (tenant >= 0 && m_.tenant[s] != tenant)) continue;
+        ids.push_back(m_.ids[s]);
+        rows.insert(rows.end(), m_.vectors.begin() + s * kDim, m_.vectors.begin() + (s + 1) * kDim);
+      }
+      const std::vector<Candidate> alone = search(q, 1, f);
       std::vector<std::int64_t> want_ids;
       std::vector<double> want_scores;
       const int kk = static_cast<int>(std::min<std::int64_t>(kK, static_cast<std::int64_t>(ids.size())));
@@ -193,7 +202,7 @@ TEST_P(EngineUpdates, MixedWritesAndDeletesMatchTheOracleOverTheLiveSlots) {
   set_live({3, 43}, true);
   expect_oracle("re-inserted in freed slots");
   const FilterProgram tenant1 = parse_filter(R"({"eq": {"tenant": 1}})", engine_->attribute_table().schema());
-  expect_oracle("filtered tenant = 1", 1, &tenant1);
+  expect_oracle("filtered tenant = 1", Filters{{&tenant1}, {1}, std::vector<std::int32_t>(kQueries, 0)});
 
   // What read_rows gives back is what the oracle used (small integers: exact in every dtype).
   std::vector<float> back(2 * kDim);
@@ -231,6 +240,35 @@ TEST_P(EngineUpdates, BadCallsAreRefusedAndChangeNothing) {
                 HasSubstr("overflows float16"));
   }
   expect_oracle("after refused calls");
+}
+
+// The programs of a FilterBatch are used as given: each query reads the one it names (or none),
+// whatever its batch-mates name, over the live slots; a program no query names changes nothing.
+TEST_P(EngineUpdates, AFilterBatchIsUsedAsGiven) {
+  const AttributeSchema& schema = engine_->attribute_table().schema();
+  const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", schema);
+  const FilterProgram t1 = parse_filter(R"({"eq": {"tenant": 1}})", schema);
+  const FilterProgram t2 = parse_filter(R"({"eq": {"tenant": 2}})", schema);
+  expect_oracle("three programs", Filters{{&t2, &t0, &t1}, {2, 0, 1}, {2, -1, 0, 1, 2}});
+  set_live({1, 2, 4, 7, 8, 13}, false);
+  expect_oracle("after deletes", Filters{{&t1, &t2}, {1, 2}, {-1, 1, 1, -1, 0}});
+  expect_oracle("a program nobody names", Filters{{&t0, &t1}, {0, 1}, {1, 1, 1, 1, 1}});
+}
+
+TEST_P(EngineUpdates, ABadFilterBatchIsRefused) {
+  const AttributeSchema& schema = engine_->attribute_table().schema();
+  const FilterProgram t1 = parse_filter(R"({"eq": {"tenant": 1}})", schema);
+  const FilterProgram t2 = parse_filter(R"({"eq": {"tenant": 2}})", schema);
+  EXPECT_THAT(test::error_of([&] { search(0, kQueries, Filters{{&t1, &t2}, {1, 2}, {0, 2, 1, 0, -1}}); }),
+              HasSubstr("query 1 names filter program 2, outside [-1, 2)"));
+  EXPECT_THAT(test::error_of([&] { search(0, kQueries, Filters{{&t1, &t2}, {1, 2}, {0, 1, -2, 0, -1}}); }),
+              HasSubstr("query 2 names filter program -2"));
+  // limits: max_filters 4
+  EXPECT_THAT(test::error_of([&] {
+                search(0, kQueries, Filters{{&t1, &t2, &t1, &t2, &t1}, {1, 2, 1, 2, 1}, {0, 1, 2, 3, 4}});
+              }),
+              HasSubstr("a batch holds 5 distinct filters; allowed 0 .. 4 (search.max_filters)"));
+  expect_oracle("after refused searches", Filters{{&t1, &t2}, {1, 2}, {0, 1, 0, 1, -1}});
 }
 
 std::vector<UpdateCase> cases() {

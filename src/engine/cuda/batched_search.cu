@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/cuda_check.cuh"
-#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/candidate_pools.hpp"
 #include "engine/cuda/kernels/query_prep.hpp"
 #include "engine/cuda/kernels/rescore.hpp"
 
@@ -33,7 +33,7 @@ BatchedSearch::BatchedSearch(Dtype dtype, bool l2, std::int64_t rows, std::int64
   side_.create(cudaStreamNonBlocking);
   for (int i = 0; i < 2; ++i) {
     ev_scored_[i].create(cudaEventDisableTiming);
-    ev_filtered_[i].create(cudaEventDisableTiming);
+    ev_pooled_[i].create(cudaEventDisableTiming);
   }
   cublas_.create();
   CHECK_CUBLAS(cublasSetStream(cublas_.get(), stream));
@@ -99,7 +99,7 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   for (std::int64_t r0 = 0, c = 0; r0 < rows_; ++c) {
     const int rc = static_cast<int>(std::min({c == 0 ? R0 : std::min(R, G * r0), rows_ - r0}));
     const int b = static_cast<int>(c & 1);
-    if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_filtered_[b].get(), 0));
+    if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[b].get(), 0));
     // sbuf[b][q * rc + i] = Σ_d qhat[q, d] · shard[r0 + i, d]   (column-major [rc, batch])
     CHECK_CUBLAS(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, rc, batch, static_cast<int>(dpad_), &one,
                               static_cast<const char*>(ws_.shard) + r0 * dpad_ * elem, ty, static_cast<int>(dpad_),
@@ -109,19 +109,19 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     CHECK_CUDA(cudaStreamWaitEvent(side, ev_scored_[b].get(), 0));
     const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_};
     if (c == 0) {
-      filter_first_chunk(chunk, batch, k, pools, side, masks);
+      collect_first_chunk(chunk, batch, k, pools, side, masks);
     } else {
-      filter_chunk(chunk, batch, pools, side, masks);
+      collect_chunk(chunk, batch, pools, side, masks);
       // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
       // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
       if (c < 8 || c % kCompactEvery == 0 || rc > 65536)  // long chunks: after each
         compact_pools(batch, k, trigger, pools, side);
     }
-    CHECK_CUDA(cudaEventRecord(ev_filtered_[b].get(), side));
+    CHECK_CUDA(cudaEventRecord(ev_pooled_[b].get(), side));
     last = b;
     r0 += rc;
   }
-  CHECK_CUDA(cudaStreamWaitEvent(stream, ev_filtered_[last].get(), 0));
+  CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[last].get(), 0));
   const int nvec = static_cast<int>(dpad_ * static_cast<std::int64_t>(elem) / 16);
   rescore_pools(dtype_, l2_, ws_.shard, nvec, ws_.qpad, k, pools, cap_, ws_.ids, batch, out, stream);
 }

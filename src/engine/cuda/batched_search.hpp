@@ -2,11 +2,11 @@
 // The CUDA engine's batched search (B ≥ 2; arithmetic bound): per chunk of rows, approximate
 // scores from a tensor-core GEMM (query rounded to the storage type, float32 accumulation) land
 // in a [B, R] workspace; every row whose approximate score is within 2Δ of the running k-th
-// approximate score enters the query's pool (batched_filter); the pools are re-scored with the
+// approximate score enters the query's pool (candidate_pools); the pools are re-scored with the
 // exact arithmetic and sorted (rescore). Two streams: the GEMM of chunk c + 1 (tensor cores, on
-// the search's stream) overlaps the filter of chunk c (memory, on a side stream that forks from
-// and joins back into the search's stream through events, so that the whole search can be
-// captured into one CUDA graph).
+// the search's stream) overlaps the candidate collection of chunk c (memory, on a side stream
+// that forks from and joins back into the search's stream through events, so that the whole
+// search can be captured into one CUDA graph).
 
 #include <cuda_runtime.h>
 
@@ -49,7 +49,7 @@ class BatchedSearch {
   cudaStream_t bound_ = nullptr;  // the stream cuBLAS is bound to
   // Declaration order = reverse destruction order: cuBLAS first, then the side stream (which
   // waits for its work) and the events.
-  Event ev_scored_[2], ev_filtered_[2];
+  Event ev_scored_[2], ev_pooled_[2];
   Stream side_;
   CublasHandle cublas_;
 };

@@ -4,7 +4,7 @@
 //   kernels/shard_store the shard's upload (convert + pad, generated rows, norms, ids)
 //   kernels/query_prep  query validation and cosine normalisation
 //   kernels/scan_select batch 1 (and the batched path's fallback): one scan + radix select
-//   batched_search      batch ≥ 2: tensor-core GEMM per chunk, filter within Δ, exact re-score
+//   batched_search      batch ≥ 2: tensor-core GEMM per chunk, candidates within 2Δ, exact re-score
 //   graph_cache         each search shape replayed from a CUDA graph
 // Scoring (DESIGN.md invariant 3): kernels/score.cuh, one arithmetic for every batch size.
 
@@ -24,6 +24,8 @@
 #include "core/half.hpp"
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/batched_search.hpp"
+#include "engine/search_args.hpp"
+#include "engine/slots.hpp"
 #include "engine/cuda/graph_cache.hpp"
 #include "engine/cuda/kernels/fill.hpp"
 #include "engine/cuda/kernels/filter_mask.cuh"
@@ -39,6 +41,7 @@ namespace shardtopk {
 namespace {
 
 using namespace cuda_detail;
+using namespace engine_detail;
 
 static_assert(sizeof(Candidate) == 16, "Candidate layout is shared by host and device");
 
@@ -107,7 +110,7 @@ class CudaEngine final : public Engine {
       scan_args_.cand = ws_.pool;
       scan_args_.dir = reinterpret_cast<std::uint32_t*>(ws_.status + kStatusScanDir);
     }
-    make_host_table(s);
+    host_table_ = slot_attribute_table(s, rows_, 0, "CUDA engine");
     upload(s);
     init_filters(s);
     CHECK_CUDA(cudaMemsetAsync(ws_.qpad, 0, static_cast<std::size_t>(lim.batch_max) * dpad_ * sizeof(float), stream_));
@@ -127,18 +130,8 @@ class CudaEngine final : public Engine {
   }
 
   EngineInfo info() const override {
-    EngineInfo i;
-    i.name = "cuda";
-    i.space = MemSpace::kDevice;
-    i.metric = metric_;
-    i.dtype = dtype_;
-    i.rows = base_rows_;
-    i.capacity = rows_;
-    i.dim = dim_;
-    i.device = device_;
-    i.device_name = device_name_;
-    i.resident_bytes = plan_.total + (table_ ? table_->bytes() : 0);
-    return i;
+    return EngineInfo{"cuda", MemSpace::kDevice, metric_, dtype_, base_rows_, /*capacity=*/rows_, dim_, device_,
+                      device_name_, plan_.total + (table_ ? table_->bytes() : 0)};
   }
   const EngineLimits& limits() const override { return limits_; }
   void* stream() const override { return stream_; }
@@ -153,18 +146,8 @@ class CudaEngine final : public Engine {
   /// captured graphs (the batched path's Δ bound is captured in them).
   void write_rows(const SlotRows& w) override {
     SHARDTOPK_EXPECTS(!streaming_, "write_rows: the shard's rows are still loading (finish_load)");
+    slots_.check_write(w, dim_, dtype_);
     if (w.n <= 0) return;
-    SHARDTOPK_EXPECTS(w.slots && w.ids && w.vectors, "write_rows: null slots, ids or vectors");
-    check_slots(w.slots, w.n, "write_rows");
-    for (std::int64_t i = 0; i < w.n; ++i)
-      SHARDTOPK_EXPECTS(!is_live(w.slots[i]), "write_rows: slot ", w.slots[i], " is live (delete it first)");
-    if (dtype_ != Dtype::kFloat32) {  // storage overflow, checked before anything changes
-      for (std::int64_t i = 0; i < w.n; ++i) {
-        const std::int64_t d = half::first_overflow(w.vectors + i * dim_, dim_, dtype_ == Dtype::kBFloat16);
-        SHARDTOPK_EXPECTS(d < 0, "row id ", w.ids[i], " value ", w.vectors[i * dim_ + (d < 0 ? 0 : d)], " at column ",
-                          d, " overflows ", to_string(dtype_), "; use engine.dtype float32");
-      }
-    }
     host_table_.write_rows(w.slots, w.n, w.ids, w.attributes);
     DeviceGuard guard(device_);
     std::vector<std::int64_t> order(static_cast<std::size_t>(w.n));
@@ -210,31 +193,17 @@ class CudaEngine final : public Engine {
   }
 
   void set_live(const std::int64_t* slots, std::int64_t n, bool live) override {
-    if (n <= 0) return;
-    SHARDTOPK_EXPECTS(slots != nullptr, "set_live: null slots");
-    check_slots(slots, n, "set_live");
-    std::int64_t wlo = ws_.mask_words, whi = -1;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t r = slots[i];
-      if (is_live(r) == live) continue;
-      if (live) live_host_[r >> 5] |= 1u << (r & 31);
-      else live_host_[r >> 5] &= ~(1u << (r & 31));
-      dead_ += live ? -1 : 1;
-      wlo = std::min(wlo, r >> 5);
-      whi = std::max(whi, r >> 5);
-    }
-    if (whi < wlo) return;
+    const WordSpan changed = slots_.set_live(slots, n, live);
+    if (changed.empty()) return;
     DeviceGuard guard(device_);
-    CHECK_CUDA(cudaMemcpyAsync(ws_.live + wlo, live_host_.data() + wlo, sizeof(std::uint32_t) * (whi - wlo + 1),
-                               cudaMemcpyHostToDevice, stream_));
-    live_active_ = dead_ > 0;
+    CHECK_CUDA(cudaMemcpyAsync(ws_.live + changed.lo, slots_.live_mask().data() + changed.lo,
+                               sizeof(std::uint32_t) * (changed.hi - changed.lo + 1), cudaMemcpyHostToDevice, stream_));
   }
 
   /// Runs of consecutive slots (in the order given) come back in one strided copy each.
   void read_rows(const std::int64_t* slots, std::int64_t n, float* out) override {
+    slots_.check_read(slots, n, out);
     if (n <= 0) return;
-    SHARDTOPK_EXPECTS(slots != nullptr && out != nullptr, "read_rows: null slots or output");
-    check_slots(slots, n, "read_rows");
     DeviceGuard guard(device_);
     const std::size_t elem = dtype_bytes(dtype_), width = static_cast<std::size_t>(dim_) * elem;
     const std::size_t pitch = static_cast<std::size_t>(dpad_) * elem;
@@ -264,7 +233,7 @@ class CudaEngine final : public Engine {
   /// One 8-byte status readback into pinned memory per call (not counted in the transfer
   /// counters); returns after `stream` has drained. @throws Error naming the first bad query.
   void prepare_queries(float* queries, int batch, void* stream, std::uint8_t* invalid) override {
-    check_batch(batch);
+    check_batch(batch, limits_);
     if (batch == 0) return;
     SHARDTOPK_EXPECTS(queries != nullptr, "prepare_queries: no queries given");
     DeviceGuard guard(device_);
@@ -296,25 +265,24 @@ class CudaEngine final : public Engine {
   /// and re-runs an overflowing query through the batch-1 scan (same bits). Searches share the
   /// engine's workspace: one on another stream must be ordered after the previous one.
   void search(const SearchArgs& a) override {
-    check_batch(a.batch);
-    SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= limits_.k_max, "k=", a.k, " out of range: allowed 1 .. ", limits_.k_max,
-                      " (search.k_max)");
+    check_search_args(a, limits_);
     const cudaStream_t s = a.stream ? static_cast<cudaStream_t>(a.stream) : stream_;
     DeviceGuard guard(device_);
     if (a.batch == 0) {  // nothing to search; the epilogue still runs (on an empty list)
       if (a.epilogue) a.epilogue->enqueue(a.out, 0, a.k, s);
       return;
     }
-    SHARDTOPK_EXPECTS(a.queries != nullptr && a.out != nullptr, "search: null query or output buffer");
     // Filters (their masks are computed now, outside the search's graph) and deleted rows.
-    const bool filtered = rows_ > 0 && a.filters && prepare_masks(a.filters, a.batch, s);
+    const bool filtered = rows_ > 0 && a.filters.count > 0;
+    if (filtered) prepare_masks(a.filters, a.batch, s);
     RowMasks masks;
     if (filtered) masks = RowMasks{ws_.masks, ws_.mask_words, ws_.mask_index, nullptr};
-    if (rows_ > 0 && live_active_) {
+    const bool dead = rows_ > 0 && slots_.dead() > 0;
+    if (dead) {
       masks.live = ws_.live;
       masks.words = ws_.mask_words;
     }
-    const RowMasks* m = filtered || (rows_ > 0 && live_active_) ? &masks : nullptr;
+    const RowMasks* m = filtered || dead ? &masks : nullptr;
     const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (masks.live ? GraphCache::kMaskLive : 0);
     const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, mask_kinds};
     const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
@@ -415,18 +383,6 @@ class CudaEngine final : public Engine {
     smem_optin_ = prop.sharedMemPerBlockOptin;
   }
 
-  bool is_live(std::int64_t r) const { return ((live_host_[r >> 5] >> (r & 31)) & 1u) != 0u; }
-
-  void check_slots(const std::int64_t* slots, std::int64_t n, const char* what) const {
-    for (std::int64_t i = 0; i < n; ++i)
-      SHARDTOPK_EXPECTS(slots[i] >= 0 && slots[i] < rows_, what, ": slot ", slots[i], " outside [0, ", rows_, ")");
-  }
-
-  void check_batch(int batch) const {
-    SHARDTOPK_EXPECTS(batch >= 0 && batch <= limits_.batch_max, "batch of ", batch,
-                      " queries out of range: allowed 0 .. ", limits_.batch_max, " (search.batch_max)");
-  }
-
   [[noreturn]] void throw_does_not_fit(std::size_t free_b, std::size_t total_b) const {
     throw Error(detail::concat(
         "CUDA engine on device ", device_, " (", device_name_, "): the shard of ", rows_, " rows x ", dim_, " dims in ",
@@ -451,85 +407,39 @@ class CudaEngine final : public Engine {
     scan_select(scan_, args, s);
   }
 
-  /// The row masks of a batch's filters: the distinct programs (equal ones share a mask)
-  /// packed, copied to the device, and evaluated over the shard's attribute table, and each
-  /// query's mask index, on `s` (not captured: the programs change from search to search).
-  /// False when no query is filtered. @throws Error for too many distinct filters, programs
-  /// that do not fit the schema or are too large together.
-  bool prepare_masks(const FilterProgram* const* filters, int batch, cudaStream_t s) {
-    distinct_.clear();
-    bool any = false;
-    for (int q = 0; q < batch; ++q) {
-      const FilterProgram* f = filters[q];
-      std::int32_t m = -1;
-      if (f && !f->passes_everything()) {
-        any = true;
-        std::size_t j = 0;
-        while (j < distinct_.size() && !(*distinct_[j] == *f)) ++j;
-        if (j == distinct_.size()) {
-          SHARDTOPK_EXPECTS(static_cast<int>(distinct_.size()) < limits_.max_filters, "a batch holds more than ",
-                            limits_.max_filters, " distinct filters (search.max_filters)");
-          check_filter_fits(*f, table_schema_);
-          distinct_.push_back(f);
-        }
-        m = static_cast<std::int32_t>(j);
-      }
-      host_mask_index_[q] = m;
-    }
-    if (!any) return false;
+  /// The row masks of a batch's filters: its programs packed, copied to the device with each
+  /// query's program index, and evaluated over the shard's attribute table, on `s` (not
+  /// captured: the programs change from search to search). @throws Error when the programs are
+  /// too large together.
+  void prepare_masks(const FilterBatch& f, int batch, cudaStream_t s) {
     // The pinned staging may still be read by the previous search's copy.
     CHECK_CUDA(cudaEventSynchronize(programs_copied_.get()));
-    const std::size_t bytes = packed_filter_programs_bytes(distinct_.data(), static_cast<int>(distinct_.size()));
+    const std::size_t bytes = packed_filter_programs_bytes(f.programs, f.count);
     SHARDTOPK_EXPECTS(bytes <= kFilterProgramBytes, "the filters of this batch take ", bytes,
                       " bytes compiled, more than the ", kFilterProgramBytes, " one search may carry");
-    pack_filter_programs(distinct_.data(), static_cast<int>(distinct_.size()), programs_pinned_.as<std::uint8_t>(),
-                         kFilterProgramBytes);
-    std::memcpy(programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes, host_mask_index_.data(),
+    pack_filter_programs(f.programs, f.count, programs_pinned_.as<std::uint8_t>(), kFilterProgramBytes);
+    std::memcpy(programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes, f.query_program,
                 sizeof(std::int32_t) * static_cast<std::size_t>(batch));
     CHECK_CUDA(cudaMemcpyAsync(ws_.programs, programs_pinned_.get(), bytes, cudaMemcpyHostToDevice, s));
     CHECK_CUDA(cudaMemcpyAsync(ws_.mask_index, programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes,
                                sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
     CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
-    launch_filter_mask(table_->table(), ws_.programs, static_cast<int>(distinct_.size()), RowRange{0, rows_},
-                       ws_.masks, ws_.mask_words, nullptr, 0, s);
-    return true;
+    launch_filter_mask(table_->table(), ws_.programs, f.count, RowRange{0, rows_}, ws_.masks, ws_.mask_words, nullptr,
+                       0, s);
   }
 
   /// The shard's attribute table on the device (its columns and global ids: filters on
   /// attributes and on ids), the filter staging, and the live mask (every row live).
   void init_filters(const ShardInput& s) {
-    host_mask_index_.assign(static_cast<std::size_t>(limits_.batch_max), -1);
     programs_pinned_.allocate(kFilterProgramBytes + sizeof(std::int32_t) * static_cast<std::size_t>(limits_.batch_max));
     programs_copied_.create(cudaEventDisableTiming);
     CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream_));
+    // Live: the shard's rows; reserved slots are dead until written. Searches cover every slot.
+    slots_ = Slots(rows_, base_rows_, rows_);
     if (rows_ == 0) return;
-    table_schema_ = host_table_.schema();
     table_.emplace(host_table_, stream_);
-    // Live: the shard's rows; reserved slots are dead until written.
-    live_host_.assign(static_cast<std::size_t>(ws_.mask_words), 0u);
-    for (std::int64_t r = 0; r < base_rows_; ++r) live_host_[r >> 5] |= 1u << (r & 31);
-    dead_ = rows_ - base_rows_;
-    live_active_ = dead_ > 0;
-    CHECK_CUDA(cudaMemcpyAsync(ws_.live, live_host_.data(), sizeof(std::uint32_t) * live_host_.size(),
+    CHECK_CUDA(cudaMemcpyAsync(ws_.live, slots_.live_mask().data(), sizeof(std::uint32_t) * slots_.live_mask().size(),
                                cudaMemcpyHostToDevice, stream_));
-  }
-
-  /// The host copy of the attribute table, over every slot: the shard's columns and ids, then
-  /// zeros and kPadId in the reserved slots (write_rows updates it and copies rows to the device).
-  void make_host_table(const ShardInput& s) {
-    std::vector<AttributeColumn> cols;
-    if (s.attributes) {
-      SHARDTOPK_EXPECTS(s.attributes->rows() == base_rows_, "CUDA engine: the attribute table has ",
-                        s.attributes->rows(), " rows but the shard has ", base_rows_);
-      for (int c = 0; c < s.attributes->columns(); ++c) {
-        cols.push_back(s.attributes->column(c));
-        if (cols.back().type == AttributeType::kInt64) cols.back().ints.resize(static_cast<std::size_t>(rows_), 0);
-        else cols.back().reals.resize(static_cast<std::size_t>(rows_), 0.0);
-      }
-    }
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(rows_), kPadId);
-    for (std::int64_t r = 0; r < base_rows_; ++r) ids[r] = s.ids ? s.ids[r] : s.first_row + r;
-    host_table_ = AttributeTable(std::move(cols), std::move(ids));
   }
 
   /// One graph: the batched search, its overflow flags to the host, the epilogue (correct
@@ -673,17 +583,12 @@ class CudaEngine final : public Engine {
   int up_next_ = 0;
   const std::int64_t* stream_ids_ = nullptr;
   std::optional<BatchedSearch> batched_;
-  // filters: the attribute table on the device, the batch's distinct programs, their staging
+  // filters: the attribute table on the device, the staging of a batch's programs
   std::optional<DeviceFilterTableStorage> table_;
-  AttributeSchema table_schema_;
-  std::vector<const FilterProgram*> distinct_;
-  std::vector<std::int32_t> host_mask_index_;
   PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] mask indices
   Event programs_copied_;
-  bool live_active_ = false;  // some slot is dead: searches read the live mask
-  AttributeTable host_table_;             // [rows_] ids and columns of every slot (write_rows, snapshots)
-  std::vector<std::uint32_t> live_host_;  // [mask_words] the live mask as on the device
-  std::int64_t dead_ = 0;                 // dead slots
+  AttributeTable host_table_;  // [rows_] ids and columns of every slot (write_rows, snapshots)
+  Slots slots_;                // the live mask as on the device (ws_.live), and the dead count
   GraphCache graphs_;
 };
 

@@ -19,7 +19,7 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/query_prep.cu
   ${_stk_cuda_dir}/kernels/shard_store.cu
   ${_stk_cuda_dir}/kernels/scan_select.cu
-  ${_stk_cuda_dir}/kernels/batched_filter.cu
+  ${_stk_cuda_dir}/kernels/candidate_pools.cu
   ${_stk_cuda_dir}/kernels/rescore.cu
   ${_stk_cuda_dir}/kernels/filter_mask.cu)
 set(SHARDTOPK_CUDA_ENGINE_LIBRARIES CUDA::cudart CUDA::cublas)

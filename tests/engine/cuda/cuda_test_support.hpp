@@ -122,6 +122,8 @@ class ScanRun {
     return out.download();
   }
   const cuda_detail::ScanSelectPlan& plan() const { return plan_; }
+  /// Runs the selection on a grid of `blocks` instead of the plan's (any grid is correct).
+  void set_select_blocks(int blocks) { plan_.select_blocks = blocks; }
 
  private:
   const DeviceShard& shard_;

@@ -1,4 +1,4 @@
-// The batched path (B ≥ 2): kernels/batched_filter and kernels/rescore against their
+// The batched path (B ≥ 2): kernels/candidate_pools and kernels/rescore against their
 // specification computed on the host (the filter's thresholds and pools from given
 // approximate scores; the re-scoring's answer = the float64 oracle's top-k over the pool's
 // rows), and the whole path through BatchedSearch (query prep, cuBLAS GEMM per chunk, filter,
@@ -23,7 +23,7 @@
 
 #include "cuda_test_support.hpp"
 #include "engine/cuda/batched_search.hpp"
-#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/candidate_pools.hpp"
 #include "engine/cuda/kernels/rescore.hpp"
 #include "tools/oracle.hpp"
 
@@ -136,7 +136,7 @@ TEST(BatchedFilter, FirstChunkThresholdsAndPools) {
           const std::string what = os.str();
           const ChunkData c(batch, rows, rows, 4096, half, l2, 7 + rows + k);
           Pools p(batch, 16384);
-          cuda_detail::filter_first_chunk(c.view(), batch, k, p.view(c.dev_qinfo.get()), nullptr);
+          cuda_detail::collect_first_chunk(c.view(), batch, k, p.view(c.dev_qinfo.get()), nullptr);
           const std::vector<PoolEntry> pool = p.pool.download();
           const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
           const std::vector<float> thr = p.thr.download();
@@ -176,7 +176,7 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
           std::vector<PoolEntry> pool(static_cast<size_t>(batch * cap), PoolEntry{-7.0f, -1});
           p.pool.upload(pool);
           p.count.upload(std::vector<std::uint32_t>(batch, held));
-          cuda_detail::filter_chunk(c.view(), batch, p.view(c.dev_qinfo.get()), nullptr);
+          cuda_detail::collect_chunk(c.view(), batch, p.view(c.dev_qinfo.get()), nullptr);
           const std::vector<PoolEntry> got = p.pool.download();
           const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
           for (int q = 0; q < batch; ++q) {

@@ -78,6 +78,45 @@ TEST(ScanSelect, MassiveTiesTakeTheSmallestIds) {
   }
 }
 
+// The selection's refinement levels wait until every row has been counted, by whichever blocks;
+// no block may wait for a block that has not started. Grids of one block, of a few, and of many
+// waves (most blocks cannot start until others have exited) give the oracle's answer, bit for bit
+// the plan's grid's: small integers with K = 3000 (levels 2 and 3, ties everywhere), and random
+// values in [0.9, 1) (every score in one or two level-1 bins: level 2 over every row).
+TEST(ScanSelect, SelectionIsCorrectOnAnyGrid) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const int nq = 3, many_waves = 8 * multiprocessors();
+  struct Data {
+    std::int64_t n, dim;
+    int k;
+    bool exact;
+  };
+  for (const Data& d : {Data{20000, 33, 3000, true}, Data{100000, 64, 1000, false}}) {
+    const std::vector<float> rows = d.exact ? small_ints(static_cast<size_t>(d.n * d.dim), 1700, -2, 2)
+                                            : random_floats(static_cast<size_t>(d.n * d.dim), 1701, 0.9f, 1.0f);
+    const std::vector<float> q = d.exact ? small_ints(static_cast<size_t>(nq * d.dim), 1702, -2, 2)
+                                         : random_floats(static_cast<size_t>(nq * d.dim), 1703, 0.9f, 1.0f);
+    const std::vector<std::int64_t> ids = shuffled_ids(d.n, 1704);
+    for (const Dtype t : {Dtype::kFloat32, Dtype::kFloat16}) {
+      const DeviceShard shard(rows, d.n, d.dim, t, ids);
+      const std::string what = std::string(d.exact ? "small integers " : "random ") + dname(t);
+      ScanRun run(shard, false, cap_for(4096));
+      const std::vector<Candidate> ref = run.search(q, nq, d.k);
+      if (d.exact) {
+        expect_exact_candidates(Metric::kInnerProduct, rows, d.n, ids, q, nq, d.dim, d.k, ref, what);
+      } else {
+        expect_within_tolerance(Metric::kInnerProduct, rounded(t, rows), d.n, ids.data(), q, nq, d.dim, d.k,
+                                to_answer(ref, Metric::kInnerProduct, nq, d.k, d.k), what);
+      }
+      for (const int blocks : {1, 3, many_waves}) {
+        run.set_select_blocks(blocks);
+        expect_same_candidates(run.search(q, nq, d.k), ref, what + ", select grid of " + std::to_string(blocks));
+      }
+    }
+  }
+}
+
 // Every scan shape (rows per warp), schedule (persistent grid; blocks of 1,024 rows) and
 // direction (forward with plain loads; alternating with L2 hints, each query searched once in
 // each direction) scores every row with the same arithmetic: the same candidates bit for bit,

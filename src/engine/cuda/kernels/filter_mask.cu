@@ -82,23 +82,7 @@ __device__ std::uint8_t leaf_verdict(const DeviceFilterTable& t, const ProgramVi
 // Verdict of every instruction over block b into states[]; returns the program's.
 __device__ std::uint8_t analyse(const DeviceFilterTable& t, const ProgramView& p, const FilterOp* ops,
                                 std::int64_t b, std::uint8_t* states) {
-  std::uint8_t stack[kFilterMaxStack];
-  int sp = 0;
-  for (int i = 0; i < p.n_ops; ++i) {
-    const FilterOp op = ops[i];
-    std::uint8_t v;
-    switch (op.code) {
-      case FilterOpCode::kTrue: v = kVerdictAll; break;
-      case FilterOpCode::kFalse: v = kVerdictNone; break;
-      case FilterOpCode::kNot: v = verdict_not(stack[--sp]); break;
-      case FilterOpCode::kAnd: sp -= 2; v = verdict_and(stack[sp], stack[sp + 1]); break;
-      case FilterOpCode::kOr: sp -= 2; v = verdict_or(stack[sp], stack[sp + 1]); break;
-      default: v = leaf_verdict(t, p, op, b); break;
-    }
-    states[i] = v;
-    stack[sp++] = v;
-  }
-  return stack[0];
+  return block_verdicts(ops, p.n_ops, [&](const FilterOp& op) { return leaf_verdict(t, p, op, b); }, states);
 }
 
 // Whether row r passes; leaves the summaries decided (states) are not read.

@@ -1,4 +1,4 @@
-// The batched path's last step: exact re-scoring of the filtered pools and the final sort.
+// The batched path's last step: exact re-scoring of the candidate pools and the final sort.
 
 #include "engine/cuda/kernels/rescore.hpp"
 
@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kSelThreads)
   const PoolEntry* list = pool + q * pool_cap;
   const auto got = [&](int i) { return list[i].s; };
   const std::uint32_t kth = block_kth_key(got, n, k);
-  const float t = filter_threshold(kth, n, k, qinfo[q].delta);
+  const float t = pool_threshold(kth, n, k, qinfo[q].delta);
   if (threadIdx.x == 0) m = 0;
   __syncthreads();
   // rows that pass: their shard rows into sid (as a scratch list)

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/candidate_pools.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 

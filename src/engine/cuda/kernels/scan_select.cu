@@ -213,46 +213,63 @@ __global__ void __launch_bounds__(kScanThreads)
   if (publish_if_last<kScanThreads>(hists, 1, k, cap, st) && dir != nullptr && threadIdx.x == 0) *dir ^= 1u;
 }
 
-/// A barrier across the whole grid. Only for grids whose blocks are all resident at once (the
-/// launcher sizes the grid from the occupancy); `bar` [2] = {arrived, generation}, zeroed
-/// before the launch (the last arriver resets `arrived`).
-__device__ inline void grid_barrier(std::uint32_t* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    volatile std::uint32_t* gen = bar + 1;
-    const std::uint32_t g = *gen;
-    __threadfence();
-    if (atomicAdd(&bar[0], 1u) == gridDim.x - 1) {
-      bar[0] = 0;
-      __threadfence();
-      atomicAdd(&bar[1], 1u);
-    } else {
-      while (*gen == g) {
-      }
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-/// Level-2 (bits 19..8 of keys whose bits 31..20 equal the level-1 bin) or level-3 (bits 7..0
-/// of keys matching bits 31..8) histogram over scores[rows], grid-stride, added to hist_out.
+/// One refinement level over scores[rows], added to hist_out [kBins]: level 2 counts bits 19..8
+/// of the keys whose bits 31..20 equal `prefix`, level 3 bits 7..0 of the keys whose bits 31..8
+/// do. Every block of the grid calls it; it returns once every row has been counted, by
+/// whichever blocks. `first` is this block's first claim (a value of *claimed, the same in every
+/// thread of the block).
+///
+/// Why it cannot hang, whatever the number of blocks resident at once (the grid is sized to one
+/// wave from the occupancy, but nothing guarantees that every block of it is running: other
+/// kernels, another process or MPS may hold multiprocessors): the rows are cut into gridDim.x
+/// chunks that blocks claim from *claimed, and a block waits (for *finished to reach the chunk
+/// count) only once the claims have run out, when every chunk belongs to a block that was
+/// running when it claimed it. Such a block counts its chunk without waiting for any other block
+/// (block barriers only) and then adds it to *finished; so the count completes whether or not
+/// the blocks that have not started yet ever start before it does (they find no chunk left and
+/// wait for the same count). With every block running, each claims one chunk (one contiguous
+/// slice of rows, the work a static split would give it) and its next claim, which comes back
+/// empty, is in flight while it reads the chunk: no extra launch, no extra pass.
 template <int kLevel>
-__device__ void refine_pass(const float* __restrict__ scores, std::int64_t rows, std::uint32_t prefix,
-                            std::uint32_t* smem_h, std::uint32_t* hist_out) {
+__device__ void refine_level(const float* __restrict__ scores, std::int64_t rows, std::uint32_t prefix,
+                             std::uint32_t first, std::uint32_t* claimed, std::uint32_t* finished,
+                             std::uint32_t* smem_h, std::uint32_t* hist_out) {
   constexpr int kBins = kLevel == 2 ? kHist2Bins : kHist3Bins;
+  __shared__ std::uint32_t next_claim;
   for (int i = threadIdx.x; i < kBins; i += blockDim.x) smem_h[i] = 0;
   __syncthreads();
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  const std::int64_t end = (rows + 31) / 32 * 32;
-  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < end; r += stride) {
-    const std::uint32_t key = r < rows ? score_key(scores[r]) : 0u;
-    const bool match = r < rows && (kLevel == 2 ? (key >> 20) == prefix : (key >> 8) == prefix);
-    hist_add(smem_h, kLevel == 2 ? (key >> 8) & 0xFFFu : key & 0xFFu, match);
+  const std::uint32_t chunks = gridDim.x;
+  // Whole warps per chunk (hist_add needs every lane of a warp).
+  const std::int64_t chunk_rows = ((rows + chunks - 1) / chunks + 31) / 32 * 32;
+  std::uint32_t mine = 0;
+  for (std::uint32_t c = first; c < chunks;) {
+    std::uint32_t next = 0;
+    if (threadIdx.x == 0) next = atomicAdd(claimed, 1u);  // not read until the chunk is counted
+    const std::int64_t lo = static_cast<std::int64_t>(c) * chunk_rows;
+    const std::int64_t hi = min(rows, lo + chunk_rows);
+    const std::int64_t end = hi > lo ? lo + (hi - lo + 31) / 32 * 32 : lo;
+    for (std::int64_t r = lo + threadIdx.x; r < end; r += blockDim.x) {
+      const std::uint32_t key = r < hi ? score_key(scores[r]) : 0u;
+      const bool match = r < hi && (kLevel == 2 ? (key >> 20) == prefix : (key >> 8) == prefix);
+      hist_add(smem_h, kLevel == 2 ? (key >> 8) & 0xFFFu : key & 0xFFu, match);
+    }
+    ++mine;
+    if (threadIdx.x == 0) next_claim = next;
+    __syncthreads();
+    c = next_claim;
+    __syncthreads();  // every thread has read next_claim before thread 0 writes it again
   }
-  __syncthreads();
   for (int i = threadIdx.x; i < kBins; i += blockDim.x)
     if (smem_h[i]) atomicAdd(&hist_out[i], smem_h[i]);
+  __threadfence();  // this thread's histogram adds, before the block's chunks are counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (mine > 0) atomicAdd(finished, mine);
+    while (*reinterpret_cast<volatile std::uint32_t*>(finished) < chunks) {
+    }
+    __threadfence();  // every block's histogram adds, before this block reads the histogram
+  }
+  __syncthreads();
 }
 
 __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t count, const Batch1State& st,
@@ -261,27 +278,40 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
                              std::int64_t* sid);
 
 /// Batch-1 selection after scan1, one launch: the radix refinements the level-1 histogram did not
-/// settle (levels 2 and 3, each followed by a grid barrier — only when needed), the extraction of
-/// every row whose key reaches the threshold into cand [cap], and, in the last block to finish,
-/// the final sort into out [k]. Grid: one block per SM (all resident: grid_barrier); dynamic
-/// shared memory: cap × 12 bytes (the final sort).
+/// settle (levels 2 and 3, only when needed; refine_level says why waiting for them cannot
+/// hang), the extraction of every row whose key reaches the threshold into cand [cap], and, in
+/// the last block to finish, the final sort into out [k]. Correct for any grid (no block waits
+/// for a block that has not started); sized to one wave of blocks for speed. Dynamic shared
+/// memory: cap × 12 bytes (the final sort).
 template <bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     select1_kernel(const float* __restrict__ scores, std::int64_t rows, std::uint32_t* __restrict__ hists,
-                   std::uint32_t k, std::uint32_t cap, Batch1State* __restrict__ st, std::uint32_t* __restrict__ bar,
-                   PoolEntry* __restrict__ cand, std::uint32_t* __restrict__ count,
-                   const std::int64_t* __restrict__ ids, Candidate* __restrict__ out) {
+                   std::uint32_t k, std::uint32_t cap, Batch1State* __restrict__ st, PoolEntry* __restrict__ cand,
+                   std::uint32_t* __restrict__ count, const std::int64_t* __restrict__ ids,
+                   Candidate* __restrict__ out) {
   extern __shared__ __align__(16) unsigned char smem[];
   std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // refinement histogram (before the sort)
+  __shared__ std::uint32_t first_claim[2];
+  // Each level's first claim is issued before the state is read, so that its latency overlaps
+  // that read; unused (and harmless: the counters are per search) when no refinement is needed.
+  std::uint32_t claim2 = 0, claim3 = 0;
+  if (threadIdx.x == 0) {
+    claim2 = atomicAdd(&st->claimed[0], 1u);
+    claim3 = atomicAdd(&st->claimed[1], 1u);
+  }
   Resolution res{static_cast<int>(st->status), st->thr, 0u, st->tie_overflow, st->prefix};
   if (res.status == 2) {
-    refine_pass<2>(scores, rows, res.prefix, h, hists + kHist1Bins);
-    grid_barrier(bar);
+    if (threadIdx.x == 0) first_claim[0] = claim2;
+    __syncthreads();
+    refine_level<2>(scores, rows, res.prefix, first_claim[0], &st->claimed[0], &st->finished[0], h,
+                    hists + kHist1Bins);
     res = resolve<kSelThreads>(hists, 2, k, cap);
   }
   if (res.status == 3) {
-    refine_pass<3>(scores, rows, res.prefix, h, hists + kHist1Bins + kHist2Bins);
-    grid_barrier(bar);
+    if (threadIdx.x == 0) first_claim[1] = claim3;
+    __syncthreads();
+    refine_level<3>(scores, rows, res.prefix, first_claim[1], &st->claimed[1], &st->finished[1], h,
+                    hists + kHist1Bins + kHist2Bins);
     res = resolve<kSelThreads>(hists, 3, k, cap);
   }
   const bool strict = res.tie_overflow != 0;
@@ -378,8 +408,8 @@ void launch_scan_select(const ScanSelectPlan& p, const ScanSelectArgs& a, cudaSt
       a.state, p.rows_per_block, p.l2_hints ? a.dir : nullptr, p.keep_from, a.masks, a.mask_query);
   CHECK_CUDA_LAUNCH();
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
-  select1_kernel<kMasked><<<p.select_blocks, kSelThreads, smem, stream>>>(
-      a.scores, p.rows, a.hists, uk, ucap, a.state, a.state->bar, a.cand, a.count, a.ids, a.out);
+  select1_kernel<kMasked><<<p.select_blocks, kSelThreads, smem, stream>>>(a.scores, p.rows, a.hists, uk, ucap,
+                                                                         a.state, a.cand, a.count, a.ids, a.out);
   CHECK_CUDA_LAUNCH();
 }
 
@@ -442,7 +472,7 @@ ScanSelectPlan plan_scan_select(Dtype dtype, bool l2, std::int64_t rows, std::in
   const void* select_masked = reinterpret_cast<const void*>(select1_kernel<true>);
   allow_dynamic_smem(select, smem);
   allow_dynamic_smem(select_masked, smem);
-  // Every block resident (select1's grid barrier), for both variants.
+  // One wave of blocks (select1 is correct for any grid; a second wave would only wait).
   const int select_grid =
       std::min(persistent_grid(select, kSelThreads, smem, sms), persistent_grid(select_masked, kSelThreads, smem, sms));
   p.select_blocks = static_cast<int>(std::min<std::int64_t>(select_grid, (rows + kSelThreads - 1) / kSelThreads));

@@ -26,7 +26,7 @@ struct ScanSelectPlan {
   int cap = 0;                ///< candidates the final sort holds
   int scan_blocks = 0;        ///< scan grid
   std::int64_t rows_per_block = 0;  ///< 0: persistent grid; else blocks of this many rows
-  int select_blocks = 0;      ///< select grid (all resident: it has grid barriers)
+  int select_blocks = 0;      ///< select grid: one wave of blocks (any grid is correct)
   bool l2_hints = true;       ///< evict-first loads, the last rows kept in L2, alternating direction
   std::int64_t keep_from = 0; ///< first logical row loaded as evict-normal (with l2_hints)
   void (*launch)(const ScanSelectPlan&, const ScanSelectArgs&, cudaStream_t) = nullptr;

@@ -1,7 +1,7 @@
 #pragma once
 // Block- and warp-level selection primitives of the CUDA engine's kernels (device code): bin
 // search in a histogram, warp-aggregated appends and histogram updates, the last block of a
-// grid, block sorts by the ordering rule, a block radix select, the batched filter threshold.
+// grid, block sorts by the ordering rule, a block radix select, the batched path's pool threshold.
 
 #include <cub/block/block_scan.cuh>
 #include <math_constants.h>
@@ -184,9 +184,9 @@ __device__ std::uint32_t block_kth_key(const Get& got, int n, std::uint32_t k) {
   return prefix;
 }
 
-/// The filter threshold for a query whose k-th best approximate score is key_score(kth):
+/// The candidate-pool threshold for a query whose k-th best approximate score is key_score(kth):
 /// every row of the exact top k has approx ≥ kth − 2Δ (docs/EXACTNESS.md), rounded down.
-__device__ __forceinline__ float filter_threshold(std::uint32_t kth_key, int n, std::uint32_t k, float delta) {
+__device__ __forceinline__ float pool_threshold(std::uint32_t kth_key, int n, std::uint32_t k, float delta) {
   if (static_cast<std::uint32_t>(n) < k || kth_key == 0u) return -CUDART_INF_F;
   const double t = static_cast<double>(key_score(kth_key)) - 2.0 * static_cast<double>(delta);
   return __double2float_rd(t);

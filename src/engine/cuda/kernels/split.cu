@@ -9,14 +9,20 @@
 namespace shardtopk::cuda_detail {
 namespace {
 
-/// ids[i] = list[i].id, scores[i] = the reported score of list[i]. One thread per element.
+/// ids[i] = list[i].id, scores[i] = the reported score of list[i] (l2: the distance).
+__device__ __forceinline__ void split_one(const Candidate* __restrict__ list, std::int64_t i, bool l2,
+                                          std::int64_t* __restrict__ ids, float* __restrict__ scores) {
+  const Candidate c = list[i];
+  ids[i] = c.id;
+  scores[i] = l2 ? -c.score : c.score;
+}
+
+/// split_one of every element, one thread each.
 __global__ void split_results_kernel(const Candidate* __restrict__ list, std::int64_t n, bool l2,
                                      std::int64_t* __restrict__ ids, float* __restrict__ scores) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const Candidate c = list[i];
-  ids[i] = c.id;
-  scores[i] = l2 ? -c.score : c.score;
+  split_one(list, i, l2, ids, scores);
 }
 
 /// split_results_kernel plus the first `count` threads copying one status slot each.
@@ -27,9 +33,7 @@ __global__ void split_results_with_status_kernel(const Candidate* __restrict__ l
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) status_dst[i] = status_src[i * status_stride];
   if (i >= n) return;
-  const Candidate c = list[i];
-  ids[i] = c.id;
-  scores[i] = l2 ? -c.score : c.score;
+  split_one(list, i, l2, ids, scores);
 }
 
 /// split_results_kernel with invalid queries' rows marked (ids −1, scores NaN).
@@ -43,9 +47,7 @@ __global__ void split_results_marked_kernel(const Candidate* __restrict__ list, 
     scores[i] = __int_as_float(0x7fc00000);
     return;
   }
-  const Candidate c = list[i];
-  ids[i] = c.id;
-  scores[i] = l2 ? -c.score : c.score;
+  split_one(list, i, l2, ids, scores);
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ struct Batch1State {
   std::uint32_t tie_overflow;  // more rows tie at the k-th key than fit; ties go to the slow path
   std::uint32_t need_ties;     // with tie_overflow: how many tied rows belong to the answer
   std::uint32_t done;          // blocks finished (reset by the last one)
-  std::uint32_t bar[2];        // grid_barrier of select1_kernel
+  std::uint32_t claimed[2];    // select1's refinement levels 2 and 3: chunks of rows claimed
+  std::uint32_t finished[2];   // ... and counted
 };
 
 /// Which rows a search may return (filtered searches, deleted rows), as bitmasks over the

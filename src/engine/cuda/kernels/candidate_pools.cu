@@ -1,7 +1,7 @@
-// The batched path's filter: approximate scores from the GEMM output of a chunk, a threshold
-// per query from its k-th approximate score minus 2Δ, pools of the rows that reach it.
+// The batched path's candidate pools: approximate scores from the GEMM output of a chunk, a
+// threshold per query from its k-th approximate score minus 2Δ, pools of the rows that reach it.
 
-#include "engine/cuda/kernels/batched_filter.hpp"
+#include "engine/cuda/kernels/candidate_pools.hpp"
 
 #include <cuda_fp16.h>
 
@@ -11,18 +11,18 @@
 namespace shardtopk::cuda_detail {
 namespace {
 
-constexpr int kFilterThreads = 256;
+constexpr int kCollectThreads = 256;
 
 __device__ __forceinline__ float out_to_float(float g) { return g; }
 __device__ __forceinline__ float out_to_float(__half g) { return __half2float(g); }
 
-/// The filter's shape per GEMM output type: kVec consecutive values per 16-byte load, four
+/// The collect kernel's shape per GEMM output type: kVec consecutive values per 16-byte load, four
 /// loads per thread (float: 16 values, __half: 32).
 template <typename OutT>
-struct FilterShape {
+struct CollectShape {
   static constexpr int kVec = 16 / static_cast<int>(sizeof(OutT));
   static constexpr int kPerThread = 4 * kVec;
-  static constexpr int kPerBlock = kFilterThreads * kPerThread;
+  static constexpr int kPerBlock = kCollectThreads * kPerThread;
 };
 
 /// kVec consecutive GEMM outputs from a 16-byte-aligned address: one 16-byte load.
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kSelThreads)
     return ap(q, i, qi);
   };
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
-  const float t = filter_threshold(kth, rows_c, k, qi.delta);
+  const float t = pool_threshold(kth, rows_c, k, qi.delta);
   PoolEntry* list = pool + q * pool_cap;
   const int end = (rows_c + 31) / 32 * 32;
   bool ok = true;
@@ -102,24 +102,24 @@ __global__ void __launch_bounds__(kSelThreads)
 }
 
 /// Later chunks: every (query, row) whose approximate score reaches the query's threshold
-/// enters the pool. Grid: (ceil(rows_c / FilterShape<OutT>::kPerBlock), batch). A warp reads 512
+/// enters the pool. Grid: (ceil(rows_c / CollectShape<OutT>::kPerBlock), batch). A warp reads 512
 /// contiguous bytes per load (16-byte loads when the row stride allows: thread t of the block
-/// takes values V (j · kFilterThreads + t) … + V − 1, V = FilterShape::kVec, j < 4), and makes
+/// takes values V (j · kCollectThreads + t) … + V − 1, V = CollectShape::kVec, j < 4), and makes
 /// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
 /// global atomic per passing value made the first chunks latency bound.
 /// kMasked: a (query, row) the masks rule out never enters the pool.
 template <typename OutT, bool kMasked>
-__global__ void __launch_bounds__(kFilterThreads)
-    filter_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
+__global__ void __launch_bounds__(kCollectThreads)
+    collect_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                   std::uint32_t* __restrict__ overflow, RowMasks masks) {
-  constexpr int V = FilterShape<OutT>::kVec, P = FilterShape<OutT>::kPerThread;
+  constexpr int V = CollectShape<OutT>::kVec, P = CollectShape<OutT>::kPerThread;
   const int q = blockIdx.y;
   const int lane = threadIdx.x & 31;
-  const int base = blockIdx.x * FilterShape<OutT>::kPerBlock;
+  const int base = blockIdx.x * CollectShape<OutT>::kPerBlock;
   const OutT* src = ap.S + q * ap.ld;
-  // Value m of this thread: V consecutive values per 16-byte load, loads kFilterThreads apart.
-  auto index = [&](int m) { return base + V * ((m / V) * kFilterThreads + static_cast<int>(threadIdx.x)) + (m % V); };
+  // Value m of this thread: V consecutive values per 16-byte load, loads kCollectThreads apart.
+  auto index = [&](int m) { return base + V * ((m / V) * kCollectThreads + static_cast<int>(threadIdx.x)) + (m % V); };
   float v[P];
   const bool vec = ap.ld % V == 0;
 #pragma unroll
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kSelThreads)
   PoolEntry* list = pool + q * pool_cap;
   const auto got = [&](int i) { return list[i].s; };
   const std::uint32_t kth = block_kth_key(got, n, k);
-  const float t = fmaxf(thr[q], filter_threshold(kth, n, k, qinfo[q].delta));
+  const float t = fmaxf(thr[q], pool_threshold(kth, n, k, qinfo[q].delta));
   using Scan = cub::BlockScan<int, kSelThreads>;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int kept;
@@ -215,15 +215,15 @@ Approx<OutT> approx_of(const ChunkScores& c) {
 }
 
 template <typename OutT>
-void filter_chunk_t(const ChunkScores& c, int batch, const CandidatePools& p, const RowMasks* masks,
+void collect_chunk_t(const ChunkScores& c, int batch, const CandidatePools& p, const RowMasks* masks,
                     cudaStream_t stream) {
-  constexpr int per_block = FilterShape<OutT>::kPerBlock;
+  constexpr int per_block = CollectShape<OutT>::kPerBlock;
   const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(batch));
   if (masks) {
-    filter_kernel<OutT, true><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
+    collect_kernel<OutT, true><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
                                                                    p.cap, p.count, p.overflow, *masks);
   } else {
-    filter_kernel<OutT, false><<<grid, kFilterThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
+    collect_kernel<OutT, false><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
                                                                     p.cap, p.count, p.overflow, RowMasks{});
   }
 }
@@ -242,7 +242,7 @@ void first_chunk_t(const ChunkScores& c, int batch, std::uint32_t k, const Candi
 
 }  // namespace
 
-void filter_first_chunk(const ChunkScores& c, int batch, int k, const CandidatePools& p, cudaStream_t stream,
+void collect_first_chunk(const ChunkScores& c, int batch, int k, const CandidatePools& p, cudaStream_t stream,
                         const RowMasks* masks) {
   const std::uint32_t uk = static_cast<std::uint32_t>(k);
   if (c.half) first_chunk_t<__half>(c, batch, uk, p, masks, stream);
@@ -250,9 +250,9 @@ void filter_first_chunk(const ChunkScores& c, int batch, int k, const CandidateP
   CHECK_CUDA_LAUNCH();
 }
 
-void filter_chunk(const ChunkScores& c, int batch, const CandidatePools& p, cudaStream_t stream, const RowMasks* masks) {
-  if (c.half) filter_chunk_t<__half>(c, batch, p, masks, stream);
-  else filter_chunk_t<float>(c, batch, p, masks, stream);
+void collect_chunk(const ChunkScores& c, int batch, const CandidatePools& p, cudaStream_t stream, const RowMasks* masks) {
+  if (c.half) collect_chunk_t<__half>(c, batch, p, masks, stream);
+  else collect_chunk_t<float>(c, batch, p, masks, stream);
   CHECK_CUDA_LAUNCH();
 }
 

@@ -1,9 +1,9 @@
 #pragma once
-// The batched path's filter (host launchers): after the tensor-core GEMM of each chunk of rows,
-// every (query, row) whose approximate score lies within 2Δ of the query's running k-th
+// The batched path's candidate pools (host launchers): after the tensor-core GEMM of each chunk
+// of rows, every (query, row) whose approximate score lies within 2Δ of the query's running k-th
 // approximate score enters the query's candidate pool (DESIGN.md "filter then re-score"; Δ
-// bounds |approximate − exact|, docs/EXACTNESS.md), and pools are compacted as thresholds rise.
-// rescore.hpp then scores the pools exactly.
+// bounds |approximate − exact|, docs/EXACTNESS.md), and pools are pruned as thresholds rise.
+// rescore.hpp then scores the pools exactly. Attribute filters are elsewhere (filter_mask.cuh).
 
 #include <cuda_runtime.h>
 
@@ -31,7 +31,7 @@ struct CandidatePools {
   PoolEntry* pool = nullptr;         ///< [batch, cap] (approximate score, shard row)
   std::int64_t cap = 0;
   std::uint32_t* count = nullptr;    ///< [batch] entries appended (zero before the first chunk)
-  float* thr = nullptr;              ///< [batch] the filter threshold
+  float* thr = nullptr;              ///< [batch] the pool's threshold (approximate score)
   std::uint32_t* overflow = nullptr; ///< [batch] set (bit 0) when a pool overflowed (zero before)
 };
 
@@ -40,13 +40,13 @@ struct CandidatePools {
 /// into the query's pool. One block of 1,024 threads per query. On `stream`, returns at once.
 /// `masks` (optional): rows a query may not return never enter its pool and do not count for
 /// its threshold.
-void filter_first_chunk(const ChunkScores& chunk, int batch, int k, const CandidatePools& pools,
-                        cudaStream_t stream, const RowMasks* masks = nullptr);
+void collect_first_chunk(const ChunkScores& chunk, int batch, int k, const CandidatePools& pools,
+                         cudaStream_t stream, const RowMasks* masks = nullptr);
 
 /// A later chunk: every (query, row) whose approximate score reaches the query's threshold
 /// enters its pool (one pool atomic per warp). On `stream`, returns at once.
-void filter_chunk(const ChunkScores& chunk, int batch, const CandidatePools& pools, cudaStream_t stream,
-                  const RowMasks* masks = nullptr);
+void collect_chunk(const ChunkScores& chunk, int batch, const CandidatePools& pools, cudaStream_t stream,
+                   const RowMasks* masks = nullptr);
 
 /// For each query whose pool holds more than `trigger` entries: raises the threshold to the
 /// pool's k-th approximate score minus 2Δ (never lowers it) and drops the entries below it,

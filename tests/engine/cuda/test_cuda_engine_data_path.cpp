@@ -1,0 +1,241 @@
+// GPU tests of the CUDA engine's data path: no host/device traffic of its own, the epilogue
+// inside the search's graph, searches on a caller's stream, path and graph options that change
+// no bits, streamed loading.
+//
+// Every test skips, saying so, when no GPU is visible. Under `mpirun -np P` each rank runs the
+// whole binary on GPU (local rank mod GPU count); nothing here talks between ranks.
+//
+// Case tables (why each row exists) are next to the INSTANTIATE_TEST_SUITE_P lines.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_engine_rig.hpp"
+#include "engine_test_support.hpp"
+#include "shardtopk/engine.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/generator.hpp"
+#include "shardtopk/space.hpp"
+#include "test_support.hpp"
+#include "tools/oracle.hpp"
+
+namespace shardtopk::test {
+namespace {
+
+// ------------------------------------------------------------------------------ data path
+
+// The engine moves nothing between the host and the device by itself (the data path's copies
+// are the space's): its counters stay zero through construction, prepare and search on both
+// paths, while the space counts the queries and candidates it copied. Only batched_fallbacks
+// counts in the engine (MassiveTiesTakeTheSmallestIds).
+TEST(CudaEngine, MovesNothingBetweenHostAndDeviceByItself) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const std::int64_t n = 4000, dim = 384;
+  const int k = 10;
+  for (Metric m : {Metric::kInnerProduct, Metric::kCosine}) {
+    SCOPED_TRACE(mname(m));
+    const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 1100), n, dim, m, Dtype::kFloat32,
+                                 shuffled_ids(n, 1101));
+    Rig e = make_rig(c.input(), m, Dtype::kFloat32, limits(4, 16));
+    const std::vector<float> q = random_floats(static_cast<size_t>(4 * dim), 1102);
+    const auto one = run_candidates(e, q, 4, k, 1);
+    const auto four = run_candidates(e, q, 4, k, 4);
+    const TransferCounters t = e->transfer_counters();
+    EXPECT_EQ(t.host_to_device, 0u);
+    EXPECT_EQ(t.device_to_host, 0u) << "prepare/search must not copy to the host (status words aside)";
+    EXPECT_EQ(t.batched_fallbacks, 0u);
+    EXPECT_EQ(e.space->counters().host_to_device, 2u * 4 * dim * 4);
+    EXPECT_EQ(e.space->counters().device_to_host, 2u * 4 * k * sizeof(Candidate));
+    expect_same_candidates(four, one, "batch 4 vs batch 1");
+    expect_within_tolerance(oracle_metric(m), c.stored, n, c.ids.data(), prepared(q, 4, dim, m), 4, dim, k,
+                            to_answer(one, m, 4, k, k), std::string("counters ") + mname(m));
+  }
+}
+
+// A search with an epilogue (the one-rank index's export: the space's split of the answer into
+// mapped pinned memory) runs it inside the search's CUDA graph; the exported ids and scores
+// equal a split queued after a plain search, bit for bit, on both paths (batch 1: the scan; 7
+// and 64: tensor cores), on the graph's capture and on its replays with other queries.
+TEST(CudaEngine, EpilogueInTheSearchGraphEqualsASplitAfterIt) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const std::int64_t n = 70000, dim = 100;
+  const int k = 20;
+  for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+    for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+      const std::string what = std::string(mname(m)) + " " + dname(t);
+      const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 1700), n, dim, m, t,
+                                   shuffled_ids(n, 1701));
+      Rig e = make_rig(c.input(), m, t, limits(64, 32));
+      SplitEpilogue inside(*e.space, m, 64, 32), after(*e.space, m, 64, 32);
+      for (const int b : {1, 7, 64})
+        for (int rep = 0; rep < 3; ++rep) {
+          const std::string at = what + ", batch " + std::to_string(b) + ", call " + std::to_string(rep);
+          const std::vector<float> q = random_floats(static_cast<size_t>(b * dim), 1710 + 10 * b + rep);
+          stage(e, q.data(), b);
+          search(e, b, k);
+          after.enqueue(e.out, b, k, nullptr);
+          e.space->synchronize();
+          const Answer want = after.read(b, k);
+          stage(e, q.data(), b);
+          search(e, b, k, &inside);
+          e.space->synchronize();
+          const Answer got = inside.read(b, k);
+          EXPECT_EQ(got.ids, want.ids) << at;
+          std::vector<std::uint32_t> got_bits(got.scores.size()), want_bits(want.scores.size());
+          std::transform(got.scores.begin(), got.scores.end(), got_bits.begin(), bits_of);
+          std::transform(want.scores.begin(), want.scores.end(), want_bits.begin(), bits_of);
+          EXPECT_EQ(got_bits, want_bits) << at;
+          if (rep == 0 && b == 7)
+            expect_within_tolerance(oracle_metric(m), c.stored, c.n, c.ids.data(), q, b, dim, k, got, at + " vs oracle");
+        }
+    }
+}
+
+// A search ordered on a caller's stream (here another space's) starts after the work queued
+// there and gives the bits of a search on the engine's stream: a graph captured on the
+// engine's stream is replayed on the caller's, one captured on the caller's stream serves it
+// too, and the batched path's side stream forks from and joins back into the caller's stream.
+// Batch 1 and 7, with and without CUDA graphs; small integers: the oracle's answer exactly.
+TEST(CudaEngine, SearchesOnACallersStream) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const std::int64_t n = 20000, dim = 64;
+  const int k = 16;
+  const Corpus c = make_corpus(small_ints(static_cast<size_t>(n * dim), 1200, -2, 2), n, dim, Metric::kL2,
+                               Dtype::kFloat32, shuffled_ids(n, 1201));
+  for (const bool graphs : {true, false}) {
+    EngineOptions opt;
+    opt.cuda_graphs = graphs;
+    Rig e = make_rig(c.input(), Metric::kL2, Dtype::kFloat32, limits(8, 16), opt);
+    auto caller = make_cuda_space(test_device());
+    float* cq = static_cast<float*>(caller->alloc(sizeof(float) * 8 * dim));
+    Candidate* cout = static_cast<Candidate*>(caller->alloc(sizeof(Candidate) * 8 * k));
+    for (const int b : {1, 7}) {
+      const std::string what = std::string(graphs ? "graphs" : "no graphs") + ", batch " + std::to_string(b);
+      const std::vector<float> q = small_ints(static_cast<size_t>(b * dim), 1202 + b, -2, 2);
+      const std::vector<Candidate> want = run_candidates(e, q, b, k, b);
+      expect_exact(Metric::kL2, c.stored, n, c.ids.data(), q, b, dim, k, to_answer(want, Metric::kL2, b, k, k), what);
+      for (const bool own_buffers : {false, true}) {
+        float* queries = own_buffers ? cq : e.queries;
+        Candidate* out = own_buffers ? cout : e.out;
+        caller->fill_pad(out, static_cast<std::int64_t>(b) * k);
+        caller->from_host(queries, q.data(), sizeof(float) * b * dim, false);
+        e->prepare_queries(queries, b, caller->stream());
+        SearchArgs a;
+        a.queries = queries;
+        a.batch = b;
+        a.k = k;
+        a.out = out;
+        a.stream = caller->stream();
+        e->search(a);
+        std::vector<Candidate> got(static_cast<size_t>(b) * k);
+        caller->to_host(got.data(), out, got.size() * sizeof(Candidate), true);
+        expect_same_candidates(got, want, what + (own_buffers ? ", the caller's buffers" : ", the engine's buffers"));
+      }
+    }
+  }
+}
+
+// Options change no bit: without CUDA graphs, and with the path forced (batch 1 through the
+// tensor-core path, batches through the scan), every answer equals the default engine's.
+TEST(CudaEngine, PathAndGraphOptionsChangeNoBits) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const std::int64_t n = 30000, dim = 100, nq = 16;
+  const int k = 20;
+  const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 1800);
+  const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 1801);
+  for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+    for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+      const std::string what = std::string(mname(m)) + " " + dname(t);
+      const Corpus c = make_corpus(raw, n, dim, m, t, shuffled_ids(n, 1802));
+      Rig base = make_rig(c.input(), m, t, limits(16, 32));
+      const std::vector<Candidate> ref = run_candidates(base, q, nq, k, 1);
+      expect_same_candidates(run_candidates(base, q, nq, k, 8), ref, what + ": batch 8");
+      for (int variant = 0; variant < 3; ++variant) {
+        EngineOptions opt;
+        std::string v;
+        if (variant == 0) opt.cuda_graphs = false, v = " without graphs";
+        if (variant == 1) opt.search_path = SearchPath::kScan, v = " forced scan";
+        if (variant == 2) opt.search_path = SearchPath::kGemm, v = " forced gemm";
+        Rig e = make_rig(c.input(), m, t, limits(16, 32), opt);
+        expect_same_candidates(run_candidates(e, q, nq, k, 1), ref, what + v + ": batch 1");
+        expect_same_candidates(run_candidates(e, q, nq, k, 8), ref, what + v + ": batch 8");
+      }
+    }
+}
+
+// A streamed shard (ShardInput::streamed: the ids now, the rows in blocks through load_buffer,
+// load_rows and finish_load) answers as the same rows given at once, bit for bit, with blocks
+// in the engine's pinned buffers and in any host memory; out-of-order, oversized and missing
+// blocks, a cosine stream and a value that overflows the storage type are refused by number.
+TEST(CudaEngine, StreamedLoadEqualsTheRowsGivenAtOnce) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const std::int64_t n = 10007, dim = 33, block = 1000;
+  const std::vector<float> q = random_floats(static_cast<size_t>(4 * dim), 1901);
+  for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+    for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+      const std::string what = std::string(mname(m)) + " " + dname(t);
+      const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 1900), n, dim, m, t,
+                                   shuffled_ids(n, 1902));
+      Rig whole = make_rig(c.input(), m, t, limits(4, 32));
+      ShardInput s;
+      s.rows = n;
+      s.dim = dim;
+      s.ids = c.ids.data();
+      s.streamed = true;
+      Rig st = make_rig(s, m, t, limits(4, 32));
+      for (std::int64_t r0 = 0; r0 < n; r0 += block) {
+        const std::int64_t rows = std::min(block, n - r0);
+        if ((r0 / block) % 3 != 2) {
+          float* buf = st->load_buffer(block);
+          std::copy(c.rows.begin() + r0 * dim, c.rows.begin() + (r0 + rows) * dim, buf);
+          st->load_rows(r0, rows, buf);
+        } else {
+          st->load_rows(r0, rows, c.rows.data() + r0 * dim);
+        }
+      }
+      st->finish_load();
+      expect_same_candidates(run_candidates(st, q, 4, 32, 1), run_candidates(whole, q, 4, 32, 1), what + " batch 1");
+      expect_same_candidates(run_candidates(st, q, 4, 32, 4), run_candidates(whole, q, 4, 32, 4), what + " batch 4");
+      EXPECT_NE(error_of([&] { st->finish_load(); }).find("streamed"), std::string::npos) << "the load has finished";
+    }
+  const Corpus c = make_corpus(random_floats(static_cast<size_t>(n * dim), 1903), n, dim, Metric::kInnerProduct,
+                               Dtype::kFloat16, shuffled_ids(n, 1904));
+  ShardInput s;
+  s.rows = n;
+  s.dim = dim;
+  s.ids = c.ids.data();
+  s.streamed = true;
+  Rig bad = make_rig(s, Metric::kInnerProduct, Dtype::kFloat16, limits(4, 32));
+  const std::string order = error_of([&] { bad->load_rows(5, 10, c.rows.data()); });
+  EXPECT_NE(order.find("expected row 0"), std::string::npos) << order;
+  const std::string range = error_of([&] { bad->load_buffer(n + 1); });
+  EXPECT_NE(range.find(std::to_string(n + 1) + " rows out of range"), std::string::npos) << range;
+  bad->load_buffer(100);
+  const std::string larger = error_of([&] { bad->load_buffer(200); });
+  EXPECT_NE(larger.find("more than the first call's 100"), std::string::npos) << larger;
+  bad->load_rows(0, 10, c.rows.data());
+  const std::string missing = error_of([&] { bad->finish_load(); });
+  EXPECT_NE(missing.find("10 of " + std::to_string(n) + " rows loaded"), std::string::npos) << missing;
+  // a value beyond float16's range: refused at the end of the load, naming the row's global id
+  std::vector<float> rows = c.rows;
+  rows[7 * dim + 3] = 1e6f;
+  Rig over = make_rig(s, Metric::kInnerProduct, Dtype::kFloat16, limits(4, 32));
+  over->load_rows(0, n, rows.data());
+  const std::string ovf = error_of([&] { over->finish_load(); });
+  EXPECT_NE(ovf.find("corpus row " + std::to_string(c.ids[7])), std::string::npos) << ovf;
+  EXPECT_NE(ovf.find("overflows float16"), std::string::npos) << ovf;
+  const std::string cos = error_of([&] { make_rig(s, Metric::kCosine, Dtype::kFloat32, limits(4, 32)); });
+  EXPECT_NE(cos.find("cannot be cosine"), std::string::npos) << cos;
+}
+
+}  // namespace
+}  // namespace shardtopk::test
