@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
                                std::move(comm));
       for (int b : batches) {
         for (int k : ks) {
-          const auto call = [&] { index->search_async(dq, b, k, dids, dscores, stream); };
+          // The call as an application makes it: admitted (k, batch), then searched.
+          const auto call = [&] { index->search_async(index->admit_device(dq, stream, b, k), dids, dscores); };
           for (int i = 0; i < warmup; ++i) call();
           CHECK_CUDA(cudaStreamSynchronize(stream));
           Result r;

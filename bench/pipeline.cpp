@@ -12,6 +12,7 @@
 #include "core/log.hpp"
 #include "device_check.hpp"
 #include "device_timer.hpp"
+#include "index/index_impl.hpp"
 #include "shardtopk/space.hpp"
 #include "shardtopk/ingest.hpp"
 #include "shardtopk/corpus_io.hpp"
@@ -83,11 +84,13 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
   Config cfg = cfg_in;
   if (!corpus.generated) {
     index_ = load_index(cfg, true);
-    corpus_.rows = index_->total_rows();
-    corpus_.dim = index_->dim();
-    corpus_.metric = index_->metric();
-    mine_ = index_->ingest_stats().rows;
-    device_name_ = engine_device_name(index_->engine(), index_->host_comm().local_rank());
+    const IndexInfo info = index_->info();
+    corpus_.rows = info.rows;
+    corpus_.dim = info.dim;
+    corpus_.metric = info.metric;
+    mine_ = info.ingest.rows;
+    schema_ = info.schema;
+    device_name_ = engine_device_name(engine(), host().local_rank());
     generated_on_ = "file";
     return;
   }
@@ -139,10 +142,11 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
   }
   host_comm->check(ok, msg);
   index_ = build_index(cfg, corpus_.metric, corpus_.rows, mine_, in, std::move(host_comm));
+  schema_ = index_->info().schema;
   std::vector<float>().swap(host_rows_);
-  device_name_ = engine_device_name(index_->engine(), index_->host_comm().local_rank());
+  device_name_ = engine_device_name(engine(), host().local_rank());
   // The instrumented path's own buffers, in the index's memory space (search_split).
-  Space& sp = index_->space();
+  Space& sp = IndexAccess::protocol(*index_).space();
   const std::size_t bmax = static_cast<std::size_t>(cfg.search.batch_max);
   const std::size_t bk = bmax * static_cast<std::size_t>(cfg.search.k_max);
   split_queries_ = static_cast<float*>(sp.alloc(bmax * static_cast<std::size_t>(corpus_.dim) * sizeof(float)));
@@ -155,15 +159,15 @@ BenchIndex::BenchIndex(const CorpusSpec& corpus, const Config& cfg_in, const Opt
 
 BenchIndex::~BenchIndex() = default;
 
-Communicator& BenchIndex::host() const { return index_->host_comm(); }
-Communicator& BenchIndex::data() const { return index_->data_comm(); }
-Engine& BenchIndex::engine() const { return index_->engine(); }
+Communicator& BenchIndex::host() const { return IndexAccess::protocol(*index_).host(); }
+Communicator& BenchIndex::data() const { return IndexAccess::protocol(*index_).data(); }
+Engine& BenchIndex::engine() const { return IndexAccess::protocol(*index_).engine(); }
 std::string BenchIndex::engine_name() const { return engine().info().name; }
 std::string BenchIndex::comm_name() const { return data().name(); }
 
 void BenchIndex::admit(const float* queries, int batch) {
   if (rank() == 0) {
-    Space& sp = index_->space();
+    Space& sp = IndexAccess::protocol(*index_).space();
     sp.from_host(split_queries_, queries, sizeof(float) * batch * corpus_.dim, /*wait=*/true);
     engine().prepare_queries(split_queries_, batch, sp.stream());
   }
@@ -189,7 +193,7 @@ void BenchIndex::search(const float* queries, int batch, int k, std::int64_t* id
 void BenchIndex::search_split(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
                               StepTimes* t) {
   Engine& e = engine();
-  Space& sp = index_->space();
+  Space& sp = IndexAccess::protocol(*index_).space();
   if (!timer_) timer_ = make_device_timer(e);  // events on this index's stream, freed with it
   DeviceTimer* timer = timer_.get();
   auto t0 = Clock::now();

@@ -75,7 +75,7 @@ class BenchIndex {
   void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
               const FilterProgram* const* filters = nullptr, std::int32_t* counts = nullptr);
   /// The attributes filters may name (the corpus's generated attributes).
-  const AttributeSchema& attribute_schema() const { return index_->attribute_schema(); }
+  const AttributeSchema& attribute_schema() const { return schema_; }
   /// The product's index underneath (updates: submit_upsert, apply_writes, snapshot, follow).
   ShardedIndex& index() { return *index_; }
   /// The same steps with synchronisation and timing around each (rank 0's times).
@@ -112,6 +112,7 @@ class BenchIndex {
   std::int64_t* split_ids_ = nullptr;
   float* split_scores_ = nullptr;
   std::string device_name_, generated_on_;
+  AttributeSchema schema_;
 };
 
 /// One returned answer to check (rank 0).

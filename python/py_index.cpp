@@ -364,26 +364,26 @@ FilterProgram compile_py_filter(py::handle filter, const AttributeSchema& schema
 // ------------------------------------------------------------------------------ construction
 
 PyIndex::PyIndex(std::unique_ptr<ShardedIndex> index) : index_(std::move(index)) {
-  const EngineInfo e = index_->engine_info();
-  const Config& cfg = index_->config();
-  rank_ = index_->rank();
-  world_ = index_->world_size();
-  dim_ = index_->dim();
-  rows_ = index_->total_rows();
-  k_rows_ = index_->k_limit_rows();
-  writable_ = index_->writable();
-  k_max_ = cfg.search.k_max;
-  batch_max_ = cfg.search.batch_max;
+  const IndexInfo i = index_->info();
+  const EngineInfo& e = i.engine;
+  rank_ = i.rank;
+  world_ = i.world_size;
+  dim_ = i.dim;
+  rows_ = i.rows;
+  k_rows_ = i.k_rows;
+  writable_ = i.writable;
+  k_max_ = i.k_max;
+  batch_max_ = i.batch_max;
   cuda_ = e.space == MemSpace::kDevice;
   device_ = e.device;
-  metric_ = to_string(index_->metric());
+  metric_ = to_string(i.metric);
   dtype_ = to_string(e.dtype);
   engine_ = e.name;
   device_name_ = e.device_name;
-  comm_ = index_->data_comm().name();
-  resident_bytes_ = index_->ingest_stats().engine_resident_bytes;
-  max_filters_ = std::min(cfg.search.max_filters, cfg.search.batch_max);
-  attributes_ = index_->attribute_schema();
+  comm_ = i.comm;
+  resident_bytes_ = i.ingest.engine_resident_bytes;
+  max_filters_ = i.max_filters;
+  attributes_ = i.schema;
   std::lock_guard<std::mutex> lock(g_mu);
   g_open.insert(this);
 }
@@ -641,10 +641,11 @@ py::dict PyIndex::info() {
 template <typename Run>
 void PyIndex::in_pieces(std::int64_t batch, const Run& run) {
   const bool split = batch > batch_max_;
-  for (std::int64_t off = 0; off < batch; off += batch_max_) {
+  std::size_t piece = 0;
+  for (std::int64_t off = 0; off < batch; off += batch_max_, ++piece) {
     const int n = static_cast<int>(std::min<std::int64_t>(batch_max_, batch - off));
     try {
-      run(off, n);
+      run(off, n, piece);
     } catch (const RemoteError&) {
       throw;
     } catch (const CommError&) {
@@ -657,6 +658,16 @@ void PyIndex::in_pieces(std::int64_t batch, const Run& run) {
   }
 }
 
+template <typename Admit>
+void PyIndex::admit_pieces(std::int64_t batch, const Admit& admit, const FilterProgram* filter,
+                           std::vector<SearchBatch>* pieces) {
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open("search()");
+  const FilterProgram* const* filters = piece_filters(filter);
+  in_pieces(batch, [&](std::int64_t off, int n, std::size_t) { pieces->push_back(admit(off, n, filters)); });
+}
+
 py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filter, py::object stream,
                           py::object out) {
   require_open("search()");
@@ -667,7 +678,6 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
     const std::int64_t kmax = std::min<std::int64_t>(k_max_, k_rows_);
     throw Error(detail::concat("k=", std::string(py::str(k_obj)), " out of range: allowed 1 .. ", kmax));
   }
-  check_k(*k, k_max_, k_rows_);
   // Compiled once, for every query of the call (and every piece of a split batch).
   std::optional<FilterProgram> program;
   if (!filter.is_none()) program = compile_py_filter(filter, attributes_);
@@ -682,7 +692,7 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
                       "queries must be C-contiguous (row-major, rows packed); copy them first (numpy.ascontiguousarray)");
     const std::int64_t cols = a.shape(a.ndim() - 1), batch = a.ndim() == 2 ? a.shape(0) : 1;
     SHARDTOPK_EXPECTS(cols == dim_, "queries have dimension ", cols, " but the index has dimension ", dim_);
-    return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, static_cast<int>(*k), f, out);
+    return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, *k, f, out);
   }
   // A torch tensor: its device from C-level attributes (__dlpack_device__ is Python code).
   std::optional<DlDevice> d;
@@ -695,14 +705,14 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
     d = dlpack_device_of(queries);
   }
   if (d) {
-    if (d->type == kDLCUDA) return search_device(queries, d->id, static_cast<int>(*k), f, stream, out);
+    if (d->type == kDLCUDA) return search_device(queries, d->id, *k, f, stream, out);
     SHARDTOPK_EXPECTS(d->type == kDLCPU, "queries are on ", device_text(*d), "; pass host arrays or arrays on the index's GPU (",
                       cuda_ ? "cuda:" + std::to_string(device_) : "none: CPU engine", ")");
     const auto qt = is_torch ? ImportedTensor::from_capsule(t->to_dlpack(queries), "queries")
                              : ImportedTensor::exchange(queries, std::nullopt, "queries");
     const MatrixShape s = check_matrix(qt->tensor(), kDlFloat32, "float32", "queries");
     SHARDTOPK_EXPECTS(s.cols == dim_, "queries have dimension ", s.cols, " but the index has dimension ", dim_);
-    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, static_cast<int>(*k), f, out);
+    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, *k, f, out);
   }
   // Anything else numpy can read as numbers (a list of floats, a list of lists).
   py::array a = numpy().attr("asarray")(queries, py::arg("dtype") = "float32");
@@ -806,9 +816,16 @@ const FilterProgram* const* PyIndex::piece_filters(const FilterProgram* filter) 
   return piece_filters_.data();
 }
 
-py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, int k, const FilterProgram* filter,
-                               py::object out) {
+py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, long long k_in,
+                               const FilterProgram* filter, py::object out) {
   (void)one_d;  // a single query is a batch of one: [1, k]
+  // Every piece admitted before anything is allocated or searched (an empty call: k alone).
+  std::vector<SearchBatch> pieces;
+  if (batch == 0) check_k(k_in, k_max_, k_rows_);
+  else admit_pieces(batch, [&](std::int64_t off, int n, const FilterProgram* const* filters) {
+    return index_->admit(q + off * dim_, n, k_in, filters);
+  }, filter, &pieces);
+  const int k = static_cast<int>(k_in);
   py::object ids_obj, scores_obj;
   if (!out.is_none()) {
     auto [i, s] = out_pair(out);
@@ -826,15 +843,14 @@ py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, i
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     require_open("search()");
-    const FilterProgram* const* filters = piece_filters(filter);
-    in_pieces(batch, [&](std::int64_t off, int n) {
-      index_->search(q + off * dim_, n, k, ids + off * k, scores + off * k, filters);
+    in_pieces(batch, [&](std::int64_t off, int, std::size_t piece) {
+      index_->search(pieces[piece], ids + off * k, scores + off * k);
     });
   }
   return py::make_tuple(ids_obj, scores_obj);
 }
 
-py::tuple PyIndex::search_device(py::object queries, int device, int k, const FilterProgram* filter,
+py::tuple PyIndex::search_device(py::object queries, int device, long long k_in, const FilterProgram* filter,
                                  py::object stream_obj, py::object out) {
   SHARDTOPK_EXPECTS(cuda_, "queries are on cuda:", device, " but the index runs on the ", engine_,
                     " engine; pass host arrays (numpy), or build the index on a GPU (engine.backend cuda)");
@@ -866,6 +882,14 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, const Fi
   SHARDTOPK_EXPECTS(shape.cols == dim_, "queries have dimension ", shape.cols, " but the index has dimension ", dim_);
   const std::int64_t batch = shape.rows;
   const auto* q = static_cast<const float*>(qt->data());
+  // Every piece admitted (k, rows, filter) before the answers are allocated; the values are
+  // checked on the device.
+  std::vector<SearchBatch> pieces;
+  if (batch == 0) check_k(k_in, k_max_, k_rows_);
+  else admit_pieces(batch, [&](std::int64_t off, int n, const FilterProgram* const* filters) {
+    return index_->admit_device(q + off * dim_, reinterpret_cast<void*>(s), n, k_in, filters);
+  }, filter, &pieces);
+  const int k = static_cast<int>(k_in);
 
   std::unique_ptr<ImportedTensor> out_ids, out_scores;
   std::shared_ptr<DeviceBlock> ids_block, scores_block;
@@ -901,9 +925,8 @@ py::tuple PyIndex::search_device(py::object queries, int device, int k, const Fi
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     require_open("search()");
-    const FilterProgram* const* filters = piece_filters(filter);
-    in_pieces(batch, [&](std::int64_t off, int n) {
-      index_->search_async(q + off * dim_, n, k, ids + off * k, scores + off * k, reinterpret_cast<void*>(s), filters);
+    in_pieces(batch, [&](std::int64_t off, int, std::size_t piece) {
+      index_->search_async(pieces[piece], ids + off * k, scores + off * k);
     });
   }
   if (!out.is_none()) return py::make_tuple(out_i, out_s);

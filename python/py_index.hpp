@@ -81,16 +81,21 @@ class PyIndex {
   }
   /// Open, and rank 0 (the calls that drive the collective ones).
   void require_driver(const char* call) const;
-  py::tuple search_host(const float* q, std::int64_t batch, bool one_d, int k, const FilterProgram* filter,
+  py::tuple search_host(const float* q, std::int64_t batch, bool one_d, long long k, const FilterProgram* filter,
                         py::object out);
-  py::tuple search_device(py::object queries, int device, int k, const FilterProgram* filter, py::object stream,
-                          py::object out);
+  py::tuple search_device(py::object queries, int device, long long k, const FilterProgram* filter,
+                          py::object stream, py::object out);
   /// Each query's filter for a piece of a batch: [batch_max] copies of `filter`, or nullptr.
   const FilterProgram* const* piece_filters(const FilterProgram* filter);
-  /// Runs `run(offset, count)` over the batch in pieces of at most search.batch_max queries;
-  /// a rejected piece's message names its queries when the call was split.
+  /// Runs `run(offset, count, piece)` over the batch in pieces of at most search.batch_max
+  /// queries; a refused piece's message names its queries when the call was split.
   template <typename Run>
   void in_pieces(std::int64_t batch, const Run& run);
+  /// The call's pieces admitted in order (`admit(offset, count, filters)`: one SearchBatch),
+  /// before anything is searched (GIL released, the index's lock held, open checked).
+  template <typename Admit>
+  void admit_pieces(std::int64_t batch, const Admit& admit, const FilterProgram* filter,
+                    std::vector<SearchBatch>* pieces);
   /// Ends this rank's part: rank 0 shuts the followers down; a follower follows until then.
   /// Frees the index. Caller holds mu_ and not the GIL.
   void close_locked();

@@ -78,11 +78,13 @@ int main(int argc, char** argv) {
       for (std::int64_t j = 0; j < kDim; ++j) queries[q * kDim + j] = value(q * 101 + 13, j);
     std::vector<std::int64_t> out_ids(kQueries * kK);
     std::vector<float> out_scores(kQueries * kK);
-    index->search(queries.data(), kQueries, kK, out_ids.data(), out_scores.data());
+    // Admitted once (k, the batch, its values), then searched as given.
+    const shardtopk::SearchBatch batch = index->admit(queries.data(), kQueries, kK);
+    index->search(batch, out_ids.data(), out_scores.data());
     index->shutdown();
 
     int wrong = 0;
-    std::printf("engine %s, %d rank(s), %lld rows x %lld\n", index->engine_info().name.c_str(), ranks,
+    std::printf("engine %s, %d rank(s), %lld rows x %lld\n", index->info().engine.name.c_str(), ranks,
                 static_cast<long long>(kRows), static_cast<long long>(kDim));
     for (int q = 0; q < kQueries; ++q) {
       const std::vector<std::int64_t> want = brute_force(corpus, &queries[q * kDim]);

@@ -1,27 +1,25 @@
 #pragma once
 /// @file index.hpp
-/// ShardedIndex: the collective search protocol over one rank's engine and communicators
-/// (DESIGN.md "Data flow"). It knows nothing of files, HTTP or the command line: ingest.hpp
-/// builds one from a corpus file or from rows in memory.
+/// ShardedIndex: one rank's part of a sharded exact top-k index (DESIGN.md "Data flow"): the
+/// collective search over the ranks' shards, and, with a storage directory, their updates. It
+/// knows nothing of files, HTTP or the command line: ingest.hpp builds one, complete, from a
+/// corpus file or from rows in memory.
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "shardtopk/communicator.hpp"
 #include "shardtopk/config.hpp"
 #include "shardtopk/engine.hpp"
+#include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
+#include "shardtopk/search_batch.hpp"
 #include "shardtopk/shard_plan.hpp"
 #include "shardtopk/storage.hpp"
 
 namespace shardtopk {
-
-class Space;  // the data path's memory (shardtopk/space.hpp)
-struct WriteOp;  // a planned write (internal: src/index/write_ops.hpp)
 
 /// What start-up did, for logs and timing summaries.
 struct IngestStats {
@@ -36,20 +34,6 @@ struct IngestStats {
   /// bounds every score (src/index/admission.hpp, docs/EXACTNESS.md "Score range").
   double max_row_norm = 0;
   std::int64_t max_row_norm_row = -1;
-};
-
-/// What a step of the collective loop does. Rank 0 broadcasts one header per step carrying the
-/// op code (and, for a search, batch and k); the followers (ranks 1 .. P-1) act on it.
-enum class IndexOp : std::int32_t {
-  kSearch = 1,    ///< one collective search of rank 0's admitted batch
-  kRejected = 2,  ///< rank 0 rejected the batch: followers in lock step (tests) throw, the loop skips
-  kShutdown = 3,  ///< followers leave the loop (follow() returns)
-  kStats = 4,     ///< every rank all-gathers its RankStats (metrics; not on the search path)
-  kWrite = 5,     ///< apply logged writes (planned on rank 0), then a status check on every rank
-  kSnapshot = 6,  ///< every rank sends its live rows to rank 0, which writes a snapshot
-  kResolve = 7,   ///< every rank finds its live rows passing a filter (delete by filter)
-  kReplayDone = 8,  ///< the start-up replay of the log is over (followers leave it)
-  // room for more: a follower that gets an op it does not know ends the job (CommError)
 };
 
 /// A write (upsert, delete, snapshot) refused before anything changed: the log and the index
@@ -109,79 +93,97 @@ EngineLimits index_engine_limits(const SearchConfig& search);
 /// engine's bytes.
 std::uint64_t index_buffer_bytes(const SearchConfig& search, int world_size, std::int64_t dim);
 
-/// The K a search may ask for: 1 .. min(search.k_max, total_rows). ShardedIndex::search and the
-/// service's request parsing share it, so both refuse alike. @throws Error naming k, the range
-/// and the binding limit ("(search.k_max)" or "(the corpus rows)").
-void check_k(long long k, std::int64_t k_max, std::int64_t total_rows);
 
-/// The collective search over an already loaded shard, engine and communicators.
+/// What an index is, for logs, plans, /v1/info and checks (ShardedIndex::info).
+struct IndexInfo {
+  int rank = 0;         ///< this rank
+  int world_size = 1;   ///< ranks
+  int local_ranks = 1;  ///< ranks on this rank's node
+  Metric metric = Metric::kInnerProduct;
+  std::int64_t rows = 0;    ///< corpus rows over all ranks, as loaded
+  std::int64_t dim = 0;     ///< values per row and per query
+  int k_max = 0;            ///< search.k_max
+  std::int64_t k_rows = 0;  ///< k's other bound: the corpus rows, or an updatable index's slots
+  int batch_max = 0;        ///< search.batch_max
+  int max_filters = 0;      ///< distinct filters per batch: min(search.max_filters, batch_max)
+  AttributeSchema schema;   ///< what filters may name (corpus.attributes), the same on every rank
+  bool writable = false;    ///< storage.dir set: upserts, deletes and snapshots are accepted
+  std::string storage_dir;  ///< storage.dir: the write-ahead log and snapshots ("" when read-only)
+  EngineInfo engine;        ///< this rank's engine
+  std::string comm;         ///< the data path's communicator: "mpi" or "nccl"
+  IngestStats ingest;       ///< what start-up did (max_row_norm: as of now, writes included)
+};
+
+/// One rank's part of the collective search (and updates) over the ranks' shards.
 ///
-/// Rank 0 drives: each `search` broadcasts one header (op code, batch, k) and then the data
-/// path runs on every rank: queries broadcast → local top-k → all-gather of each rank's
-/// candidates and its status → merge → export of the answer. Followers either call `follow()`
-/// (the service and CLI loop, until rank 0 calls `shutdown()`) or call `search` in lock step
-/// with rank 0 (tests), which runs one step of the same loop.
+/// Rank 0 drives: each search broadcasts one header (op code, batch, k) and then the data path
+/// runs on every rank: queries broadcast → local top-k → all-gather of each rank's candidates
+/// and its status → merge → export of the answer. The other ranks either call follow() (the
+/// service, the command line and the Python module, until rank 0 calls shutdown()) or make the
+/// same call as rank 0 in lock step (tests), which runs one step of the same loop.
+///
+/// Batches are admitted once, on rank 0 (search_batch.hpp): admit() / admit_device() check k,
+/// the batch, its filters and its values into a SearchBatch that search() and search_async()
+/// take as given; search() on raw queries admits them at the call.
 class ShardedIndex {
  public:
-  /// @param cfg        validated config (search.k_max, search.batch_max, comm.timeout_s, testing.fault)
-  /// @param metric     the metric the engine was built with
-  /// @param total_rows rows of the whole corpus (all ranks)
-  /// @param rows       this rank's global rows
-  /// @param space      the memory space of the data path (the engine's; its stream is the engine's)
-  /// @param engine     this rank's engine, built with index_engine_limits(cfg.search)
-  /// @param host_comm  the MPI communicator (header broadcast, start-up checks)
-  /// @param data_comm  the communicator of the data path (NCCL, or MPI staged through host
-  ///                   memory for device buffers), or nullptr to use host_comm
-  /// Collective over host_comm: allocates the index's buffers in `space`; a failure on any rank
-  /// (the parts disagree: rows, metric, space, limits; memory refused) throws RemoteError on
-  /// every rank, naming the rank and its reason.
-  ShardedIndex(const Config& cfg, Metric metric, std::int64_t total_rows, RowRange rows, std::unique_ptr<Space> space,
-               std::unique_ptr<Engine> engine, std::unique_ptr<Communicator> host_comm,
-               std::unique_ptr<Communicator> data_comm = nullptr);
+  struct Impl;
+  /// Made complete by load_index() / build_index() (ingest.hpp).
+  explicit ShardedIndex(std::unique_ptr<Impl> impl);
   ~ShardedIndex();
-
   ShardedIndex(const ShardedIndex&) = delete;
   ShardedIndex& operator=(const ShardedIndex&) = delete;
 
-  /// Collective search. Rank 0 passes queries [batch, dim] (host, float32); other ranks pass
-  /// nullptr and their batch/k are ignored (rank 0's are broadcast). On rank 0, ids [batch, k]
-  /// and scores [batch, k] (reported units: similarity, or squared distance for l2) receive the
-  /// answer, best first; other ranks may pass nullptr.
-  /// `filters` (rank 0, optional): [batch] query q's filter (filter.hpp: compiled against
-  /// attribute_schema()), or nullptr for every row; the answer of a filtered query is the exact
-  /// top k of the rows that pass, and when fewer than k pass its row ends with padding: ids
-  /// kPadId (reserved, never a row's id) and scores −inf (l2: +inf). `counts` (rank 0, optional):
-  /// [batch] the number of real results per query (k unless filters or deleted rows leave
-  /// fewer). Filters travel to the other ranks with the batch.
-  /// @throws Error on every rank when rank 0 rejects the batch (k outside [1, min(k_max, N)],
-  ///   batch outside [1, batch_max], a non-finite value: the message names the query index; more
-  ///   distinct filters than search.max_filters); the index stays usable. RemoteError on rank 0
-  ///   when a rank's local search failed (it names the ranks; each failing rank logs its own
-  ///   message); every rank stays usable, followers do not throw. CommError when a collective
-  ///   timed out (the job must end).
+  /// What the index is (any rank, any thread).
+  IndexInfo info() const;
+
+  /// Rank 0 (any thread): admits host queries [batch, dim] float32 with optional filters [batch]
+  /// (query q's program, compiled against info().schema, or nullptr: every row) for k results
+  /// each. The SearchBatch points at `queries` and the programs: keep them unchanged until the
+  /// search has returned. @throws Error naming the first problem (Admission::admit: k outside
+  /// 1 .. min(k_max, k_rows), naming the binding limit; batch outside 1 .. batch_max; a filter
+  /// that does not fit the schema, or more than max_filters distinct ones; a non-finite value,
+  /// naming query and column; a zero norm under cosine; a norm whose scores could overflow).
+  SearchBatch admit(const float* queries, int batch, long long k, const FilterProgram* const* filters = nullptr) const;
+
+  /// Rank 0 (any thread): admits device queries [batch, dim] float32 on this rank's GPU, written
+  /// by work queued on `cuda_stream` (a cudaStream_t): k, batch and filters are checked here, the
+  /// values on the device when the search stages them. @throws Error as admit().
+  SearchBatch admit_device(const float* d_queries, void* cuda_stream, int batch, long long k,
+                           const FilterProgram* const* filters = nullptr) const;
+
+  /// Collective search with the answer in host memory. Rank 0 passes an admitted batch and ids
+  /// [batch, k], scores [batch, k] (reported units: similarity, or squared distance for l2),
+  /// best first; `counts` (optional) [batch]: the real results per query. A query's row ends
+  /// with padding when fewer than k rows pass its filter or are live: ids kPadId (reserved,
+  /// never a row's id) and scores −inf (l2: +inf). Device queries are staged and checked on the
+  /// device first (a non-finite value or a cosine zero norm throws, naming the query). Other
+  /// ranks pass an empty batch and nullptrs (or call follow()).
+  /// @throws Error on rank 0 (and on lock-step followers) when the batch is refused at the call
+  ///   (device values; host values checked against a norm bound that writes have raised since
+  ///   admission); the index stays usable. RemoteError on rank 0 when a rank's local search
+  ///   failed (it names the ranks; each failing rank logs its own message); every rank stays
+  ///   usable, followers do not throw. CommError when a collective timed out (the job must end).
+  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts = nullptr);
+
+  /// search() of host queries [batch, dim] float32 (rank 0; other ranks: nullptr, their batch
+  /// and k ignored), admitted at the call: a refusal throws Error on rank 0 and on lock-step
+  /// followers (a follow() loop skips it). Shapes and errors as admit() and search().
   void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
               const FilterProgram* const* filters = nullptr, std::int32_t* counts = nullptr);
 
-  /// Like search(), with rank 0's queries already in device memory (`d_queries` [batch, dim],
-  /// float32, written by work queued on `cuda_stream`, a cudaStream_t): the index's stream waits
-  /// for that work (no device-wide synchronisation); values are validated on the device. The
-  /// answer arrives in host memory. Only with the CUDA engine; @throws Error otherwise.
-  void search_device(const float* d_queries, void* cuda_stream, int batch, int k, std::int64_t* ids, float* scores);
-
   /// Stream-ordered search with queries and answers in device memory: the in-process API whose
-  /// data never leaves the GPU (CUDA engine only). Rank 0 passes d_queries [batch, dim] float32,
-  /// d_ids [batch, k] int64 and d_scores [batch, k] float32 (reported units), all on this rank's
-  /// GPU. The work is ordered on `cuda_stream` (a cudaStream_t): it starts after the work queued
-  /// there, and whatever is queued there afterwards sees the answer. One rank: the call returns
-  /// without waiting for the device. Several ranks: it returns once the collectives have
-  /// completed (their timeouts are watched from the host). Values are checked on the device,
-  /// without a host round trip: a query with a non-finite value (or, for cosine, a zero norm)
-  /// gets ids kPadId and NaN scores in its row instead of an exception. A row's results past the
-  /// rows that pass its filter are padding (ids kPadId, as search()). Other ranks pass nullptrs
-  /// (or call follow()). @throws Error (on every rank) for batch or k out of range;
-  /// RemoteError / CommError as search().
-  void search_async(const float* d_queries, int batch, int k, std::int64_t* d_ids, float* d_scores, void* cuda_stream,
-                    const FilterProgram* const* filters = nullptr);
+  /// data never leaves the GPU (CUDA engine only). Rank 0 passes a batch from admit_device() and
+  /// d_ids [batch, k] int64, d_scores [batch, k] float32 (reported units) on this rank's GPU.
+  /// The work is ordered on the batch's stream: it starts after the work queued there, and
+  /// whatever is queued there afterwards sees the answer. One rank: the call returns without
+  /// waiting for the device. Several ranks: it returns once the collectives have completed.
+  /// Values are checked on the device without a host round trip: a query with a non-finite
+  /// value (or, for cosine, a zero norm) gets ids kPadId and NaN scores in its row instead of an
+  /// exception. Other ranks pass an empty batch and nullptrs (or call follow()).
+  /// @throws Error without the CUDA engine, or for a host batch or null answer pointers;
+  ///   RemoteError / CommError as search().
+  void search_async(const SearchBatch& batch, std::int64_t* d_ids, float* d_scores);
 
   /// Followers (rank != 0): run the collective loop, one step per header from rank 0, until
   /// rank 0 calls shutdown(). Waits for the next header without a time limit (the service may
@@ -190,30 +192,20 @@ class ShardedIndex {
   /// @throws CommError when a collective failed or timed out (the job must end).
   void follow();
 
-  /// Rank 0: every rank's counters [world_size] (collective: one header broadcast + one
-  /// all-gather; followers must be in follow() or calling search in lock step).
-  std::vector<RankStats> rank_stats();
-
-  /// Rank 0: end the followers' loops (one header broadcast). Idempotent; no-op on followers
-  /// and with one rank.
+  /// Rank 0: end the followers' loops (one header broadcast). Idempotent; no-op on followers.
   void shutdown();
+
+  /// Rank 0: every rank's counters [world_size] (collective: one header broadcast + one
+  /// all-gather; followers must be in follow() or making the same call in lock step).
+  std::vector<RankStats> rank_stats();
 
   // ---- updates (docs/STORAGE.md "Updates"). An index built with a storage directory
   // (storage.dir) accepts upserts and deletes; rank 0 validates and plans every write (the
   // placement of new rows), logs it (write-ahead log, rank 0's only), and the write is applied
   // on every rank between searches, so that a search sees all of a request's writes or none.
   // The collective calls below return on rank 0 once the write is durable and applied on every
-  // rank (acknowledged); followers call them in lock step (tests: each call is one step, or two
-  // for remove_matching) or run follow().
-
-  /// Collective: makes the index updatable over `storage` (rank 0's; nullptr: rank 0 opens
-  /// cfg.storage.dir; other ranks pass nullptr) and replays the log's records after `base_seq`
-  /// (the seq of the state the engines were built from: the snapshot loaded, or 0 for the
-  /// configured corpus). @throws RemoteError on every rank when the directory cannot be used
-  /// (held by another process, a snapshot the base does not match, a record that cannot be
-  /// applied with this configuration, e.g. too little capacity).
-  void enable_updates(std::unique_ptr<Storage> storage = nullptr, std::uint64_t base_seq = 0);
-  bool writable() const { return upd_ != nullptr; }
+  // rank (acknowledged); followers make the same call in lock step (tests: each call is one
+  // step, or two for remove_matching) or run follow().
 
   /// Inserts rows, or replaces those whose id is live (a delete and an insert). Rank 0 passes
   /// the rows: ids [rows], vectors [rows, dim] float32, one attribute column per corpus
@@ -230,7 +222,7 @@ class ShardedIndex {
   /// that were). Errors as upsert().
   WriteResult remove(const std::int64_t* ids, std::int64_t n);
 
-  /// Deletes every live row that passes `filter` (compiled against attribute_schema()): two
+  /// Deletes every live row that passes `filter` (compiled against info().schema): two
   /// collective steps (find the rows on every rank, then delete them). Errors as upsert().
   WriteResult remove_matching(const FilterProgram& filter);
 
@@ -265,116 +257,14 @@ class ShardedIndex {
   /// submitted write is durable, then applies them on every rank. @throws Error when the log
   /// failed (the writes' fate is unknown until a restart), CommError as upsert().
   void apply_writes();
-  /// Writes submitted and not yet applied (rank 0).
-  std::size_t pending_writes() const;
 
-  /// The update counters (rank 0, any thread; zeros and writable = false on a read-only index).
+  /// The update counters (rank 0, any thread; zeros and writable = false on a read-only index,
+  /// whose live and capacity rows are the corpus rows).
   UpdateStats update_stats() const;
 
-  /// The largest k a search may ask for is min(search.k_max, this): the corpus rows of a
-  /// read-only index, the capacity of an updatable one (rows past the live ones are padding).
-  std::int64_t k_limit_rows() const;
-
-  int rank() const;
-  int world_size() const;
-  Metric metric() const { return metric_; }
-  std::int64_t total_rows() const { return stats_.total_rows; }
-  std::int64_t dim() const { return stats_.dim; }
-  const IngestStats& ingest_stats() const { return stats_; }
-  void set_ingest_stats(const IngestStats& s) { stats_ = s; }
-  const Config& config() const { return cfg_; }
-  /// The attributes filters may use (corpus.attributes), the same on every rank.
-  const AttributeSchema& attribute_schema() const { return schema_; }
-  void set_attribute_schema(AttributeSchema schema) { schema_ = std::move(schema); }
-  Engine& engine() { return *engine_; }
-  EngineInfo engine_info() const { return engine_->info(); }
-  Communicator& host_comm() { return *host_comm_; }
-  Communicator& data_comm() { return data_comm_ ? *data_comm_ : *host_comm_; }
-  Space& space() { return *space_; }
-
-  /// Host↔device bytes moved by this rank's data path (queries in, answers out), plus the
-  /// engine's batched fallbacks; reset with reset_transfer_counters().
-  TransferCounters transfer_counters() const;
-  void reset_transfer_counters();
-
-  /// Searches run on this rank (successful or not) and this rank's local search time, summed
-  /// (seconds), for metrics.
-  long searches() const { return batches_; }
-  double local_search_seconds() const { return local_search_s_; }
-
-  /// This rank's local candidates of the last search [batch, k] (copied to the host), for tests
-  /// that check each rank's candidates come from its own rows.
-  std::vector<Candidate> last_local_candidates();
-
  private:
-  struct Header {
-    std::int32_t op = 0;  // IndexOp
-    std::int32_t batch = 0;
-    std::int32_t k = 0;
-    std::int32_t filter_bytes = 0;  // > 0: the batch's filters follow in a second broadcast
-  };
-  class Exporter;
-  struct Updates;  // src/index/updates.cpp
-  void init();
-  // updates (src/index/updates.cpp)
-  bool follow_update_op(const Header& h, bool lock_step);
-  void reject_write(const std::string& why);
-  WriteResult plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq);
-  WriteResult plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay, std::uint64_t seq);
-  void broadcast_and_apply(std::vector<WriteOp>* ops);
-  void apply_ops(const std::uint8_t* bytes, std::size_t size);
-  std::vector<std::int64_t> resolve_filter(const FilterProgram* filter);
-  SnapshotResult write_snapshot();
-  void replay_log(std::uint64_t base_seq);
-  void admit_batch(int batch, int k, bool prepare_on_device, const std::function<void()>& stage_queries,
-                   const FilterProgram* const* filters = nullptr);
-  /// Rank 0: the batch's filters as bytes (distinct programs packed, each query's index);
-  /// every rank: the programs and per-query pointers from those bytes (filters_for_batch_).
-  void encode_filters(const FilterProgram* const* filters, int batch);
-  void decode_filters(int batch);
-  bool follow_one(bool lock_step);
-  void run_search(int batch, int k, std::int64_t* ids, float* scores);
-  std::string run_data_path(int batch, int k, bool* ok);
-  void local_search(int batch, int k);
-  void set_status(bool ok);
-  /// Rank 0's answer into device memory (search_async), else into the host arrays of search().
-  struct DeviceAnswer {
-    std::int64_t* ids = nullptr;
-    float* scores = nullptr;
-    void* stream = nullptr;
-  };
-
-  Config cfg_;
-  Metric metric_ = Metric::kInnerProduct;
-  IngestStats stats_;
-  std::unique_ptr<Space> space_;
-  std::unique_ptr<Communicator> host_comm_;
-  std::unique_ptr<Communicator> data_comm_;  // nccl or staged mpi, when used
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<Exporter> export_;
-  // Buffers in the space, allocated once (DESIGN.md invariant 5):
-  float* queries_ = nullptr;        // [batch_max, dim] the batch being searched
-  float* host_queries_ = nullptr;   // [batch_max, dim] host staging (page-locked on a GPU)
-  Candidate* local_ = nullptr;      // [1 + batch_max * k_max]: this rank's status, then its candidates
-  Candidate* gathered_ = nullptr;   // [world, 1 + batch_max * k_max]
-  Candidate* merged_ = nullptr;     // [batch_max, k_max]
-  std::vector<float> normalized_;   // [batch_max, dim] cosine host queries, normalised
-  int last_batch_ = 0, last_k_ = 0;
-  long batches_ = 0;                // searches run (numbers the batches for testing.fault)
-  double local_search_s_ = 0;
-  bool shut_down_ = false;
-  bool queries_on_host_ = false;    // host_queries_ holds the batch (search()); false: device queries
-  std::uint8_t* invalid_ = nullptr; // [batch_max] queries rejected on the device (search_async)
-  AttributeSchema schema_;
-  // The current batch's filters: the broadcast bytes, the distinct programs rebuilt from them
-  // (and their addresses, for the engine's FilterBatch), and each query's program index (-1: none).
-  std::vector<std::uint8_t> filter_bytes_;
-  std::vector<FilterProgram> filter_programs_;
-  std::vector<const FilterProgram*> filter_batch_programs_;
-  std::vector<std::int32_t> query_program_;
-  bool filtered_ = false;
-  DeviceAnswer device_answer_;      // set for the duration of one search_async
-  std::unique_ptr<Updates> upd_;    // nullptr: read-only
+  friend struct IndexAccess;  // src/index/index_impl.hpp: the library's loaders, tests, benchmarks
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace shardtopk

@@ -107,7 +107,8 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
 
 // Searches every query of the file on a loaded index (every rank); rank 0 reports.
 int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int rank) {
-  const std::int64_t dim = index.dim();
+  const IndexInfo info = index.info();
+  const std::int64_t dim = info.dim;
 
   // Rank 0 reads the queries and compiles the filter; a bad file, query or filter stops every rank.
   HostMatrix q;
@@ -121,7 +122,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       if (a.filter_given) {
         const std::string text = filter_text(a.filter_json);
         try {
-          filter = parse_filter(text, index.attribute_schema());
+          filter = parse_filter(text, info.schema);
         } catch (const Error& e) {
           throw Error(std::string("--filter-json: ") + e.what());
         }
@@ -132,21 +133,12 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
                         dim);
       nq = q.rows;
       if (a.max_queries >= 0) nq = std::min(nq, a.max_queries);
-      if (index.metric() == Metric::kCosine) {
-        // name the query index of a zero-norm query before any batch starts
-        for (std::int64_t i = 0; i < nq; ++i) {
-          bool zero = true;
-          for (std::int64_t d = 0; d < dim && zero; ++d) zero = q.data[i * dim + d] == 0.0f;
-          SHARDTOPK_EXPECTS(!zero, "'", a.queries, "': query ", i, " has zero norm (cosine needs a direction)");
-        }
-      }
     } catch (const std::exception& e) {
       ok = false;
       msg = e.what();
     }
   }
-  index.host_comm().check(ok, msg);
-  index.host_comm().broadcast(&nq, sizeof nq, 0);
+  make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
 
   // Followers serve rank 0's searches until it shuts the index down (also on its errors).
   if (rank != 0) {
@@ -174,7 +166,8 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   // Every query has the one filter (or none).
   const std::vector<const FilterProgram*> filters(static_cast<size_t>(batch_max), filter ? &*filter : nullptr);
   std::vector<double> batch_ms;
-  // Queries [b0, b0 + b) of the file; a batch rank 0 rejects is named by those indices.
+  // Queries [b0, b0 + b) of the file, admitted at the call; a batch rank 0 refuses is named by
+  // those indices.
   auto search_batch = [&](std::int64_t b0, int b, std::int64_t* out_ids, float* out_scores, std::int32_t* out_counts) {
     try {
       index.search(q.data.data() + b0 * dim, b, a.k, out_ids, out_scores, filter ? filters.data() : nullptr, out_counts);
@@ -194,7 +187,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   // would otherwise land in the timings. Answers are deterministic, so the warm-up's own
   // answers (of the first queries) are discarded.
   double warmup_ms = 0;
-  if (index.engine_info().space == MemSpace::kDevice && nq > 0) {
+  if (info.engine.space == MemSpace::kDevice && nq > 0) {
     std::vector<int> sizes{static_cast<int>(std::min<std::int64_t>(batch_max, nq))};
     if (nq % batch_max != 0 && nq > batch_max) sizes.push_back(static_cast<int>(nq % batch_max));
     std::vector<std::int64_t> wid(static_cast<size_t>(sizes[0]) * a.k);
@@ -226,20 +219,20 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   const double search_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   if (rank == 0) {
-    const IngestStats& st = index.ingest_stats();
+    const IngestStats& st = info.ingest;
     const double qps = search_s > 0 ? static_cast<double>(nq) / search_s : 0;
     std::int64_t results = 0;
     for (const std::int32_t c : counts) results += c;
     nlohmann::json j = {
         {"corpus", cfg.corpus.path},
-        {"rows", index.total_rows()},
+        {"rows", info.rows},
         {"dim", dim},
-        {"metric", to_string(index.metric())},
-        {"world_size", index.world_size()},
-        {"engine", index.engine_info().name},
-        {"comm", index.data_comm().name()},
-        {"dtype", to_string(index.engine_info().dtype)},
-        {"threads_per_rank", cfg.engine.threads > 0 ? cfg.engine.threads : resolve_threads(cfg, index.host_comm().local_size())},
+        {"metric", to_string(info.metric)},
+        {"world_size", info.world_size},
+        {"engine", info.engine.name},
+        {"comm", info.comm},
+        {"dtype", to_string(info.engine.dtype)},
+        {"threads_per_rank", cfg.engine.threads > 0 ? cfg.engine.threads : resolve_threads(cfg, info.local_ranks)},
         {"queries", nq},
         {"k", a.k},
         {"batch", batch_max},
@@ -260,8 +253,8 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     std::printf("ingest %.2f s | %lld queries, k=%d, %zu batch(es) of <=%d | batch ms p50 %.3f p99 %.3f | QPS %.1f | "
                 "%s/%s, %d rank(s)\n",
                 st.total_s, static_cast<long long>(nq), a.k, batch_ms.size(), batch_max, (batch_ms.empty() ? 0.0 : percentile(batch_ms, 50)),
-                (batch_ms.empty() ? 0.0 : percentile(batch_ms, 99)), qps, index.engine_info().name.c_str(), index.data_comm().name().c_str(),
-                index.world_size());
+                (batch_ms.empty() ? 0.0 : percentile(batch_ms, 99)), qps, info.engine.name.c_str(), info.comm.c_str(),
+                info.world_size);
     if (filter)
       std::printf("filter: %lld of %lld results (queries with fewer than k: %lld)\n", static_cast<long long>(results),
                   static_cast<long long>(nq * a.k),
@@ -273,15 +266,15 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     }
     if (!a.out.empty()) {
       ResultMeta m;
-      m.metric = index.metric();
+      m.metric = info.metric;
       m.k = a.k;
-      m.world_size = index.world_size();
-      m.engine = index.engine_info().name;
-      m.comm = index.data_comm().name();
-      m.dtype = index.engine_info().dtype;
+      m.world_size = info.world_size;
+      m.engine = info.engine.name;
+      m.comm = info.comm;
+      m.dtype = info.engine.dtype;
       m.corpus_path = cfg.corpus.path;
       m.corpus_dataset = cfg.corpus.dataset;
-      m.corpus_rows = index.total_rows();
+      m.corpus_rows = info.rows;
       m.corpus_dim = dim;
       m.queries_path = a.queries;
       m.queries_dataset = a.queries_dataset;

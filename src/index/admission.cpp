@@ -153,7 +153,7 @@ void admit_query_values(Metric m, const NormSummary& corpus, const float* querie
     std::memcpy(&a, &bits, sizeof a);
     return reach_of(m, corpus, root_dim * a) * (1.0 + 0x1p-50) <= kScoreBound;
   };
-  int first_uncleared = batch;
+  int first_uncleared = batch, first_zero = batch;
   for (int b = 0; b < batch; ++b) {
     const float* x = queries + static_cast<std::int64_t>(b) * dim;
     const std::int32_t mx = abs_max_bits(x, dim);
@@ -162,7 +162,11 @@ void admit_query_values(Metric m, const NormSummary& corpus, const float* querie
         SHARDTOPK_EXPECTS(std::isfinite(x[d]), "query ", b, " of the batch has a non-finite value (", x[d],
                           ") at column ", d);
     if (ranged && first_uncleared == batch && !cleared(mx)) first_uncleared = b;
+    if (mx == 0 && first_zero == batch) first_zero = b;  // every value ±0: no direction
   }
+  // A cosine query needs a direction (a finite non-zero value has a non-zero float64 norm).
+  SHARDTOPK_EXPECTS(m != Metric::kCosine || first_zero == batch, "query ", first_zero,
+                    " of the batch has zero norm and cannot be scored by cosine similarity");
   // Every value is finite. Queries the bound did not clear (rare: from first_uncleared on) get
   // their float64 norm, which decides exactly and is what the error reports.
   for (int b = first_uncleared; b < batch; ++b) {

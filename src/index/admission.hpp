@@ -84,13 +84,14 @@ std::optional<NormSummary> live_row_norms(Engine& engine, Communicator& comm, co
 /// (and +inf when M = 0).
 double max_query_norm(Metric m, const NormSummary& corpus);
 
-/// Admission of a batch of queries [batch, dim] (raw values, before cosine normalisation), in
-/// one branch-free pass over its values (per query the largest |value|): every value finite,
-/// then, for every metric but cosine, no query whose norm could overflow a score. A query passes
-/// the range check from the bound ‖q‖ ≤ √dim · max|q_d|; only one that does not gets its float64
-/// norm, which decides. Throws Error naming the first non-finite value (query, column, value;
-/// row-major order), else the first query over the bound with its float64 norm, the bound it
-/// would reach, B, and the id of the row with the largest norm.
+/// The values of a batch of queries [batch, dim] (raw values, before cosine normalisation), in
+/// one branch-free pass over them (per query the largest |value|): every value finite; for
+/// cosine, no query of zero norm; for every other metric, no query whose norm could overflow a
+/// score. A query passes the range check from the bound ‖q‖ ≤ √dim · max|q_d|; only one that
+/// does not gets its float64 norm, which decides. Throws Error naming the first non-finite value
+/// (query, column, value; row-major order), else the first zero-norm query (cosine), else the
+/// first query over the bound with its float64 norm, the bound it would reach, B, and the id of
+/// the row with the largest norm. Admission (search_batch.hpp) runs it once per batch.
 void admit_query_values(Metric m, const NormSummary& corpus, const float* queries, int batch, std::int64_t dim);
 
 /// Collective: replaces stats->max_row_norm / max_row_norm_row (this shard's) by the corpus's

@@ -15,6 +15,7 @@
 #include "core/parallel.hpp"
 #include "shardtopk/space.hpp"
 #include "index/admission.hpp"
+#include "index/index_impl.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/filter.hpp"
 #include "shardtopk/storage.hpp"
@@ -67,7 +68,7 @@ void broadcast_string(Communicator& comm, std::string* s) {
   if (n > 0) comm.broadcast(&(*s)[0], static_cast<std::size_t>(n), 0);
 }
 
-std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
+std::unique_ptr<ShardedIndex::Impl> build_index_impl(const Config& cfg, Metric metric, std::int64_t total_rows,
                                                RowRange rows, const ShardInput& shard,
                                                std::unique_ptr<Communicator> host_comm, IngestStats stats,
                                                const StreamRows& stream_rows, std::unique_ptr<Storage> storage = nullptr,
@@ -152,14 +153,9 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
                                                          static_cast<std::size_t>(cfg.search.k_max));
   std::unique_ptr<Communicator> data_comm = choose_data_comm(
       cfg, *host_comm, *space, query_bytes, std::max(block, query_bytes * static_cast<std::size_t>(cfg.search.batch_max)));
-  stats.total_rows = total_rows;
-  stats.dim = shard.dim;
-  stats.rows = rows;
-  auto index = std::make_unique<ShardedIndex>(cfg, metric, total_rows, rows, std::move(space), std::move(engine),
-                                              std::move(host_comm), std::move(data_comm));
-  if (shard.attributes) index->set_attribute_schema(shard.attributes->schema());
-  stats.engine_resident_bytes = index->ingest_stats().engine_resident_bytes;
-  index->set_ingest_stats(stats);
+  auto index = std::make_unique<ShardedIndex::Impl>(
+      cfg, metric, total_rows, rows, shard.attributes ? shard.attributes->schema() : AttributeSchema{}, stats,
+      std::move(space), std::move(engine), std::move(host_comm), std::move(data_comm));
   if (!cfg.storage.dir.empty()) {
     // Rank 0's snapshot checksum (read while the rows loaded), before any log record is applied.
     bool sum_ok = true;
@@ -175,7 +171,7 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
       if (sum_ok)
         spdlog::info("rank 0: snapshot checksum verified ({:.2f} s waited after the rows loaded)", seconds_since(tw));
     }
-    index->host_comm().check(sum_ok, sum_msg);
+    index->protocol.host().check(sum_ok, sum_msg);
     if (storage) {
       try {
         storage->finish_recovery();
@@ -187,13 +183,13 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
     // that its log was written against these rows before any record is replayed, and records
     // the capacity this start gives it (a restart without storage.capacity_rows keeps it).
     std::int64_t capacity = shard.capacity, total_capacity = 0;
-    std::vector<std::int64_t> capacities(static_cast<std::size_t>(index->world_size()));
-    index->host_comm().allgather(&capacity, capacities.data(), sizeof capacity);
+    std::vector<std::int64_t> capacities(static_cast<std::size_t>(index->protocol.world_size()));
+    index->protocol.host().allgather(&capacity, capacities.data(), sizeof capacity);
     for (std::int64_t c : capacities) total_capacity += c;
     bool base_ok = true;
     std::string base_msg;
     rank0_opens_storage(
-        index->host_comm(),
+        index->protocol.host(),
         [&](const std::function<void()>& tick) {
           if (!storage) {
             StorageOptions so = storage_options(cfg.storage, shard.dim, metric);
@@ -204,9 +200,10 @@ std::unique_ptr<ShardedIndex> build_index_impl(const Config& cfg, Metric metric,
           if (total_capacity > 0) storage->record_capacity(total_capacity);
         },
         &base_ok, &base_msg);
-    index->host_comm().check(base_ok, base_msg);
+    index->protocol.host().check(base_ok, base_msg);
     index->enable_updates(std::move(storage), base_seq);
   }
+  index->finish();
   return index;
 }
 
@@ -328,7 +325,7 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
     host_comm->broadcast(&recorded, sizeof recorded, 0);
     in.capacity = rank_capacity_rows(cfg, shard.rows, host_comm->world_size(), recorded, host_comm->rank());
   }
-  return build_index_impl(cfg, metric, total_rows, rows, in, std::move(host_comm), stats, {});
+  return std::make_unique<ShardedIndex>(build_index_impl(cfg, metric, total_rows, rows, in, std::move(host_comm), stats, {}));
 }
 
 std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress) {
@@ -564,19 +561,17 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   in.capacity = rank_capacity_rows(cfg, nrows, world, recorded_capacity, rank);
   auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows,
                                 std::move(storage), base_seq, &snapshot_check);
-  IngestStats final_stats = index->ingest_stats();
   double mine = seconds_since(t0);
   std::vector<double> all(static_cast<size_t>(world));
-  index->host_comm().allgather(&mine, all.data(), sizeof(double));
-  final_stats.total_s = *std::max_element(all.begin(), all.end());
-  index->set_ingest_stats(final_stats);
+  index->protocol.host().allgather(&mine, all.data(), sizeof(double));
+  index->stats.total_s = *std::max_element(all.begin(), all.end());
   if (rank == 0) {
+    const EngineInfo e = index->protocol.engine().info();
     spdlog::info("corpus {} '{}' [{} x {}], metric {}, {} rank(s); engine {} ({}), comm {}; ingest {:.2f} s",
-                 cfg.corpus.path, cfg.corpus.dataset, final_stats.total_rows, final_stats.dim, to_string(metric),
-                 world, index->engine_info().name, to_string(index->engine_info().dtype), index->data_comm().name(),
-                 final_stats.total_s);
+                 cfg.corpus.path, cfg.corpus.dataset, index->stats.total_rows, index->stats.dim, to_string(metric),
+                 world, e.name, to_string(e.dtype), index->protocol.data().name(), index->stats.total_s);
   }
-  return index;
+  return std::make_unique<ShardedIndex>(std::move(index));
 }
 
 }  // namespace shardtopk

@@ -9,17 +9,26 @@ namespace shardtopk::service {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+Batcher::Options checked(Batcher::Options o) {
+  SHARDTOPK_EXPECTS(o.batch_max >= 1 && o.k_max >= 1 && o.dim >= 1 && o.max_filters >= 1, "batcher: batch_max ",
+                    o.batch_max, ", k_max ", o.k_max, ", dim ", o.dim, ", max_filters ", o.max_filters,
+                    " must be positive");
+  return o;
+}
+
+}  // namespace
+
 Batcher::Batcher(SearchBackend& backend, Options opts, Metrics* metrics)
-    : backend_(backend), opts_(opts), metrics_(metrics) {
-  SHARDTOPK_EXPECTS(opts_.batch_max >= 1 && opts_.k_max >= 1 && opts_.dim >= 1 && opts_.max_filters >= 1,
-                    "batcher: batch_max ", opts_.batch_max, ", k_max ", opts_.k_max, ", dim ", opts_.dim,
-                    ", max_filters ", opts_.max_filters, " must be positive");
+    : backend_(backend),
+      opts_(checked(std::move(opts))),
+      metrics_(metrics),
+      composer_(opts_.batch_max, opts_.max_filters, opts_.dim) {
   const size_t bm = static_cast<size_t>(opts_.batch_max);
-  queries_.resize(bm * static_cast<size_t>(opts_.dim));
   ids_.resize(bm * static_cast<size_t>(opts_.k_max));
   scores_.resize(ids_.size());
   counts_.resize(bm);
-  filters_.resize(bm);
 }
 
 void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
@@ -96,23 +105,12 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
       }
     }
   } else {
-    const int k = q_.front()->k;
-    int total = 0;
-    // The batch's distinct filters: a request whose filter would be one too many waits for a
-    // later batch (the oldest request always fits: one filter, max_filters >= 1).
-    std::vector<const FilterProgram*> distinct;
-    const auto fits = [&](const FilterProgram* f) {
-      if (!f) return true;
-      for (const FilterProgram* d : distinct)
-        if (d == f || *d == *f) return true;
-      if (static_cast<int>(distinct.size()) >= opts_.max_filters) return false;
-      distinct.push_back(f);
-      return true;
-    };
+    // The composer takes the requests of the oldest one's k while they fit: a request whose
+    // filter would be one too many waits for a later batch (the oldest request always fits: one
+    // filter, max_filters >= 1).
+    composer_.clear();
     for (auto it = q_.begin(); it != q_.end();) {
-      if ((*it)->kind == Job::Kind::kSearch && (*it)->k == k && total + (*it)->nq <= opts_.batch_max &&
-          fits((*it)->filter.get())) {
-        total += (*it)->nq;
+      if ((*it)->kind == Job::Kind::kSearch && composer_.add((*it)->admitted)) {
         batch.push_back(*it);
         it = q_.erase(it);
       } else {
@@ -202,19 +200,10 @@ void Batcher::run_writes(const std::vector<std::shared_ptr<Job>>& jobs) {
 }
 
 void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
-  const std::int64_t dim = opts_.dim;
   const int k = batch.front()->k;
-  int total = 0;
-  bool filtered = false;
-  for (const auto& j : batch) {
-    std::copy(j->queries.begin(), j->queries.end(), queries_.begin() + static_cast<std::ptrdiff_t>(total) * dim);
-    std::fill(filters_.begin() + total, filters_.begin() + total + j->nq, j->filter.get());
-    filtered = filtered || j->filter != nullptr;
-    total += j->nq;
-  }
+  const int total = composer_.size();
   try {
-    backend_.search(queries_.data(), total, k, ids_.data(), scores_.data(), filtered ? filters_.data() : nullptr,
-                    counts_.data());
+    backend_.search(composer_.batch(), ids_.data(), scores_.data(), counts_.data());
   } catch (const RankLost&) {
     throw;  // the batch stays unanswered in running_: the caller answers it with fail_all
   } catch (const SearchFailed& e) {
@@ -222,13 +211,17 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
     for (const auto& j : batch) answer(*j, 500, std::string("search failed: ") + e.what());
     return;
   } catch (const BatchRejected& e) {
-    // Requests are checked before they are queued, so this is a check the front end does not
-    // know: search each request alone so that only the offending one fails.
+    // Requests are admitted before they are queued, so this is a bound that writes have raised
+    // since: search each request alone so that only the offending one fails.
     if (batch.size() == 1) {
       answer(*batch.front(), 400, e.what());
       return;
     }
-    for (const auto& j : batch) run_batch({j});
+    for (const auto& j : batch) {
+      composer_.clear();
+      composer_.add(j->admitted);
+      run_batch({j});
+    }
     return;
   } catch (const std::exception& e) {
     spdlog::error("search of a batch of {} request(s) failed: {}", batch.size(), e.what());

@@ -1,9 +1,11 @@
 #pragma once
-// Micro-batching: search requests (Jobs) queued by the HTTP front end are grouped by k into
+// Micro-batching: search requests (Jobs), admitted by the HTTP front end, are grouped by k into
 // batches of at most batch_max queries and max_filters distinct filters (requests with different
 // filters share a batch; one that would bring a filter too many waits for the next batch) and
-// searched on the thread that owns the index (rank 0's main thread). Every job is answered exactly once, by whichever comes first: its batch's
-// result, or a failure that answers everything outstanding (a rank lost, a drain timeout).
+// searched on the thread that owns the index (rank 0's main thread); a BatchComposer merges them
+// into the batch the index takes as given. Every job is answered exactly once, by whichever comes
+// first: its batch's result, or a failure that answers everything outstanding (a rank lost, a
+// drain timeout).
 //
 // When a batch is dispatched (docs/SERVING.md, "Micro-batching"): at once when the queued
 // queries of the oldest request's k fill a batch, or when no other search request is being
@@ -38,6 +40,8 @@ struct Job {
   std::vector<float> queries;  ///< [nq, dim], float32
   /// The request's filter, for every one of its queries (nullptr: none, or one passing every row).
   std::shared_ptr<const FilterProgram> filter;
+  /// kSearch: `queries` and `filter` as admitted (SearchBackend::admit), pointing at them.
+  SearchBatch admitted;
   std::chrono::steady_clock::time_point queued;
 
   // ---- the answer
@@ -114,6 +118,7 @@ class Batcher {
  private:
   bool dispatchable(std::chrono::steady_clock::time_point now) const;  // m_ held, q_ not empty
   std::vector<std::shared_ptr<Job>> take_batch();                       // m_ held
+  /// Searches `batch`, whose requests composer_ holds.
   void run_batch(const std::vector<std::shared_ptr<Job>>& batch);
   void run_counters(const std::shared_ptr<Job>& job);
   void run_writes(const std::vector<std::shared_ptr<Job>>& jobs);
@@ -134,11 +139,10 @@ class Batcher {
   std::string fail_message_;
 
   // index thread only
-  std::vector<float> queries_;      // [batch_max, dim]
+  BatchComposer composer_;          // the batch being taken (take_batch) and searched (run_batch)
   std::vector<std::int64_t> ids_;   // [batch_max, k_max]
   std::vector<float> scores_;
   std::vector<std::int32_t> counts_;                // [batch_max]
-  std::vector<const FilterProgram*> filters_;       // [batch_max] each query's filter
 };
 
 }  // namespace shardtopk::service

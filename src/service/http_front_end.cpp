@@ -714,12 +714,11 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
       SHARDTOPK_EXPECTS(batch == b.nq, "batch=", batch, " does not match the body: ", b.nq, " quer",
                         b.nq == 1 ? "y" : "ies", " of dim ", info_.dim);
     }
-    backend_->check_k(k);
-    check_query_values(b.queries.data(), b.nq, info_.dim, info_.rejects_zero_norm);
-    job->nq = b.nq;
-    job->k = static_cast<int>(k);
     job->queries = std::move(b.queries);
     job->filter = std::move(b.filter);
+    job->admitted = backend_->admit(job->queries.data(), b.nq, k, job->filter.get());
+    job->nq = b.nq;
+    job->k = static_cast<int>(k);
   } catch (const Error& e) {
     batcher_->receiving_end();
     return reply_error(c, r, 400, e.what());

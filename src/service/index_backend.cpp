@@ -12,28 +12,31 @@ namespace {
 class IndexBackend final : public SearchBackend {
  public:
   explicit IndexBackend(ShardedIndex& index) : index_(index) {
-    info_.rows = index.total_rows();
-    info_.dim = index.dim();
-    info_.k_max = index.config().search.k_max;
-    info_.batch_max = index.config().search.batch_max;
-    info_.ranks = index.world_size();
-    info_.metric = to_string(index.metric());
-    info_.dtype = to_string(index.engine_info().dtype);
-    info_.engine = index.engine_info().name;
-    info_.comm = index.data_comm().name();
-    info_.rejects_zero_norm = index.metric() == Metric::kCosine;
-    info_.max_filters = std::min(index.config().search.max_filters, index.config().search.batch_max);
-    info_.attributes = index.attribute_schema();
+    const IndexInfo i = index.info();
+    info_.rows = i.rows;
+    info_.dim = i.dim;
+    info_.k_max = i.k_max;
+    info_.batch_max = i.batch_max;
+    info_.ranks = i.world_size;
+    info_.metric = to_string(i.metric);
+    info_.dtype = to_string(i.engine.dtype);
+    info_.engine = i.engine.name;
+    info_.comm = i.comm;
+    info_.max_filters = i.max_filters;
+    info_.attributes = i.schema;
   }
 
   BackendInfo info() const override { return info_; }
 
-  void check_k(long long k) const override { shardtopk::check_k(k, info_.k_max, index_.k_limit_rows()); }
+  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter) const override {
+    if (!filter) return index_.admit(queries, nq, k);
+    const std::vector<const FilterProgram*> each(static_cast<std::size_t>(std::max(nq, 0)), filter);
+    return index_.admit(queries, nq, k, each.data());
+  }
 
-  void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
-              const FilterProgram* const* filters, std::int32_t* counts) override {
+  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts) override {
     try {
-      index_.search(queries, batch, k, ids, scores, filters, counts);
+      index_.search(batch, ids, scores, counts);
     } catch (const CommError& e) {
       throw RankLost(e.what());
     } catch (const RemoteError& e) {

@@ -47,11 +47,11 @@ std::string relative_to(const std::string& path, const std::string& dir) {
 
 class IndexWriter final : public WriteBackend {
  public:
-  explicit IndexWriter(ShardedIndex& index) : index_(index) {}
+  explicit IndexWriter(ShardedIndex& index) : index_(index), info_(index.info()) {}
 
-  bool writable() const override { return index_.writable(); }
-  std::int64_t dim() const override { return index_.dim(); }
-  const AttributeSchema& schema() const override { return index_.attribute_schema(); }
+  bool writable() const override { return info_.writable; }
+  std::int64_t dim() const override { return info_.dim; }
+  const AttributeSchema& schema() const override { return info_.schema; }
 
   void upsert(const UpsertBody& b, Job& j) override {
     run(j, "upsert", [&] {
@@ -133,7 +133,7 @@ class IndexWriter final : public WriteBackend {
   }
 
  private:
-  const std::string& dir() const { return index_.config().storage.dir; }
+  const std::string& dir() const { return info_.storage_dir; }
 
   template <typename F>
   void run(Job& j, const char* what, F&& f) {
@@ -152,6 +152,7 @@ class IndexWriter final : public WriteBackend {
   }
 
   ShardedIndex& index_;
+  const IndexInfo info_;  // fixed once the index is ready
 };
 
 }  // namespace

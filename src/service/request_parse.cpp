@@ -441,19 +441,6 @@ std::string binary_header(std::uint32_t rows, std::uint32_t dim) {
   return h;
 }
 
-void check_query_values(const float* queries, int nq, std::int64_t dim, bool reject_zero_norm) {
-  for (int q = 0; q < nq; ++q) {
-    const float* row = queries + static_cast<std::size_t>(q) * static_cast<std::size_t>(dim);
-    bool zero = true;
-    for (std::int64_t c = 0; c < dim; ++c) {
-      SHARDTOPK_EXPECTS(std::isfinite(row[c]), "query ", q, ", column ", c, ": value ", row[c],
-                        " is not finite (NaN or Inf, or too large for float32)");
-      zero = zero && row[c] == 0.0f;
-    }
-    SHARDTOPK_EXPECTS(!(zero && reject_zero_norm), "query ", q, " has zero norm (cosine needs a direction)");
-  }
-}
-
 Media parse_media_type(std::string_view ct) {
   const std::size_t semi = ct.find(';');
   std::string_view m = ct.substr(0, semi);

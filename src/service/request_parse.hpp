@@ -82,10 +82,6 @@ SearchBody parse_binary_search(std::string_view body, const QueryShape& shape);
 /// Writes the optional header for `rows` float32 rows of `dim` values (clients, tests).
 std::string binary_header(std::uint32_t rows, std::uint32_t dim);
 
-/// Refuses values the index would refuse, so that a bad request never spoils a batch: NaN, Inf,
-/// and (`reject_zero_norm`, cosine) an all-zero row. @throws Error naming query and column.
-void check_query_values(const float* queries, int nq, std::int64_t dim, bool reject_zero_norm);
-
 /// Media type of a Content-Type value: type/subtype compared case-insensitively, parameters
 /// (e.g. charset) and surrounding blanks ignored; "" for an absent header.
 enum class Media { kNone, kJson, kBinary, kOther };

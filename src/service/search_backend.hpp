@@ -1,14 +1,16 @@
 #pragma once
-// The one thing the service needs from an index: a blocking collective search of a batch, its
-// shape and limits, and per-rank counters for /metrics. The batcher and the HTTP front end know
-// only this interface; index_backend.cpp adapts ShardedIndex to it (the only file to change when
-// the index API changes), and tests/service/test_batcher.cpp drives the batcher with a fake.
+// The one thing the service needs from an index: the admission of a request, a blocking
+// collective search of a batch of admitted requests, its shape and limits, and per-rank counters
+// for /metrics. The batcher and the HTTP front end know only this interface; index_backend.cpp
+// adapts ShardedIndex to it (the only file to change when the index API changes), and
+// tests/service/test_batcher.cpp drives the batcher with a fake.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
+#include "shardtopk/search_batch.hpp"
 
 namespace shardtopk::service {
 
@@ -23,7 +25,6 @@ struct BackendInfo {
   std::string dtype;       ///< storage type of the corpus rows
   std::string engine;      ///< cpu or cuda
   std::string comm;        ///< mpi or nccl
-  bool rejects_zero_norm = false;  ///< cosine: a zero query has no direction
   int max_filters = 1;     ///< distinct filters one search takes (min(search.max_filters, batch_max))
   AttributeSchema attributes;  ///< what filters may name (corpus.attributes), in order
 };
@@ -34,8 +35,8 @@ struct RankCounters {
   double search_seconds = 0;  ///< time in the local search, summed
 };
 
-/// The batch was refused before any search ran (a value the front end does not check, such
-/// as a score range the index cannot represent); every rank is still usable. Answer 400.
+/// The batch was refused before any search ran (its requests were admitted against a norm bound
+/// that writes have raised since); every rank is still usable. Answer 400.
 class BatchRejected : public Error {
  public:
   explicit BatchRejected(const std::string& what) : Error(what) {}
@@ -59,19 +60,19 @@ class SearchBackend {
 
   virtual BackendInfo info() const = 0;
 
-  /// Refuses a k the index would refuse (outside 1 .. min(k_max, rows)), with the index's own
-  /// message. @throws Error naming k and the binding limit.
-  virtual void check_k(long long k) const = 0;
+  /// Admits one request (any thread): `nq` queries [nq, dim] (float32, row-major) for k results
+  /// each, every one with `filter` (compiled against info().attributes; nullptr: none). The
+  /// request's one check (k, the rows, the filter, the values), with the index's wording; the
+  /// value points at `queries` and `filter`, which the job keeps until it is answered.
+  /// @throws Error naming the problem (answer 400).
+  virtual SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter) const = 0;
 
-  /// Blocking search of `batch` queries [batch, dim] (float32, row-major) for their k best rows:
+  /// Blocking search of a batch of admitted requests (BatchComposer) for their k best rows:
   /// ids [batch, k] and scores [batch, k], best first, and counts [batch], the real results of
   /// each query (k, or fewer when fewer rows pass its filter: the rest of its row is padding).
-  /// `filters`: [batch] each query's filter (compiled against info().attributes; nullptr: none),
-  /// at most info().max_filters distinct ones, or nullptr when no query has one. Called from the
-  /// thread that owns the index (rank 0's main thread: the only thread making MPI calls).
-  /// @throws BatchRejected, SearchFailed or RankLost as described above.
-  virtual void search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,
-                      const FilterProgram* const* filters, std::int32_t* counts) = 0;
+  /// Called from the thread that owns the index (rank 0's main thread: the only thread making
+  /// MPI calls). @throws BatchRejected, SearchFailed or RankLost as described above.
+  virtual void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts) = 0;
 
   /// Every rank's counters [ranks] (a collective on the same thread as search).
   /// @throws RankLost when a rank is gone.

@@ -280,7 +280,7 @@ TEST_P(FilteredSearch, EveryKindAndSelectivityMatchesTheOracle) {
   const Metric m = GetParam();
   auto idx = make_index(m);
   const Corpus& c = corpus();
-  const AttributeSchema& schema = idx->attribute_schema();
+  const AttributeSchema schema = idx->info().schema;
   ASSERT_EQ(schema.size(), 3u);
   for (const Case& cs : cases()) {
     const json f = json::parse(cs.filter);
@@ -307,7 +307,7 @@ TEST_P(FilteredSearch, PerQueryFiltersInOneBatchGiveTheSoloBits) {
   std::vector<json> jsons;
   const int picks[8] = {9, 12, 17, 19, 28, 29, 30, 11};  // few, 1 %, 50 %, ties
   for (int i : picks) {
-    programs.push_back(parse_filter(all[static_cast<size_t>(i)].filter, idx->attribute_schema()));
+    programs.push_back(parse_filter(all[static_cast<size_t>(i)].filter, idx->info().schema));
     jsons.push_back(json::parse(all[static_cast<size_t>(i)].filter));
   }
   // query q: filter q % 9 (8: none), so 8 distinct filters (search.max_filters) and unfiltered rows
@@ -342,7 +342,7 @@ TEST_P(FilteredSearch, RandomNestedFiltersMatchTheOracle) {
     std::vector<FilterProgram> programs;
     for (int i = 0; i < 8; ++i) {
       js.push_back(gen.next());
-      programs.push_back(compile_filter(js.back(), idx->attribute_schema()));
+      programs.push_back(compile_filter(js.back(), idx->info().schema));
       const std::int64_t n = rows_passing(js.back());
       none += n == 0;
       few += n > 0 && n < kK;
@@ -368,7 +368,7 @@ INSTANTIATE_TEST_SUITE_P(Metrics, FilteredSearch, ::testing::Values(Metric::kInn
 TEST(FilteredSearchErrors, BadFiltersAreRefusedAndTheIndexAnswers) {
   auto idx = make_index(Metric::kInnerProduct, true, /*max_filters=*/4);
   const Corpus& c = corpus();
-  const AttributeSchema& schema = idx->attribute_schema();
+  const AttributeSchema schema = idx->info().schema;
   EXPECT_THAT(test::error_of([&] { (void)parse_filter(R"({"eq": {"tenat": 7}})", schema); }),
               HasSubstr("unknown attribute 'tenat' (known: tenant, tag, price)"));
   EXPECT_THAT(test::error_of([&] { (void)parse_filter(R"({"eq": {"tenant": 7.5}})", schema); }), HasSubstr("7.5"));
@@ -406,12 +406,12 @@ TEST(FilteredSearchErrors, BadFiltersAreRefusedAndTheIndexAnswers) {
 TEST(FilteredSearchErrors, WithoutAttributesIdsFiltersWork) {
   auto idx = make_index(Metric::kL2, /*attributes=*/false);
   const Corpus& c = corpus();
-  EXPECT_TRUE(idx->attribute_schema().empty());
-  EXPECT_THAT(test::error_of([&] { (void)parse_filter(R"({"eq": {"tenant": 1}})", idx->attribute_schema()); }),
+  EXPECT_TRUE(idx->info().schema.empty());
+  EXPECT_THAT(test::error_of([&] { (void)parse_filter(R"({"eq": {"tenant": 1}})", idx->info().schema); }),
               HasSubstr("unknown attribute 'tenant'"));
   const json f = json::parse(R"({"any": [{"ids_in": [)" + ids_of(0, 300, 1) + R"(]}, {"not": {"ids_not_in": [)" +
                              id_of(4000) + "]}}]}");
-  const FilterProgram p = compile_filter(f, idx->attribute_schema());
+  const FilterProgram p = compile_filter(f, idx->info().schema);
   const Result a = search(*idx, c.queries, kDim, 0, kQ, kK, std::vector<const FilterProgram*>(kQ, &p));
   for (int q = 0; q < kQ; ++q) expect_oracle(Metric::kL2, f, q, a, q, kK, "ids only, query " + std::to_string(q));
 }
@@ -449,8 +449,8 @@ TEST(FilteredSearchReal, BgeParagraphsWithADocAttribute) {
   cfg.search.metric = Metric::kCosine;
   auto idx = load_index(cfg, /*log_progress=*/false);
   const AttributeSchema want = {{"doc", AttributeType::kInt64}, {"parity", AttributeType::kFloat64}};
-  EXPECT_EQ(idx->attribute_schema(), want);
-  EXPECT_THAT(test::error_of([&] { (void)parse_filter(R"({"eq": {"Doc": 1}})", idx->attribute_schema()); }),
+  EXPECT_EQ(idx->info().schema, want);
+  EXPECT_THAT(test::error_of([&] { (void)parse_filter(R"({"eq": {"Doc": 1}})", idx->info().schema); }),
               HasSubstr("unknown attribute 'Doc' (known: doc, parity)"));
 
   // The oracle's view of the attributes (global ids = row positions).
@@ -467,7 +467,7 @@ TEST(FilteredSearchReal, BgeParagraphsWithADocAttribute) {
       R"({"eq": {"doc": 1000}})",                                      // no row
   };
   std::vector<FilterProgram> programs;
-  for (const std::string& t : texts) programs.push_back(parse_filter(t, idx->attribute_schema()));
+  for (const std::string& t : texts) programs.push_back(parse_filter(t, idx->info().schema));
   std::vector<const FilterProgram*> filters(nq);
   for (int q = 0; q < nq; ++q) filters[q] = &programs[static_cast<size_t>(q % texts.size())];
   const Result batch = search(*idx, queries, dim, 0, nq, k, filters);

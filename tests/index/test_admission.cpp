@@ -1,6 +1,8 @@
-// Score-range admission (src/index/admission.hpp) and the CPU engine's buffer plan: the bound
-// B = FLT_MAX/2 on both sides, the float64 norms, the start-up refusal of unboundable l2 rows,
-// and the refusal of buffers larger than the machine (naming the buffer), without allocating.
+// Admission of search batches (shardtopk/search_batch.hpp): one check, one wording per error, the
+// distinct filters found once and composed batches; score-range admission (src/index/admission.hpp)
+// and the CPU engine's buffer plan: the bound B = FLT_MAX/2 on both sides, the float64 norms, the
+// start-up refusal of unboundable l2 rows, and the refusal of buffers larger than the machine
+// (naming the buffer), without allocating.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 
 #include "index/admission.hpp"
 #include "shardtopk/engine.hpp"
+#include "shardtopk/search_batch.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {
@@ -155,6 +158,146 @@ TEST(CpuEngineBuffers, PlanEqualsResidentBytesAndHugeLimitsAreRefusedBeforeAlloc
                          HasSubstr("lower search.batch_max or search.k_max")))
       << msg;
   EXPECT_EQ(cpu_engine_host_bytes(1, 1, Dtype::kFloat32, EngineLimits{1 << 30, 1 << 30}, 1 << 20), UINT64_MAX);
+}
+
+// ------------------------------------------------------------------------------ batches
+
+SearchLimits limits(Metric m = Metric::kInnerProduct) {
+  SearchLimits l;
+  l.dim = 3;
+  l.metric = m;
+  l.k_max = 16;
+  l.k_rows = 40;
+  l.batch_max = 4;
+  l.max_filters = 2;
+  l.schema = {AttributeSpec{"tenant", AttributeType::kInt64}};
+  l.max_row_norm = 1e18;
+  l.max_row_norm_row = 7;
+  return l;
+}
+
+// Every refusal of a batch, whichever check finds it, with its one wording; nothing is admitted.
+TEST(AdmitBatch, EachRefusalHasOneWordingNamingTheValue) {
+  const Admission a(limits());
+  const std::vector<float> q = {1, 2, 3, 4, 5, 6};
+  using test::error_of;
+  EXPECT_EQ(error_of([&] { a.admit(q.data(), 2, 0); }), "k=0 out of range: allowed 1 .. 16");
+  EXPECT_EQ(error_of([&] { a.admit(q.data(), 2, 17); }), "k=17 out of range: allowed 1 .. 16 (search.k_max)");
+  SearchLimits few = limits();
+  few.k_rows = 12;
+  EXPECT_EQ(error_of([&] { Admission(few).admit(q.data(), 2, 13); }),
+            "k=13 out of range: allowed 1 .. 12 (the corpus rows)");
+  EXPECT_EQ(error_of([&] { a.admit(q.data(), 0, 3); }),
+            "batch of 0 queries out of range: allowed 1 .. 4 (search.batch_max)");
+  EXPECT_EQ(error_of([&] { a.admit(q.data(), 5, 3); }),
+            "batch of 5 queries out of range: allowed 1 .. 4 (search.batch_max)");
+  EXPECT_EQ(error_of([&] { a.admit(nullptr, 2, 3); }), "no queries given");
+  std::vector<float> bad = q;
+  bad[4] = NAN;
+  EXPECT_EQ(error_of([&] { a.admit(bad.data(), 2, 3); }), "query 1 of the batch has a non-finite value (nan) at column 1");
+  const std::vector<float> zero = {1, 2, 3, 0, -0.0f, 0};
+  EXPECT_EQ(error_of([&] { Admission(limits(Metric::kCosine)).admit(zero.data(), 2, 3); }),
+            "query 1 of the batch has zero norm and cannot be scored by cosine similarity");
+  EXPECT_NO_THROW(a.admit(zero.data(), 2, 3)) << "a zero query has scores under inner product";
+  const std::vector<float> big = {1, 2, 3, 1e21f, 0, 0};
+  EXPECT_THAT(error_of([&] { a.admit(big.data(), 2, 3); }),
+              AllOf(HasSubstr("query 1 of the batch has norm"), HasSubstr("(id 7)"), HasSubstr("Score range")));
+  // filters: one that names an attribute the schema does not have, and one distinct filter too many
+  const FilterProgram other = parse_filter(
+      R"({"eq": {"year": 1.5}})", {AttributeSpec{"x", AttributeType::kInt64}, AttributeSpec{"year", AttributeType::kFloat64}});
+  const FilterProgram* f1[2] = {&other, nullptr};
+  EXPECT_THAT(error_of([&] { a.admit(q.data(), 2, 3, f1); }), HasSubstr("filter: program does not fit the attribute table"));
+  const FilterProgram p1 = parse_filter(R"({"eq": {"tenant": 1}})", limits().schema);
+  const FilterProgram p2 = parse_filter(R"({"eq": {"tenant": 2}})", limits().schema);
+  const FilterProgram p3 = parse_filter(R"({"ids_in": [4]})", limits().schema);
+  const std::vector<float> q3(9, 1.0f);
+  const FilterProgram* three[3] = {&p1, &p2, &p3};
+  EXPECT_EQ(error_of([&] { a.admit(q3.data(), 3, 3, three); }),
+            "the batch holds more than 2 distinct filters (search.max_filters)");
+  // device queries are the CUDA engine's
+  EXPECT_THAT(error_of([&] { a.admit_device(q.data(), nullptr, 2, 3); }), HasSubstr("need the CUDA engine"));
+}
+
+// The batch's distinct programs, found once: equal programs (not only the same object) once,
+// programs that pass every row left out, each query's index into them.
+TEST(AdmitBatch, DistinctFiltersOnceAndEachQuerysProgram) {
+  const Admission a(limits());
+  const std::vector<float> q(12, 1.0f);
+  const FilterProgram p1 = parse_filter(R"({"ids_in": [1, 9]})", limits().schema);
+  const FilterProgram p1_again = parse_filter(R"({"ids_in": [9, 1, 1]})", limits().schema);
+  const FilterProgram all = parse_filter(R"({"all": []})", limits().schema);
+  const FilterProgram p2 = parse_filter(R"({"eq": {"tenant": 3}})", limits().schema);
+  const FilterProgram* f[4] = {&p1, &all, &p1_again, &p2};
+  const SearchBatch b = a.admit(q.data(), 4, 5, f);
+  EXPECT_EQ(b.size(), 4);
+  EXPECT_EQ(b.k(), 5);
+  EXPECT_EQ(b.queries(), q.data());
+  ASSERT_EQ(b.filter_count(), 2);
+  EXPECT_EQ(b.filter_programs()[0], &p1);
+  EXPECT_EQ(b.filter_programs()[1], &p2);
+  EXPECT_EQ(std::vector<std::int32_t>(b.query_program(), b.query_program() + 4), (std::vector<std::int32_t>{0, -1, 0, 1}));
+  const FilterProgram* none[4] = {nullptr, &all, nullptr, nullptr};
+  const SearchBatch u = a.admit(q.data(), 4, 5, none);
+  EXPECT_EQ(u.filter_count(), 0);
+  EXPECT_EQ(u.query_program(), nullptr);
+}
+
+// Requests composed into one batch as admitted: queries in order, filters merged (equal ones once),
+// and a request that does not fit (another k, too many rows, one filter too many) left out whole.
+TEST(AdmitBatch, ComposerMergesAdmittedRequestsWithoutCheckingThemAgain) {
+  const Admission a(limits());
+  const FilterProgram p1 = parse_filter(R"({"eq": {"tenant": 1}})", limits().schema);
+  const FilterProgram p1_again = parse_filter(R"({"eq": {"tenant": 1}})", limits().schema);
+  const FilterProgram p2 = parse_filter(R"({"eq": {"tenant": 2}})", limits().schema);
+  const FilterProgram p3 = parse_filter(R"({"eq": {"tenant": 3}})", limits().schema);
+  const std::vector<float> r1 = {1, 1, 1, 2, 2, 2}, r2 = {3, 3, 3}, r3 = {4, 4, 4}, r4 = {5, 5, 5};
+  const FilterProgram* f1[2] = {&p1, &p1};
+  const FilterProgram* f3[1] = {&p2};
+  const FilterProgram* f4[1] = {&p3};
+  const FilterProgram* f5[1] = {&p1_again};
+  const SearchBatch a1 = a.admit(r1.data(), 2, 3, f1), a2 = a.admit(r2.data(), 1, 3), a3 = a.admit(r3.data(), 1, 3, f3),
+                    other_k = a.admit(r2.data(), 1, 4), a4 = a.admit(r4.data(), 1, 3, f4),
+                    a5 = a.admit(r4.data(), 1, 3, f5);
+  BatchComposer c(5, 2, 3);
+  EXPECT_TRUE(c.add(a1));
+  EXPECT_FALSE(c.add(other_k)) << "another k";
+  EXPECT_TRUE(c.add(a2));
+  EXPECT_TRUE(c.add(a3));
+  EXPECT_FALSE(c.add(a4)) << "a third distinct filter (max_filters 2)";
+  EXPECT_FALSE(c.add(a1)) << "6 rows of batch_max 5";
+  EXPECT_TRUE(c.add(a5)) << "p1 again: already in the batch";
+  EXPECT_EQ(c.size(), 5);
+  const SearchBatch& b = c.batch();
+  ASSERT_EQ(b.size(), 5);
+  EXPECT_EQ(b.k(), 3);
+  EXPECT_EQ(std::vector<float>(b.queries(), b.queries() + 15),
+            (std::vector<float>{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5}));
+  ASSERT_EQ(b.filter_count(), 2);
+  EXPECT_EQ(b.filter_programs()[0], &p1);
+  EXPECT_EQ(b.filter_programs()[1], &p2);
+  EXPECT_EQ(std::vector<std::int32_t>(b.query_program(), b.query_program() + 5),
+            (std::vector<std::int32_t>{0, 0, -1, 1, 0}));
+  c.clear();
+  EXPECT_TRUE(c.add(other_k));
+  EXPECT_EQ(c.batch().k(), 4);
+  EXPECT_EQ(c.batch().filter_count(), 0);
+  EXPECT_EQ(c.batch().query_program(), nullptr);
+}
+
+// A batch admitted against one norm bound is checked again only when writes have raised it
+// since (the one compare otherwise), with admission's own wording; a lower bound keeps it.
+TEST(AdmitBatch, ANormBoundRaisedSinceAdmissionIsCheckedAgain) {
+  Admission a(limits());
+  const std::vector<float> q = {1e19f, 0, 0};  // reach 1e37 against 1e18: admitted
+  const SearchBatch b = a.admit(q.data(), 1, 3);
+  EXPECT_NO_THROW(a.recheck_norms(b));
+  a.set_norm_bound(1e17, 2);
+  EXPECT_NO_THROW(a.recheck_norms(b)) << "a lower bound admits what a higher one did";
+  a.set_norm_bound(1e20, 9);  // reach 1e39 > B
+  EXPECT_THAT(test::error_of([&] { a.recheck_norms(b); }),
+              AllOf(HasSubstr("query 0 of the batch has norm"), HasSubstr("(id 9)")));
+  EXPECT_THAT(test::error_of([&] { a.admit(q.data(), 1, 3); }), HasSubstr("query 0 of the batch has norm"));
+  EXPECT_EQ(a.limits().max_row_norm_row, 9);
 }
 
 }  // namespace

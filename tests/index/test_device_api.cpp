@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shardtopk/corpus_io.hpp"
+#include "index/index_impl.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
 #include "tools/oracle.hpp"
@@ -76,18 +77,23 @@ TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
   const Fixture f = make_fixture();
   auto idx_holder = load_index(gpu_config(f.path), false);
   ShardedIndex& idx = *idx_holder;
-  ASSERT_EQ(idx.engine_info().name, "cuda");
-  ASSERT_EQ(idx.data_comm().name(), "nccl");
-  const bool root = idx.rank() == 0;
-  // With P > 1 the answer comes back with every rank's 16-byte status (ShardedIndex::run_data_path).
-  const std::uint64_t status_bytes = idx.world_size() > 1 ? 16u * static_cast<std::uint64_t>(idx.world_size()) : 0u;
+  const IndexInfo info = idx.info();
+  ASSERT_EQ(info.engine.name, "cuda");
+  ASSERT_EQ(info.comm, "nccl");
+  const bool root = info.rank == 0;
+  // With P > 1 the answer comes back with every rank's 16-byte status (SearchProtocol::run_data_path).
+  const std::uint64_t status_bytes = info.world_size > 1 ? 16u * static_cast<std::uint64_t>(info.world_size) : 0u;
+  // The device-pointer query of rank 0: admitted (k, batch), its values checked on the device.
+  const auto search_device = [&](const float* d_q, std::int64_t* ids, float* scores) {
+    idx.search(idx.admit_device(d_q, nullptr, kB, kK), ids, scores);
+  };
 
   // host query
   std::vector<std::int64_t> ids_h(kB * kK, -1), ids_d(kB * kK, -2);
   std::vector<float> sc_h(kB * kK, NAN), sc_d(kB * kK, NAN);
-  idx.reset_transfer_counters();
+  IndexAccess::reset_transfer_counters(idx);
   idx.search(root ? f.queries.data() : nullptr, kB, kK, root ? ids_h.data() : nullptr, root ? sc_h.data() : nullptr);
-  TransferCounters t = idx.transfer_counters();
+  TransferCounters t = IndexAccess::transfer_counters(idx);
   if (root) {
     EXPECT_EQ(t.host_to_device, static_cast<std::uint64_t>(kB * kDim * 4)) << "host query: D×4 bytes in per query";
     // K×(8+4) bytes out per query, plus the ranks' statuses when P > 1
@@ -104,13 +110,13 @@ TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
     ASSERT_EQ(cudaMalloc(&d_q, sizeof(float) * kB * kDim), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(d_q, f.queries.data(), sizeof(float) * kB * kDim, cudaMemcpyHostToDevice), cudaSuccess);
   }
-  idx.reset_transfer_counters();
+  IndexAccess::reset_transfer_counters(idx);
   if (root) {
-    idx.search_device(d_q, nullptr, kB, kK, ids_d.data(), sc_d.data());
+    search_device(d_q, ids_d.data(), sc_d.data());
   } else {
     idx.search(nullptr, kB, kK, nullptr, nullptr);  // other ranks join the collective as usual
   }
-  t = idx.transfer_counters();
+  t = IndexAccess::transfer_counters(idx);
   if (root) {
     EXPECT_EQ(t.host_to_device, 0u) << "a device-pointer query moves nothing in";
     EXPECT_EQ(t.device_to_host, static_cast<std::uint64_t>(kB * kK * (8 + 4)) + status_bytes);
@@ -130,7 +136,7 @@ TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
   }
   std::string msg = "<no exception>";
   try {
-    if (root) idx.search_device(d_q, nullptr, kB, kK, ids_d.data(), sc_d.data());
+    if (root) search_device(d_q, ids_d.data(), sc_d.data());
     else idx.search(nullptr, kB, kK, nullptr, nullptr);
   } catch (const Error& e) {
     msg = e.what();
@@ -140,7 +146,7 @@ TEST(DeviceApi, HostAndDeviceQueriesMoveOnlyWhatTheyMust) {
   std::fill(ids_d.begin(), ids_d.end(), -3);
   if (root) {
     ASSERT_EQ(cudaMemcpy(d_q, f.queries.data(), sizeof(float) * kB * kDim, cudaMemcpyHostToDevice), cudaSuccess);
-    idx.search_device(d_q, nullptr, kB, kK, ids_d.data(), sc_d.data());
+    search_device(d_q, ids_d.data(), sc_d.data());
     EXPECT_EQ(ids_d, ids_h);
     cudaFree(d_q);
   } else {

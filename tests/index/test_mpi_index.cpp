@@ -33,6 +33,7 @@
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/space.hpp"
+#include "index/index_impl.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
 #include "tools/oracle.hpp"
@@ -97,7 +98,7 @@ Answer index_search(ShardedIndex& idx, const std::vector<float>& queries, std::i
   Answer a;
   a.ids.assign(static_cast<size_t>(batch) * k, -1);
   a.scores.assign(a.ids.size(), NAN);
-  idx.search(g_rank == 0 ? queries.data() + q0 * idx.dim() : nullptr, batch, k, g_rank == 0 ? a.ids.data() : nullptr,
+  idx.search(g_rank == 0 ? queries.data() + q0 * idx.info().dim : nullptr, batch, k, g_rank == 0 ? a.ids.data() : nullptr,
              g_rank == 0 ? a.scores.data() : nullptr);
   return a;
 }
@@ -107,14 +108,14 @@ Answer index_search(ShardedIndex& idx, const std::vector<float>& queries, std::i
 // at ingest, queries prepared by the engine.
 std::vector<Candidate> engine_candidates(const std::vector<float>& corpus, std::int64_t lo, std::int64_t hi,
                                          std::int64_t dim, const std::vector<std::int64_t>& ids, Metric m, Dtype dt,
-                                         const float* queries, int batch, int k, const Engine& like, int device) {
+                                         const float* queries, int batch, int k, const EngineInfo& like) {
   std::vector<float> shard(corpus.begin() + lo * dim, corpus.begin() + hi * dim);
   if (m == Metric::kCosine) normalize_rows(shard.data(), hi - lo, dim, lo, "corpus row");
   const ShardInput in{shard.data(), hi - lo, dim, ids.data() + lo};
   EngineOptions opt;
   opt.threads = 1;
-  opt.device = device;
-  auto e = like.info().name == "cuda" ? make_cuda_engine(in, m, dt, EngineLimits{batch, k}, opt)
+  opt.device = like.device;
+  auto e = like.name == "cuda" ? make_cuda_engine(in, m, dt, EngineLimits{batch, k}, opt)
                                       : make_cpu_engine(in, m, dt, EngineLimits{batch, k}, opt);
   return test::EngineRunner(*e).search(queries, batch, k);
 }
@@ -134,10 +135,11 @@ void expect_local_candidates_from_own_rows(ShardedIndex& idx, const std::vector<
                                            std::int64_t dim, const std::vector<std::int64_t>& ids, Metric m, Dtype dt,
                                            const float* queries, int batch, int k) {
   const RowRange rr = shard_rows(n, g_world, g_rank);
-  EXPECT_EQ(idx.ingest_stats().rows.lo, rr.lo);
-  EXPECT_EQ(idx.ingest_stats().rows.hi, rr.hi);
-  EXPECT_EQ(idx.engine_info().rows, rr.size());
-  const std::vector<Candidate> local = idx.last_local_candidates();
+  const IndexInfo info = idx.info();
+  EXPECT_EQ(info.ingest.rows.lo, rr.lo);
+  EXPECT_EQ(info.ingest.rows.hi, rr.hi);
+  EXPECT_EQ(info.engine.rows, rr.size());
+  const std::vector<Candidate> local = IndexAccess::last_local_candidates(idx);
   ASSERT_EQ(local.size(), static_cast<size_t>(batch) * k);
   const std::vector<std::int64_t> mine(ids.begin() + rr.lo, ids.begin() + rr.hi);
   for (int b = 0; b < batch; ++b)
@@ -151,8 +153,7 @@ void expect_local_candidates_from_own_rows(ShardedIndex& idx, const std::vector<
         EXPECT_EQ(c.id, kPadId) << "[rank " << g_rank << "] slot " << j << " past the shard's " << rr.size() << " rows";
       }
     }
-  const auto expect = engine_candidates(corpus, rr.lo, rr.hi, dim, ids, m, dt, queries, batch, k, idx.engine(),
-                                        idx.host_comm().local_rank());
+  const auto expect = engine_candidates(corpus, rr.lo, rr.hi, dim, ids, m, dt, queries, batch, k, info.engine);
   test::expect_bit_identical(to_answer(local, m), to_answer(expect, m), "rank " + std::to_string(g_rank) + " local");
 }
 
@@ -222,12 +223,13 @@ TEST_P(MpiIndex, SameAnswerAsOneProcessAndTheOracle) {
   if (c.ids_dataset) cfg.corpus.ids_dataset = "ids";
   auto idx_holder = load_index(cfg, false);
   ShardedIndex& idx = *idx_holder;
-  EXPECT_EQ(idx.world_size(), g_world);
-  EXPECT_EQ(idx.rank(), g_rank);
-  EXPECT_EQ(idx.total_rows(), c.n);
-  EXPECT_EQ(idx.dim(), c.dim);
-  EXPECT_EQ(idx.metric(), c.metric);
-  EXPECT_EQ(idx.engine_info().name, cfg.engine.backend == EngineBackend::kCuda ? "cuda" : "cpu");
+  const IndexInfo info = idx.info();
+  EXPECT_EQ(info.world_size, g_world);
+  EXPECT_EQ(info.rank, g_rank);
+  EXPECT_EQ(info.rows, c.n);
+  EXPECT_EQ(info.dim, c.dim);
+  EXPECT_EQ(info.metric, c.metric);
+  EXPECT_EQ(info.engine.name, cfg.engine.backend == EngineBackend::kCuda ? "cuda" : "cpu");
 
   // Batches of c.batch (the last one short), checking each rank's local candidates per batch.
   Answer got;
@@ -254,7 +256,7 @@ TEST_P(MpiIndex, SameAnswerAsOneProcessAndTheOracle) {
     const int b = static_cast<int>(std::min<std::int64_t>(c.batch, c.nq - q0));
     const Answer a = to_answer(
         engine_candidates(corpus, 0, c.n, c.dim, ids, c.metric, c.dtype, queries.data() + q0 * c.dim, b, c.k,
-                          idx.engine(), idx.host_comm().local_rank()),
+                          info.engine),
         c.metric);
     single.ids.insert(single.ids.end(), a.ids.begin(), a.ids.end());
     single.scores.insert(single.scores.end(), a.scores.begin(), a.scores.end());
@@ -333,13 +335,13 @@ TEST(MpiIndexMetric, ResolvedFromTheFileWhenTheConfigLeavesItUnset) {
     {
       auto idx_holder = load_index(base_config(path, std::nullopt, 8, 4), false);
       ShardedIndex& idx = *idx_holder;
-      EXPECT_EQ(idx.metric(), r.expect) << "distance='" << r.distance << "'";
+      EXPECT_EQ(idx.info().metric, r.expect) << "distance='" << r.distance << "'";
     }
     // The config wins over the file.
     {
       auto idx_holder = load_index(base_config(path, kL2, 8, 4), false);
       ShardedIndex& idx = *idx_holder;
-      EXPECT_EQ(idx.metric(), kL2);
+      EXPECT_EQ(idx.info().metric, kL2);
     }
     MPI_Barrier(MPI_COMM_WORLD);  // nobody reads the file while rank 0 rewrites it
   }
@@ -675,11 +677,12 @@ TEST(MpiIndexLibrary, BuiltFromPartsWithAFollowerLoop) {
   std::vector<std::int64_t> ids = test::iota_ids(rows.size(), rows.lo);
   auto engine = make_cpu_engine(ShardInput{corpus.data() + rows.lo * kDim, rows.size(), kDim, ids.data()}, Metric::kL2,
                                 Dtype::kFloat32, index_engine_limits(cfg.search), EngineOptions{1});
-  ShardedIndex idx(cfg, Metric::kL2, kN, rows, make_host_space(), std::move(engine),
-                   make_mpi_communicator(cfg.comm.timeout_s));
+  std::unique_ptr<ShardedIndex> holder = IndexAccess::from_parts(
+      cfg, Metric::kL2, kN, rows, make_host_space(), std::move(engine), make_mpi_communicator(cfg.comm.timeout_s));
+  ShardedIndex& idx = *holder;
   if (g_rank != 0) {
     idx.follow();  // returns when rank 0 shuts down
-    EXPECT_EQ(idx.searches(), 3);
+    EXPECT_EQ(IndexAccess::searches(idx), 3);
     return;
   }
   Answer got;

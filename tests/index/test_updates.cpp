@@ -42,6 +42,7 @@
 namespace shardtopk {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 int g_rank = 0, g_world = 1;
@@ -236,7 +237,7 @@ class Updates : public ::testing::TestWithParam<Metric> {
 TEST_P(Updates, MixedUpsertsAndDeletesMatchTheOracleOverTheLiveRows) {
   const Config cfg = make_config(/*small_ints=*/true);
   auto idx = load_index(cfg, false);
-  ASSERT_TRUE(idx->writable());
+  ASSERT_TRUE(idx->info().writable);
   expect_oracle(*idx, "as loaded");
 
   // New rows: every other one a copy of a base row (ties across old and new rows), ids below
@@ -268,11 +269,11 @@ TEST_P(Updates, MixedUpsertsAndDeletesMatchTheOracleOverTheLiveRows) {
   // A deleted id comes back; a filter on the attribute sees the written values.
   upsert(*idx, {106}, test::small_ints(kDim, 25), {1});
   expect_oracle(*idx, "re-inserted");
-  const FilterProgram t1 = parse_filter(R"({"eq": {"tenant": 1}})", idx->attribute_schema());
+  const FilterProgram t1 = parse_filter(R"({"eq": {"tenant": 1}})", idx->info().schema);
   expect_oracle(*idx, "filter tenant = 1", 1, &t1);
 
   // Delete by filter: every live row of tenant 2.
-  const FilterProgram t2 = parse_filter(R"({"eq": {"tenant": 2}})", idx->attribute_schema());
+  const FilterProgram t2 = parse_filter(R"({"eq": {"tenant": 2}})", idx->info().schema);
   std::int64_t tenant2 = 0;
   for (const auto& [id, row] : model_) tenant2 += row.tenant == 2 ? 1 : 0;
   const WriteResult df = idx->remove_matching(t2);
@@ -408,10 +409,43 @@ TEST_P(Updates, CapacityExhaustedIsRefusedUntilDeletesFreeSlots) {
   expect_oracle(*idx, "after a delete freed a slot");
 }
 
+// A batch is admitted once, against the corpus's norm bound as it then is. A write that raises
+// the bound before the batch is searched makes the index check that batch's norms again (with
+// admission's wording): rank 0 refuses it, lock-step followers throw with it, and the index
+// keeps serving.
+TEST_P(Updates, ABatchAdmittedBeforeAWriteRaisedTheNormBoundIsCheckedAgain) {
+  if (GetParam() == Metric::kCosine) GTEST_SKIP() << "cosine scores are bounded by 1 whatever the norms";
+  const Config cfg = make_config(/*small_ints=*/true);
+  auto idx = load_index(cfg, false);
+  // inner product: |q| · max|x|; l2: (|q| + max|x|)^2; both within B = FLT_MAX/2 against the
+  // small-integer rows, beyond it once a row of norm 6e18 is live.
+  std::vector<float> q(kDim, 0.0f);
+  q[0] = GetParam() == Metric::kL2 ? 1e19f : 1e20f;
+  SearchBatch admitted;
+  if (g_rank == 0) admitted = idx->admit(q.data(), 1, kK);
+  std::vector<float> big(kDim, 0.0f);
+  big[1] = 6e18f;
+  upsert(*idx, {777}, big, {0});
+  std::vector<std::int64_t> ids(kK);
+  std::vector<float> scores(kK);
+  std::string msg = "<no exception>";
+  try {
+    idx->search(admitted, ids.data(), scores.data());
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  if (g_rank == 0)
+    EXPECT_THAT(msg, AllOf(HasSubstr("query 0 of the batch has norm"), HasSubstr("Score range"))) << msg;
+  else
+    EXPECT_THAT(msg, HasSubstr("rank 0 rejected the batch")) << msg;
+  remove(*idx, {777});
+  expect_oracle(*idx, "after a refused batch");
+}
+
 TEST_P(Updates, ReadOnlyIndexRefusesWritesAndStillSearches) {
   const Config cfg = make_config(/*small_ints=*/true, 0, /*writable=*/false);
   auto idx = load_index(cfg, false);
-  EXPECT_FALSE(idx->writable());
+  EXPECT_FALSE(idx->info().writable);
   expect_refused([&] { idx->remove(model_.begin() == model_.end() ? nullptr : &model_.begin()->first, 1); },
                  WriteError::Kind::kReadOnly, "storage.dir is not set");
   expect_refused([&] { idx->snapshot(); }, WriteError::Kind::kReadOnly, "read-only");
@@ -470,7 +504,7 @@ TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
       EXPECT_EQ(st.snapshot_seq, seq);
       EXPECT_EQ(st.log_records, 2);
     }
-    const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", idx->attribute_schema());
+    const FilterProgram t0 = parse_filter(R"({"eq": {"tenant": 0}})", idx->info().schema);
     expect_oracle(*idx, "attributes from the snapshot", 0, &t0);
   }
   // The snapshot's rows were stored for this metric: another configured metric is refused (it

@@ -28,6 +28,20 @@ constexpr std::int64_t kDim = 2;
 constexpr auto kLong = 60s;         // a window no test waits out
 constexpr std::chrono::seconds kLiveness{20};  // "never answered" after this
 
+// What the fake index admits requests against: k up to 8, requests of up to 8 queries.
+const Admission& admission() {
+  static const Admission a([] {
+    SearchLimits l;
+    l.dim = kDim;
+    l.k_max = 8;
+    l.k_rows = 1000;
+    l.batch_max = 8;
+    l.max_filters = 64;
+    return l;
+  }());
+  return a;
+}
+
 // ids[q][j] = 1000 * round(query[q][0]) + j, scores[q][j] = query[q][1] - j: each answer shows
 // which query it belongs to. Optionally holds every search until released, and fails on demand.
 class FakeBackend final : public SearchBackend {
@@ -42,30 +56,35 @@ class FakeBackend final : public SearchBackend {
     i.metric = "inner_product";
     return i;
   }
-  void check_k(long long) const override {}
+  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter) const override {
+    const std::vector<const FilterProgram*> each(static_cast<std::size_t>(nq), filter);
+    return admission().admit(queries, nq, k, each.data());
+  }
 
-  void search(const float* q, int batch, int k, std::int64_t* ids, float* scores, const FilterProgram* const* filters,
-              std::int32_t* counts) override {
+  void search(const SearchBatch& b, std::int64_t* ids, float* scores, std::int32_t* counts) override {
+    const int batch = b.size(), k = b.k();
+    const float* q = b.queries();
     {
       std::unique_lock<std::mutex> l(m_);
       calls_.push_back({batch, k});
       std::vector<const FilterProgram*> f;
-      if (filters) f.assign(filters, filters + batch);
+      for (int i = 0; i < batch && b.filter_count() > 0; ++i)
+        f.push_back(b.query_program()[i] < 0 ? nullptr : b.filter_programs()[b.query_program()[i]]);
       filters_.push_back(f);
       cv_.notify_all();
       cv_.wait(l, [&] { return !hold_; });
     }
-    for (int b = 0; b < batch; ++b) {
-      if (reject_marker_ && q[b * kDim] == -1.0f) throw BatchRejected("query value -1 refused");
+    for (int i = 0; i < batch; ++i) {
+      if (reject_marker_ && q[i * kDim] == -1.0f) throw BatchRejected("query value -1 refused");
     }
     if (fail_next_.exchange(false)) throw SearchFailed("rank 1: local search failed");
     if (lose_next_.exchange(false)) throw RankLost("rank 1: MPI_Iallgather did not complete within 2 s");
-    for (int b = 0; b < batch; ++b) {
+    for (int i = 0; i < batch; ++i) {
       for (int j = 0; j < k; ++j) {
-        ids[b * k + j] = 1000 * static_cast<std::int64_t>(std::lround(q[b * kDim])) + j;
-        scores[b * k + j] = q[b * kDim + 1] - static_cast<float>(j);
+        ids[i * k + j] = 1000 * static_cast<std::int64_t>(std::lround(q[i * kDim])) + j;
+        scores[i * k + j] = q[i * kDim + 1] - static_cast<float>(j);
       }
-      counts[b] = k;
+      counts[i] = k;
     }
   }
   std::vector<RankCounters> rank_counters() override { return {{3, 0.5}, {4, 0.25}}; }
@@ -122,6 +141,7 @@ Tracked make_job(int tag, int nq = 1, int k = 3) {
     t.job->queries.push_back(static_cast<float>(tag + q));
     t.job->queries.push_back(0.5f * static_cast<float>(tag + q));
   }
+  t.job->admitted = admission().admit(t.job->queries.data(), nq, k);
   t.done = std::make_shared<std::promise<void>>();
   t.answered_ = t.done->get_future().share();
   t.answers = std::make_shared<std::atomic<int>>(0);
@@ -131,6 +151,12 @@ Tracked make_job(int tag, int nq = 1, int k = 3) {
     if (answers->fetch_add(1) == 0) done->set_value();
   };
   return t;
+}
+
+// The request's filter, for each of its queries, admitted with it (as the front end does).
+void set_filter(Tracked& t, std::shared_ptr<const FilterProgram> f) {
+  t.job->filter = std::move(f);
+  t.job->admitted = FakeBackend().admit(t.job->queries.data(), t.job->nq, t.job->k, t.job->filter.get());
 }
 
 // A batcher running on its own thread (the index thread in the service).
@@ -281,10 +307,10 @@ TEST(Batcher, FiltersRideTogetherUpToMaxFiltersAndTheRestWaits) {
   r.batcher.submit(first.job, false);
   ASSERT_TRUE(be.wait_calls(1));
   Tracked a = make_job(10, 2), b = make_job(20), c = make_job(30), d = make_job(40), e = make_job(50), f = make_job(60);
-  a.job->filter = f1;
-  c.job->filter = f2;
-  d.job->filter = f1_again;
-  e.job->filter = f3;  // a third distinct filter: waits
+  set_filter(a, f1);
+  set_filter(c, f2);
+  set_filter(d, f1_again);
+  set_filter(e, f3);  // a third distinct filter: waits
   for (auto* x : {&a, &b, &c, &d, &e, &f}) r.batcher.submit(x->job, false);
   be.hold(false);
   for (auto* x : {&first, &a, &b, &c, &d, &e, &f}) ASSERT_TRUE(x->answered());
@@ -294,7 +320,8 @@ TEST(Batcher, FiltersRideTogetherUpToMaxFiltersAndTheRestWaits) {
   EXPECT_EQ(calls[1], std::make_pair(6, 3));
   EXPECT_EQ(calls[2], std::make_pair(1, 3));
   EXPECT_TRUE(filters[0].empty()) << "a batch without filters passes none";
-  const std::vector<const FilterProgram*> want = {f1.get(), f1.get(), nullptr, f2.get(), f1_again.get(), nullptr};
+  // f1_again is f1's program: the batch holds it once, and d's query uses f1's copy
+  const std::vector<const FilterProgram*> want = {f1.get(), f1.get(), nullptr, f2.get(), f1.get(), nullptr};
   EXPECT_EQ(filters[1], want);
   EXPECT_EQ(filters[2], std::vector<const FilterProgram*>{f3.get()});
   for (auto* x : {&a, &b, &c, &d, &e, &f}) {

@@ -158,17 +158,6 @@ TEST(ParseBinary, TheHeaderMustDescribeTheBody) {
   EXPECT_THAT(msg(rows_bytes(std::vector<float>(16, 1.0f))), HasSubstr("4 queries in one request exceed search.batch_max = 3"));
 }
 
-TEST(CheckValues, NonFiniteAndZeroNorm) {
-  std::vector<float> v = {1, 2, 3, 4, 0, 0, 0, 0};
-  EXPECT_NO_THROW(check_query_values(v.data(), 2, 4, false));
-  EXPECT_THAT(error_of([&] { check_query_values(v.data(), 2, 4, true); }), HasSubstr("query 1 has zero norm"));
-  v[6] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THAT(error_of([&] { check_query_values(v.data(), 2, 4, false); }), HasSubstr("query 1, column 2"));
-  v[6] = 0;
-  v[1] = -std::numeric_limits<float>::infinity();
-  EXPECT_THAT(error_of([&] { check_query_values(v.data(), 2, 4, false); }), HasSubstr("query 0, column 1"));
-}
-
 // ------------------------------------------------------------------------------ header values, limits
 
 TEST(MediaType, CaseInsensitiveWithParameters) {

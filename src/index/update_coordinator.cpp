@@ -1,7 +1,7 @@
-// Updates of a ShardedIndex (docs/STORAGE.md "Updates"): rank 0 validates and plans each write
+// The update coordinator of a ShardedIndex (docs/STORAGE.md "Updates"): rank 0 validates and plans each write
 // against its RowDirectory (the state after every submitted write), logs it, and broadcasts
-// planned writes to every rank, which applies its part between searches; snapshots gather every
-// rank's live rows to rank 0; deletes by filter find the passing rows on every rank.
+// planned writes to every rank, which applies its part between searches (snapshots and deletes by
+// filter, which gather every rank's live rows: update_gather.cpp).
 //
 // Order and visibility: rank 0 plans writes in submission order and the log numbers them in
 // the same order (one thread submits), so that the directory after write s is the state a replay
@@ -10,12 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "core/half.hpp"
 #include "core/log.hpp"
 #include "index/admission.hpp"
-#include "index/updates.hpp"
+#include "index/update_coordinator.hpp"
 #include "shardtopk/filter.hpp"
 
 namespace shardtopk {
@@ -23,16 +24,6 @@ namespace {
 
 constexpr std::size_t kBroadcastChunk = 256u << 20;       // bytes per MPI broadcast
 constexpr std::size_t kReplayStepBytes = 64u << 20;        // planned bytes per replay step
-constexpr std::int64_t kSnapshotBlockRows = 4096;          // rows per snapshot block
-
-/// Broadcasts buf (resized on the receivers) from `root`: its size, then the bytes in chunks.
-void broadcast_bytes(Communicator& comm, std::vector<std::uint8_t>& buf, int root) {
-  std::uint64_t n = buf.size();
-  comm.broadcast(&n, sizeof n, root);
-  buf.resize(static_cast<std::size_t>(n));
-  for (std::size_t at = 0; at < buf.size(); at += kBroadcastChunk)
-    comm.broadcast(buf.data() + at, std::min(kBroadcastChunk, buf.size() - at), root);
-}
 
 std::string schema_names(const AttributeSchema& schema) {
   if (schema.empty()) return "none";
@@ -58,13 +49,33 @@ void check_distinct(const std::int64_t* ids, std::int64_t n) {
 
 }  // namespace
 
+void broadcast_bytes(Communicator& comm, std::vector<std::uint8_t>& buf, int root) {
+  std::uint64_t n = buf.size();
+  comm.broadcast(&n, sizeof n, root);
+  buf.resize(static_cast<std::size_t>(n));
+  for (std::size_t at = 0; at < buf.size(); at += kBroadcastChunk)
+    comm.broadcast(buf.data() + at, std::min(kBroadcastChunk, buf.size() - at), root);
+}
+
 // ------------------------------------------------------------------------------ set-up
 
-std::int64_t ShardedIndex::k_limit_rows() const { return upd_ ? upd_->capacity_total : stats_.total_rows; }
+UpdateCoordinator::UpdateCoordinator(const Config& cfg, Metric metric, const AttributeSchema& schema,
+                                     const IngestStats& stats, SearchProtocol& protocol)
+    : cfg_(cfg),
+      metric_(metric),
+      schema_(schema),
+      stats_(stats),
+      protocol_(protocol),
+      engine_(&protocol.engine()),
+      host_comm_(&protocol.host()) {}
 
-std::size_t ShardedIndex::pending_writes() const { return upd_ ? upd_->pending.size() : 0; }
+UpdateCoordinator::~UpdateCoordinator() = default;
 
-UpdateStats ShardedIndex::update_stats() const {
+std::int64_t UpdateCoordinator::k_limit_rows() const { return upd_ ? upd_->capacity_total : stats_.total_rows; }
+
+std::size_t UpdateCoordinator::pending_writes() const { return upd_ ? upd_->pending.size() : 0; }
+
+UpdateStats UpdateCoordinator::update_stats() const {
   UpdateStats s;
   if (!upd_) {
     s.live_rows = stats_.total_rows;
@@ -86,7 +97,7 @@ UpdateStats ShardedIndex::update_stats() const {
   return s;
 }
 
-void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_t base_seq) {
+void UpdateCoordinator::enable_updates(std::unique_ptr<Storage> storage, std::uint64_t base_seq) {
   SHARDTOPK_EXPECTS(!upd_, "enable_updates: the index is updatable already");
   auto u = std::make_unique<Updates>();
   const int world = world_size();
@@ -175,11 +186,11 @@ void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_
       ok = false;
       msg = e.what();
     }
-    Header h;
+    StepHeader h;
     h.op = static_cast<std::int32_t>(IndexOp::kReplayDone);
     host_comm_->broadcast(&h, sizeof h, 0);
   } else {
-    while (!upd_->replay_done) follow_one(/*lock_step=*/false);
+    while (!upd_->replay_done) protocol_.follow_one(/*lock_step=*/false);
   }
   try {
     host_comm_->check(ok, msg);
@@ -194,7 +205,7 @@ void ShardedIndex::enable_updates(std::unique_ptr<Storage> storage, std::uint64_
                  upd_->dir->live_rows(), upd_->capacity_total, world);
 }
 
-void ShardedIndex::replay_log(std::uint64_t base_seq) {
+void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
   Updates& u = *upd_;
   u.storage->replay(base_seq, [&](const WalRecord& rec) {
     try {
@@ -222,7 +233,7 @@ void ShardedIndex::replay_log(std::uint64_t base_seq) {
 
 // ------------------------------------------------------------------------------ planning (rank 0)
 
-WriteResult ShardedIndex::plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq) {
+WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq) {
   Updates& u = *upd_;
   const std::int64_t n = rows.rows, dim = stats_.dim;
   if (n < 1) invalid(detail::concat("an upsert needs at least one row (got ", n, ")"));
@@ -313,7 +324,7 @@ WriteResult ShardedIndex::plan_and_submit_upsert(const UpsertRows& rows, bool re
   return WriteResult{seq, n};
 }
 
-WriteResult ShardedIndex::plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay,
+WriteResult UpdateCoordinator::plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay,
                                                   std::uint64_t seq) {
   Updates& u = *upd_;
   if (n < 1) invalid(detail::concat("a delete needs at least one id (got ", n, ")"));
@@ -334,7 +345,7 @@ WriteResult ShardedIndex::plan_and_submit_remove(const std::int64_t* ids, std::i
   return WriteResult{seq, live};
 }
 
-WriteResult ShardedIndex::submit_upsert(const UpsertRows& rows) {
+WriteResult UpdateCoordinator::submit_upsert(const UpsertRows& rows) {
   SHARDTOPK_EXPECTS(rank() == 0, "submit_upsert is for rank 0");
   if (!upd_)
     throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (updates need a "
@@ -343,7 +354,7 @@ WriteResult ShardedIndex::submit_upsert(const UpsertRows& rows) {
   return plan_and_submit_upsert(rows, /*replay=*/false, 0);
 }
 
-WriteResult ShardedIndex::submit_remove(const std::int64_t* ids, std::int64_t n) {
+WriteResult UpdateCoordinator::submit_remove(const std::int64_t* ids, std::int64_t n) {
   SHARDTOPK_EXPECTS(rank() == 0, "submit_remove is for rank 0");
   if (!upd_)
     throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (updates need a "
@@ -354,7 +365,7 @@ WriteResult ShardedIndex::submit_remove(const std::int64_t* ids, std::int64_t n)
 
 // ------------------------------------------------------------------------------ applying
 
-void ShardedIndex::apply_writes() {
+void UpdateCoordinator::apply_writes() {
   SHARDTOPK_EXPECTS(rank() == 0, "apply_writes is for rank 0");
   if (!upd_ || upd_->pending.empty()) return;
   Updates& u = *upd_;
@@ -370,12 +381,12 @@ void ShardedIndex::apply_writes() {
   broadcast_and_apply(&u.pending);
 }
 
-void ShardedIndex::broadcast_and_apply(std::vector<WriteOp>* ops) {
+void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops) {
   std::vector<std::uint8_t> bytes = encode_write_ops(*ops, stats_.dim);
   const std::uint64_t last = ops->empty() ? 0 : ops->back().seq;
   ops->clear();
   upd_->pending_bytes = 0;
-  Header h;
+  StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kWrite);
   host_comm_->broadcast(&h, sizeof h, 0);
   broadcast_bytes(*host_comm_, bytes, 0);
@@ -383,11 +394,17 @@ void ShardedIndex::broadcast_and_apply(std::vector<WriteOp>* ops) {
   if (last > 0) upd_->applied_seq = last;
   upd_->live_rows = upd_->dir->live_rows();
   upd_->tombstones = upd_->dir->tombstones();
+  publish_norm_bound();
+}
+
+// The bound the writes left (apply_ops) is the one the next batches are admitted against.
+void UpdateCoordinator::publish_norm_bound() {
+  if (admission_) admission_->set_norm_bound(stats_.max_row_norm, stats_.max_row_norm_row);
 }
 
 // Every rank: its part of each op (kills, then rows), then a status check. A rank that fails
 // here holds a state the others do not: the job ends (CommError), and a restart replays the log.
-void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
+void UpdateCoordinator::apply_ops(const std::uint8_t* data, std::size_t size) {
   Updates& u = *upd_;
   bool ok = true;
   std::string msg;
@@ -475,15 +492,15 @@ void ShardedIndex::apply_ops(const std::uint8_t* data, std::size_t size) {
 
 // ------------------------------------------------------------------------------ the collective calls
 
-void ShardedIndex::reject_write(const std::string&) {
-  Header h;
+void UpdateCoordinator::reject_write(const std::string&) {
+  StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kRejected);
   host_comm_->broadcast(&h, sizeof h, 0);
 }
 
-WriteResult ShardedIndex::upsert(const UpsertRows& rows) {
+WriteResult UpdateCoordinator::upsert(const UpsertRows& rows) {
   if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
     return {};
   }
   WriteResult r;
@@ -497,9 +514,9 @@ WriteResult ShardedIndex::upsert(const UpsertRows& rows) {
   return r;
 }
 
-WriteResult ShardedIndex::remove(const std::int64_t* ids, std::int64_t n) {
+WriteResult UpdateCoordinator::remove(const std::int64_t* ids, std::int64_t n) {
   if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
     return {};
   }
   WriteResult r;
@@ -514,10 +531,10 @@ WriteResult ShardedIndex::remove(const std::int64_t* ids, std::int64_t n) {
   return r;
 }
 
-WriteResult ShardedIndex::remove_matching(const FilterProgram& filter) {
+WriteResult UpdateCoordinator::remove_matching(const FilterProgram& filter) {
   if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
-    follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
+    protocol_.follow_one(/*lock_step=*/true);
     return {};
   }
   try {
@@ -549,221 +566,8 @@ WriteResult ShardedIndex::remove_matching(const FilterProgram& filter) {
   return r;
 }
 
-SnapshotResult ShardedIndex::snapshot() {
-  if (rank() != 0) {
-    follow_one(/*lock_step=*/true);
-    return {};
-  }
-  if (!upd_) {
-    reject_write("read-only");
-    throw WriteError(WriteError::Kind::kReadOnly, "the index is read-only: storage.dir is not set (snapshots are "
-                                                  "written there)");
-  }
-  apply_writes();
-  Updates& u = *upd_;
-  // Nothing new since the current snapshot: that one (a step all the same, for lock step).
-  const bool current = !u.storage->snapshot_path().empty() && u.storage->snapshot_seq() == u.applied_seq;
-  Header h;
-  h.op = static_cast<std::int32_t>(IndexOp::kSnapshot);
-  h.k = current ? 1 : 0;
-  host_comm_->broadcast(&h, sizeof h, 0);
-  if (current) return SnapshotResult{u.storage->snapshot_path(), u.applied_seq, u.dir->live_rows()};
-  return write_snapshot();
-}
-
-std::optional<SnapshotResult> ShardedIndex::snapshot_if_log_exceeds() {
-  const std::int64_t limit = cfg_.storage.snapshot_log_bytes;  // the same on every rank
-  if (!upd_ || limit <= 0) return std::nullopt;
-  if (rank() != 0) {
-    try {
-      follow_one(/*lock_step=*/true);
-    } catch (const CommError&) {
-      throw;
-    } catch (const std::exception& e) {  // rank 0 logs the failure and goes on: so do the others
-      spdlog::warn("rank {}: automatic snapshot failed: {}", rank(), e.what());
-    }
-    return std::nullopt;
-  }
-  Updates& u = *upd_;
-  const std::int64_t bytes = u.storage->stats().log_bytes;
-  if (bytes <= limit || bytes <= u.auto_snapshot_after_bytes) {
-    Header h;  // a step that does nothing: "no new snapshot"
-    h.op = static_cast<std::int32_t>(IndexOp::kSnapshot);
-    h.k = 1;
-    host_comm_->broadcast(&h, sizeof h, 0);
-    return std::nullopt;
-  }
-  try {
-    const SnapshotResult r = snapshot();
-    u.auto_snapshot_after_bytes = 0;
-    spdlog::info("updates: the log held {} bytes (storage.snapshot_log_bytes {}): snapshot {} at seq {} ({} rows)",
-                 bytes, limit, r.path, r.seq, r.rows);
-    return r;
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    u.auto_snapshot_after_bytes = bytes + limit;
-    spdlog::warn("updates: automatic snapshot (log {} bytes, storage.snapshot_log_bytes {}) failed: {}; the log "
-                 "keeps every record, next try past {} bytes",
-                 bytes, limit, e.what(), u.auto_snapshot_after_bytes);
-    return std::nullopt;
-  }
-}
-
-// Every rank: its live slots' rows to rank 0, one block at a time in rank order; rank 0 writes
-// them. A rank's failure is reported to every rank at the end (the protocol's steps are known to
-// all from the counts, so a failure never leaves ranks out of step).
-SnapshotResult ShardedIndex::write_snapshot() {
-  Updates& u = *upd_;
-  const int world = world_size();
-  const std::int64_t dim = stats_.dim, ncols = static_cast<std::int64_t>(schema_.size());
-  std::vector<std::int64_t> slots;
-  for (std::size_t s = 0; s < u.live.size(); ++s)
-    if (u.live[s]) slots.push_back(static_cast<std::int64_t>(s));
-  const std::int64_t mine = static_cast<std::int64_t>(slots.size());
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
-  host_comm_->allgather(&mine, counts.data(), sizeof mine);
-  std::int64_t total = 0;
-  for (auto c : counts) total += c;
-
-  bool ok = true;
-  std::string msg;
-  std::unique_ptr<SnapshotWriter> writer;
-  SnapshotResult result;
-  if (rank() == 0) {
-    result.seq = u.applied_seq;
-    result.rows = total;
-    try {
-      SnapshotSpec spec;
-      spec.seq = u.applied_seq;
-      spec.rows = total;
-      spec.dtype = engine_->info().dtype == Dtype::kFloat16 ? Dtype::kFloat16 : Dtype::kFloat32;
-      for (const auto& a : schema_) spec.attributes.emplace_back(a.name, a.type);
-      spec.normalized = metric_ == Metric::kCosine;
-      writer = u.storage->begin_snapshot(spec);
-    } catch (const std::exception& e) {
-      ok = false;
-      msg = e.what();
-    }
-  }
-  std::vector<std::uint8_t> block;
-  std::vector<float> vecs;
-  std::vector<std::vector<std::uint64_t>> cols(static_cast<std::size_t>(ncols));
-  const AttributeTable& table = engine_->attribute_table();
-  for (int r = 0; r < world; ++r) {
-    for (std::int64_t b0 = 0; b0 < counts[static_cast<std::size_t>(r)]; b0 += kSnapshotBlockRows) {
-      const std::int64_t m = std::min(kSnapshotBlockRows, counts[static_cast<std::size_t>(r)] - b0);
-      // [m] ids, [m, dim] float32 (padded to 8 bytes), [ncols, m] attribute value bits
-      const std::int64_t vec_bytes = (4 * m * dim + 7) / 8 * 8;
-      block.assign(static_cast<std::size_t>(8 * m + vec_bytes + 8 * ncols * m), 0);
-      auto* ids = reinterpret_cast<std::int64_t*>(block.data());
-      auto* v = reinterpret_cast<float*>(block.data() + 8 * m);
-      auto* c0 = reinterpret_cast<std::uint64_t*>(block.data() + 8 * m + vec_bytes);
-      if (r == rank() && ok) {
-        try {
-          engine_->read_rows(slots.data() + b0, m, v);
-          for (std::int64_t i = 0; i < m; ++i) {
-            const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(b0 + i)]);
-            ids[i] = table.global_ids()[s];
-            for (std::int64_t c = 0; c < ncols; ++c) {
-              const AttributeColumn& col = table.column(static_cast<int>(c));
-              std::uint64_t bits = 0;
-              if (col.type == AttributeType::kInt64) std::memcpy(&bits, &col.ints[s], 8);
-              else std::memcpy(&bits, &col.reals[s], 8);
-              c0[c * m + i] = bits;
-            }
-          }
-        } catch (const std::exception& e) {
-          ok = false;
-          msg = e.what();
-        }
-      }
-      host_comm_->broadcast(block.data(), block.size(), r);
-      if (rank() == 0 && ok && writer) {
-        try {
-          vecs.assign(v, v + m * dim);
-          std::vector<AttributeColumnView> views;
-          for (std::int64_t c = 0; c < ncols; ++c) {
-            cols[static_cast<std::size_t>(c)].assign(c0 + c * m, c0 + (c + 1) * m);
-            views.push_back(AttributeColumnView{schema_[static_cast<std::size_t>(c)].name,
-                                                schema_[static_cast<std::size_t>(c)].type,
-                                                cols[static_cast<std::size_t>(c)].data()});
-          }
-          std::vector<std::int64_t> idv(ids, ids + m);
-          writer->write(m, idv.data(), vecs.data(), views);
-        } catch (const std::exception& e) {
-          ok = false;
-          msg = e.what();
-        }
-      }
-    }
-  }
-  if (rank() == 0 && ok && writer) {
-    try {
-      result.path = writer->commit();
-    } catch (const std::exception& e) {
-      ok = false;
-      msg = e.what();
-    }
-  }
-  writer.reset();  // not committed: the directory is left as it was
-  host_comm_->check(ok, msg);
-  return result;
-}
-
-// Every rank: the ids of its live rows that pass the filter, gathered on rank 0 (sorted).
-std::vector<std::int64_t> ShardedIndex::resolve_filter(const FilterProgram* filter) {
-  Updates& u = *upd_;
-  std::vector<std::uint8_t> program;
-  if (rank() == 0) {
-    program = filter->serialize();
-    Header h;
-    h.op = static_cast<std::int32_t>(IndexOp::kResolve);
-    host_comm_->broadcast(&h, sizeof h, 0);
-  }
-  broadcast_bytes(*host_comm_, program, 0);
-  std::vector<std::int64_t> mine;
-  bool ok = true;
-  std::string msg;
-  try {
-    const FilterProgram f = deserialize_filter(program.data(), program.size(), schema_);
-    const AttributeTable& table = engine_->attribute_table();
-    const std::int64_t slots = static_cast<std::int64_t>(u.live.size());
-    std::vector<std::uint32_t> bits(static_cast<std::size_t>(filter_mask_words(slots)), 0u);
-    if (slots > 0) evaluate_mask(f, table, RowRange{0, slots}, bits.data(), nullptr, 1);
-    for (std::int64_t s = 0; s < slots; ++s)
-      if (u.live[static_cast<std::size_t>(s)] && ((bits[static_cast<std::size_t>(s >> 5)] >> (s & 31)) & 1u))
-        mine.push_back(table.global_ids()[static_cast<std::size_t>(s)]);
-  } catch (const std::exception& e) {
-    ok = false;
-    msg = e.what();
-    mine.clear();
-  }
-  host_comm_->check(ok, msg);
-  const int world = world_size();
-  const std::int64_t n = static_cast<std::int64_t>(mine.size());
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
-  host_comm_->allgather(&n, counts.data(), sizeof n);
-  std::vector<std::int64_t> all;
-  for (int r = 0; r < world; ++r) {
-    std::vector<std::uint8_t> buf;
-    if (r == rank()) {
-      buf.resize(mine.size() * 8);
-      std::memcpy(buf.data(), mine.data(), buf.size());
-    }
-    if (counts[static_cast<std::size_t>(r)] == 0) continue;
-    broadcast_bytes(*host_comm_, buf, r);
-    if (rank() == 0) {
-      const auto* p = reinterpret_cast<const std::int64_t*>(buf.data());
-      all.insert(all.end(), p, p + counts[static_cast<std::size_t>(r)]);
-    }
-  }
-  std::sort(all.begin(), all.end());
-  return all;
-}
-
 // Followers: one update step. Returns false when the loop must end.
-bool ShardedIndex::follow_update_op(const Header& h, bool lock_step) {
+bool UpdateCoordinator::follow_step(const StepHeader& h, bool lock_step) {
   switch (static_cast<IndexOp>(h.op)) {
     case IndexOp::kWrite: {
       SHARDTOPK_ASSERT(upd_, "write step on a read-only index");

@@ -1,0 +1,145 @@
+#pragma once
+/// @file search_batch.hpp
+/// A batch of queries admitted for search (DESIGN.md invariant 12). Its values are checked once,
+/// where they enter (the service's request parser, the command line, the Python module, a C++
+/// call), into a SearchBatch that the index, the communicators and the engines take as given:
+/// k, the queries, the batch's distinct filter programs and each query's program. Every refusal
+/// has one wording, whichever entry point it came through.
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "shardtopk/filter.hpp"
+#include "shardtopk/types.hpp"
+
+namespace shardtopk {
+
+/// The largest k a search may ask for: 1 .. min(k_max, k_rows). @throws Error naming k, the
+/// range and the binding limit ("(search.k_max)" or "(the corpus rows)").
+void check_k(long long k, std::int64_t k_max, std::int64_t k_rows);
+
+/// What a batch is admitted against: the index's shape and limits (ShardedIndex::info).
+struct SearchLimits {
+  std::int64_t dim = 0;     ///< values per query
+  Metric metric = Metric::kInnerProduct;
+  int k_max = 1;            ///< search.k_max
+  std::int64_t k_rows = 0;  ///< k's other bound: the corpus rows, or an updatable index's slots
+  int batch_max = 1;        ///< search.batch_max
+  int max_filters = 1;      ///< distinct filters per batch: min(search.max_filters, batch_max)
+  AttributeSchema schema;   ///< what filters may name (corpus.attributes)
+  bool device_queries = false;  ///< the engine takes queries in device memory (the CUDA engine)
+  /// The largest float64 norm of a corpus row and its global row (-1: none): every admitted
+  /// query's scores stay finite against it (docs/EXACTNESS.md "Score range").
+  double max_row_norm = 0;
+  std::int64_t max_row_norm_row = -1;
+};
+
+/// An admitted batch: k, the queries [size, dim] float32 (host memory, checked; or device memory,
+/// checked on the device when the search stages them), the batch's distinct filter programs
+/// (equal programs once; programs that pass every row left out) and each query's program.
+/// A view: it points at the caller's queries and programs, which must stay alive and unchanged
+/// until the search that takes it has returned. Default-constructed: the empty batch that ranks
+/// other than 0 pass to ShardedIndex::search.
+class SearchBatch {
+ public:
+  SearchBatch() = default;
+
+  int size() const { return size_; }  ///< queries, 1 .. batch_max (0: empty)
+  int k() const { return k_; }
+  /// [size, dim] float32, row-major: host memory, or the device memory of the index's GPU
+  /// (on_device()).
+  const float* queries() const { return queries_; }
+  bool on_device() const { return on_device_; }
+  /// Device queries: the cudaStream_t whose queued work writes them (nullptr: the legacy stream).
+  void* stream() const { return stream_; }
+
+  /// The distinct programs [filter_count()], each fitting the index's attribute schema.
+  int filter_count() const { return static_cast<int>(programs_.size()); }
+  const FilterProgram* const* filter_programs() const { return programs_.data(); }
+  /// [size] query q's program, an index into filter_programs(), or -1 (every row); nullptr when
+  /// filter_count() is 0.
+  const std::int32_t* query_program() const { return programs_.empty() ? nullptr : query_program_.data(); }
+
+ private:
+  friend class Admission;
+  friend class BatchComposer;
+  const float* queries_ = nullptr;
+  int size_ = 0;
+  int k_ = 0;
+  bool on_device_ = false;
+  void* stream_ = nullptr;
+  std::vector<const FilterProgram*> programs_;
+  std::vector<std::int32_t> query_program_;
+  // The corpus norm bound the host queries were checked against; the index re-checks only when
+  // writes have raised it since (SearchLimits::max_row_norm).
+  double admitted_norm_ = 0;
+};
+
+/// The one place batches are checked. Thread-safe: the service admits requests on its HTTP
+/// threads while the index thread searches and applies writes (which may raise the norm bound).
+class Admission {
+ public:
+  explicit Admission(SearchLimits limits);
+
+  /// The limits, with the norm bound as of now.
+  SearchLimits limits() const;
+
+  /// Host queries [batch, dim] float32 and, optionally, filters [batch] (query q's program,
+  /// compiled against limits().schema, or nullptr for every row). Checks, in this order: k
+  /// (check_k), the batch (1 .. batch_max), the filters (each fits the schema; at most
+  /// max_filters distinct ones), the values (finite, named by query and column; cosine: a
+  /// non-zero norm; other metrics: a norm whose scores cannot overflow float32, docs/EXACTNESS.md
+  /// "Score range"). @throws Error naming the first problem.
+  SearchBatch admit(const float* queries, int batch, long long k, const FilterProgram* const* filters = nullptr) const;
+
+  /// Device queries [batch, dim] float32 written by work queued on `cuda_stream`: k, the batch
+  /// and the filters are checked here; the values on the device, when the search stages them.
+  /// @throws Error as admit(), and without limits().device_queries.
+  SearchBatch admit_device(const float* d_queries, void* cuda_stream, int batch, long long k,
+                           const FilterProgram* const* filters = nullptr) const;
+
+  /// The norm bound after writes (the largest norm of a live row and its id; -1: none).
+  void set_norm_bound(double norm, std::int64_t row);
+
+  /// Whether `batch`'s host queries were checked against the current norm bound (one compare);
+  /// when writes have raised it since, checks them again. @throws Error as admit().
+  void recheck_norms(const SearchBatch& batch) const;
+
+ private:
+  void admit_shape(SearchBatch* b, int batch, long long k, const FilterProgram* const* filters) const;
+  void admit_values(SearchBatch* b, const float* queries) const;
+
+  SearchLimits limits_;  // max_row_norm / max_row_norm_row under mu_
+  mutable std::mutex mu_;
+};
+
+/// Merges admitted requests of one k into one SearchBatch (the service's micro-batches) without
+/// checking them again: their queries, in order, copied into one buffer, and their filters
+/// (equal programs once). Buffers are sized once, at construction.
+class BatchComposer {
+ public:
+  BatchComposer(int batch_max, int max_filters, std::int64_t dim);
+
+  /// Starts a new batch.
+  void clear();
+  /// Adds `request` (host queries) when it fits: the same k as the first, and with it at most
+  /// batch_max queries and max_filters distinct filters. Returns false, adding nothing, when
+  /// it does not. The request must stay alive until batch() has been taken.
+  bool add(const SearchBatch& request);
+  int size() const { return rows_; }
+  /// The batch of every request added, in order (queries copied here). Valid until clear().
+  const SearchBatch& batch();
+
+ private:
+  int batch_max_, max_filters_;
+  std::int64_t dim_;
+  int rows_ = 0;
+  std::vector<const SearchBatch*> parts_;
+  std::vector<std::int32_t> part_first_program_;  // per part: its programs' indices start here ...
+  std::vector<std::int32_t> program_map_;         // ... in this map into batch_.programs_
+  std::vector<float> queries_;                    // [batch_max, dim]
+  SearchBatch batch_;
+};
+
+}  // namespace shardtopk

@@ -1,0 +1,184 @@
+// Admission of search batches (search_batch.hpp): the one check of k, the batch, its filters and
+// its values, and the composition of admitted requests into one batch.
+#include "shardtopk/search_batch.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "index/admission.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk {
+namespace {
+
+/// Where `f` is among `programs` (the same object or an equal program), or programs.size().
+std::size_t find_program(const std::vector<const FilterProgram*>& programs, const FilterProgram* f) {
+  std::size_t j = 0;
+  while (j < programs.size() && programs[j] != f && !(*programs[j] == *f)) ++j;
+  return j;
+}
+
+}  // namespace
+
+void check_k(long long k, std::int64_t k_max, std::int64_t k_rows) {
+  const std::int64_t kmax = std::min<std::int64_t>(k_max, k_rows);
+  SHARDTOPK_EXPECTS(k >= 1 && k <= kmax, "k=", k, " out of range: allowed 1 .. ", kmax,
+                    (k <= kmax ? "" : kmax == k_rows ? " (the corpus rows)" : " (search.k_max)"));
+}
+
+Admission::Admission(SearchLimits limits) : limits_(std::move(limits)) {}
+
+SearchLimits Admission::limits() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return limits_;
+}
+
+void Admission::set_norm_bound(double norm, std::int64_t row) {
+  std::lock_guard<std::mutex> l(mu_);
+  limits_.max_row_norm = norm;
+  limits_.max_row_norm_row = row;
+}
+
+void Admission::admit_shape(SearchBatch* b, int batch, long long k, const FilterProgram* const* filters) const {
+  check_k(k, limits_.k_max, limits_.k_rows);
+  SHARDTOPK_EXPECTS(batch >= 1 && batch <= limits_.batch_max, "batch of ", batch,
+                    " queries out of range: allowed 1 .. ", limits_.batch_max, " (search.batch_max)");
+  b->size_ = batch;
+  b->k_ = static_cast<int>(k);
+  b->programs_.clear();
+  b->query_program_.clear();
+  if (!filters) return;
+  // Each distinct program once (equal programs, not only the same object); programs that pass
+  // every row filter nothing and are left out.
+  for (int q = 0; q < batch; ++q) {
+    const FilterProgram* f = filters[q];
+    if (!f || f->passes_everything()) continue;
+    if (b->programs_.empty()) b->query_program_.assign(static_cast<std::size_t>(batch), -1);
+    const std::size_t j = find_program(b->programs_, f);
+    if (j == b->programs_.size()) {
+      check_filter_fits(*f, limits_.schema);
+      SHARDTOPK_EXPECTS(static_cast<int>(j) < limits_.max_filters, "the batch holds more than ", limits_.max_filters,
+                        " distinct filters (search.max_filters)");
+      b->programs_.push_back(f);
+    }
+    b->query_program_[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(j);
+  }
+}
+
+void Admission::admit_values(SearchBatch* b, const float* queries) const {
+  SHARDTOPK_EXPECTS(queries != nullptr, "no queries given");
+  NormSummary corpus;
+  {
+    std::lock_guard<std::mutex> l(mu_);  // the bound only: requests are checked in parallel
+    corpus = NormSummary{limits_.max_row_norm, limits_.max_row_norm_row};
+  }
+  admit_query_values(limits_.metric, corpus, queries, b->size_, limits_.dim);
+  b->queries_ = queries;
+  b->admitted_norm_ = corpus.max_norm;
+}
+
+SearchBatch Admission::admit(const float* queries, int batch, long long k, const FilterProgram* const* filters) const {
+  SearchBatch b;
+  admit_shape(&b, batch, k, filters);
+  admit_values(&b, queries);
+  return b;
+}
+
+SearchBatch Admission::admit_device(const float* d_queries, void* cuda_stream, int batch, long long k,
+                                    const FilterProgram* const* filters) const {
+  SHARDTOPK_EXPECTS(limits_.device_queries, "device queries need the CUDA engine (this index runs on the CPU "
+                    "engine); pass host queries");
+  SearchBatch b;
+  admit_shape(&b, batch, k, filters);
+  SHARDTOPK_EXPECTS(d_queries != nullptr, "no queries given");
+  b.queries_ = d_queries;
+  b.on_device_ = true;
+  b.stream_ = cuda_stream;
+  return b;
+}
+
+void Admission::recheck_norms(const SearchBatch& batch) const {
+  if (batch.on_device_ || batch.size_ == 0) return;
+  NormSummary corpus;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    corpus = NormSummary{limits_.max_row_norm, limits_.max_row_norm_row};
+  }
+  if (!(batch.admitted_norm_ < corpus.max_norm)) return;  // the common case: one compare
+  admit_query_values(limits_.metric, corpus, batch.queries_, batch.size_, limits_.dim);
+}
+
+// ------------------------------------------------------------------------------ composition
+
+BatchComposer::BatchComposer(int batch_max, int max_filters, std::int64_t dim)
+    : batch_max_(batch_max), max_filters_(max_filters), dim_(dim) {
+  SHARDTOPK_EXPECTS(batch_max >= 1 && max_filters >= 1 && dim >= 1, "BatchComposer: batch_max ", batch_max,
+                    ", max_filters ", max_filters, ", dim ", dim, " must be positive");
+  const auto bm = static_cast<std::size_t>(batch_max);
+  parts_.reserve(bm);
+  part_first_program_.reserve(bm);
+  program_map_.reserve(bm * static_cast<std::size_t>(max_filters));
+  queries_.resize(bm * static_cast<std::size_t>(dim));
+  batch_.programs_.reserve(static_cast<std::size_t>(max_filters));
+  batch_.query_program_.reserve(bm);
+}
+
+void BatchComposer::clear() {
+  rows_ = 0;
+  parts_.clear();
+  part_first_program_.clear();
+  program_map_.clear();
+  batch_.programs_.clear();
+  batch_.size_ = 0;
+  batch_.k_ = 0;
+  batch_.admitted_norm_ = 0;
+}
+
+bool BatchComposer::add(const SearchBatch& request) {
+  SHARDTOPK_EXPECTS(!request.on_device_ && request.size_ >= 1, "BatchComposer: an admitted host request is required");
+  if (!parts_.empty() && request.k_ != batch_.k_) return false;
+  if (rows_ + request.size_ > batch_max_) return false;
+  // The request's programs into the batch's distinct ones; undone when one too many.
+  const std::size_t programs_before = batch_.programs_.size(), map_before = program_map_.size();
+  for (const FilterProgram* f : request.programs_) {
+    const std::size_t j = find_program(batch_.programs_, f);
+    if (j == batch_.programs_.size()) {
+      if (static_cast<int>(j) >= max_filters_) {
+        batch_.programs_.resize(programs_before);
+        program_map_.resize(map_before);
+        return false;
+      }
+      batch_.programs_.push_back(f);
+    }
+    program_map_.push_back(static_cast<std::int32_t>(j));
+  }
+  batch_.admitted_norm_ = parts_.empty() ? request.admitted_norm_ : std::min(batch_.admitted_norm_, request.admitted_norm_);
+  batch_.k_ = request.k_;
+  parts_.push_back(&request);
+  part_first_program_.push_back(static_cast<std::int32_t>(map_before));
+  rows_ += request.size_;
+  return true;
+}
+
+const SearchBatch& BatchComposer::batch() {
+  batch_.size_ = rows_;
+  batch_.queries_ = queries_.data();
+  batch_.query_program_.clear();
+  if (!batch_.programs_.empty()) batch_.query_program_.assign(static_cast<std::size_t>(rows_), -1);
+  std::int64_t row = 0;
+  for (std::size_t p = 0; p < parts_.size(); ++p) {
+    const SearchBatch& r = *parts_[p];
+    std::memcpy(queries_.data() + row * dim_, r.queries_,
+                sizeof(float) * static_cast<std::size_t>(r.size_) * static_cast<std::size_t>(dim_));
+    if (!r.programs_.empty())
+      for (int q = 0; q < r.size_; ++q) {
+        const std::int32_t i = r.query_program_[static_cast<std::size_t>(q)];
+        batch_.query_program_[static_cast<std::size_t>(row + q)] =
+            i < 0 ? -1 : program_map_[static_cast<std::size_t>(part_first_program_[p] + i)];
+      }
+    row += r.size_;
+  }
+  return batch_;
+}
+
+}  // namespace shardtopk
