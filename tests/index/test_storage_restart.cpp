@@ -2,7 +2,8 @@
 // capacity a storage directory was started with is kept across restarts (after deletes and a
 // snapshot of fewer rows, and after storage.capacity_rows is set once and removed again), and a
 // start-up waits, with every rank, for another process's lock on the directory for longer than
-// comm.timeout_s. Rows are found by searching their own vectors (l2: distance 0).
+// comm.timeout_s, and a long log replays (merged into large groups) to the answers it gave.
+// Rows are found by searching their own vectors (l2: distance 0).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -10,11 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,6 +178,56 @@ TEST_F(StorageRestart, AStartUpWaitsForTheDirectorysHolderWithEveryRank) {
   }
   ASSERT_TRUE(idx) << error;
   EXPECT_TRUE(live(*idx, 7));
+}
+
+// A long log in which the same ids are written over and over, deleted and written again, on
+// every rank: the restart applies it in large merged groups, and answers bit for bit as the
+// index did before (the same rows in the same slots).
+TEST_F(StorageRestart, ALongLogRewritingTheSameIdsReplaysToTheSameAnswers) {
+  // Queries: random ones, and the last vector written for each rewritten id (found at distance
+  // 0 exactly when the id is live).
+  const std::int64_t kRandom = 12, kIds = 12, kQueries = kRandom + kIds;
+  std::vector<float> queries = test::random_floats(kQueries * kDim, 9);
+  auto answers = [&](ShardedIndex& idx) {
+    std::vector<std::int64_t> ids(kQueries * kK);
+    std::vector<float> scores(kQueries * kK);
+    for (std::int64_t q = 0; q < kQueries; ++q)
+      idx.search(g_rank == 0 ? queries.data() + q * kDim : nullptr, 1, kK, g_rank == 0 ? ids.data() + q * kK : nullptr,
+                 g_rank == 0 ? scores.data() + q * kK : nullptr);
+    return std::make_pair(ids, scores);
+  };
+  std::pair<std::vector<std::int64_t>, std::vector<float>> before;
+  {
+    auto idx = load_index(cfg_, false);
+    std::mt19937_64 rng(11);
+    for (int r = 0; r < 400; ++r) {
+      std::vector<std::int64_t> ids;
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 3); i < n; ++i) {
+        const std::int64_t id = 100 + static_cast<std::int64_t>(rng() % kIds);  // a few ids, over and over
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+      }
+      if (rng() % 4 == 0) {
+        idx->remove(ids.data(), static_cast<std::int64_t>(ids.size()));
+      } else {
+        const std::vector<float> v = test::random_floats(ids.size() * kDim, 1000 + r);
+        UpsertRows u;
+        u.rows = static_cast<std::int64_t>(ids.size());
+        u.ids = ids.data();
+        u.vectors = v.data();
+        idx->upsert(u);
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          std::copy(v.begin() + static_cast<std::ptrdiff_t>(i * kDim), v.begin() + static_cast<std::ptrdiff_t>((i + 1) * kDim),
+                    queries.begin() + (kRandom + ids[i] - 100) * kDim);
+      }
+    }
+    before = answers(*idx);
+  }
+  auto idx = load_index(cfg_, false);
+  const auto after = answers(*idx);
+  if (g_rank == 0) {
+    EXPECT_EQ(after.first, before.first);
+    EXPECT_EQ(after.second, before.second);
+  }
 }
 
 }  // namespace
