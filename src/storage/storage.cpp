@@ -210,9 +210,21 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
   std::sort(found.begin(), found.end());
   std::vector<SegmentInfo> kept;
   std::uint64_t last = S;
+  // Every record is read and checked here: a long log says how far it is every few seconds.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_line = t0;
   for (std::size_t i = 0; i < found.size(); ++i) {
     const auto& [first, name] = found[i];
     const bool is_last = i + 1 == found.size();
+    const auto now = std::chrono::steady_clock::now();
+    if (i > 0 && now - last_line >= std::chrono::seconds(2)) {
+      last_line = now;
+      const double s = std::chrono::duration<double>(now - t0).count();
+      spdlog::info("storage '{}': checking the log: segment {}/{}, {} record(s) and {:.0f} MB verified in {:.1f} s "
+                   "({:.0f} MB/s)",
+                   st.opt.dir, i + 1, found.size(), st.report.records, st.report.log_bytes / 1e6, s,
+                   st.report.log_bytes / 1e6 / std::max(s, 1e-9));
+    }
     if (!is_last && found[i + 1].first - 1 <= S) {
       if (found[i + 1].first - 1 <= anchor)
         remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(anchor));
