@@ -74,6 +74,15 @@ struct StorageConfig {
   /// many bytes, the index takes a snapshot (ShardedIndex::snapshot_if_log_exceeds). 0: only
   /// on request (POST /v1/snapshot, snapshot()).
   long long snapshot_log_bytes = 0;
+  /// Time policy: once a write has committed and the current snapshot (or, without one, the
+  /// open of the directory) is this many seconds old, the index takes a snapshot. 0: off.
+  double snapshot_interval_s = 0;
+  /// Snapshots kept: the current one and the newest older ones, with the log segments from the
+  /// oldest of them on (StorageOptions::keep_snapshots). 1: the current one only.
+  long long keep_snapshots = 1;
+  /// At start-up, wait up to this long for a lock on storage.dir held by another process (the
+  /// orphaned ranks of a killed job hold it while they exit); then fail naming the holder.
+  double lock_wait_s = 30;
 };
 
 struct TestingConfig {

@@ -30,6 +30,14 @@ long long parse_int(const std::string& key, const std::string& v, long long lo, 
   return x;
 }
 
+// A number of seconds in [0, hi].
+double parse_seconds(const std::string& key, const std::string& v, long long hi, const std::string& where) {
+  const double x = parse_number(v, where + "key '" + key + "'");
+  SHARDTOPK_EXPECTS(std::isfinite(x) && x >= 0 && x <= static_cast<double>(hi), where, "key '", key, "': value ", v,
+                    " out of range (allowed: 0 .. ", hi, " seconds)");
+  return x;
+}
+
 double parse_positive_double(const std::string& key, const std::string& v, const std::string& where) {
   const double x = parse_number(v, where + "key '" + key + "'");
   SHARDTOPK_EXPECTS(std::isfinite(x) && x > 0, where, "key '", key, "': value ", v,
@@ -163,6 +171,15 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"storage.capacity_rows", [](Config& c, const std::string& v, const std::string& w) {
          c.storage.capacity_rows = parse_int("storage.capacity_rows", v, 0, (1LL << 31) - 1, w);
+       }},
+      {"storage.lock_wait_s", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.lock_wait_s = parse_seconds("storage.lock_wait_s", v, 86400, w);
+       }},
+      {"storage.keep_snapshots", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.keep_snapshots = parse_int("storage.keep_snapshots", v, 1, 1000, w);
+       }},
+      {"storage.snapshot_interval_s", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.snapshot_interval_s = parse_seconds("storage.snapshot_interval_s", v, 31536000, w);
        }},
       {"testing.fault", [](Config& c, const std::string& v, const std::string& w) {
          if (!v.empty() && !fault_injection_built())
@@ -561,6 +578,9 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "max_pending_bytes" << YAML::Value << c.storage.max_pending_bytes;
   out << YAML::Key << "capacity_rows" << YAML::Value << c.storage.capacity_rows;
   out << YAML::Key << "snapshot_log_bytes" << YAML::Value << c.storage.snapshot_log_bytes;
+  out << YAML::Key << "lock_wait_s" << YAML::Value << c.storage.lock_wait_s;
+  out << YAML::Key << "keep_snapshots" << YAML::Value << c.storage.keep_snapshots;
+  out << YAML::Key << "snapshot_interval_s" << YAML::Value << c.storage.snapshot_interval_s;
   out << YAML::EndMap;
   if (c.testing.fault.kind != FaultSpec::kNone) {
     out << YAML::Key << "testing" << YAML::Value << YAML::BeginMap;
