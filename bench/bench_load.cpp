@@ -5,12 +5,15 @@
 // tolerance": every id a hit, scores within ε, in order, no duplicates); HTTP errors count as
 // wrong too. --idle N holds N idle keep-alive connections open during every configuration
 // (docs/SERVING.md's idle-connection target); --binary-header sends the optional binary header.
+// An https:// URL speaks TLS (--cacert names the CA that signed the service's certificate);
+// --api-key (or $SHARDTOPK_API_KEY) is sent as `Authorization: Bearer KEY` on every request.
 //
 // Output (nccl-tests style): one JSON line per configuration, then a table with a #wrong
 // column. Exit status 1 when any answer was wrong, 2 on a usage or set-up error.
 //
 //   bench_load --url http://127.0.0.1:8080 --corpus data/x.h5 --queries data/x.h5 -k 10 \
 //              --clients 1,16,64,256 --duration 5 --formats json,binary [--idle 10000]
+//   bench_load --url https://127.0.0.1:8443 --cacert ca.pem --api-key "$KEY" ...
 #include <CLI/CLI.hpp>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -23,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -69,10 +73,10 @@ std::string binary_header(std::uint32_t rows, std::uint32_t dim) {
 }
 
 // `n` idle keep-alive connections to host:port (IPv4 numeric host), each served one GET /healthz
-// first; closed on destruction.
+// first (with `tls`: connected only, their handshake not begun); closed on destruction.
 class IdleConnections {
  public:
-  IdleConnections(const std::string& host, int port, int n) {
+  IdleConnections(const std::string& host, int port, int n, bool tls) {
     if (n <= 0) return;
     rlimit rl{};
     getrlimit(RLIMIT_NOFILE, &rl);
@@ -90,10 +94,11 @@ class IdleConnections {
       SHARDTOPK_EXPECTS(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0, "--idle: connection ", i,
                         " refused");
       fds_.push_back(fd);
-      (void)!::send(fd, get.data(), get.size(), MSG_NOSIGNAL);
+      if (!tls) (void)!::send(fd, get.data(), get.size(), MSG_NOSIGNAL);
     }
     char buf[4096];
-    for (int fd : fds_) (void)!::recv(fd, buf, sizeof buf, 0);  // one small reply each
+    if (!tls)
+      for (int fd : fds_) (void)!::recv(fd, buf, sizeof buf, 0);  // one small reply each
   }
   ~IdleConnections() {
     for (int fd : fds_) ::close(fd);
@@ -103,6 +108,19 @@ class IdleConnections {
   std::vector<int> fds_;
 };
 
+
+// TLS (https:// URLs: the service's certificate checked against --cacert) and the API key.
+void configure(httplib::Client& cl, const std::string& url, const std::string& cacert, const std::string& api_key) {
+  if (url.rfind("https://", 0) == 0) {
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+    if (!cacert.empty()) cl.set_ca_cert_path(cacert.c_str());
+    cl.enable_server_certificate_verification(true);
+#else
+    throw Error("--url " + url + ": this bench_load was built without TLS (cpp-httplib without OpenSSL: install libssl-dev)");
+#endif
+  }
+  if (!api_key.empty()) cl.set_default_headers({{"Authorization", "Bearer " + api_key}});
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -117,7 +135,8 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_load: QPS and latency of `shardtopk serve`, answers checked against the float64 oracle"};
   std::string url = "http://127.0.0.1:8080", queries_path, queries_ds = "test", corpus_path, corpus_ds = "train";
-  std::string clients_s = "1,16,64,256", formats_s = "json,binary", json_out;
+  std::string clients_s = "1,16,64,256", formats_s = "json,binary", json_out, cacert;
+  std::string api_key = std::getenv("SHARDTOPK_API_KEY") ? std::getenv("SHARDTOPK_API_KEY") : "";
   int k = 10, check = 64, oracle_threads = 0, idle = 0;
   bool header = false;
   double duration = 5, warmup = 1;
@@ -136,11 +155,14 @@ int main(int argc, char** argv) {
   app.add_option("-J,--json", json_out, "also write the JSON lines to this file");
   app.add_option("--idle", idle, "idle keep-alive connections held open during the runs")->capture_default_str();
   app.add_flag("--binary-header", header, "send the optional 32-byte binary header on the binary route");
+  app.add_option("--cacert", cacert, "PEM file of the CA that signed the service's certificate (https:// URLs)");
+  app.add_option("--api-key", api_key, "API key sent as 'Authorization: Bearer KEY' (default: $SHARDTOPK_API_KEY)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     // ---- the service's index, the pool and the oracle's truth for the first `check` queries
     httplib::Client info_client(url);
+    configure(info_client, url, cacert, api_key);
     auto ir = info_client.Get("/v1/info");
     SHARDTOPK_EXPECTS(ir && ir->status == 200, "GET ", url, "/v1/info failed",
                       ir ? " (HTTP " + std::to_string(ir->status) + ")" : " (no connection)");
@@ -186,6 +208,7 @@ int main(int argc, char** argv) {
       for (int t = 0; t < clients; ++t) {
         th.emplace_back([&, t] {
           httplib::Client cl(url);
+          configure(cl, url, cacert, api_key);
           cl.set_keep_alive(true);
           cl.set_tcp_nodelay(true);
           cl.set_read_timeout(60, 0);
@@ -283,7 +306,8 @@ int main(int argc, char** argv) {
       hp = hp.substr(0, hp.find('/'));
       const size_t colon = hp.rfind(':');
       SHARDTOPK_EXPECTS(colon != std::string::npos, "--idle needs --url http://HOST:PORT, got '", url, "'");
-      idle_conns = std::make_unique<IdleConnections>(hp.substr(0, colon), std::stoi(hp.substr(colon + 1)), idle);
+      idle_conns = std::make_unique<IdleConnections>(hp.substr(0, colon), std::stoi(hp.substr(colon + 1)), idle,
+                                                     url.rfind("https://", 0) == 0);
       std::fprintf(stderr, "# %d idle keep-alive connections open (%.1f s)\n", idle,
                    std::chrono::duration<double>(Clock::now() - ti).count());
     }
@@ -301,6 +325,7 @@ int main(int argc, char** argv) {
                         {"requests", r.requests}, {"errors", r.errors}, {"qps", r.qps},
                         {"p50_ms", r.p50_ms},    {"p99_ms", r.p99_ms},   {"mean_ms", r.mean_ms},
                         {"mean_batch", r.mean_batch}, {"idle_connections", idle}, {"binary_header", header},
+                        {"tls", url.rfind("https://", 0) == 0}, {"api_key", !api_key.empty()},
                         {"checked", r.checked},  {"wrong", r.wrong + r.errors}, {"near_tie_swaps", r.near_tie_swaps}};
         std::printf("%s\n", j.dump().c_str());
         std::fflush(stdout);

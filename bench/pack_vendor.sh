@@ -5,7 +5,10 @@
 #     header-only: SPDLOG_HEADER_ONLY, FMT_HEADER_ONLY; see cmake/Dependencies.cmake), cpp-httplib's
 #     httplib.h (the test and benchmark client), and libmicrohttpd's microhttpd.h;
 #   .vendor/lib: libmicrohttpd.so.12 (the `serve` front end; Debian 12's 0.9.75, which needs
-#     libgnutls.so.30: Ubuntu 24.04 has it), found at run time through the build's RPATH.
+#     libgnutls.so.30: Ubuntu 24.04 has it) and libsimdjson.so.14 (its JSON reader; Debian 12's
+#     3.0.1, with its header in .vendor/include/simdjson), found at run time through the build's RPATH;
+#   .vendor/include/gnutls: GnuTLS's headers (the service's TLS checks and key digests link the
+#     system's libgnutls.so.30, the library libmicrohttpd needs anyway).
 #
 # usage: bench/pack_vendor.sh            (about 3 MB)
 set -euo pipefail
@@ -15,7 +18,7 @@ DEST="$ROOT/.vendor/include"
 SRC=${VENDOR_SRC:-/usr/include}
 mkdir -p "$DEST"
 # One subfolder per library (cmake/Dependencies.cmake says why): cli/CLI, json/nlohmann,
-# spdlog/{spdlog,fmt}, httplib/httplib.h, microhttpd/microhttpd.h.
+# spdlog/{spdlog,fmt}, httplib/httplib.h, microhttpd/microhttpd.h, simdjson/simdjson.h, gnutls/gnutls.
 rm -rf "${DEST:?}"/*
 for pair in cli:CLI json:nlohmann spdlog:spdlog spdlog:fmt; do
   sub=${pair%%:*} d=${pair#*:}
@@ -46,6 +49,17 @@ if [[ ! -f "$SRC/microhttpd.h" || -z "$MHD" || ! -f "$MHD" ]]; then
 fi
 grep -q "MHD_VERSION 0x0009" "$SRC/microhttpd.h" || { echo "pack_vendor: $SRC/microhttpd.h is not libmicrohttpd 0.9.x" >&2; exit 1; }
 mkdir -p "$DEST/microhttpd" && cp "$SRC/microhttpd.h" "$DEST/microhttpd/microhttpd.h"
+# GnuTLS headers (3.7, Debian 12's libgnutls28-dev; the ABI of libgnutls.so.30).
+[[ -f "$SRC/gnutls/gnutls.h" ]] || { echo "pack_vendor: $SRC/gnutls/gnutls.h is missing; install libgnutls28-dev" >&2; exit 1; }
+mkdir -p "$DEST/gnutls" && cp -a "$SRC/gnutls" "$DEST/gnutls/"
 mkdir -p "$ROOT/.vendor/lib"
 cp "$MHD" "$ROOT/.vendor/lib/libmicrohttpd.so.12"
-echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: cli/ json/ spdlog/ httplib/ microhttpd/; lib: libmicrohttpd.so.12)"
+# simdjson: the header and the shared library (its soname file).
+SJ=$(readlink -f "$LIBDIR/libsimdjson.so.14" 2>/dev/null || true)
+if [[ ! -f "$SRC/simdjson.h" || -z "$SJ" || ! -f "$SJ" ]]; then
+  echo "pack_vendor: $SRC/simdjson.h or $LIBDIR/libsimdjson.so.14 is missing; install libsimdjson-dev" >&2
+  exit 1
+fi
+mkdir -p "$DEST/simdjson" && cp "$SRC/simdjson.h" "$DEST/simdjson/simdjson.h"
+cp "$SJ" "$ROOT/.vendor/lib/libsimdjson.so.14"
+echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: cli/ json/ spdlog/ httplib/ microhttpd/ simdjson/ gnutls/; lib: libmicrohttpd.so.12 libsimdjson.so.14)"

@@ -75,7 +75,7 @@ endif()
 # its pkg-config Cflags define CPPHTTPLIB_{OPENSSL,ZLIB,BROTLI}_SUPPORT, which must match the
 # library, so we take them from pkg-config. Without the package: the single-header upstream
 # httplib.h of the same version (0.11.4, third_party/cpp-httplib, copied into the fallback folder
-# by bench/pack_vendor.sh), header-only, TLS and compression off (loopback/cluster HTTP only).
+# by bench/pack_vendor.sh), header-only, compression off, HTTPS when OpenSSL's headers are found.
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(SHARDTOPK_HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)
@@ -104,7 +104,13 @@ else()
   # client holding thousands of sockets (bench_load --idle) failed every new connection.
   target_compile_definitions(shardtopk_httplib INTERFACE CPPHTTPLIB_USE_POLL)
   target_link_libraries(shardtopk_httplib INTERFACE Threads::Threads)
-  message(STATUS "shardtopk: cpp-httplib header-only from ${_httplib_dir}")
+  # HTTPS clients (bench_load, the tests) where OpenSSL's headers are installed (libssl-dev).
+  find_package(OpenSSL 1.1.1 QUIET COMPONENTS SSL Crypto)
+  if(OPENSSL_FOUND)
+    target_compile_definitions(shardtopk_httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT)
+    target_link_libraries(shardtopk_httplib INTERFACE OpenSSL::SSL OpenSSL::Crypto)
+  endif()
+  message(STATUS "shardtopk: cpp-httplib header-only from ${_httplib_dir} (HTTPS ${OPENSSL_FOUND})")
 endif()
 
 # libmicrohttpd (the `serve` HTTP front end: event loops, limits; src/service/http_front_end.hpp
@@ -130,4 +136,51 @@ elseif(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/microhttpd/microhttpd.h" A
 else()
   message(FATAL_ERROR "libmicrohttpd not found: apt-get install libmicrohttpd-dev (or run bench/pack_vendor.sh "
                       "on a Debian 12 machine and carry .vendor/)")
+endif()
+
+# simdjson (the `serve` front end reads JSON search bodies with it; src/service/json_search.cpp).
+# Debian's libsimdjson-dev through its CMake package; without it (a GPU machine without the -dev
+# package): the header and the shared library that bench/pack_vendor.sh copies from a Debian 12
+# machine into .vendor/include/simdjson and .vendor/lib (found through the build's RPATH).
+find_package(simdjson CONFIG QUIET)
+add_library(shardtopk_simdjson INTERFACE)
+if(TARGET simdjson::simdjson)
+  target_link_libraries(shardtopk_simdjson INTERFACE simdjson::simdjson)
+  message(STATUS "shardtopk: simdjson ${simdjson_VERSION} (system library)")
+elseif(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/simdjson/simdjson.h" AND EXISTS "${_vendor_lib}/libsimdjson.so.14")
+  set(SHARDTOPK_USES_VENDOR ON)
+  add_library(shardtopk_simdjson_vendor SHARED IMPORTED)
+  set_target_properties(shardtopk_simdjson_vendor PROPERTIES IMPORTED_LOCATION "${_vendor_lib}/libsimdjson.so.14"
+                        INTERFACE_INCLUDE_DIRECTORIES "${SHARDTOPK_VENDOR_DIR}/simdjson"
+                        INTERFACE_COMPILE_DEFINITIONS "SIMDJSON_THREADS_ENABLED=1")
+  target_link_libraries(shardtopk_simdjson INTERFACE shardtopk_simdjson_vendor)
+  message(STATUS "shardtopk: simdjson from ${_vendor_lib}")
+else()
+  message(FATAL_ERROR "simdjson not found: apt-get install libsimdjson-dev (Debian 12, Ubuntu 24.04; the `serve` "
+                      "front end parses JSON request bodies with it), or run bench/pack_vendor.sh on a Debian 12 "
+                      "machine and carry .vendor/")
+endif()
+
+# GnuTLS (the service's TLS checks, SHA-256 of API keys, random keys; libmicrohttpd does the TLS
+# itself through the same library). Debian's libgnutls28-dev through pkg-config; without it: the
+# headers that bench/pack_vendor.sh copies into .vendor/include/gnutls and the system's
+# libgnutls.so.30, which libmicrohttpd.so.12 needs anyway.
+if(PkgConfig_FOUND)
+  pkg_check_modules(SHARDTOPK_GNUTLS QUIET IMPORTED_TARGET gnutls>=3.6)
+endif()
+add_library(shardtopk_gnutls INTERFACE)
+if(SHARDTOPK_GNUTLS_FOUND)
+  target_link_libraries(shardtopk_gnutls INTERFACE PkgConfig::SHARDTOPK_GNUTLS)
+  message(STATUS "shardtopk: GnuTLS ${SHARDTOPK_GNUTLS_VERSION} (system library)")
+else()
+  find_library(_gnutls_so NAMES libgnutls.so.30 gnutls)
+  if(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/gnutls/gnutls/gnutls.h" AND _gnutls_so)
+    target_include_directories(shardtopk_gnutls SYSTEM INTERFACE "${SHARDTOPK_VENDOR_DIR}/gnutls")
+    target_link_libraries(shardtopk_gnutls INTERFACE "${_gnutls_so}")
+    set(SHARDTOPK_USES_VENDOR ON)
+    message(STATUS "shardtopk: GnuTLS headers from ${SHARDTOPK_VENDOR_DIR}/gnutls, library ${_gnutls_so}")
+  else()
+    message(FATAL_ERROR "GnuTLS not found: apt-get install libgnutls28-dev (or run bench/pack_vendor.sh on a Debian 12 "
+                        "machine and carry .vendor/)")
+  endif()
 endif()

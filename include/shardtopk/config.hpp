@@ -74,6 +74,15 @@ struct StorageConfig {
   /// many bytes, the index takes a snapshot (ShardedIndex::snapshot_if_log_exceeds). 0: only
   /// on request (POST /v1/snapshot, snapshot()).
   long long snapshot_log_bytes = 0;
+  /// Time policy: once a write has committed and the current snapshot (or, without one, the
+  /// open of the directory) is this many seconds old, the index takes a snapshot. 0: off.
+  double snapshot_interval_s = 0;
+  /// Snapshots kept: the current one and the newest older ones, with the log segments from the
+  /// oldest of them on (StorageOptions::keep_snapshots). 1: the current one only.
+  long long keep_snapshots = 1;
+  /// At start-up, wait up to this long for a lock on storage.dir held by another process (the
+  /// orphaned ranks of a killed job hold it while they exit); then fail naming the holder.
+  double lock_wait_s = 30;
 };
 
 struct TestingConfig {
@@ -96,8 +105,9 @@ struct ServiceConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
   int batch_window_us = 300;               ///< longest wait for company while other requests are being received
+  int poll_us = 100;                       ///< the index thread polls for requests this long before it sleeps
   long long max_body_bytes = 0;            ///< larger request bodies get 413; 0: derived from batch_max × dim
-  int io_threads = 4;                      ///< HTTP event-loop threads (each serves many connections)
+  int io_threads = 0;                      ///< HTTP event-loop threads (each serves many connections); 0: from the usable cores
   int max_connections = 16384;             ///< open client connections; more wait in the listen backlog
   int idle_timeout_s = 30;                 ///< a connection silent this long is closed (keep-alive or mid-request)
   int max_header_bytes = 16384;            ///< request line + headers; larger: 431
@@ -107,6 +117,14 @@ struct ServiceConfig {
   int heartbeat_ms = 100;                  ///< followers' liveness heartbeat interval to rank 0
   int heartbeat_timeout_ms = 10000;        ///< no heartbeat this long: the follower is stalled (a dead one is seen at once)
   int threads = 0;                         ///< deprecated (thread-per-connection front end); ignored
+  /// HTTPS (libmicrohttpd over GnuTLS, TLS 1.2 and 1.3): both set, or neither (plain HTTP).
+  std::string tls_cert_file;               ///< PEM: the server certificate, then its intermediates
+  std::string tls_key_file;                ///< PEM: its private key (unencrypted; keep it mode 0600)
+  /// API keys (`NAME ROLE SHA256 [rate=R] [burst=B]` per line); "": every route is open.
+  std::string auth_keys_file;
+  bool auth_open_metrics = false;          ///< with keys: /metrics answers without one
+  bool auth_allow_open_writes = false;     ///< a writable service may listen beyond loopback without keys
+  std::string audit_log;                   ///< "": no audit log
 };
 
 struct Config {

@@ -50,9 +50,18 @@ Metric resolve_metric(const Config& cfg);
 int resolve_threads(const Config& cfg, int local_size);
 
 /// Slots a rank reserves for a shard of `shard_rows` rows: the rows themselves when the index is
-/// read-only (storage.dir empty), else storage.capacity_rows, or, when that is 0, shard_rows +
-/// max(1024, shard_rows / 4). @throws Error when storage.capacity_rows is below shard_rows.
-std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows);
+/// read-only (storage.dir empty), else storage.capacity_rows; when that is 0, rank `rank`'s share
+/// of the storage directory's recorded capacity (`recorded_rows` slots over all ranks, from
+/// StorageManifest::capacity_rows) split over `world` ranks as shard_rows() splits rows (the
+/// shares add up to it), so that a restart keeps the capacity the directory was started with;
+/// else (nothing recorded, or a share below shard_rows) shard_rows + max(1024, shard_rows / 4).
+/// @throws Error when storage.capacity_rows is below shard_rows.
+std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows, int world = 1,
+                                std::int64_t recorded_rows = 0, int rank = 0);
+
+/// rank_capacity_rows() summed over the `world` ranks of the shard plan of `total_rows` rows:
+/// the capacity a directory records.
+std::int64_t total_capacity_rows(const Config& cfg, std::int64_t total_rows, int world, std::int64_t recorded_rows = 0);
 
 /// Whether load_index streams a shard into the engine (blocks through pinned buffers, no host
 /// copy of the shard): the CUDA engine with inner product or l2. Cosine rows are normalised on

@@ -108,6 +108,18 @@ struct StorageOptions {
   /// (verify_snapshot()) leaves them in place when it refuses to start. Temporary files, a
   /// snapshot never committed and a torn log tail are handled at open either way.
   bool defer_cleanup = false;
+  /// When another process holds the directory's lock, wait up to this long (seconds) for it to
+  /// be released before failing (storage.lock_wait_s): after a crash of a job's launcher its
+  /// orphaned ranks hold it for a few seconds while they exit. 0: fail at once.
+  double lock_wait_s = 0;
+  /// Called about once a second on the opening thread while it waits for the lock (load_index
+  /// keeps the other ranks' collectives alive with it). What it throws ends the wait.
+  std::function<void()> on_lock_wait;
+  /// Snapshots kept (storage.keep_snapshots, ≥ 1): the current one and the newest older ones,
+  /// with the log segments from the oldest kept snapshot on, so that the state at the current
+  /// snapshot can be rebuilt from any of them (docs/STORAGE.md, "Retention"). 1: only the current
+  /// snapshot, and only the log after it.
+  int keep_snapshots = 1;
 };
 
 /// The content of a base that is not a snapshot (the rows handed to build_index, or read from
@@ -165,6 +177,11 @@ struct StorageStats {
   std::int64_t queued_bytes = 0;     ///< their bytes (≤ max_pending_bytes, or one larger record)
   bool failed = false;               ///< the log refuses writes (see Storage::upsert)
   std::string failure;               ///< why
+  /// Seconds since the current snapshot's file was written (its modification time), or, with
+  /// no snapshot, since this Storage was opened (the time policy, storage.snapshot_interval_s).
+  double seconds_since_snapshot = 0;
+  std::int64_t older_snapshots = 0;     ///< older snapshots kept (StorageOptions::keep_snapshots)
+  std::int64_t retained_log_bytes = 0;  ///< bytes of the segments kept for them (all records ≤ snapshot_seq)
 };
 
 /// What a snapshot holds (Storage::begin_snapshot).
@@ -238,6 +255,13 @@ class Storage {
   void verify_snapshot() const;
   /// Removes the superseded files StorageOptions::defer_cleanup kept (nothing otherwise).
   void finish_recovery();
+  /// The row slots over all ranks the directory's index was last started with (the manifest's
+  /// `capacity_rows`); 0 when none is recorded (a new directory, or one written before it was).
+  std::int64_t recorded_capacity() const;
+  /// Records `rows` slots over all ranks as the directory's capacity (rewrites the manifest when
+  /// it differs), so that a restart without storage.capacity_rows keeps it.
+  /// @throws Error for rows < 1 or a failed manifest write (the old one stays).
+  void record_capacity(std::int64_t rows);
   /// Ties the log to its base while the directory has no snapshot: with log records after the
   /// base, `base` must be the identity the manifest recorded; otherwise `base` is recorded
   /// (the manifest rewritten). Does nothing when the manifest names a snapshot.
@@ -300,6 +324,7 @@ struct StorageManifest {
   Metric metric = Metric::kInnerProduct;
   std::string snapshot_path;  ///< "" when the base is the configured corpus
   std::uint64_t seq = 0;      ///< the snapshot's seq (0: none)
+  std::int64_t capacity_rows = 0;  ///< Storage::recorded_capacity(): slots over all ranks (0: none recorded)
 };
 
 /// Reads `dir`/MANIFEST.json without opening the directory (no lock, no recovery): for choosing

@@ -1,6 +1,11 @@
 #include "cli/cli_util.hpp"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -11,6 +16,15 @@
 #include "shardtopk/error.hpp"
 
 namespace shardtopk::cli {
+
+void end_with_launcher() {
+  bool launched = false;
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) launched = launched || std::getenv(var);
+  const pid_t launcher = ::getppid();
+  if (!launched || launcher <= 1) return;
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return;  // not Linux-like: the launcher's own detection stays
+  if (::getppid() != launcher) ::raise(SIGKILL);        // it died before the request took effect
+}
 
 Config load_with_overrides(const std::string& path, const std::vector<std::string>& overrides, int rank) {
   Config cfg = load_config(path);

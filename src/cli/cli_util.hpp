@@ -21,6 +21,13 @@ AttributeSchema corpus_attribute_schema(const Config& cfg, std::int64_t corpus_r
 /// @throws Error naming the file when it cannot be read.
 std::string filter_text(const std::string& value);
 
+/// For a rank started by an MPI launcher (mpirun or its daemon, hydra, a PMIx launcher, told
+/// apart by the variables they set): this process is killed (SIGKILL) when the launcher, its
+/// parent, dies. Orphaned ranks of a killed job would otherwise serve on and hold the storage
+/// directory's lock and the port for seconds until MPI noticed, refusing an immediate restart.
+/// Nothing changes for a process started otherwise.
+void end_with_launcher();
+
 /// Prints "shardtopk: error: MESSAGE" on stderr.
 void print_error(const char* message);
 

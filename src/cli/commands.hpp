@@ -59,6 +59,16 @@ struct ImportArgs {
 };
 int run_import(const ImportArgs& a);
 
+struct StorageArgs {
+  std::string action;  // info or verify
+  std::string dir;
+  std::string corpus;  // verify: the corpus file to check against the recorded identity
+  bool json = false;
+};
+/// `storage info` (exit 0) and `storage verify` (exit 0: every check passed; 1: damage; 3: only a
+/// torn log tail, which a start-up cuts). Neither takes the directory's lock.
+int run_storage(const StorageArgs& a);
+
 struct PlanArgs {
   std::string config;
   std::vector<std::string> overrides;
@@ -66,5 +76,12 @@ struct PlanArgs {
   int ranks_per_node = 0;  // 0: = ranks
 };
 int run_plan(const PlanArgs& a);
+
+struct KeygenArgs {
+  std::string name, role;
+  double rate = 0;   // requests per second; 0: not limited
+  double burst = 0;  // 0: one second's worth
+};
+int run_keygen(const KeygenArgs& a);
 
 }  // namespace shardtopk::cli

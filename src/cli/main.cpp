@@ -1,5 +1,5 @@
 // shardtopk command line: the flags of every subcommand (CLI11); each command runs from its own
-// file (commands.hpp: search, serve, info, eval, import, plan).
+// file (commands.hpp: search, serve, info, eval, import, plan, keygen, storage).
 #include <CLI/CLI.hpp>
 
 #include <cctype>
@@ -116,6 +116,30 @@ int main(int argc, char** argv) {
   plan->add_option("--ranks-per-node", pa.ranks_per_node, "ranks per node (default: all on this node)");
   plan->add_option("--set", pa.overrides, "override a config key (repeatable)");
 
+  cli::KeygenArgs ka;
+  auto* keygen = app.add_subcommand("keygen", "print a new random API key once, and its line for "
+                                              "service.auth.keys_file (which holds the key's SHA-256, not the key)");
+  keygen->add_option("--name", ka.name, "the key's name (letters, digits, '.', '_', '-'; the audit log names it)")
+      ->required();
+  keygen->add_option("--role", ka.role, "read (search, info, metrics), write (read + upsert, delete) or admin "
+                                        "(write + snapshot)")->required();
+  keygen->add_option("--rate", ka.rate, "requests per second allowed to the key (0: not limited)");
+  keygen->add_option("--burst", ka.burst, "requests allowed at once with --rate (default: one second's worth)");
+  cli::StorageArgs ta;
+  auto* stor = app.add_subcommand("storage", "read a storage directory (storage.dir) without the service and "
+                                             "without its lock");
+  stor->require_subcommand(1);
+  auto* sinfo = stor->add_subcommand("info", "snapshot, seq, rows, dim, metric, log records and bytes, corpus "
+                                             "identity, capacity");
+  sinfo->add_option("dir", ta.dir, "storage directory")->required();
+  sinfo->add_flag("--json", ta.json, "print JSON");
+  auto* sverify = stor->add_subcommand("verify", "check every checksum and every log record; exit 0 when all pass, "
+                                                 "1 on damage, 3 when only a torn log tail (cut at start-up) is found");
+  sverify->add_option("dir", ta.dir, "storage directory")->required();
+  sverify->add_option("--corpus", ta.corpus, "without a snapshot: the corpus file to check against the recorded "
+                                             "identity (default: the path the manifest recorded)");
+  sverify->add_flag("--json", ta.json, "print JSON");
+
   cli::ImportArgs ma;
   auto* imp = app.add_subcommand("import", "convert a raw dataset to the ann-benchmarks HDF5 layout with ground truth");
   imp->require_subcommand(1);
@@ -164,6 +188,11 @@ int main(int argc, char** argv) {
     if (*info) return cli::run_info(ia);
     if (*eval) return cli::run_eval(ea);
     if (*plan) return cli::run_plan(pa);
+    if (*keygen) return cli::run_keygen(ka);
+    if (*stor) {
+      ta.action = *sinfo ? "info" : "verify";
+      return cli::run_storage(ta);
+    }
     ma.source = *fm ? "fashion-mnist" : *gl ? "glove" : "raw";
     return cli::run_import(ma);
   } catch (const std::exception& e) {

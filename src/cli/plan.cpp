@@ -3,6 +3,7 @@
 // make on every rank before reading the shard: check_engine_fits).
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,22 @@
 #include "shardtopk/index.hpp"
 #include "shardtopk/ingest.hpp"
 #include "shardtopk/shard_plan.hpp"
+#include "shardtopk/storage.hpp"
 
 namespace shardtopk::cli {
 
 int run_plan(const PlanArgs& a) {
   init_logging(0, 1);
   Config cfg = load_with_overrides(a.config, a.overrides);
+  // With storage.dir, the base a start-up loads (the snapshot the directory names, else the
+  // corpus) and the capacity the directory recorded (read without opening it).
+  std::optional<StorageManifest> manifest;
+  if (!cfg.storage.dir.empty()) manifest = read_storage_manifest(cfg.storage.dir);
+  if (manifest && !manifest->snapshot_path.empty()) {
+    cfg.corpus.path = manifest->snapshot_path;
+    cfg.corpus.dataset = "train";
+  }
+  const std::int64_t recorded = manifest ? manifest->capacity_rows : 0;
   const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
   SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name, "' must be 2-D");
   const std::int64_t n = info.dims[0], dim = info.dims[1];
@@ -52,7 +63,7 @@ int run_plan(const PlanArgs& a) {
     // what is refused before anything is read when it cannot be had (device memory for cuda,
     // host memory for cpu); equals the rank's resident bytes.
     // With storage.dir the engine holds storage.capacity_rows slots (rank_capacity_rows).
-    const std::int64_t slots = rank_capacity_rows(cfg, rr.size());
+    const std::int64_t slots = rank_capacity_rows(cfg, rr.size(), a.ranks, recorded, r);
     const std::uint64_t dev = rank_resident_bytes(use_gpu, slots, dim, cfg.engine.dtype, cfg.search, a.ranks, threads);
     // load_peak_host_bytes: host memory at the peak of loading: the rows read from the file and
     // their ids (streamed into the CUDA engine: the ids and its pinned blocks), plus the CPU
@@ -91,8 +102,11 @@ int run_plan(const PlanArgs& a) {
   if (!cfg.storage.dir.empty())
     std::printf("updatable (storage.dir '%s'): each rank's engine holds %lld slots (storage.capacity_rows%s), "
                 "engine_bytes counts them\n",
-                cfg.storage.dir.c_str(), static_cast<long long>(rank_capacity_rows(cfg, shard_rows(n, a.ranks, 0).size())),
-                cfg.storage.capacity_rows > 0 ? "" : " = 0: rank 0's rows + max(1024, rows / 4)");
+                cfg.storage.dir.c_str(),
+                static_cast<long long>(rank_capacity_rows(cfg, shard_rows(n, a.ranks, 0).size(), a.ranks, recorded)),
+                cfg.storage.capacity_rows > 0 ? ""
+                : recorded > 0 ? " = 0: the directory's recorded capacity over the ranks"
+                               : " = 0: rank 0's rows + max(1024, rows / 4)");
   if (!first_refusal.empty()) std::printf("does not fit: %s\n", first_refusal.c_str());
   return all_fit ? 0 : 3;
 }

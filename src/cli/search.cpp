@@ -289,6 +289,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
 }  // namespace
 
 int run_search(const SearchArgs& a, int* argc, char*** argv) {
+  end_with_launcher();
   MpiSession mpi(argc, argv);
   const int rank = mpi.rank();
   init_logging(rank, mpi.world_size());

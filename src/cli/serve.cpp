@@ -13,6 +13,7 @@
 namespace shardtopk::cli {
 
 int run_serve(const ServeArgs& a, int* argc, char*** argv) {
+  end_with_launcher();
   MpiSession mpi(argc, argv);
   const int rank = mpi.rank();
   init_logging(rank, mpi.world_size());

@@ -30,6 +30,14 @@ long long parse_int(const std::string& key, const std::string& v, long long lo, 
   return x;
 }
 
+// A number of seconds in [0, hi].
+double parse_seconds(const std::string& key, const std::string& v, long long hi, const std::string& where) {
+  const double x = parse_number(v, where + "key '" + key + "'");
+  SHARDTOPK_EXPECTS(std::isfinite(x) && x >= 0 && x <= static_cast<double>(hi), where, "key '", key, "': value ", v,
+                    " out of range (allowed: 0 .. ", hi, " seconds)");
+  return x;
+}
+
 double parse_positive_double(const std::string& key, const std::string& v, const std::string& where) {
   const double x = parse_number(v, where + "key '" + key + "'");
   SHARDTOPK_EXPECTS(std::isfinite(x) && x > 0, where, "key '", key, "': value ", v,
@@ -164,6 +172,15 @@ const std::map<std::string, Setter>& setters() {
       {"storage.capacity_rows", [](Config& c, const std::string& v, const std::string& w) {
          c.storage.capacity_rows = parse_int("storage.capacity_rows", v, 0, (1LL << 31) - 1, w);
        }},
+      {"storage.lock_wait_s", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.lock_wait_s = parse_seconds("storage.lock_wait_s", v, 86400, w);
+       }},
+      {"storage.keep_snapshots", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.keep_snapshots = parse_int("storage.keep_snapshots", v, 1, 1000, w);
+       }},
+      {"storage.snapshot_interval_s", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.snapshot_interval_s = parse_seconds("storage.snapshot_interval_s", v, 31536000, w);
+       }},
       {"testing.fault", [](Config& c, const std::string& v, const std::string& w) {
          if (!v.empty() && !fault_injection_built())
            throw Error(w + "key 'testing.fault': this shardtopk was built without fault injection "
@@ -187,6 +204,9 @@ const std::map<std::string, Setter>& setters() {
       {"service.batch_window_us", [](Config& c, const std::string& v, const std::string& w) {
          c.service.batch_window_us = static_cast<int>(parse_int("service.batch_window_us", v, 0, 1000000, w));
        }},
+      {"service.poll_us", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.poll_us = static_cast<int>(parse_int("service.poll_us", v, 0, 100000, w));
+       }},
       {"service.max_body_bytes", [](Config& c, const std::string& v, const std::string& w) {
          c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 0, 1LL << 32, w);
          SHARDTOPK_EXPECTS(c.service.max_body_bytes == 0 || c.service.max_body_bytes >= 1024, w,
@@ -194,7 +214,7 @@ const std::map<std::string, Setter>& setters() {
                            " out of range (allowed: 0 = derived from search.batch_max x dim, or 1024 .. ", 1LL << 32, ")");
        }},
       {"service.io_threads", [](Config& c, const std::string& v, const std::string& w) {
-         c.service.io_threads = static_cast<int>(parse_int("service.io_threads", v, 1, 64, w));
+         c.service.io_threads = static_cast<int>(parse_int("service.io_threads", v, 0, 64, w));
        }},
       {"service.max_connections", [](Config& c, const std::string& v, const std::string& w) {
          c.service.max_connections = static_cast<int>(parse_int("service.max_connections", v, 1, 1 << 20, w));
@@ -226,6 +246,18 @@ const std::map<std::string, Setter>& setters() {
       {"service.heartbeat_timeout_ms", [](Config& c, const std::string& v, const std::string& w) {
          c.service.heartbeat_timeout_ms = static_cast<int>(parse_int("service.heartbeat_timeout_ms", v, 20, 3600000, w));
        }},
+      {"service.tls.cert_file", [](Config& c, const std::string& v, const std::string&) { c.service.tls_cert_file = v; }},
+      {"service.tls.key_file", [](Config& c, const std::string& v, const std::string&) { c.service.tls_key_file = v; }},
+      {"service.auth.keys_file", [](Config& c, const std::string& v, const std::string&) {
+         c.service.auth_keys_file = v;
+       }},
+      {"service.auth.open_metrics", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.auth_open_metrics = parse_bool("service.auth.open_metrics", v, w);
+       }},
+      {"service.auth.allow_open_writes", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.auth_allow_open_writes = parse_bool("service.auth.allow_open_writes", v, w);
+       }},
+      {"service.audit_log", [](Config& c, const std::string& v, const std::string&) { c.service.audit_log = v; }},
       {"service.threads", [](Config& c, const std::string& v, const std::string& w) {
          // Deprecated: the event-driven front end has no thread per connection. Accepted so that
          // old configs still load; `serve` warns when it is set.
@@ -471,6 +503,9 @@ void validate(const Config& cfg) {
                     "service.heartbeat_timeout_ms = ", cfg.service.heartbeat_timeout_ms,
                     " must be at least twice service.heartbeat_ms = ", cfg.service.heartbeat_ms,
                     " (one late heartbeat must not count as a stalled rank)");
+  SHARDTOPK_EXPECTS(cfg.service.tls_cert_file.empty() == cfg.service.tls_key_file.empty(), where,
+                    "service.tls.cert_file = '", cfg.service.tls_cert_file, "' and service.tls.key_file = '",
+                    cfg.service.tls_key_file, "': give both (HTTPS) or neither (plain HTTP)");
 }
 
 std::string to_yaml(const Config& c) {
@@ -513,6 +548,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "host" << YAML::Value << c.service.host;
   out << YAML::Key << "port" << YAML::Value << c.service.port;
   out << YAML::Key << "batch_window_us" << YAML::Value << c.service.batch_window_us;
+  out << YAML::Key << "poll_us" << YAML::Value << c.service.poll_us;
   out << YAML::Key << "max_body_bytes" << YAML::Value << c.service.max_body_bytes;
   out << YAML::Key << "io_threads" << YAML::Value << c.service.io_threads;
   out << YAML::Key << "max_connections" << YAML::Value << c.service.max_connections;
@@ -524,6 +560,16 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "heartbeat_ms" << YAML::Value << c.service.heartbeat_ms;
   out << YAML::Key << "heartbeat_timeout_ms" << YAML::Value << c.service.heartbeat_timeout_ms;
   if (c.service.threads != 0) out << YAML::Key << "threads" << YAML::Value << c.service.threads;
+  out << YAML::Key << "tls" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "cert_file" << YAML::Value << c.service.tls_cert_file;
+  out << YAML::Key << "key_file" << YAML::Value << c.service.tls_key_file;
+  out << YAML::EndMap;
+  out << YAML::Key << "auth" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "keys_file" << YAML::Value << c.service.auth_keys_file;
+  out << YAML::Key << "open_metrics" << YAML::Value << c.service.auth_open_metrics;
+  out << YAML::Key << "allow_open_writes" << YAML::Value << c.service.auth_allow_open_writes;
+  out << YAML::EndMap;
+  out << YAML::Key << "audit_log" << YAML::Value << c.service.audit_log;
   out << YAML::EndMap;
   out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "dir" << YAML::Value << c.storage.dir;
@@ -532,6 +578,9 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "max_pending_bytes" << YAML::Value << c.storage.max_pending_bytes;
   out << YAML::Key << "capacity_rows" << YAML::Value << c.storage.capacity_rows;
   out << YAML::Key << "snapshot_log_bytes" << YAML::Value << c.storage.snapshot_log_bytes;
+  out << YAML::Key << "lock_wait_s" << YAML::Value << c.storage.lock_wait_s;
+  out << YAML::Key << "keep_snapshots" << YAML::Value << c.storage.keep_snapshots;
+  out << YAML::Key << "snapshot_interval_s" << YAML::Value << c.storage.snapshot_interval_s;
   out << YAML::EndMap;
   if (c.testing.fault.kind != FaultSpec::kNone) {
     out << YAML::Key << "testing" << YAML::Value << YAML::BeginMap;

@@ -61,6 +61,17 @@ inline float from_f16(std::uint16_t h) {
 /// The first column of `row` [dim] (finite float32 values) that overflows binary16 (`bf16`
 /// false) or bfloat16 (true) after rounding, or -1 when every value is representable.
 inline std::int64_t first_overflow(const float* row, std::int64_t dim, bool bf16) {
+  // Rounding is monotone, so a value no larger in magnitude than the largest finite one stays
+  // finite: one pass settles the common case. Magnitudes compare as their bit patterns with the
+  // sign cleared (an integer maximum, which compilers vectorise; infinity and NaN lie above
+  // every finite value and go to the exact loop).
+  const std::uint32_t largest = bits(bf16 ? from_bf16(0x7F7F) : 65504.0f);
+  std::uint32_t m = 0;
+  for (std::int64_t d = 0; d < dim; ++d) {
+    const std::uint32_t u = bits(row[d]) & 0x7FFFFFFFu;
+    m = u > m ? u : m;
+  }
+  if (m <= largest) return -1;
   for (std::int64_t d = 0; d < dim; ++d) {
     const float back = bf16 ? from_bf16(to_bf16(row[d])) : from_f16(to_f16(row[d]));
     if (!(back - back == 0.0f)) return d;  // inf or nan

@@ -1,6 +1,8 @@
 #pragma once
 // Contiguous range splits of [0, n) over std::threads, for the host loops outside the engines
 // (norms, normalisation, generation, float16 rounding, the oracle). Internal header.
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <exception>
@@ -8,6 +10,15 @@
 #include <vector>
 
 namespace shardtopk {
+
+/// The cores this process may run on: its CPU affinity (what a launcher's binding leaves it),
+/// else the hardware's cores; at least 1.
+inline int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 /// How many parts to split `work` items into: at most `threads` (≤ 0: the hardware's cores),
 /// each of at least `min_per_part` items (below that a thread costs more than it saves), ≥ 1.

@@ -12,7 +12,6 @@
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
-namespace {
 
 double row_norm(const float* x, std::int64_t dim) {
   // float64: (3.4e38)² · 1e7 ≈ 1e84, far from overflow. Four partial sums (element d goes to
@@ -25,6 +24,8 @@ double row_norm(const float* x, std::int64_t dim) {
   for (int j = 0; d < dim; ++d, ++j) s[j] += static_cast<double>(x[d]) * static_cast<double>(x[d]);
   return std::sqrt((s[0] + s[1]) + (s[2] + s[3]));
 }
+
+namespace {
 
 /// The largest |x_d| of x [dim] as its bit pattern with the sign cleared (an int32 ≥ 0: signed
 /// order = magnitude order; +inf and NaN above every finite value). 16 independent maxima (one

@@ -54,6 +54,10 @@ struct NormSummary {
   std::int64_t row = -1;
 };
 
+/// The float64 norm of x [dim] (four partial sums, element d in sum d mod 4, combined as
+/// (s0 + s1) + (s2 + s3)): the one norm every row bound is measured with.
+double row_norm(const float* x, std::int64_t dim);
+
 /// Float64 norms of rows [rows, dim] (raw values, before any cosine normalisation); rows are
 /// named first_row + i. Largest wins; equal norms: the smaller row. Split by rows over `threads`
 /// threads (the result does not depend on it).

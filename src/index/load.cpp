@@ -36,6 +36,30 @@ struct RowsSeen {
 /// Streams a ShardInput::streamed shard's rows into the just-built engine.
 using StreamRows = std::function<RowsSeen(Engine&)>;
 
+/// Rank 0 runs `open` (which opens the storage directory and may wait up to storage.lock_wait_s
+/// for its lock, calling the tick it is given about once a second) while the other ranks wait in
+/// broadcasts that each tick feeds: the wait may exceed comm.timeout_s. What `open` throws is
+/// rank 0's error (`ok`, `msg`), checked by the caller.
+void rank0_opens_storage(Communicator& comm, const std::function<void(const std::function<void()>&)>& open, bool* ok,
+                         std::string* msg) {
+  std::int64_t waiting = 1;
+  if (comm.rank() == 0) {
+    try {
+      open([&] {
+        if (comm.world_size() > 1) comm.broadcast(&waiting, sizeof waiting, 0);
+      });
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      *ok = false;
+      *msg = e.what();
+    }
+    waiting = 0;
+  }
+  do comm.broadcast(&waiting, sizeof waiting, 0);
+  while (waiting != 0);
+}
+
 /// A string from rank 0 to every rank.
 void broadcast_string(Communicator& comm, std::string* s) {
   std::uint64_t n = s->size();
@@ -155,19 +179,27 @@ std::unique_ptr<ShardedIndex::Impl> build_index_impl(const Config& cfg, Metric m
         spdlog::warn("storage '{}': removing superseded files: {}", cfg.storage.dir, e.what());
       }
     }
-    // Rank 0 opens the directory here when the caller did not (rows given in memory), and
-    // checks that its log was written against these rows before any record is replayed.
+    // Rank 0 opens the directory here when the caller did not (rows given in memory), checks
+    // that its log was written against these rows before any record is replayed, and records
+    // the capacity this start gives it (a restart without storage.capacity_rows keeps it).
+    std::int64_t capacity = shard.capacity, total_capacity = 0;
+    std::vector<std::int64_t> capacities(static_cast<std::size_t>(index->protocol.world_size()));
+    index->protocol.host().allgather(&capacity, capacities.data(), sizeof capacity);
+    for (std::int64_t c : capacities) total_capacity += c;
     bool base_ok = true;
     std::string base_msg;
-    if (index->protocol.rank() == 0) {
-      try {
-        if (!storage) storage = std::make_unique<Storage>(storage_options(cfg.storage, shard.dim, metric));
-        if (tie_base) storage->check_base(base);
-      } catch (const std::exception& e) {
-        base_ok = false;
-        base_msg = e.what();
-      }
-    }
+    rank0_opens_storage(
+        index->protocol.host(),
+        [&](const std::function<void()>& tick) {
+          if (!storage) {
+            StorageOptions so = storage_options(cfg.storage, shard.dim, metric);
+            so.on_lock_wait = tick;
+            storage = std::make_unique<Storage>(so);
+          }
+          if (tie_base) storage->check_base(base);
+          if (total_capacity > 0) storage->record_capacity(total_capacity);
+        },
+        &base_ok, &base_msg);
     index->protocol.host().check(base_ok, base_msg);
     index->enable_updates(std::move(storage), base_seq);
   }
@@ -190,14 +222,26 @@ Metric resolve_metric(const Config& cfg) {
 
 bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
 
-std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows) {
+std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows, int world, std::int64_t recorded_rows,
+                                int rank) {
   if (cfg.storage.dir.empty()) return shard_rows;
   if (cfg.storage.capacity_rows > 0) {
     SHARDTOPK_EXPECTS(cfg.storage.capacity_rows >= shard_rows, "storage.capacity_rows = ", cfg.storage.capacity_rows,
                       " is less than a rank's ", shard_rows, " rows: raise it, or add ranks");
     return cfg.storage.capacity_rows;
   }
+  if (recorded_rows > 0 && world >= 1) {  // the directory's capacity, split over this run's ranks as rows are
+    const std::int64_t share = shardtopk::shard_rows(recorded_rows, world, rank).size();
+    if (share >= shard_rows) return share;
+  }
   return shard_rows + std::max<std::int64_t>(1024, shard_rows / 4);
+}
+
+std::int64_t total_capacity_rows(const Config& cfg, std::int64_t total_rows, int world, std::int64_t recorded_rows) {
+  std::int64_t sum = 0;
+  for (int r = 0; r < world; ++r)
+    sum += rank_capacity_rows(cfg, shard_rows(total_rows, world, r).size(), world, recorded_rows, r);
+  return sum;
 }
 
 std::uint64_t load_peak_host_bytes(std::int64_t rows, std::int64_t dim, bool streamed, long long read_chunk_rows) {
@@ -263,7 +307,24 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
                                           IngestStats stats) {
   SHARDTOPK_EXPECTS(!shard.streamed, "build_index: a streamed shard is load_index's own (ShardInput::streamed)");
   ShardInput in = shard;
-  if (!cfg.storage.dir.empty() && in.capacity == 0) in.capacity = rank_capacity_rows(cfg, shard.rows);
+  if (!cfg.storage.dir.empty() && in.capacity == 0) {
+    // The directory's recorded capacity (read without opening it; build_index_impl opens it).
+    std::int64_t recorded = 0;
+    bool ok = true;
+    std::string msg;
+    if (host_comm->rank() == 0) {
+      try {
+        const std::optional<StorageManifest> m = read_storage_manifest(cfg.storage.dir);
+        recorded = m ? m->capacity_rows : 0;
+      } catch (const std::exception& e) {
+        ok = false;
+        msg = e.what();
+      }
+    }
+    host_comm->check(ok, msg);
+    host_comm->broadcast(&recorded, sizeof recorded, 0);
+    in.capacity = rank_capacity_rows(cfg, shard.rows, host_comm->world_size(), recorded, host_comm->rank());
+  }
   return std::make_unique<ShardedIndex>(build_index_impl(cfg, metric, total_rows, rows, in, std::move(host_comm), stats, {}));
 }
 
@@ -285,55 +346,59 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   std::future<void> snapshot_check;
   std::uint64_t base_seq = 0;
   std::int64_t base_normalized = 0;
+  std::int64_t recorded_capacity = 0;  // the directory's slots over all ranks (0: none recorded)
   std::string snapshot;
   if (!cfg.storage.dir.empty()) {
-    if (rank == 0) {
-      try {
-        validate(cfg);
-        const std::optional<StorageManifest> man = read_storage_manifest(cfg.storage.dir);
-        std::int64_t dim = 0;
-        Metric m = Metric::kInnerProduct;
-        if (man && !man->snapshot_path.empty()) {
-          dim = man->dim;
-          m = man->metric;
-          // The snapshot's rows were stored for its metric (cosine: normalised): another one
-          // would score them wrongly.
-          const Metric want = resolve_metric(cfg);
-          SHARDTOPK_EXPECTS(want == m, "storage '", cfg.storage.dir, "' holds a snapshot written for metric ",
-                            to_string(m), ", configured metric is ", to_string(want));
-        } else {
-          m = resolve_metric(cfg);
-          const DatasetInfo di = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
-          SHARDTOPK_EXPECTS(di.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", di.name,
-                            "' must be 2-D [rows, dim]");
-          dim = di.dims[1];
-        }
-        StorageOptions so = storage_options(cfg.storage, dim, m);
-        if (!man || man->snapshot_path.empty()) so.base_corpus = cfg.corpus.path;
-        so.defer_cleanup = true;  // superseded files stay until the snapshot is verified
-        storage = std::make_unique<Storage>(so);
-        snapshot = storage->snapshot_path();
-        base_seq = storage->snapshot_seq();
-        if (!snapshot.empty()) {
-          const SnapshotInfo si = inspect_snapshot(snapshot);
-          snapshot_check = std::async(std::launch::async, [s = storage.get()] { s->verify_snapshot(); });
-          base_normalized = si.normalized ? 1 : 0;
-          for (const std::string& a : cfg.corpus.attributes) {
-            bool found = false;
-            for (const auto& [name, type] : si.attributes) found = found || name == attribute_name(a);
-            SHARDTOPK_EXPECTS(found, "snapshot '", snapshot, "' has no attribute '", attribute_name(a),
-                              "' (corpus.attributes names it)");
+    // While another process holds the directory's lock (the orphaned ranks of a killed job, for
+    // a few seconds), rank 0 waits up to storage.lock_wait_s and the other ranks with it.
+    rank0_opens_storage(
+        *host_comm,
+        [&](const std::function<void()>& tick) {
+          validate(cfg);
+          const std::optional<StorageManifest> man = read_storage_manifest(cfg.storage.dir);
+          std::int64_t dim = 0;
+          Metric m = Metric::kInnerProduct;
+          if (man && !man->snapshot_path.empty()) {
+            dim = man->dim;
+            m = man->metric;
+            // The snapshot's rows were stored for its metric (cosine: normalised): another one
+            // would score them wrongly.
+            const Metric want = resolve_metric(cfg);
+            SHARDTOPK_EXPECTS(want == m, "storage '", cfg.storage.dir, "' holds a snapshot written for metric ",
+                              to_string(m), ", configured metric is ", to_string(want));
+          } else {
+            m = resolve_metric(cfg);
+            const DatasetInfo di = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+            SHARDTOPK_EXPECTS(di.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", di.name,
+                              "' must be 2-D [rows, dim]");
+            dim = di.dims[1];
           }
-          spdlog::info("storage '{}': loading snapshot {} (seq {}, {} rows) instead of corpus.path", cfg.storage.dir,
-                       snapshot, base_seq, si.rows);
-        }
-      } catch (const std::exception& e) {
-        ok = false;
-        msg = e.what();
-      }
-    }
+          StorageOptions so = storage_options(cfg.storage, dim, m);
+          if (!man || man->snapshot_path.empty()) so.base_corpus = cfg.corpus.path;
+          so.defer_cleanup = true;  // superseded files stay until the snapshot is verified
+          so.on_lock_wait = tick;
+          storage = std::make_unique<Storage>(so);
+          recorded_capacity = storage->recorded_capacity();
+          snapshot = storage->snapshot_path();
+          base_seq = storage->snapshot_seq();
+          if (!snapshot.empty()) {
+            const SnapshotInfo si = inspect_snapshot(snapshot);
+            snapshot_check = std::async(std::launch::async, [s = storage.get()] { s->verify_snapshot(); });
+            base_normalized = si.normalized ? 1 : 0;
+            for (const std::string& a : cfg.corpus.attributes) {
+              bool found = false;
+              for (const auto& [name, type] : si.attributes) found = found || name == attribute_name(a);
+              SHARDTOPK_EXPECTS(found, "snapshot '", snapshot, "' has no attribute '", attribute_name(a),
+                                "' (corpus.attributes names it)");
+            }
+            spdlog::info("storage '{}': loading snapshot {} (seq {}, {} rows) instead of corpus.path", cfg.storage.dir,
+                         snapshot, base_seq, si.rows);
+          }
+        },
+        &ok, &msg);
     host_comm->check(ok, msg);
     broadcast_string(*host_comm, &snapshot);
+    host_comm->broadcast(&recorded_capacity, sizeof recorded_capacity, 0);
     host_comm->broadcast(&base_seq, sizeof base_seq, 0);
     host_comm->broadcast(&base_normalized, sizeof base_normalized, 0);
     if (!snapshot.empty()) {
@@ -378,8 +443,9 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     streamed = streams_shard(backend == EngineBackend::kCuda, metric);
     // The engine's and the index's start-up bytes against this machine, before any row is read
     // (`plan` shows them).
-    check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size()), stats.dim, cfg.engine.dtype, cfg.search,
-                      world, resolve_threads(cfg, host_comm->local_size()), host_comm->local_rank());
+    check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size(), world, recorded_capacity, rank), stats.dim,
+                      cfg.engine.dtype, cfg.search, world, resolve_threads(cfg, host_comm->local_size()),
+                      host_comm->local_rank());
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();
@@ -398,8 +464,10 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         if (seconds_since(last_log) > 1.0 || (done == total && seconds_since(tr) > 1.0)) {
           last_log = Clock::now();
           const double sec = seconds_since(tr);
-          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} MB/s", done, total, 100.0 * done / total,
-                       sec, done * row_bytes / std::max(sec, 1e-9) / 1e6);
+          const double rate = done / std::max(sec, 1e-9);
+          spdlog::info("reading shard: {}/{} rows ({:.0f}%), {:.1f} s, {:.0f} rows/s, {:.0f} MB/s, ETA {:.0f} s", done,
+                       total, 100.0 * done / total, sec, rate, rate * row_bytes / 1e6,
+                       done > 0 ? (total - done) / rate : 0.0);
         }
       };
     }
@@ -490,7 +558,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
   in.streamed = streamed;
   in.attributes = &attributes;
-  in.capacity = rank_capacity_rows(cfg, nrows);
+  in.capacity = rank_capacity_rows(cfg, nrows, world, recorded_capacity, rank);
   auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows,
                                 std::move(storage), base_seq, &snapshot_check);
   double mine = seconds_since(t0);

@@ -23,7 +23,6 @@ namespace shardtopk {
 namespace {
 
 constexpr std::size_t kBroadcastChunk = 256u << 20;       // bytes per MPI broadcast
-constexpr std::size_t kReplayStepBytes = 64u << 20;        // planned bytes per replay step
 
 std::string schema_names(const AttributeSchema& schema) {
   if (schema.empty()) return "none";
@@ -33,12 +32,6 @@ std::string schema_names(const AttributeSchema& schema) {
 }
 
 [[noreturn]] void invalid(const std::string& what) { throw WriteError(WriteError::Kind::kInvalid, what); }
-
-double row_norm64(const float* x, std::int64_t dim) {
-  double s = 0.0;
-  for (std::int64_t d = 0; d < dim; ++d) s += static_cast<double>(x[d]) * static_cast<double>(x[d]);
-  return std::sqrt(s);
-}
 
 void check_distinct(const std::int64_t* ids, std::int64_t n) {
   std::vector<std::int64_t> sorted(ids, ids + n);
@@ -205,32 +198,6 @@ void UpdateCoordinator::enable_updates(std::unique_ptr<Storage> storage, std::ui
                  upd_->dir->live_rows(), upd_->capacity_total, world);
 }
 
-void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
-  Updates& u = *upd_;
-  u.storage->replay(base_seq, [&](const WalRecord& rec) {
-    try {
-      if (rec.type == WalRecordType::kUpsert) {
-        UpsertRows rows;
-        rows.rows = rec.rows;
-        rows.ids = rec.ids;
-        rows.vectors = rec.vectors;
-        rows.attributes = rec.attributes;
-        plan_and_submit_upsert(rows, /*replay=*/true, rec.seq);
-      } else {
-        plan_and_submit_remove(rec.ids, rec.rows, /*replay=*/true, rec.seq);
-      }
-    } catch (const Error& e) {
-      throw Error(detail::concat("storage '", u.storage->options().dir, "': log record seq ", rec.seq,
-                                 " cannot be applied to this index: ", e.what()));
-    }
-    if (u.pending_bytes >= kReplayStepBytes) broadcast_and_apply(&u.pending);
-  });
-  if (!u.pending.empty()) broadcast_and_apply(&u.pending);
-  // Records that planned nothing (deletes of ids no longer live) are applied all the same.
-  u.applied_seq = std::max(u.applied_seq.load(), u.storage->last_seq());
-  u.submitted_seq = u.applied_seq;
-}
-
 // ------------------------------------------------------------------------------ planning (rank 0)
 
 WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq) {
@@ -265,19 +232,24 @@ WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bo
   // Values: finite, representable in the engine's storage type, norms admissible.
   const Dtype dt = engine_->info().dtype;
   NormSummary norms;
+  std::vector<double> row_norms(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     if (rows.ids[i] == kPadId) invalid(detail::concat("id ", kPadId, " is reserved"));
     const float* x = rows.vectors + i * dim;
-    for (std::int64_t d = 0; d < dim; ++d)
-      if (!std::isfinite(x[d]))
-        invalid(detail::concat("row id ", rows.ids[i], " has a non-finite value (", x[d], ") at column ", d));
+    // The float64 sum of squares is finite exactly when every value is (squares cannot cancel,
+    // and finite floats cannot overflow it): one pass checks both.
+    const double norm = row_norm(x, dim);
+    if (!std::isfinite(norm))
+      for (std::int64_t d = 0; d < dim; ++d)
+        if (!std::isfinite(x[d]))
+          invalid(detail::concat("row id ", rows.ids[i], " has a non-finite value (", x[d], ") at column ", d));
     if (dt != Dtype::kFloat32 && metric_ != Metric::kCosine) {
       const std::int64_t d = half::first_overflow(x, dim, dt == Dtype::kBFloat16);
       if (d >= 0)
         invalid(detail::concat("row id ", rows.ids[i], " value ", x[d], " at column ", d, " overflows ", to_string(dt),
                                " (engine.dtype)"));
     }
-    const double norm = row_norm64(x, dim);
+    row_norms[static_cast<std::size_t>(i)] = norm;
     if (metric_ == Metric::kCosine && !(norm > 0.0))
       invalid(detail::concat("row id ", rows.ids[i], " has zero norm and cannot be scored by cosine similarity"));
     if (norms.row < 0 || norm > norms.max_norm) norms = NormSummary{norm, rows.ids[i]};
@@ -318,6 +290,7 @@ WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bo
   }
   op.max_norm = norms.max_norm;
   op.max_norm_id = norms.row;
+  op.norms = std::move(row_norms);
   u.pending_bytes += op.encoded_bytes(dim);
   u.pending.push_back(std::move(op));
   u.submitted_seq = seq;
@@ -379,115 +352,6 @@ void UpdateCoordinator::apply_writes() {
     throw;
   }
   broadcast_and_apply(&u.pending);
-}
-
-void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops) {
-  std::vector<std::uint8_t> bytes = encode_write_ops(*ops, stats_.dim);
-  const std::uint64_t last = ops->empty() ? 0 : ops->back().seq;
-  ops->clear();
-  upd_->pending_bytes = 0;
-  StepHeader h;
-  h.op = static_cast<std::int32_t>(IndexOp::kWrite);
-  host_comm_->broadcast(&h, sizeof h, 0);
-  broadcast_bytes(*host_comm_, bytes, 0);
-  apply_ops(bytes.data(), bytes.size());
-  if (last > 0) upd_->applied_seq = last;
-  upd_->live_rows = upd_->dir->live_rows();
-  upd_->tombstones = upd_->dir->tombstones();
-  publish_norm_bound();
-}
-
-// The bound the writes left (apply_ops) is the one the next batches are admitted against.
-void UpdateCoordinator::publish_norm_bound() {
-  if (admission_) admission_->set_norm_bound(stats_.max_row_norm, stats_.max_row_norm_row);
-}
-
-// Every rank: its part of each op (kills, then rows), then a status check. A rank that fails
-// here holds a state the others do not: the job ends (CommError), and a restart replays the log.
-void UpdateCoordinator::apply_ops(const std::uint8_t* data, std::size_t size) {
-  Updates& u = *upd_;
-  bool ok = true;
-  std::string msg;
-  std::uint64_t last = 0;
-  double max_norm = stats_.max_row_norm;
-  std::int64_t max_norm_id = stats_.max_row_norm_row;
-  // The admission bound is the largest live row's norm: once the row that holds it dies, every
-  // rank measures its live rows again (rare: only that row's death costs a pass).
-  const bool ranged = metric_ != Metric::kCosine;
-  std::uint8_t holder_died = 0;
-  try {
-    const std::vector<WriteOp> ops = decode_write_ops(data, size, stats_.dim, static_cast<int>(schema_.size()));
-    const auto& gids = engine_->attribute_table().global_ids();
-    const std::int64_t dim = stats_.dim;
-    std::vector<std::int64_t> slots, ids;
-    std::vector<float> vectors;
-    std::vector<std::vector<std::uint64_t>> cols(schema_.size());
-    std::vector<const void*> colp(schema_.size());
-    for (const WriteOp& op : ops) {
-      slots.clear();
-      for (const SlotRef& k : op.kills)
-        if (k.rank == rank()) {
-          slots.push_back(k.slot);
-          if (ranged && gids[static_cast<std::size_t>(k.slot)] == max_norm_id) holder_died = 1;
-        }
-      engine_->set_live(slots.data(), static_cast<std::int64_t>(slots.size()), false);
-      for (auto s : slots) u.live[static_cast<std::size_t>(s)] = 0;
-      slots.clear();
-      ids.clear();
-      vectors.clear();
-      for (auto& c : cols) c.clear();
-      for (std::int64_t i = 0; i < op.rows(); ++i) {
-        if (op.places[static_cast<std::size_t>(i)].rank != rank()) continue;
-        slots.push_back(op.places[static_cast<std::size_t>(i)].slot);
-        ids.push_back(op.ids[static_cast<std::size_t>(i)]);
-        vectors.insert(vectors.end(), op.vectors.begin() + i * dim, op.vectors.begin() + (i + 1) * dim);
-        for (std::size_t c = 0; c < cols.size(); ++c) cols[c].push_back(op.columns[c][static_cast<std::size_t>(i)]);
-      }
-      if (!slots.empty()) {
-        const std::int64_t m = static_cast<std::int64_t>(slots.size());
-        if (metric_ == Metric::kCosine) normalize_rows(vectors.data(), m, dim, 0, "upserted row");
-        for (std::size_t c = 0; c < cols.size(); ++c) colp[c] = cols[c].data();
-        SlotRows w;
-        w.n = m;
-        w.slots = slots.data();
-        w.ids = ids.data();
-        w.vectors = vectors.data();
-        w.attributes = colp.empty() ? nullptr : colp.data();
-        engine_->write_rows(w);
-        engine_->set_live(slots.data(), m, true);
-        for (auto s : slots) u.live[static_cast<std::size_t>(s)] = 1;
-      }
-      if (op.rows() > 0 && op.max_norm > max_norm) {
-        max_norm = op.max_norm;
-        max_norm_id = op.max_norm_id;
-      }
-      last = op.seq;
-    }
-  } catch (const std::exception& e) {
-    ok = false;
-    msg = e.what();
-    spdlog::error("rank {}: applying logged writes failed: {}", rank(), msg);
-  }
-  try {
-    host_comm_->check(ok, msg);
-  } catch (const RemoteError& e) {
-    throw CommError(std::string("applying logged writes failed (the ranks' rows now differ; a restart replays the "
-                                "log): ") + e.what());
-  }
-  if (last > 0) u.applied_seq = last;
-  stats_.max_row_norm = max_norm;
-  stats_.max_row_norm_row = max_norm_id;
-  if (!ranged) return;
-  std::vector<std::uint8_t> died(static_cast<std::size_t>(world_size()));
-  host_comm_->allgather(&holder_died, died.data(), 1);
-  if (std::find(died.begin(), died.end(), 1) == died.end()) return;
-  if (const std::optional<NormSummary> live = live_row_norms(*engine_, *host_comm_, u.live, stats_.dim)) {
-    if (rank() == 0)
-      spdlog::debug("score range: the largest row norm {:.6g} (id {}) left; now {:.6g} (id {})", max_norm,
-                    max_norm_id, live->max_norm, live->row);
-    stats_.max_row_norm = live->max_norm;
-    stats_.max_row_norm_row = live->row;
-  }
 }
 
 // ------------------------------------------------------------------------------ the collective calls
@@ -573,7 +437,7 @@ bool UpdateCoordinator::follow_step(const StepHeader& h, bool lock_step) {
       SHARDTOPK_ASSERT(upd_, "write step on a read-only index");
       std::vector<std::uint8_t> bytes;
       broadcast_bytes(*host_comm_, bytes, 0);
-      apply_ops(bytes.data(), bytes.size());  // CommError on failure: the job ends
+      receive_and_apply(bytes);  // CommError on failure: the job ends
       return true;
     }
     case IndexOp::kSnapshot:

@@ -87,8 +87,13 @@ class UpdateCoordinator final : public UpdateSteps {
   void reject_write(const std::string& why);
   WriteResult plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq);
   WriteResult plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay, std::uint64_t seq);
+  // update_apply.cpp: a group of ops merged, broadcast and applied as one; the replay.
   void broadcast_and_apply(std::vector<WriteOp>* ops);
-  void apply_ops(const std::uint8_t* bytes, std::size_t size);
+  /// Followers: a kWrite step's bytes, decoded and applied.
+  void receive_and_apply(const std::vector<std::uint8_t>& bytes);
+  /// Every rank: this rank's part of each op, then a status check (CommError when any rank
+  /// failed). `failed`: this rank's error before it could apply anything ("" none).
+  void apply_ops(const std::vector<WriteOp>& ops, const std::string& failed = "");
   void publish_norm_bound();
   std::vector<std::int64_t> resolve_filter(const FilterProgram* filter);
   SnapshotResult write_snapshot();

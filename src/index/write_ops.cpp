@@ -3,8 +3,12 @@
 // column's [rows] 8-byte values, and the largest norm with its id.
 #include "index/write_ops.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "index/admission.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
@@ -70,6 +74,69 @@ std::size_t WriteOp::encoded_bytes(std::int64_t dim) const {
   const std::size_t r = ids.size();
   return 8 * 3 + 16 * (kills.size() + r) + 8 * r + (4 * r * static_cast<std::size_t>(dim) + 7) / 8 * 8 +
          8 * r * columns.size() + 16;
+}
+
+WriteOp merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t columns) {
+  if (ops.size() == 1 && std::is_sorted(ops[0].places.begin(), ops[0].places.end(),
+                                        [](const SlotRef& a, const SlotRef& b) { return a.rank < b.rank; }))
+    return std::move(ops.front());
+  auto key = [](const SlotRef& s) { return (static_cast<std::uint64_t>(s.rank) << 48) | static_cast<std::uint64_t>(s.slot); };
+  // Slot -> (op, row) of the last row written to it and not killed since.
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> last;
+  std::unordered_set<std::uint64_t> killed;
+  WriteOp out;
+  for (std::uint32_t o = 0; o < ops.size(); ++o) {
+    const WriteOp& op = ops[o];
+    for (const SlotRef& k : op.kills) {
+      if (killed.insert(key(k)).second) out.kills.push_back(k);
+      last.erase(key(k));
+    }
+    for (std::uint32_t i = 0; i < op.places.size(); ++i) last[key(op.places[i])] = {o, i};
+  }
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> rows;  // (op, row)
+  rows.reserve(last.size());
+  for (const auto& kv : last) rows.push_back(kv.second);
+  std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
+    const std::int32_t ra = ops[a.first].places[a.second].rank, rb = ops[b.first].places[b.second].rank;
+    return ra != rb ? ra < rb : a < b;
+  });
+  const std::size_t n = rows.size(), d = static_cast<std::size_t>(dim);
+  out.seq = ops.back().seq;
+  out.places.resize(n);
+  out.ids.resize(n);
+  out.vectors.resize(n * d);
+  out.columns.assign(columns, std::vector<std::uint64_t>(n));
+  out.max_norm = 0.0;
+  out.max_norm_id = -1;
+  for (std::size_t j = 0; j < n; ++j) {
+    const WriteOp& op = ops[rows[j].first];
+    const std::size_t i = rows[j].second;
+    out.places[j] = op.places[i];
+    out.ids[j] = op.ids[i];
+    std::memcpy(out.vectors.data() + j * d, op.vectors.data() + i * d, d * sizeof(float));
+    for (std::size_t c = 0; c < columns; ++c) out.columns[c][j] = op.columns[c][i];
+  }
+  // The bound is the largest norm among the rows kept (a row killed in the group never counts):
+  // an op's own largest when its row is kept, else the largest of its rows that are.
+  std::vector<std::uint8_t> max_kept(ops.size(), 0);
+  for (const auto& [o, i] : rows) max_kept[o] |= ops[o].ids[i] == ops[o].max_norm_id ? 1 : 0;
+  auto consider = [&](double norm, std::int64_t id) {
+    if (out.max_norm_id < 0 || norm > out.max_norm) {
+      out.max_norm = norm;
+      out.max_norm_id = id;
+    }
+  };
+  for (const auto& [o, i] : rows) {
+    const WriteOp& op = ops[o];
+    if (max_kept[o]) {
+      if (op.ids[i] == op.max_norm_id) consider(op.max_norm, op.max_norm_id);
+    } else {
+      consider(op.norms.size() == op.ids.size() ? op.norms[i]
+                                                : shard_norms(op.vectors.data() + i * d, 1, dim, 0, 1).max_norm,
+               op.ids[i]);
+    }
+  }
+  return out;
 }
 
 std::vector<std::uint8_t> encode_write_ops(const std::vector<WriteOp>& ops, std::int64_t dim) {

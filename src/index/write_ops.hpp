@@ -3,6 +3,7 @@
 // in which rank 0 broadcasts a group of them to every rank. Internal header.
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "index/row_directory.hpp"
@@ -19,11 +20,21 @@ struct WriteOp {
   std::vector<std::vector<std::uint64_t>> columns;  ///< [attribute columns][rows], schema order, value bits
   double max_norm = 0.0;            ///< the largest float64 norm of the rows (admission bound)
   std::int64_t max_norm_id = -1;    ///< and its id
+  /// Rank 0's planning: each row's float64 norm ([rows], or empty: unknown). Not broadcast.
+  std::vector<double> norms;
 
   std::int64_t rows() const { return static_cast<std::int64_t>(ids.size()); }
   /// Bytes encode_write_ops() gives this op.
   std::size_t encoded_bytes(std::int64_t dim) const;
 };
+
+/// One op with the effect of applying `ops` in order (kills first, then rows, op by op): the
+/// union of their kills, and for each slot written the last row written to it unless a later op
+/// killed it; rows are grouped by rank (in op order within a rank), so that each rank's rows are
+/// contiguous; seq is the last op's; the norm is the largest of the rows kept. A group of
+/// logged writes is applied as one (one engine write and one mask update per rank).
+/// @param columns the attribute columns of every op.
+WriteOp merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t columns);
 
 /// The ops in order, as one buffer (little-endian, 8-byte words). `dim` and the number of
 /// columns are the index's and not encoded.

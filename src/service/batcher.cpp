@@ -1,6 +1,7 @@
 #include "service/batcher.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/log.hpp"
 #include "service/metrics.hpp"
@@ -38,7 +39,7 @@ void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
     const int status = fail_status_;
     const std::string msg = fail_message_;
     l.unlock();
-    cv_.notify_all();
+    wake();
     answer(*job, status, msg);
     return;
   }
@@ -46,7 +47,7 @@ void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
   q_.push_back(std::move(job));
   if (metrics_) metrics_->queue_depth.store(static_cast<int>(q_.size()));
   l.unlock();
-  cv_.notify_all();
+  wake();
 }
 
 void Batcher::receiving_begin() {
@@ -59,7 +60,7 @@ void Batcher::receiving_end() {
     std::lock_guard<std::mutex> l(m_);
     --receiving_;
   }
-  cv_.notify_all();  // the oldest queued request may stop waiting for company
+  wake();  // the oldest queued request may stop waiting for company
 }
 
 int Batcher::queued() const {
@@ -77,27 +78,29 @@ void Batcher::close() {
     std::lock_guard<std::mutex> l(m_);
     closed_ = true;
   }
-  cv_.notify_all();
+  wake();
 }
 
 bool Batcher::dispatchable(Clock::time_point now) const {
   const Job& head = *q_.front();
-  if (head.kind != Job::Kind::kSearch || closed_ || receiving_ == 0 || now >= head.queued + opts_.window)
-    return true;
+  const SearchJob* s = head.search();
+  if (!s || closed_ || receiving_ == 0 || now >= head.queued + opts_.window) return true;
   int rows = 0;
-  for (const auto& j : q_)
-    if (j->kind == Job::Kind::kSearch && j->k == head.k && (rows += j->nq) >= opts_.batch_max) return true;
+  for (const auto& j : q_) {
+    const SearchJob* o = j->search();
+    if (o && o->k == s->k && (rows += o->nq) >= opts_.batch_max) return true;
+  }
   return false;
 }
 
 std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   std::vector<std::shared_ptr<Job>> batch;
-  if (q_.front()->kind == Job::Kind::kCounters) {
+  if (std::holds_alternative<CountersJob>(q_.front()->work)) {
     batch.push_back(q_.front());
     q_.pop_front();
-  } else if (q_.front()->kind == Job::Kind::kWrite) {  // every queued write: one group commit
+  } else if (std::holds_alternative<WriteJob>(q_.front()->work)) {  // every queued write: one group commit
     for (auto it = q_.begin(); it != q_.end();) {
-      if ((*it)->kind == Job::Kind::kWrite) {
+      if (std::holds_alternative<WriteJob>((*it)->work)) {
         batch.push_back(*it);
         it = q_.erase(it);
       } else {
@@ -110,7 +113,8 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
     // filter, max_filters >= 1).
     composer_.clear();
     for (auto it = q_.begin(); it != q_.end();) {
-      if ((*it)->kind == Job::Kind::kSearch && composer_.add((*it)->admitted)) {
+      const SearchJob* s = (*it)->search();
+      if (s && composer_.add(s->admitted)) {
         batch.push_back(*it);
         it = q_.erase(it);
       } else {
@@ -122,11 +126,17 @@ std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   return batch;
 }
 
+void Batcher::wake() {
+  changes_.fetch_add(1, std::memory_order_release);
+  cv_.notify_all();
+}
+
 void Batcher::run() {
   for (;;) {
     std::vector<std::shared_ptr<Job>> batch;
     {
       std::unique_lock<std::mutex> l(m_);
+      bool polled = false;
       for (;;) {
         if (!q_.empty()) {
           if (dispatchable(Clock::now())) break;
@@ -134,14 +144,27 @@ void Batcher::run() {
           continue;
         }
         if (closed_) return;
+        if (!polled && opts_.poll.count() > 0) {
+          // Poll a while before sleeping: a request that arrives soon (a client's next one,
+          // sent once this answer reached it) is taken without waking a sleeping thread.
+          polled = true;
+          const std::uint64_t seen = changes_.load(std::memory_order_acquire);
+          l.unlock();
+          const auto until = Clock::now() + opts_.poll;
+          while (changes_.load(std::memory_order_acquire) == seen && Clock::now() < until) std::this_thread::yield();
+          l.lock();
+          continue;
+        }
         cv_.wait(l);
       }
       batch = take_batch();
       running_ = batch;
     }
-    if (batch.front()->kind == Job::Kind::kCounters) run_counters(batch.front());
-    else if (batch.front()->kind == Job::Kind::kWrite) run_writes(batch);
-    else run_batch(batch);  // a RankLost leaves the batch in running_ for fail_all
+    // A batch holds one kind of job (take_batch); a RankLost leaves it in running_ for fail_all.
+    std::visit(Overloaded{[&](const SearchJob&) { run_searches(batch); },
+                          [&](const CountersJob&) { run_counters(batch.front()); },
+                          [&](const WriteJob&) { run_writes(batch); }},
+               batch.front()->work);
     std::lock_guard<std::mutex> l(m_);
     running_.clear();
   }
@@ -165,7 +188,7 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
     return;
   }
   if (!job->claim()) return;
-  job->counters = std::move(c);
+  std::get<CountersJob>(job->work).counters = std::move(c);
   job->status = 200;
   if (job->on_done) job->on_done();
 }
@@ -173,7 +196,7 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
 void Batcher::run_writes(const std::vector<std::shared_ptr<Job>>& jobs) {
   for (const auto& j : jobs) {
     try {
-      j->write(*j);
+      std::get<WriteJob>(j->work).run(*j);
     } catch (const RankLost&) {
       throw;  // the group stays unanswered in running_: the caller answers it with fail_all
     } catch (const std::exception& e) {
@@ -199,9 +222,10 @@ void Batcher::run_writes(const std::vector<std::shared_ptr<Job>>& jobs) {
   if (opts_.after_writes) opts_.after_writes();  // RankLost: every job above is answered already
 }
 
-void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
-  const int k = batch.front()->k;
+void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
+  const int k = batch.front()->search()->k;
   const int total = composer_.size();
+  const auto search_start = Clock::now();
   try {
     backend_.search(composer_.batch(), ids_.data(), scores_.data(), counts_.data());
   } catch (const RankLost&) {
@@ -219,8 +243,8 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
     }
     for (const auto& j : batch) {
       composer_.clear();
-      composer_.add(j->admitted);
-      run_batch({j});
+      composer_.add(j->search()->admitted);
+      run_searches({j});
     }
     return;
   } catch (const std::exception& e) {
@@ -228,16 +252,20 @@ void Batcher::run_batch(const std::vector<std::shared_ptr<Job>>& batch) {
     for (const auto& j : batch) answer(*j, 500, std::string("internal error: ") + e.what());
     return;
   }
+  const auto search_end = Clock::now();
   if (metrics_) metrics_->batch_done(total);
   int row = 0;
   for (const auto& j : batch) {
-    const size_t off = static_cast<size_t>(row) * k, n = static_cast<size_t>(j->nq) * k;
-    row += j->nq;
+    SearchJob& s = *j->search();
+    const size_t off = static_cast<size_t>(row) * k, n = static_cast<size_t>(s.nq) * k;
+    row += s.nq;
     if (!j->claim()) continue;  // already answered by a failure
-    j->ids.assign(ids_.begin() + off, ids_.begin() + off + n);
-    j->scores.assign(scores_.begin() + off, scores_.begin() + off + n);
-    j->counts.assign(counts_.begin() + (row - j->nq), counts_.begin() + row);
-    j->batch_size = total;
+    s.ids.assign(ids_.begin() + off, ids_.begin() + off + n);
+    s.scores.assign(scores_.begin() + off, scores_.begin() + off + n);
+    s.counts.assign(counts_.begin() + (row - s.nq), counts_.begin() + row);
+    s.batch_size = total;
+    s.search_start = search_start;
+    s.search_end = search_end;
     j->status = 200;
     if (j->on_done) j->on_done();
   }
@@ -251,7 +279,7 @@ void Batcher::fail_queued(int status, const std::string& message) {
     q_.clear();
     if (metrics_) metrics_->queue_depth.store(0);
   }
-  cv_.notify_all();
+  wake();
   for (const auto& j : jobs) answer(*j, status, message);
 }
 
@@ -269,7 +297,7 @@ void Batcher::fail_all(int status, const std::string& message) {
     q_.clear();
     if (metrics_) metrics_->queue_depth.store(0);
   }
-  cv_.notify_all();
+  wake();
   for (const auto& j : jobs) answer(*j, status, message);
 }
 

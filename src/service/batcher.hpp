@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "service/search_backend.hpp"
@@ -28,35 +29,52 @@
 namespace shardtopk::service {
 
 class Metrics;
+struct Job;
 
-/// One unit of work for the index thread: a search request, a request for every rank's
-/// counters (/metrics), or a write (upsert, delete, snapshot). The front end fills the request part and `on_done`; the answer part is
-/// written by whoever claims the job, then `on_done` runs (on that thread).
-struct Job {
-  enum class Kind { kSearch, kCounters, kWrite };
-  Kind kind = Kind::kSearch;
-  int nq = 0;                  ///< queries (kSearch)
+/// A search request: its queries and k, and once searched, its answer.
+struct SearchJob {
+  int nq = 0;                  ///< queries
   int k = 0;
   std::vector<float> queries;  ///< [nq, dim], float32
   /// The request's filter, for every one of its queries (nullptr: none, or one passing every row).
   std::shared_ptr<const FilterProgram> filter;
-  /// kSearch: `queries` and `filter` as admitted (SearchBackend::admit), pointing at them.
+  /// `queries` and `filter` as admitted (SearchBackend::admit), pointing at them.
   SearchBatch admitted;
+
+  // ---- the answer (status 200)
+  std::vector<std::int64_t> ids;     ///< [nq, k] best first; past counts[q], padding (kPadId)
+  std::vector<float> scores;         ///< [nq, k]
+  std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
+  int batch_size = 0;                ///< queries in the batch it rode in
+  /// When the index thread started and ended its batch's search (stage timings).
+  std::chrono::steady_clock::time_point search_start, search_end;
+};
+
+/// A request for every rank's counters (/metrics): a collective, so it runs on the index thread.
+struct CountersJob {
+  std::vector<RankCounters> counters;  ///< [ranks], the answer (status 200)
+};
+
+/// A write (upsert, delete, snapshot). Writes queued together run one after the other, then
+/// Options::commit_writes once, then all are answered.
+struct WriteJob {
+  /// Runs on the index thread; sets the job's status and `body` (or its error).
+  std::function<void(Job&)> run;
+  std::string body;  ///< the answer (JSON)
+  std::int64_t rows = -1;  ///< rows upserted, deleted or in the snapshot (status 200), for the audit log
+  std::int64_t seq = -1;   ///< the write's log sequence number (status 200)
+};
+
+/// One unit of work for the index thread: one of the three kinds of request, with what every
+/// kind has (its answer's status or error, and who is told once it is answered). The front end
+/// fills the request and `on_done`; whoever claims the job writes the answer, then calls
+/// `on_done` (on that thread).
+struct Job {
+  std::variant<SearchJob, CountersJob, WriteJob> work;
   std::chrono::steady_clock::time_point queued;
 
-  // ---- the answer
-  int status = 0;              ///< HTTP status: 200, or 400 / 500 / 503 with `error`
+  int status = 0;  ///< HTTP status: 200, or 400 / 500 / 503 ... with `error`
   std::string error;
-  std::vector<std::int64_t> ids;  ///< [nq, k] best first; past counts[q], padding (kPadId)
-  std::vector<float> scores;      ///< [nq, k]
-  std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
-  int batch_size = 0;             ///< queries in the batch it rode in
-  std::vector<RankCounters> counters;  ///< kCounters
-
-  /// kWrite: run on the index thread; sets status and body (or error). Writes queued together
-  /// run one after the other, then Options::commit_writes once, then all are answered.
-  std::function<void(Job&)> write;
-  std::string body;  ///< kWrite: the answer (JSON)
 
   /// Called once, after the answer is written, from the thread that answered (the index thread,
   /// or the thread that failed the job). Must not block.
@@ -65,9 +83,20 @@ struct Job {
   /// True for the first caller only: that caller writes the answer and calls on_done.
   bool claim() { return !claimed_.exchange(true); }
 
+  SearchJob* search() { return std::get_if<SearchJob>(&work); }
+  const SearchJob* search() const { return std::get_if<SearchJob>(&work); }
+
  private:
   std::atomic<bool> claimed_{false};
 };
+
+/// One callable per kind of job, for std::visit over Job::work.
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 class Batcher {
  public:
@@ -81,6 +110,9 @@ class Batcher {
     std::function<void()> commit_writes;
     /// After a group of write jobs has been answered (WriteBackend::after_commit).
     std::function<void()> after_writes;
+    /// How long the index thread polls for work before it sleeps, once the queue is empty
+    /// (service.poll_us; 0: it sleeps at once).
+    std::chrono::microseconds poll{0};
   };
 
   /// `metrics` may be null. The backend must outlive the batcher.
@@ -119,10 +151,11 @@ class Batcher {
   bool dispatchable(std::chrono::steady_clock::time_point now) const;  // m_ held, q_ not empty
   std::vector<std::shared_ptr<Job>> take_batch();                       // m_ held
   /// Searches `batch`, whose requests composer_ holds.
-  void run_batch(const std::vector<std::shared_ptr<Job>>& batch);
+  void run_searches(const std::vector<std::shared_ptr<Job>>& batch);
   void run_counters(const std::shared_ptr<Job>& job);
   void run_writes(const std::vector<std::shared_ptr<Job>>& jobs);
   static void answer(Job& j, int status, const std::string& error);
+  void wake();  // after a change of what run() waits for (m_ released or held)
 
   SearchBackend& backend_;
   const Options opts_;
@@ -130,6 +163,7 @@ class Batcher {
 
   mutable std::mutex m_;
   std::condition_variable cv_;
+  std::atomic<std::uint64_t> changes_{0};  // counts wake(): what a polling run() watches
   std::deque<std::shared_ptr<Job>> q_;
   std::vector<std::shared_ptr<Job>> running_;  // the batch being searched
   int receiving_ = 0;
@@ -139,7 +173,7 @@ class Batcher {
   std::string fail_message_;
 
   // index thread only
-  BatchComposer composer_;          // the batch being taken (take_batch) and searched (run_batch)
+  BatchComposer composer_;          // the batch being taken (take_batch) and searched (run_searches)
   std::vector<std::int64_t> ids_;   // [batch_max, k_max]
   std::vector<float> scores_;
   std::vector<std::int32_t> counts_;                // [batch_max]

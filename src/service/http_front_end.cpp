@@ -7,13 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <iterator>
-#include <map>
 #include <thread>
 
 #include <microhttpd.h>
@@ -22,8 +21,13 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "core/log.hpp"
+#include "core/parallel.hpp"
+#include "service/audit_log.hpp"
 #include "service/batcher.hpp"
+#include "service/http_request.hpp"
+#include "service/key_ring.hpp"
 #include "service/metrics.hpp"
+#include "service/tls.hpp"
 #include "service/write_backend.hpp"
 
 namespace shardtopk::service {
@@ -32,38 +36,6 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 namespace {
-
-enum class Route { kOther, kSearch, kInfo, kHealth, kReady, kMetrics, kUpsert, kDelete, kSnapshot };
-
-bool is_write(Route r) { return r == Route::kUpsert || r == Route::kDelete || r == Route::kSnapshot; }
-
-Route match_route(const char* url) {
-  static const std::map<std::string, Route> routes = {{"/v1/search", Route::kSearch},
-                                                      {"/v1/info", Route::kInfo},
-                                                      {"/healthz", Route::kHealth},
-                                                      {"/readyz", Route::kReady},
-                                                      {"/metrics", Route::kMetrics},
-                                                      {"/v1/upsert", Route::kUpsert},
-                                                      {"/v1/delete", Route::kDelete},
-                                                      {"/v1/snapshot", Route::kSnapshot}};
-  auto it = routes.find(url ? url : "");
-  return it == routes.end() ? Route::kOther : it->second;
-}
-
-const char* route_label(Route r) {
-  switch (r) {
-    case Route::kSearch: return "/v1/search";
-    case Route::kInfo: return "/v1/info";
-    case Route::kHealth: return "/healthz";
-    case Route::kReady: return "/readyz";
-    case Route::kMetrics: return "/metrics";
-    case Route::kUpsert: return "/v1/upsert";
-    case Route::kDelete: return "/v1/delete";
-    case Route::kSnapshot: return "/v1/snapshot";
-    case Route::kOther: break;
-  }
-  return "other";
-}
 
 bool icontains(const char* haystack, const char* needle) {
   if (!haystack) return false;
@@ -77,10 +49,10 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Header fields of the request: how many, and whether Content-Type, Content-Length or
-// Transfer-Encoding repeat.
+// Header fields of the request: how many, and whether Content-Type, Content-Length,
+// Transfer-Encoding or Authorization repeat.
 struct HeaderCount {
-  int fields = 0, content_type = 0, content_length = 0, transfer_encoding = 0;
+  int fields = 0, content_type = 0, content_length = 0, transfer_encoding = 0, authorization = 0;
 };
 MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) {
   auto* h = static_cast<HeaderCount*>(cls);
@@ -88,24 +60,10 @@ MHD_Result count_header(void* cls, MHD_ValueKind, const char* key, const char*) 
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) ++h->content_type;
   if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) ++h->content_length;
   if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) ++h->transfer_encoding;
+  if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) ++h->authorization;
   return MHD_YES;
 }
 
-// Query-string arguments, with repeats and unknown names noted.
-// Parameters by route: /v1/search k, batch, filter; /v1/upsert n (its binary form's rows);
-// /v1/delete and /v1/snapshot none (their bodies say everything).
-struct QueryArgs {
-  Route route = Route::kSearch;
-  std::map<std::string, std::string> values;
-  std::string repeated, unknown;
-  const char* allowed() const {
-    return route == Route::kSearch ? "k, batch, filter" : route == Route::kUpsert ? "n" : "none on this route";
-  }
-  bool takes(const std::string& k) const {
-    if (route == Route::kSearch) return k == "k" || k == "batch" || k == "filter";
-    return route == Route::kUpsert && k == "n";
-  }
-};
 // With their decoded lengths: a value with %00 in it keeps the NUL and what follows, for the
 // parsers to refuse (a C string would end there).
 MHD_Result collect_arg(void* cls, MHD_ValueKind, const char* key, std::size_t key_size, const char* value,
@@ -138,27 +96,6 @@ void mhd_panic(void*, const char* file, unsigned int line, const char* reason) {
 
 // ------------------------------------------------------------------------------ per request
 
-struct HttpFrontEnd::Request {
-  // kGet: a GET route's request, answered on the handler's next call (an answer queued in the
-  // first call makes libmicrohttpd close the connection after it, which ends pipelining).
-  enum class Phase { kNew, kGet, kBody, kWaiting, kAnswered };
-  Phase phase = Phase::kNew;
-  Route route = Route::kOther;
-  bool accepted = true;         // its request line arrived before drain or failure
-  bool binary = false;
-  bool chunked = false;
-  bool too_large = false;
-  bool busy = false;            // over service.max_inflight_bytes
-  bool receiving = false;       // counted in Batcher::receiving_begin
-  std::size_t limit = 0;        // body bytes allowed
-  std::size_t reserved = 0;     // bytes of the in-flight budget held
-  std::size_t discarded = 0;    // body bytes dropped after the limit
-  std::string body;
-  QueryArgs args;
-  std::shared_ptr<Job> job;
-  Clock::time_point headers_in;
-};
-
 struct Callbacks {
   static void* uri_log(void* cls, const char*, MHD_Connection*) {
     return static_cast<HttpFrontEnd*>(cls)->new_request();
@@ -172,8 +109,9 @@ struct Callbacks {
                ? MHD_YES
                : MHD_NO;
   }
-  static void completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
-    static_cast<HttpFrontEnd*>(cls)->on_completed(static_cast<HttpFrontEnd::Request*>(*con_cls));
+  static void completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode code) {
+    static_cast<HttpFrontEnd*>(cls)->on_completed(static_cast<HttpFrontEnd::Request*>(*con_cls),
+                                                  code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     *con_cls = nullptr;
   }
   static void connection(void* cls, MHD_Connection*, void**, MHD_ConnectionNotificationCode code) {
@@ -185,10 +123,17 @@ struct Callbacks {
 
 // ------------------------------------------------------------------------------ life cycle
 
-HttpFrontEnd::HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics) : cfg_(cfg), metrics_(metrics) {}
+HttpFrontEnd::HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics) : cfg_(cfg), metrics_(metrics) {
+  if (cfg_.io_threads == 0) cfg_.io_threads = default_io_threads(usable_cores_ = usable_cores());
+  load_security();
+}
+
+int HttpFrontEnd::default_io_threads(int usable_cores) {
+  return std::clamp(usable_cores - 1, 1, kMaxDefaultIoThreads);
+}
 
 HttpFrontEnd::~HttpFrontEnd() {
-  if (daemon_) stop(Clock::now());
+  if (daemon_) stop(Clock::now() + std::chrono::seconds(5));
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -254,10 +199,19 @@ void HttpFrontEnd::start() {
   // on_headers (431 with a JSON body).
   const std::size_t pool = static_cast<std::size_t>(cfg_.max_header_bytes) + 48 * 1024;
   unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-  MHD_OptionItem pool_option[] = {
-      {cfg_.io_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
-       static_cast<intptr_t>(cfg_.io_threads), nullptr},
-      {MHD_OPTION_END, 0, nullptr}};
+  std::vector<MHD_OptionItem> more;
+  if (cfg_.io_threads > 1)
+    more.push_back({MHD_OPTION_THREAD_POOL_SIZE, static_cast<intptr_t>(cfg_.io_threads), nullptr});
+  if (!tls_cert_.empty()) {
+    // libmicrohttpd's own TLS (GnuTLS): the files were checked by load_security().
+    SHARDTOPK_EXPECTS(MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES,
+                      "service.tls.cert_file is set but this libmicrohttpd was built without TLS (HTTPS) support");
+    flags |= MHD_USE_TLS;
+    more.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(tls_cert_.c_str())});
+    more.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(tls_key_.c_str())});
+    more.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0, const_cast<char*>(kTlsPriorities)});
+  }
+  more.push_back({MHD_OPTION_END, 0, nullptr});
   daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &Callbacks::access, this,                        //
       MHD_OPTION_EXTERNAL_LOGGER, &log_mhd, nullptr,                                  // first: all messages
@@ -268,7 +222,7 @@ void HttpFrontEnd::start() {
       MHD_OPTION_URI_LOG_CALLBACK, &Callbacks::uri_log, this,                         //
       MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::completed, this,                       //
       MHD_OPTION_NOTIFY_CONNECTION, &Callbacks::connection, this,                     //
-      MHD_OPTION_ARRAY, pool_option,                                                  //
+      MHD_OPTION_ARRAY, more.data(),                                                  //
       MHD_OPTION_END);
   SHARDTOPK_EXPECTS(daemon_ != nullptr, "service: cannot start the HTTP server (libmicrohttpd) on ", cfg_.host, ":",
                     port_, " (run with SHARDTOPK_LOG_LEVEL=debug for its reason)");
@@ -294,7 +248,8 @@ std::string HttpFrontEnd::limits_summary() const {
          " bytes (binary), " + std::to_string(max_inflight_) + " bytes in flight; headers " +
          std::to_string(cfg_.max_header_bytes) + " bytes, " + std::to_string(cfg_.max_headers) + " fields; " +
          std::to_string(cfg_.max_connections) + " connections, idle " + std::to_string(cfg_.idle_timeout_s) + " s; " +
-         std::to_string(cfg_.io_threads) + " event-loop thread(s)";
+         std::to_string(cfg_.io_threads) + " event-loop thread(s)" +
+         (usable_cores_ ? " (service.io_threads 0: " + std::to_string(usable_cores_) + " usable core(s) less one)" : "");
 }
 
 void HttpFrontEnd::stop_accepting() {
@@ -349,13 +304,27 @@ bool HttpFrontEnd::stop(Clock::time_point deadline) {
 
 HttpFrontEnd::Request* HttpFrontEnd::new_request() {
   auto* r = new Request;
+  r->line_in = Clock::now();
   r->accepted = !draining_.load() && !failed_.load();
   in_progress_.fetch_add(1);
   return r;
 }
 
-void HttpFrontEnd::on_completed(Request* r) {
+void HttpFrontEnd::on_completed(Request* r, bool sent) {
   if (!r) return;
+  const SearchJob* s = r->job && r->job->status == 200 ? r->job->search() : nullptr;
+  if (sent && s) {
+    using std::chrono::nanoseconds;
+    const auto done = Clock::now();
+    const nanoseconds stages[kSearchStages] = {r->body_in - r->line_in,        r->submitted - r->body_in,
+                                               s->search_start - r->submitted, s->search_end - s->search_start,
+                                               r->resumed - s->search_end,     done - r->resumed};
+    metrics_.search_stages(r->binary, stages);
+    if (spdlog::should_log(spdlog::level::debug))
+      spdlog::debug("{} stages (us): read {:.1f} parse {:.1f} queue {:.1f} search {:.1f} resume {:.1f} write {:.1f}",
+                    r->binary ? "binary search" : "JSON search", stages[0].count() / 1e3, stages[1].count() / 1e3,
+                    stages[2].count() / 1e3, stages[3].count() / 1e3, stages[4].count() / 1e3, stages[5].count() / 1e3);
+  }
   if (r->receiving && batcher_) batcher_->receiving_end();
   release_bytes(r->reserved);
   delete r;
@@ -389,6 +358,7 @@ int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_pt
   };
   r.job = job;
   r.phase = Request::Phase::kWaiting;
+  r.submitted = Clock::now();
   // Suspend before the batcher can answer: its resume must find the connection suspended.
   suspended_.fetch_add(1);
   MHD_suspend_connection(c);
@@ -414,6 +384,10 @@ void free_string(void* cls) { delete static_cast<std::string*>(cls); }
 
 int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string body, const char* content_type,
                         bool close, const char* allow) {
+  if (!r.audited && audited(r, status)) {
+    r.held = Request::Held{status, std::move(body), content_type, close, allow ? allow : ""};
+    return hold_for_audit(c, r);
+  }
   auto* owned = new std::string(std::move(body));
   const std::size_t out_bytes = owned->size();
   MHD_Response* res =
@@ -424,25 +398,28 @@ int HttpFrontEnd::reply(MHD_Connection* c, Request& r, int status, std::string b
   }
   MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
   if (allow) MHD_add_response_header(res, MHD_HTTP_HEADER_ALLOW, allow);
-  if (r.job && r.job->kind == Job::Kind::kSearch && r.job->status == 200) {
+  const SearchJob* searched = r.job && r.job->status == 200 ? r.job->search() : nullptr;
+  if (searched) {
     char took[32];
     std::snprintf(took, sizeof took, "%.3f", ms_between(r.headers_in, Clock::now()));
     MHD_add_response_header(res, "X-Took-Ms", took);
-    MHD_add_response_header(res, "X-Batch-Size", std::to_string(r.job->batch_size).c_str());
+    MHD_add_response_header(res, "X-Batch-Size", std::to_string(searched->batch_size).c_str());
   }
   if (status == 503 && failed_.load() == false && draining_.load() == false)
     MHD_add_response_header(res, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (status == 429) MHD_add_response_header(res, MHD_HTTP_HEADER_RETRY_AFTER, std::to_string(r.retry_after_s).c_str());
+  if (status == 401)  // RFC 6750: the scheme, and whether the key sent was the trouble
+    MHD_add_response_header(res, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                            r.token_sent ? "Bearer realm=\"shardtopk\", error=\"invalid_token\"" : "Bearer realm=\"shardtopk\"");
   if (close || draining_.load() || failed_.load()) MHD_add_response_header(res, MHD_HTTP_HEADER_CONNECTION, "close");
   const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned int>(status), res);
   MHD_destroy_response(res);
   r.phase = Request::Phase::kAnswered;
-  metrics_.request(route_label(r.route), status);
+  metrics_.request(r.label(), status);
   if (spdlog::should_log(spdlog::level::debug))
-    spdlog::debug("{} -> {} ({} bytes out, {:.3f} ms{})", route_label(r.route), status, out_bytes,
+    spdlog::debug("{} -> {} ({} bytes out, {:.3f} ms{})", r.label(), status, out_bytes,
                   ms_between(r.headers_in, Clock::now()),
-                  r.job && r.job->kind == Job::Kind::kSearch && status == 200
-                      ? ", batch " + std::to_string(r.job->batch_size)
-                      : std::string());
+                  searched && status == 200 ? ", batch " + std::to_string(searched->batch_size) : std::string());
   return ok;
 }
 
@@ -451,27 +428,9 @@ int HttpFrontEnd::reply_error(MHD_Connection* c, Request& r, int status, const s
   // replace: a message may quote client bytes (already flattened by excerpt())
   const std::string body =
       json{{"error", message}, {"status", status}}.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("{} -> {}: {}", route_label(r.route), status, message);
+  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("{} -> {}: {}", r.label(), status, message);
+  r.why = message;
   return reply(c, r, status, body, "application/json", close, allow);
-}
-
-std::string HttpFrontEnd::info_json() const {
-  const BackendInfo& i = info_;
-  json attributes = json::array();
-  for (const AttributeSpec& a : i.attributes) attributes.push_back({{"name", a.name}, {"type", to_string(a.type)}});
-  // rows: what a search can return now (live rows of a writable index); base_rows: the rows
-  // of the base loaded at start-up (the corpus, or the snapshot; the log is replayed on it).
-  const std::int64_t rows = writer_ && writer_->writable() ? writer_->live_rows() : i.rows;
-  std::string out = json{{"rows", rows},            {"base_rows", i.rows}, {"dim", i.dim},  {"metric", i.metric},
-                         {"dtype", i.dtype},        {"ranks", i.ranks},   {"engine", i.engine},
-                         {"comm", i.comm},          {"k_max", i.k_max},   {"batch_max", i.batch_max},
-                         {"batch_window_us", cfg_.batch_window_us},       {"version", version()},
-                         {"max_body_bytes_json", limits_.json},           {"max_body_bytes_binary", limits_.binary},
-                         {"attributes", attributes},                      {"max_filters", i.max_filters}}
-                        .dump(-1, ' ', false, json::error_handler_t::replace);
-  if (!writer_) return out;
-  out.pop_back();  // '}': the writer's fields go inside
-  return out + "," + writer_->info_fields() + "}";
 }
 
 // ------------------------------------------------------------------------------ requests
@@ -488,16 +447,22 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
         *upload_size = 0;
         return r.discarded <= static_cast<std::size_t>(cfg_.max_header_bytes) ? MHD_YES : MHD_NO;
       }
-      return on_get(c, r);
+      if (r.refused) return reply_error(c, r, r.refused, r.why);
+      return (this->*r.route->handler)(c, r);
     case Request::Phase::kBody:
       if (*upload_size > 0) {
         const int ok = on_body(c, upload, *upload_size, r);
         *upload_size = 0;
         return ok;
       }
+      r.body_in = Clock::now();
       return on_body_complete(c, r);
     case Request::Phase::kWaiting:
+      r.resumed = Clock::now();
       return on_resumed(c, r);
+    case Request::Phase::kAudit:
+      if (upload_size) *upload_size = 0;
+      return r.audited ? send_held(c, r) : MHD_YES;
     case Request::Phase::kAnswered:
       if (upload_size) *upload_size = 0;
       return MHD_YES;
@@ -505,8 +470,31 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
   return MHD_NO;
 }
 
+namespace {
+
+Method method_of(const std::string& m) {
+  if (m == "GET") return kGet;
+  if (m == "HEAD") return kHead;
+  if (m == "POST") return kPost;
+  return kOtherMethod;
+}
+
+// The methods of `mask`, comma separated: for the Allow header (with HEAD), or for messages
+// (without: HEAD goes wherever GET does).
+std::string method_names(unsigned mask, bool with_head) {
+  std::string out;
+  const std::pair<Method, const char*> names[] = {{kGet, "GET"}, {kHead, "HEAD"}, {kPost, "POST"}};
+  for (const auto& [bit, name] : names)
+    if ((mask & bit) && (with_head || bit != kHead)) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
+}  // namespace
+
 int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* method, Request& r) {
-  r.route = match_route(url);
+  r.route = find_route(url);
+  const std::string m = method ? method : "";
+  r.method = excerpt(m, 16);
   HeaderCount h;
   MHD_get_connection_values(c, MHD_HEADER_KIND, &count_header, &h);
   const MHD_ConnectionInfo* ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
@@ -526,58 +514,34 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
 
   // Refused from the request line: answered at once, the body (if any) not read, the
   // connection closed.
-  const std::string m = method ? method : "";
-  const bool get = m == "GET" || m == "HEAD";
-  if (r.route == Route::kOther)
-    return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
-  if ((r.route == Route::kSearch || is_write(r.route)) && m != "POST")
-    return reply_error(c, r, 405, "method " + excerpt(m, 16) + " not allowed on " + route_label(r.route) +
-                                      " (allowed: POST)", true, "POST");
-  if (is_write(r.route)) {
+  if (!r.route) return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
+  if (!(r.route->methods & method_of(m)))
+    return reply_error(c, r, 405,
+                       "method " + excerpt(m, 16) + " not allowed on " + r.route->path + " (allowed: " +
+                           method_names(r.route->methods, false) + ")",
+                       true, method_names(r.route->methods, true).c_str());
+  // The key, its role and its rate limit: before anything else about the request is looked at.
+  const int refused = authorize(c, r, h.authorization);
+  if (refused >= 0) return refused;
+  if (r.route->body == BodyKind::kNone) {
+    r.phase = Request::Phase::kGet;
+    return MHD_YES;
+  }
+  return on_body_headers(c, r);
+}
+
+int HttpFrontEnd::on_body_headers(MHD_Connection* c, Request& r) {
+  const Route& route = *r.route;
+  const bool write = route.body == BodyKind::kWrite;
+  if (write) {
     if (!ready_.load(std::memory_order_acquire))
       return reply_error(c, r, 503, "not ready: the ranks are still ingesting", true);
+    if (audit_ && audit_->failed())
+      return reply_error(c, r, 503, audit_->failure() + ": writes are refused until it can (SIGHUP reopens it)", true);
     if (!writer_ || !writer_->writable())
       return reply_error(c, r, 409, "the index is read-only: storage.dir is not set (updates need a directory for "
                                     "their write-ahead log)", true);
-    return on_search_headers(c, r);
   }
-  if (r.route != Route::kSearch && !get)
-    return reply_error(c, r, 405,
-                       "method " + excerpt(m, 16) + " not allowed on " + route_label(r.route) + " (allowed: GET)",
-                       true, "GET, HEAD");
-
-  if (r.route == Route::kSearch) return on_search_headers(c, r);
-  r.phase = Request::Phase::kGet;
-  return MHD_YES;
-}
-
-int HttpFrontEnd::on_get(MHD_Connection* c, Request& r) {
-  const bool ready = ready_.load(std::memory_order_acquire);
-  switch (r.route) {
-    case Route::kHealth:
-      return reply(c, r, 200, R"({"status":"ok"})", "application/json");
-    case Route::kReady:
-      if (failed_.load()) return reply_error(c, r, 503, fail_reason());
-      if (draining_.load()) return reply_error(c, r, 503, "shutting down");
-      if (!ready) return reply_error(c, r, 503, "not ready: the ranks are still ingesting");
-      return reply(c, r, 200, R"({"status":"ready"})", "application/json");
-    case Route::kInfo:
-      if (!ready) return reply_error(c, r, 503, "not ready: the ranks are still ingesting");
-      return reply(c, r, 200, info_json(), "application/json");
-    case Route::kMetrics: {
-      if (!ready || draining_.load() || failed_.load()) return reply(c, r, 200, metrics_.render(), "text/plain; version=0.0.4");
-      // Fresh per-rank counters come from a collective on the index thread: queue a job for it.
-      auto job = std::make_shared<Job>();
-      job->kind = Job::Kind::kCounters;
-      return submit_suspended(c, r, std::move(job), /*was_receiving=*/false);
-    }
-    default:
-      break;
-  }
-  return MHD_NO;
-}
-
-int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
   if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
   if (!r.accepted) return reply_error(c, r, 503, "shutting down", true);
   if (!ready_.load(std::memory_order_acquire)) return reply_error(c, r, 503, "not ready: the ranks are still ingesting");
@@ -592,19 +556,17 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
     return reply_error(c, r, 415, "Content-Type '" + excerpt(ct ? ct : "", 48) +
                                       "' not supported: use application/json or application/octet-stream", true);
   r.binary = media == Media::kBinary;
-  if (r.binary && is_write(r.route) && r.route != Route::kUpsert)
-    return reply_error(c, r, 415, std::string(route_label(r.route)) + " takes application/json", true);
+  if (r.binary && !route.binary) return reply_error(c, r, 415, std::string(route.path) + " takes application/json", true);
 
-  r.args.route = r.route;
+  r.args.allowed = route.params;
   MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, &collect_arg, &r.args);
   if (!r.args.unknown.empty())
     return reply_error(c, r, 400, "unknown query parameter '" + excerpt(r.args.unknown, 32) + "' (allowed: " +
-                                      r.args.allowed() + ")", true);
-  if (r.binary && r.route == Route::kUpsert && r.args.values.count("n") == 0)
-    return reply_error(c, r, 400, "a binary upsert needs the query parameter n (its rows): POST /v1/upsert?n=N", true);
-  if (!r.binary && r.args.values.count("n") > 0)
-    return reply_error(c, r, 400, "the query parameter n is for the binary upsert (application/octet-stream); a JSON "
-                                  "body counts its own rows", true);
+                                      r.args.allowed_text() + ")", true);
+  if (route.check_headers) {
+    const int refused = (this->*route.check_headers)(c, r);
+    if (refused >= 0) return refused;
+  }
   if (!r.args.repeated.empty())
     return reply_error(c, r, 400, "query parameter '" + r.args.repeated + "' given more than once", true);
 
@@ -613,13 +575,13 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
   const char* te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
   const char* cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   r.chunked = icontains(te, "chunked");
-  if (!cl && !r.chunked && r.route != Route::kSnapshot)
-    return reply_error(c, r, 411, std::string("POST ") + route_label(r.route) +
-                                      " needs a Content-Length header (or a chunked body)", true);
-  r.limit = is_write(r.route) ? write_body_limit() : body_limit(r.binary);
+  if (!cl && !r.chunked && route.body_required)
+    return reply_error(c, r, 411, std::string("POST ") + route.path + " needs a Content-Length header (or a chunked body)",
+                       true);
+  r.limit = write ? write_body_limit() : body_limit(r.binary);
   const std::string limit_name =
-      is_write(r.route)       ? "the write limit (" + std::to_string(r.limit) +
-                                    " bytes: service.max_body_bytes, or 32 MiB when 0, within service.max_inflight_bytes)"
+      write                     ? "the write limit (" + std::to_string(r.limit) +
+                                      " bytes: service.max_body_bytes, or 32 MiB when 0, within service.max_inflight_bytes)"
       : cfg_.max_body_bytes > 0 ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
                                 : "the largest legal " + std::string(r.binary ? "binary" : "JSON") + " request (" +
                                       std::to_string(r.limit) + " bytes: search.batch_max x dim; service.max_body_bytes)";
@@ -631,13 +593,10 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
     if (declared > r.limit)
       return reply_error(c, r, 413, "request body of " + excerpt(cl, 24) + " bytes over " + limit_name, true);
   }
-  if (!reserve_bytes(declared))
-    return reply_error(c, r, 503,
-                       busy_message("request bodies"),
-                       true);
+  if (!reserve_bytes(declared)) return reply_error(c, r, 503, busy_message("request bodies"), true);
   r.reserved = declared;
-  r.body.reserve(declared);
-  if (r.route == Route::kSearch) {  // searches wait for the ones still arriving; writes do not
+  r.body.reserve(declared + kJsonPadding);  // room for simdjson to read a JSON body in place
+  if (route.body == BodyKind::kSearch) {  // searches wait for the ones still arriving; writes do not
     batcher_->receiving_begin();
     r.receiving = true;
   }
@@ -646,7 +605,7 @@ int HttpFrontEnd::on_search_headers(MHD_Connection* c, Request& r) {
 }
 
 int HttpFrontEnd::on_body(MHD_Connection*, const char* data, std::size_t n, Request& r) {
-  if (r.too_large || r.busy) {
+  if (r.too_large || r.busy || r.refused) {
     // Read and dropped (a chunked body has no length to refuse up front); a client that keeps
     // sending far beyond the limit is disconnected.
     r.discarded += n;
@@ -672,157 +631,29 @@ int HttpFrontEnd::on_body(MHD_Connection*, const char* data, std::size_t n, Requ
 }
 
 int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
-  if (is_write(r.route)) return on_write_body_complete(c, r);
-  r.receiving = false;  // from here: submitted, or receiving_end()
+  if (r.refused) return reply_error(c, r, r.refused, r.why);
   if (r.too_large || r.busy || failed_.load()) {
-    batcher_->receiving_end();
-    if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
-    if (r.busy)
-      return reply_error(c, r, 503,
-                         busy_message("request bodies"),
-                         true);
-    return reply_error(c, r, 413,
-                       "request body of " + std::to_string(r.discarded) + " bytes over " +
-                           (cfg_.max_body_bytes > 0 ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
-                                                    : "the largest legal request (" + std::to_string(r.limit) +
-                                                          " bytes: search.batch_max x dim; service.max_body_bytes)"),
-                       true);
-  }
-  auto job = std::make_shared<Job>();
-  try {
-    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes};
-    SearchBody b = r.binary ? parse_binary_search(r.body, shape) : parse_json_search(r.body, shape);
-    std::string().swap(r.body);  // the rows are parsed: the body's memory goes back now
-    const auto fp = r.args.values.find("filter");
-    if (fp != r.args.values.end()) {
-      SHARDTOPK_EXPECTS(!b.has_filter, "the filter is given twice, as the query parameter filter= and in the body "
-                        "(\"filter\"); give it once");
-      b.filter = parse_filter_text(fp->second, info_.attributes);
-      b.has_filter = true;
-    }
-    const auto kp = r.args.values.find("k");
-    long long k = 10;
-    if (b.has_k && kp != r.args.values.end())
-      throw Error("k is given twice, as the query parameter k=" + excerpt(kp->second, 24) + " and in the body (\"k\": " +
-                  std::to_string(b.k) + "); give it once");
-    if (b.has_k) k = b.k;
-    else if (kp != r.args.values.end()) k = parse_int_param("k", kp->second);
-    else SHARDTOPK_EXPECTS(!r.binary, "binary search needs the query parameter k: POST /v1/search?k=K");
-    const auto bp = r.args.values.find("batch");
-    if (bp != r.args.values.end()) {
-      const long long batch = parse_int_param("batch", bp->second);
-      SHARDTOPK_EXPECTS(batch == b.nq, "batch=", batch, " does not match the body: ", b.nq, " quer",
-                        b.nq == 1 ? "y" : "ies", " of dim ", info_.dim);
-    }
-    job->queries = std::move(b.queries);
-    job->filter = std::move(b.filter);
-    job->admitted = backend_->admit(job->queries.data(), b.nq, k, job->filter.get());
-    job->nq = b.nq;
-    job->k = static_cast<int>(k);
-  } catch (const Error& e) {
-    batcher_->receiving_end();
-    return reply_error(c, r, 400, e.what());
-  }
-  // A compiled filter is held until the answer, like the body it came from: its bytes count
-  // against the in-flight budget too (its lists may take more room than their text).
-  if (job->filter) {
-    const std::size_t held = job->filter->serialized_bytes();
-    if (!reserve_bytes(held)) {
+    if (r.receiving) {
+      r.receiving = false;
       batcher_->receiving_end();
-      return reply_error(c, r, 503,
-                         busy_message("compiled filters and request bodies"));
     }
-    r.reserved += held;
+    if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
+    if (r.busy) return reply_error(c, r, 503, busy_message("request bodies"), true);
+    const std::string over =
+        r.route->body == BodyKind::kWrite ? "the write limit (" + std::to_string(r.limit) + " bytes; service.max_body_bytes)"
+        : cfg_.max_body_bytes > 0         ? "service.max_body_bytes (" + std::to_string(r.limit) + " bytes)"
+                                          : "the largest legal request (" + std::to_string(r.limit) +
+                                        " bytes: search.batch_max x dim; service.max_body_bytes)";
+    return reply_error(c, r, 413, "request body of " + std::to_string(r.discarded) + " bytes over " + over, true);
   }
-  return submit_suspended(c, r, std::move(job), /*was_receiving=*/true);
-}
-
-int HttpFrontEnd::on_write_body_complete(MHD_Connection* c, Request& r) {
-  if (failed_.load()) return reply_error(c, r, 503, fail_reason(), true);
-  if (r.busy)
-    return reply_error(c, r, 503, busy_message("request bodies"), true);
-  if (r.too_large)
-    return reply_error(c, r, 413, "request body of " + std::to_string(r.discarded) + " bytes over the write limit (" +
-                                      std::to_string(r.limit) + " bytes; service.max_body_bytes)", true);
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::kWrite;
-  WriteBackend* w = writer_;
-  try {
-    if (r.route == Route::kUpsert) {
-      auto body = std::make_shared<UpsertBody>(
-          r.binary ? parse_binary_upsert(r.body, parse_int_param("n", r.args.values.at("n")), w->dim(), w->schema())
-                   : parse_json_upsert(r.body, w->dim(), w->schema()));
-      job->write = [w, body](Job& j) { w->upsert(*body, j); };
-    } else if (r.route == Route::kDelete) {
-      auto body = std::make_shared<DeleteBody>(parse_json_delete(r.body, w->schema()));
-      job->write = [w, body](Job& j) { w->remove(*body, j); };
-    } else {
-      SHARDTOPK_EXPECTS(r.body.find_first_not_of(" \t\r\n{}") == std::string::npos,
-                        "POST /v1/snapshot takes no body (or {})");
-      job->write = [w](Job& j) { w->snapshot(j); };
-    }
-  } catch (const Error& e) {
-    return reply_error(c, r, 400, e.what());
-  }
-  std::string().swap(r.body);
-  return submit_suspended(c, r, std::move(job), /*was_receiving=*/false);
+  return (this->*r.route->handler)(c, r);
 }
 
 int HttpFrontEnd::on_resumed(MHD_Connection* c, Request& r) {
-  Job& j = *r.job;
-  if (j.kind == Job::Kind::kWrite) {
-    if (j.status != 200) return reply_error(c, r, j.status, j.error, j.status == 503);
-    return reply(c, r, 200, std::move(j.body), "application/json");
-  }
-  if (j.kind == Job::Kind::kCounters) {
-    if (j.status == 200) metrics_.set_rank_counters(j.counters);
-    return reply(c, r, 200, metrics_.render(), "text/plain; version=0.0.4");
-  }
-  if (j.status != 200) return reply_error(c, r, j.status, j.error, j.status == 503);
-  metrics_.search_done(ms_between(r.headers_in, Clock::now()) / 1000.0, j.nq);
-  const std::size_t n = static_cast<std::size_t>(j.nq) * static_cast<std::size_t>(j.k);
-  if (r.binary) {
-    // ids [B, K] int64, scores [B, K] float32, counts [B] int32 (docs/SERVING.md "Binary
-    // protocol"): any query may have fewer results than k (a filter, or fewer live rows).
-    const std::size_t counts = static_cast<std::size_t>(j.nq) * 4;
-    std::string body(n * 12 + counts, '\0');
-    std::memcpy(&body[0], j.ids.data(), n * 8);
-    std::memcpy(&body[n * 8], j.scores.data(), n * 4);
-    std::memcpy(&body[n * 12], j.counts.data(), counts);
-    return reply(c, r, 200, std::move(body), "application/octet-stream");
-  }
-  // {"ids":[[...]],"metric":"...","scores":[[...]],"took_ms":...}; a score is printed as the
-  // shortest decimal that reads back as the same double (float -> double is exact). A query's
-  // lists hold its real results only (fewer than k when fewer rows pass its filter).
-  fmt::memory_buffer out;
-  out.reserve(n * 28 + 64);
-  auto rows = [&](auto&& one) {
-    fmt::format_to(std::back_inserter(out), "[");
-    for (int q = 0; q < j.nq; ++q) {
-      fmt::format_to(std::back_inserter(out), q ? ",[" : "[");
-      for (int x = 0; x < j.counts[static_cast<std::size_t>(q)]; ++x) {
-        if (x) out.push_back(',');
-        one(static_cast<std::size_t>(q) * static_cast<std::size_t>(j.k) + static_cast<std::size_t>(x));
-      }
-      out.push_back(']');
-    }
-    out.push_back(']');
-  };
-  fmt::format_to(std::back_inserter(out), "{{\"ids\":");
-  rows([&](std::size_t i) { fmt::format_to(std::back_inserter(out), "{}", j.ids[i]); });
-  fmt::format_to(std::back_inserter(out), ",\"metric\":\"{}\",\"scores\":", info_.metric);
-  char num[40];
-  rows([&](std::size_t i) {
-    const auto res = fmt::format_to_n(num, sizeof num - 3, "{}", static_cast<double>(j.scores[i]));
-    std::size_t len = res.size;
-    if (!std::memchr(num, '.', len) && !std::memchr(num, 'e', len)) {  // keep it a JSON float: 3 -> 3.0
-      num[len++] = '.';
-      num[len++] = '0';
-    }
-    out.append(num, num + len);
-  });
-  fmt::format_to(std::back_inserter(out), ",\"took_ms\":{}}}", ms_between(r.headers_in, Clock::now()));
-  return reply(c, r, 200, fmt::to_string(out), "application/json");
+  return std::visit(Overloaded{[&](SearchJob&) { return answer_search(c, r); },
+                               [&](CountersJob&) { return answer_counters(c, r); },
+                               [&](WriteJob&) { return answer_write(c, r); }},
+                    r.job->work);
 }
 
 }  // namespace shardtopk::service

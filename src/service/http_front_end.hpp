@@ -6,6 +6,10 @@
 // job, the connection is resumed and the answer sent from the loop thread. Nothing on a loop
 // thread waits for a search.
 //
+// Files: http_front_end.cpp (life cycle, the request's phases, limits, replies),
+// http_routes.cpp (the route table and each route's handler), http_guard.cpp (who may call a
+// route: API keys, rate limits, the audit log; TLS), http_request.hpp (per-request state).
+//
 // Why libmicrohttpd and not libevent's evhttp (2.1, the Debian and Ubuntu version): evhttp has
 // no hook between a server request's headers and its body (a POST with neither Content-Length
 // nor chunked encoding is read until the client closes, so it cannot be refused at once), no
@@ -18,10 +22,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "service/api_keys.hpp"
 #include "service/request_parse.hpp"
 #include "service/search_backend.hpp"
 #include "shardtopk/config.hpp"
@@ -31,13 +38,25 @@ struct MHD_Connection;
 
 namespace shardtopk::service {
 
+class AuditLog;
 class Batcher;
+class KeyRing;
 class Metrics;
 class WriteBackend;
+struct AuditRecord;
 struct Job;
+
+/// HTTP methods a route takes (a bit mask). HEAD is answered wherever GET is.
+enum Method : unsigned { kGet = 1u, kHead = 2u, kPost = 4u, kOtherMethod = 8u };
+
+/// How a route's request body is read: none (GET routes), a search (limits derived from the
+/// index's shape; batches wait for searches still arriving) or a write (the write limit).
+enum class BodyKind { kNone, kSearch, kWrite };
 
 class HttpFrontEnd {
  public:
+  /// Reads and checks the TLS files, the keys file and opens the audit log that `cfg` names.
+  /// @throws Error naming the file that is unreadable or bad.
   HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics);
   ~HttpFrontEnd();
   HttpFrontEnd(const HttpFrontEnd&) = delete;
@@ -60,6 +79,11 @@ class HttpFrontEnd {
   /// jobs; without one (or a read-only one) they answer 409. Call before set_ready(); it must
   /// outlive the front end's last request.
   void set_writer(WriteBackend* writer);
+
+  /// Event-loop threads when service.io_threads is 0: the cores rank 0 may use less one (the
+  /// index thread's), between 1 and kMaxDefaultIoThreads.
+  static int default_io_threads(int usable_cores);
+  static constexpr int kMaxDefaultIoThreads = 16;
 
   /// Body limit of a write request when service.max_body_bytes is 0.
   static constexpr std::size_t kWriteBodyBytes = 32u << 20;
@@ -88,20 +112,94 @@ class HttpFrontEnd {
   /// The limits in force, for logs: body bytes (JSON, binary) and in-flight bytes.
   std::string limits_summary() const;
 
-  struct Request;  // per-request state (http_front_end.cpp)
+  /// For the start-up log: TLS (its certificate) or plain HTTP, the keys in force, the audit log;
+  /// then one line per warning about them (TLS files, the keys file).
+  std::vector<std::string> security_summary() const;
+
+  /// "https" with TLS, else "http".
+  const char* scheme() const { return tls_cert_.empty() ? "http" : "https"; }
+
+  /// SIGHUP: reads the keys file again (a bad file keeps the keys in force) and reopens the
+  /// audit log (after a rotation); logs what happened. Connections and requests go on.
+  void reload();
+
+  struct Request;  // per-request state (http_request.hpp)
+
+  /// A route handler: runs once the request is complete (its headers, and its body if the route
+  /// reads one) and answers it, or queues a job whose answer resumes the request (on_resumed).
+  using Handler = int (HttpFrontEnd::*)(MHD_Connection*, Request&);
+
+  /// One row of the route table (http_routes.cpp): everything that depends on the route.
+  struct Route {
+    const char* path;       ///< the URL path, matched exactly; also the route's label in metrics
+    unsigned methods;       ///< Method bits; any other method: 405 with Allow
+    BodyKind body;          ///< kNone: no body read (a GET route)
+    bool binary;            ///< application/octet-stream accepted besides JSON (else 415)
+    bool body_required;     ///< a POST without Content-Length or chunked encoding: 411
+    const char* params;     ///< the query parameters it takes, comma separated ("": none)
+    Handler handler;        ///< answers the complete request
+    /// Route-specific checks of the headers and query parameters, run after the common ones and
+    /// before the body is read (nullptr: none). Answers a refusal, or returns -1 to go on.
+    Handler check_headers = nullptr;
+    Role role = Role::kNone;  ///< the least role a request's key must have
+  };
+
+  /// The route for `path`, or nullptr (404). The one place a request's route is decided.
+  static const Route* find_route(const char* path);
+  /// Every route, in the table's order.
+  static const Route* routes_begin();
+  static const Route* routes_end();
 
  private:
   friend struct Callbacks;
+  static const Route kRoutes[];  // the route table (http_routes.cpp)
+
   int on_request(MHD_Connection* c, const char* url, const char* method, const char* upload, std::size_t* upload_size,
                  Request& r);
   int on_headers(MHD_Connection* c, const char* url, const char* method, Request& r);
-  int on_get(MHD_Connection* c, Request& r);
-  int on_search_headers(MHD_Connection* c, Request& r);
+  int on_body_headers(MHD_Connection* c, Request& r);
   int on_body(MHD_Connection* c, const char* data, std::size_t n, Request& r);
   int on_body_complete(MHD_Connection* c, Request& r);
-  int on_write_body_complete(MHD_Connection* c, Request& r);
   int on_resumed(MHD_Connection* c, Request& r);
-  void on_completed(Request* r);
+  /// The request is over: `sent` when its answer went out whole.
+  void on_completed(Request* r, bool sent);
+
+  // ---- route handlers (http_routes.cpp)
+  int on_health(MHD_Connection* c, Request& r);
+  int on_ready(MHD_Connection* c, Request& r);
+  int on_info(MHD_Connection* c, Request& r);
+  int on_metrics(MHD_Connection* c, Request& r);
+  int on_search(MHD_Connection* c, Request& r);
+  int on_upsert(MHD_Connection* c, Request& r);
+  int on_delete(MHD_Connection* c, Request& r);
+  int on_snapshot(MHD_Connection* c, Request& r);
+  int check_upsert_headers(MHD_Connection* c, Request& r);
+  // ---- answers of queued jobs, once resumed (http_routes.cpp)
+  int answer_search(MHD_Connection* c, Request& r);
+  int answer_counters(MHD_Connection* c, Request& r);
+  int answer_write(MHD_Connection* c, Request& r);
+
+  // ---- who may call a route (http_guard.cpp)
+  /// The TLS files, the key ring and the audit log of cfg_ (constructor).
+  void load_security();
+  /// The role the request's route needs (its table row; /metrics with service.auth.open_metrics
+  /// needs none).
+  Role needed_role(const Route& route) const;
+  /// Decides the request's key, role and rate limit from its headers: -1 to go on, or the
+  /// refusal answered (401 with WWW-Authenticate, 403, 429 with Retry-After).
+  int authorize(MHD_Connection* c, Request& r, int authorization_headers);
+  /// Whether a 429 may keep the connection: a route without a body, or a body of at most
+  /// kKeepAliveRefusalBytes declared by Content-Length (not chunked, no Expect).
+  bool keep_alive_refusal(MHD_Connection* c, const Request& r) const;
+  static constexpr std::size_t kKeepAliveRefusalBytes = 1u << 20;
+  /// Whether the answer `status` to `r` gets an audit line: every answer on a write route and
+  /// every refusal for its key.
+  bool audited(const Request& r, int status) const;
+  AuditRecord audit_record(MHD_Connection* c, const Request& r, int status) const;
+  /// Queues the audit line of the answer and suspends the connection until it is durable; the
+  /// answer (held in r.held) is then sent by send_held().
+  int hold_for_audit(MHD_Connection* c, Request& r);
+  int send_held(MHD_Connection* c, Request& r);
 
   int reply(MHD_Connection* c, Request& r, int status, std::string body, const char* content_type,
             bool close = false, const char* allow = nullptr);
@@ -117,12 +215,15 @@ class HttpFrontEnd {
   /// Queues `job` on the batcher with the connection suspended until the job is done (its
   /// resume then answers from r.job); returns MHD_YES.
   int submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
+  /// Queues a write job that runs `run` on the index thread (submit_suspended).
+  int submit_write(MHD_Connection* c, Request& r, std::function<void(Job&)> run);
   std::size_t body_limit(bool binary) const;
   std::size_t write_body_limit() const;
   std::string info_json() const;
 
   ServiceConfig cfg_;
   Metrics& metrics_;
+  int usable_cores_ = 0;  // service.io_threads 0: the cores it was derived from
   int listen_fd_ = -1;
   int port_ = 0;
   MHD_Daemon* daemon_ = nullptr;
@@ -141,6 +242,12 @@ class HttpFrontEnd {
   std::string fail_reason_;
   std::atomic<int> in_progress_{0};
   std::atomic<int> suspended_{0};
+
+  // Security (http_guard.cpp): each null or empty when not configured.
+  std::string tls_cert_, tls_key_;        // PEM, handed to libmicrohttpd (it reads them at start())
+  std::vector<std::string> tls_notes_;    // TLS summary, then warnings
+  std::unique_ptr<KeyRing> keys_;
+  std::unique_ptr<AuditLog> audit_;
 };
 
 }  // namespace shardtopk::service

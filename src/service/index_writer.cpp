@@ -63,6 +63,7 @@ class IndexWriter final : public WriteBackend {
         rows.attributes.push_back(AttributeColumnView{
             c.name, c.type, c.type == AttributeType::kInt64 ? static_cast<const void*>(c.ints.data()) : c.reals.data()});
       const WriteResult r = index_.submit_upsert(rows);
+      record(j, r.rows, r.seq);
       return json{{"upserted", r.rows}, {"seq", r.seq}}.dump();
     });
   }
@@ -71,6 +72,7 @@ class IndexWriter final : public WriteBackend {
     run(j, "delete", [&] {
       const WriteResult r = b.by_filter ? index_.remove_matching(b.filter)
                                         : index_.submit_remove(b.ids.data(), static_cast<std::int64_t>(b.ids.size()));
+      record(j, r.rows, r.seq);
       return json{{"deleted", r.rows}, {"seq", r.seq}}.dump();
     });
   }
@@ -78,6 +80,7 @@ class IndexWriter final : public WriteBackend {
   void snapshot(Job& j) override {
     run(j, "snapshot", [&] {
       const SnapshotResult r = index_.snapshot();
+      record(j, r.rows, r.seq);
       return json{{"path", relative_to(r.path, dir())}, {"seq", r.seq}, {"rows", r.rows}}.dump();
     });
   }
@@ -135,10 +138,17 @@ class IndexWriter final : public WriteBackend {
  private:
   const std::string& dir() const { return info_.storage_dir; }
 
+  // The rows and seq of an answered write, for the audit log.
+  static void record(Job& j, std::int64_t rows, std::uint64_t seq) {
+    WriteJob& w = std::get<WriteJob>(j.work);
+    w.rows = rows;
+    w.seq = static_cast<std::int64_t>(seq);
+  }
+
   template <typename F>
   void run(Job& j, const char* what, F&& f) {
     try {
-      j.body = f();
+      std::get<WriteJob>(j.work).body = f();
       j.status = 200;
     } catch (const WriteError& e) {
       j.status = status_of(e);

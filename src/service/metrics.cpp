@@ -52,6 +52,13 @@ void Metrics::search_done(double seconds, int queries) {
   minute_queries_ += queries;
 }
 
+void Metrics::search_stages(bool binary, const std::chrono::nanoseconds (&stages)[kSearchStages]) {
+  for (int s = 0; s < kSearchStages; ++s)
+    stage_ns_[binary][s].fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(0, stages[s].count())),
+                                   std::memory_order_relaxed);
+  staged_[binary].fetch_add(1, std::memory_order_relaxed);
+}
+
 void Metrics::batch_done(int size) {
   std::lock_guard<std::mutex> l(m_);
   batch_.observe(size);
@@ -75,6 +82,23 @@ std::string Metrics::render() const {
   latency_.render(out, "shardtopk_search_latency_seconds",
                   "Search request latency, request received to answer ready (queueing + batching + search).");
   batch_.render(out, "shardtopk_batch_size", "Queries per collective search (micro-batch size).");
+  static const char* kStageNames[kSearchStages] = {"read", "parse", "queue", "search", "resume", "write"};
+  out += "# HELP shardtopk_search_stage_seconds_total Time of answered searches by stage: read (request line to body "
+         "complete), parse, queue (to its batch), search, resume (search done to the event loop), write (answer "
+         "built and sent).\n";
+  out += "# TYPE shardtopk_search_stage_seconds_total counter\n";
+  char line[200];
+  for (int b = 0; b < 2; ++b)
+    for (int s = 0; s < kSearchStages; ++s) {
+      std::snprintf(line, sizeof line, "shardtopk_search_stage_seconds_total{body=\"%s\",stage=\"%s\"} %.9f\n",
+                    b ? "binary" : "json", kStageNames[s], 1e-9 * static_cast<double>(stage_ns_[b][s].load()));
+      out += line;
+    }
+  out += "# HELP shardtopk_search_stage_requests_total Searches whose stages are in shardtopk_search_stage_seconds_total.\n";
+  out += "# TYPE shardtopk_search_stage_requests_total counter\n";
+  for (int b = 0; b < 2; ++b)
+    out += std::string("shardtopk_search_stage_requests_total{body=\"") + (b ? "binary" : "json") + "\"} " +
+           std::to_string(staged_[b].load()) + "\n";
   out += "# HELP shardtopk_queue_depth Search requests waiting for a batch.\n# TYPE shardtopk_queue_depth gauge\n";
   out += "shardtopk_queue_depth " + std::to_string(queue_depth.load()) + "\n";
   out += "# HELP shardtopk_http_open_connections Client connections open now.\n";

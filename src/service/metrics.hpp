@@ -1,6 +1,7 @@
 #pragma once
 // Prometheus text metrics of `shardtopk serve` (rank 0) and the per-minute summary line.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -27,10 +28,19 @@ class Histogram {
   std::uint64_t n_ = 0;
 };
 
+/// The stages of a search request, in order (docs/SERVING.md "Stage timings"): read (request
+/// line in to body complete), parse (body to queued job: parsing and checks), queue (queued to its
+/// batch taken), search (the collective search), resume (search done to the loop thread resuming
+/// the connection), write (answer built and sent).
+enum SearchStage { kStageRead, kStageParse, kStageQueue, kStageSearch, kStageResume, kStageWrite, kSearchStages };
+
 /// Counters and histograms; every method may be called from any thread.
 class Metrics {
  public:
   Metrics();
+
+  /// A search answered 200 and sent: the time of each of its stages (lock-free).
+  void search_stages(bool binary, const std::chrono::nanoseconds (&stages)[kSearchStages]);
 
   void request(const std::string& route, int status);
   void search_done(double seconds, int queries);
@@ -57,6 +67,9 @@ class Metrics {
   Histogram latency_, batch_;
   std::vector<RankCounters> rank_counters_;
   std::vector<double> minute_latency_ms_;
+  // [json, binary][stage] nanoseconds summed, and the searches timed
+  std::atomic<std::uint64_t> stage_ns_[2][kSearchStages] = {};
+  std::atomic<std::uint64_t> staged_[2] = {};
   long minute_requests_ = 0, minute_queries_ = 0, minute_batches_ = 0, minute_batch_queries_ = 0;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
-// Parsing and checking of search request bodies (JSON and binary) and of the few header values
-// the front end reads. Pure functions over bytes: no HTTP library, no index; unit-tested in
-// tests/service/test_request_parse.cpp.
+// Parsing and checking of search request bodies (JSON: json_search.cpp; binary: request_parse.cpp)
+// and of the few header values the front end reads. Pure functions over bytes: no HTTP library, no
+// index; unit-tested in tests/service/test_request_parse.cpp and test_json_search.cpp.
 //
 // Every error is an Error whose message names the problem and quotes at most a short, flat
 // excerpt of the input (excerpt()): never a re-serialisation of a client's value, whose size
@@ -42,18 +42,44 @@ struct SearchBody {
   RequestFilter filter;        ///< compiled once here; applies to every query of the request
 };
 
+/// Room past the end of a body's bytes with which parse_json_search reads it in place.
+inline constexpr std::size_t kJsonPadding = 64;
+
+/// How parse_json_search may read a body.
+struct JsonRead {
+  /// Bytes readable from the body's first byte (its buffer's capacity, at least its size):
+  /// simdjson reads up to kJsonPadding bytes past the end, so a body with that room is read in
+  /// place, others are copied first.
+  std::size_t readable = 0;
+  /// false: the event parser alone (no working memory beyond the body's own).
+  bool fast = true;
+};
+
 /// Parses {"queries": [[...], ...], "k": K, "filter": F} or {"query": [...], "k": K, "filter": F}
-/// (k and filter optional; "filter": null is no filter) with an event (SAX) parser straight into
-/// float32 rows: no document tree for the rows, nesting refused at the first level the format does
-/// not have, duplicate keys and unknown fields refused. The filter (docs/FILTERS.md) is built from
-/// the same events within the language's limits (nesting, values: checked as they arrive, before
+/// (k and filter optional; "filter": null is no filter) straight into float32 rows (each number
+/// read as a double, then rounded to float once). simdjson reads a well-formed request; any other
+/// body is read by an event (SAX) parser that finds the first problem in document order: no
+/// document tree for the rows, nesting refused at the first level the format does not have,
+/// duplicate keys and unknown fields refused. The filter (docs/FILTERS.md) is built from the
+/// same events within the language's limits (nesting, values: checked as they arrive, before
 /// the filter's tree grows past them; a key repeated inside it is refused) and compiled against
 /// shape.attributes.
-/// @throws Error: malformed JSON, wrong structure, duplicate or unknown key, wrong dimension,
-///   more than batch_max rows, no rows, a value that is not a number or is too large for
-///   float32, a k that is not an integer in the int64 range; a bad filter ("filter: ...", naming
-///   the operator, attribute or value).
-SearchBody parse_json_search(std::string_view body, const QueryShape& shape);
+/// @throws Error: malformed JSON (or a NUL byte), wrong structure, duplicate or unknown key,
+///   wrong dimension, more than batch_max rows, no rows, a value that is not a number or is too
+///   large for float32, a k that is not an integer in the int64 range; a bad filter
+///   ("filter: ...", naming the operator, attribute or value).
+SearchBody parse_json_search(std::string_view body, const QueryShape& shape, const JsonRead& how = {});
+
+/// parse_json_search's simdjson reader alone (tests, benchmarks): true and `out` filled when
+/// `body` is a complete, well-formed request; false for any other body, whose problem only the
+/// event parser words. `readable` as JsonRead's. A body it takes is taken by the event parser
+/// with the same result.
+bool read_json_search_fast(std::string_view body, const QueryShape& shape, SearchBody& out, std::size_t readable = 0);
+
+/// Working memory (bytes) that parse_json_search's simdjson reader takes for a body of
+/// `body_bytes` for the length of the call, beyond what each event-loop thread keeps for bodies
+/// up to 64 KiB (0 for those): about 16 bytes per body byte.
+std::size_t json_search_workspace(std::size_t body_bytes);
 
 /// Parses and compiles a filter given as JSON text (the binary route's ?filter=, already
 /// URL-decoded) with the same bounds and messages as the JSON body's "filter".

@@ -24,6 +24,7 @@
 
 #include "core/log.hpp"
 #include "service/batcher.hpp"
+#include "service/exposure.hpp"
 #include "service/http_front_end.hpp"
 #include "service/index_backend.hpp"
 #include "service/liveness.hpp"
@@ -41,13 +42,31 @@ using Clock = std::chrono::steady_clock;
 // ------------------------------------------------------------------------------ signals
 
 volatile sig_atomic_t g_stop = 0;
-int g_signal_pipe[2] = {-1, -1};  // the handler writes a byte; the supervisor polls the read end
+volatile sig_atomic_t g_reload = 0;
+int g_signal_pipe[2] = {-1, -1};  // the handlers write a byte; the supervisor polls the read end
 
 extern "C" void on_stop_signal(int) {
   g_stop = 1;
   if (g_signal_pipe[1] >= 0) {
     const char x = 's';
     (void)!::write(g_signal_pipe[1], &x, 1);
+  }
+}
+
+// SIGHUP: rank 0 reloads the keys file and reopens the audit log; other ranks ignore it (its
+// default action would end the process).
+extern "C" void on_reload_signal(int) {
+  g_reload = 1;
+  if (g_signal_pipe[1] >= 0) {
+    const char x = 'h';
+    (void)!::write(g_signal_pipe[1], &x, 1);
+  }
+}
+
+// Empties the signal pipe (its bytes only wake the supervisor; the flags say what came).
+void drain_signal_pipe() {
+  char buf[64];
+  while (g_signal_pipe[0] >= 0 && ::read(g_signal_pipe[0], buf, sizeof buf) > 0) {
   }
 }
 
@@ -60,6 +79,8 @@ void install_signal_handlers(bool with_pipe) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sa.sa_handler = on_reload_signal;
+  sigaction(SIGHUP, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that disconnects must not end the process
 }
 
@@ -116,7 +137,12 @@ class Supervisor {
         signalled = ::poll(&p, g_signal_pipe[0] >= 0 ? 1 : 0, 200) > 0;
       }
       if (!lost.empty()) fail_and_exit(lost, 3, /*on_mpi_thread=*/false);
-      if (signalled || g_stop) {
+      if (signalled) drain_signal_pipe();
+      if (g_reload) {
+        g_reload = 0;
+        fe_.reload();
+      }
+      if (g_stop) {
         drain();
         return;
       }
@@ -188,7 +214,16 @@ int serve(const Config& cfg, const ServeOptions& opts) {
         spdlog::warn("service.threads = {} is deprecated and ignored: connections are served by "
                      "service.io_threads = {} event-loop thread(s)",
                      cfg.service.threads, cfg.service.io_threads);
+      // Secure by default: a writable service beyond loopback needs keys (or an explicit yes).
+      const bool loopback = host_is_loopback(cfg.service.host);
+      check_exposure(cfg, loopback);
       fe = std::make_unique<HttpFrontEnd>(cfg.service, metrics);
+      for (const std::string& w : exposure_warnings(cfg, loopback)) spdlog::warn("{}", w);
+      const std::vector<std::string> sec = fe->security_summary();
+      for (std::size_t i = 0; i < sec.size(); ++i) {
+        if (i < 3) spdlog::info("security: {}", sec[i]);
+        else spdlog::warn("security: {}", sec[i]);
+      }
       fe->bind();
       if (!opts.port_file.empty()) write_port_file(opts.port_file, fe->port());
       fe->start();  // /healthz answers now, /readyz says 503 until every rank has ingested
@@ -196,7 +231,8 @@ int serve(const Config& cfg, const ServeOptions& opts) {
         live = std::make_unique<LivenessMonitor>(world, comm->local_size() == world, cfg.service.heartbeat_timeout_ms);
         addr = live->address();
       }
-      spdlog::info("listening on http://{}:{} (ready once every rank has ingested)", cfg.service.host, fe->port());
+      spdlog::info("listening on {}://{}:{} (ready once every rank has ingested)", fe->scheme(), cfg.service.host,
+                   fe->port());
     } catch (const std::exception& e) {
       ok = false;
       msg = e.what();
@@ -241,14 +277,15 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   bo.max_filters = info.max_filters;
   bo.dim = info.dim;
   bo.window = std::chrono::microseconds(cfg.service.batch_window_us);
+  bo.poll = std::chrono::microseconds(cfg.service.poll_us);
   bo.commit_writes = [&writer] { writer->commit(); };
   bo.after_writes = [&writer] { writer->after_commit(); };
   Batcher batcher(*backend, bo, &metrics);
   metrics.set_extra([&writer] { return writer->metrics(); });
   fe->set_writer(writer.get());
   fe->set_ready(info, *backend, batcher);
-  spdlog::info("ready: http://{}:{}/v1/search (batch window {} us, batch_max {}, k_max {}); {}", cfg.service.host,
-               fe->port(), cfg.service.batch_window_us, info.batch_max, info.k_max, fe->limits_summary());
+  spdlog::info("ready: {}://{}:{}/v1/search (batch window {} us, batch_max {}, k_max {}); {}", fe->scheme(),
+               cfg.service.host, fe->port(), cfg.service.batch_window_us, info.batch_max, info.k_max, fe->limits_summary());
   Supervisor supervisor(cfg.service, *fe, batcher, live.get(), metrics);
   supervisor.start();
   try {

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -201,14 +200,6 @@ MappedFile::MappedFile(const std::string& path, std::uint64_t size) : size_(size
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
-}
-
-DirLock::DirLock(const std::string& path) : fd_(open_file(path, O_RDWR | O_CREAT)) {
-  if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK)
-      throw Error("storage directory lock '" + path + "' is held by another process (one writer per directory)");
-    throw_errno("flock('" + path + "')", errno);
-  }
 }
 
 }  // namespace shardtopk::storage

@@ -79,13 +79,5 @@ class MappedFile {
   std::uint64_t size_ = 0;
 };
 
-/// An exclusive flock() on `path` (created when missing), held for the object's lifetime.
-class DirLock {
- public:
-  explicit DirLock(const std::string& path);
-
- private:
-  Fd fd_;
-};
 
 }  // namespace shardtopk::storage

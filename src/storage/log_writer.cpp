@@ -168,7 +168,7 @@ void LogWriter::write_batch(std::vector<Pending>& batch) {
     iov.push_back({p.rec.bytes(), static_cast<std::size_t>(p.rec.framed_bytes)});
     bytes += p.rec.framed_bytes;
   }
-  const std::string& path = segments_.back().path;  // only this thread and remove_through change the list
+  const std::string& path = segments_.back().path;  // only this thread and detach_through change the list
   pwritev_all(active_fd_.get(), iov.data(), iov.size(), batch_offset, path);
   fdatasync_checked(active_fd_.get(), path);
   active_size_ += bytes;
@@ -180,7 +180,7 @@ void LogWriter::write_batch(std::vector<Pending>& batch) {
   records_written_ += static_cast<std::int64_t>(batch.size());
 }
 
-std::vector<std::string> LogWriter::remove_through(std::uint64_t seq) {
+std::vector<SegmentInfo> LogWriter::detach_through(std::uint64_t seq) {
   std::lock_guard<std::mutex> io(io_mu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -198,21 +198,13 @@ std::vector<std::string> LogWriter::remove_through(std::uint64_t seq) {
       throw;
     }
   }
-  std::vector<SegmentInfo> doomed;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    std::size_t keep = 0;
-    while (keep + 1 < segments_.size() && segments_[keep + 1].first_seq <= seq + 1) ++keep;
-    doomed.assign(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(keep));
-    segments_.erase(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(keep));
-  }
-  std::vector<std::string> removed;
-  for (const SegmentInfo& s : doomed) {
-    remove_file(s.path);
-    removed.push_back(s.path);
-  }
-  if (!removed.empty()) fsync_dir(cfg_.dir);
-  return removed;
+  std::lock_guard<std::mutex> lk(mu_);
+  std::size_t keep = 0;
+  while (keep + 1 < segments_.size() && segments_[keep + 1].first_seq <= seq + 1) ++keep;
+  std::vector<SegmentInfo> out(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(keep));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].last_seq = segments_[i + 1].first_seq - 1;
+  segments_.erase(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(keep));
+  return out;
 }
 
 std::uint64_t LogWriter::durable_seq() const {

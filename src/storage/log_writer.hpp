@@ -24,6 +24,7 @@ struct SegmentInfo {
   std::string path;
   std::uint64_t first_seq = 0;
   std::uint64_t bytes = 0;  ///< durable bytes (header + whole records)
+  std::uint64_t last_seq = 0;  ///< its last record's seq, where known (segments detached from the log)
 };
 
 class LogWriter {
@@ -66,9 +67,10 @@ class LogWriter {
   std::pair<std::int64_t, std::int64_t> queued() const;
 
   /// After a snapshot at `seq`: when every record of the active segment is ≤ seq, starts a new
-  /// segment; then removes every segment whose records are all ≤ seq (not the active one) and
-  /// fsyncs the directory. Returns the removed paths. @throws Error on a file-system failure.
-  std::vector<std::string> remove_through(std::uint64_t seq);
+  /// segment; then takes every segment whose records are all ≤ seq (not the active one) out of
+  /// the log and returns them, oldest first, with their last_seq: the caller removes their
+  /// files or keeps them (retention). @throws Error on a file-system failure.
+  std::vector<SegmentInfo> detach_through(std::uint64_t seq);
 
  private:
   struct Pending {

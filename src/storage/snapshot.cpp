@@ -2,6 +2,7 @@
 // name and synced, renamed into place, committed by an atomic rewrite of the manifest, then the
 // log records it covers and the previous snapshot removed.
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <set>
 
@@ -30,6 +31,32 @@ struct SnapshotWriter::Impl {
     if (st->opt.on_snapshot_step) st->opt.on_snapshot_step(s);
   }
 };
+
+namespace storage {
+
+std::vector<std::string> apply_retention(Storage::Impl& st) {
+  std::vector<std::string> removed;
+  const std::size_t older = static_cast<std::size_t>(std::max(1, st.opt.keep_snapshots) - 1);
+  while (st.older_snapshots.size() > older) {
+    removed.push_back(st.path(st.older_snapshots.front()));
+    st.older_snapshots.erase(st.older_snapshots.begin());
+  }
+  // The log from the oldest snapshot kept on: a segment all of whose records it holds goes.
+  std::uint64_t anchor = st.manifest.seq;
+  for (const std::string& n : st.older_snapshots) {
+    std::uint64_t s = 0;
+    if (parse_snapshot_name(n, &s)) anchor = std::min(anchor, s);
+  }
+  while (!st.retained.empty() && st.retained.front().last_seq <= anchor) {
+    removed.push_back(st.retained.front().path);
+    st.retained.erase(st.retained.begin());
+  }
+  for (const std::string& p : removed) remove_file(p);
+  if (!removed.empty()) fsync_dir(st.opt.dir);
+  return removed;
+}
+
+}  // namespace storage
 
 SnapshotWriter::SnapshotWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -114,6 +141,7 @@ std::string SnapshotWriter::commit() {
 
   Manifest next;
   std::string previous;
+  std::unique_lock<std::mutex> writing(st.manifest_mu);
   {
     std::lock_guard<std::mutex> lk(st.state_mu);
     next = st.manifest;
@@ -136,7 +164,9 @@ std::string SnapshotWriter::commit() {
   {
     std::lock_guard<std::mutex> lk(st.state_mu);
     st.manifest = next;
+    st.base_time = std::chrono::system_clock::now();
   }
+  writing.unlock();
   w.renamed = false;
   w.finished = true;
   fsync_dir(st.opt.dir);
@@ -145,12 +175,11 @@ std::string SnapshotWriter::commit() {
   std::vector<std::string> removed;
   {
     std::unique_lock<std::shared_mutex> files(st.files_mu);
-    removed = st.writer->remove_through(w.spec.seq);
-    if (!previous.empty() && previous != next.snapshot) {
-      remove_file(st.path(previous));
-      removed.push_back(st.path(previous));
-      fsync_dir(st.opt.dir);
-    }
+    std::vector<SegmentInfo> detached = st.writer->detach_through(w.spec.seq);
+    std::lock_guard<std::mutex> lk(st.state_mu);
+    if (!previous.empty() && previous != next.snapshot) st.older_snapshots.push_back(previous);
+    st.retained.insert(st.retained.end(), detached.begin(), detached.end());
+    removed = apply_retention(st);
   }
   w.step(SnapshotStep::kLogTruncated);
   spdlog::info("storage '{}': snapshot {} committed ({} rows, seq {}); removed {} superseded file(s)", st.opt.dir,

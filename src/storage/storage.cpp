@@ -1,15 +1,13 @@
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <tuple>
 
-#include <nlohmann/json.hpp>
-
 #include "core/log.hpp"
-#include "core/parallel.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/storage.hpp"
 #include "storage/crc32c.hpp"
@@ -18,176 +16,6 @@
 
 namespace shardtopk {
 namespace storage {
-
-std::string snapshot_name(std::uint64_t seq) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "snapshot-%020llu.h5", static_cast<unsigned long long>(seq));
-  return buf;
-}
-
-bool parse_snapshot_name(const std::string& name, std::uint64_t* seq) {
-  if (name.size() != 32 || name.compare(0, 9, "snapshot-") != 0 || name.compare(29, 3, ".h5") != 0) return false;
-  std::uint64_t v = 0;
-  for (std::size_t i = 9; i < 29; ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    const std::uint64_t d = static_cast<std::uint64_t>(name[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *seq = v;
-  return true;
-}
-
-namespace {
-
-// A 64-bit digest as 16 hex digits: JSON numbers that large lose bits in many readers.
-std::string digest_text(std::uint64_t d) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(d));
-  return buf;
-}
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// One row's term of a digest: depends on its global position, so the sum is order-sensitive.
-std::uint64_t row_term(std::int64_t row, std::uint64_t value) {
-  return splitmix64(splitmix64(static_cast<std::uint64_t>(row)) ^ value);
-}
-
-}  // namespace
-
-std::string manifest_json(const Manifest& m) {
-  nlohmann::json j;
-  j["format"] = "shardtopk-storage";
-  j["version"] = kFormatVersion;
-  j["dim"] = m.dim;
-  j["metric"] = to_string(m.metric);
-  j["snapshot"] = m.snapshot.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.snapshot);
-  j["seq"] = m.seq;
-  if (!m.snapshot.empty() && m.snapshot_bytes >= 0) {
-    j["snapshot_bytes"] = m.snapshot_bytes;
-    j["snapshot_crc32c"] = m.snapshot_crc32c;
-  }
-  if (m.snapshot.empty() && m.corpus_bytes >= 0)
-    j["corpus"] = {{"path", m.corpus_path}, {"bytes", m.corpus_bytes}, {"sample_crc32c", m.corpus_sample_crc32c}};
-  if (m.snapshot.empty() && m.base.rows >= 0)
-    j["base"] = {{"rows", m.base.rows},
-                 {"dim", m.base.dim},
-                 {"ids_digest", digest_text(m.base.ids_digest)},
-                 {"data_digest", digest_text(m.base.data_digest)}};
-  if (m.log_seq > 0) j["log_seq"] = m.log_seq;
-  return j.dump(2) + "\n";
-}
-
-std::uint32_t corpus_sample_crc32c(const std::string& path, std::uint64_t bytes) {
-  if (bytes <= 2 * kCorpusSampleBytes) return file_crc32c(path, 0, bytes);
-  const std::uint32_t head = file_crc32c(path, 0, kCorpusSampleBytes);
-  const std::uint32_t tail = file_crc32c(path, bytes - kCorpusSampleBytes, kCorpusSampleBytes);
-  return crc32c_extend(crc32c_extend(0, &head, sizeof head), &tail, sizeof tail);
-}
-
-namespace {
-
-// A manifest's integer: a JSON integer (not a real, not a string) in [0, max], named in errors.
-std::uint64_t manifest_uint(const nlohmann::json& obj, const char* key, std::uint64_t max, const std::string& path) {
-  SHARDTOPK_EXPECTS(obj.contains(key), "'", path, "': the manifest has no '", key, "'");
-  const nlohmann::json& v = obj.at(key);
-  SHARDTOPK_EXPECTS(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0), "'", path,
-                    "': '", key, "' is ", v.dump(), " (expected an integer 0 .. ", max, ")");
-  const std::uint64_t u = v.get<std::uint64_t>();
-  SHARDTOPK_EXPECTS(u <= max, "'", path, "': '", key, "' is ", u, " (expected an integer 0 .. ", max, ")");
-  return u;
-}
-
-std::string manifest_string(const nlohmann::json& obj, const char* key, const std::string& path) {
-  SHARDTOPK_EXPECTS(obj.contains(key), "'", path, "': the manifest has no '", key, "'");
-  SHARDTOPK_EXPECTS(obj.at(key).is_string(), "'", path, "': '", key, "' is ", obj.at(key).dump(), " (expected a string)");
-  return obj.at(key).get<std::string>();
-}
-
-std::uint64_t manifest_digest(const nlohmann::json& obj, const char* key, const std::string& path) {
-  const std::string t = manifest_string(obj, key, path);
-  SHARDTOPK_EXPECTS(t.size() == 16 && t.find_first_not_of("0123456789abcdef") == std::string::npos, "'", path, "': '",
-                    key, "' is \"", t, "\" (expected 16 lower-case hex digits)");
-  return std::stoull(t, nullptr, 16);
-}
-
-}  // namespace
-
-Manifest parse_manifest(const std::string& text, const std::string& path) {
-  Manifest m;
-  // A NUL byte cannot be in JSON text; the parser would stop at it and take what came before.
-  SHARDTOPK_EXPECTS(text.find('\0') == std::string::npos, "'", path, "': a NUL byte at offset ", text.find('\0'));
-  constexpr std::uint64_t kInt64Max = static_cast<std::uint64_t>(INT64_MAX);
-  try {
-    // A key given twice in one object is refused (the parser would keep the last).
-    std::vector<std::vector<std::string>> keys;
-    const auto j = nlohmann::json::parse(text, [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
-      if (ev == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
-      if (ev == nlohmann::json::parse_event_t::object_end) keys.pop_back();
-      if (ev == nlohmann::json::parse_event_t::key) {
-        const std::string k = v.get<std::string>();
-        SHARDTOPK_EXPECTS(std::find(keys.back().begin(), keys.back().end(), k) == keys.back().end(), "'", path,
-                          "': key '", k, "' appears more than once in an object");
-        keys.back().push_back(k);
-      }
-      return true;
-    });
-    SHARDTOPK_EXPECTS(j.is_object() && j.contains("format") && j.at("format") == "shardtopk-storage", "'", path,
-                      "' is not a shardtopk storage manifest");
-    const auto version = manifest_uint(j, "version", UINT32_MAX, path);
-    SHARDTOPK_EXPECTS(version == kFormatVersion, "'", path, "': manifest version ", version, " (this build reads ",
-                      kFormatVersion, ")");
-    m.dim = static_cast<std::int64_t>(manifest_uint(j, "dim", kMaxDim, path));
-    m.metric = parse_metric(manifest_string(j, "metric", path), "'" + path + "': metric");
-    SHARDTOPK_EXPECTS(j.contains("snapshot"), "'", path, "': the manifest has no 'snapshot'");
-    if (!j.at("snapshot").is_null()) m.snapshot = manifest_string(j, "snapshot", path);
-    m.seq = manifest_uint(j, "seq", kInt64Max, path);
-    SHARDTOPK_EXPECTS(j.contains("snapshot_bytes") == j.contains("snapshot_crc32c"), "'", path,
-                      "': 'snapshot_bytes' and 'snapshot_crc32c' come together (the manifest has only ",
-                      j.contains("snapshot_bytes") ? "'snapshot_bytes'" : "'snapshot_crc32c'", ")");
-    if (j.contains("snapshot_bytes")) {
-      SHARDTOPK_EXPECTS(!m.snapshot.empty(), "'", path, "': a snapshot checksum but no snapshot");
-      m.snapshot_bytes = static_cast<std::int64_t>(manifest_uint(j, "snapshot_bytes", kInt64Max, path));
-      m.snapshot_crc32c = static_cast<std::uint32_t>(manifest_uint(j, "snapshot_crc32c", UINT32_MAX, path));
-    }
-    if (j.contains("corpus")) {
-      const auto& c = j.at("corpus");
-      SHARDTOPK_EXPECTS(c.is_object(), "'", path, "': 'corpus' is ", c.dump(), " (expected an object)");
-      m.corpus_path = manifest_string(c, "path", path);
-      m.corpus_bytes = static_cast<std::int64_t>(manifest_uint(c, "bytes", kInt64Max, path));
-      m.corpus_sample_crc32c = static_cast<std::uint32_t>(manifest_uint(c, "sample_crc32c", UINT32_MAX, path));
-    }
-    if (j.contains("base")) {
-      const auto& b = j.at("base");
-      SHARDTOPK_EXPECTS(b.is_object(), "'", path, "': 'base' is ", b.dump(), " (expected an object)");
-      m.base.rows = static_cast<std::int64_t>(manifest_uint(b, "rows", kInt64Max, path));
-      m.base.dim = static_cast<std::int64_t>(manifest_uint(b, "dim", kMaxDim, path));
-      m.base.ids_digest = manifest_digest(b, "ids_digest", path);
-      m.base.data_digest = manifest_digest(b, "data_digest", path);
-    }
-    if (j.contains("log_seq")) m.log_seq = manifest_uint(j, "log_seq", kInt64Max, path);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("'" + path + "': unreadable manifest: " + e.what());
-  }
-  std::uint64_t s = 0;
-  SHARDTOPK_EXPECTS(m.snapshot.empty() || (parse_snapshot_name(m.snapshot, &s) && s == m.seq), "'", path,
-                    "': snapshot '", m.snapshot, "' does not match seq ", m.seq);
-  // Without a snapshot the base is the corpus, before record 1: a larger seq would claim that
-  // records 1 .. seq are held by a snapshot that does not exist, and recovery would skip them
-  // and remove their segments.
-  SHARDTOPK_EXPECTS(!m.snapshot.empty() || m.seq == 0, "'", path, "': 'seq' is ", m.seq,
-                    " but 'snapshot' is null: no snapshot holds records 1 .. ", m.seq,
-                    " (without a snapshot the base is the corpus, seq 0); set 'seq' to 0, or name the snapshot "
-                    "file whose seq it is");
-  SHARDTOPK_EXPECTS(m.dim >= 1 && m.dim <= kMaxDim, "'", path, "': dim ", m.dim, " out of range");
-  return m;
-}
 
 namespace {
 
@@ -204,15 +32,12 @@ void check_options(const StorageOptions& o) {
                     "storage: max_pending_bytes = ", o.max_pending_bytes, " (allowed: 4096 .. 2^40)");
   SHARDTOPK_EXPECTS(o.max_record_bytes >= 64 && o.max_record_bytes <= static_cast<std::int64_t>(kMaxPayloadBytes),
                     "storage: max_record_bytes = ", o.max_record_bytes, " (allowed: 64 .. 2^40)");
+  SHARDTOPK_EXPECTS(o.lock_wait_s >= 0 && o.lock_wait_s <= 86400, "storage: lock_wait_s = ", o.lock_wait_s,
+                    " (allowed: 0 .. 86400)");
+  SHARDTOPK_EXPECTS(o.keep_snapshots >= 1 && o.keep_snapshots <= 1000, "storage: keep_snapshots = ", o.keep_snapshots,
+                    " (allowed: 1 .. 1000)");
 }
 
-bool is_temp_leftover(const std::string& name) {
-  const std::string sfx = kTempSuffix;
-  if (name.size() <= sfx.size() || name.compare(name.size() - sfx.size(), sfx.size(), sfx) != 0) return false;
-  const std::string base = name.substr(0, name.size() - sfx.size());
-  std::uint64_t seq = 0;
-  return base == kManifestName || parse_snapshot_name(base, &seq);
-}
 
 }  // namespace
 }  // namespace storage
@@ -303,6 +128,7 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
                    "it is loaded unverified; the next snapshot records one",
                    st.opt.dir, st.manifest.snapshot);
   }
+  std::vector<std::string> older;  // snapshots before the current one, oldest first (names sort by seq)
   for (const auto& n : names) {
     std::uint64_t s = 0;
     if (is_temp_leftover(n)) {
@@ -310,11 +136,37 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
     } else if (parse_snapshot_name(n, &s) && n != st.manifest.snapshot) {
       if (s > st.manifest.seq)
         remove_leftover(st, n, "snapshot written but never committed to the manifest");
+      else if (s < st.manifest.seq && !st.manifest.snapshot.empty())
+        older.push_back(n);
       else
         remove_superseded(st, n, "snapshot superseded by " +
                                      (st.manifest.snapshot.empty() ? std::string("none") : st.manifest.snapshot));
     }
   }
+  const std::size_t keep = static_cast<std::size_t>(st.opt.keep_snapshots - 1);
+  for (std::size_t i = 0; i < older.size(); ++i) {
+    if (i + keep < older.size())
+      remove_superseded(st, older[i], "snapshot superseded by " + st.manifest.snapshot + " (storage.keep_snapshots " +
+                                          std::to_string(st.opt.keep_snapshots) + ")");
+    else
+      st.older_snapshots.push_back(older[i]);
+  }
+  if (!st.manifest.snapshot.empty()) {
+    struct stat sb {};
+    if (::stat(st.path(st.manifest.snapshot).c_str(), &sb) == 0)
+      st.base_time = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(sb.st_mtim.tv_sec) + std::chrono::nanoseconds(sb.st_mtim.tv_nsec)));
+  }
+}
+
+// The seq of the oldest snapshot kept: the log is kept from it on.
+std::uint64_t retention_anchor(const Storage::Impl& st) {
+  std::uint64_t anchor = st.manifest.seq;
+  for (const std::string& n : st.older_snapshots) {
+    std::uint64_t s = 0;
+    if (parse_snapshot_name(n, &s)) anchor = std::min(anchor, s);
+  }
+  return anchor;
 }
 
 // Without a snapshot the log's records apply to the configured corpus file: the file the
@@ -349,7 +201,7 @@ void check_base_corpus(Storage::Impl& st, std::uint64_t last_seq) {
 // Scans the segments, cuts a torn tail of the last one, removes those a snapshot superseded,
 // and checks that the kept ones continue the snapshot without a gap.
 std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::string>& names, std::uint64_t* last_seq) {
-  const std::uint64_t S = st.manifest.seq;
+  const std::uint64_t S = st.manifest.seq, anchor = retention_anchor(st);
   std::vector<std::pair<std::uint64_t, std::string>> found;
   for (const auto& n : names) {
     std::uint64_t first = 0;
@@ -358,11 +210,26 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
   std::sort(found.begin(), found.end());
   std::vector<SegmentInfo> kept;
   std::uint64_t last = S;
+  // Every record is read and checked here: a long log says how far it is every few seconds.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_line = t0;
   for (std::size_t i = 0; i < found.size(); ++i) {
     const auto& [first, name] = found[i];
     const bool is_last = i + 1 == found.size();
+    const auto now = std::chrono::steady_clock::now();
+    if (i > 0 && now - last_line >= std::chrono::seconds(2)) {
+      last_line = now;
+      const double s = std::chrono::duration<double>(now - t0).count();
+      spdlog::info("storage '{}': checking the log: segment {}/{}, {} record(s) and {:.0f} MB verified in {:.1f} s "
+                   "({:.0f} MB/s)",
+                   st.opt.dir, i + 1, found.size(), st.report.records, st.report.log_bytes / 1e6, s,
+                   st.report.log_bytes / 1e6 / std::max(s, 1e-9));
+    }
     if (!is_last && found[i + 1].first - 1 <= S) {
-      remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(S));
+      if (found[i + 1].first - 1 <= anchor)
+        remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(anchor));
+      else  // kept for an older snapshot (retention), not read
+        st.retained.push_back(SegmentInfo{st.path(name), first, file_size(st.path(name)), found[i + 1].first - 1});
       continue;
     }
     const std::string path = st.path(name);
@@ -399,7 +266,10 @@ std::vector<SegmentInfo> recover_log(Storage::Impl& st, const std::vector<std::s
     }
     fd.close(path);
     if (is_last && scan.last_seq <= S && first <= S) {
-      remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(S));
+      if (scan.last_seq <= anchor)
+        remove_superseded(st, name, "every record is in snapshot seq " + std::to_string(anchor));
+      else
+        st.retained.push_back(SegmentInfo{path, first, scan.end, scan.last_seq});
       continue;
     }
     if (kept.empty()) {
@@ -480,34 +350,30 @@ void Storage::finish_recovery() {
   st.superseded.clear();
 }
 
-BaseIdentity base_identity_part(const float* rows, const std::int64_t* ids, std::int64_t n, std::int64_t dim,
-                                std::int64_t first_row, int threads) {
-  SHARDTOPK_EXPECTS(n >= 0 && dim >= 1 && (n == 0 || rows), "base_identity_part: bad shape [", n, ", ", dim, "]");
-  const int parts = range_parts(n * dim, std::max(1, threads), 1 << 20);
-  std::vector<BaseIdentity> part(static_cast<std::size_t>(parts), BaseIdentity{0, dim, 0, 0});
-  parallel_ranges(n, parts, [&](std::int64_t lo, std::int64_t hi, int p) {
-    BaseIdentity& b = part[static_cast<std::size_t>(p)];
-    for (std::int64_t i = lo; i < hi; ++i) {
-      const std::int64_t row = first_row + i;
-      const std::int64_t id = ids ? ids[i] : row;
-      b.ids_digest += row_term(row, static_cast<std::uint64_t>(id));
-      b.data_digest += row_term(row, crc32c(rows + i * dim, static_cast<std::size_t>(dim) * sizeof(float)));
-    }
-    b.rows = hi - lo;
-  });
-  BaseIdentity all{0, dim, 0, 0};
-  for (const BaseIdentity& b : part) all = add_base_parts(all, b);
-  return all;
+std::int64_t Storage::recorded_capacity() const {
+  std::lock_guard<std::mutex> lk(impl_->state_mu);
+  return impl_->manifest.capacity_rows;
 }
 
-BaseIdentity add_base_parts(const BaseIdentity& a, const BaseIdentity& b) {
-  SHARDTOPK_EXPECTS(a.dim == b.dim || a.rows == 0 || b.rows == 0, "add_base_parts: dims ", a.dim, " and ", b.dim);
-  return BaseIdentity{a.rows + b.rows, a.rows ? a.dim : b.dim, a.ids_digest + b.ids_digest,
-                      a.data_digest + b.data_digest};
+void Storage::record_capacity(std::int64_t rows) {
+  Impl& st = *impl_;
+  SHARDTOPK_EXPECTS(rows >= 1, "storage '", st.opt.dir, "': capacity of ", rows, " rows");
+  std::lock_guard<std::mutex> writing(st.manifest_mu);
+  Manifest next;
+  {
+    std::lock_guard<std::mutex> lk(st.state_mu);
+    if (st.manifest.capacity_rows == rows) return;
+    next = st.manifest;
+  }
+  next.capacity_rows = rows;
+  write_manifest(st, next);
+  std::lock_guard<std::mutex> lk(st.state_mu);
+  st.manifest.capacity_rows = rows;
 }
 
 void Storage::check_base(const BaseIdentity& base) {
   Impl& st = *impl_;
+  std::lock_guard<std::mutex> writing(st.manifest_mu);
   Manifest next;
   {
     std::lock_guard<std::mutex> lk(st.state_mu);
@@ -561,14 +427,6 @@ void Storage::verify_snapshot() const {
                     ", the manifest recorded ", m.snapshot_crc32c, " when it was committed (restore it from a backup)");
 }
 
-std::optional<StorageManifest> read_storage_manifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifestName;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
-  const Manifest m = parse_manifest(read_small_file(path), path);
-  return StorageManifest{m.dim, m.metric, m.snapshot.empty() ? std::string() : dir + "/" + m.snapshot, m.seq};
-}
-
 StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metric metric) {
   SHARDTOPK_EXPECTS(!cfg.dir.empty(), "storage.dir is not set: updates need a directory for the write-ahead log");
   StorageOptions o;
@@ -578,6 +436,8 @@ StorageOptions storage_options(const StorageConfig& cfg, std::int64_t dim, Metri
   o.group_commit_window_us = cfg.group_commit_window_us;
   o.segment_bytes = cfg.segment_bytes;
   o.max_pending_bytes = cfg.max_pending_bytes;
+  o.lock_wait_s = cfg.lock_wait_s;
+  o.keep_snapshots = static_cast<int>(cfg.keep_snapshots);
   return o;
 }
 
@@ -592,7 +452,7 @@ void open_dir(Storage::Impl& st, bool created) {
     fsync_dir(parent.empty() ? std::string("/") : parent.string());
   }
   SHARDTOPK_EXPECTS(std::filesystem::is_directory(st.opt.dir), "storage: '", st.opt.dir, "' is not a directory");
-  st.lock.emplace(st.path(kLockName));
+  st.lock.emplace(st.path(kLockName), st.opt.lock_wait_s, st.opt.on_lock_wait);
 
   const std::vector<std::string> names = list_dir(st.opt.dir);
   recover_manifest(st, names);
@@ -710,6 +570,10 @@ StorageStats Storage::stats() const {
   std::tie(s.queued_records, s.queued_bytes) = impl_->writer->queued();
   s.failure = impl_->writer->failure();
   s.failed = !s.failure.empty();
+  std::lock_guard<std::mutex> lk(impl_->state_mu);
+  s.seconds_since_snapshot = std::chrono::duration<double>(std::chrono::system_clock::now() - impl_->base_time).count();
+  s.older_snapshots = static_cast<std::int64_t>(impl_->older_snapshots.size());
+  for (const auto& seg : impl_->retained) s.retained_log_bytes += static_cast<std::int64_t>(seg.bytes);
   return s;
 }
 

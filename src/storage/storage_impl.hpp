@@ -1,6 +1,7 @@
 #pragma once
 // Storage's state, shared by storage.cpp (recovery, appends, replay) and snapshot.cpp (the
 // snapshot protocol). Internal header.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 
 #include "shardtopk/storage.hpp"
 #include "storage/fs.hpp"
+#include "storage/lock.hpp"
 #include "storage/log_writer.hpp"
 
 namespace shardtopk::storage {
@@ -35,6 +37,8 @@ struct Manifest {
   std::string corpus_path;
   std::int64_t corpus_bytes = -1;
   std::uint32_t corpus_sample_crc32c = 0;
+  /// Row slots over all ranks the index was last started with (0: not recorded).
+  std::int64_t capacity_rows = 0;
   /// While there is no snapshot, the content of the base the log's records were planned
   /// against (Storage::check_base; rows -1: not recorded).
   BaseIdentity base{-1, 0, 0, 0};
@@ -53,6 +57,10 @@ std::uint32_t corpus_sample_crc32c(const std::string& path, std::uint64_t bytes)
 std::string manifest_json(const Manifest& m);
 /// @throws Error naming `path` when the text is not a valid manifest.
 Manifest parse_manifest(const std::string& text, const std::string& path);
+/// A 64-bit digest as 16 hex digits (JSON numbers that large lose bits in many readers).
+std::string digest_text(std::uint64_t d);
+/// A temporary file of an interrupted write: MANIFEST.json.tmp or snapshot-<seq>.h5.tmp.
+bool is_temp_leftover(const std::string& name);
 /// "snapshot-<seq, 20 digits>.h5".
 std::string snapshot_name(std::uint64_t seq);
 bool parse_snapshot_name(const std::string& name, std::uint64_t* seq);
@@ -66,9 +74,19 @@ struct Storage::Impl {
   std::optional<storage::DirLock> lock;
   RecoveryReport report;
 
-  mutable std::mutex state_mu;  // manifest, snapshot_active
+  /// Held across each read-modify-write of MANIFEST.json (a snapshot's commit, record_capacity)
+  /// so that neither loses the other's change.
+  std::mutex manifest_mu;
+  mutable std::mutex state_mu;  // manifest, snapshot_active, older_snapshots, retained
   storage::Manifest manifest;
   bool snapshot_active = false;
+  /// Retention (StorageOptions::keep_snapshots): older snapshots kept (file names, oldest
+  /// first) and the segments whose records are all ≤ the current snapshot's seq kept for them
+  /// (oldest first; not part of the writer's log).
+  std::vector<std::string> older_snapshots;
+  std::vector<storage::SegmentInfo> retained;
+  /// When the base was written: the snapshot file's modification time, or the open.
+  std::chrono::system_clock::time_point base_time = std::chrono::system_clock::now();
 
   /// Replay reads segment files under a shared lock; removing them takes it exclusively.
   mutable std::shared_mutex files_mu;
@@ -87,3 +105,12 @@ struct Storage::Impl {
 };
 
 }  // namespace shardtopk
+
+namespace shardtopk::storage {
+
+/// Removes the older snapshots beyond StorageOptions::keep_snapshots and the retained segments
+/// whose records the oldest kept snapshot holds, then fsyncs the directory; returns the removed
+/// paths. Called with state_mu held (and files_mu, once the writer runs).
+std::vector<std::string> apply_retention(Storage::Impl& st);
+
+}  // namespace shardtopk::storage

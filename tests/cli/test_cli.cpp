@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "filter_support.hpp"
 #include "filtered_oracle.hpp"
 #include "shardtopk/filter.hpp"
+#include "shardtopk/storage.hpp"
 #include "test_support.hpp"
 
 namespace shardtopk {
@@ -440,6 +443,65 @@ TEST_F(Cli, SearchWithAFilterWritesCountsAndMatchesTheOracle) {
   const CmdResult info = run(test::mpi_prefix(1) + " info " + corpus);
   EXPECT_EQ(info.rc, 0) << info.err;
   EXPECT_THAT(info.out, HasSubstr("name them in corpus.attributes): meta/weight, tenant"));
+}
+
+// `storage info` and `storage verify` on a directory another process holds: the facts, exit 0
+// on a good directory, 3 for a torn log tail only, 1 for damage (named), JSON alike.
+TEST_F(Cli, StorageInfoAndVerifyReportAndExitByWhatTheyFind) {
+  const std::string dir = dir_.file("store");
+  StorageOptions o;
+  o.dir = dir;
+  o.dim = kDim;
+  o.metric = Metric::kL2;
+  auto st = std::make_unique<Storage>(o);
+  st->record_capacity(3048);
+  const std::vector<std::int64_t> ids{1, 2, 3};
+  for (int i = 0; i < 3; ++i) {
+    UpsertRows u;
+    u.rows = 1;
+    u.ids = &ids[static_cast<std::size_t>(i)];
+    u.vectors = corpus_.data() + i * kDim;
+    st->upsert(u);
+  }
+  const std::string bin = SHARDTOPK_BIN;
+  CmdResult r = run(bin + " storage info " + dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("dim 4, metric l2"), HasSubstr("3048 row slots"),
+                           HasSubstr("3 record(s) after the snapshot"), HasSubstr("last seq 3")));
+  r = run(bin + " storage info --json " + dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("log_records"), 3);
+  r = run(bin + " storage verify " + dir);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("every check passed"));
+  st.reset();
+  const std::string seg = dir + "/wal-00000000000000000001.log";
+  const auto size = std::filesystem::file_size(seg);
+  std::filesystem::resize_file(seg, size - 3);
+  r = run(bin + " storage verify " + dir);  // closed cleanly: the cut record was acknowledged
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("1 acknowledged record(s), seq 3 .. 3, are missing"));
+  {  // as a crash leaves the manifest: the cut record is not known to be acknowledged
+    std::string m = test::read_text(dir + "/MANIFEST.json");
+    const auto at = m.find("  \"log_seq\"");
+    ASSERT_NE(at, std::string::npos) << m;
+    m.erase(at, m.find('\n', at) + 1 - at);
+    test::write_text(dir + "/MANIFEST.json", m);
+  }
+  r = run(bin + " storage verify " + dir);
+  EXPECT_EQ(r.rc, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("TORN     wal-00000000000000000001.log: a start-up cuts "));
+  std::filesystem::resize_file(seg, size);  // zeros: still only a tail
+  test::flip_bit(seg, 40, 0);               // inside record 1, followed by later group commits
+  r = run(bin + " storage verify --json " + dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.at("problems").empty()) << r.out;
+  EXPECT_EQ(j.at("problems").at(0).at("kind"), "damage");
+  EXPECT_THAT(j.at("problems").at(0).at("what").get<std::string>(), HasSubstr("at offset 32"));
+  r = run(bin + " storage verify " + dir_.file("absent"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not a directory"));
 }
 
 }  // namespace

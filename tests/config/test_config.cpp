@@ -231,7 +231,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero_timeout", "comm:\n  timeout_s: 0\n", {"comm.timeout_s", "> 0"}},
         BadConfig{"empty_path", "corpus:\n  path: ''\n", {"corpus.path", "empty"}},
         BadConfig{"small_body_limit", "service:\n  max_body_bytes: 100\n", {"service.max_body_bytes", "100", "0 = derived"}},
-        BadConfig{"zero_io_threads", "service:\n  io_threads: 0\n", {"service.io_threads", "0 out of range"}},
+        BadConfig{"negative_poll", "service:\n  poll_us: -1\n", {"service.poll_us", "-1 out of range"}},
+        BadConfig{"negative_io_threads", "service:\n  io_threads: -1\n", {"service.io_threads", "-1 out of range"}},
+        BadConfig{"many_io_threads", "service:\n  io_threads: 65\n", {"service.io_threads", "65 out of range"}},
         BadConfig{"zero_connections", "service:\n  max_connections: 0\n", {"service.max_connections", "0 out of range"}},
         BadConfig{"zero_idle_timeout", "service:\n  idle_timeout_s: 0\n", {"service.idle_timeout_s", "0 out of range"}},
         BadConfig{"small_header_limit", "service:\n  max_header_bytes: 100\n", {"service.max_header_bytes", "100"}},
@@ -239,6 +241,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"small_inflight", "service:\n  max_inflight_bytes: 1000\n", {"service.max_inflight_bytes", "1000"}},
         BadConfig{"negative_drain", "service:\n  drain_timeout_s: -1\n", {"service.drain_timeout_s", "-1", "0 .. 3600"}},
         BadConfig{"fast_heartbeat", "service:\n  heartbeat_ms: 1\n", {"service.heartbeat_ms", "1 out of range"}},
+        BadConfig{"open_metrics_word", "service:\n  auth:\n    open_metrics: yes\n",
+                  {"service.auth.open_metrics", "expected true or false", "'yes'"}},
+        BadConfig{"allow_open_writes_number", "service:\n  auth: {allow_open_writes: 1}\n",
+                  {"service.auth.allow_open_writes", "'1'"}},
+        BadConfig{"tls_unknown_key", "service:\n  tls:\n    ca_file: ca.pem\n", {"unknown key 'service.tls.ca_file'"}},
+        BadConfig{"auth_key_list", "service:\n  auth:\n    keys_file: [a, b]\n", {"service.auth.keys_file", "list"}},
+        BadConfig{"negative_lock_wait", "storage:\n  lock_wait_s: -1\n", {"storage.lock_wait_s", "-1", "0 .. 86400"}},
+        BadConfig{"lock_wait_word", "storage:\n  lock_wait_s: forever\n", {"storage.lock_wait_s", "'forever'"}},
+        BadConfig{"zero_keep_snapshots", "storage:\n  keep_snapshots: 0\n", {"storage.keep_snapshots", "0 out of range", "1 .. 1000"}},
+        BadConfig{"negative_snapshot_interval", "storage:\n  snapshot_interval_s: -5\n",
+                  {"storage.snapshot_interval_s", "-5", "0 .. 31536000"}},
         BadConfig{"io_direct_reads_word", "io:\n  direct_reads: maybe\n", {"io.direct_reads", "expected true or false", "'maybe'"}},
         BadConfig{"io_f16c_number", "io:\n  f16c: 2\n", {"io.f16c", "'2'"}},
         BadConfig{"io_f16c_empty", "io:\n  f16c:\n", {"io.f16c", "''"}},
@@ -314,7 +327,10 @@ TEST(ConfigErrorsMisc, ValidateNeedsCorpusPath) {
 TEST(ConfigService, LimitsDefaultsAndTheDeprecatedThreadsKey) {
   Config c = parse_config("corpus: {path: x.h5}\n");
   EXPECT_EQ(c.service.max_body_bytes, 0);  // derived from batch_max x dim
-  EXPECT_EQ(c.service.io_threads, 4);
+  EXPECT_EQ(c.service.io_threads, 0);  // from the cores rank 0 may use
+  EXPECT_EQ(c.service.poll_us, 100);
+  EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {poll_us: 0}\n").service.poll_us, 0);
+  EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {io_threads: 6}\n").service.io_threads, 6);
   EXPECT_EQ(c.service.threads, 0);
   c = parse_config("corpus: {path: x.h5}\nservice:\n  threads: 96\n  max_body_bytes: 0\n  drain_timeout_s: 0.25\n"
                    "  heartbeat_ms: 50\n  heartbeat_timeout_ms: 100\n  max_connections: 12000\n");
@@ -325,6 +341,36 @@ TEST(ConfigService, LimitsDefaultsAndTheDeprecatedThreadsKey) {
   c.service.heartbeat_timeout_ms = 99;  // less than twice the interval: one late beat would end the job
   EXPECT_THAT(error_of([&] { validate(c); }), AllOf(HasSubstr("service.heartbeat_timeout_ms = 99"),
                                                     HasSubstr("twice service.heartbeat_ms = 50")));
+}
+
+// service.tls.*, service.auth.*, service.audit_log: off by default, parsed, round-tripped; the
+// certificate and its key go together.
+TEST(ConfigService, SecurityKeysDefaultParseAndRoundTrip) {
+  Config c = parse_config("corpus: {path: x.h5}\n");
+  EXPECT_TRUE(c.service.tls_cert_file.empty() && c.service.tls_key_file.empty());
+  EXPECT_TRUE(c.service.auth_keys_file.empty() && c.service.audit_log.empty());
+  EXPECT_FALSE(c.service.auth_open_metrics);
+  EXPECT_FALSE(c.service.auth_allow_open_writes);
+  c = parse_config("corpus: {path: x.h5}\nservice:\n  tls:\n    cert_file: /etc/s/cert.pem\n    key_file: /etc/s/key.pem\n"
+                   "  auth:\n    keys_file: /etc/s/keys\n    open_metrics: true\n    allow_open_writes: true\n"
+                   "  audit_log: /var/log/s/audit.log\n", "sec.yaml");
+  EXPECT_NO_THROW(validate(c));
+  const Config d = parse_config(to_yaml(c), "again");
+  EXPECT_EQ(d.service.tls_cert_file, "/etc/s/cert.pem");
+  EXPECT_EQ(d.service.tls_key_file, "/etc/s/key.pem");
+  EXPECT_EQ(d.service.auth_keys_file, "/etc/s/keys");
+  EXPECT_TRUE(d.service.auth_open_metrics);
+  EXPECT_TRUE(d.service.auth_allow_open_writes);
+  EXPECT_EQ(d.service.audit_log, "/var/log/s/audit.log");
+  Config o = c;
+  apply_override(o, "service.tls.key_file=");
+  EXPECT_THAT(error_of([&] { validate(o); }),
+              AllOf(HasSubstr("service.tls.cert_file = '/etc/s/cert.pem'"), HasSubstr("service.tls.key_file = ''"),
+                    HasSubstr("give both")));
+  apply_override(o, "service.tls.cert_file=");
+  EXPECT_NO_THROW(validate(o));
+  apply_override(o, "service.auth.open_metrics=false");
+  EXPECT_FALSE(o.service.auth_open_metrics);
 }
 
 TEST(ConfigErrorsMisc, CpuEngineWithNcclIsRejected) {

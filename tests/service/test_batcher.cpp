@@ -131,17 +131,20 @@ struct Tracked {
   }
 };
 
-// A job of `nq` queries whose first values are `tag`, tag + 1, ...
+SearchJob& search_of(const Tracked& t) { return *t.job->search(); }
+
+// A search job of `nq` queries whose first values are `tag`, tag + 1, ...
 Tracked make_job(int tag, int nq = 1, int k = 3) {
   Tracked t;
   t.job = std::make_shared<Job>();
-  t.job->nq = nq;
-  t.job->k = k;
+  SearchJob& s = t.job->work.emplace<SearchJob>();
+  s.nq = nq;
+  s.k = k;
   for (int q = 0; q < nq; ++q) {
-    t.job->queries.push_back(static_cast<float>(tag + q));
-    t.job->queries.push_back(0.5f * static_cast<float>(tag + q));
+    s.queries.push_back(static_cast<float>(tag + q));
+    s.queries.push_back(0.5f * static_cast<float>(tag + q));
   }
-  t.job->admitted = admission().admit(t.job->queries.data(), nq, k);
+  s.admitted = admission().admit(s.queries.data(), nq, k);
   t.done = std::make_shared<std::promise<void>>();
   t.answered_ = t.done->get_future().share();
   t.answers = std::make_shared<std::atomic<int>>(0);
@@ -155,8 +158,9 @@ Tracked make_job(int tag, int nq = 1, int k = 3) {
 
 // The request's filter, for each of its queries, admitted with it (as the front end does).
 void set_filter(Tracked& t, std::shared_ptr<const FilterProgram> f) {
-  t.job->filter = std::move(f);
-  t.job->admitted = FakeBackend().admit(t.job->queries.data(), t.job->nq, t.job->k, t.job->filter.get());
+  SearchJob& s = search_of(t);
+  s.filter = std::move(f);
+  s.admitted = FakeBackend().admit(s.queries.data(), s.nq, s.k, s.filter.get());
 }
 
 // A batcher running on its own thread (the index thread in the service).
@@ -181,8 +185,9 @@ struct Running {
   std::string lost;
 };
 
-void expect_own_rows(const Job& j, int tag) {
-  ASSERT_EQ(j.status, 200) << j.error;
+void expect_own_rows(const Job& job, int tag) {
+  ASSERT_EQ(job.status, 200) << job.error;
+  const SearchJob& j = *job.search();
   ASSERT_EQ(j.ids.size(), static_cast<size_t>(j.nq * j.k));
   for (int q = 0; q < j.nq; ++q)
     for (int x = 0; x < j.k; ++x) {
@@ -198,7 +203,7 @@ TEST(Batcher, ALoneRequestIsDispatchedAtOnce) {
   r.batcher.submit(a.job, false);
   ASSERT_TRUE(a.answered()) << "a lone request waited for the batch window";
   expect_own_rows(*a.job, 7);
-  EXPECT_EQ(a.job->batch_size, 1);
+  EXPECT_EQ(search_of(a).batch_size, 1);
   // announced, then submitted: still alone, still at once
   r.batcher.receiving_begin();
   Tracked b = make_job(8);
@@ -220,7 +225,7 @@ TEST(Batcher, WaitsForRequestsBeingReceivedThenSearchesThemTogether) {
   r.batcher.submit(b.job, true);
   ASSERT_TRUE(a.answered());
   ASSERT_TRUE(b.answered());
-  EXPECT_EQ(a.job->batch_size, 2);
+  EXPECT_EQ(search_of(a).batch_size, 2);
   expect_own_rows(*a.job, 1);
   expect_own_rows(*b.job, 2);
   ASSERT_EQ(be.calls().size(), 1u);
@@ -236,7 +241,7 @@ TEST(Batcher, AReceivingRequestThatIsRefusedReleasesTheWait) {
   EXPECT_FALSE(a.answered(100ms));
   r.batcher.receiving_end();  // the other request was refused (a 400), never queued
   ASSERT_TRUE(a.answered());
-  EXPECT_EQ(a.job->batch_size, 1);
+  EXPECT_EQ(search_of(a).batch_size, 1);
 }
 
 TEST(Batcher, TheWindowBoundsTheWaitForRequestsBeingReceived) {
@@ -257,7 +262,7 @@ TEST(Batcher, AFullBatchIsDispatchedAtOnceAndKeepsEachRequestsRows) {
   for (auto& x : t) r.batcher.submit(x.job, false);
   for (auto& x : t) {
     ASSERT_TRUE(x.answered()) << "a full batch waited";
-    EXPECT_EQ(x.job->batch_size, 4);
+    EXPECT_EQ(search_of(x).batch_size, 4);
   }
   expect_own_rows(*t[0].job, 10);
   expect_own_rows(*t[1].job, 20);
@@ -325,7 +330,7 @@ TEST(Batcher, FiltersRideTogetherUpToMaxFiltersAndTheRestWaits) {
   EXPECT_EQ(filters[1], want);
   EXPECT_EQ(filters[2], std::vector<const FilterProgram*>{f3.get()});
   for (auto* x : {&a, &b, &c, &d, &e, &f}) {
-    EXPECT_EQ(x->job->counts, std::vector<std::int32_t>(static_cast<size_t>(x->job->nq), 3));
+    EXPECT_EQ(search_of(*x).counts, std::vector<std::int32_t>(static_cast<size_t>(search_of(*x).nq), 3));
   }
   expect_own_rows(*a.job, 10);
   expect_own_rows(*e.job, 50);
@@ -449,16 +454,49 @@ TEST(Batcher, CloseRunsWhatIsQueuedFirst) {
   }
 }
 
+// service.poll_us: the index thread polls for work before it sleeps. A job queued while it polls
+// is taken (a 60 s poll: seeing the job, not the poll's end, must take it), and so is one queued
+// after the poll ended and the thread slept; close() ends a polling thread.
+TEST(Batcher, APollingIndexThreadTakesNewJobsAndStops) {
+  FakeBackend be;
+  Metrics metrics;
+  Batcher::Options o{4, 8, kDim, kLong, 64};
+  o.poll = kLong;
+  auto b = std::make_unique<Batcher>(be, o, &metrics);
+  std::thread t([&] { b->run(); });
+  Tracked a = make_job(1);
+  b->submit(a.job, false);
+  ASSERT_TRUE(a.answered());  // polling after this one
+  std::this_thread::sleep_for(50ms);
+  Tracked c = make_job(2);
+  b->submit(c.job, false);
+  ASSERT_TRUE(c.answered()) << "a job queued while the index thread polled waited for the poll to end";
+  expect_own_rows(*c.job, 2);
+  b->close();
+  t.join();  // a polling run() returns on close()
+  o.poll = 1ms;  // a short poll, then sleep
+  b = std::make_unique<Batcher>(be, o, &metrics);
+  std::thread t2([&] { b->run(); });
+  std::this_thread::sleep_for(50ms);
+  Tracked d = make_job(3);
+  b->submit(d.job, false);
+  ASSERT_TRUE(d.answered());
+  expect_own_rows(*d.job, 3);
+  b->close();
+  t2.join();
+}
+
 TEST(Batcher, CountersJobsRunOnTheIndexThread) {
   FakeBackend be;
   Running r(be);
   Tracked c = make_job(0);
-  c.job->kind = Job::Kind::kCounters;
+  c.job->work = CountersJob{};
   r.batcher.submit(c.job, false);
   ASSERT_TRUE(c.answered());
   ASSERT_EQ(c.job->status, 200);
-  ASSERT_EQ(c.job->counters.size(), 2u);
-  EXPECT_EQ(c.job->counters[1].searches, 4);
+  const auto& counters = std::get<CountersJob>(c.job->work).counters;
+  ASSERT_EQ(counters.size(), 2u);
+  EXPECT_EQ(counters[1].searches, 4);
   EXPECT_TRUE(be.calls().empty());
   EXPECT_EQ(r.metrics.queue_depth.load(), 0);
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <set>
 
 #include "filter_support.hpp"
@@ -137,6 +138,40 @@ TEST_F(ServeBge, JsonAndBinaryMatchTheOracleAndEachOther) {
   const json j = json::parse(r.body);
   ASSERT_EQ(j["ids"].size(), 1u);
   for (int c = 0; c < kK; ++c) EXPECT_EQ(j["ids"][0][c].get<std::int64_t>(), js.ids[3 * kK + c]);
+}
+
+// Each score of a JSON answer, its text read as float32 (strtof) or as a double then rounded to
+// float32, is bit for bit the binary route's score of the same query and rank.
+TEST_F(ServeBge, JsonScoresReadBackAsFloat32AreTheBinaryBits) {
+  const int nq = 64;
+  const Reply r = post(port(), "/v1/search", json_queries(q(100), nq, kDim, kK), "application/json");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Answer bin = search_binary(port(), q(100), nq, kDim, kK);
+  ASSERT_EQ(bin.scores.size(), static_cast<size_t>(nq * kK));
+  // the texts between "scores":[[ and ]]
+  const std::size_t from = r.body.find("\"scores\":[[");
+  ASSERT_NE(from, std::string::npos) << r.body;
+  const std::size_t to = r.body.find("]]", from);
+  std::vector<std::string> texts;
+  std::string cur;
+  for (std::size_t i = from + 11; i < to; ++i) {
+    if (r.body[i] == ',' || r.body[i] == '[' || r.body[i] == ']') {
+      if (!cur.empty()) texts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += r.body[i];
+    }
+  }
+  if (!cur.empty()) texts.push_back(cur);
+  ASSERT_EQ(texts.size(), bin.scores.size());
+  int wrong = 0;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const float as_float = std::strtof(texts[i].c_str(), nullptr);
+    const float via_double = static_cast<float>(std::strtod(texts[i].c_str(), nullptr));
+    if (std::memcmp(&as_float, &bin.scores[i], 4) != 0 || std::memcmp(&via_double, &bin.scores[i], 4) != 0)
+      if (++wrong <= 5) ADD_FAILURE() << "score " << i << ": JSON " << texts[i] << ", binary " << bin.scores[i];
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST_F(ServeBge, SameAnswersAsTheSearchCommand) {
@@ -339,6 +374,26 @@ TEST_F(ServeBge, MetricsInPrometheusText) {
         "shardtopk_rank_search_seconds_total{rank=\"0\"}", "shardtopk_rank_search_seconds_total{rank=\"1\"}",
         "shardtopk_rank_searches_total{rank=\"1\"}"})
     EXPECT_THAT(r->body, HasSubstr(s));
+  // Stage timings: every stage of both routes, counted for the searches answered so far.
+  (void)search_json(port(), q(2), 1, kDim, kK);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  for (const char* body : {"json", "binary"}) {
+    double sum = 0;
+    for (const char* stage : {"read", "parse", "queue", "search", "resume", "write"}) {
+      const std::string name = std::string("shardtopk_search_stage_seconds_total{body=\"") + body + "\",stage=\"" + stage + "\"} ";
+      const std::size_t at = m->body.find(name);
+      ASSERT_NE(at, std::string::npos) << name;
+      const double v = std::atof(m->body.c_str() + at + name.size());
+      EXPECT_GE(v, 0) << name;
+      sum += v;
+    }
+    EXPECT_GT(sum, 0) << body;
+    const std::string count = std::string("shardtopk_search_stage_requests_total{body=\"") + body + "\"} ";
+    const std::size_t at = m->body.find(count);
+    ASSERT_NE(at, std::string::npos) << count;
+    EXPECT_GE(std::atoll(m->body.c_str() + at + count.size()), 1) << count;
+  }
 }
 
 // examples/client.py (binary and JSON) gives the same ids as the C++ client.

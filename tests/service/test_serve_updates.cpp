@@ -7,7 +7,8 @@
 //  UpdateCrash: SIGKILL of rank 0 (one rank) and of rank 0 or the follower (two ranks) at random
 //    points of a concurrent write load, over many trials on one storage directory; after each
 //    restart every acknowledged write is present (a deleted id absent), and each request that
-//    got no answer is there whole or not at all.
+//    got no answer is there whole or not at all. Also SIGKILL of the job's mpiexec followed by
+//    a restart at once (no waiting for the orphaned ranks), which must start and keep the same.
 //
 // Presence is read through searches: with l2 and random vectors, a row's own vector finds the
 // row first at distance 0 exactly when it is live.
@@ -596,8 +597,10 @@ class Load {
 
 /// The crash trials of one rank count: each starts the service on the same storage directory,
 /// runs a write load, SIGKILLs a rank at a random point, restarts and checks every request so
-/// far; the restarted service carries the next trial's load.
-void crash_trials(int ranks, int trials, std::uint64_t seed) {
+/// far; the restarted service carries the next trial's load. With `kill_launcher` the SIGKILL
+/// goes to the job's mpiexec instead, and the restart follows at once, as a supervisor's does:
+/// the killed job's ranks may still be exiting (and holding the storage directory's lock).
+void crash_trials(int ranks, int trials, std::uint64_t seed, bool kill_launcher = false) {
   TempDir dir;
   const std::string cfg = make_service_files(dir, dir.file("store"), 65536);
   std::mt19937_64 rng(seed);
@@ -633,21 +636,29 @@ void crash_trials(int ranks, int trials, std::uint64_t seed) {
       {
         Load load(s->port(), 3, next_first_id, rng());
         std::this_thread::sleep_for(std::chrono::milliseconds(50 + rng() % 300));
-        victim = ranks == 1 ? 0 : static_cast<int>(rng() % 2);
-        const auto pids = s->ranks();
-        ASSERT_TRUE(pids.count(victim)) << "no rank " << victim << " process";
-        kill(pids.at(victim), SIGKILL);
+        if (kill_launcher) {
+          victim = -1;
+          kill(s->pid(), SIGKILL);
+        } else {
+          victim = ranks == 1 ? 0 : static_cast<int>(rng() % 2);
+          const auto pids = s->ranks();
+          ASSERT_TRUE(pids.count(victim)) << "no rank " << victim << " process";
+          kill(pids.at(victim), SIGKILL);
+        }
         load.stop();
         reqs = load.requests();
       }
       EXPECT_NE(s->wait_exit(30), -1) << "the job did not end after rank " << victim << " was killed";
-      kill_and_reap(s);
+      if (kill_launcher)
+        s.reset();  // mpiexec is reaped; its ranks are not waited for
+      else
+        kill_and_reap(s);
     }
     next_first_id += 10000000;
     // Restart and check this trial's requests.
     auto restarted = std::make_unique<Server>(cfg, dir.path(), ranks);
     Server& s = *restarted;
-    ASSERT_TRUE(s.wait_ready()) << "restart after killing rank " << victim;
+    ASSERT_TRUE(s.wait_ready()) << "restart after killing " << (victim < 0 ? "mpiexec" : "rank " + std::to_string(victim));
     for (const Request& r : reqs) {
       if (r.del) {
         std::vector<float> v;
@@ -694,8 +705,8 @@ void crash_trials(int ranks, int trials, std::uint64_t seed) {
     const std::vector<bool> p = present(s.port(), ids, v);
     for (std::size_t i = 0; i < ids.size(); ++i)
       if (!p[i]) live.erase(ids[i]);
-    std::printf("trial %d (%d rank(s), killed rank %d): %zu requests, %zu rows live\n", t, ranks, victim, reqs.size(),
-                live.size());
+    std::printf("trial %d (%d rank(s), killed %s): %zu requests, %zu rows live\n", t, ranks,
+                victim < 0 ? "mpiexec" : ("rank " + std::to_string(victim)).c_str(), reqs.size(), live.size());
     kill_and_reap(restarted);
   }
   std::printf("%d trials: %d acknowledged and %d unanswered write requests checked\n", trials, acked_total,
@@ -706,6 +717,11 @@ void crash_trials(int ranks, int trials, std::uint64_t seed) {
 TEST(UpdateCrash, KillRankZeroOfOneDuringWritesLosesNothingAcknowledged) { crash_trials(1, 12, 1234); }
 
 TEST(UpdateCrash, KillRankZeroOrTheFollowerOfTwoDuringWritesLosesNothingAcknowledged) { crash_trials(2, 10, 4321); }
+
+TEST(UpdateCrash, KillOfTheLauncherThenAnImmediateRestartLosesNothingAcknowledged) {
+  crash_trials(1, 5, 5678, /*kill_launcher=*/true);
+  crash_trials(2, 5, 8765, /*kill_launcher=*/true);
+}
 
 }  // namespace
 }  // namespace shardtopk::test

@@ -4,6 +4,8 @@
 // parsed here independently of src/storage), and a gate that holds the log's writer.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -173,6 +175,27 @@ inline void copy_dir(const std::string& from, const std::string& to) {
     if (e.path().filename() != "LOCK") fs::copy_file(e.path(), fs::path(to) / e.path().filename());
 }
 
+// ------------------------------------------------------------------------------ log lines
+
+/// Captures the default logger's lines while alive; text() may be read while another thread logs.
+class LogCapture {
+ public:
+  LogCapture()
+      : prev_(spdlog::default_logger()), sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1 << 16)) {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink_));
+  }
+  ~LogCapture() { spdlog::set_default_logger(prev_); }
+  std::string text() const {
+    std::string out;
+    for (const std::string& line : sink_->last_formatted()) out += line;
+    return out;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> prev_;
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
 // ------------------------------------------------------------------------------ writer gate
 
 /// Holds the log's writer inside on_durable for record `seq` until released, so that records
@@ -259,6 +282,37 @@ inline void apply_to(State& s, const Request& r) {
   w.dim = r.ids.empty() ? 0 : static_cast<std::int64_t>(r.vectors.size() / r.ids.size());
   if (r.with_attributes) w.attributes = r.view().attributes;
   apply_to(s, w);
+}
+
+// Writes a log of 5 records into `dir`, each its own group commit (record 3 a delete); returns them.
+inline std::vector<Request> five_records(const std::string& dir, std::int64_t dim) {
+  std::vector<Request> reqs;
+  Storage st(options_for(dir, dim));
+  for (int i = 0; i < 5; ++i) {
+    reqs.push_back(i == 2 ? make_delete({1, 2, 3}) : make_upsert(100 + i, 2 + i, dim, i * 10, i % 2 == 1));
+    append(st, reqs.back());
+  }
+  return reqs;
+}
+
+// Requests with ties and re-inserted and deleted ids; every upsert has both attributes.
+inline std::vector<Request> workload(int n, std::int64_t dim, std::uint64_t seed) {
+  std::vector<Request> out;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    if (i % 4 == 3) {
+      out.push_back(make_delete({static_cast<std::int64_t>(rng() % 40), static_cast<std::int64_t>(rng() % 40)}));
+    } else {
+      out.push_back(make_upsert(seed * 1000 + i, 1 + rng() % 6, dim, static_cast<std::int64_t>(rng() % 40), true));
+    }
+  }
+  return out;
+}
+
+inline State model_at(const std::vector<Request>& reqs, std::size_t seq) {
+  State s;
+  for (std::size_t i = 0; i < seq; ++i) apply_to(s, reqs[i]);
+  return s;
 }
 
 inline std::vector<double> read_f64_column(const std::string& path, const std::string& name) {

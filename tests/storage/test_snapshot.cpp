@@ -17,26 +17,6 @@
 namespace shardtopk::test {
 namespace {
 
-// Requests with ties and re-inserted and deleted ids; every upsert has both attributes.
-std::vector<Request> workload(int n, std::int64_t dim, std::uint64_t seed) {
-  std::vector<Request> out;
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < n; ++i) {
-    if (i % 4 == 3) {
-      out.push_back(make_delete({static_cast<std::int64_t>(rng() % 40), static_cast<std::int64_t>(rng() % 40)}));
-    } else {
-      out.push_back(make_upsert(seed * 1000 + i, 1 + rng() % 6, dim, static_cast<std::int64_t>(rng() % 40), true));
-    }
-  }
-  return out;
-}
-
-State model_at(const std::vector<Request>& reqs, std::size_t seq) {
-  State s;
-  for (std::size_t i = 0; i < seq; ++i) apply_to(s, reqs[i]);
-  return s;
-}
-
 bool has_temp_files(const std::string& dir) {
   for (const auto& n : dir_names(dir))
     if (n.size() > 4 && n.substr(n.size() - 4) == ".tmp") return true;

@@ -1,7 +1,6 @@
 // The write-ahead log: checksums, round trips, group commit, torn tails at every byte, flipped
 // bits, damage in the middle, write errors, and the directory's checks.
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -407,32 +406,6 @@ TEST(Wal, GroupCommitWindowAndBoundedQueue) {
 }
 
 // ------------------------------------------------------------------------------ torn tails
-
-// A log of 5 records, each its own group commit; returns the directory.
-std::vector<Request> five_records(const std::string& dir, std::int64_t dim) {
-  std::vector<Request> reqs;
-  Storage st(options_for(dir, dim));
-  for (int i = 0; i < 5; ++i) {
-    reqs.push_back(i == 2 ? make_delete({1, 2, 3}) : make_upsert(100 + i, 2 + i, dim, i * 10, i % 2 == 1));
-    append(st, reqs.back());
-  }
-  return reqs;
-}
-
-// Captures the default logger's output while alive.
-class LogCapture {
- public:
-  LogCapture() : prev_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
-  }
-  ~LogCapture() { spdlog::set_default_logger(prev_); }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> prev_;
-};
 
 TEST(Wal, TornTailAtEveryByteOfTheLastRecordIsCut) {
   TempDir tmp;

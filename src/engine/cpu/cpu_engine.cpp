@@ -210,8 +210,11 @@ class CpuEngine final : public Engine {
       const std::int64_t r = first + i;
       const float* row = src + i * dim_;
       if (dtype_ == Dtype::kFloat32) {
-        for (std::int64_t d = 0; d < dim_; d += kLanes)
-          std::memcpy(&f32_[elem_offset(r, d, dp_)], row + d, sizeof(float) * std::min<std::int64_t>(kLanes, dim_ - d));
+        // Whole 8-wide chunks as fixed-size copies (one vector move each), then the remainder.
+        float* dst = &f32_[row_offset(r, dp_)];
+        const std::int64_t full = dim_ / kLanes * kLanes;
+        for (std::int64_t d = 0; d < full; d += kLanes) std::memcpy(dst + 2 * d, row + d, sizeof(float) * kLanes);
+        if (full < dim_) std::memcpy(dst + 2 * full, row + full, sizeof(float) * static_cast<std::size_t>(dim_ - full));
       } else {
         for (std::int64_t d = 0; d < dim_; ++d) {
           const float v = row[d];

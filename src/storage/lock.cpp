@@ -1,0 +1,121 @@
+#include "storage/lock.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "core/log.hpp"
+#include "shardtopk/error.hpp"
+
+namespace shardtopk::storage {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Whether `pid` is a process of this host that has not exited (a zombie has).
+bool running_here(long long pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == EPERM;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: kill() said it exists
+  const std::size_t close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || (line[close + 2] != 'Z' && line[close + 2] != 'X');
+}
+
+bool try_lock(int fd, const std::string& path) {
+  for (;;) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+    if (errno == EWOULDBLOCK) return false;
+    if (errno != EINTR) throw_errno("flock('" + path + "')", errno);
+  }
+}
+
+}  // namespace
+
+std::string this_host() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+std::string LockHolder::describe() const {
+  if (pid < 0) return "a process that recorded no pid";
+  std::string s = "pid " + std::to_string(pid) + " on host '" + (host.empty() ? "?" : host) + "'";
+  if (!host.empty() && host == this_host())
+    s += running_here(pid) ? " (running)" : " (no longer running)";
+  return s;
+}
+
+bool LockHolder::exited_here() const { return pid >= 0 && !host.empty() && host == this_host() && !running_here(pid); }
+
+LockHolder read_lock_holder(const std::string& path) {
+  LockHolder h;
+  std::ifstream in(path);
+  std::string key, value;
+  while (in >> key >> value) {
+    if (key == "pid") {
+      try {
+        h.pid = std::stoll(value);
+      } catch (const std::exception&) {
+        h.pid = -1;
+      }
+    }
+    if (key == "host") h.host = value;
+  }
+  return h;
+}
+
+DirLock::DirLock(const std::string& path, double wait_s, const std::function<void()>& tick)
+    : fd_(open_file(path, O_RDWR | O_CREAT)) {
+  if (!try_lock(fd_.get(), path)) {
+    LockHolder holder = read_lock_holder(path);
+    const bool me = holder.pid == static_cast<long long>(::getpid()) && holder.host == this_host();
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + std::chrono::duration<double>(me ? 0.0 : wait_s);
+    auto next_tick = t0 + std::chrono::seconds(1);
+    bool got = false;
+    if (!me && wait_s > 0)
+      spdlog::warn("storage directory lock '{}' is held by {}: waiting up to {:g} s (storage.lock_wait_s) for it "
+                   "to be released",
+                   path, holder.describe(), wait_s);
+    while (Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if ((got = try_lock(fd_.get(), path))) break;
+      if (tick && Clock::now() >= next_tick) {
+        tick();
+        next_tick += std::chrono::seconds(1);
+      }
+    }
+    if (!got) {
+      holder = read_lock_holder(path);  // it may have changed hands meanwhile
+      throw Error(detail::concat(
+          "storage directory lock '", path, "' is held by another process, ", holder.describe(),
+          holder.exited_here() ? " (a process it started may hold the lock)" : "",
+          me ? ": this process has the directory open already (one writer per directory)"
+             : wait_s > 0 ? detail::concat(", still after waiting ", wait_s,
+                                           " s (storage.lock_wait_s): one writer per directory; stop it, or use "
+                                           "another storage.dir")
+                          : ": one writer per directory (storage.lock_wait_s = 0: no wait)"));
+    }
+    spdlog::info("storage directory lock '{}' taken after waiting {:.2f} s", path,
+                 std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  // Who holds it, for the messages of the next process that finds it taken (advisory: a
+  // failure to record it does not stop the start-up).
+  const std::string record = "pid " + std::to_string(::getpid()) + "\nhost " + this_host() + "\n";
+  try {
+    ftruncate_checked(fd_.get(), 0, path);
+    pwrite_all(fd_.get(), record.data(), record.size(), 0, path);
+  } catch (const std::exception& e) {
+    spdlog::warn("storage directory lock '{}': recording its holder: {}", path, e.what());
+  }
+}
+
+}  // namespace shardtopk::storage

@@ -1,0 +1,44 @@
+#pragma once
+// The storage directory's lock: an exclusive flock() on LOCK, whose contents name the holder
+// (pid and host) for the messages of a process that finds it taken. Internal header.
+#include <functional>
+#include <string>
+
+#include "storage/fs.hpp"
+
+namespace shardtopk::storage {
+
+/// Who holds, or last held, a directory's lock, as its LOCK file says.
+struct LockHolder {
+  long long pid = -1;  ///< -1: not recorded (an empty LOCK file)
+  std::string host;    ///< "": not recorded
+  /// "pid 123 on host h", with whether it still runs when it is on this host.
+  std::string describe() const;
+  /// It recorded this host, and no process with its pid runs here now.
+  bool exited_here() const;
+};
+
+/// The holder record in the LOCK file at `path`, read without locking (for messages and
+/// `storage info`); an empty record when the file is missing or holds none.
+LockHolder read_lock_holder(const std::string& path);
+
+/// This machine's host name (gethostname; "" when it fails).
+std::string this_host();
+
+/// An exclusive flock() on a directory's LOCK file, held for the object's lifetime.
+class DirLock {
+ public:
+  /// Takes the lock on `path` (created when missing) and records this process's pid and host in
+  /// it. While another process holds it, polls for up to `wait_s` seconds, logging once whom it
+  /// waits for and calling `tick` about once a second: a process that is exiting (a rank
+  /// orphaned by a killed launcher) releases it within seconds. Never two holders: flock decides.
+  /// @throws Error naming the holder (pid, host) when it still holds the lock after `wait_s`,
+  ///   at once when the holder is this very process (a second Storage on one directory), or
+  ///   what `tick` throws.
+  DirLock(const std::string& path, double wait_s = 0, const std::function<void()>& tick = {});
+
+ private:
+  Fd fd_;
+};
+
+}  // namespace shardtopk::storage

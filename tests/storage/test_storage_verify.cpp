@@ -1,0 +1,480 @@
+// `storage verify` and `storage info` (verify_storage_dir, inspect_storage_dir): each damage the
+// recovery tests make (test_wal, test_snapshot, and the start-up checks of test_updates) is
+// found and named, a torn tail is told from damage, every directory a crash can leave is clean,
+// and neither reads a directory through its lock nor changes a byte of it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "shardtopk/error.hpp"
+#include "shardtopk/storage_inspect.hpp"
+#include "storage_test_support.hpp"
+
+namespace shardtopk::test {
+namespace {
+
+using Kind = StorageProblem::Kind;
+
+// Every file's bytes, to show that verify and info change nothing.
+std::map<std::string, std::vector<unsigned char>> dir_bytes(const std::string& dir) {
+  std::map<std::string, std::vector<unsigned char>> out;
+  for (const auto& n : dir_names(dir)) out[n] = read_bytes(dir + "/" + n);
+  return out;
+}
+
+std::string listing(const StorageVerifyReport& r) {
+  std::string s;
+  for (const auto& c : r.checked) s += "ok " + c + "\n";
+  for (const auto& n : r.notes) s += "note " + n + "\n";
+  for (const auto& p : r.problems)
+    s += std::string(p.kind == Kind::kDamage ? "DAMAGED " : "TORN ") + p.file + ": " + p.what + "\n";
+  return s;
+}
+
+StorageVerifyReport verify(const std::string& dir, const std::string& corpus = "") {
+  const auto before = dir_bytes(dir);
+  StorageVerifyReport r = verify_storage_dir(dir, corpus);
+  EXPECT_EQ(dir_bytes(dir), before) << "verify changed the directory";
+  return r;
+}
+
+void expect_clean(const std::string& dir, const std::string& corpus = "") {
+  const StorageVerifyReport r = verify(dir, corpus);
+  EXPECT_TRUE(r.clean()) << listing(r);
+}
+
+// One problem of `kind` naming `file` (by its name) and saying `what`.
+void expect_problem(const std::string& dir, Kind kind, const std::string& file, const std::string& what,
+                    const std::string& corpus = "") {
+  const StorageVerifyReport r = verify(dir, corpus);
+  bool found = false;
+  for (const auto& p : r.problems)
+    found = found || (p.kind == kind && p.file.find(file) != std::string::npos && p.what.find(what) != std::string::npos);
+  EXPECT_TRUE(found) << "expected " << (kind == Kind::kDamage ? "damage" : "a torn tail") << " in '" << file
+                     << "' saying '" << what << "':\n"
+                     << listing(r);
+  EXPECT_EQ(r.damaged(), kind == Kind::kDamage) << listing(r);
+}
+
+std::string name_of(const std::string& path) { return fs::path(path).filename().string(); }
+
+// The manifest as a crash leaves it: without the seq a clean close records (`log_seq`), so the
+// last records are not known to be acknowledged.
+void as_after_a_crash(const std::string& dir) {
+  std::istringstream in(read_text(dir + "/MANIFEST.json"));
+  std::string text;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"log_seq\"") == std::string::npos) text += line + "\n";
+  write_text(dir + "/MANIFEST.json", text);
+}
+
+// ------------------------------------------------------------------------------ good directories
+
+TEST(StorageVerify, GoodDirectoriesAreClean) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(40, 40, 3);
+  auto o = options_for(dir, 40);
+  o.segment_bytes = 4096;
+  {
+    Storage st(o);  // a new directory
+  }
+  expect_clean(dir);
+  {
+    Storage st(o);
+    for (std::size_t i = 0; i < 25; ++i) append(st, reqs[i]);
+  }
+  expect_clean(dir);
+  ASSERT_GT(segment_paths(dir).size(), 2u);
+  {
+    Storage st(o);
+    write_snapshot(st, model_at(reqs, 20), 20, Dtype::kFloat32, 4)->commit();
+    for (std::size_t i = 25; i < 40; ++i) append(st, reqs[i]);
+  }
+  const StorageVerifyReport r = verify(dir);
+  EXPECT_TRUE(r.clean()) << listing(r);
+  EXPECT_GE(r.checked.size(), 3u) << listing(r);  // manifest, snapshot, segments
+  // With retention: the older snapshot and the log from it on are checked too.
+  o.keep_snapshots = 3;
+  {
+    Storage st(o);
+    write_snapshot(st, model_at(reqs, 40), 40, Dtype::kFloat16, 4)->commit();
+  }
+  const StorageVerifyReport k = verify(dir);
+  EXPECT_TRUE(k.clean()) << listing(k);
+  EXPECT_NE(listing(k).find("older snapshot, seq 20"), std::string::npos) << listing(k);
+  EXPECT_NE(listing(k).find("(kept for an older snapshot)"), std::string::npos) << listing(k);
+}
+
+// Whatever a crash at any step of a snapshot leaves (test_snapshot's crash points), a start-up
+// recovers to the old or the new snapshot: no problem, the leftovers as notes.
+TEST(StorageVerify, EveryDirectoryASnapshotCrashLeavesIsClean) {
+  const std::int64_t dim = 40;
+  const auto reqs = workload(15, dim, 11);
+  for (int step = -1; step <= static_cast<int>(SnapshotStep::kLogTruncated); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    TempDir tmp;
+    const std::string dir = tmp.file("s");
+    auto o = options_for(dir, dim);
+    o.segment_bytes = 4096;
+    {
+      Storage st(o);
+      for (std::size_t i = 0; i < 15; ++i) append(st, reqs[i]);
+      write_snapshot(st, model_at(reqs, 5), 5, Dtype::kFloat32, 3)->commit();
+    }
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      try {
+        auto oc = o;
+        oc.on_snapshot_step = [&](SnapshotStep s) {
+          if (static_cast<int>(s) == step) _exit(0);
+        };
+        Storage st(oc);
+        auto w = write_snapshot(st, model_at(reqs, 12), 12, Dtype::kFloat32, 2);
+        if (step == -1) _exit(0);
+        w->commit();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child: %s\n", e.what());
+      }
+      _exit(3);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    expect_clean(dir);
+  }
+}
+
+// ------------------------------------------------------------------------------ the log (test_wal)
+
+TEST(StorageVerify, ATornLastRecordIsATornTailAtEveryByte) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  five_records(pristine, 6);
+  as_after_a_crash(pristine);
+  const auto spans = record_spans(segment_paths(pristine)[0]);
+  const auto [begin, end] = spans.back();
+  const std::string work = tmp.file("work");
+  for (std::uint64_t cut = begin; cut < end; ++cut) {
+    SCOPED_TRACE("cut at " + std::to_string(cut));
+    copy_dir(pristine, work);
+    const std::string seg = segment_paths(work)[0];
+    fs::resize_file(seg, cut);
+    if (cut == begin) {
+      expect_clean(work);  // whole records only
+      continue;
+    }
+    expect_problem(work, Kind::kTornTail, name_of(seg),
+                   "a start-up cuts " + std::to_string(cut - begin) + " bytes at offset " + std::to_string(begin));
+  }
+}
+
+// After a clean close the manifest records the log's last seq: a log cut short afterwards,
+// at a record's boundary or inside it, has lost acknowledged records.
+TEST(StorageVerify, ALogCutShortAfterACleanCloseLostAcknowledgedRecords) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  five_records(pristine, 6);
+  expect_clean(pristine);
+  const auto spans = record_spans(segment_paths(pristine)[0]);
+  const std::string work = tmp.file("work");
+  for (std::uint64_t cut : {spans[3].first, spans.back().first, spans.back().first + 9}) {
+    copy_dir(pristine, work);
+    fs::resize_file(segment_paths(work)[0], cut);
+    const std::uint64_t end = cut < spans.back().first ? 3 : 4;
+    expect_problem(work, Kind::kDamage, "wal-",
+                   "the log ends at seq " + std::to_string(end) + " but had reached seq 5 when the directory was last "
+                   "closed or snapshotted: " + std::to_string(5 - end) + " acknowledged record(s)");
+  }
+  copy_dir(pristine, work);
+  fs::remove(segment_paths(work)[0]);
+  expect_problem(work, Kind::kDamage, "", "the log ends at seq 0 but had reached seq 5");
+}
+
+TEST(StorageVerify, GarbageAfterTheLastRecordAndAFlippedBitInItAreTornTails) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  five_records(pristine, 4);
+  as_after_a_crash(pristine);
+  const auto spans = record_spans(segment_paths(pristine)[0]);
+  const std::string work = tmp.file("work");
+  for (std::size_t extra : {1u, 8u, 33u, 4096u}) {
+    copy_dir(pristine, work);
+    const std::string seg = segment_paths(work)[0];
+    auto b = read_bytes(seg);
+    b.resize(b.size() + extra, static_cast<unsigned char>(extra));
+    write_bytes(seg, b);
+    expect_problem(work, Kind::kTornTail, name_of(seg), "cuts " + std::to_string(extra) + " bytes");
+  }
+  for (std::uint64_t at = spans.back().first; at < spans.back().second; ++at) {
+    copy_dir(pristine, work);
+    flip_bit(segment_paths(work)[0], at, static_cast<int>(at % 8));
+    expect_problem(work, Kind::kTornTail, "wal-", "1 record(s) from seq 5");
+  }
+}
+
+TEST(StorageVerify, DamageInTheMiddleIsNamedWithItsOffsetAtEveryByte) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  five_records(pristine, 4);
+  const auto spans = record_spans(segment_paths(pristine)[0]);
+  const std::string work = tmp.file("work");
+  for (std::size_t r = 0; r < 4; ++r) {
+    for (std::uint64_t at = spans[r].first; at < spans[r].second; ++at) {
+      SCOPED_TRACE("byte " + std::to_string(at));
+      copy_dir(pristine, work);
+      const std::string seg = segment_paths(work)[0];
+      flip_bit(seg, at, static_cast<int>((at * 3) % 8));
+      expect_problem(work, Kind::kDamage, name_of(seg), "at offset " + std::to_string(spans[r].first));
+    }
+  }
+}
+
+TEST(StorageVerify, DamageInsideTheLastGroupCommitIsATornTailBeforeItDamage) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  {
+    auto o = options_for(pristine, 4);
+    WriterGate gate(1);
+    o.on_durable = gate.hook();
+    Storage st(o);
+    std::vector<Request> reqs;
+    for (int i = 0; i < 5; ++i) reqs.push_back(make_upsert(50 + i, 3, 4, i * 10, false));
+    std::thread first([&] { append(st, reqs[0]); });
+    gate.wait_held();
+    std::vector<std::thread> rest;
+    for (int i = 1; i < 5; ++i) {
+      rest.emplace_back([&, i] { append(st, reqs[i]); });
+      wait_queued(st, i);
+    }
+    gate.release();
+    first.join();
+    for (auto& t : rest) t.join();
+    ASSERT_EQ(st.stats().group_commits, 2);
+  }
+  as_after_a_crash(pristine);
+  const auto spans = record_spans(segment_paths(pristine)[0]);
+  const std::string work = tmp.file("work");
+  copy_dir(pristine, work);
+  flip_bit(segment_paths(work)[0], spans[2].first + 40, 1);
+  expect_problem(work, Kind::kTornTail, "wal-", "3 record(s) from seq 3");
+  copy_dir(pristine, work);
+  flip_bit(segment_paths(work)[0], spans[0].first + 40, 1);
+  expect_problem(work, Kind::kDamage, "wal-", "the log is damaged in the middle");
+}
+
+TEST(StorageVerify, DamageInAnEarlierSegmentAndMissingSegmentsAreNamed) {
+  TempDir tmp;
+  const std::string pristine = tmp.file("pristine");
+  auto o = options_for(pristine, 32);
+  o.segment_bytes = 4096;
+  {
+    Storage st(o);
+    for (int i = 0; i < 40; ++i) append(st, make_upsert(i, 3, 32, i * 3, false));
+  }
+  const auto segs = segment_paths(pristine);
+  ASSERT_GE(segs.size(), 3u);
+  const std::string work = tmp.file("work");
+  expect_clean(pristine);
+  copy_dir(pristine, work);
+  fs::resize_file(segment_paths(work)[1], fs::file_size(segment_paths(work)[1]) - 5);
+  expect_problem(work, Kind::kDamage, name_of(segs[1]), "not the last one");
+  copy_dir(pristine, work);
+  flip_bit(segment_paths(work)[1], 3, 0);
+  expect_problem(work, Kind::kDamage, name_of(segs[1]), "bad magic");
+  copy_dir(pristine, work);
+  fs::remove(segment_paths(work)[1]);
+  expect_problem(work, Kind::kDamage, name_of(segs[2]), "a segment is missing or damaged");
+  copy_dir(pristine, work);
+  fs::remove(segment_paths(work)[0]);
+  expect_problem(work, Kind::kDamage, name_of(segs[1]), "records 1 .. ");
+  // A last segment whose creation was cut short: a start-up removes it.
+  copy_dir(pristine, work);
+  write_bytes(work + "/wal-00000000000000099999.log", std::vector<unsigned char>(20, 0));
+  expect_problem(work, Kind::kTornTail, "wal-00000000000000099999.log", "creation was cut short");
+}
+
+TEST(StorageVerify, SegmentsWithoutAManifestAndAnEmptyDirectoryAreNamed) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  five_records(dir, 4);
+  fs::remove(dir + "/MANIFEST.json");
+  expect_problem(dir, Kind::kDamage, "MANIFEST.json", "missing, but the directory holds 1 log segment(s)");
+  fs::create_directories(tmp.file("empty"));
+  expect_problem(tmp.file("empty"), Kind::kDamage, "", "not a storage directory");
+  EXPECT_THROW(verify_storage_dir(tmp.file("absent")), Error);
+}
+
+// ------------------------------------------------------------------------------ snapshots and the base
+
+TEST(StorageVerify, AMissingDamagedCutOrReplacedSnapshotIsNamed) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(12, 4, 11);
+  std::string path, older;
+  {
+    Storage st(options_for(dir, 4));
+    for (std::size_t i = 0; i < 6; ++i) append(st, reqs[i]);
+    older = write_snapshot(st, model_at(reqs, 6), 6, Dtype::kFloat32, 4)->commit();
+    fs::copy_file(older, tmp.file("older.h5"));
+    for (std::size_t i = 6; i < 12; ++i) append(st, reqs[i]);
+    path = write_snapshot(st, model_at(reqs, 12), 12, Dtype::kFloat32, 4)->commit();
+  }
+  const std::string name = name_of(path);
+  const auto size = fs::file_size(path);
+  expect_clean(dir);
+  // A superseded snapshot a crash left beside it is no damage.
+  fs::copy_file(tmp.file("older.h5"), older);
+  expect_clean(dir);
+  fs::remove(older);
+  flip_bit(path, size / 2, 4);
+  expect_problem(dir, Kind::kDamage, name, "is damaged: its CRC-32C is ");
+  flip_bit(path, size / 2, 4);
+  expect_clean(dir);
+  const std::string saved = tmp.file("saved.h5");
+  fs::copy_file(path, saved);
+  fs::resize_file(path, size - 100);
+  expect_problem(dir, Kind::kDamage, name,
+                 "is " + std::to_string(size - 100) + " bytes, the manifest recorded " + std::to_string(size));
+  // The older snapshot under the current one's name: its bytes and its own seq differ; with the
+  // manifest's record of its bytes gone, its seq still does.
+  fs::copy_file(tmp.file("older.h5"), path, fs::copy_options::overwrite_existing);
+  expect_problem(dir, Kind::kDamage, name, "holds seq 6, dim 4, metric inner_product but the manifest says seq 12");
+  const std::string mpath = dir + "/MANIFEST.json";
+  const std::string manifest = read_text(mpath);
+  {
+    std::istringstream in(manifest);
+    std::string text;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("snapshot_bytes") == std::string::npos && line.find("snapshot_crc32c") == std::string::npos)
+        text += line + "\n";
+    write_text(mpath, text);
+  }
+  expect_problem(dir, Kind::kDamage, name, "holds seq 6, dim 4, metric inner_product but the manifest says seq 12");
+  write_text(mpath, manifest);
+  fs::remove(path);
+  expect_problem(dir, Kind::kDamage, name, "named by the manifest but missing");
+  fs::copy_file(saved, path);
+  expect_clean(dir);
+}
+
+TEST(StorageVerify, EachStrictManifestRuleIsNamed) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(8, 4, 17);
+  {
+    Storage st(options_for(dir, 4));
+    for (const auto& r : reqs) append(st, r);
+    write_snapshot(st, model_at(reqs, 8), 8, Dtype::kFloat32, 4)->commit();
+  }
+  const std::string mpath = dir + "/MANIFEST.json", good = read_text(mpath);
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? t : t.replace(at, from.size(), to);
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {edited("\"seq\": 8", "\"seq\": 8, \"seq\": 8"), "key 'seq' appears more than once"},
+      {edited("\"dim\": 4", "\"dim\": 4.9"), "'dim' is 4.9 (expected an integer"},
+      {edited("\"seq\": 8", "\"seq\": -1"), "'seq' is -1"},
+      {edited("\"seq\": 8", "\"seq\": 8, \"corpus\": []"), "'corpus' is [] (expected an object)"},
+      {good + std::string("\0{}", 3), "a NUL byte at offset"},
+      {"{", "unreadable manifest"},
+  };
+  for (const auto& [text, needle] : cases) {
+    write_text(mpath, text);
+    expect_problem(dir, Kind::kDamage, "MANIFEST.json", needle);
+  }
+  write_text(mpath, good);
+  expect_clean(dir);
+}
+
+TEST(StorageVerify, ALogIsCheckedAgainstTheCorpusFileItWasWrittenAgainst) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const std::string a = tmp.file("a.h5"), b = tmp.file("b.h5");
+  {
+    std::string bytes(3u << 20, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131) >> 7);
+    std::ofstream(a, std::ios::binary) << bytes;
+    bytes[bytes.size() - 5] ^= 1;
+    std::ofstream(b, std::ios::binary) << bytes;
+  }
+  auto o = options_for(dir, 4);
+  o.base_corpus = a;
+  {
+    Storage st(o);  // an empty log: another file would simply be recorded
+  }
+  expect_clean(dir, b);
+  const StorageVerifyReport r = verify(dir, b);
+  EXPECT_NE(listing(r).find("a start-up with it records it instead"), std::string::npos) << listing(r);
+  {
+    Storage st(o);
+    for (const auto& req : workload(3, 4, 2)) append(st, req);
+  }
+  expect_clean(dir);  // the recorded path, which holds the recorded file
+  expect_problem(dir, Kind::kDamage, "", "but '" + b + "' is another file", b);
+  fs::remove(a);
+  const StorageVerifyReport n = verify(dir);
+  EXPECT_TRUE(n.clean()) << listing(n);
+  EXPECT_NE(listing(n).find("its identity was not checked"), std::string::npos) << listing(n);
+}
+
+// ------------------------------------------------------------------------------ beside a service
+
+TEST(StorageInspect, InfoAndVerifyReadAnOpenDirectoryWithoutItsLock) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(20, 6, 5);
+  auto o = options_for(dir, 6);
+  o.metric = Metric::kL2;
+  Storage st(o);  // holds the lock throughout
+  st.record_capacity(4096);
+  for (std::size_t i = 0; i < 10; ++i) append(st, reqs[i]);
+  write_snapshot(st, model_at(reqs, 10), 10, Dtype::kFloat16, 4)->commit();
+  for (std::size_t i = 10; i < 20; ++i) append(st, reqs[i]);
+  const auto before = dir_bytes(dir);
+  const StorageDirSummary s = inspect_storage_dir(dir);
+  EXPECT_EQ(dir_bytes(dir), before);
+  EXPECT_EQ(s.manifest_error, "");
+  EXPECT_EQ(s.dim, 6);
+  EXPECT_EQ(s.metric, Metric::kL2);
+  EXPECT_EQ(s.snapshot, "snapshot-00000000000000000010.h5");
+  EXPECT_EQ(s.snapshot_seq, 10u);
+  EXPECT_EQ(s.snapshot_bytes, static_cast<std::int64_t>(fs::file_size(dir + "/" + s.snapshot)));
+  ASSERT_TRUE(s.snapshot_info.has_value()) << s.snapshot_error;
+  EXPECT_EQ(s.snapshot_info->rows, static_cast<std::int64_t>(model_at(reqs, 10).size()));
+  EXPECT_EQ(s.snapshot_info->dtype, Dtype::kFloat16);
+  EXPECT_EQ(s.capacity_rows, 4096);
+  EXPECT_EQ(s.last_seq, 20u);
+  EXPECT_EQ(s.log_records, 10);
+  EXPECT_EQ(s.log_bytes, st.stats().log_bytes);
+  EXPECT_NE(s.lock_holder.find("pid " + std::to_string(getpid())), std::string::npos) << s.lock_holder;
+  std::int64_t records = 0;
+  for (const auto& g : s.segments) records += g.role == "log" ? g.records : 0;
+  EXPECT_EQ(records, 10);
+  const StorageVerifyReport r = verify(dir);
+  EXPECT_TRUE(r.clean()) << listing(r);
+  // Without a snapshot: the corpus identity, and nothing after the base.
+  TempDir t2;
+  const std::string corpus = t2.file("c.bin");
+  write_text(corpus, "rows");
+  auto o2 = options_for(t2.file("s"), 3);
+  o2.base_corpus = corpus;
+  Storage st2(o2);
+  const StorageDirSummary s2 = inspect_storage_dir(t2.file("s"));
+  EXPECT_EQ(s2.snapshot, "");
+  EXPECT_EQ(s2.corpus_path, corpus);
+  EXPECT_EQ(s2.corpus_bytes, 4);
+  EXPECT_EQ(s2.log_records, 0);
+  EXPECT_EQ(s2.capacity_rows, 0);
+}
+
+}  // namespace
+}  // namespace shardtopk::test
