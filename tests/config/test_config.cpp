@@ -306,8 +306,17 @@ TEST(ConfigKeys, TheKeyTableAndTheExampleListEveryKey) {
            end + 1 < example.size() && (example[end + 1] == ' ' || example[end + 1] == '#')) {
     }
     const std::string block = at == std::string::npos ? "" : example.substr(at, end == std::string::npos ? end : end - at);
-    if (k != "service.threads")
-      EXPECT_NE(block.find("\n  " + leaf + ":"), std::string::npos) << "configs/example.yaml does not set " << k;
+    // A nested key (service.tls.cert_file): each part one level deeper, after its parent.
+    std::size_t pos = 0;
+    std::string indent = "  ", rest = leaf;
+    while (pos != std::string::npos) {
+      const std::size_t dot = rest.find('.');
+      pos = block.find("\n" + indent + rest.substr(0, dot) + ":", pos);
+      if (dot == std::string::npos) break;
+      rest = rest.substr(dot + 1);
+      indent += "  ";
+    }
+    if (k != "service.threads") EXPECT_NE(pos, std::string::npos) << "configs/example.yaml does not set " << k;
   }
   std::size_t rows = 0;
   for (std::size_t at = doc.find("\n| `"); at != std::string::npos; at = doc.find("\n| `", at + 1)) ++rows;

@@ -150,7 +150,7 @@ class ClientTest(unittest.TestCase):
             (lambda: self.c.search(np.ones((1, D)), 0), 400, "k"),
             (lambda: self.c.search(np.ones((1, D)), 5, filter={"eq": {"tenat": 1}}), 400, "tenat"),
             (lambda: self.c.search(np.ones((17, D)), 5), 413, "batch_max"),  # over the largest legal body
-            (lambda: self.c.search(np.full((1, D), np.nan), 5), 400, "not finite"),
+            (lambda: self.c.search(np.full((1, D), np.nan), 5), 400, "non-finite"),
             (lambda: self.c.upsert([1, 1], np.zeros((2, D)), {"tenant": [0, 0], "price": [0, 0]}), 400, "1"),
             (lambda: self.c.delete([]), 400, "empty"),
         ]
