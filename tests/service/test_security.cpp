@@ -176,6 +176,21 @@ TEST(RateLimiter, ConcurrentTakersGetExactlyTheBurst) {
   EXPECT_EQ(admitted.load(), kBurst);
 }
 
+TEST(RateLimiter, ExtremeRatesAndBurstsStayLimits) {
+  // The keys file allows any rate above 0 and bursts up to 10^6: an interval or an allowance
+  // beyond int64 nanoseconds must still limit, not wrap into "no limit" or "never".
+  const std::int64_t t0 = 1'000'000'000;
+  RateLimiter slow(1e-10, 1);  // one request per 317 years
+  EXPECT_EQ(slow.take(t0), 0);
+  EXPECT_GT(slow.take(t0), 0) << "a tiny rate admits one request, not all of them";
+  EXPECT_GT(slow.take(t0 + 1'000'000'000), 0);
+  RateLimiter floor(1e-300, 1);
+  EXPECT_EQ(floor.take(t0), 0);
+  EXPECT_GT(floor.take(t0), 0);
+  RateLimiter wide(1e-4, 1e6);  // a burst worth 10^10 s of the rate
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(wide.take(t0), 0) << "request " << i << " of a burst of 10^6";
+}
+
 // ------------------------------------------------------------------------------ key ring
 
 class KeyRingTest : public ::testing::Test {
@@ -247,6 +262,16 @@ TEST_F(KeyRingTest, RateLimitIsPerKey) {
   EXPECT_EQ(ring.check("Bearer l-key", 1, Role::kRead, later).status, 200);
   EXPECT_EQ(ring.check("Bearer l-key", 1, Role::kRead, later).status, 200);
   EXPECT_EQ(ring.check("Bearer l-key", 1, Role::kRead, later).status, 429);
+}
+
+TEST_F(KeyRingTest, ATinyRateLimitsAndSaysWhenToRetry) {
+  test::write_text(path, "tiny read " + hex_of("t-key") + " rate=1e-10\n");
+  KeyRing ring(path);
+  const std::int64_t t = 7'000'000'000;
+  EXPECT_EQ(ring.check("Bearer t-key", 1, Role::kRead, t).status, 200);
+  const Access a = ring.check("Bearer t-key", 1, Role::kRead, t);
+  EXPECT_EQ(a.status, 429);
+  EXPECT_GT(a.retry_after_s, 1'000'000'000) << "decades, not a wrapped-around number";
 }
 
 TEST_F(KeyRingTest, ReloadRevokesAndABadFileKeepsTheOldKeys) {
