@@ -314,6 +314,21 @@ TEST_F(KeyRingTest, AnUnreadableOrBadFileStopsStartUp) {
   EXPECT_THAT(r.warnings()[0], HasSubstr("writable by its group or by others"));
 }
 
+TEST_F(KeyRingTest, ADirectoryIsNotAnEmptyKeysFile) {
+  // Reading a directory yields no bytes: taken as a file, it would revoke every key in silence.
+  const std::string sub = dir.file("keys.d");
+  ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+  EXPECT_THAT(error_of([&] { KeyRing r(sub); }),
+              AllOf(HasSubstr("service.auth.keys_file '" + sub + "'"), HasSubstr("is a directory")));
+  KeyRing ring(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(::mkdir(path.c_str(), 0700), 0);
+  std::string msg;
+  EXPECT_FALSE(ring.reload(&msg));
+  EXPECT_THAT(msg, AllOf(HasSubstr("is a directory"), HasSubstr("previous 4 key(s) stay in force")));
+  EXPECT_EQ(ring.check("Bearer r-key", 1, Role::kRead, 0).status, 200);
+}
+
 // ------------------------------------------------------------------------------ audit log
 
 AuditRecord record(int i) {
