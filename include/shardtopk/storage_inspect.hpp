@@ -52,6 +52,9 @@ struct StorageDirSummary {
   std::uint64_t recorded_log_seq = 0;
   std::vector<std::string> older_snapshots;  ///< snapshot files before the current one (retention)
   std::vector<std::string> leftovers;        ///< temp files, uncommitted snapshots: a start-up removes them
+  /// Snapshot files while MANIFEST.json is missing or unreadable: a start-up refuses the
+  /// directory and removes nothing, and one of them may hold the only copy of the rows.
+  std::vector<std::string> unclaimed_snapshots;
   std::vector<StorageSegmentSummary> segments;  ///< every segment, in seq order
   std::uint64_t last_seq = 0;        ///< the last whole record's seq (the snapshot's when none after it)
   std::int64_t log_records = 0;      ///< records after the snapshot

@@ -58,6 +58,7 @@ nlohmann::json info_json(const StorageDirSummary& s) {
                              {"role", g.role}});
   j["older_snapshots"] = s.older_snapshots;
   j["leftovers"] = s.leftovers;
+  j["unclaimed_snapshots"] = s.unclaimed_snapshots;
   j["lock_holder"] = s.lock_holder;
   return j;
 }
@@ -109,6 +110,10 @@ void print_info(const StorageDirSummary& s) {
   }
   for (const auto& n : s.older_snapshots) std::printf("  older      %s (storage.keep_snapshots)\n", n.c_str());
   for (const auto& n : s.leftovers) std::printf("  leftover   %s (a start-up removes it)\n", n.c_str());
+  for (const auto& n : s.unclaimed_snapshots)
+    std::printf("  unclaimed  %s (no readable manifest names it: a start-up refuses the directory and removes "
+                "nothing; keep it)\n",
+                n.c_str());
   if (!s.lock_holder.empty()) std::printf("  lock       last taken by %s\n", s.lock_holder.c_str());
   std::printf("  (record counts from the record headers; `shardtopk storage verify` checks every checksum)\n");
 }

@@ -22,10 +22,14 @@ constexpr std::size_t kMaxKeyBytes = 512;
 std::string read_file(const std::string& path, std::vector<std::string>* warnings) {
   std::ifstream in(path, std::ios::binary);
   SHARDTOPK_EXPECTS(in.good(), "service.auth.keys_file '", path, "' cannot be read: ", std::strerror(errno));
+  struct stat st{};
+  const bool stated = ::stat(path.c_str(), &st) == 0;
+  // A directory opens and reads as no bytes: taken for an empty file it would revoke every key.
+  SHARDTOPK_EXPECTS(!stated || !S_ISDIR(st.st_mode), "service.auth.keys_file '", path,
+                    "' is a directory, not a file of keys");
   std::ostringstream ss;
   ss << in.rdbuf();
-  struct stat st{};
-  if (warnings && ::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)))
+  if (warnings && stated && (st.st_mode & (S_IWGRP | S_IWOTH)))
     warnings->push_back("service.auth.keys_file '" + path +
                         "' is writable by its group or by others: whoever can write it can add keys (chmod 600 or 644)");
   return ss.str();

@@ -14,9 +14,10 @@ namespace shardtopk::service {
 class RateLimiter {
  public:
   /// `rate` requests per second (> 0), `burst` ≥ 1 admitted at once after a quiet time.
+  /// An interval or allowance beyond 2^60 ns (36 years) is held at that: the keys file allows
+  /// rates and bursts whose nanoseconds int64 cannot hold, and a rounded-off value would wrap.
   RateLimiter(double rate, double burst)
-      : interval_ns_(std::max<std::int64_t>(1, std::llround(1e9 / rate))),
-        tolerance_ns_(static_cast<std::int64_t>(std::llround((burst - 1) * 1e9 / rate))) {}
+      : interval_ns_(std::max<std::int64_t>(1, nanoseconds(1 / rate))), tolerance_ns_(nanoseconds((burst - 1) / rate)) {}
 
   /// Takes one request at `now_ns` (a monotonic clock): 0 when admitted, else how many
   /// nanoseconds until one would be (nothing is taken then).
@@ -30,6 +31,13 @@ class RateLimiter {
   }
 
  private:
+  // Two of these and a monotonic clock's reading stay far below 2^63: `tat_` cannot overflow.
+  static constexpr std::int64_t kMaxNs = std::int64_t{1} << 60;
+  static std::int64_t nanoseconds(double seconds) {
+    const double ns = seconds * 1e9;
+    return ns >= static_cast<double>(kMaxNs) ? kMaxNs : std::max<std::int64_t>(0, std::llround(ns));
+  }
+
   const std::int64_t interval_ns_, tolerance_ns_;
   std::atomic<std::int64_t> tat_{0};
 };

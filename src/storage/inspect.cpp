@@ -155,7 +155,10 @@ StorageDirSummary inspect_storage_dir(const std::string& dir) {
   }
   for (const auto& [s, n] : l.snapshots) {
     if (n == m.snapshot) continue;
-    (have && s < m.seq && !m.snapshot.empty() ? out.older_snapshots : out.leftovers).push_back(n);
+    // Without a readable manifest a start-up refuses the directory before it removes anything:
+    // such a snapshot may be the only copy of the rows, not a leftover.
+    if (!have) out.unclaimed_snapshots.push_back(n);
+    else (s < m.seq && !m.snapshot.empty() ? out.older_snapshots : out.leftovers).push_back(n);
   }
   out.leftovers.insert(out.leftovers.end(), l.temps.begin(), l.temps.end());
   const std::uint64_t anchor = oldest_kept(l, m.seq, have && !m.snapshot.empty());
@@ -256,7 +259,12 @@ StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string
   // Other snapshots: older ones kept by retention must be whole; later ones were never committed.
   for (const auto& [s, n] : l.snapshots) {
     if (have && n == m.snapshot) continue;
-    if (!have || m.snapshot.empty() || s >= m.seq) {
+    if (!have) {
+      r.notes.push_back(n + ": not checked: no readable manifest names it (a start-up refuses the directory and "
+                            "removes nothing; keep it)");
+      continue;
+    }
+    if (m.snapshot.empty() || s >= m.seq) {
       r.notes.push_back(n + ": not named by the manifest (never committed, or superseded): a start-up removes it");
       continue;
     }

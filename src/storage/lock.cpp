@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -37,7 +38,32 @@ bool try_lock(int fd, const std::string& path) {
   }
 }
 
+std::string parent_dir(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 }  // namespace
+
+bool DirLock::try_take(const std::string& path) {
+  if (dir_fd_) {
+    for (;;) {
+      if (::flock(dir_fd_.get(), LOCK_EX | LOCK_NB) == 0) break;
+      if (errno == EWOULDBLOCK) return false;
+      if (errno == EINTR) continue;
+      // NFS emulates flock with byte-range locks, which a directory opened read-only cannot take.
+      spdlog::warn("storage directory '{}': cannot lock the directory itself ({}); only its LOCK file keeps a second "
+                   "writer out: never remove LOCK while a service runs",
+                   parent_dir(path), std::strerror(errno));
+      dir_fd_ = Fd();
+      break;
+    }
+  }
+  if (try_lock(fd_.get(), path)) return true;
+  if (dir_fd_) ::flock(dir_fd_.get(), LOCK_UN);
+  return false;
+}
 
 std::string this_host() {
   char buf[256] = {0};
@@ -73,8 +99,8 @@ LockHolder read_lock_holder(const std::string& path) {
 }
 
 DirLock::DirLock(const std::string& path, double wait_s, const std::function<void()>& tick)
-    : fd_(open_file(path, O_RDWR | O_CREAT)) {
-  if (!try_lock(fd_.get(), path)) {
+    : fd_(open_file(path, O_RDWR | O_CREAT)), dir_fd_(open_file(parent_dir(path), O_RDONLY | O_DIRECTORY)) {
+  if (!try_take(path)) {
     LockHolder holder = read_lock_holder(path);
     const bool me = holder.pid == static_cast<long long>(::getpid()) && holder.host == this_host();
     const auto t0 = Clock::now();
@@ -87,7 +113,7 @@ DirLock::DirLock(const std::string& path, double wait_s, const std::function<voi
                    path, holder.describe(), wait_s);
     while (Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if ((got = try_lock(fd_.get(), path))) break;
+      if ((got = try_take(path))) break;
       if (tick && Clock::now() >= next_tick) {
         tick();
         next_tick += std::chrono::seconds(1);

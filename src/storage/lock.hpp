@@ -1,6 +1,7 @@
 #pragma once
-// The storage directory's lock: an exclusive flock() on LOCK, whose contents name the holder
-// (pid and host) for the messages of a process that finds it taken. Internal header.
+// The storage directory's lock: an exclusive flock() on the directory itself and on LOCK, whose
+// contents name the holder (pid and host) for the messages of a process that finds it taken.
+// The directory's lock is what a deleted LOCK cannot undo. Internal header.
 #include <functional>
 #include <string>
 
@@ -25,11 +26,12 @@ LockHolder read_lock_holder(const std::string& path);
 /// This machine's host name (gethostname; "" when it fails).
 std::string this_host();
 
-/// An exclusive flock() on a directory's LOCK file, held for the object's lifetime.
+/// An exclusive flock() on a directory and on its LOCK file, held for the object's lifetime.
 class DirLock {
  public:
-  /// Takes the lock on `path` (created when missing) and records this process's pid and host in
-  /// it. While another process holds it, polls for up to `wait_s` seconds, logging once whom it
+  /// Takes the lock on `path` (created when missing) and on the directory that holds it, and
+  /// records this process's pid and host in `path`. Where the file system cannot flock a
+  /// directory (some network file systems) only `path` is locked, with a warning. While another process holds it, polls for up to `wait_s` seconds, logging once whom it
   /// waits for and calling `tick` about once a second: a process that is exiting (a rank
   /// orphaned by a killed launcher) releases it within seconds. Never two holders: flock decides.
   /// @throws Error naming the holder (pid, host) when it still holds the lock after `wait_s`,
@@ -38,7 +40,12 @@ class DirLock {
   DirLock(const std::string& path, double wait_s = 0, const std::function<void()>& tick = {});
 
  private:
+  /// Both locks, or neither: the directory's first, so that a process holding it keeps every
+  /// later one out even after LOCK was removed and made anew.
+  bool try_take(const std::string& path);
+
   Fd fd_;
+  Fd dir_fd_;  ///< the directory, flocked; closed where directories cannot be
 };
 
 }  // namespace shardtopk::storage

@@ -176,6 +176,21 @@ TEST(RateLimiter, ConcurrentTakersGetExactlyTheBurst) {
   EXPECT_EQ(admitted.load(), kBurst);
 }
 
+TEST(RateLimiter, ExtremeRatesAndBurstsStayLimits) {
+  // The keys file allows any rate above 0 and bursts up to 10^6: an interval or an allowance
+  // beyond int64 nanoseconds must still limit, not wrap into "no limit" or "never".
+  const std::int64_t t0 = 1'000'000'000;
+  RateLimiter slow(1e-10, 1);  // one request per 317 years
+  EXPECT_EQ(slow.take(t0), 0);
+  EXPECT_GT(slow.take(t0), 0) << "a tiny rate admits one request, not all of them";
+  EXPECT_GT(slow.take(t0 + 1'000'000'000), 0);
+  RateLimiter floor(1e-300, 1);
+  EXPECT_EQ(floor.take(t0), 0);
+  EXPECT_GT(floor.take(t0), 0);
+  RateLimiter wide(1e-4, 1e6);  // a burst worth 10^10 s of the rate
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(wide.take(t0), 0) << "request " << i << " of a burst of 10^6";
+}
+
 // ------------------------------------------------------------------------------ key ring
 
 class KeyRingTest : public ::testing::Test {
@@ -249,6 +264,16 @@ TEST_F(KeyRingTest, RateLimitIsPerKey) {
   EXPECT_EQ(ring.check("Bearer l-key", 1, Role::kRead, later).status, 429);
 }
 
+TEST_F(KeyRingTest, ATinyRateLimitsAndSaysWhenToRetry) {
+  test::write_text(path, "tiny read " + hex_of("t-key") + " rate=1e-10\n");
+  KeyRing ring(path);
+  const std::int64_t t = 7'000'000'000;
+  EXPECT_EQ(ring.check("Bearer t-key", 1, Role::kRead, t).status, 200);
+  const Access a = ring.check("Bearer t-key", 1, Role::kRead, t);
+  EXPECT_EQ(a.status, 429);
+  EXPECT_GT(a.retry_after_s, 1'000'000'000) << "decades, not a wrapped-around number";
+}
+
 TEST_F(KeyRingTest, ReloadRevokesAndABadFileKeepsTheOldKeys) {
   KeyRing ring(path);
   const std::int64_t t = 9'000'000'000;
@@ -287,6 +312,21 @@ TEST_F(KeyRingTest, AnUnreadableOrBadFileStopsStartUp) {
   KeyRing r(path);
   ASSERT_EQ(r.warnings().size(), 1u);
   EXPECT_THAT(r.warnings()[0], HasSubstr("writable by its group or by others"));
+}
+
+TEST_F(KeyRingTest, ADirectoryIsNotAnEmptyKeysFile) {
+  // Reading a directory yields no bytes: taken as a file, it would revoke every key in silence.
+  const std::string sub = dir.file("keys.d");
+  ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+  EXPECT_THAT(error_of([&] { KeyRing r(sub); }),
+              AllOf(HasSubstr("service.auth.keys_file '" + sub + "'"), HasSubstr("is a directory")));
+  KeyRing ring(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(::mkdir(path.c_str(), 0700), 0);
+  std::string msg;
+  EXPECT_FALSE(ring.reload(&msg));
+  EXPECT_THAT(msg, AllOf(HasSubstr("is a directory"), HasSubstr("previous 4 key(s) stay in force")));
+  EXPECT_EQ(ring.check("Bearer r-key", 1, Role::kRead, 0).status, 200);
 }
 
 // ------------------------------------------------------------------------------ audit log

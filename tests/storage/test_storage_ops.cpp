@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -151,6 +152,29 @@ TEST(StorageLock, AHolderThatDoesNotExitIsNamedAfterTheWaitAndNothingChanges) {
   EXPECT_EQ(ticks, 2);
   EXPECT_EQ(dir_names(dir), before);
   EXPECT_EQ(read_text(dir + "/MANIFEST.json"), manifest);
+}
+
+TEST(StorageLock, ARemovedLockFileStillKeepsASecondWriterOut) {
+  // An operator who deletes LOCK as "stale" while a service runs: a lock on the file alone would
+  // let a second process lock a new LOCK and append records of the same seqs to the same log.
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(3, 4, 13);
+  HolderProcess holder(options_for(dir, 4), reqs);
+  ASSERT_TRUE(holder.holding());
+  fs::remove(dir + "/LOCK");
+  const auto before = dir_names(dir);
+  const std::string manifest = read_text(dir + "/MANIFEST.json");
+  auto o = options_for(dir, 4);
+  const std::string e = error_of([&] { Storage st(o); });
+  EXPECT_NE(e.find("is held by another process"), std::string::npos) << e;
+  EXPECT_EQ(read_text(dir + "/MANIFEST.json"), manifest);
+  std::vector<std::string> after = dir_names(dir);
+  after.erase(std::remove(after.begin(), after.end(), "LOCK"), after.end());
+  EXPECT_EQ(after, before);
+  holder.release();
+  Storage st(o);
+  EXPECT_EQ(recovered_state(st), model_at(reqs, 3));
 }
 
 TEST(StorageLock, ASecondOpenInTheSameProcessFailsAtOnce) {

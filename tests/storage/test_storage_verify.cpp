@@ -310,6 +310,35 @@ TEST(StorageVerify, SegmentsWithoutAManifestAndAnEmptyDirectoryAreNamed) {
   EXPECT_THROW(verify_storage_dir(tmp.file("absent")), Error);
 }
 
+TEST(StorageInspect, SnapshotsBesideAMissingOrUnreadableManifestAreNotLeftovers) {
+  // A start-up refuses such a directory before it removes anything, and the snapshot may hold the
+  // only copy of the rows: neither command may call it something a start-up removes.
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(6, 4, 23);
+  std::string path;
+  {
+    Storage st(options_for(dir, 4));
+    for (const auto& r : reqs) append(st, r);
+    path = write_snapshot(st, model_at(reqs, 6), 6, Dtype::kFloat32, 4)->commit();
+  }
+  const std::string name = name_of(path), mpath = dir + "/MANIFEST.json", good = read_text(mpath);
+  for (const bool unreadable : {true, false}) {
+    SCOPED_TRACE(unreadable ? "unreadable manifest" : "no manifest");
+    if (unreadable) write_text(mpath, good.substr(0, good.size() / 2));
+    else fs::remove(mpath);
+    const StorageDirSummary s = inspect_storage_dir(dir);
+    EXPECT_NE(s.manifest_error, "");
+    EXPECT_TRUE(s.leftovers.empty()) << s.leftovers.front();
+    EXPECT_EQ(s.unclaimed_snapshots, std::vector<std::string>{name});
+    const StorageVerifyReport r = verify(dir);
+    EXPECT_TRUE(r.damaged()) << listing(r);
+    for (const auto& n : r.notes)
+      if (n.find(name) != std::string::npos) EXPECT_EQ(n.find("a start-up removes it"), std::string::npos) << n;
+    EXPECT_NE(listing(r).find(name + ": not checked: no readable manifest names it"), std::string::npos) << listing(r);
+  }
+}
+
 // ------------------------------------------------------------------------------ snapshots and the base
 
 TEST(StorageVerify, AMissingDamagedCutOrReplacedSnapshotIsNamed) {
