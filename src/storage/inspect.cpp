@@ -78,6 +78,13 @@ Listing list_storage(const std::string& dir) {
   Listing l;
   for (const std::string& n : list_dir(dir)) {
     std::uint64_t s = 0;
+    const bool named = n == kManifestName || parse_segment_name(n, &s) || parse_snapshot_name(n, &s);
+    // A FIFO or device named like a segment would block its open() for good: refuse it first.
+    if (named) {
+      const auto type = std::filesystem::status(dir + "/" + n).type();
+      SHARDTOPK_EXPECTS(type == std::filesystem::file_type::regular || type == std::filesystem::file_type::directory,
+                        "storage: '", dir, "/", n, "' is not a regular file");
+    }
     if (n == kManifestName) l.manifest = true;
     else if (parse_segment_name(n, &s)) l.segments.emplace_back(s, n);
     else if (parse_snapshot_name(n, &s)) l.snapshots.emplace_back(s, n);

@@ -3,6 +3,7 @@
 // found and named, a torn tail is told from damage, every directory a crash can leave is clean,
 // and neither reads a directory through its lock nor changes a byte of it.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -308,6 +309,24 @@ TEST(StorageVerify, SegmentsWithoutAManifestAndAnEmptyDirectoryAreNamed) {
   fs::create_directories(tmp.file("empty"));
   expect_problem(tmp.file("empty"), Kind::kDamage, "", "not a storage directory");
   EXPECT_THROW(verify_storage_dir(tmp.file("absent")), Error);
+}
+
+TEST(StorageVerify, AFifoNamedLikeASegmentIsRefusedNotOpened) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  five_records(dir, 4);
+  const std::string fifo = dir + "/wal-00000000000000000099.log";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (auto run : {+[](const std::string& d) { (void)verify_storage_dir(d); },
+                   +[](const std::string& d) { (void)inspect_storage_dir(d); }}) {
+    try {
+      run(dir);
+      ADD_FAILURE() << "a FIFO segment was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("wal-00000000000000000099.log' is not a regular file"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(StorageInspect, SnapshotsBesideAMissingOrUnreadableManifestAreNotLeftovers) {
