@@ -130,9 +130,15 @@ void AuditLog::loop() {
       if (error.empty() && ::fdatasync(fd_) != 0) error = std::string("fdatasync: ") + std::strerror(errno);
     }
     if (!error.empty()) {
-      spdlog::error("service.audit_log '{}': {} ({} line(s) not known to be durable); writes are refused until the "
-                    "file can be written again (SIGHUP reopens it)",
-                    path_, error, batch.size());
+      const auto now = std::chrono::steady_clock::now();
+      unlogged_failures_ += static_cast<std::int64_t>(batch.size());
+      if (!failed_.load(std::memory_order_acquire) || now - last_error_logged_ >= std::chrono::minutes(1)) {
+        spdlog::error("service.audit_log '{}': {} ({} line(s) not known to be durable since the last message); "
+                      "writes are refused until the file can be written again (SIGHUP reopens it)",
+                      path_, error, unlogged_failures_);
+        last_error_logged_ = now;
+        unlogged_failures_ = 0;
+      }
       std::lock_guard<std::mutex> l(m_);
       failure_ = "the audit log '" + path_ + "' cannot be written (" + error + ")";
       failed_.store(true, std::memory_order_release);

@@ -80,6 +80,10 @@ class AuditLog {
   bool stop_ = false;
   std::string failure_;
   std::atomic<bool> failed_{false};
+  // writer thread only: failures are logged when they start and then at most once a minute, so a
+  // client sending refused requests cannot grow rank 0's log line by line.
+  std::chrono::steady_clock::time_point last_error_logged_{};
+  std::int64_t unlogged_failures_ = 0;
   std::mutex fd_m_;  // fd_: the writer's writes and reopen()
   int fd_ = -1;
   std::thread thread_;
