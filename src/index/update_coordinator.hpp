@@ -76,6 +76,7 @@ class UpdateCoordinator final : public UpdateSteps {
     std::uint64_t submitted_seq = 0;       // seq of the last submitted write (or the base's)
     std::string failure;                   // set when the log failed with writes pending
     std::int64_t auto_snapshot_after_bytes = 0;  // a failed automatic snapshot: retry past this log size
+    double auto_snapshot_after_s = 0;            // ... or, by age, once the snapshot is this old
 
     // counters for update_stats (any thread)
     std::atomic<std::uint64_t> applied_seq{0};

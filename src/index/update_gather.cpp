@@ -38,8 +38,9 @@ SnapshotResult UpdateCoordinator::snapshot() {
 }
 
 std::optional<SnapshotResult> UpdateCoordinator::snapshot_if_log_exceeds() {
-  const std::int64_t limit = cfg_.storage.snapshot_log_bytes;  // the same on every rank
-  if (!upd_ || limit <= 0) return std::nullopt;
+  const std::int64_t limit = cfg_.storage.snapshot_log_bytes;     // the same on every rank
+  const double interval = cfg_.storage.snapshot_interval_s;       // likewise
+  if (!upd_ || (limit <= 0 && interval <= 0)) return std::nullopt;
   if (rank() != 0) {
     try {
       protocol_.follow_one(/*lock_step=*/true);
@@ -51,27 +52,37 @@ std::optional<SnapshotResult> UpdateCoordinator::snapshot_if_log_exceeds() {
     return std::nullopt;
   }
   Updates& u = *upd_;
-  const std::int64_t bytes = u.storage->stats().log_bytes;
-  if (bytes <= limit || bytes <= u.auto_snapshot_after_bytes) {
+  const StorageStats st = u.storage->stats();
+  const std::int64_t bytes = st.log_bytes;
+  // By size: the log holds more than snapshot_log_bytes. By age: records after a snapshot (or
+  // after the start, without one) older than snapshot_interval_s.
+  const bool by_size = limit > 0 && bytes > limit && bytes > u.auto_snapshot_after_bytes;
+  const bool by_age = interval > 0 && st.records_since_snapshot > 0 && st.seconds_since_snapshot >= interval &&
+                      st.seconds_since_snapshot >= u.auto_snapshot_after_s;
+  if (!by_size && !by_age) {
     StepHeader h;  // a step that does nothing: "no new snapshot"
     h.op = static_cast<std::int32_t>(IndexOp::kSnapshot);
     h.k = 1;
     host_comm_->broadcast(&h, sizeof h, 0);
     return std::nullopt;
   }
+  const std::string why = by_size ? fmt::format("the log held {} bytes (storage.snapshot_log_bytes {})", bytes, limit)
+                                  : fmt::format("the snapshot was {:.0f} s old (storage.snapshot_interval_s {})",
+                                                st.seconds_since_snapshot, interval);
   try {
     const SnapshotResult r = snapshot();
     u.auto_snapshot_after_bytes = 0;
-    spdlog::info("updates: the log held {} bytes (storage.snapshot_log_bytes {}): snapshot {} at seq {} ({} rows)",
-                 bytes, limit, r.path, r.seq, r.rows);
+    u.auto_snapshot_after_s = 0;
+    spdlog::info("updates: {}: snapshot {} at seq {} ({} rows)", why, r.path, r.seq, r.rows);
     return r;
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
-    u.auto_snapshot_after_bytes = bytes + limit;
-    spdlog::warn("updates: automatic snapshot (log {} bytes, storage.snapshot_log_bytes {}) failed: {}; the log "
-                 "keeps every record, next try past {} bytes",
-                 bytes, limit, e.what(), u.auto_snapshot_after_bytes);
+    if (by_size) u.auto_snapshot_after_bytes = bytes + limit;
+    if (by_age) u.auto_snapshot_after_s = st.seconds_since_snapshot + interval;
+    spdlog::warn("updates: automatic snapshot ({}) failed: {}; the log keeps every record, next try {}", why, e.what(),
+                 by_size ? fmt::format("past {} bytes", u.auto_snapshot_after_bytes)
+                         : fmt::format("in {:.0f} s", interval));
     return std::nullopt;
   }
 }

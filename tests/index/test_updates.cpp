@@ -576,6 +576,32 @@ TEST_P(Updates, SnapshotPolicyOffTakesNone) {
   expect_oracle(*idx, "policy off");
 }
 
+// storage.snapshot_interval_s: after a write, a snapshot once the current one (or, without one,
+// the start) is older than the interval; none while the interval has not passed.
+TEST_P(Updates, SnapshotPolicyByAgeTakesOneOnceTheSnapshotIsOld) {
+  Config cfg = make_config(/*small_ints=*/true);
+  cfg.storage.snapshot_interval_s = 3600;
+  {
+    auto idx = load_index(cfg, false);
+    upsert(*idx, {6100}, test::small_ints(kDim, 61), {0});
+    EXPECT_FALSE(idx->snapshot_if_log_exceeds().has_value()) << "an hour has not passed";
+  }
+  cfg.storage.snapshot_interval_s = 1e-6;  // any age passes it
+  auto idx = load_index(cfg, false);
+  upsert(*idx, {6101}, test::small_ints(kDim, 62), {1});
+  const std::optional<SnapshotResult> snap = idx->snapshot_if_log_exceeds();
+  if (g_rank == 0) {
+    ASSERT_TRUE(snap.has_value());
+    const UpdateStats st = idx->update_stats();
+    EXPECT_EQ(snap->seq, st.applied_seq);
+    EXPECT_EQ(st.snapshot_seq, snap->seq);
+    EXPECT_EQ(st.log_records, 0);
+  }
+  // Nothing written since: no second snapshot however old this one gets.
+  EXPECT_FALSE(idx->snapshot_if_log_exceeds().has_value());
+  expect_oracle(*idx, "after a snapshot by age");
+}
+
 // What the storage directory records about its base is checked at start-up, on every rank: the
 // corpus file the log was written against (before any snapshot), the snapshot's size and
 // checksum, and the snapshot's own seq against the manifest's.
