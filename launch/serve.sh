@@ -8,7 +8,7 @@
 # too: it reloads service.auth.keys_file and reopens service.audit_log (docs/OPERATIONS.md,
 # "Security"); connections and requests go on. With service.tls.* set the service speaks HTTPS.
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 NP=$1; shift
 "$(dirname "$0")/mpirun_local.sh" "$NP" serve "$@" &
 MPIRUN=$!

@@ -38,7 +38,7 @@ void check_name(const std::string& n, const std::string& where) {
 // rate=R (0 < R <= 1e6 requests per second) and burst=B (1 <= B <= 1e6; only with a rate).
 void check_limits(double rate, double burst, bool burst_given, const std::string& where) {
   SHARDTOPK_EXPECTS(std::isfinite(rate) && rate >= 0 && rate <= kMaxRate, where, "rate=", rate,
-                    " out of range (allowed: 0 < rate <= 1000000 requests per second)");
+                    " out of range (allowed: 0 (not limited) or 0 < rate <= 1000000 requests per second)");
   if (!burst_given) return;
   SHARDTOPK_EXPECTS(rate > 0, where, "burst=", burst, " without rate=R (a burst is the allowance of a rate limit)");
   SHARDTOPK_EXPECTS(std::isfinite(burst) && burst >= 1 && burst <= kMaxRate && burst == std::floor(burst), where,
