@@ -98,13 +98,6 @@ struct Config1 {
 // The range of query q (q: its index in the pool): `width` values starting where q puts it.
 std::int64_t range_lo(int q, std::int64_t width) { return (static_cast<std::int64_t>(q) * 337) % (kValues - width + 1); }
 
-std::string utc_now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 int run(MpiSession& mpi, int argc, char** argv) {
   const int rank = mpi.rank(), world = mpi.world_size();
   Flags f;

@@ -105,10 +105,7 @@ json record(const std::string& op, const Times& t, long wrong) {
   j["p50_us"] = t.p50;
   j["p99_us"] = t.p99;
   j["wrong"] = wrong;
-  char date[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  j["date"] = date;
+  j["date"] = utc_now();
   j["git"] = git_commit();
   j["host"] = host_name();
   j["cpu"] = cpu_name();

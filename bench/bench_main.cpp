@@ -37,13 +37,6 @@ double p50_of(const std::vector<StepTimes>& v, double StepTimes::*f) {
   return percentile(x, 50);
 }
 
-std::string utc_now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 // 1-rank record matching `r` (same shape; strong: same total rows, weak: same rows per rank).
 const json* find_baseline(const std::vector<json>& base, const json& r) {
   for (const auto& b : base) {

@@ -178,13 +178,6 @@ struct Phase {
   long long wrong = -1;  // -1: not checked in this phase
 };
 
-std::string utc_now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 struct Run {
   Run(const Flags& f, const Config& cfg, const CorpusSpec& spec, int rank, int world)
       : f_(f), cfg_(cfg), spec_(spec), rank_(rank), world_(world) {

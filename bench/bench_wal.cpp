@@ -168,12 +168,7 @@ json run_config(const RunConfig& cfg, const std::string& root, long dim, double 
   j["replay_MB_per_s"] = static_cast<double>(stats.log_bytes) / replay_s / 1e6;
   j["wrong"] = wrong;
   j["dir"] = root;
-  {
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    j["date"] = date;
-  }
+  j["date"] = utc_now();
   j["git"] = git_commit();
   j["host"] = host_name();
   j["cpu"] = cpu_name();

@@ -1,3 +1,4 @@
+#include <ctime>
 #include "harness.hpp"
 
 #include <unistd.h>
@@ -131,6 +132,13 @@ bool parse_options(int argc, char** argv, const std::string& program, const std:
 
 std::string git_commit(const std::string& override) {
   return override.empty() ? std::string(SHARDTOPK_GIT_COMMIT) : override;
+}
+
+std::string utc_now() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
 }
 
 std::string host_name() {

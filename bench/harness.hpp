@@ -63,6 +63,8 @@ std::vector<std::string> split_commas(const std::string& s);
 /// Git commit of the source: `override` when given (--git), else the one CMake saw at configure time.
 std::string git_commit(const std::string& override = "");
 std::string host_name();
+/// The current time as UTC ISO 8601 (`2026-12-02T09:30:00Z`): the `date` of every record.
+std::string utc_now();
 /// Model name of this CPU (/proc/cpuinfo).
 std::string cpu_name();
 
