@@ -125,10 +125,12 @@ class BatchComposer {
   void clear();
   /// Adds `request` (host queries) when it fits: the same k as the first, and with it at most
   /// batch_max queries and max_filters distinct filters. Returns false, adding nothing, when
-  /// it does not. The request must stay alive until batch() has been taken.
+  /// it does not. The request, and its queries, must stay alive until the search of batch()
+  /// has returned.
   bool add(const SearchBatch& request);
   int size() const { return rows_; }
-  /// The batch of every request added, in order (queries copied here). Valid until clear().
+  /// The batch of every request added, in order: several requests' queries copied here end to
+  /// end; one request's used where they are (no copy). Valid until clear().
   const SearchBatch& batch();
 
  private:

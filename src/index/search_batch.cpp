@@ -162,14 +162,17 @@ bool BatchComposer::add(const SearchBatch& request) {
 
 const SearchBatch& BatchComposer::batch() {
   batch_.size_ = rows_;
-  batch_.queries_ = queries_.data();
+  // One request: its own queries, admitted and held by the caller until the search returns (the
+  // protocol copies them into its staging buffer once); several: laid end to end here.
+  batch_.queries_ = parts_.size() == 1 ? parts_[0]->queries_ : queries_.data();
   batch_.query_program_.clear();
   if (!batch_.programs_.empty()) batch_.query_program_.assign(static_cast<std::size_t>(rows_), -1);
   std::int64_t row = 0;
   for (std::size_t p = 0; p < parts_.size(); ++p) {
     const SearchBatch& r = *parts_[p];
-    std::memcpy(queries_.data() + row * dim_, r.queries_,
-                sizeof(float) * static_cast<std::size_t>(r.size_) * static_cast<std::size_t>(dim_));
+    if (parts_.size() > 1)
+      std::memcpy(queries_.data() + row * dim_, r.queries_,
+                  sizeof(float) * static_cast<std::size_t>(r.size_) * static_cast<std::size_t>(dim_));
     if (!r.programs_.empty())
       for (int q = 0; q < r.size_; ++q) {
         const std::int32_t i = r.query_program_[static_cast<std::size_t>(q)];

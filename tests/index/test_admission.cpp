@@ -280,6 +280,7 @@ TEST(AdmitBatch, ComposerMergesAdmittedRequestsWithoutCheckingThemAgain) {
   c.clear();
   EXPECT_TRUE(c.add(other_k));
   EXPECT_EQ(c.batch().k(), 4);
+  EXPECT_EQ(c.batch().queries(), other_k.queries()) << "one request: its queries, not a copy";
   EXPECT_EQ(c.batch().filter_count(), 0);
   EXPECT_EQ(c.batch().query_program(), nullptr);
 }
