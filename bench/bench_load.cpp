@@ -7,6 +7,11 @@
 // (docs/SERVING.md's idle-connection target); --binary-header sends the optional binary header.
 // An https:// URL speaks TLS (--cacert names the CA that signed the service's certificate);
 // --api-key (or $SHARDTOPK_API_KEY) is sent as `Authorization: Bearer KEY` on every request.
+// Request bodies (JSON and binary) are built once before the runs, as replaying load generators
+// do: a client's latency is the service's plus the loopback round trip, not its own serialiser.
+// Each configuration also reads the service's stage counters (/metrics,
+// shardtopk_search_stage_seconds_total) before and after, and reports the mean time per request
+// in each stage (read, parse, queue, search, resume, write).
 //
 // Output (nccl-tests style): one JSON line per configuration, then a table with a #wrong
 // column. Exit status 1 when any answer was wrong, 2 on a usage or set-up error.
@@ -57,6 +62,7 @@ struct Result {
   int clients = 0;
   long requests = 0, errors = 0, checked = 0, wrong = 0, near_tie_swaps = 0;
   double seconds = 0, qps = 0, p50_ms = 0, p99_ms = 0, mean_ms = 0, mean_batch = 0;
+  std::vector<std::pair<std::string, double>> stage_us;  ///< mean µs per answered search, by stage
   std::string first_error;
 };
 
@@ -132,6 +138,25 @@ std::vector<std::string> split(const std::string& s) {
 
 }  // namespace
 
+/// The service's stage counters for one body kind (`binary`: "binary", else "json"): seconds per
+/// stage (shardtopk_search_stage_seconds_total) and, under "requests", the searches they cover.
+/// Empty when /metrics is not readable (a key without the read role, an older service).
+std::vector<std::pair<std::string, double>> stage_counters(httplib::Client& cl, const std::string& body) {
+  std::vector<std::pair<std::string, double>> out;
+  auto r = cl.Get("/metrics");
+  if (!r || r->status != 200) return out;
+  const std::string sel = "{body=\"" + body + "\"";
+  std::istringstream in(r->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("shardtopk_search_stage_", 0) != 0 || line.find(sel) == std::string::npos) continue;
+    const size_t sp = line.rfind(' ');
+    const size_t st = line.find("stage=\"");
+    std::string name = st == std::string::npos ? "requests" : line.substr(st + 7, line.find('"', st + 7) - st - 7);
+    out.emplace_back(name, std::atof(line.c_str() + sp + 1));
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"bench_load: QPS and latency of `shardtopk serve`, answers checked against the float64 oracle"};
   std::string url = "http://127.0.0.1:8080", queries_path, queries_ds = "test", corpus_path, corpus_ds = "train";
@@ -194,6 +219,17 @@ int main(int argc, char** argv) {
                  info["dtype"].get<std::string>().c_str(), info["ranks"].get<int>(),
                  info["engine"].get<std::string>().c_str());
 
+    // ---- every request body, built before the runs
+    std::vector<std::string> json_bodies(static_cast<size_t>(nq)), binary_bodies(static_cast<size_t>(nq));
+    for (std::int64_t i = 0; i < nq; ++i) {
+      const float* qv = q.data.data() + i * dim;
+      json_bodies[static_cast<size_t>(i)] = json{{"query", std::vector<float>(qv, qv + dim)}, {"k", k}}.dump();
+      std::string& b = binary_bodies[static_cast<size_t>(i)];
+      b.assign(header ? binary_header(1, static_cast<std::uint32_t>(dim)) : std::string());
+      b.append(reinterpret_cast<const char*>(qv), static_cast<size_t>(dim) * 4);
+    }
+    const std::string binary_path = "/v1/search?k=" + std::to_string(k);
+
     // ---- one configuration: `clients` closed-loop clients for warm-up + duration seconds
     auto run = [&](const std::string& format, int clients) {
       Result res;
@@ -215,20 +251,14 @@ int main(int argc, char** argv) {
           std::vector<double> mine;
           double batches = 0;
           long errors = 0, checked = 0, wrong = 0, swaps = 0;
-          std::string body;
           std::string first_error;
           for (std::int64_t i = t; !stop.load(); i += clients) {
             const std::int64_t qi = i % nq;
             const float* qv = q.data.data() + qi * dim;
             const auto t0 = Clock::now();
-            if (binary) {
-              body.assign(header ? binary_header(1, static_cast<std::uint32_t>(dim)) : std::string());
-              body.append(reinterpret_cast<const char*>(qv), static_cast<size_t>(dim) * 4);
-            }
             httplib::Result r =
-                binary ? cl.Post(("/v1/search?k=" + std::to_string(k)).c_str(), body, "application/octet-stream")
-                       : cl.Post("/v1/search", json{{"query", std::vector<float>(qv, qv + dim)}, {"k", k}}.dump(),
-                                 "application/json");
+                binary ? cl.Post(binary_path.c_str(), binary_bodies[static_cast<size_t>(qi)], "application/octet-stream")
+                       : cl.Post("/v1/search", json_bodies[static_cast<size_t>(qi)], "application/json");
             const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
             const bool counted = measuring.load();
             std::vector<std::int64_t> ids(static_cast<size_t>(k));
@@ -280,11 +310,21 @@ int main(int argc, char** argv) {
         });
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
+      const auto before = stage_counters(info_client, format);
       const auto t0 = Clock::now();
       measuring = true;
       std::this_thread::sleep_for(std::chrono::duration<double>(duration));
       measuring = false;
       res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      const auto after = stage_counters(info_client, format);
+      if (before.size() == after.size() && !after.empty()) {
+        double n = 0;
+        for (size_t i = 0; i < after.size(); ++i)
+          if (after[i].first == "requests") n = after[i].second - before[i].second;
+        for (size_t i = 0; n > 0 && i < after.size(); ++i)
+          if (after[i].first != "requests")
+            res.stage_us.emplace_back(after[i].first, 1e6 * (after[i].second - before[i].second) / n);
+      }
       stop = true;
       for (auto& x : th) x.join();
       res.requests = static_cast<long>(lat_ms.size());
@@ -319,14 +359,16 @@ int main(int argc, char** argv) {
         const int n = std::stoi(cs);
         SHARDTOPK_EXPECTS(n >= 1 && n <= 4096, "--clients: ", cs, " out of range 1 .. 4096");
         Result r = run(f, n);
-        const json j = {{"bench", "load"},       {"format", r.format},   {"clients", r.clients}, {"k", k},
+        json j = {{"bench", "load"},       {"format", r.format},   {"clients", r.clients}, {"k", k},
                         {"dim", dim},            {"rows", c.rows},       {"ranks", info["ranks"]},
                         {"engine", info["engine"]}, {"dtype", info["dtype"]}, {"seconds", r.seconds},
                         {"requests", r.requests}, {"errors", r.errors}, {"qps", r.qps},
                         {"p50_ms", r.p50_ms},    {"p99_ms", r.p99_ms},   {"mean_ms", r.mean_ms},
                         {"mean_batch", r.mean_batch}, {"idle_connections", idle}, {"binary_header", header},
                         {"tls", url.rfind("https://", 0) == 0}, {"api_key", !api_key.empty()},
-                        {"checked", r.checked},  {"wrong", r.wrong + r.errors}, {"near_tie_swaps", r.near_tie_swaps}};
+                        {"checked", r.checked},  {"wrong", r.wrong + r.errors}, {"near_tie_swaps", r.near_tie_swaps},
+                        {"stage_us", json::object()}};
+        for (const auto& st : r.stage_us) j["stage_us"][st.first] = st.second;
         std::printf("%s\n", j.dump().c_str());
         std::fflush(stdout);
         if (jf) std::fprintf(jf, "%s\n", j.dump().c_str());
@@ -345,6 +387,15 @@ int main(int argc, char** argv) {
       wrong += r.wrong + r.errors;
     }
     std::printf("# #wrong = answers outside the oracle's tolerance + failed requests; total %ld\n", wrong);
+    std::printf("#\n# service stages, mean us per search (from /metrics)\n# %-7s %8s", "format", "clients");
+    if (!results.empty())
+      for (const auto& st : results.front().stage_us) std::printf(" %9s", st.first.c_str());
+    std::printf("\n");
+    for (const Result& r : results) {
+      std::printf("  %-7s %8d", r.format.c_str(), r.clients);
+      for (const auto& st : r.stage_us) std::printf(" %9.1f", st.second);
+      std::printf("\n");
+    }
     return wrong > 0 ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_load: error: %s\n", e.what());

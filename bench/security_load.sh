@@ -10,7 +10,7 @@
 #        ROWS (1000000), DIM (768), DTYPE (float16), CLIENTS (1,64), DURATION (5 s), ROUNDS (3),
 #        FORMATS (binary)
 # needs: BUILD_DIR/shardtopk, BUILD_DIR/bench/bench_load and bench_write_corpus, certtool
-#        (Debian gnutls-bin), python3
+#        (Debian gnutls-bin) or openssl, python3
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -32,15 +32,29 @@ trap 'for p in "${PIDS[@]}"; do kill -TERM $p 2>/dev/null; done; sleep 1; rm -rf
 
 $B/bench/bench_write_corpus -o $D/c.h5 -N $ROWS -d $DIM -t $DTYPE -q 2000 --seed 0 --distance dot > $OUTDIR/corpus.log 2>&1 ||
   { cat $OUTDIR/corpus.log; exit 1; }
-# A CA and a server certificate for 127.0.0.1 (ECDSA P-256), a read key.
-certtool --generate-privkey --key-type ecdsa --no-text --outfile $D/ca.key 2>/dev/null
-printf 'cn = "bench CA"\nca\ncert_signing_key\nexpiration_days = 2\n' > $D/ca.tmpl
-certtool --generate-self-signed --no-text --load-privkey $D/ca.key --template $D/ca.tmpl --outfile $D/ca.pem 2>/dev/null
-certtool --generate-privkey --key-type ecdsa --no-text --outfile $D/srv.key 2>/dev/null
-chmod 600 $D/srv.key
-printf 'cn = "localhost"\nip_address = "127.0.0.1"\ntls_www_server\nsigning_key\nexpiration_days = 1\n' > $D/srv.tmpl
-certtool --generate-certificate --no-text --load-privkey $D/srv.key --load-ca-certificate $D/ca.pem \
-  --load-ca-privkey $D/ca.key --template $D/srv.tmpl --outfile $D/srv.pem 2>/dev/null || { echo "certtool failed"; exit 1; }
+# A CA and a server certificate for 127.0.0.1 (ECDSA P-256), a read key: GnuTLS's certtool, or
+# openssl where certtool is missing (Ubuntu images without gnutls-bin).
+if command -v certtool >/dev/null; then
+  certtool --generate-privkey --key-type ecdsa --no-text --outfile $D/ca.key 2>/dev/null
+  printf 'cn = "bench CA"\nca\ncert_signing_key\nexpiration_days = 2\n' > $D/ca.tmpl
+  certtool --generate-self-signed --no-text --load-privkey $D/ca.key --template $D/ca.tmpl --outfile $D/ca.pem 2>/dev/null
+  certtool --generate-privkey --key-type ecdsa --no-text --outfile $D/srv.key 2>/dev/null
+  chmod 600 $D/srv.key
+  printf 'cn = "localhost"\nip_address = "127.0.0.1"\ntls_www_server\nsigning_key\nexpiration_days = 1\n' > $D/srv.tmpl
+  certtool --generate-certificate --no-text --load-privkey $D/srv.key --load-ca-certificate $D/ca.pem \
+    --load-ca-privkey $D/ca.key --template $D/srv.tmpl --outfile $D/srv.pem 2>/dev/null || { echo "certtool failed"; exit 1; }
+elif command -v openssl >/dev/null; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $D/ca.key -out $D/ca.pem -days 2 \
+    -subj "/CN=bench CA" -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null &&
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $D/srv.key -out $D/srv.csr \
+      -subj "/CN=localhost" 2>/dev/null &&
+    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n' > $D/srv.ext &&
+    openssl x509 -req -in $D/srv.csr -CA $D/ca.pem -CAkey $D/ca.key -CAcreateserial -days 1 -extfile $D/srv.ext \
+      -out $D/srv.pem 2>/dev/null || { echo "openssl failed"; exit 1; }
+  chmod 600 $D/srv.key
+else
+  echo "security_load.sh: neither certtool (gnutls-bin) nor openssl is installed" >&2; exit 1
+fi
 KEYGEN=$($B/shardtopk keygen --name bench --role read) || exit 1
 KEY=$(echo "$KEYGEN" | sed -n 2p)
 echo "$KEYGEN" | sed -n 4p > $D/keys

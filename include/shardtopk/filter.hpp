@@ -122,6 +122,11 @@ class AttributeTable {
   const BlockBounds& bounds(int c) const {
     return c == kFilterIdColumn ? id_bounds_ : column_bounds_.at(static_cast<std::size_t>(c));
   }
+  /// Bounds of column c (or of the global ids) over the whole table: one entry, the hull of
+  /// every block's (empty vectors when the table has no rows); widened by write_rows like them.
+  const BlockBounds& table_bounds(int c) const {
+    return c == kFilterIdColumn ? id_hull_ : column_hulls_.at(static_cast<std::size_t>(c));
+  }
 
   /// Overwrites rows slots[i], i in [0, n): global id ids[i] and, for each column c in schema
   /// order, values[c][i] (an int64_t or a double array [n], as the column's type; `values` may
@@ -138,6 +143,8 @@ class AttributeTable {
   AttributeSchema schema_;
   std::vector<BlockBounds> column_bounds_;
   BlockBounds id_bounds_;
+  std::vector<BlockBounds> column_hulls_;  // [columns] one entry: the whole table
+  BlockBounds id_hull_;
 };
 
 /// Reads shard rows [range.lo, range.hi) of each attribute dataset (corpus.attributes) of the
@@ -272,6 +279,11 @@ enum class BlockVerdict : std::uint8_t { kNone = 0, kSome = 1, kAll = 2 };
 /// kAll only when the summaries prove them (sound, not complete).
 /// @throws Error when the program does not fit the table's schema or the block is out of range.
 BlockVerdict analyse_block(const FilterProgram& program, const AttributeTable& table, std::int64_t block);
+
+/// The same analysis over the whole table's bounds (AttributeTable::table_bounds): kAll proves
+/// that every row of the shard passes (its search may ignore the filter), kNone that none does.
+/// kSome for a table without rows. @throws Error when the program does not fit the schema.
+BlockVerdict analyse_table(const FilterProgram& program, const AttributeTable& table);
 
 /// Whether shard row `row` passes (the scalar reference; no summaries).
 /// @throws Error when the program does not fit the table's schema or the row is out of range.

@@ -50,6 +50,25 @@ std::int64_t first_nan(const std::vector<double>& v, int threads) {
   return -1;
 }
 
+
+/// The one-entry hull of block bounds (min of the minima, max of the maxima per vector); empty
+/// vectors stay empty.
+template <class T>
+void hull_of(const std::vector<T>& mn, const std::vector<T>& mx, std::vector<T>* hmn, std::vector<T>* hmx) {
+  hmn->clear();
+  hmx->clear();
+  if (mn.empty()) return;
+  hmn->push_back(*std::min_element(mn.begin(), mn.end()));
+  hmx->push_back(*std::max_element(mx.begin(), mx.end()));
+}
+
+BlockBounds hull(const BlockBounds& b) {
+  BlockBounds h;
+  hull_of(b.ints_min, b.ints_max, &h.ints_min, &h.ints_max);
+  hull_of(b.reals_min, b.reals_max, &h.reals_min, &h.reals_max);
+  return h;
+}
+
 }  // namespace
 
 AttributeTable::AttributeTable(std::vector<AttributeColumn> columns, std::vector<std::int64_t> global_ids, int threads) {
@@ -88,6 +107,9 @@ AttributeTable::AttributeTable(std::vector<AttributeColumn> columns, std::vector
   global_ids_ = std::move(global_ids);
   column_bounds_ = std::move(bounds);
   id_bounds_ = std::move(ids);
+  column_hulls_.resize(column_bounds_.size());
+  for (std::size_t i = 0; i < column_bounds_.size(); ++i) column_hulls_[i] = hull(column_bounds_[i]);
+  id_hull_ = hull(id_bounds_);
 }
 
 namespace {
@@ -97,6 +119,14 @@ void widen(std::vector<T>& mn, std::vector<T>& mx, std::int64_t block, T v) {
   const auto b = static_cast<std::size_t>(block);
   mn[b] = v < mn[b] ? v : mn[b];
   mx[b] = v > mx[b] ? v : mx[b];
+}
+
+/// Block bounds `bb` and its one-entry hull `h` widened to hold v at `block`.
+template <class T>
+void widen_both(std::vector<T>& mn, std::vector<T>& mx, std::vector<T>& hmn, std::vector<T>& hmx, std::int64_t block,
+                T v) {
+  widen(mn, mx, block, v);
+  widen(hmn, hmx, 0, v);
 }
 
 }  // namespace
@@ -120,18 +150,19 @@ void AttributeTable::write_rows(const std::int64_t* slots, std::int64_t n, const
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t r = slots[i], b = r / kFilterBlockRows;
     global_ids_[static_cast<std::size_t>(r)] = ids[i];
-    widen(id_bounds_.ints_min, id_bounds_.ints_max, b, ids[i]);
+    widen_both(id_bounds_.ints_min, id_bounds_.ints_max, id_hull_.ints_min, id_hull_.ints_max, b, ids[i]);
     for (std::size_t c = 0; c < columns_.size(); ++c) {
       AttributeColumn& col = columns_[c];
       BlockBounds& bb = column_bounds_[c];
+      BlockBounds& h = column_hulls_[c];
       if (col.type == AttributeType::kInt64) {
         const std::int64_t v = static_cast<const std::int64_t*>(values[c])[i];
         col.ints[static_cast<std::size_t>(r)] = v;
-        widen(bb.ints_min, bb.ints_max, b, v);
+        widen_both(bb.ints_min, bb.ints_max, h.ints_min, h.ints_max, b, v);
       } else {
         const double v = static_cast<const double*>(values[c])[i];
         col.reals[static_cast<std::size_t>(r)] = v;
-        widen(bb.reals_min, bb.reals_max, b, v);
+        widen_both(bb.reals_min, bb.reals_max, h.reals_min, h.reals_max, b, v);
       }
     }
   }

@@ -24,10 +24,8 @@ static_assert(kFilterBlockRows % 32 == 0, "a summary block is a whole number of 
 // millisecond of work, less than waking a thread team).
 constexpr std::int64_t kMinBlocksForThreads = 64;
 
-// Verdict of one leaf over block b's bounds.
-std::uint8_t leaf_verdict(const FilterProgram& p, const FilterOp& op, const AttributeTable& t, std::int64_t b) {
-  const BlockBounds& bb = t.bounds(op.column);
-  const auto i = static_cast<std::size_t>(b);
+// Verdict of one leaf over entry i of bounds bb (a block's, or the table's hull).
+std::uint8_t leaf_verdict(const FilterProgram& p, const FilterOp& op, const BlockBounds& bb, std::size_t i) {
   switch (op.code) {
     case FilterOpCode::kRangeInt: {
       const std::int64_t* c = p.ints().data() + op.first;
@@ -48,7 +46,10 @@ std::uint8_t leaf_verdict(const FilterProgram& p, const FilterOp& op, const Attr
 std::uint8_t analyse(const FilterProgram& p, const AttributeTable& t, std::int64_t b, std::uint8_t* states) {
   const auto& ops = p.ops();
   return block_verdicts(ops.data(), static_cast<int>(ops.size()),
-                        [&](const FilterOp& op) { return leaf_verdict(p, op, t, b); }, states);
+                        [&](const FilterOp& op) {
+                          return leaf_verdict(p, op, t.bounds(op.column), static_cast<std::size_t>(b));
+                        },
+                        states);
 }
 
 // Mask of the first n bits of a word-sized slot w of a block with n rows.
@@ -179,6 +180,16 @@ BlockVerdict analyse_block(const FilterProgram& program, const AttributeTable& t
                     table.blocks(), " blocks");
   std::uint8_t states[kFilterMaxOps];
   return static_cast<BlockVerdict>(analyse(program, table, block, states));
+}
+
+BlockVerdict analyse_table(const FilterProgram& program, const AttributeTable& table) {
+  check_filter_fits(program, table.schema());
+  if (table.rows() == 0) return BlockVerdict::kSome;
+  const auto& ops = program.ops();
+  std::uint8_t states[kFilterMaxOps];
+  return static_cast<BlockVerdict>(block_verdicts(
+      ops.data(), static_cast<int>(ops.size()),
+      [&](const FilterOp& op) { return leaf_verdict(program, op, table.table_bounds(op.column), 0); }, states));
 }
 
 bool passes(const FilterProgram& program, const AttributeTable& table, std::int64_t row) {

@@ -222,6 +222,43 @@ TEST(FilterSummaries, IdSetsCoveringABlockDecideIt) {
   EXPECT_EQ(analyse_block(parse_filter(R"({"in": {"x": [1]}})", z.schema()), z, 1), BlockVerdict::kNone);
 }
 
+// The whole table's verdict: "all" exactly when its bounds prove that every row passes (a
+// search may then drop the filter), also after a write widens them; sound on random filters.
+TEST(FilterSummaries, TableVerdictFromTheWholeTablesBounds) {
+  const AttributeTable t = test::random_table(64 * 1024, 41, 4096);  // tenant runs 0 .. 15
+  EXPECT_EQ(analyse_table(parse_filter(R"({"range": {"tenant": [0, 15]}})", t.schema()), t), BlockVerdict::kAll);
+  EXPECT_EQ(analyse_table(parse_filter(R"({"range": {"tenant": [0, 14]}})", t.schema()), t), BlockVerdict::kSome);
+  EXPECT_EQ(analyse_table(parse_filter(R"({"range": {"tenant": [16, null]}})", t.schema()), t), BlockVerdict::kNone);
+  EXPECT_EQ(analyse_table(parse_filter(R"({"not": {"eq": {"tenant": 99}}})", t.schema()), t), BlockVerdict::kAll);
+  // a write of tenant 40 into one row: [0, 15] no longer covers the table
+  AttributeTable w = t;
+  std::vector<std::int64_t> row_values;
+  for (const AttributeSpec& c : w.schema()) row_values.push_back(c.name == "tenant" ? 40 : 0);
+  std::vector<double> reals(w.schema().size(), 0.0);
+  std::vector<const void*> values;
+  for (std::size_t c = 0; c < w.schema().size(); ++c)
+    values.push_back(w.schema()[c].type == AttributeType::kInt64 ? static_cast<const void*>(&row_values[c])
+                                                                 : static_cast<const void*>(&reals[c]));
+  const std::int64_t slot = 777, id = 123456;
+  w.write_rows(&slot, 1, &id, values.data());
+  EXPECT_EQ(analyse_table(parse_filter(R"({"range": {"tenant": [0, 15]}})", w.schema()), w), BlockVerdict::kSome);
+  EXPECT_EQ(analyse_table(parse_filter(R"({"range": {"tenant": [0, 40]}})", w.schema()), w), BlockVerdict::kAll);
+  // soundness on random filters, scattered and clustered
+  for (bool shuffle : {false, true}) {
+    const AttributeTable r = test::random_table(5000, 61 + shuffle, 700, 0, shuffle);
+    test::FilterGenerator gen(r, 63, 5);
+    for (int i = 0; i < 300; ++i) {
+      const json f = gen.next();
+      const BlockVerdict v = analyse_table(compile_filter(f, r.schema()), r);
+      if (v == BlockVerdict::kSome) continue;
+      for (std::int64_t row = 0; row < r.rows(); ++row)
+        ASSERT_EQ(test::oracle_passes(f, r, row), v == BlockVerdict::kAll) << f.dump() << " row " << row;
+    }
+  }
+  const AttributeTable empty;
+  EXPECT_EQ(analyse_table(parse_filter(R"({"ids_in": [1]})", empty.schema()), empty), BlockVerdict::kSome);
+}
+
 // ------------------------------------------------------------------------------ the table
 
 TEST(AttributeTable, BoundsPerBlock) {

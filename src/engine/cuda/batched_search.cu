@@ -133,10 +133,10 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_};
     const ChunkQueries cq{qmap, masks, seeded};
     if (seeded) {
-      // Queries whose threshold saw enough rows collect the chunk; the others (none yet, or too
-      // few for a chunk this long) take theirs from this chunk.
-      if (c > 0) collect_chunk(chunk, n, pools, cq, side);
+      // Queries whose threshold saw too few of the rows they may return for a chunk this long
+      // (none yet, at first) raise it from a sample of this chunk; then every query collects it.
       seed_chunk(chunk, n, k, pools, cq, false, side);
+      collect_chunk(chunk, n, pools, cq, side);
       // after every chunk: a query seeded by this one lets more of the next one through
       compact_pools(batch, k, trigger, pools, side);
     } else if (c == 0) {

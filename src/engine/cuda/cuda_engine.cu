@@ -276,8 +276,9 @@ class CudaEngine final : public Engine {
       return;
     }
     // Filters (evaluated now, outside the search's graph: the programs change from search to
-    // search) and deleted rows.
-    const bool filtered = rows_ > 0 && a.filters.count > 0;
+    // search) and deleted rows. Filters the shard's bounds prove every row passes are dropped:
+    // the unfiltered search returns the same rows, on its faster schedule.
+    const bool filtered = rows_ > 0 && a.filters.count > 0 && !every_row_passes(a.filters, a.batch);
     const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
     const bool batched = rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan);
     if (filtered) filters_->prepare(a.filters, a.batch, /*row_masks=*/!batched, s);
@@ -397,6 +398,20 @@ class CudaEngine final : public Engine {
         total_b, " bytes are free; add ranks (mpirun -np) so that each shard is smaller",
         (dtype_ == Dtype::kFloat32 ? ", or store the shard as float16/bfloat16 (engine.dtype)" : ""),
         ", or lower search.batch_max / search.k_max"));
+  }
+
+  /// Whether every query's filter (f.count ≥ 1) passes every row of the shard, as the attribute
+  /// table's bounds prove (analyse_table): a host check of at most f.count programs.
+  bool every_row_passes(const FilterBatch& f, int batch) const {
+    std::vector<std::int8_t> all(static_cast<std::size_t>(f.count), -1);  // -1: not analysed yet
+    for (int q = 0; q < batch; ++q) {
+      const std::int32_t p = f.query_program[q];
+      if (p < 0) continue;
+      std::int8_t& v = all[static_cast<std::size_t>(p)];
+      if (v < 0) v = analyse_table(*f.programs[p], host_table_) == BlockVerdict::kAll ? 1 : 0;
+      if (v == 0) return false;
+    }
+    return true;
   }
 
   /// Query q of a search through the batch-1 scan, into its row of a.out (masks: its rows; with

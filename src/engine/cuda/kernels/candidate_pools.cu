@@ -67,30 +67,27 @@ struct Approx {
 
 /// Whether query q's threshold is young for a chunk of rows_c rows: it comes from fewer than
 /// 1 / kSeedGrowth of the chunk's rows (none at all: −inf), so that collecting the chunk with it
-/// could let about k · rows_c / seen rows through; seed_kernel takes such a query from the chunk
-/// itself instead (the collect kernel skips it). The bound of the first chunks' growth, per query.
+/// could let about k · rows_c / seen rows through; sample_seed_kernel raises it from the chunk
+/// itself first. The bound of the first chunks' growth, per query.
 constexpr std::uint64_t kSeedGrowth = 8;
 __device__ __forceinline__ bool young(const std::uint32_t* seen, int q, int rows_c) {
   return static_cast<std::uint64_t>(seen[q]) * kSeedGrowth < static_cast<std::uint64_t>(rows_c);
 }
 
-/// A query's threshold from a chunk's own k-th approximate score, and every row of the chunk
-/// that passes it into the query's pool; one block per query of the chunk's GEMM (query
-/// qmap[j] in its row j; qmap null: query j). `seen` null: every query, threshold from this chunk
-/// (the first chunk). Else only the queries whose threshold is young (young()): the threshold
-/// becomes the larger of its own and this chunk's, and seen[q] counts the chunk's rows the query
-/// may return. kMasked: rows the query may not return count as −inf for its threshold and never
-/// enter its pool (when fewer than k of the chunk's rows are allowed, the chunk's threshold is
-/// −inf and every allowed row enters).
+/// The first chunk of an unfiltered-seeded search: each query's threshold from the chunk's own
+/// k-th approximate score, and every row of the chunk that passes it into the query's pool; one
+/// block per query of the chunk's GEMM (query qmap[j] in its row j; qmap null: query j).
+/// kMasked: rows the query may not return count as −inf for its threshold and never enter its
+/// pool (when fewer than k of the chunk's rows are allowed, the threshold is −inf and every
+/// allowed row enters).
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
                 PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
                 float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks,
-                const std::int32_t* __restrict__ qmap, std::uint32_t* __restrict__ seen) {
+                const std::int32_t* __restrict__ qmap) {
   const int sub = blockIdx.x;
   const int q = qmap ? qmap[sub] : sub;
-  if (seen != nullptr && !young(seen, q, rows_c)) return;  // one address: the whole block returns
   const QueryInfo qi = qinfo[q];
   const auto got = [&](int i) {
     if constexpr (kMasked) {
@@ -99,14 +96,10 @@ __global__ void __launch_bounds__(kSelThreads)
     return ap(sub, i, qi);
   };
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
-  float t = pool_threshold(kth, rows_c, k, qi.delta);
-  if (seen != nullptr) t = fmaxf(t, thr[q]);
+  const float t = pool_threshold(kth, rows_c, k, qi.delta);
   PoolEntry* list = pool + q * pool_cap;
   const int end = (rows_c + 31) / 32 * 32;
   bool ok = true;
-  __shared__ std::uint32_t allowed;  // rows of the chunk the query may return
-  if (threadIdx.x == 0) allowed = 0;
-  __syncthreads();
   for (int i = threadIdx.x; i < end; i += blockDim.x) {  // whole warps: i < end for all lanes or none
     float s = 0.0f;
     bool take = false;
@@ -116,16 +109,57 @@ __global__ void __launch_bounds__(kSelThreads)
     }
     ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)}, list, &pool_count[q],
                       static_cast<std::uint32_t>(pool_cap));
-    if (seen != nullptr) {
-      const unsigned m = __ballot_sync(kFullMask, i < rows_c && s != -CUDART_INF_F);
-      if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
-    }
   }
   if (!ok) atomicOr(&overflow[q], 1u);
+  if (threadIdx.x == 0) thr[q] = t;
+}
+
+/// Rows a young query's threshold is taken from, at most, per chunk (seeded per query): every
+/// stride-th row of the chunk, stride = ceil(rows_c / kSeedSample). The k-th of a subset of the
+/// rows a query may return is at most their k-th, so the threshold stays sound (the argument of
+/// seed_kernel); it lets about k · stride of the chunk's allowed rows through, within the pool.
+constexpr int kSeedSample = 32768;
+
+/// Per-query seeding (ChunkQueries::seeded_per_query): for each young query of the chunk's GEMM
+/// (young()), the threshold becomes the larger of its own and the k-th approximate score of a
+/// strided sample of the chunk's rows it may return, minus 2Δ; seen[q] counts those sampled rows.
+/// Nothing enters the pool here: collect_kernel, launched next, collects the chunk for every
+/// query. One block per query; a sample of at most kSeedSample rows keeps a block's select short
+/// however long a merged chunk is (a select over every row of a chunk of 10⁵–10⁶ rows, in one
+/// block per query, took 90 % of a batch of per-query clustered filters).
+template <typename OutT, bool kMasked>
+__global__ void __launch_bounds__(kSelThreads)
+    sample_seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
+                       float* __restrict__ thr, RowMasks masks, const std::int32_t* __restrict__ qmap,
+                       std::uint32_t* __restrict__ seen) {
+  const int sub = blockIdx.x;
+  const int q = qmap ? qmap[sub] : sub;
+  if (!young(seen, q, rows_c)) return;  // one address: the whole block returns
+  const QueryInfo qi = qinfo[q];
+  const int stride = (rows_c + kSeedSample - 1) / kSeedSample;
+  const int ns = (rows_c + stride - 1) / stride;
+  const auto got = [&](int j) {
+    const int i = j * stride;
+    if constexpr (kMasked) {
+      if (!masks.allows_evaluating(q, ap.row0 + i)) return -CUDART_INF_F;
+    }
+    return ap(sub, i, qi);
+  };
+  const std::uint32_t kth = block_kth_key(got, ns, k);
+  const float t = fmaxf(pool_threshold(kth, ns, k, qi.delta), thr[q]);
+  __shared__ std::uint32_t allowed;  // sampled rows the query may return
+  if (threadIdx.x == 0) allowed = 0;
+  __syncthreads();
+  const int end = (ns + 31) / 32 * 32;
+  for (int j = threadIdx.x; j < end; j += blockDim.x) {
+    const bool ok = j < ns && got(j) != -CUDART_INF_F;
+    const unsigned m = __ballot_sync(kFullMask, ok);
+    if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
+  }
   __syncthreads();  // every thread read thr[q] and seen[q] before they change
   if (threadIdx.x == 0) {
     thr[q] = t;
-    if (seen != nullptr) seen[q] += allowed;
+    seen[q] += allowed;
   }
 }
 
@@ -136,18 +170,16 @@ __global__ void __launch_bounds__(kSelThreads)
 /// at most ONE pool atomic for all its passing values (a warp scan of the per-thread counts): a
 /// global atomic per passing value made the first chunks latency bound.
 /// kMasked: a (query, row) the masks rule out never enters the pool. Row j of the GEMM output is
-/// query qmap[j] (qmap null: query j). `seen` (optional): queries whose threshold is young for
-/// this chunk are left to seed_kernel, launched after this one.
+/// query qmap[j] (qmap null: query j). A query whose threshold is still −inf takes every row it
+/// may return.
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kCollectThreads)
     collect_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  std::uint32_t* __restrict__ overflow, RowMasks masks, const std::int32_t* __restrict__ qmap,
-                  const std::uint32_t* __restrict__ seen) {
+                  std::uint32_t* __restrict__ overflow, RowMasks masks, const std::int32_t* __restrict__ qmap) {
   constexpr int V = CollectShape<OutT>::kVec, P = CollectShape<OutT>::kPerThread;
   const int sub = blockIdx.y;
   const int q = qmap ? qmap[sub] : sub;
-  if (seen != nullptr && young(seen, q, rows_c)) return;
   const float t = thr[q];
   const int lane = threadIdx.x & 31;
   const int base = blockIdx.x * CollectShape<OutT>::kPerBlock;
@@ -261,26 +293,32 @@ void collect_chunk_t(const ChunkScores& c, int n, const CandidatePools& p, const
   const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(n));
   if (cq.masks) {
     collect_kernel<OutT, true><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                   p.cap, p.count, p.overflow, *cq.masks, cq.qmap,
-                                                                   cq.seeded_per_query ? p.seen : nullptr);
+                                                                   p.cap, p.count, p.overflow, *cq.masks, cq.qmap);
   } else {
     collect_kernel<OutT, false><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                    p.cap, p.count, p.overflow, RowMasks{}, cq.qmap,
-                                                                    cq.seeded_per_query ? p.seen : nullptr);
+                                                                    p.cap, p.count, p.overflow, RowMasks{}, cq.qmap);
   }
 }
 
 template <typename OutT>
 void seed_chunk_t(const ChunkScores& c, int n, std::uint32_t k, const CandidatePools& p, const ChunkQueries& cq,
                   bool first, cudaStream_t stream) {
+  if (!first) {  // per-query seeding: thresholds from samples, collect_chunk next
+    if (cq.masks) {
+      sample_seed_kernel<OutT, true><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
+                                                                    *cq.masks, cq.qmap, p.seen);
+    } else {
+      sample_seed_kernel<OutT, false><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
+                                                                     RowMasks{}, cq.qmap, p.seen);
+    }
+    return;
+  }
   if (cq.masks) {
     seed_kernel<OutT, true><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
-                                                           p.count, p.thr, p.overflow, *cq.masks, cq.qmap,
-                                                           first ? nullptr : p.seen);
+                                                           p.count, p.thr, p.overflow, *cq.masks, cq.qmap);
   } else {
     seed_kernel<OutT, false><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.pool, p.cap,
-                                                            p.count, p.thr, p.overflow, RowMasks{}, cq.qmap,
-                                                            first ? nullptr : p.seen);
+                                                            p.count, p.thr, p.overflow, RowMasks{}, cq.qmap);
   }
 }
 

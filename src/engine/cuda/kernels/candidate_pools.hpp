@@ -47,24 +47,25 @@ struct ChunkQueries {
   /// Optional: rows a query may not return never enter its pool and do not count for its
   /// threshold.
   const RowMasks* masks = nullptr;
-  /// The thresholds were set to −inf by init_thresholds, and each query's is seeded, and seeded
-  /// again while young, by the chunks that hold rows it may return (seed_chunk after collect_chunk
-  /// on every chunk; pools.seen); false: the first chunk seeds every query and collect_chunk takes
-  /// every query after it.
+  /// The thresholds were set to −inf by init_thresholds, and each query's is raised by
+  /// seed_chunk (not first) from a sample of each chunk holding rows it may return, while it has
+  /// seen few of them (pools.seen), before collect_chunk takes the chunk; false: the first chunk
+  /// seeds every query and collect_chunk takes every query after it.
   bool seeded_per_query = false;
 };
 
-/// Threshold from the chunk's own k-th approximate score (−inf when fewer than k of its rows are
-/// allowed) minus 2Δ, and every row of the chunk that reaches it into the query's pool, for the
-/// chunk's n GEMM rows: all of them when `first`, else only the queries whose threshold came from
-/// fewer than 1/8 of the chunk's rows (their threshold becomes the larger of the two).
-/// One block of 1,024 threads per query. On `stream`, returns at once.
+/// `first`: for each of the chunk's n GEMM rows, the query's threshold from the chunk's own k-th
+/// approximate score (−inf when fewer than k of its rows are allowed) minus 2Δ, and every row of
+/// the chunk that reaches it into the query's pool. Not `first` (cq.seeded_per_query): only the
+/// queries whose threshold came from fewer than 1/8 of the chunk's rows, from a strided sample of
+/// at most 32,768 of the chunk's rows (the larger of the two thresholds); nothing enters a pool
+/// (collect_chunk next). One block of 1,024 threads per query. On `stream`, returns at once.
 void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& pools, const ChunkQueries& cq,
                 bool first, cudaStream_t stream);
 
-/// A chunk after the first: every (query, row) of its n GEMM rows whose approximate score reaches
-/// the query's threshold enters its pool (one pool atomic per warp); with cq.seeded_per_query,
-/// queries whose threshold is −inf are skipped (seed_chunk takes them next). On `stream`.
+/// A chunk after the first (every chunk with cq.seeded_per_query, after seed_chunk): every
+/// (query, row) of its n GEMM rows whose approximate score reaches the query's threshold enters
+/// its pool (one pool atomic per warp); a threshold of −inf takes every allowed row. On `stream`.
 void collect_chunk(const ChunkScores& chunk, int n, const CandidatePools& pools, const ChunkQueries& cq,
                   cudaStream_t stream);
 
