@@ -209,56 +209,64 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
 }
 
 // A filtered batch's chunk: its GEMM scored only some queries (row j of the output is query
-// qmap[j]); a query whose threshold saw at least 1/8 of the chunk's rows is collected by
-// collect_chunk, one still at −inf (or seen on fewer rows) is seeded by seed_chunk from this
-// chunk's own k-th value and counts the chunk's rows, and queries the chunk left out keep their
-// pools, thresholds and counts.
+// qmap[j]). seed_chunk (not first) raises the threshold of a query that saw fewer than 1/8 of
+// the chunk's rows (at −inf: none) to the k-th value of a strided sample of the chunk (every row
+// of a short chunk; every 3rd of a chunk of 70,000 rows, the sample being at most 32,768 rows)
+// minus 2Δ, counting the sampled rows, and adds nothing to its pool; collect_chunk then takes
+// what reaches each query's threshold. Queries the chunk left out keep their pools, thresholds
+// and counts.
 TEST(BatchedFilter, SeededQueriesAndChunkSubsets) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   use_test_device();
   const float inf = std::numeric_limits<float>::infinity();
-  for (const bool half : {false, true})
-    for (const bool l2 : {false, true})
-      for (const int k : {1, 50, 2000}) {
-        const std::string what = std::string(half ? "__half" : "float") + (l2 ? " l2" : " ip") + " k " + std::to_string(k);
-        const int batch = 4, rows = 1000;
-        const ChunkData c(batch, rows, rows, 4096, half, l2, 23 + k);  // GEMM rows 0, 1 used
-        Pools p(batch, 16384);
-        p.thr.upload({7.0f, -inf, -inf, 0.5f});
-        p.seen.upload({5u, 0u, 0u, static_cast<std::uint32_t>(rows / 8)});
-        const DeviceArray<std::int32_t> qmap(std::vector<std::int32_t>{3, 1});
-        const cuda_detail::ChunkQueries cq{qmap.get(), nullptr, true};
-        const CandidatePools pv = p.view(c.dev_qinfo.get());
-        cuda_detail::collect_chunk(c.view(), 2, pv, cq, nullptr);
-        cuda_detail::seed_chunk(c.view(), 2, k, pv, cq, false, nullptr);
-        const std::vector<PoolEntry> pool = p.pool.download();
-        const std::vector<std::uint32_t> count = p.count.download();
-        const std::vector<float> thr = p.thr.download();
-        // GEMM row j holds query qmap[j]'s values
-        auto value = [&](int j, int q, int i) {
-          return approx_score(c.g[j * c.ld + i], c.qinfo[q], l2, l2 ? c.row_sq[c.row0 + i] : 0.0f);
-        };
-        std::vector<float> a1(rows);
-        for (int i = 0; i < rows; ++i) a1[i] = value(1, 1, i);
-        const float t1 = threshold(a1, k, c.qinfo[1].delta);
-        EXPECT_EQ(bits_of(thr[1]), bits_of(t1)) << what << ": query 1 seeded";
-        EXPECT_EQ(thr[3], 0.5f) << what << ": query 3 kept its threshold";
-        EXPECT_EQ(thr[0], 7.0f) << what;
-        EXPECT_TRUE(std::isinf(thr[2]) && thr[2] < 0) << what;
-        EXPECT_EQ(count[0], 0u) << what << ": query 0 was not in the chunk";
-        EXPECT_EQ(count[2], 0u) << what << ": query 2 was not in the chunk";
-        const std::vector<std::uint32_t> seen = p.seen.download();
-        EXPECT_EQ(seen, (std::vector<std::uint32_t>{5u, static_cast<std::uint32_t>(rows), 0u,
-                                                    static_cast<std::uint32_t>(rows / 8)}))
-            << what << ": the seeded query counts the chunk's rows";
-        for (const auto& [q, j, t] : {std::tuple<int, int, float>{1, 1, t1}, {3, 0, 0.5f}}) {
-          std::vector<PoolEntry> want;
-          for (int i = 0; i < rows; ++i)
-            if (value(j, q, i) >= t) want.push_back(PoolEntry{value(j, q, i), static_cast<std::int32_t>(c.row0 + i)});
-          ASSERT_EQ(count[q], want.size()) << what << " query " << q;
-          EXPECT_EQ(as_set(pool.data() + q * p.cap, count[q]), as_set(want.data(), want.size())) << what << " query " << q;
+  for (const int rows : {1000, 70000})
+    for (const bool half : {false, true})
+      for (const bool l2 : {false, true})
+        for (const int k : {1, 50, 2000}) {
+          const std::string what = std::string(half ? "__half" : "float") + (l2 ? " l2" : " ip") + " k " +
+                                   std::to_string(k) + " rows " + std::to_string(rows);
+          const int batch = 4;
+          const int stride = (rows + 32767) / 32768, samples = (rows + stride - 1) / stride;
+          const float t3 = rows > 1000 ? 1.5f : 0.5f;  // query 3's own threshold (its pool fits)
+          const ChunkData c(batch, rows, rows, 4096, half, l2, 23 + k);  // GEMM rows 0, 1 used
+          Pools p(batch, 16384);
+          p.thr.upload({7.0f, -inf, -inf, t3});
+          p.seen.upload({5u, 0u, 0u, static_cast<std::uint32_t>(rows / 8)});
+          const DeviceArray<std::int32_t> qmap(std::vector<std::int32_t>{3, 1});
+          const cuda_detail::ChunkQueries cq{qmap.get(), nullptr, true};
+          const CandidatePools pv = p.view(c.dev_qinfo.get());
+          cuda_detail::seed_chunk(c.view(), 2, k, pv, cq, false, nullptr);
+          EXPECT_EQ(p.count.download(), std::vector<std::uint32_t>(4, 0u)) << what << ": seeding appends nothing";
+          cuda_detail::collect_chunk(c.view(), 2, pv, cq, nullptr);
+          const std::vector<PoolEntry> pool = p.pool.download();
+          const std::vector<std::uint32_t> count = p.count.download();
+          const std::vector<float> thr = p.thr.download();
+          // GEMM row j holds query qmap[j]'s values
+          auto value = [&](int j, int q, int i) {
+            return approx_score(c.g[j * c.ld + i], c.qinfo[q], l2, l2 ? c.row_sq[c.row0 + i] : 0.0f);
+          };
+          std::vector<float> a1;
+          for (int i = 0; i < rows; i += stride) a1.push_back(value(1, 1, i));
+          const float t1 = threshold(a1, k, c.qinfo[1].delta);
+          EXPECT_EQ(bits_of(thr[1]), bits_of(t1)) << what << ": query 1 seeded from the sample";
+          EXPECT_EQ(thr[3], t3) << what << ": query 3 kept its threshold";
+          EXPECT_EQ(thr[0], 7.0f) << what;
+          EXPECT_TRUE(std::isinf(thr[2]) && thr[2] < 0) << what;
+          EXPECT_EQ(count[0], 0u) << what << ": query 0 was not in the chunk";
+          EXPECT_EQ(count[2], 0u) << what << ": query 2 was not in the chunk";
+          const std::vector<std::uint32_t> seen = p.seen.download();
+          EXPECT_EQ(seen, (std::vector<std::uint32_t>{5u, static_cast<std::uint32_t>(samples), 0u,
+                                                      static_cast<std::uint32_t>(rows / 8)}))
+              << what << ": the seeded query counts the sampled rows";
+          for (const auto& [q, j, t] : {std::tuple<int, int, float>{1, 1, t1}, {3, 0, t3}}) {
+            std::vector<PoolEntry> want;
+            for (int i = 0; i < rows; ++i)
+              if (value(j, q, i) >= t) want.push_back(PoolEntry{value(j, q, i), static_cast<std::int32_t>(c.row0 + i)});
+            ASSERT_EQ(count[q], want.size()) << what << " query " << q;
+            EXPECT_EQ(as_set(pool.data() + q * p.cap, count[q]), as_set(want.data(), want.size()))
+                << what << " query " << q;
+          }
         }
-      }
 }
 
 // Compaction of pools above the trigger: the threshold rises to max(old, k-th − 2Δ) and the
