@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -160,7 +161,7 @@ std::vector<std::pair<std::string, double>> stage_counters(httplib::Client& cl, 
 int main(int argc, char** argv) {
   CLI::App app{"bench_load: QPS and latency of `shardtopk serve`, answers checked against the float64 oracle"};
   std::string url = "http://127.0.0.1:8080", queries_path, queries_ds = "test", corpus_path, corpus_ds = "train";
-  std::string clients_s = "1,16,64,256", formats_s = "json,binary", json_out, cacert;
+  std::string clients_s = "1,16,64,256", formats_s = "json,binary", json_out, cacert, git = SHARDTOPK_GIT_COMMIT;
   std::string api_key = std::getenv("SHARDTOPK_API_KEY") ? std::getenv("SHARDTOPK_API_KEY") : "";
   int k = 10, check = 64, oracle_threads = 0, idle = 0;
   bool header = false;
@@ -182,6 +183,7 @@ int main(int argc, char** argv) {
   app.add_flag("--binary-header", header, "send the optional 32-byte binary header on the binary route");
   app.add_option("--cacert", cacert, "PEM file of the CA that signed the service's certificate (https:// URLs)");
   app.add_option("--api-key", api_key, "API key sent as 'Authorization: Bearer KEY' (default: $SHARDTOPK_API_KEY)");
+  app.add_option("--git", git, "the commit recorded in every JSON line (default: the source's at configure time)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -369,6 +371,11 @@ int main(int argc, char** argv) {
                         {"checked", r.checked},  {"wrong", r.wrong + r.errors}, {"near_tie_swaps", r.near_tie_swaps},
                         {"stage_us", json::object()}};
         for (const auto& st : r.stage_us) j["stage_us"][st.first] = st.second;
+        char date[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        j["date"] = date;
+        j["git"] = git;
         std::printf("%s\n", j.dump().c_str());
         std::fflush(stdout);
         if (jf) std::fprintf(jf, "%s\n", j.dump().c_str());
