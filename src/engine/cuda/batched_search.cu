@@ -137,8 +137,11 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
       // (none yet, at first) raise it from a sample of this chunk; then every query collects it.
       seed_chunk(chunk, n, k, pools, cq, false, side);
       collect_chunk(chunk, n, pools, cq, side);
-      // after every chunk: a query seeded by this one lets more of the next one through
-      compact_pools(batch, k, trigger, pools, side);
+      // A chunk of some queries (merged, up to a buffer of rows) may let about k · stride rows
+      // of a query seeded by it through: compacted after each. A chunk of every query is as
+      // long as an unfiltered search's and follows its schedule (each compaction a kernel that
+      // shares the multiprocessors with the next chunk's GEMM).
+      if (subset || c < 8 || c % kCompactEvery == 0 || rc > 65536) compact_pools(batch, k, trigger, pools, side);
     } else if (c == 0) {
       seed_chunk(chunk, n, k, pools, cq, true, side);
     } else {
