@@ -2,6 +2,7 @@
 // Helpers shared by the subcommands.
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtopk/config.hpp"
@@ -20,6 +21,14 @@ AttributeSchema corpus_attribute_schema(const Config& cfg, std::int64_t corpus_r
 /// The text of a --filter-json value: the JSON itself, or @FILE for a file's contents.
 /// @throws Error naming the file when it cannot be read.
 std::string filter_text(const std::string& value);
+
+/// Refuses a corpus.path that is not there, naming the key, the config file and the cause.
+/// @throws Error.
+void check_corpus_path(const Config& cfg);
+
+/// Refuses an output path that is one of `inputs` ({what, path}: "refusing to write 'R.h5': it is
+/// the corpus file ...") or whose folder does not exist or is not writable. @throws Error.
+void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs);
 
 /// For a rank started by an MPI launcher (mpirun or its daemon, hydra, a PMIx launcher, told
 /// apart by the variables they set): this process is killed (SIGKILL) when the launcher, its
