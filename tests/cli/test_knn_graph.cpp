@@ -201,7 +201,7 @@ TEST_F(KnnGraph, ExcludeSelfLeavesOutTheRowItselfAndKeepsItsDuplicates) {
 
 // A job killed after some blocks leaves rows_done at a block boundary; the same command again
 // (here at another rank count and batch, which the answer does not depend on) continues from
-// there, and the file equals an uninterrupted run's, bit for bit. A complete file is left alone.
+// there, and the file equals an uninterrupted run's, byte for byte. A complete file is left alone.
 TEST_F(KnnGraph, ResumeAfterAnInterruptionGivesTheSameFile) {
   const std::string cfg = write_config(write_corpus(), "l2");
   const std::string whole = dir_.file("whole.h5"), out = dir_.file("resumed.h5");
@@ -217,6 +217,7 @@ TEST_F(KnnGraph, ResumeAfterAnInterruptionGivesTheSameFile) {
   EXPECT_THAT(resumed.out, HasSubstr("37 rows (continued from row 24)"));
   EXPECT_EQ(rows_done(out), kN);
   test::expect_bit_identical(read_graph(out, 4), read_graph(whole, 4), "resumed vs uninterrupted");
+  EXPECT_TRUE(test::read_bytes(out) == test::read_bytes(whole)) << "the files differ byte for byte";
 
   const CmdResult again = graph(1, cfg, out, "-k 4 --exclude-self");
   ASSERT_EQ(again.rc, 0) << again.err;

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# `shardtopk knn-graph` against a chunked PyTorch loop (mm + topk) on one GPU, in one call:
+# writes a generated float16 corpus (bench_write_corpus, seed 1), runs knn-graph under
+# mpirun -np NP, then bench/torch_knn_graph.py times PyTorch on the same corpus (made on the
+# GPU by the same generator, bit-identical) and checks a sample of both answers against float64.
+# Prints JSON lines (OUTDIR/knn_graph.jsonl) and a table with the ratio; exit 1 when a shardtopk
+# list is wrong or a step fails. Builds shardtopk and bench_write_corpus in BUILD_DIR when missing.
+#
+# usage: bench/knn_graph_gpu.sh [OUTDIR]         (default ./results/knn_graph)
+# env:   ROWS=1000000 DIM=768 K=10 METRIC=inner_product|l2 BATCH=1024 NP=1
+#        CHECK=200          sampled rows checked against float64
+#        TORCH_CHUNKS=auto  PyTorch chunk sizes (comma-separated; 0: no PyTorch run;
+#                           auto: 1024 and the largest whose float16 scores fit in 8 GiB)
+#        EXCLUDE_SELF=0|1   knn-graph --exclude-self (PyTorch always includes the row itself)
+#        BUILD_DIR=build-gpu  PYTHON=python3
+#        BACKEND=cuda       engine.backend (cpu: a trial of the script on a small corpus; DEVICE=cpu
+#                           for the PyTorch side then)
+# 1M x 768: about a minute after the build. 10M x 768 (a 15 GB corpus file; PyTorch's loop would
+# take longer than the call): ROWS=10000000 TORCH_CHUNKS=0 bench/knn_graph_gpu.sh
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+OUTDIR=${1:-./results/knn_graph}
+mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
+ROWS=${ROWS:-1000000} DIM=${DIM:-768} K=${K:-10} METRIC=${METRIC:-inner_product} BATCH=${BATCH:-1024}
+NP=${NP:-1} CHECK=${CHECK:-200} TORCH_CHUNKS=${TORCH_CHUNKS:-auto} EXCLUDE_SELF=${EXCLUDE_SELF:-0}
+BUILD=${BUILD_DIR:-build-gpu} PY=${PYTHON:-python3} BACKEND=${BACKEND:-cuda} DEVICE=${DEVICE:-cuda}
+export NCCL_NVLS_ENABLE=0
+T0=$(date +%s)
+log() { echo "[knn_graph_gpu +$(( $(date +%s) - T0 ))s] $*"; }
+die() { log "FAIL: $*"; exit 1; }
+
+if [[ ! -x "$BUILD/shardtopk" || ! -x "$BUILD/bench/bench_write_corpus" || ! -x "$BUILD/bench/bench_graph_rows" ]]; then
+  [[ -f "$BUILD/build.ninja" ]] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} > "$OUTDIR/configure.log" 2>&1 || die "configure ($OUTDIR/configure.log)"
+  log "building shardtopk, bench_write_corpus and bench_graph_rows in $BUILD"
+  cmake --build "$BUILD" -j "$(nproc)" --target shardtopk bench_write_corpus bench_graph_rows > "$OUTDIR/build.log" 2>&1 \
+    || die "build ($OUTDIR/build.log)"
+fi
+
+CORPUS=$OUTDIR/corpus-${ROWS}x${DIM}-f16.h5
+distance=dot; [[ "$METRIC" == l2 ]] && distance=euclidean
+if [[ ! -s "$CORPUS" ]]; then
+  log "writing $CORPUS"
+  "$BUILD/bench/bench_write_corpus" -o "$CORPUS.tmp" -N "$ROWS" -d "$DIM" -t float16 -q 0 --seed 1 \
+    --distance "$distance" 2>&1 | tail -1 && mv "$CORPUS.tmp" "$CORPUS" || die "bench_write_corpus"
+fi
+CFG=$OUTDIR/knn_graph.yaml
+cat > "$CFG" <<EOF
+corpus:
+  path: $CORPUS
+search:
+  metric: $METRIC
+engine:
+  backend: $BACKEND
+  dtype: float16
+EOF
+GRAPH=$OUTDIR/graph-${ROWS}x${DIM}-k${K}.h5
+flags=(-c "$CFG" -k "$K" -o "$GRAPH" --overwrite --batch "$BATCH" --timings-json "$OUTDIR/ours.json")
+[[ "$EXCLUDE_SELF" == 1 ]] && flags+=(--exclude-self)
+log "knn-graph: mpirun -np $NP shardtopk knn-graph ${flags[*]}"
+t=$(date +%s%N)
+mpirun --allow-run-as-root --oversubscribe -np "$NP" "$BUILD/shardtopk" knn-graph "${flags[@]}" 2>&1 \
+  | tee "$OUTDIR/knn_graph.log" | grep -E "knn-graph|error" ; rc=${PIPESTATUS[0]}
+wall=$(( ($(date +%s%N) - t) / 1000000 ))  # ms
+[[ $rc -eq 0 ]] || die "knn-graph exit $rc ($OUTDIR/knn_graph.log)"
+
+pyflags=(--rows "$ROWS" --dim "$DIM" -k "$K" --metric "$METRIC" --graph "$GRAPH" --check "$CHECK" --chunks "$TORCH_CHUNKS"
+         --graph-rows "$BUILD/bench/bench_graph_rows" --device "$DEVICE")
+[[ "$EXCLUDE_SELF" == 1 ]] && pyflags+=(--exclude-self)
+log "PyTorch and the float64 check: $PY bench/torch_knn_graph.py ${pyflags[*]}"
+"$PY" bench/torch_knn_graph.py "${pyflags[@]}" > "$OUTDIR/check.jsonl"; prc=$?
+[[ -s "$OUTDIR/check.jsonl" ]] || die "torch_knn_graph.py exit $prc, no records"
+"$PY" - "$OUTDIR/ours.json" "$OUTDIR/check.jsonl" "$wall" "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
+  > "$OUTDIR/knn_graph.jsonl" <<'EOF'
+import datetime, json, sys
+ours = json.load(open(sys.argv[1]))
+recs = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": sys.argv[4]}
+for r in recs:
+    if r["name"] == "shardtopk":
+        r.update(seconds=ours["search_s"], rows_per_s=ours["rows_per_s"], wall_s=float(sys.argv[3]) / 1e3,
+                 ingest_s=ours["ingest_s"], batch=ours["batch"], world_size=ours["world_size"])
+    r.update(stamp)
+    print(json.dumps(r))
+EOF
+"$PY" - "$OUTDIR/knn_graph.jsonl" <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+ours = next((r for r in recs if r["name"] == "shardtopk"), None)
+torch_runs = [r for r in recs if r["name"] == "torch"]
+r0 = recs[0]
+print(f"# knn-graph {r0['rows']} x {r0['dim']} float16, {r0['metric']}, k={r0['k']}, {r0['gpu']}, {r0['date']} {r0['commit']}")
+print(f"# {'name':<22} {'s':>9} {'rows/s':>11} {'#wrong':>7} {'exact':>7} {'swaps':>6}")
+print(f"# {'':<22} {'(search)':>9} {'':>11} {'(of ' + str(r0['checked']) + ')':>7}")
+for r in ([ours] if ours else []) + torch_runs:
+    name = "shardtopk" + (f" np{r['world_size']} b{r['batch']}" if r["name"] == "shardtopk" else "")
+    if r["name"] == "torch":
+        name = f"torch mm+topk c{r['chunk']}"
+    print(f"  {name:<22} {r['seconds']:>9.2f} {r['rows_per_s']:>11.0f} {r['wrong']:>7} {r['exact_lists']:>7} {r['near_tie_swaps']:>6}")
+if ours:
+    print(f"shardtopk wall (start-up, ingest, graph, file): {ours['wall_s']:.1f} s; ingest {ours['ingest_s']:.1f} s")
+    if ours["wrong"]:
+        print("first wrong shardtopk list:", json.dumps(ours["first_wrong"]))
+if ours and torch_runs:
+    best = min(torch_runs, key=lambda r: r["seconds"])
+    print(f"PyTorch best (chunk {best['chunk']}) / shardtopk: {best['seconds'] / ours['seconds']:.2f}x")
+EOF
+[[ $prc -eq 0 ]] || die "torch_knn_graph.py exit $prc (a wrong shardtopk list, or an error: $OUTDIR/check.jsonl)"
+log "done: $OUTDIR/knn_graph.jsonl"
