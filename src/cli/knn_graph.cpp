@@ -192,6 +192,16 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
 
   const auto t0 = Clock::now();
   auto last_line = t0;
+  // At most one line every 5 s (rows searched; the file holds those of the complete blocks).
+  auto progress = [&](std::int64_t done, bool last) {
+    const auto now = Clock::now();
+    if (!last && std::chrono::duration<double>(now - last_line).count() < 5.0) return;
+    last_line = now;
+    const double el = std::chrono::duration<double>(now - t0).count();
+    const double rate = el > 0 ? static_cast<double>(done - start) / el : 0;
+    spdlog::info("knn-graph: {}/{} rows ({:.1f} %), {:.0f} rows/s, ETA {}", done, n, 100.0 * done / n, rate,
+                 clock_text(rate > 0 ? static_cast<double>(n - done) / rate : -1));
+  };
   std::int64_t blocks = 0;
   std::future<HostMatrix> next = std::async(std::launch::async, read_block, start);
   for (std::int64_t lo = start; lo < n; lo += block) {
@@ -201,6 +211,7 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
     for (std::int64_t b0 = 0; b0 < rows; b0 += a.batch) {
       const int b = static_cast<int>(std::min<std::int64_t>(a.batch, rows - b0));
       search_batch(q.data.data() + b0 * dim, lo + b0, b, qids.data() + b0 * kq, qscores.data() + b0 * kq);
+      progress(lo + b0 + b, false);
     }
     if (a.exclude_self) {
       for (std::int64_t i = 0; i < rows; ++i) {
@@ -213,15 +224,8 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
       file->append(rows, qids.data(), qscores.data());
     }
     ++blocks;
-    const auto now = Clock::now();
-    const double el = std::chrono::duration<double>(now - t0).count();
     const std::int64_t done = lo + rows;
-    if (std::chrono::duration<double>(now - last_line).count() >= 5.0 || done == n) {
-      last_line = now;
-      const double rate = el > 0 ? static_cast<double>(done - start) / el : 0;
-      spdlog::info("knn-graph: {}/{} rows ({:.1f} %), {:.0f} rows/s, ETA {}", done, n, 100.0 * done / n, rate,
-                   clock_text(rate > 0 ? static_cast<double>(n - done) / rate : -1));
-    }
+    progress(done, done == n);
     if (a.stop_after_blocks >= 0 && blocks == a.stop_after_blocks && done < n) {
       // Tests: an interruption at a block boundary, as a kill would leave it (nothing closed).
       std::fprintf(stderr, "shardtopk: knn-graph: stopping after %lld block(s) (--stop-after-blocks)\n",
