@@ -7,7 +7,9 @@
 # list is wrong or a step fails. Builds shardtopk and bench_write_corpus in BUILD_DIR when missing.
 #
 # usage: bench/knn_graph_gpu.sh [OUTDIR]         (default ./results/knn_graph)
-# env:   ROWS=1000000 DIM=768 K=10 METRIC=inner_product|l2 BATCH=1024 NP=1
+# env:   ROWS=1000000 DIM=768 K=10 METRIC=inner_product|l2 NP=1
+#        BATCH=1024         knn-graph --batch; a list ("256,1024") runs each, and their files must
+#                           be identical byte for byte
 #        CHECK=200          sampled rows checked against float64
 #        TORCH_CHUNKS=auto  PyTorch chunk sizes (comma-separated; 0: no PyTorch run;
 #                           auto: 1024 and the largest whose float16 scores fit in 8 GiB)
@@ -55,15 +57,26 @@ engine:
   backend: $BACKEND
   dtype: float16
 EOF
-GRAPH=$OUTDIR/graph-${ROWS}x${DIM}-k${K}.h5
-flags=(-c "$CFG" -k "$K" -o "$GRAPH" --overwrite --batch "$BATCH" --timings-json "$OUTDIR/ours.json")
-[[ "$EXCLUDE_SELF" == 1 ]] && flags+=(--exclude-self)
-log "knn-graph: mpirun -np $NP shardtopk knn-graph ${flags[*]}"
-t=$(date +%s%N)
-mpirun --allow-run-as-root --oversubscribe -np "$NP" "$BUILD/shardtopk" knn-graph "${flags[@]}" 2>&1 \
-  | tee "$OUTDIR/knn_graph.log" | grep -E "knn-graph|error" ; rc=${PIPESTATUS[0]}
-wall=$(( ($(date +%s%N) - t) / 1000000 ))  # ms
-[[ $rc -eq 0 ]] || die "knn-graph exit $rc ($OUTDIR/knn_graph.log)"
+# One knn-graph run per batch size; the files must be identical byte for byte (the answer does
+# not depend on the batch), so the first one is checked against float64.
+GRAPH=
+OURS=()
+for b in ${BATCH//,/ }; do
+  g=$OUTDIR/graph-${ROWS}x${DIM}-k${K}-b$b.h5
+  flags=(-c "$CFG" -k "$K" -o "$g" --overwrite --batch "$b" --timings-json "$OUTDIR/ours-b$b.json")
+  [[ "$EXCLUDE_SELF" == 1 ]] && flags+=(--exclude-self)
+  log "knn-graph: mpirun -np $NP shardtopk knn-graph ${flags[*]}"
+  t=$(date +%s%N)
+  mpirun --allow-run-as-root --oversubscribe -np "$NP" "$BUILD/shardtopk" knn-graph "${flags[@]}" 2>&1 \
+    | tee "$OUTDIR/knn_graph-b$b.log" | grep -E "knn-graph|error" ; rc=${PIPESTATUS[0]}
+  wall=$(( ($(date +%s%N) - t) / 1000000 ))  # ms
+  [[ $rc -eq 0 ]] || die "knn-graph exit $rc ($OUTDIR/knn_graph-b$b.log)"
+  OURS+=("$OUTDIR/ours-b$b.json:$wall")
+  if [[ -z "$GRAPH" ]]; then GRAPH=$g; else
+    cmp -s "$GRAPH" "$g" || die "the graph of batch $b differs from $(basename "$GRAPH")"
+    rm -f "$g"
+  fi
+done
 
 pyflags=(--rows "$ROWS" --dim "$DIM" -k "$K" --metric "$METRIC" --graph "$GRAPH" --check "$CHECK" --chunks "$TORCH_CHUNKS"
          --graph-rows "$BUILD/bench/bench_graph_rows" --device "$DEVICE")
@@ -71,40 +84,48 @@ pyflags=(--rows "$ROWS" --dim "$DIM" -k "$K" --metric "$METRIC" --graph "$GRAPH"
 log "PyTorch and the float64 check: $PY bench/torch_knn_graph.py ${pyflags[*]}"
 "$PY" bench/torch_knn_graph.py "${pyflags[@]}" > "$OUTDIR/check.jsonl"; prc=$?
 [[ -s "$OUTDIR/check.jsonl" ]] || die "torch_knn_graph.py exit $prc, no records"
-"$PY" - "$OUTDIR/ours.json" "$OUTDIR/check.jsonl" "$wall" "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
+"$PY" - "$OUTDIR/check.jsonl" "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" "${OURS[@]}" \
   > "$OUTDIR/knn_graph.jsonl" <<'EOF'
 import datetime, json, sys
-ours = json.load(open(sys.argv[1]))
-recs = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": sys.argv[4]}
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": sys.argv[2]}
+out = []
 for r in recs:
-    if r["name"] == "shardtopk":
-        r.update(seconds=ours["search_s"], rows_per_s=ours["rows_per_s"], wall_s=float(sys.argv[3]) / 1e3,
-                 ingest_s=ours["ingest_s"], batch=ours["batch"], world_size=ours["world_size"])
+    if r["name"] != "shardtopk":
+        out.append(r)
+        continue
+    for arg in sys.argv[3:]:  # one record per batch size, each with the check of the (identical) file
+        path, wall_ms = arg.rsplit(":", 1)
+        ours = json.load(open(path))
+        out.append(dict(r, seconds=ours["search_s"], rows_per_s=ours["rows_per_s"], wall_s=float(wall_ms) / 1e3,
+                        ingest_s=ours["ingest_s"], batch=ours["batch"], world_size=ours["world_size"]))
+for r in out:
     r.update(stamp)
     print(json.dumps(r))
 EOF
 "$PY" - "$OUTDIR/knn_graph.jsonl" <<'EOF'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
-ours = next((r for r in recs if r["name"] == "shardtopk"), None)
+ours_runs = [r for r in recs if r["name"] == "shardtopk"]
 torch_runs = [r for r in recs if r["name"] == "torch"]
 r0 = recs[0]
 print(f"# knn-graph {r0['rows']} x {r0['dim']} float16, {r0['metric']}, k={r0['k']}, {r0['gpu']}, {r0['date']} {r0['commit']}")
-print(f"# {'name':<22} {'s':>9} {'rows/s':>11} {'#wrong':>7} {'exact':>7} {'swaps':>6}")
-print(f"# {'':<22} {'(search)':>9} {'':>11} {'(of ' + str(r0['checked']) + ')':>7}")
-for r in ([ours] if ours else []) + torch_runs:
-    name = "shardtopk" + (f" np{r['world_size']} b{r['batch']}" if r["name"] == "shardtopk" else "")
-    if r["name"] == "torch":
-        name = f"torch mm+topk c{r['chunk']}"
-    print(f"  {name:<22} {r['seconds']:>9.2f} {r['rows_per_s']:>11.0f} {r['wrong']:>7} {r['exact_lists']:>7} {r['near_tie_swaps']:>6}")
-if ours:
-    print(f"shardtopk wall (start-up, ingest, graph, file): {ours['wall_s']:.1f} s; ingest {ours['ingest_s']:.1f} s")
-    if ours["wrong"]:
-        print("first wrong shardtopk list:", json.dumps(ours["first_wrong"]))
-if ours and torch_runs:
+print(f"# {'name':<22} {'s':>9} {'rows/s':>11} {'#wrong':>7} {'ids':>7} {'exact':>7} {'swaps':>6} {'wall s':>7}")
+print(f"# {'':<22} {'(graph)':>9} {'':>11} {'(of ' + str(r0['checked']) + ')':>7} {'wrong':>7}")
+for r in ours_runs + torch_runs:
+    name = f"shardtopk np{r['world_size']} b{r['batch']}" if r["name"] == "shardtopk" else f"torch mm+topk c{r['chunk']}"
+    wall = f"{r['wall_s']:>7.1f}" if "wall_s" in r else ""
+    print(f"  {name:<22} {r['seconds']:>9.2f} {r['rows_per_s']:>11.0f} {r['wrong']:>7} {r['id_wrong']:>7} {r['exact_lists']:>7} "
+          f"{r['near_tie_swaps']:>6} {wall}")
+print("(#wrong: lists failing the float64 check, ids or scores; ids wrong: by their ids alone; exact: lists equal "
+      "to the float64 order; shardtopk wall: start-up, ingest, graph and file; s: the graph alone, as PyTorch's)")
+if ours_runs and ours_runs[0]["wrong"]:
+    print("first wrong shardtopk list:", json.dumps(ours_runs[0]["first_wrong"]))
+if ours_runs and torch_runs:
     best = min(torch_runs, key=lambda r: r["seconds"])
-    print(f"PyTorch best (chunk {best['chunk']}) / shardtopk: {best['seconds'] / ours['seconds']:.2f}x")
+    ours = min(ours_runs, key=lambda r: r["seconds"])
+    print(f"PyTorch best (chunk {best['chunk']}) / shardtopk best (batch {ours['batch']}): "
+          f"{best['seconds'] / ours['seconds']:.2f}x")
 EOF
 [[ $prc -eq 0 ]] || die "torch_knn_graph.py exit $prc (a wrong shardtopk list, or an error: $OUTDIR/check.jsonl)"
 log "done: $OUTDIR/knn_graph.jsonl"

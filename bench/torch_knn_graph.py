@@ -10,7 +10,8 @@
 3. Checks a seeded sample of rows of shardtopk's graph file (read by bench_graph_rows) and of PyTorch's answers
    against float64 scores over the whole corpus (DESIGN.md "Correctness terms": every id within
    ε of the true k-th, every score within ε of its float64 score, in order within ε, no
-   repeats); counts lists equal to the float64 order (ties: smaller id) and near-tie swaps.
+   repeats: `wrong` counts the lists that fail any of these, `id_wrong` those whose ids fail);
+   counts lists equal to the float64 order (ties: smaller id) and near-tie swaps.
 
 One JSON line per measurement on stdout (name: shardtopk | torch), then nothing else; the
 shell script prints the table. Exit 1 when a shardtopk list is wrong.
@@ -50,7 +51,7 @@ def float64_scores(xb, rows, metric, chunk=1 << 20):
 def check(name, ids, scores, truth, rows, k, metric, exclude_self):
     """ids, scores: [S, k] tensors (cpu) of the sampled rows; truth: [S, N] float64 (cuda)."""
     larger = metric != "l2"
-    wrong = exact = swaps = 0
+    wrong = id_wrong = exact = swaps = 0
     first_bad = None
     for s, row in enumerate(rows):
         t = truth[s].clone()
@@ -66,22 +67,25 @@ def check(name, ids, scores, truth, rows, k, metric, exclude_self):
         got = ids[s].tolist()
         gs = scores[s].double().tolist()
         ok = len(set(got)) == k and all(0 <= g < t.shape[0] for g in got)
+        ids_ok = ok
         if ok:
             tv = truth[s][torch.tensor(got, device=truth.device)].tolist()
             for j in range(k):
                 hit = tv[j] >= true_v[-1] - e if larger else tv[j] <= true_v[-1] + e
+                ids_ok = ids_ok and hit
                 ok = ok and hit and abs(gs[j] - tv[j]) <= e
                 if j > 0:
                     ok = ok and (gs[j] <= gs[j - 1] + e if larger else gs[j] >= gs[j - 1] - e)
                 if got[j] != true_ids[j] and abs(tv[j] - true_v[j]) <= e:
                     swaps += 1
         exact += int(got == true_ids)
+        id_wrong += int(not ids_ok)
         if not ok:
             wrong += 1
             if first_bad is None:
                 first_bad = {"row": int(row), "got": got, "got_scores": gs, "float64_ids": true_ids,
                              "float64_scores": true_v}
-    return {"checked": len(rows), "wrong": wrong, "exact_lists": exact, "near_tie_swaps": swaps,
+    return {"checked": len(rows), "wrong": wrong, "id_wrong": id_wrong, "exact_lists": exact, "near_tie_swaps": swaps,
             "first_wrong": first_bad}
 
 
