@@ -155,6 +155,24 @@ TEST_F(KnnGraph, EqualsTheFloat64OracleAtOneTwoAndFourRanks) {
   }
 }
 
+// Row i's list is what `search` returns for row i as a query (the corpus file as the queries
+// file), bit for bit.
+TEST_F(KnnGraph, EachListIsWhatSearchReturnsForTheRow) {
+  const std::string corpus = write_corpus();
+  for (const char* metric : {"cosine", "inner_product"}) {
+    const std::string cfg = write_config(corpus, metric);
+    const std::string g = dir_.file(std::string("g-") + metric + ".h5"), r = dir_.file(std::string("r-") + metric + ".h5");
+    ASSERT_EQ(graph(2, cfg, g, "-k 6 --block-rows 9 --batch 5").rc, 0);
+    const CmdResult s = run(test::mpi_prefix(2) + " search -c " + cfg + " -q " + corpus + " --queries-dataset train -k 6 -o " + r);
+    ASSERT_EQ(s.rc, 0) << s.err;
+    test::Answer want;
+    std::int64_t rows = 0, cols = 0;
+    want.ids = read_int64_matrix(r, "ids", &rows, &cols);
+    want.scores = read_matrix(r, "scores").data;
+    test::expect_bit_identical(read_graph(g, 6), want, std::string("knn-graph vs search, ") + metric);
+  }
+}
+
 // --exclude-self: the k best rows other than the row itself, by id: duplicates of a row stay in
 // its list (distance 0 under l2), and without the flag a row may follow its duplicates with
 // smaller ids in its own list. With an ids dataset the row's own id is the one left out.
