@@ -15,6 +15,7 @@
 #include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/index.hpp"
 
 namespace shardtopk::cli {
 
@@ -85,6 +86,16 @@ void check_output_path(const std::string& out, const std::vector<std::pair<std::
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
   SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", out, "': folder '", dir,
                     "' does not exist or is not writable");
+}
+
+ShutdownGuard::~ShutdownGuard() {
+  if (comm_failed) return;
+  try {
+    index.shutdown();
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    abort_job(2);
+  }
 }
 
 void print_error(const char* message) { std::fprintf(stderr, "shardtopk: error: %s\n", message); }

@@ -8,6 +8,10 @@
 #include "shardtopk/config.hpp"
 #include "shardtopk/filter.hpp"
 
+namespace shardtopk {
+class ShardedIndex;
+}
+
 namespace shardtopk::cli {
 
 /// The config file with `--set key=value` overrides applied, validated; rank 0 logs its
@@ -36,6 +40,15 @@ void check_output_path(const std::string& out, const std::vector<std::pair<std::
 /// directory's lock and the port for seconds until MPI noticed, refusing an immediate restart.
 /// Nothing changes for a process started otherwise.
 void end_with_launcher();
+
+/// Rank 0 of a job command (search, knn-graph): ends the followers' loops (ShardedIndex::shutdown)
+/// when it goes out of scope, also on an error, unless `comm_failed` was set: after a CommError
+/// the collective cannot complete and the job ends instead. A failing shutdown ends the job.
+struct ShutdownGuard {
+  ShardedIndex& index;
+  bool comm_failed = false;
+  ~ShutdownGuard();
+};
 
 /// Prints "shardtopk: error: MESSAGE" on stderr.
 void print_error(const char* message);

@@ -14,7 +14,6 @@
 #include <fstream>
 #include <future>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,78 +104,68 @@ void drop_self(std::int64_t self, int k, const std::int64_t* ids, const float* s
   }
 }
 
-// Rank 0's loop over the blocks of rows not yet in the file; followers serve its searches.
-int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int rank, GraphIdentity id) {
-  const IndexInfo info = index.info();
-  const std::int64_t n = info.rows, dim = info.dim;
-  id.engine = info.engine.name;
-
-  // Rank 0 opens the output (continuing it, or refusing) and reads the ids the rows are
-  // excluded by; a problem stops every rank.
+// What rank 0 writes to: the output file (created, or continued after its checks) and, with
+// --exclude-self and an ids dataset, the global id of every row [N].
+struct Output {
   std::unique_ptr<GraphFile> file;
   std::vector<std::int64_t> row_ids;
-  bool ok = true;
-  std::string msg;
-  if (rank == 0) {
-    try {
-      SHARDTOPK_EXPECTS(n == id.rows && dim == id.dim, "corpus '", cfg.corpus.path, "' changed while loading: [",
-                        id.rows, " x ", id.dim, "] in its header, [", n, " x ", dim, "] loaded");
-      file = std::make_unique<GraphFile>(a.out, id, a.overwrite);
-      if (a.exclude_self && !cfg.corpus.ids_dataset.empty())
-        row_ids = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
-    } catch (const std::exception& e) {
-      ok = false;
-      msg = e.what();
-    }
-  }
-  make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
-  if (rank != 0) {
-    index.follow();
-    return 0;
-  }
-  struct ShutdownGuard {  // not after a CommError: the collective could not complete
-    ShardedIndex& idx;
-    bool comm_failed = false;
-    ~ShutdownGuard() {
-      if (comm_failed) return;
-      try {
-        idx.shutdown();
-      } catch (const std::exception& e) {
-        print_error(e.what());
-        abort_job(2);
-      }
-    }
-  } guard{index};
+};
 
-  const std::int64_t start = file->rows_done();
-  if (start == n) {
-    std::printf("knn-graph: '%s' is complete (%lld rows, k=%d); nothing to do\n", a.out.c_str(),
-                static_cast<long long>(n), a.k);
-    return 0;
+Output open_output(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, GraphIdentity id) {
+  SHARDTOPK_EXPECTS(info.rows == id.rows && info.dim == id.dim, "corpus '", cfg.corpus.path,
+                    "' changed while loading: [", id.rows, " x ", id.dim, "] in its header, [", info.rows, " x ",
+                    info.dim, "] loaded");
+  id.engine = info.engine.name;
+  Output out;
+  out.file = std::make_unique<GraphFile>(a.out, id, a.overwrite);
+  if (a.exclude_self && !cfg.corpus.ids_dataset.empty())
+    out.row_ids = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
+  return out;
+}
+
+// At most one progress line every 5 s: rows searched of N, rows/s over this run, ETA.
+class Progress {
+ public:
+  Progress(std::int64_t start, std::int64_t n) : start_(start), n_(n), t0_(Clock::now()), last_(t0_) {}
+  void at(std::int64_t done, bool last = false) {
+    const auto now = Clock::now();
+    if (!last && std::chrono::duration<double>(now - last_).count() < 5.0) return;
+    last_ = now;
+    const double rate = rows_per_s(done);
+    spdlog::info("knn-graph: {}/{} rows ({:.1f} %), {:.0f} rows/s, ETA {}", done, n_, 100.0 * done / n_, rate,
+                 clock_text(rate > 0 ? static_cast<double>(n_ - done) / rate : -1));
   }
-  if (start > 0)
-    spdlog::info("continuing '{}' from row {} of {} (rows [0, {}) are complete)", a.out, start, n, start);
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  double rows_per_s(std::int64_t done) const {
+    const double s = seconds();
+    return s > 0 ? static_cast<double>(done - start_) / s : 0;
+  }
+
+ private:
+  std::int64_t start_, n_;
+  Clock::time_point t0_, last_;
+};
+
+// Rank 0: searches rows [start, N) block by block (the next block read while this one is
+// searched) and appends each block to the output. Returns the seconds it took.
+double search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config& cfg, const KnnGraphArgs& a,
+                     const IndexInfo& info, Output& out) {
+  const std::int64_t n = info.rows, dim = info.dim, start = out.file->rows_done();
   const int kq = search_k(a);
   const std::int64_t block = std::min<std::int64_t>(a.block_rows, n);
-  spdlog::info("knn-graph: {} rows x {}, k={}{}, {} metric, batches of {}, blocks of {} rows, {}/{} on {} rank(s)", n,
-               dim, a.k, a.exclude_self ? " (self excluded)" : "", to_string(info.metric), a.batch, block,
-               info.engine.name, info.comm, info.world_size);
-
   ReadOptions ropt;
   ropt.chunk_rows = block;
-  ropt.threads = 2;  // beside the searches; a block is read while the previous one is searched
+  ropt.threads = 2;  // beside the searches
   ropt.label = "corpus row";
   ropt.direct_reads = cfg.io.direct_reads;
   ropt.f16c = cfg.io.f16c;
   auto read_block = [&](std::int64_t lo) {
     return read_rows(cfg.corpus.path, cfg.corpus.dataset, RowRange{lo, std::min(n, lo + block)}, ropt);
   };
-  std::vector<std::int64_t> qids(static_cast<size_t>(block * kq)), ids;
-  std::vector<float> qscores(qids.size()), scores;
-  if (a.exclude_self) {
-    ids.resize(static_cast<size_t>(block * a.k));
-    scores.resize(ids.size());
-  }
+  // Searches of k + 1 (--exclude-self) land in qids/qscores and are compacted into ids/scores.
+  std::vector<std::int64_t> qids(static_cast<size_t>(block * kq));
+  std::vector<std::int64_t> ids(a.exclude_self ? static_cast<size_t>(block * a.k) : 0);
+  std::vector<float> qscores(qids.size()), scores(ids.size());
   auto search_batch = [&](const float* q, std::int64_t row0, int b, std::int64_t* out_ids, float* out_scores) {
     try {
       index.search(q, b, kq, out_ids, out_scores);
@@ -190,18 +179,7 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
     }
   };
 
-  const auto t0 = Clock::now();
-  auto last_line = t0;
-  // At most one line every 5 s (rows searched; the file holds those of the complete blocks).
-  auto progress = [&](std::int64_t done, bool last) {
-    const auto now = Clock::now();
-    if (!last && std::chrono::duration<double>(now - last_line).count() < 5.0) return;
-    last_line = now;
-    const double el = std::chrono::duration<double>(now - t0).count();
-    const double rate = el > 0 ? static_cast<double>(done - start) / el : 0;
-    spdlog::info("knn-graph: {}/{} rows ({:.1f} %), {:.0f} rows/s, ETA {}", done, n, 100.0 * done / n, rate,
-                 clock_text(rate > 0 ? static_cast<double>(n - done) / rate : -1));
-  };
+  Progress progress(start, n);
   std::int64_t blocks = 0;
   std::future<HostMatrix> next = std::async(std::launch::async, read_block, start);
   for (std::int64_t lo = start; lo < n; lo += block) {
@@ -211,22 +189,21 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
     for (std::int64_t b0 = 0; b0 < rows; b0 += a.batch) {
       const int b = static_cast<int>(std::min<std::int64_t>(a.batch, rows - b0));
       search_batch(q.data.data() + b0 * dim, lo + b0, b, qids.data() + b0 * kq, qscores.data() + b0 * kq);
-      progress(lo + b0 + b, false);
+      progress.at(lo + b0 + b);
     }
     if (a.exclude_self) {
       for (std::int64_t i = 0; i < rows; ++i) {
-        const std::int64_t self = row_ids.empty() ? lo + i : row_ids[static_cast<size_t>(lo + i)];
+        const std::int64_t self = out.row_ids.empty() ? lo + i : out.row_ids[static_cast<size_t>(lo + i)];
         drop_self(self, a.k, qids.data() + i * kq, qscores.data() + i * kq, ids.data() + i * a.k,
                   scores.data() + i * a.k);
       }
-      file->append(rows, ids.data(), scores.data());
+      out.file->append(rows, ids.data(), scores.data());
     } else {
-      file->append(rows, qids.data(), qscores.data());
+      out.file->append(rows, qids.data(), qscores.data());
     }
     ++blocks;
-    const std::int64_t done = lo + rows;
-    progress(done, done == n);
-    if (a.stop_after_blocks >= 0 && blocks == a.stop_after_blocks && done < n) {
+    progress.at(lo + rows, lo + rows == n);
+    if (a.stop_after_blocks >= 0 && blocks == a.stop_after_blocks && lo + rows < n) {
       // Tests: an interruption at a block boundary, as a kill would leave it (nothing closed).
       std::fprintf(stderr, "shardtopk: knn-graph: stopping after %lld block(s) (--stop-after-blocks)\n",
                    static_cast<long long>(blocks));
@@ -234,28 +211,69 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
       ::kill(::getpid(), SIGKILL);
     }
   }
-  file->close();
-  const double el = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double rate = el > 0 ? static_cast<double>(n - start) / el : 0;
+  return progress.seconds();
+}
+
+// The summary line (stdout) and --timings-json.
+void report(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std::int64_t start, double seconds) {
+  const std::int64_t n = info.rows;
+  const double rate = seconds > 0 ? static_cast<double>(n - start) / seconds : 0;
   const std::string resumed = start > 0 ? " (continued from row " + std::to_string(start) + ")" : "";
   std::printf("knn-graph: %lld rows x %lld, k=%d%s, %s | %lld rows%s in %.2f s, %.0f rows/s | ingest %.2f s | %s/%s, "
               "%d rank(s) | wrote %s\n",
-              static_cast<long long>(n), static_cast<long long>(dim), a.k, a.exclude_self ? " (self excluded)" : "",
-              to_string(info.metric).c_str(), static_cast<long long>(n - start), resumed.c_str(), el, rate,
-              info.ingest.total_s,
+              static_cast<long long>(n), static_cast<long long>(info.dim), a.k,
+              a.exclude_self ? " (self excluded)" : "", to_string(info.metric).c_str(),
+              static_cast<long long>(n - start), resumed.c_str(), seconds, rate, info.ingest.total_s,
               info.engine.name.c_str(), info.comm.c_str(), info.world_size, a.out.c_str());
-  if (!a.timings_json.empty()) {
-    const nlohmann::json j = {
-        {"corpus", cfg.corpus.path}, {"rows", n}, {"dim", dim}, {"metric", to_string(info.metric)},
-        {"dtype", to_string(info.engine.dtype)}, {"k", a.k}, {"exclude_self", a.exclude_self},
-        {"batch", a.batch}, {"block_rows", block}, {"start_row", start}, {"rows_searched", n - start},
-        {"search_s", el}, {"rows_per_s", rate}, {"ingest_s", info.ingest.total_s}, {"engine", info.engine.name},
-        {"comm", info.comm}, {"world_size", info.world_size}, {"out", a.out},
-    };
-    std::ofstream out(a.timings_json);
-    SHARDTOPK_EXPECTS(out.good(), "cannot write '", a.timings_json, "'");
-    out << j.dump(2) << "\n";
+  if (a.timings_json.empty()) return;
+  const nlohmann::json j = {
+      {"corpus", cfg.corpus.path}, {"rows", n}, {"dim", info.dim}, {"metric", to_string(info.metric)},
+      {"dtype", to_string(info.engine.dtype)}, {"k", a.k}, {"exclude_self", a.exclude_self},
+      {"batch", a.batch}, {"block_rows", std::min<std::int64_t>(a.block_rows, n)}, {"start_row", start},
+      {"rows_searched", n - start}, {"search_s", seconds}, {"rows_per_s", rate},
+      {"ingest_s", info.ingest.total_s}, {"engine", info.engine.name}, {"comm", info.comm},
+      {"world_size", info.world_size}, {"out", a.out},
+  };
+  std::ofstream f(a.timings_json);
+  SHARDTOPK_EXPECTS(f.good(), "cannot write '", a.timings_json, "'");
+  f << j.dump(2) << "\n";
+}
+
+// Every rank on a loaded index: rank 0 opens the output and searches the rows not yet in it,
+// the followers serve its searches. A problem opening the output stops every rank.
+int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int rank, const GraphIdentity& id) {
+  const IndexInfo info = index.info();
+  Output out;
+  bool ok = true;
+  std::string msg;
+  if (rank == 0) {
+    try {
+      out = open_output(cfg, a, info, id);
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
   }
+  make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
+  if (rank != 0) {
+    index.follow();
+    return 0;
+  }
+  ShutdownGuard guard{index};
+  const std::int64_t start = out.file->rows_done();
+  if (start == info.rows) {
+    std::printf("knn-graph: '%s' is complete (%lld rows, k=%d); nothing to do\n", a.out.c_str(),
+                static_cast<long long>(info.rows), a.k);
+    return 0;
+  }
+  if (start > 0)
+    spdlog::info("continuing '{}' from row {} of {} (rows [0, {}) are complete)", a.out, start, info.rows, start);
+  spdlog::info("knn-graph: {} rows x {}, k={}{}, {} metric, batches of {}, blocks of {} rows, {}/{} on {} rank(s)",
+               info.rows, info.dim, a.k, a.exclude_self ? " (self excluded)" : "", to_string(info.metric), a.batch,
+               std::min<std::int64_t>(a.block_rows, info.rows), info.engine.name, info.comm, info.world_size);
+  const double seconds = search_blocks(index, guard, cfg, a, info, out);
+  out.file->close();
+  report(cfg, a, info, start, seconds);
   return 0;
 }
 

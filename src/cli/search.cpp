@@ -117,19 +117,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     index.follow();
     return 0;
   }
-  struct ShutdownGuard {  // not after a CommError: the collective could not complete
-    ShardedIndex& idx;
-    bool comm_failed = false;
-    ~ShutdownGuard() {
-      if (comm_failed) return;
-      try {
-        idx.shutdown();
-      } catch (const std::exception& e) {
-        print_error(e.what());
-        abort_job(2);
-      }
-    }
-  } guard{index};
+  ShutdownGuard guard{index};
 
   const int batch_max = a.batch > 0 ? std::min(a.batch, cfg.search.batch_max) : cfg.search.batch_max;
   std::vector<std::int64_t> ids(rank == 0 ? static_cast<size_t>(nq * a.k) : 0);

@@ -34,7 +34,9 @@ class KnnGraph : public ::testing::Test {
   void SetUp() override {
     corpus_ = test::small_ints(kN * kDim, 71, -2, 2);
     // No zero row (cosine) and no duplicate but the planted ones.
-    auto row = [&](std::int64_t i) { return std::vector<float>(corpus_.begin() + i * kDim, corpus_.begin() + (i + 1) * kDim); };
+    auto row = [&](std::int64_t i) {
+      return std::vector<float>(corpus_.begin() + i * kDim, corpus_.begin() + (i + 1) * kDim);
+    };
     for (std::int64_t i = 0; i < kN; ++i) {
       auto taken = [&] {
         if (row(i) == std::vector<float>(kDim, 0.0f)) return true;
@@ -102,7 +104,9 @@ class KnnGraph : public ::testing::Test {
         if (j != i)
           c.emplace_back(oracle::score(m, corpus_.data() + i * kDim, corpus_.data() + j * kDim, kDim),
                          ids.empty() ? j : ids[static_cast<size_t>(j)]);
-      std::sort(c.begin(), c.end(), [&](const auto& x, const auto& y) { return oracle::better(m, x.first, x.second, y.first, y.second); });
+      std::sort(c.begin(), c.end(), [&](const auto& x, const auto& y) {
+        return oracle::better(m, x.first, x.second, y.first, y.second);
+      });
       for (int r = 0; r < k; ++r) {
         a.ids.push_back(c[static_cast<size_t>(r)].second);
         a.scores.push_back(static_cast<float>(c[static_cast<size_t>(r)].first));
@@ -163,7 +167,8 @@ TEST_F(KnnGraph, EachListIsWhatSearchReturnsForTheRow) {
     const std::string cfg = write_config(corpus, metric);
     const std::string g = dir_.file(std::string("g-") + metric + ".h5"), r = dir_.file(std::string("r-") + metric + ".h5");
     ASSERT_EQ(graph(2, cfg, g, "-k 6 --block-rows 9 --batch 5").rc, 0);
-    const CmdResult s = run(test::mpi_prefix(2) + " search -c " + cfg + " -q " + corpus + " --queries-dataset train -k 6 -o " + r);
+    const CmdResult s =
+        run(test::mpi_prefix(2) + " search -c " + cfg + " -q " + corpus + " --queries-dataset train -k 6 -o " + r);
     ASSERT_EQ(s.rc, 0) << s.err;
     test::Answer want;
     std::int64_t rows = 0, cols = 0;
