@@ -6,6 +6,7 @@
 // difference; bad arguments are named.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -273,10 +274,30 @@ TEST_F(KnnGraph, RerunWithOtherArgumentsIsRefusedNamingTheDifference) {
     EXPECT_EQ(test::count_of(r.err, c.names), 1) << "reported once, by rank 0:\n" << r.err;
     EXPECT_EQ(rows_done(out), 8) << "a refused run leaves the file as it was";
   }
+  // Another engine (the file says cuda): refused once the corpus is loaded and the engine known.
+  {
+    const hid_t f = H5Fopen(out.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Adelete(f, "engine"), 0);
+    const hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    const hid_t sp = H5Screate(H5S_SCALAR);
+    const hid_t at = H5Acreate2(f, "engine", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    const char* cuda = "cuda";
+    EXPECT_GE(H5Awrite(at, t, &cuda), 0);
+    H5Aclose(at);
+    H5Sclose(sp);
+    H5Tclose(t);
+    H5Fclose(f);
+  }
+  CmdResult r = graph(2, cfg, out, "-k 4");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("engine (engine.backend): 'cuda' there, 'cpu' here")) << r.err;
+  EXPECT_EQ(rows_done(out), 8);
   // The same shape of corpus with one value changed: another file.
   corpus_[3] += 1;
   write_corpus();
-  CmdResult r = graph(1, cfg, out, "-k 4");
+  r = graph(1, cfg, out, "-k 4");
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("corpus file checksum (CRC-32C of its first and last MiB)")) << r.err;
   // --overwrite starts over, over the changed corpus.
