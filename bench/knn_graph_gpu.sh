@@ -14,11 +14,15 @@
 #        TORCH_CHUNKS=auto  PyTorch chunk sizes (comma-separated; 0: no PyTorch run;
 #                           auto: 1024 and the largest whose float16 scores fit in 8 GiB)
 #        EXCLUDE_SELF=0|1   knn-graph --exclude-self (PyTorch always includes the row itself)
+#        CORPUS_ONLY=1      build and write the corpus, then stop (a first call before a long graph)
+#        RESUME=1           no --overwrite: a graph file left by a call cut at its time limit is
+#                           continued (its timings then cover the remaining rows: start_row > 0)
 #        BUILD_DIR=build-gpu  PYTHON=python3
 #        BACKEND=cuda       engine.backend (cpu: a trial of the script on a small corpus; DEVICE=cpu
 #                           for the PyTorch side then)
 # 1M x 768: about a minute after the build. 10M x 768 (a 15 GB corpus file; PyTorch's loop would
-# take longer than the call): ROWS=10000000 TORCH_CHUNKS=0 bench/knn_graph_gpu.sh
+# take longer than the call), in two calls on one warm machine:
+#   ROWS=10000000 CORPUS_ONLY=1 bench/knn_graph_gpu.sh; ROWS=10000000 TORCH_CHUNKS=0 bench/knn_graph_gpu.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -47,6 +51,7 @@ if [[ ! -s "$CORPUS" ]]; then
   "$BUILD/bench/bench_write_corpus" -o "$CORPUS.tmp" -N "$ROWS" -d "$DIM" -t float16 -q 0 --seed 1 \
     --distance "$distance" 2>&1 | tail -1 && mv "$CORPUS.tmp" "$CORPUS" || die "bench_write_corpus"
 fi
+[[ "${CORPUS_ONLY:-0}" == 1 ]] && { log "corpus written: $CORPUS"; exit 0; }
 CFG=$OUTDIR/knn_graph.yaml
 cat > "$CFG" <<EOF
 corpus:
@@ -63,7 +68,8 @@ GRAPH=
 OURS=()
 for b in ${BATCH//,/ }; do
   g=$OUTDIR/graph-${ROWS}x${DIM}-k${K}-b$b.h5
-  flags=(-c "$CFG" -k "$K" -o "$g" --overwrite --batch "$b" --timings-json "$OUTDIR/ours-b$b.json")
+  flags=(-c "$CFG" -k "$K" -o "$g" --batch "$b" --timings-json "$OUTDIR/ours-b$b.json")
+  [[ "${RESUME:-0}" == 1 ]] || flags+=(--overwrite)
   [[ "$EXCLUDE_SELF" == 1 ]] && flags+=(--exclude-self)
   log "knn-graph: mpirun -np $NP shardtopk knn-graph ${flags[*]}"
   t=$(date +%s%N)
