@@ -37,8 +37,10 @@ log() { echo "[knn_graph_gpu +$(( $(date +%s) - T0 ))s] $*"; }
 die() { log "FAIL: $*"; exit 1; }
 
 if [[ ! -x "$BUILD/shardtopk" || ! -x "$BUILD/bench/bench_write_corpus" || ! -x "$BUILD/bench/bench_graph_rows" ]]; then
+  # As bench/gpu_run.sh configures it (header-only fallbacks from .vendor/, bench/pack_vendor.sh).
   [[ -f "$BUILD/build.ninja" ]] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDTOPK_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} > "$OUTDIR/configure.log" 2>&1 || die "configure ($OUTDIR/configure.log)"
+    -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DSHARDTOPK_VENDOR_DIR="$PWD/.vendor/include" \
+    > "$OUTDIR/configure.log" 2>&1 || die "configure ($OUTDIR/configure.log)"
   log "building shardtopk, bench_write_corpus and bench_graph_rows in $BUILD"
   cmake --build "$BUILD" -j "$(nproc)" --target shardtopk bench_write_corpus bench_graph_rows > "$OUTDIR/build.log" 2>&1 \
     || die "build ($OUTDIR/build.log)"
