@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/index.hpp"
 
 namespace shardtopk::cli {
 
@@ -53,6 +55,47 @@ std::string filter_text(const std::string& value) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+void check_corpus_path(const Config& cfg) {
+  // A corpus file that is not there is a config mistake: say which key names it.
+  struct stat st {};
+  if (::stat(cfg.corpus.path.c_str(), &st) != 0) {
+    const int err = errno;
+    throw Error(detail::concat("corpus.path '", cfg.corpus.path, "': ", std::strerror(err),
+                               "; name the corpus HDF5 file in ", cfg.source, " or with --set corpus.path=FILE",
+                               cfg.corpus.path.rfind("data/", 0) == 0
+                                   ? " (launch/import_datasets.sh imports the public datasets into data/)"
+                                   : ""));
+  }
+}
+
+namespace {
+/// True when both paths name one existing file (same device and inode).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+}  // namespace
+
+void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs) {
+  for (const auto& [what, in] : inputs)
+    SHARDTOPK_EXPECTS(!same_file(out, in), "refusing to write '", out, "': it is the ", what, " file '", in,
+                      "' (choose another output path)");
+  const auto slash = out.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
+  SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", out, "': folder '", dir,
+                    "' does not exist or is not writable");
+}
+
+ShutdownGuard::~ShutdownGuard() {
+  if (comm_failed) return;
+  try {
+    index.shutdown();
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    abort_job(2);
+  }
 }
 
 void print_error(const char* message) { std::fprintf(stderr, "shardtopk: error: %s\n", message); }

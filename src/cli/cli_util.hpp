@@ -2,10 +2,15 @@
 // Helpers shared by the subcommands.
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtopk/config.hpp"
 #include "shardtopk/filter.hpp"
+
+namespace shardtopk {
+class ShardedIndex;
+}
 
 namespace shardtopk::cli {
 
@@ -21,12 +26,29 @@ AttributeSchema corpus_attribute_schema(const Config& cfg, std::int64_t corpus_r
 /// @throws Error naming the file when it cannot be read.
 std::string filter_text(const std::string& value);
 
+/// Refuses a corpus.path that is not there, naming the key, the config file and the cause.
+/// @throws Error.
+void check_corpus_path(const Config& cfg);
+
+/// Refuses an output path that is one of `inputs` ({what, path}: "refusing to write 'R.h5': it is
+/// the corpus file ...") or whose folder does not exist or is not writable. @throws Error.
+void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs);
+
 /// For a rank started by an MPI launcher (mpirun or its daemon, hydra, a PMIx launcher, told
 /// apart by the variables they set): this process is killed (SIGKILL) when the launcher, its
 /// parent, dies. Orphaned ranks of a killed job would otherwise serve on and hold the storage
 /// directory's lock and the port for seconds until MPI noticed, refusing an immediate restart.
 /// Nothing changes for a process started otherwise.
 void end_with_launcher();
+
+/// Rank 0 of a job command (search, knn-graph): ends the followers' loops (ShardedIndex::shutdown)
+/// when it goes out of scope, also on an error, unless `comm_failed` was set: after a CommError
+/// the collective cannot complete and the job ends instead. A failing shutdown ends the job.
+struct ShutdownGuard {
+  ShardedIndex& index;
+  bool comm_failed = false;
+  ~ShutdownGuard();
+};
 
 /// Prints "shardtopk: error: MESSAGE" on stderr.
 void print_error(const char* message);

@@ -1,5 +1,5 @@
 #pragma once
-// The `shardtopk` subcommands, one file each (search.cpp, serve.cpp, info.cpp, eval.cpp,
+// The `shardtopk` subcommands, one file each (search.cpp, knn_graph.cpp, serve.cpp, info.cpp, eval.cpp,
 // import.cpp, plan.cpp): the arguments main.cpp parses into, and the function that runs the
 // command with them and returns the process exit code. The flags themselves are declared in
 // main.cpp, the one file that includes CLI11 (a heavy header: one copy keeps the build short).
@@ -26,6 +26,21 @@ struct SearchArgs {
 };
 /// search and serve start MPI (MpiSession) with main's argc/argv.
 int run_search(const SearchArgs& a, int* argc, char*** argv);
+
+struct KnnGraphArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // key=value
+  int k = 10;
+  std::string out;
+  bool exclude_self = false;
+  bool overwrite = false;
+  int batch = 1024;                    // rows per search
+  std::int64_t block_rows = 65536;     // rows per durable append to the output
+  std::string timings_json;
+  std::int64_t stop_after_blocks = -1; // tests: kill the job after this many blocks (-1: never)
+};
+/// The exact k-NN graph of the corpus (docs/KNN_GRAPH.md); starts MPI like search.
+int run_knn_graph(const KnnGraphArgs& a, int* argc, char*** argv);
 
 struct ServeArgs {
   std::string config;

@@ -1,5 +1,5 @@
 // shardtopk command line: the flags of every subcommand (CLI11); each command runs from its own
-// file (commands.hpp: search, serve, info, eval, import, plan, keygen, storage).
+// file (commands.hpp: search, knn-graph, serve, info, eval, import, plan, keygen, storage).
 #include <CLI/CLI.hpp>
 
 #include <cctype>
@@ -87,6 +87,24 @@ int main(int argc, char** argv) {
       "one filter for every query, as JSON ('{\"eq\": {\"tenant\": 7}}') or @FILE (docs/FILTERS.md); "
       "the results file then holds counts [Q]");
   search->add_option("--set", sa.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
+
+  cli::KnnGraphArgs ga;
+  auto* graph = app.add_subcommand("knn-graph", "the exact k nearest neighbours of every corpus row, written to HDF5 "
+                                                "and resumable (run under mpirun -np P)");
+  graph->add_option("--config,-c", ga.config, "YAML config (configs/*.yaml)")->required()->check(CLI::ExistingFile);
+  graph->add_option("--k,-k", ga.k, "neighbours per row")->capture_default_str();
+  graph->add_option("--out,-o", ga.out, "HDF5 file: ids [N,k] and scores [N,k]; an interrupted job's file is "
+                                        "continued")->required();
+  graph->add_flag("--exclude-self", ga.exclude_self, "leave each row itself out of its own list (by id: exact "
+                                                     "duplicates of it stay)");
+  graph->add_flag("--overwrite", ga.overwrite, "start over when the output exists (else it is continued, or refused "
+                                               "when written with other arguments)");
+  graph->add_option("--batch", ga.batch, "rows per search (sizes search.batch_max)")->capture_default_str();
+  graph->add_option("--block-rows", ga.block_rows, "rows per durable write of the output (the unit a rerun "
+                                                   "continues from)")->capture_default_str();
+  graph->add_option("--timings-json", ga.timings_json, "write the timing summary as JSON to this file");
+  graph->add_option("--stop-after-blocks", ga.stop_after_blocks)->group("");  // tests: an interruption
+  graph->add_option("--set", ga.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
 
   cli::ServeArgs va;
   auto* serve = app.add_subcommand("serve", "serve searches over HTTP on rank 0 (run under mpirun -np P; "
@@ -184,6 +202,7 @@ int main(int argc, char** argv) {
   sa.filter_given = filter_opt->count() > 0;
   try {
     if (*search) return cli::run_search(sa, &argc, &argv);
+    if (*graph) return cli::run_knn_graph(ga, &argc, &argv);
     if (*serve) return cli::run_serve(va, &argc, &argv);
     if (*info) return cli::run_info(ia);
     if (*eval) return cli::run_eval(ea);

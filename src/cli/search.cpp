@@ -1,13 +1,8 @@
 // `shardtopk search`: every rank loads its shard, rank 0 reads the queries file, the ranks
 // search it batch by batch; rank 0 prints the timings and writes the result file.
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -35,12 +30,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-/// True when both paths name one existing file (same device and inode).
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 // Argument checks that need no corpus rows (only file headers), made before the (possibly long)
 // ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
 void check_search_args(const SearchArgs& a, const Config& cfg) {
@@ -48,16 +37,7 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
                     " (K is the number of neighbours per query and must be at least 1)");
   SHARDTOPK_EXPECTS(a.k <= cfg.search.k_max, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
                     " (search.k_max; raise it with --set search.k_max=", a.k, ")");
-  // A corpus file that is not there is a config mistake: say which key names it.
-  struct stat st {};
-  if (::stat(cfg.corpus.path.c_str(), &st) != 0) {
-    const int err = errno;
-    throw Error(detail::concat("corpus.path '", cfg.corpus.path, "': ", std::strerror(err),
-                               "; name the corpus HDF5 file in ", cfg.source, " or with --set corpus.path=FILE",
-                               cfg.corpus.path.rfind("data/", 0) == 0
-                                   ? " (launch/import_datasets.sh imports the public datasets into data/)"
-                                   : ""));
-  }
+  check_corpus_path(cfg);
   // K larger than the corpus: the row count is in the file header, so say it before loading.
   // A file that cannot be inspected is left for the index to report (with the rank).
   std::int64_t corpus_rows = -1;
@@ -93,16 +73,8 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   }
   SHARDTOPK_EXPECTS(qi.dims.size() == 2 && qi.is_float, "'", a.queries, "': queries dataset '", qi.name,
                     "' must be a 2-D float dataset [Q, dim]");
-  for (const std::string* out : {&a.out, &a.timings_json}) {
-    if (out->empty()) continue;
-    for (const std::string* in : {&cfg.corpus.path, &a.queries})
-      SHARDTOPK_EXPECTS(!same_file(*out, *in), "refusing to write '", *out, "': it is the ",
-                        (in == &a.queries ? "queries" : "corpus"), " file '", *in, "' (choose another output path)");
-    const auto slash = out->find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out->substr(0, slash));
-    SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", *out, "': folder '", dir,
-                      "' does not exist or is not writable");
-  }
+  for (const std::string* out : {&a.out, &a.timings_json})
+    if (!out->empty()) check_output_path(*out, {{"corpus", cfg.corpus.path}, {"queries", a.queries}});
 }
 
 // Searches every query of the file on a loaded index (every rank); rank 0 reports.
@@ -145,19 +117,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
     index.follow();
     return 0;
   }
-  struct ShutdownGuard {  // not after a CommError: the collective could not complete
-    ShardedIndex& idx;
-    bool comm_failed = false;
-    ~ShutdownGuard() {
-      if (comm_failed) return;
-      try {
-        idx.shutdown();
-      } catch (const std::exception& e) {
-        print_error(e.what());
-        abort_job(2);
-      }
-    }
-  } guard{index};
+  ShutdownGuard guard{index};
 
   const int batch_max = a.batch > 0 ? std::min(a.batch, cfg.search.batch_max) : cfg.search.batch_max;
   std::vector<std::int64_t> ids(rank == 0 ? static_cast<size_t>(nq * a.k) : 0);

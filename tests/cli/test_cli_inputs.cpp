@@ -560,9 +560,9 @@ TEST_F(CliInputs, AnUnknownFlagOrCommandIsNamedFirstWithTheNearestValidName) {
             "unknown option '--metrik' for 'shardtopk import raw'; did you mean '--metric'?"},
            {" --verbose search -c " + cfg + " -q q.h5", "unknown option '--verbose' for 'shardtopk'"},
            {" serch -c " + cfg + " -q q.h5",
-            "unknown command 'serch'; did you mean 'search'? (commands: search, serve, info, eval, plan, keygen, storage, import)"},
+            "unknown command 'serch'; did you mean 'search'? (commands: search, knn-graph, serve, info, eval, plan, keygen, storage, import)"},
            {" import fashion-minst -o o.h5", "unknown command 'import fashion-minst'; did you mean 'fashion-mnist'?"},
-           {"", "'shardtopk' needs a command: search, serve, info, eval, plan, keygen, storage, import"},
+           {"", "'shardtopk' needs a command: search, knn-graph, serve, info, eval, plan, keygen, storage, import"},
        }) {
     const CmdResult r = run(bin + c.args);
     EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.err;

@@ -1,0 +1,326 @@
+// `shardtopk knn-graph`: the exact k nearest neighbours of every corpus row over the whole
+// sharded corpus (docs/KNN_GRAPH.md). Every rank loads its shard; rank 0 reads the corpus rows
+// block by block as queries and searches them in batches, exactly as `search` searches a query
+// file (followers serve the collective searches), and appends each block to the output file,
+// durably, so that a rerun with the same arguments continues after the last complete block.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "core/log.hpp"
+#include "io/graph_file.hpp"
+#include "shardtopk/communicator.hpp"
+#include "shardtopk/corpus_io.hpp"
+#include "shardtopk/error.hpp"
+#include "shardtopk/index.hpp"
+#include "shardtopk/ingest.hpp"
+#include "storage/storage_impl.hpp"
+
+namespace shardtopk::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// k per query the searches ask for: one more with --exclude-self (the row itself may be among them).
+int search_k(const KnnGraphArgs& a) { return a.k + (a.exclude_self ? 1 : 0); }
+
+// Argument checks that need only file headers, the same on every rank (so every rank fails
+// alike and rank 0 speaks). Sizes the index for the job: search.k_max and search.batch_max
+// become search_k() and --batch. Returns the corpus shape.
+DatasetInfo check_knn_args(const KnnGraphArgs& a, Config& cfg) {
+  SHARDTOPK_EXPECTS(cfg.storage.dir.empty(), "knn-graph reads the corpus file, but storage.dir is set ('",
+                    cfg.storage.dir, "'): its snapshot and log would not be searched; unset it with --set storage.dir=");
+  check_corpus_path(cfg);
+  const DatasetInfo ci = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
+  SHARDTOPK_EXPECTS(ci.dims.size() == 2 && ci.is_float, "'", cfg.corpus.path, "': corpus dataset '", ci.name,
+                    "' must be a 2-D float dataset [N, dim]");
+  const std::int64_t n = ci.dims[0];
+  const std::int64_t k_hi = a.exclude_self ? n - 1 : n;
+  SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= k_hi, "--k ", a.k, " out of range: allowed 1 .. ", k_hi, " (the corpus '",
+                    cfg.corpus.path, "' has ", n, " rows", a.exclude_self ? "; --exclude-self leaves N - 1 others" : "",
+                    ")");
+  SHARDTOPK_EXPECTS(a.batch >= 1 && a.batch <= 1048576, "--batch ", a.batch, " out of range: allowed 1 .. 1048576");
+  SHARDTOPK_EXPECTS(a.block_rows >= 1, "--block-rows ", a.block_rows, " out of range: must be at least 1");
+  SHARDTOPK_EXPECTS(a.stop_after_blocks >= -1, "--stop-after-blocks ", a.stop_after_blocks, " must be -1 or >= 0");
+  check_output_path(a.out, {{"corpus", cfg.corpus.path}});
+  if (!a.timings_json.empty()) check_output_path(a.timings_json, {{"corpus", cfg.corpus.path}, {"output", a.out}});
+  cfg.search.k_max = search_k(a);
+  cfg.search.batch_max = a.batch;
+  validate(cfg);
+  return ci;
+}
+
+// The job's identity before the engine is known (GraphFile compares the engine once it is).
+GraphIdentity identity_of(const KnnGraphArgs& a, const Config& cfg, const DatasetInfo& ci) {
+  GraphIdentity g;
+  g.rows = ci.dims[0];
+  g.dim = ci.dims[1];
+  g.k = a.k;
+  g.exclude_self = a.exclude_self;
+  g.metric = resolve_metric(cfg);
+  g.dtype = cfg.engine.dtype;
+  g.corpus_path = cfg.corpus.path;
+  g.corpus_dataset = cfg.corpus.dataset;
+  g.ids_dataset = cfg.corpus.ids_dataset;
+  struct stat st {};
+  SHARDTOPK_EXPECTS(::stat(cfg.corpus.path.c_str(), &st) == 0, "corpus.path '", cfg.corpus.path, "' vanished");
+  g.corpus_bytes = st.st_size;
+  g.corpus_sample_crc32c = storage::corpus_sample_crc32c(cfg.corpus.path, static_cast<std::uint64_t>(st.st_size));
+  return g;
+}
+
+std::string clock_text(double s) {
+  if (!(s >= 0) || s > 1e8) return "?";
+  const long long t = static_cast<long long>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  return buf;
+}
+
+// Row r's list of k + 1 [k + 1] without the row's own id (or without the last entry when the
+// row is not among them), into out [k]: the k best rows other than r, under the ordering rule.
+void drop_self(std::int64_t self, int k, const std::int64_t* ids, const float* scores, std::int64_t* out_ids,
+               float* out_scores) {
+  int j = 0;
+  for (int i = 0; i <= k && j < k; ++i) {
+    if (ids[i] == self) continue;
+    out_ids[j] = ids[i];
+    out_scores[j] = scores[i];
+    ++j;
+  }
+}
+
+// What rank 0 writes to: the output file (created, or continued after its checks) and, with
+// --exclude-self and an ids dataset, the global id of every row [N].
+struct Output {
+  std::unique_ptr<GraphFile> file;
+  std::vector<std::int64_t> row_ids;
+};
+
+Output open_output(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, GraphIdentity id) {
+  SHARDTOPK_EXPECTS(info.rows == id.rows && info.dim == id.dim, "corpus '", cfg.corpus.path,
+                    "' changed while loading: [", id.rows, " x ", id.dim, "] in its header, [", info.rows, " x ",
+                    info.dim, "] loaded");
+  id.engine = info.engine.name;
+  Output out;
+  out.file = std::make_unique<GraphFile>(a.out, id, a.overwrite);
+  if (a.exclude_self && !cfg.corpus.ids_dataset.empty())
+    out.row_ids = read_int64_vector(cfg.corpus.path, cfg.corpus.ids_dataset);
+  return out;
+}
+
+// At most one progress line every 5 s: rows searched of N, rows/s over this run, ETA.
+class Progress {
+ public:
+  Progress(std::int64_t start, std::int64_t n) : start_(start), n_(n), t0_(Clock::now()), last_(t0_) {}
+  void at(std::int64_t done, bool last = false) {
+    const auto now = Clock::now();
+    if (!last && std::chrono::duration<double>(now - last_).count() < 5.0) return;
+    last_ = now;
+    const double rate = rows_per_s(done);
+    spdlog::info("knn-graph: {}/{} rows ({:.1f} %), {:.0f} rows/s, ETA {}", done, n_, 100.0 * done / n_, rate,
+                 clock_text(rate > 0 ? static_cast<double>(n_ - done) / rate : -1));
+  }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  double rows_per_s(std::int64_t done) const {
+    const double s = seconds();
+    return s > 0 ? static_cast<double>(done - start_) / s : 0;
+  }
+
+ private:
+  std::int64_t start_, n_;
+  Clock::time_point t0_, last_;
+};
+
+// Rank 0: searches rows [start, N) block by block (the next block read while this one is
+// searched) and appends each block to the output. Returns the seconds it took.
+double search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config& cfg, const KnnGraphArgs& a,
+                     const IndexInfo& info, Output& out) {
+  const std::int64_t n = info.rows, dim = info.dim, start = out.file->rows_done();
+  const int kq = search_k(a);
+  const std::int64_t block = std::min<std::int64_t>(a.block_rows, n);
+  ReadOptions ropt;
+  ropt.chunk_rows = block;
+  ropt.threads = 2;  // beside the searches
+  ropt.label = "corpus row";
+  ropt.direct_reads = cfg.io.direct_reads;
+  ropt.f16c = cfg.io.f16c;
+  auto read_block = [&](std::int64_t lo) {
+    return read_rows(cfg.corpus.path, cfg.corpus.dataset, RowRange{lo, std::min(n, lo + block)}, ropt);
+  };
+  // Searches of k + 1 (--exclude-self) land in qids/qscores and are compacted into ids/scores.
+  std::vector<std::int64_t> qids(static_cast<size_t>(block * kq));
+  std::vector<std::int64_t> ids(a.exclude_self ? static_cast<size_t>(block * a.k) : 0);
+  std::vector<float> qscores(qids.size()), scores(ids.size());
+  auto search_batch = [&](const float* q, std::int64_t row0, int b, std::int64_t* out_ids, float* out_scores) {
+    try {
+      index.search(q, b, kq, out_ids, out_scores);
+    } catch (const RemoteError&) {
+      throw;
+    } catch (const CommError&) {
+      guard.comm_failed = true;
+      throw;  // handled by run_knn_graph while the index is alive
+    } catch (const Error& e) {
+      throw RemoteError("rows [" + std::to_string(row0) + ", " + std::to_string(row0 + b) + "): " + e.what(), true);
+    }
+  };
+
+  Progress progress(start, n);
+  std::int64_t blocks = 0;
+  std::future<HostMatrix> next = std::async(std::launch::async, read_block, start);
+  for (std::int64_t lo = start; lo < n; lo += block) {
+    const HostMatrix q = next.get();
+    const std::int64_t rows = q.rows;
+    if (lo + rows < n) next = std::async(std::launch::async, read_block, lo + rows);
+    for (std::int64_t b0 = 0; b0 < rows; b0 += a.batch) {
+      const int b = static_cast<int>(std::min<std::int64_t>(a.batch, rows - b0));
+      search_batch(q.data.data() + b0 * dim, lo + b0, b, qids.data() + b0 * kq, qscores.data() + b0 * kq);
+      progress.at(lo + b0 + b);
+    }
+    if (a.exclude_self) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const std::int64_t self = out.row_ids.empty() ? lo + i : out.row_ids[static_cast<size_t>(lo + i)];
+        drop_self(self, a.k, qids.data() + i * kq, qscores.data() + i * kq, ids.data() + i * a.k,
+                  scores.data() + i * a.k);
+      }
+      out.file->append(rows, ids.data(), scores.data());
+    } else {
+      out.file->append(rows, qids.data(), qscores.data());
+    }
+    ++blocks;
+    progress.at(lo + rows, lo + rows == n);
+    if (a.stop_after_blocks >= 0 && blocks == a.stop_after_blocks && lo + rows < n) {
+      // Tests: an interruption at a block boundary, as a kill would leave it (nothing closed).
+      std::fprintf(stderr, "shardtopk: knn-graph: stopping after %lld block(s) (--stop-after-blocks)\n",
+                   static_cast<long long>(blocks));
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGKILL);
+    }
+  }
+  return progress.seconds();
+}
+
+// The summary line (stdout) and --timings-json.
+void report(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std::int64_t start, double seconds) {
+  const std::int64_t n = info.rows;
+  const double rate = seconds > 0 ? static_cast<double>(n - start) / seconds : 0;
+  const std::string resumed = start > 0 ? " (continued from row " + std::to_string(start) + ")" : "";
+  std::printf("knn-graph: %lld rows x %lld, k=%d%s, %s | %lld rows%s in %.2f s, %.0f rows/s | ingest %.2f s | %s/%s, "
+              "%d rank(s) | wrote %s\n",
+              static_cast<long long>(n), static_cast<long long>(info.dim), a.k,
+              a.exclude_self ? " (self excluded)" : "", to_string(info.metric).c_str(),
+              static_cast<long long>(n - start), resumed.c_str(), seconds, rate, info.ingest.total_s,
+              info.engine.name.c_str(), info.comm.c_str(), info.world_size, a.out.c_str());
+  if (a.timings_json.empty()) return;
+  const nlohmann::json j = {
+      {"corpus", cfg.corpus.path}, {"rows", n}, {"dim", info.dim}, {"metric", to_string(info.metric)},
+      {"dtype", to_string(info.engine.dtype)}, {"k", a.k}, {"exclude_self", a.exclude_self},
+      {"batch", a.batch}, {"block_rows", std::min<std::int64_t>(a.block_rows, n)}, {"start_row", start},
+      {"rows_searched", n - start}, {"search_s", seconds}, {"rows_per_s", rate},
+      {"ingest_s", info.ingest.total_s}, {"engine", info.engine.name}, {"comm", info.comm},
+      {"world_size", info.world_size}, {"out", a.out},
+  };
+  std::ofstream f(a.timings_json);
+  SHARDTOPK_EXPECTS(f.good(), "cannot write '", a.timings_json, "'");
+  f << j.dump(2) << "\n";
+}
+
+// Every rank on a loaded index: rank 0 opens the output and searches the rows not yet in it,
+// the followers serve its searches. A problem opening the output stops every rank.
+int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int rank, const GraphIdentity& id) {
+  const IndexInfo info = index.info();
+  Output out;
+  bool ok = true;
+  std::string msg;
+  if (rank == 0) {
+    try {
+      out = open_output(cfg, a, info, id);
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+  }
+  make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
+  if (rank != 0) {
+    index.follow();
+    return 0;
+  }
+  ShutdownGuard guard{index};
+  const std::int64_t start = out.file->rows_done();
+  if (start == info.rows) {
+    std::printf("knn-graph: '%s' is complete (%lld rows, k=%d); nothing to do\n", a.out.c_str(),
+                static_cast<long long>(info.rows), a.k);
+    return 0;
+  }
+  if (start > 0)
+    spdlog::info("continuing '{}' from row {} of {} (rows [0, {}) are complete)", a.out, start, info.rows, start);
+  spdlog::info("knn-graph: {} rows x {}, k={}{}, {} metric, batches of {}, blocks of {} rows, {}/{} on {} rank(s)",
+               info.rows, info.dim, a.k, a.exclude_self ? " (self excluded)" : "", to_string(info.metric), a.batch,
+               std::min<std::int64_t>(a.block_rows, info.rows), info.engine.name, info.comm, info.world_size);
+  const double seconds = search_blocks(index, guard, cfg, a, info, out);
+  out.file->close();
+  report(cfg, a, info, start, seconds);
+  return 0;
+}
+
+}  // namespace
+
+int run_knn_graph(const KnnGraphArgs& a, int* argc, char*** argv) {
+  end_with_launcher();
+  MpiSession mpi(argc, argv);
+  const int rank = mpi.rank();
+  init_logging(rank, mpi.world_size());
+  try {
+    Config cfg;
+    DatasetInfo ci;
+    try {
+      cfg = load_with_overrides(a.config, a.overrides, rank);
+      ci = check_knn_args(a, cfg);
+    } catch (const Error& e) {
+      // The config is the same file on every rank, so every rank fails alike; rank 0 speaks.
+      if (rank == 0) print_error(e.what());
+      return 1;
+    }
+    // Rank 0 checks an existing output before the (possibly long) ingest.
+    GraphIdentity id;
+    bool ok = true;
+    std::string msg;
+    if (rank == 0) {
+      try {
+        id = identity_of(a, cfg, ci);
+        const std::int64_t done = GraphFile::check(a.out, id, a.overwrite);
+        if (done > 0) spdlog::info("'{}' holds rows [0, {}) of this job; they are kept", a.out, done);
+      } catch (const std::exception& e) {
+        ok = false;
+        msg = e.what();
+      }
+    }
+    make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
+    std::unique_ptr<ShardedIndex> holder = load_index(cfg);
+    try {
+      return graph_all(*holder, cfg, a, rank, id);
+    } catch (const CommError& e) {
+      // As in `search`: end the job while the index is alive.
+      print_error(e.what());
+      abort_job(2);
+    }
+  } catch (const std::exception&) {
+    return end_job(std::current_exception(), rank);
+  }
+}
+
+}  // namespace shardtopk::cli
