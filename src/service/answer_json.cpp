@@ -75,4 +75,50 @@ void write_search_json(std::string& out, const std::int64_t* ids, const float* s
   out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
+void write_order_json(std::string& out, const OrderAnswer& a) {
+  if (!out.empty() && out.back() == '}') out.pop_back();
+  char buf[64];
+  auto num = [&](auto v) { out.append(buf, static_cast<std::size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf)); };
+  auto score = [&](float v) { out.append(buf, static_cast<std::size_t>(write_score(buf, buf + sizeof buf, v) - buf)); };
+  auto list = [&](const char* name, auto&& one) {
+    out += ",\"";
+    out += name;
+    out += "\":[";
+    for (int q = 0; q < a.nq; ++q) {
+      if (q) out += ',';
+      one(q);
+    }
+    out += ']';
+  };
+  auto last = [&](int q) { return static_cast<std::size_t>(q) * static_cast<std::size_t>(a.k) + static_cast<std::size_t>(a.counts[q] - 1); };
+  if (!a.count_only)
+    list("kth_score", [&](int q) {
+      if (a.counts[q] > 0) score(a.scores[last(q)]);
+      else out += "null";
+    });
+  out += ",\"applied_seq\":";
+  num(a.applied_seq);
+  if (a.stats) {
+    list("total", [&](int q) {
+      if (a.stats[q].total >= 0) num(a.stats[q].total);
+      else out += "null";
+    });
+    list("rows_scanned", [&](int q) { num(a.stats[q].scanned); });
+    if (a.filtered) list("rows_passing", [&](int q) { num(a.stats[q].passing); });
+    if (!a.count_only)
+      list("next", [&](int q) {
+        if (a.counts[q] < a.k || a.counts[q] == 0) {
+          out += "null";
+          return;
+        }
+        out += '[';
+        score(a.scores[last(q)]);
+        out += ',';
+        num(a.ids[last(q)]);
+        out += ']';
+      });
+  }
+  out += '}';
+}
+
 }  // namespace shardtopk::service

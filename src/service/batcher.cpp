@@ -30,6 +30,7 @@ Batcher::Batcher(SearchBackend& backend, Options opts, Metrics* metrics)
   ids_.resize(bm * static_cast<size_t>(opts_.k_max));
   scores_.resize(ids_.size());
   counts_.resize(bm);
+  stats_.resize(bm);
 }
 
 void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
@@ -227,7 +228,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
   const int total = composer_.size();
   const auto search_start = Clock::now();
   try {
-    backend_.search(composer_.batch(), ids_.data(), scores_.data(), counts_.data());
+    backend_.search(composer_.batch(), ids_.data(), scores_.data(), counts_.data(), stats_.data());
   } catch (const RankLost&) {
     throw;  // the batch stays unanswered in running_: the caller answers it with fail_all
   } catch (const SearchFailed& e) {
@@ -253,6 +254,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     return;
   }
   const auto search_end = Clock::now();
+  const std::uint64_t seq = backend_.applied_seq();
   if (metrics_) metrics_->batch_done(total);
   int row = 0;
   for (const auto& j : batch) {
@@ -263,6 +265,8 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     s.ids.assign(ids_.begin() + off, ids_.begin() + off + n);
     s.scores.assign(scores_.begin() + off, scores_.begin() + off + n);
     s.counts.assign(counts_.begin() + (row - s.nq), counts_.begin() + row);
+    if (s.admitted.wants_stats()) s.stats.assign(stats_.begin() + (row - s.nq), stats_.begin() + row);
+    s.applied_seq = seq;
     s.batch_size = total;
     s.search_start = search_start;
     s.search_end = search_end;

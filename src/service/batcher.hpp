@@ -45,6 +45,9 @@ struct SearchJob {
   std::vector<std::int64_t> ids;     ///< [nq, k] best first; past counts[q], padding (kPadId)
   std::vector<float> scores;         ///< [nq, k]
   std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
+  std::vector<QueryStats> stats;     ///< [nq] when the request has bounds (SearchBatch::wants_stats); else empty
+  std::uint64_t applied_seq = 0;     ///< the last write the answer reflects
+  bool count_only = false;           ///< the request asked for the totals alone
   int batch_size = 0;                ///< queries in the batch it rode in
   /// When the index thread started and ended its batch's search (stage timings).
   std::chrono::steady_clock::time_point search_start, search_end;
@@ -177,6 +180,7 @@ class Batcher {
   std::vector<std::int64_t> ids_;   // [batch_max, k_max]
   std::vector<float> scores_;
   std::vector<std::int32_t> counts_;                // [batch_max]
+  std::vector<QueryStats> stats_;                   // [batch_max]
 };
 
 }  // namespace shardtopk::service

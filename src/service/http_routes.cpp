@@ -130,7 +130,7 @@ int HttpFrontEnd::on_search(MHD_Connection* c, Request& r) {
   auto job = std::make_shared<Job>();
   SearchJob& s = job->work.emplace<SearchJob>();
   try {
-    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes};
+    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes, info_.metric == "l2"};
     SearchBody b;
     if (r.binary) {
       b = parse_binary_search(r.body, shape);
@@ -170,7 +170,9 @@ int HttpFrontEnd::on_search(MHD_Connection* c, Request& r) {
     }
     s.queries = std::move(b.queries);
     s.filter = std::move(b.filter);
-    s.admitted = backend_->admit(s.queries.data(), b.nq, k, s.filter.get());
+    s.admitted = backend_->admit(s.queries.data(), b.nq, k, s.filter.get(), b.bounds.empty() ? nullptr : b.bounds.data(),
+                                 !b.bounds.empty());
+    s.count_only = b.count_only;
     s.nq = b.nq;
     s.k = static_cast<int>(k);
   } catch (const Error& e) {
@@ -207,8 +209,11 @@ int HttpFrontEnd::answer_search(MHD_Connection* c, Request& r) {
     return reply(c, r, 200, std::move(body), "application/octet-stream");
   }
   std::string out;
-  write_search_json(out, j.ids.data(), j.scores.data(), j.counts.data(), j.nq, j.k, info_.metric,
+  const std::vector<std::int32_t> none(j.count_only ? static_cast<std::size_t>(j.nq) : 0, 0);
+  write_search_json(out, j.ids.data(), j.scores.data(), j.count_only ? none.data() : j.counts.data(), j.nq, j.k, info_.metric,
                     ms_between(r.headers_in, Clock::now()));
+  write_order_json(out, OrderAnswer{j.ids.data(), j.scores.data(), j.counts.data(), j.stats.empty() ? nullptr : j.stats.data(),
+                                    j.nq, j.k, j.filter != nullptr, j.count_only, j.applied_seq});
   return reply(c, r, 200, std::move(out), "application/json");
 }
 

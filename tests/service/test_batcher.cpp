@@ -56,12 +56,13 @@ class FakeBackend final : public SearchBackend {
     i.metric = "inner_product";
     return i;
   }
-  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter) const override {
+  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter,
+                    const QueryBounds* = nullptr, bool = false) const override {
     const std::vector<const FilterProgram*> each(static_cast<std::size_t>(nq), filter);
     return admission().admit(queries, nq, k, each.data());
   }
 
-  void search(const SearchBatch& b, std::int64_t* ids, float* scores, std::int32_t* counts) override {
+  void search(const SearchBatch& b, std::int64_t* ids, float* scores, std::int32_t* counts, QueryStats*) override {
     const int batch = b.size(), k = b.k();
     const float* q = b.queries();
     {

@@ -140,6 +140,68 @@ TEST_F(ServeBge, JsonAndBinaryMatchTheOracleAndEachOther) {
   for (int c = 0; c < kK; ++c) EXPECT_EQ(j["ids"][0][c].get<std::int64_t>(), js.ids[3 * kK + c]);
 }
 
+// Ranges, pages and counts through the JSON route: pages of 10 walked after each reply's "next"
+// equal one top-100 bit for bit; a range at the 37th score returns exactly the rows of the
+// top-100 at or above it, with their number as "total" (also with count_only); the proof fields
+// are there; bad order fields get 400 naming the field, and the service still answers.
+TEST_F(ServeBge, RangesPagesAndCountsOverTheOrder) {
+  const std::vector<float> qv(q(7), q(7) + kDim);
+  auto ask = [&](json body) {
+    body["query"] = qv;
+    const Reply r = post(port(), "/v1/search", body.dump(), "application/json");
+    EXPECT_EQ(r.status, 200) << body.dump().substr(0, 80) << ": " << r.body;
+    return r.status == 200 ? json::parse(r.body) : json();
+  };
+  const json all = ask(json{{"k", 100}});
+  ASSERT_EQ(all["ids"][0].size(), 100u);
+  EXPECT_FALSE(all.contains("rows_scanned"));  // no bound: no stats
+  EXPECT_EQ(all["kth_score"][0], all["scores"][0][99]);
+  json after = nullptr;
+  std::vector<std::int64_t> ids;
+  std::vector<float> scores;
+  for (int page = 0; page < 10; ++page) {
+    json body{{"k", 10}, {"min_score", -2.0}};
+    if (!after.is_null()) body["search_after"] = after;
+    const json j = ask(body);
+    ASSERT_FALSE(j.is_null());
+    EXPECT_EQ(j["total"][0].get<std::int64_t>(), kN) << "every row scores above -2";
+    EXPECT_EQ(j["rows_scanned"][0].get<std::int64_t>(), kN);
+    for (const auto& v : j["ids"][0]) ids.push_back(v.get<std::int64_t>());
+    for (const auto& v : j["scores"][0]) scores.push_back(v.get<float>());
+    after = j["next"][0];
+    ASSERT_TRUE(after.is_array()) << j.dump().substr(0, 200);
+  }
+  ASSERT_EQ(ids.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(ids[static_cast<size_t>(i)], all["ids"][0][i].get<std::int64_t>()) << "position " << i;
+    EXPECT_EQ(scores[static_cast<size_t>(i)], all["scores"][0][i].get<float>()) << "position " << i;
+  }
+  const float bound = all["scores"][0][37].get<float>();
+  std::int64_t within = 0;
+  for (const auto& v : all["scores"][0]) within += v.get<float>() >= bound ? 1 : 0;
+  const json range = ask(json{{"limit", 100}, {"min_score", bound}});
+  EXPECT_EQ(range["total"][0].get<std::int64_t>(), within);
+  ASSERT_EQ(range["ids"][0].size(), static_cast<size_t>(within));
+  for (std::int64_t i = 0; i < within; ++i) EXPECT_EQ(range["ids"][0][i], all["ids"][0][i]);
+  EXPECT_EQ(range["next"][0], nullptr) << "fewer rows than the limit: the range is over";
+  const json count = ask(json{{"count_only", true}, {"min_score", bound}});
+  EXPECT_EQ(count["total"][0].get<std::int64_t>(), within);
+  EXPECT_TRUE(count["ids"][0].empty());
+  for (const auto& [body, word] : std::vector<std::pair<json, std::string>>{
+           {json{{"min_score", "high"}}, "min_score of query 0 must be a number"},
+           {json{{"max_distance", 1.0}}, "\"max_distance\" is for l2"},
+           {json{{"count_only", true}}, "count_only"},
+           {json{{"search_after", json::array({0.5})}}, "search_after of query 0 must be [score, id]"},
+           {json{{"k", 5}, {"limit", 5}}, "give \"limit\" or \"k\""}}) {
+    json b = body;
+    b["query"] = qv;
+    const Reply r = post(port(), "/v1/search", b.dump(), "application/json");
+    EXPECT_EQ(r.status, 400) << b.dump().substr(0, 60);
+    EXPECT_THAT(json::parse(r.body).value("error", ""), HasSubstr(word));
+  }
+  EXPECT_EQ(ask(json{{"k", 100}})["ids"], all["ids"]) << "the service answers as before";
+}
+
 // Each score of a JSON answer, its text read as float32 (strtof) or as a double then rounded to
 // float32, is bit for bit the binary route's score of the same query and rank.
 TEST_F(ServeBge, JsonScoresReadBackAsFloat32AreTheBinaryBits) {
