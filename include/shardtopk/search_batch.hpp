@@ -55,6 +55,9 @@ struct SearchLimits {
   int max_filters = 1;      ///< distinct filters per batch: min(search.max_filters, batch_max)
   AttributeSchema schema;   ///< what filters may name (corpus.attributes)
   bool device_queries = false;  ///< the engine takes queries in device memory (the CUDA engine)
+  /// The engine takes windows and counts (QueryBounds, stats): the CPU engine. Without them a
+  /// batch with bounds or stats is refused at admission, naming the engine.
+  bool order_queries = true;
   /// The largest float64 norm of a corpus row and its global row (-1: none): every admitted
   /// query's scores stay finite against it (docs/EXACTNESS.md "Score range").
   double max_row_norm = 0;
@@ -129,7 +132,7 @@ class Admission {
   /// search's QueryStats asked for (a query with a bound reports them anyway). The bounds are
   /// checked after the filters: finite values, a bound only of the metric's kind.
   /// @throws Error as admit(), naming the query and the bad value ("query 1: search_after score
-  ///   nan is not finite").
+  ///   nan is not finite"); for bounds or stats on an engine without them (the CUDA engine).
   SearchBatch admit(const float* queries, int batch, long long k, const FilterProgram* const* filters,
                     const QueryBounds* bounds, bool stats) const;
 

@@ -44,6 +44,7 @@ void ShardedIndex::Impl::finish() {
   l.max_filters = std::min(cfg.search.max_filters, cfg.search.batch_max);
   l.schema = schema;
   l.device_queries = protocol.space().kind() == MemSpace::kDevice;
+  l.order_queries = protocol.engine().info().name != "cuda";  // its search refuses windows and counts
   l.max_row_norm = updates.norm_bound().max_row_norm;  // after the replay's writes
   l.max_row_norm_row = updates.norm_bound().max_row_norm_row;
   admission = std::make_unique<Admission>(std::move(l));

@@ -75,6 +75,38 @@ void write_search_json(std::string& out, const std::int64_t* ids, const float* s
   out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
+void write_rank_json(std::string& out, const std::int64_t* ranks, const float* scores, int n, std::string_view metric,
+                     std::uint64_t applied_seq, double took_ms) {
+  const std::size_t bound =
+      96 + metric.size() + 2 * kDoubleChars + static_cast<std::size_t>(n) * (kIdChars + 1 + kScoreChars + 1);
+  const std::size_t start = out.size();
+  out.resize(start + bound);
+  char* p = &out[start];
+  char* const end = p + bound;
+  auto put = [&p](std::string_view s) {
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+  };
+  put("{\"applied_seq\":");
+  p = std::to_chars(p, end, applied_seq).ptr;
+  put(",\"metric\":\"");
+  put(metric);
+  put("\",\"ranks\":[");
+  for (int i = 0; i < n; ++i) {
+    if (i) *p++ = ',';
+    p = std::to_chars(p, end, ranks[i]).ptr;
+  }
+  put("],\"scores\":[");
+  for (int i = 0; i < n; ++i) {
+    if (i) *p++ = ',';
+    p = write_score(p, end, scores[i]);
+  }
+  put("],\"took_ms\":");
+  p = std::to_chars(p, end, took_ms).ptr;
+  *p++ = '}';
+  out.resize(static_cast<std::size_t>(p - out.data()));
+}
+
 void write_order_json(std::string& out, const OrderAnswer& a) {
   if (!out.empty() && out.back() == '}') out.pop_back();
   char buf[64];

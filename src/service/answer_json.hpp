@@ -43,4 +43,12 @@ struct OrderAnswer {
 /// search_after).
 void write_order_json(std::string& out, const OrderAnswer& a);
 
+/// Appends {"applied_seq":<seq>,"metric":"<metric>","ranks":[...],"scores":[...],"took_ms":<ms>}
+/// to `out`: the answer of /v1/rank, one entry per requested id in the request's order; scores
+/// written as write_search_json's.
+/// @param[in] ranks  [n] int64, 1-based
+/// @param[in] scores [n] float32, reported units
+void write_rank_json(std::string& out, const std::int64_t* ranks, const float* scores, int n, std::string_view metric,
+                     std::uint64_t applied_seq, double took_ms);
+
 }  // namespace shardtopk::service

@@ -96,7 +96,7 @@ bool Batcher::dispatchable(Clock::time_point now) const {
 
 std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   std::vector<std::shared_ptr<Job>> batch;
-  if (std::holds_alternative<CountersJob>(q_.front()->work)) {
+  if (std::holds_alternative<CountersJob>(q_.front()->work) || std::holds_alternative<RankJob>(q_.front()->work)) {
     batch.push_back(q_.front());
     q_.pop_front();
   } else if (std::holds_alternative<WriteJob>(q_.front()->work)) {  // every queued write: one group commit
@@ -164,6 +164,7 @@ void Batcher::run() {
     // A batch holds one kind of job (take_batch); a RankLost leaves it in running_ for fail_all.
     std::visit(Overloaded{[&](const SearchJob&) { run_searches(batch); },
                           [&](const CountersJob&) { run_counters(batch.front()); },
+                          [&](const RankJob&) { run_rank(batch.front()); },
                           [&](const WriteJob&) { run_writes(batch); }},
                batch.front()->work);
     std::lock_guard<std::mutex> l(m_);
@@ -190,6 +191,34 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
   }
   if (!job->claim()) return;
   std::get<CountersJob>(job->work).counters = std::move(c);
+  job->status = 200;
+  if (job->on_done) job->on_done();
+}
+
+void Batcher::run_rank(const std::shared_ptr<Job>& job) {
+  RankJob& r = std::get<RankJob>(job->work);
+  const int n = static_cast<int>(r.ids.size());
+  std::vector<std::int64_t> ranks(r.ids.size());
+  std::vector<float> scores(r.ids.size());
+  try {
+    backend_.rank(r.query.data(), r.ids.data(), n, r.filter.get(), ranks.data(), scores.data());
+  } catch (const RankLost&) {
+    throw;  // the job stays unanswered in running_: the caller answers it with fail_all
+  } catch (const BatchRejected& e) {
+    answer(*job, 400, e.what());
+    return;
+  } catch (const SearchFailed& e) {
+    answer(*job, 500, std::string("rank failed: ") + e.what());
+    return;
+  } catch (const std::exception& e) {
+    answer(*job, 500, std::string("internal error: ") + e.what());
+    return;
+  }
+  const std::uint64_t seq = backend_.applied_seq();
+  if (!job->claim()) return;
+  r.ranks = std::move(ranks);
+  r.scores = std::move(scores);
+  r.applied_seq = seq;
   job->status = 200;
   if (job->on_done) job->on_done();
 }

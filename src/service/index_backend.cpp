@@ -50,6 +50,19 @@ class IndexBackend final : public SearchBackend {
     }
   }
 
+  void rank(const float* query, const std::int64_t* ids, int n, const FilterProgram* filter, std::int64_t* ranks,
+            float* scores) override {
+    try {
+      index_.rank(query, ids, n, filter, ranks, scores);
+    } catch (const CommError& e) {
+      throw RankLost(e.what());
+    } catch (const RemoteError& e) {
+      throw SearchFailed(e.what());
+    } catch (const Error& e) {
+      throw BatchRejected(e.what());  // rank 0 refused the request; every rank stays in step
+    }
+  }
+
   std::vector<RankCounters> rank_counters() override {
     std::vector<RankStats> s;
     try {

@@ -101,4 +101,38 @@ void read_order_fields(SearchBody& b, bool l2) {
   b.bounds = std::move(bounds);
 }
 
+RankBody parse_json_rank(std::string_view body, const QueryShape& shape) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw Error(std::string("malformed JSON: ") + e.what());
+  }
+  SHARDTOPK_EXPECTS(j.is_object(), "the body must be a JSON object {\"query\": [...], \"ids\": [...], \"filter\": ...}");
+  for (const auto& [key, v] : j.items())
+    SHARDTOPK_EXPECTS(key == "query" || key == "ids" || key == "filter", "unknown field \"", excerpt(key, 32),
+                      "\" (allowed: query, ids, filter)");
+  SHARDTOPK_EXPECTS(j.contains("query") && j.contains("ids"), "a rank request needs \"query\" (one vector) and \"ids\"");
+  RankBody out;
+  const json& q = j["query"];
+  SHARDTOPK_EXPECTS(q.is_array() && static_cast<std::int64_t>(q.size()) == shape.dim, "query must be a list of ",
+                    shape.dim, " numbers (the index's dim), got ", q.is_array() ? std::to_string(q.size()) + " values" : excerpt(q.dump(), 24));
+  out.query.reserve(q.size());
+  for (std::size_t c = 0; c < q.size(); ++c)
+    out.query.push_back(static_cast<float>(number(q[c], "query value " + std::to_string(c))));
+  const json& ids = j["ids"];
+  SHARDTOPK_EXPECTS(ids.is_array() && !ids.empty(), "ids must be a non-empty list of row ids, got ", excerpt(ids.dump(), 24));
+  out.ids.reserve(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const json& v = ids[i];
+    SHARDTOPK_EXPECTS(v.is_number_integer() && (!v.is_number_unsigned() || v.get<std::uint64_t>() <= static_cast<std::uint64_t>(
+                                                                               std::numeric_limits<std::int64_t>::max())),
+                      "ids[", i, "] must be an int64 row id, got ", excerpt(v.dump(), 24));
+    out.ids.push_back(v.get<std::int64_t>());
+  }
+  if (j.contains("filter") && !j["filter"].is_null())
+    out.filter = parse_filter_text(j["filter"].dump(), shape.attributes ? *shape.attributes : AttributeSchema{});
+  return out;
+}
+
 }  // namespace shardtopk::service

@@ -69,6 +69,21 @@ bool is_order_field(std::string_view key);
 ///   count_only without a bound.
 void read_order_fields(SearchBody& body, bool l2);
 
+/// A parsed /v1/rank body.
+struct RankBody {
+  std::vector<float> query;        ///< [dim] float32
+  std::vector<std::int64_t> ids;   ///< [n] as given (repeats allowed), n >= 1
+  RequestFilter filter;            ///< nullptr: none, or one passing every row
+};
+
+/// Parses {"query": [dim numbers], "ids": [int64, ...], "filter": F} (filter optional, null: none;
+/// docs/SERVING.md "Ranges, pages and counts"). The index checks the ids' count and that each
+/// id has a live row (ShardedIndex::rank).
+/// @throws Error naming the field: malformed JSON, a field other than these, a query of the wrong
+///   dimension or with a value that is not a number or is outside float32, ids empty or not a
+///   list of int64 integers (naming the entry), a bad filter ("filter: ...").
+RankBody parse_json_rank(std::string_view body, const QueryShape& shape);
+
 /// Room past the end of a body's bytes with which parse_json_search reads it in place.
 inline constexpr std::size_t kJsonPadding = 64;
 

@@ -79,6 +79,14 @@ class SearchBackend {
   virtual void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts,
                       QueryStats* stats) = 0;
 
+  /// Blocking exact ranks of `ids` [n] for one admitted-on-the-spot `query` [dim] among the live
+  /// rows passing `filter` (nullptr: every row): ranks [n] (1 + the rows ahead in the order) and
+  /// scores [n] (reported units). Index thread, as search. @throws BatchRejected for a request
+  /// the index refuses (n out of range, an unknown id named, the query's values; answer 400),
+  /// SearchFailed or RankLost as search.
+  virtual void rank(const float* query, const std::int64_t* ids, int n, const FilterProgram* filter,
+                    std::int64_t* ranks, float* scores) = 0;
+
   /// The last write the searches so far reflect (0: none, or a read-only index). Index thread.
   virtual std::uint64_t applied_seq() const { return 0; }
 
