@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <mutex>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "shardtopk/filter.hpp"
@@ -37,6 +39,16 @@ struct QueryBounds {
   float bound = 0;
   std::int64_t bound_id = kPadId;
 };
+
+/// The float32 bound that keeps exactly the rows a float64 bound `d` keeps: a float32 score f
+/// satisfies f >= d exactly when f >= bound_as_float(d, false) (min_score, rounded up), and
+/// f <= d exactly when f <= bound_as_float(d, true) (l2's max_distance, rounded down).
+inline float bound_as_float(double d, bool l2) {
+  float f = static_cast<float>(d);
+  if (!l2 && static_cast<double>(f) < d) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+  if (l2 && static_cast<double>(f) > d) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+  return f;
+}
 
 /// What a search saw of one query, summed over the ranks (ShardedIndex::search's `stats`).
 struct QueryStats {

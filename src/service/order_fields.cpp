@@ -20,19 +20,6 @@ double number(const json& v, const std::string& what) {
   return d;
 }
 
-// The float32 that keeps the same rows as the double `d`: a row's float32 score f satisfies
-// f >= d exactly when f >= up(d), and f <= d exactly when f <= down(d).
-float round_up(double d) {
-  float f = static_cast<float>(d);
-  if (static_cast<double>(f) < d) f = std::nextafter(f, std::numeric_limits<float>::infinity());
-  return f;
-}
-float round_down(double d) {
-  float f = static_cast<float>(d);
-  if (static_cast<double>(f) > d) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
-  return f;
-}
-
 // A value for every query: one value, or a list of nq (`pair`: a value is itself a list, so a
 // single [score, id] is told from a list of pairs by its first element).
 std::vector<json> per_query(const json& v, int nq, bool pair, const char* name) {
@@ -63,7 +50,7 @@ void read_order_fields(SearchBody& b, bool l2) {
     for (int q = 0; q < b.nq; ++q) {
       const double d = number(v[static_cast<std::size_t>(q)], std::string(bound_name) + " of query " + std::to_string(q));
       bounds[static_cast<std::size_t>(q)].has_bound = true;
-      bounds[static_cast<std::size_t>(q)].bound = l2 ? round_down(d) : round_up(d);
+      bounds[static_cast<std::size_t>(q)].bound = bound_as_float(d, l2);
     }
   }
   if (f.count("search_after")) {

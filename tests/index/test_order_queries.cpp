@@ -7,7 +7,7 @@
 // Small-integer vectors make every score exact in float32 and give many ties, so ids, scores,
 // totals and ranks must equal the oracle's exactly: bounds at a tie, bounds that pass no row, one
 // row and every row; pages walked to the end (ties across page boundaries) equal one big top-k;
-// ranks of the best, the worst and tied ids; all of it under a filter, and after deletes.
+// ranks of the best, the worst and tied ids; all of it under a filter (after writes: test_updates).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
