@@ -126,6 +126,16 @@ struct FilterBatch {
   const std::int32_t* query_program = nullptr;
 };
 
+/// What a search saw of one query, per shard (summed over the shards by the index): 32 bytes,
+/// two candidate slots, so that the counts travel in the candidates' all-gather.
+struct QueryCounts {
+  std::int64_t within = 0;   ///< live rows passing the filter and ahead of the window's floor (when it counts)
+  std::int64_t passing = 0;  ///< live rows passing the query's filter (every live row without one)
+  std::int64_t scanned = 0;  ///< live rows the query was evaluated against (the shard's live rows)
+  std::int64_t reserved = 0;
+};
+static_assert(sizeof(QueryCounts) == 2 * sizeof(Candidate), "counts travel in two candidate slots");
+
 /// One search: queries in, local top-k out, both in the engine's memory space.
 struct SearchArgs {
   const float* queries = nullptr;  ///< [batch, dim] float32, row-major (engine space)
@@ -139,6 +149,11 @@ struct SearchArgs {
   /// Optional filters (count 0: none). The answer of a filtered query is the ordering rule's
   /// top k of exactly the rows that pass; when fewer than k pass, the rest of its row is padding.
   FilterBatch filters;
+  /// Optional [batch] windows (host memory, read during the call; nullptr: every row): query q's
+  /// answer is the top k of the rows that pass its filter and lie inside windows[q] (ordering.hpp).
+  const QueryWindow* windows = nullptr;
+  /// Optional [batch] counts (engine space; nullptr: none), written for every query of the batch.
+  QueryCounts* counts = nullptr;
 };
 
 /// Rows to write into slots of an engine (Engine::write_rows). Host memory, read during the call.

@@ -146,6 +146,13 @@ class ShardedIndex {
   /// naming query and column; a zero norm under cosine; a norm whose scores could overflow).
   SearchBatch admit(const float* queries, int batch, long long k, const FilterProgram* const* filters = nullptr) const;
 
+  /// admit() with each query's bounds in the total order (`bounds` [batch], nullptr: none):
+  /// pages after a (score, id) and ranges (min_score / max_distance) with their exact counts;
+  /// `stats`: search() reports QueryStats for every query (search_batch.hpp).
+  /// @throws Error as admit(), and for a bound that is not finite (naming the query and value).
+  SearchBatch admit(const float* queries, int batch, long long k, const FilterProgram* const* filters,
+                    const QueryBounds* bounds, bool stats) const;
+
   /// Rank 0 (any thread): admits device queries [batch, dim] float32 on this rank's GPU, written
   /// by work queued on `cuda_stream` (a cudaStream_t): k, batch and filters are checked here, the
   /// values on the device when the search stages them. @throws Error as admit().
@@ -164,7 +171,21 @@ class ShardedIndex {
   ///   admission); the index stays usable. RemoteError on rank 0 when a rank's local search
   ///   failed (it names the ranks; each failing rank logs its own message); every rank stays
   ///   usable, followers do not throw. CommError when a collective timed out (the job must end).
-  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts = nullptr);
+  /// `stats` (optional) [batch]: what each query saw, summed over the ranks, when the batch was
+  /// admitted with bounds or stats (left untouched otherwise).
+  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts = nullptr,
+              QueryStats* stats = nullptr);
+
+  /// Collective: the exact 1-based rank of each of `ids` [n] for `query` [dim] float32 (host)
+  /// among the live rows passing `filter` (nullptr: every row): 1 + the rows ahead of it in the
+  /// order (higher score, equal score and smaller id). An id that does not pass the filter gets
+  /// the rank it would have. ranks [n] and scores [n] (reported units) out, host memory. Two
+  /// collective searches (the ids' scores, then one count per id). Rank 0 passes the values;
+  /// other ranks pass nullptrs (or run follow()).
+  /// @throws Error on rank 0 for n outside 1 .. min(batch_max, k_max), an id that no live row
+  ///   has (naming it), and as admit(); RemoteError / CommError as search().
+  void rank(const float* query, const std::int64_t* ids, int n, const FilterProgram* filter, std::int64_t* ranks,
+            float* scores);
 
   /// search() of host queries [batch, dim] float32 (rank 0; other ranks: nullptr, their batch
   /// and k ignored), admitted at the call: a refusal throws Error on rank 0 and on lock-step

@@ -48,4 +48,24 @@ SHARDTOPK_HD Candidate pad_candidate() {
   return Candidate{-std::numeric_limits<float>::infinity(), kPadId};
 }
 
+/// A query's window in the total order (DESIGN.md invariant 11), in ranking scores (l2: the
+/// negated squared distance). A row is inside when it comes strictly after `after` and strictly
+/// ahead of `floor`; the default window holds every finite score. Pages (`search_after`) set
+/// `after` to the last row of the previous page; a range (`min_score`, `max_distance`) sets
+/// `floor` to (bound, kPadId), so that every row whose score equals the bound is inside; the rank
+/// of a row (s, x) is 1 + the rows strictly ahead of floor (s, x). Rows ahead of `floor` are
+/// what a window counts (QueryCounts::within), whether or not they come after `after`.
+struct QueryWindow {
+  Candidate after{std::numeric_limits<float>::infinity(), std::numeric_limits<std::int64_t>::min()};
+  Candidate floor{-std::numeric_limits<float>::infinity(), kPadId};
+  std::int32_t count = 0;  ///< 1: count the rows ahead of `floor` (QueryCounts::within)
+  std::int32_t reserved = 0;
+};
+
+/// Whether candidate c is strictly ahead of w.floor (counted by the window).
+SHARDTOPK_HD bool ahead_of_floor(const QueryWindow& w, const Candidate& c) { return better(c, w.floor); }
+
+/// Whether candidate c lies inside window w (strictly after w.after, strictly ahead of w.floor).
+SHARDTOPK_HD bool inside(const QueryWindow& w, const Candidate& c) { return better(w.after, c) && better(c, w.floor); }
+
 }  // namespace shardtopk

@@ -8,9 +8,12 @@
 
 #include <cstdint>
 #include <mutex>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "shardtopk/filter.hpp"
+#include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 
 namespace shardtopk {
@@ -18,6 +21,41 @@ namespace shardtopk {
 /// The largest k a search may ask for: 1 .. min(k_max, k_rows). @throws Error naming k, the
 /// range and the binding limit ("(search.k_max)" or "(the corpus rows)").
 void check_k(long long k, std::int64_t k_max, std::int64_t k_rows);
+
+/// Where one query's answer lies in the total order (DESIGN.md invariant 11), in the metric's
+/// reported units: similarity for inner_product and cosine, squared distance for l2.
+/// Default: every row.
+struct QueryBounds {
+  /// Pages: only rows strictly after (after_score, after_id) in the order (the last row of the
+  /// previous page, as reported).
+  bool has_after = false;
+  float after_score = 0;
+  std::int64_t after_id = 0;
+  /// Ranges: only rows ahead of (bound, bound_id) or equal to it: inner_product and cosine
+  /// score ≥ bound (min_score), l2 distance ≤ bound (max_distance) with bound_id kPadId; and the
+  /// exact number of those rows, past k too, in QueryStats::total. A smaller bound_id takes only
+  /// the rows of score `bound` whose id is below bound_id (rank of a row: bound_id = its id).
+  bool has_bound = false;
+  float bound = 0;
+  std::int64_t bound_id = kPadId;
+};
+
+/// The float32 bound that keeps exactly the rows a float64 bound `d` keeps: a float32 score f
+/// satisfies f >= d exactly when f >= bound_as_float(d, false) (min_score, rounded up), and
+/// f <= d exactly when f <= bound_as_float(d, true) (l2's max_distance, rounded down).
+inline float bound_as_float(double d, bool l2) {
+  float f = static_cast<float>(d);
+  if (!l2 && static_cast<double>(f) < d) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+  if (l2 && static_cast<double>(f) > d) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+  return f;
+}
+
+/// What a search saw of one query, summed over the ranks (ShardedIndex::search's `stats`).
+struct QueryStats {
+  std::int64_t total = -1;    ///< rows passing the filter within QueryBounds' bound; -1: no bound
+  std::int64_t passing = 0;   ///< live rows passing the query's filter (every live row without one)
+  std::int64_t scanned = 0;   ///< live rows the query was evaluated against
+};
 
 /// What a batch is admitted against: the index's shape and limits (ShardedIndex::info).
 struct SearchLimits {
@@ -29,6 +67,9 @@ struct SearchLimits {
   int max_filters = 1;      ///< distinct filters per batch: min(search.max_filters, batch_max)
   AttributeSchema schema;   ///< what filters may name (corpus.attributes)
   bool device_queries = false;  ///< the engine takes queries in device memory (the CUDA engine)
+  /// The engine takes windows and counts (QueryBounds, stats): the CPU engine. Without them a
+  /// batch with bounds or stats is refused at admission, naming the engine.
+  bool order_queries = true;
   /// The largest float64 norm of a corpus row and its global row (-1: none): every admitted
   /// query's scores stay finite against it (docs/EXACTNESS.md "Score range").
   double max_row_norm = 0;
@@ -60,6 +101,10 @@ class SearchBatch {
   /// [size] query q's program, an index into filter_programs(), or -1 (every row); nullptr when
   /// filter_count() is 0.
   const std::int32_t* query_program() const { return programs_.empty() ? nullptr : query_program_.data(); }
+  /// [size] each query's window in ranking scores (ordering.hpp), or nullptr: every row.
+  const QueryWindow* windows() const { return windows_.empty() ? nullptr : windows_.data(); }
+  /// Whether the search reports QueryStats (a bound, or asked for at admission).
+  bool wants_stats() const { return stats_ || !windows_.empty(); }
 
  private:
   friend class Admission;
@@ -71,6 +116,8 @@ class SearchBatch {
   void* stream_ = nullptr;
   std::vector<const FilterProgram*> programs_;
   std::vector<std::int32_t> query_program_;
+  std::vector<QueryWindow> windows_;
+  bool stats_ = false;
   // The corpus norm bound the host queries were checked against; the index re-checks only when
   // writes have raised it since (SearchLimits::max_row_norm).
   double admitted_norm_ = 0;
@@ -93,6 +140,14 @@ class Admission {
   /// "Score range"). @throws Error naming the first problem.
   SearchBatch admit(const float* queries, int batch, long long k, const FilterProgram* const* filters = nullptr) const;
 
+  /// admit() with each query's bounds (`bounds` [batch], nullptr: none) and, with `stats`, the
+  /// search's QueryStats asked for (a query with a bound reports them anyway). The bounds are
+  /// checked after the filters: finite values, a bound only of the metric's kind.
+  /// @throws Error as admit(), naming the query and the bad value ("query 1: search_after score
+  ///   nan is not finite"); for bounds or stats on an engine without them (the CUDA engine).
+  SearchBatch admit(const float* queries, int batch, long long k, const FilterProgram* const* filters,
+                    const QueryBounds* bounds, bool stats) const;
+
   /// Device queries [batch, dim] float32 written by work queued on `cuda_stream`: k, the batch
   /// and the filters are checked here; the values on the device, when the search stages them.
   /// @throws Error as admit(), and without limits().device_queries.
@@ -109,6 +164,7 @@ class Admission {
  private:
   void admit_shape(SearchBatch* b, int batch, long long k, const FilterProgram* const* filters) const;
   void admit_values(SearchBatch* b, const float* queries) const;
+  void admit_bounds(SearchBatch* b, const QueryBounds* bounds) const;
 
   SearchLimits limits_;  // max_row_norm / max_row_norm_row under mu_
   mutable std::mutex mu_;

@@ -4,6 +4,7 @@
 // command with them and returns the process exit code. The flags themselves are declared in
 // main.cpp, the one file that includes CLI11 (a heavy header: one copy keeps the build short).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct SearchArgs {
   int batch = 0;  // 0: search.batch_max
   std::string filter_json;  // one filter for every query (docs/FILTERS.md), or @FILE
   bool filter_given = false;  // --filter-json was given: its text must then be a filter (empty is an error)
+  // Ranges and pages over the total order (CPU engine), the same for every query:
+  std::optional<double> min_score;     // inner_product, cosine: rows scoring >= this
+  std::optional<double> max_distance;  // l2: rows at squared distance <= this
+  int limit = 0;                       // k under another name (0: --k)
+  std::string search_after;            // "SCORE,ID": rows after that pair in the order ("": none)
 };
 /// search and serve start MPI (MpiSession) with main's argc/argv.
 int run_search(const SearchArgs& a, int* argc, char*** argv);

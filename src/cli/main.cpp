@@ -86,6 +86,15 @@ int main(int argc, char** argv) {
       "--filter-json", sa.filter_json,
       "one filter for every query, as JSON ('{\"eq\": {\"tenant\": 7}}') or @FILE (docs/FILTERS.md); "
       "the results file then holds counts [Q]");
+  CLI::Option* min_score = search->add_option(
+      "--min-score", sa.min_score, "inner_product, cosine: only rows scoring >= S; prints each query's total (CPU engine)");
+  search->add_option("--max-distance", sa.max_distance,
+                     "l2: only rows at squared distance <= D; prints each query's total (CPU engine)")
+      ->excludes(min_score);
+  search->add_option("--limit", sa.limit, "results per query of a range (--k under another name)")
+      ->excludes("--k");
+  search->add_option("--search-after", sa.search_after,
+                     "SCORE,ID: only rows after that pair in the order (the last row of the previous page)");
   search->add_option("--set", sa.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
 
   cli::KnnGraphArgs ga;

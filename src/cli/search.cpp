@@ -2,6 +2,8 @@
 // search it batch by batch; rank 0 prints the timings and writes the result file.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -29,6 +31,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+
+// --search-after SCORE,ID: a previous page's last (score, id), as a reply prints it.
+std::pair<double, std::int64_t> parse_search_after(const std::string& text) {
+  const std::size_t comma = text.find(',');
+  std::size_t used_s = 0, used_i = 0;
+  double score = 0;
+  long long id = 0;
+  bool ok = comma != std::string::npos;
+  try {
+    if (ok) score = std::stod(text.substr(0, comma), &used_s);
+    if (ok) id = std::stoll(text.substr(comma + 1), &used_i);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  ok = ok && used_s == comma && used_i == text.size() - comma - 1 && std::isfinite(score);
+  SHARDTOPK_EXPECTS(ok, "--search-after '", text, "': give SCORE,ID (a finite score and an int64 id, e.g. 0.75,1234)");
+  return {score, id};
+}
 
 // Argument checks that need no corpus rows (only file headers), made before the (possibly long)
 // ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
@@ -64,6 +84,7 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= cfg.search.batch_max, "--batch ", a.batch,
                     " out of range: allowed 1 .. ", cfg.search.batch_max,
                     " (search.batch_max; raise it with --set search.batch_max=N), or 0 for search.batch_max");
+  if (!a.search_after.empty()) (void)parse_search_after(a.search_after);
   SHARDTOPK_EXPECTS(a.max_queries >= -1, "--max-queries ", a.max_queries, " must be -1 (all) or >= 0");
   DatasetInfo qi;
   try {
@@ -100,6 +121,11 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
         }
         filter_json = nlohmann::json::parse(text).dump();
       }
+      const bool l2 = info.metric == Metric::kL2;
+      SHARDTOPK_EXPECTS(!a.min_score || !l2, "--min-score is for inner_product and cosine; this index ranks by l2 "
+                        "distance: give --max-distance");
+      SHARDTOPK_EXPECTS(!a.max_distance || l2, "--max-distance is for l2; this index ranks by similarity: give "
+                        "--min-score");
       q = read_matrix(a.queries, a.queries_dataset, "query");
       SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
                         dim);
@@ -126,11 +152,36 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   // Every query has the one filter (or none).
   const std::vector<const FilterProgram*> filters(static_cast<size_t>(batch_max), filter ? &*filter : nullptr);
   std::vector<double> batch_ms;
+  // Ranges and pages: one QueryBounds for every query; each query's stats (its total) come back.
+  const bool ranged = a.min_score || a.max_distance;
+  const bool bounded = ranged || !a.search_after.empty();
+  std::vector<QueryBounds> bounds;
+  std::vector<QueryStats> stats;
+  if (bounded) {
+    QueryBounds qb;
+    qb.has_bound = ranged;
+    if (ranged) qb.bound = bound_as_float(a.min_score ? *a.min_score : *a.max_distance, !a.min_score);
+    if (!a.search_after.empty()) {
+      const auto [score, id] = parse_search_after(a.search_after);
+      qb.has_after = true;
+      qb.after_score = static_cast<float>(score);
+      qb.after_id = id;
+    }
+    bounds.assign(static_cast<size_t>(batch_max), qb);
+    stats.assign(static_cast<size_t>(nq), QueryStats{});
+  }
   // Queries [b0, b0 + b) of the file, admitted at the call; a batch rank 0 refuses is named by
   // those indices.
   auto search_batch = [&](std::int64_t b0, int b, std::int64_t* out_ids, float* out_scores, std::int32_t* out_counts) {
     try {
-      index.search(q.data.data() + b0 * dim, b, a.k, out_ids, out_scores, filter ? filters.data() : nullptr, out_counts);
+      if (bounded) {
+        const SearchBatch sb =
+            index.admit(q.data.data() + b0 * dim, b, a.k, filter ? filters.data() : nullptr, bounds.data(), true);
+        index.search(sb, out_ids, out_scores, out_counts, stats.data() + b0);
+      } else {
+        index.search(q.data.data() + b0 * dim, b, a.k, out_ids, out_scores, filter ? filters.data() : nullptr,
+                     out_counts);
+      }
     } catch (const RemoteError&) {
       throw;
     } catch (const CommError&) {
@@ -219,6 +270,17 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       std::printf("filter: %lld of %lld results (queries with fewer than k: %lld)\n", static_cast<long long>(results),
                   static_cast<long long>(nq * a.k),
                   static_cast<long long>(std::count_if(counts.begin(), counts.end(), [&](std::int32_t c) { return c < a.k; })));
+    if (ranged) {
+      std::vector<std::int64_t> totals;
+      for (const QueryStats& x : stats) totals.push_back(x.total);
+      j["totals"] = totals;
+      const auto [lo, hi] = std::minmax_element(totals.begin(), totals.end());
+      std::printf("range %s %g: rows within it per query %lld .. %lld (sum %lld); %lld results of at most %d per query\n",
+                  a.min_score ? "min_score" : "max_distance", a.min_score ? *a.min_score : *a.max_distance,
+                  static_cast<long long>(totals.empty() ? 0 : *lo), static_cast<long long>(totals.empty() ? 0 : *hi),
+                  static_cast<long long>(std::accumulate(totals.begin(), totals.end(), std::int64_t{0})),
+                  static_cast<long long>(results), a.k);
+    }
     if (!a.timings_json.empty()) {
       std::ofstream out(a.timings_json);
       SHARDTOPK_EXPECTS(out.good(), "cannot write '", a.timings_json, "'");
@@ -239,7 +301,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       m.queries_path = a.queries;
       m.queries_dataset = a.queries_dataset;
       m.filter = filter_json;
-      write_results(a.out, m, ids, scores, nq, filter ? &counts : nullptr);
+      write_results(a.out, m, ids, scores, nq, filter || bounded ? &counts : nullptr);
       spdlog::info("wrote {} ([{} x {}] ids and scores{})", a.out, nq, a.k, filter ? ", [" + std::to_string(nq) + "] counts" : "");
     }
   }
@@ -248,7 +310,9 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
 
 }  // namespace
 
-int run_search(const SearchArgs& a, int* argc, char*** argv) {
+int run_search(const SearchArgs& args, int* argc, char*** argv) {
+  SearchArgs a = args;
+  if (a.limit > 0) a.k = a.limit;
   end_with_launcher();
   MpiSession mpi(argc, argv);
   const int rank = mpi.rank();

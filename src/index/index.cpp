@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "index/index_impl.hpp"
+#include "shardtopk/filter.hpp"
+#include <nlohmann/json.hpp>
 
 namespace shardtopk {
 
@@ -42,6 +44,7 @@ void ShardedIndex::Impl::finish() {
   l.max_filters = std::min(cfg.search.max_filters, cfg.search.batch_max);
   l.schema = schema;
   l.device_queries = protocol.space().kind() == MemSpace::kDevice;
+  l.order_queries = protocol.engine().info().name != "cuda";  // its search refuses windows and counts
   l.max_row_norm = updates.norm_bound().max_row_norm;  // after the replay's writes
   l.max_row_norm_row = updates.norm_bound().max_row_norm_row;
   admission = std::make_unique<Admission>(std::move(l));
@@ -100,13 +103,80 @@ SearchBatch ShardedIndex::admit(const float* queries, int batch, long long k,
   return impl_->admission->admit(queries, batch, k, filters);
 }
 
+SearchBatch ShardedIndex::admit(const float* queries, int batch, long long k, const FilterProgram* const* filters,
+                                const QueryBounds* bounds, bool stats) const {
+  return impl_->admission->admit(queries, batch, k, filters, bounds, stats);
+}
+
 SearchBatch ShardedIndex::admit_device(const float* d_queries, void* cuda_stream, int batch, long long k,
                                        const FilterProgram* const* filters) const {
   return impl_->admission->admit_device(d_queries, cuda_stream, batch, k, filters);
 }
 
-void ShardedIndex::search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts) {
-  impl_->protocol.search(batch, ids, scores, counts);
+void ShardedIndex::search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts,
+                          QueryStats* stats) {
+  impl_->protocol.search(batch, ids, scores, counts, stats);
+}
+
+// Two searches: the ids' own scores (one query, filter ids_in, k = the distinct ids), then one
+// count query per id, bounded by (its score, its id), under the caller's filter.
+void ShardedIndex::rank(const float* query, const std::int64_t* ids, int n, const FilterProgram* filter,
+                        std::int64_t* ranks, float* scores) {
+  SearchProtocol& p = impl_->protocol;
+  if (p.rank() != 0) {
+    p.follow_one(/*lock_step=*/true);
+    p.follow_one(/*lock_step=*/true);
+    return;
+  }
+  const SearchLimits lim = impl_->admission->limits();
+  std::vector<std::int64_t> distinct;
+  std::vector<float> found_scores;
+  try {
+    const int n_max = std::min(lim.batch_max, lim.k_max);
+    SHARDTOPK_EXPECTS(n >= 1 && n <= n_max, "ids: ", n, " ids out of range: allowed 1 .. ", n_max,
+                      " (search.batch_max and search.k_max)");
+    SHARDTOPK_EXPECTS(ids != nullptr && ranks != nullptr && scores != nullptr, "rank: null ids or output");
+    distinct.assign(ids, ids + n);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    const FilterProgram own = compile_filter(nlohmann::json{{"ids_in", distinct}}, lim.schema);
+    const FilterProgram* f = &own;
+    const int k = static_cast<int>(distinct.size());
+    const SearchBatch b = impl_->admission->admit(query, 1, std::min<std::int64_t>(k, lim.k_rows), &f);
+    std::vector<std::int64_t> got(static_cast<std::size_t>(b.k()));
+    found_scores.resize(got.size());
+    p.search(b, got.data(), found_scores.data(), nullptr);
+    for (int i = 0; i < n; ++i) {
+      const auto at = std::find(got.begin(), got.end(), ids[i]);
+      SHARDTOPK_EXPECTS(at != got.end(), "ids: unknown id ", ids[i], " (no live row has it)");
+      scores[i] = found_scores[static_cast<std::size_t>(at - got.begin())];
+    }
+  } catch (const Error&) {
+    p.reject();  // lock-step followers wait for a second step
+    throw;
+  }
+  std::vector<float> repeated(static_cast<std::size_t>(n) * static_cast<std::size_t>(lim.dim));
+  std::vector<QueryBounds> bounds(static_cast<std::size_t>(n));
+  std::vector<const FilterProgram*> filters(static_cast<std::size_t>(n), filter);
+  for (int i = 0; i < n; ++i) {
+    std::copy(query, query + lim.dim, repeated.begin() + static_cast<std::ptrdiff_t>(i) * lim.dim);
+    QueryBounds& q = bounds[static_cast<std::size_t>(i)];
+    q.has_bound = true;
+    q.bound = scores[i];
+    q.bound_id = ids[i];
+  }
+  SearchBatch b;
+  try {
+    b = impl_->admission->admit(repeated.data(), n, 1, filters.data(), bounds.data(), true);
+  } catch (const Error&) {
+    p.reject();
+    throw;
+  }
+  std::vector<std::int64_t> top_ids(static_cast<std::size_t>(n));
+  std::vector<float> top_scores(static_cast<std::size_t>(n));
+  std::vector<QueryStats> st(static_cast<std::size_t>(n));
+  p.search(b, top_ids.data(), top_scores.data(), nullptr, st.data());
+  for (int i = 0; i < n; ++i) ranks[i] = 1 + st[static_cast<std::size_t>(i)].total;
 }
 
 void ShardedIndex::search(const float* queries, int batch, int k, std::int64_t* ids, float* scores,

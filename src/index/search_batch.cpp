@@ -3,6 +3,7 @@
 #include "shardtopk/search_batch.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "index/admission.hpp"
@@ -84,6 +85,48 @@ SearchBatch Admission::admit(const float* queries, int batch, long long k, const
   return b;
 }
 
+SearchBatch Admission::admit(const float* queries, int batch, long long k, const FilterProgram* const* filters,
+                             const QueryBounds* bounds, bool stats) const {
+  SearchBatch b;
+  admit_shape(&b, batch, k, filters);
+  admit_bounds(&b, bounds);
+  SHARDTOPK_EXPECTS(limits_.order_queries || (b.windows_.empty() && !stats),
+                    "ranges, pages, counts and ranks (min_score, max_distance, search_after, count_only, /v1/rank) "
+                    "run on the CPU engine only; this index runs the CUDA engine (engine.backend: cpu runs them)");
+  admit_values(&b, queries);
+  b.stats_ = stats;
+  return b;
+}
+
+// Reported units → ranking scores: l2 distances are negated (exactly), so the windows compare
+// the bits the engines rank by.
+void Admission::admit_bounds(SearchBatch* b, const QueryBounds* bounds) const {
+  b->windows_.clear();
+  if (!bounds) return;
+  const bool l2 = limits_.metric == Metric::kL2;
+  const char* bound_name = l2 ? "max_distance" : "min_score";
+  std::vector<QueryWindow> w(static_cast<std::size_t>(b->size_));
+  bool any = false;
+  for (int q = 0; q < b->size_; ++q) {
+    const QueryBounds& x = bounds[q];
+    if (x.has_after) {
+      SHARDTOPK_EXPECTS(std::isfinite(x.after_score), "query ", q, ": search_after score ", x.after_score,
+                        " is not finite");
+      SHARDTOPK_EXPECTS(!l2 || x.after_score >= 0, "query ", q, ": search_after distance ", x.after_score,
+                        " is negative (l2 reports squared distances)");
+      w[static_cast<std::size_t>(q)].after = Candidate{l2 ? -x.after_score : x.after_score, x.after_id};
+      any = true;
+    }
+    if (x.has_bound) {
+      SHARDTOPK_EXPECTS(std::isfinite(x.bound), "query ", q, ": ", bound_name, " ", x.bound, " is not finite");
+      w[static_cast<std::size_t>(q)].floor = Candidate{l2 ? -x.bound : x.bound, x.bound_id};
+      w[static_cast<std::size_t>(q)].count = 1;
+      any = true;
+    }
+  }
+  if (any) b->windows_ = std::move(w);
+}
+
 SearchBatch Admission::admit_device(const float* d_queries, void* cuda_stream, int batch, long long k,
                                     const FilterProgram* const* filters) const {
   SHARDTOPK_EXPECTS(limits_.device_queries, "device queries need the CUDA engine (this index runs on the CPU "
@@ -121,6 +164,7 @@ BatchComposer::BatchComposer(int batch_max, int max_filters, std::int64_t dim)
   queries_.resize(bm * static_cast<std::size_t>(dim));
   batch_.programs_.reserve(static_cast<std::size_t>(max_filters));
   batch_.query_program_.reserve(bm);
+  batch_.windows_.reserve(bm);
 }
 
 void BatchComposer::clear() {
@@ -132,6 +176,8 @@ void BatchComposer::clear() {
   batch_.size_ = 0;
   batch_.k_ = 0;
   batch_.admitted_norm_ = 0;
+  batch_.stats_ = false;
+  batch_.windows_.clear();
 }
 
 bool BatchComposer::add(const SearchBatch& request) {
@@ -152,6 +198,7 @@ bool BatchComposer::add(const SearchBatch& request) {
     }
     program_map_.push_back(static_cast<std::int32_t>(j));
   }
+  batch_.stats_ = batch_.stats_ || request.stats_;
   batch_.admitted_norm_ = parts_.empty() ? request.admitted_norm_ : std::min(batch_.admitted_norm_, request.admitted_norm_);
   batch_.k_ = request.k_;
   parts_.push_back(&request);
@@ -167,6 +214,10 @@ const SearchBatch& BatchComposer::batch() {
   batch_.queries_ = parts_.size() == 1 ? parts_[0]->queries_ : queries_.data();
   batch_.query_program_.clear();
   if (!batch_.programs_.empty()) batch_.query_program_.assign(static_cast<std::size_t>(rows_), -1);
+  batch_.windows_.clear();
+  const bool windowed =
+      std::any_of(parts_.begin(), parts_.end(), [](const SearchBatch* r) { return !r->windows_.empty(); });
+  if (windowed) batch_.windows_.assign(static_cast<std::size_t>(rows_), QueryWindow{});
   std::int64_t row = 0;
   for (std::size_t p = 0; p < parts_.size(); ++p) {
     const SearchBatch& r = *parts_[p];
@@ -179,6 +230,7 @@ const SearchBatch& BatchComposer::batch() {
         batch_.query_program_[static_cast<std::size_t>(row + q)] =
             i < 0 ? -1 : program_map_[static_cast<std::size_t>(part_first_program_[p] + i)];
       }
+    if (!r.windows_.empty()) std::copy(r.windows_.begin(), r.windows_.end(), batch_.windows_.begin() + row);
     row += r.size_;
   }
   return batch_;

@@ -122,7 +122,8 @@ std::uint64_t index_buffer_bytes(const SearchConfig& search, int world_size, std
   const std::uint64_t bk = static_cast<std::uint64_t>(search.batch_max) * static_cast<std::uint64_t>(search.k_max);
   const std::uint64_t cand = sizeof(Candidate);
   const std::uint64_t queries = static_cast<std::uint64_t>(search.batch_max) * static_cast<std::uint64_t>(dim) * 4;
-  const std::uint64_t local = (1 + bk) * cand;
+  // status, candidates, then QueryCounts (two slots per query)
+  const std::uint64_t local = (1 + bk + 2 * static_cast<std::uint64_t>(search.batch_max)) * cand;
   return queries + local + local * static_cast<std::uint64_t>(world_size) + bk * cand +
          static_cast<std::uint64_t>(search.batch_max);
 }
@@ -177,12 +178,15 @@ void SearchProtocol::init(const Config& cfg) {
   queries_ = static_cast<float*>(space_->alloc(qbytes));
   // On the host the caller's batch is copied once, straight into the search buffer.
   host_queries_ = space_->kind() == MemSpace::kHost ? queries_ : static_cast<float*>(space_->alloc_host(qbytes));
-  local_ = static_cast<Candidate*>(space_->alloc((1 + bk) * sizeof(Candidate)));
-  gathered_ = static_cast<Candidate*>(space_->alloc(static_cast<std::size_t>(world) * (1 + bk) * sizeof(Candidate)));
+  const std::size_t block = 1 + bk + 2 * bmax;  // status, candidates, counts
+  local_ = static_cast<Candidate*>(space_->alloc(block * sizeof(Candidate)));
+  gathered_ = static_cast<Candidate*>(space_->alloc(static_cast<std::size_t>(world) * block * sizeof(Candidate)));
+  windows_buf_.resize(bmax);
+  counts_host_.resize(bmax);
   merged_ = static_cast<Candidate*>(space_->alloc(bk * sizeof(Candidate)));
   invalid_ = static_cast<std::uint8_t*>(space_->alloc(bmax));
   space_->fill_pad(local_ + 1, static_cast<std::int64_t>(bk));
-  space_->fill_pad(gathered_, static_cast<std::int64_t>(world) * static_cast<std::int64_t>(1 + bk));
+  space_->fill_pad(gathered_, static_cast<std::int64_t>(world) * static_cast<std::int64_t>(block));
   space_->fill_pad(merged_, static_cast<std::int64_t>(bk));
   set_status(true);  // this rank's status slot, sent with every all-gather, says "ok" from now on
   export_ = std::make_unique<Exporter>(*space_, metric_, bk, world);
@@ -217,7 +221,8 @@ void SearchProtocol::set_status(bool ok) {
 
 // ------------------------------------------------------------------------------ rank 0 entry points
 
-void SearchProtocol::search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts) {
+void SearchProtocol::search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts,
+                            QueryStats* stats) {
   if (rank() != 0) {
     follow_one(/*lock_step=*/true);
     return;
@@ -225,6 +230,7 @@ void SearchProtocol::search(const SearchBatch& batch, std::int64_t* ids, float* 
   start(batch, /*device_answer=*/false);
   const int k = batch.k();
   run_search(batch.size(), k, ids, scores);
+  if (stats && stats_) read_stats(batch.size(), k, stats);
   if (counts) {
     // Padding (fewer rows passed a filter, or fewer rows are live, than k) ends a query's row.
     for (int q = 0; q < batch.size(); ++q) {
@@ -268,6 +274,8 @@ void SearchProtocol::start(const SearchBatch& batch, bool device_answer) {
     h.batch = batch.size();
     h.k = batch.k();
     h.filter_bytes = world_size() > 1 ? encode_filters(batch) : 0;
+    h.windows = batch.windows() ? 1 : 0;
+    h.stats = batch.wants_stats() ? 1 : 0;
   } catch (const Error& e) {
     h.op = static_cast<std::int32_t>(IndexOp::kRejected);
     reject = e.what();
@@ -275,8 +283,12 @@ void SearchProtocol::start(const SearchBatch& batch, bool device_answer) {
   host_->broadcast(&h, sizeof h, 0);
   if (h.op != static_cast<std::int32_t>(IndexOp::kSearch)) throw Error(reject);
   if (h.filter_bytes > 0) host_->broadcast(filter_bytes_.data(), filter_bytes_.size(), 0);
+  if (h.windows && world_size() > 1)
+    host_->broadcast(const_cast<QueryWindow*>(batch.windows()), sizeof(QueryWindow) * static_cast<std::size_t>(h.batch), 0);
   // Rank 0 keeps the programs it admitted; the other ranks rebuild them from the bytes.
   use_filters(batch.filter_programs(), batch.filter_count(), batch.query_program());
+  windows_ = batch.windows();
+  stats_ = h.stats != 0;
 }
 
 void SearchProtocol::stage(const SearchBatch& batch, bool device_answer) {
@@ -392,6 +404,13 @@ bool SearchProtocol::follow_one(bool lock_step) {
       filter_bytes_.assign(static_cast<std::size_t>(std::max(h.filter_bytes, 0)), 0);
       if (h.filter_bytes > 0) host_->broadcast(filter_bytes_.data(), filter_bytes_.size(), 0);
       decode_filters(h.batch);
+      windows_ = nullptr;
+      if (h.windows) {
+        SHARDTOPK_ASSERT(h.batch >= 1 && h.batch <= batch_max_);
+        host_->broadcast(windows_buf_.data(), sizeof(QueryWindow) * static_cast<std::size_t>(h.batch), 0);
+        windows_ = windows_buf_.data();
+      }
+      stats_ = h.stats != 0;
       run_search(h.batch, h.k, nullptr, nullptr);
       return true;
     case IndexOp::kRejected:
@@ -479,6 +498,8 @@ void SearchProtocol::local_search(int batch, int k) {
   a.out = local_ + 1;
   a.stream = space_->stream();
   a.filters = filters_;
+  a.windows = windows_;
+  a.counts = stats_ ? reinterpret_cast<QueryCounts*>(local_ + 1 + static_cast<std::int64_t>(batch) * k) : nullptr;
   // One rank: the answer is this search's list; its export rides in the engine's launch (host
   // answers; a device answer goes to the caller's buffers, which change from call to call).
   a.epilogue = world_size() == 1 && !device_answer_.ids ? export_.get() : nullptr;
@@ -501,7 +522,7 @@ void SearchProtocol::local_search(int batch, int k) {
 std::string SearchProtocol::run_data_path(int batch, int k, bool* ok) {
   const int world = world_size();
   const std::size_t qbytes = sizeof(float) * static_cast<std::size_t>(batch) * static_cast<std::size_t>(dim_);
-  const std::int64_t slots = 1 + static_cast<std::int64_t>(batch) * k;
+  const std::int64_t slots = 1 + static_cast<std::int64_t>(batch) * k + (stats_ ? 2 * batch : 0);
   const std::size_t cbytes = sizeof(Candidate) * static_cast<std::size_t>(slots);
   Communicator& dc = data();
   const bool device = space_->kind() == MemSpace::kDevice;
@@ -570,6 +591,26 @@ std::string SearchProtocol::run_data_path(int batch, int k, bool* ok) {
     if (device) space_->synchronize();
   }
   return msg;
+}
+
+// Rank 0, after a search with stats: every rank's QueryCounts [batch] (behind its candidates in
+// the gathered blocks; one rank: in its own block), summed.
+void SearchProtocol::read_stats(int batch, int k, QueryStats* out) {
+  const int world = world_size();
+  const std::int64_t cand = static_cast<std::int64_t>(batch) * k;
+  const std::int64_t slots = 1 + cand + 2 * batch;
+  std::vector<QueryCounts>& part = counts_host_;
+  for (int q = 0; q < batch; ++q) out[q] = QueryStats{windows_ && windows_[q].count ? 0 : -1, 0, 0};
+  for (int r = 0; r < world; ++r) {
+    const Candidate* block = world == 1 ? local_ : gathered_ + r * slots;
+    space_->to_host(part.data(), block + 1 + cand, static_cast<std::size_t>(batch) * sizeof(QueryCounts), /*wait=*/true);
+    for (int q = 0; q < batch; ++q) {
+      const QueryCounts& c = part[static_cast<std::size_t>(q)];
+      if (out[q].total >= 0) out[q].total += c.within;
+      out[q].passing += c.passing;
+      out[q].scanned += c.scanned;
+    }
+  }
 }
 
 std::vector<Candidate> SearchProtocol::last_local_candidates() {

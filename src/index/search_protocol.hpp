@@ -37,6 +37,8 @@ struct StepHeader {
   std::int32_t batch = 0;
   std::int32_t k = 0;             // kSearch: k; kSnapshot: 1 = nothing new (a step that does nothing)
   std::int32_t filter_bytes = 0;  // kSearch: > 0 when the batch's filters follow in a second broadcast
+  std::int32_t windows = 0;       // kSearch: 1 when each query's QueryWindow [batch] follows in a broadcast
+  std::int32_t stats = 0;         // kSearch: 1 when every rank sends its QueryCounts [batch] with its candidates
 };
 
 /// The update steps of the loop (kWrite, kSnapshot, kResolve, kReplayDone), on followers.
@@ -82,7 +84,9 @@ class SearchProtocol {
 
   // ---- rank 0
   /// One collective search of an admitted batch (ShardedIndex::search / search_async).
-  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts);
+  /// `stats` [batch] (optional): filled when batch.wants_stats().
+  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts,
+              QueryStats* stats = nullptr);
   void search_async(const SearchBatch& batch, std::int64_t* d_ids, float* d_scores);
   /// ShardedIndex::search's host path under inner product and L2: copies `queries`
   /// [batch, dim] float32 into the staging buffer and queues its upload, so that admission
@@ -126,6 +130,7 @@ class SearchProtocol {
   std::string run_data_path(int batch, int k, bool* ok);
   void local_search(int batch, int k);
   void set_status(bool ok);
+  void read_stats(int batch, int k, QueryStats* out);
 
   Metric metric_;
   RowRange rows_;
@@ -162,6 +167,12 @@ class SearchProtocol {
   std::vector<const FilterProgram*> program_ptrs_;
   std::vector<std::int32_t> query_program_;
   FilterBatch filters_;  // the engine's view of the current batch's filters (count 0: none)
+  // The current batch's windows (rank 0: the admitted batch's; followers: windows_buf_) and
+  // whether its ranks send their QueryCounts after their candidates.
+  std::vector<QueryWindow> windows_buf_;
+  const QueryWindow* windows_ = nullptr;
+  bool stats_ = false;
+  std::vector<QueryCounts> counts_host_;  // [batch_max] one rank's counts, read on rank 0
   DeviceAnswer device_answer_;      // set for the duration of one search_async
 };
 

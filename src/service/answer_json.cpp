@@ -75,4 +75,82 @@ void write_search_json(std::string& out, const std::int64_t* ids, const float* s
   out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
+void write_rank_json(std::string& out, const std::int64_t* ranks, const float* scores, int n, std::string_view metric,
+                     std::uint64_t applied_seq, double took_ms) {
+  const std::size_t bound =
+      96 + metric.size() + 2 * kDoubleChars + static_cast<std::size_t>(n) * (kIdChars + 1 + kScoreChars + 1);
+  const std::size_t start = out.size();
+  out.resize(start + bound);
+  char* p = &out[start];
+  char* const end = p + bound;
+  auto put = [&p](std::string_view s) {
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+  };
+  put("{\"applied_seq\":");
+  p = std::to_chars(p, end, applied_seq).ptr;
+  put(",\"metric\":\"");
+  put(metric);
+  put("\",\"ranks\":[");
+  for (int i = 0; i < n; ++i) {
+    if (i) *p++ = ',';
+    p = std::to_chars(p, end, ranks[i]).ptr;
+  }
+  put("],\"scores\":[");
+  for (int i = 0; i < n; ++i) {
+    if (i) *p++ = ',';
+    p = write_score(p, end, scores[i]);
+  }
+  put("],\"took_ms\":");
+  p = std::to_chars(p, end, took_ms).ptr;
+  *p++ = '}';
+  out.resize(static_cast<std::size_t>(p - out.data()));
+}
+
+void write_order_json(std::string& out, const OrderAnswer& a) {
+  if (!out.empty() && out.back() == '}') out.pop_back();
+  char buf[64];
+  auto num = [&](auto v) { out.append(buf, static_cast<std::size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf)); };
+  auto score = [&](float v) { out.append(buf, static_cast<std::size_t>(write_score(buf, buf + sizeof buf, v) - buf)); };
+  auto list = [&](const char* name, auto&& one) {
+    out += ",\"";
+    out += name;
+    out += "\":[";
+    for (int q = 0; q < a.nq; ++q) {
+      if (q) out += ',';
+      one(q);
+    }
+    out += ']';
+  };
+  auto last = [&](int q) { return static_cast<std::size_t>(q) * static_cast<std::size_t>(a.k) + static_cast<std::size_t>(a.counts[q] - 1); };
+  if (!a.count_only)
+    list("kth_score", [&](int q) {
+      if (a.counts[q] > 0) score(a.scores[last(q)]);
+      else out += "null";
+    });
+  out += ",\"applied_seq\":";
+  num(a.applied_seq);
+  if (a.stats) {
+    list("total", [&](int q) {
+      if (a.stats[q].total >= 0) num(a.stats[q].total);
+      else out += "null";
+    });
+    list("rows_scanned", [&](int q) { num(a.stats[q].scanned); });
+    if (a.filtered) list("rows_passing", [&](int q) { num(a.stats[q].passing); });
+    if (!a.count_only)
+      list("next", [&](int q) {
+        if (a.counts[q] < a.k || a.counts[q] == 0) {
+          out += "null";
+          return;
+        }
+        out += '[';
+        score(a.scores[last(q)]);
+        out += ',';
+        num(a.ids[last(q)]);
+        out += ']';
+      });
+  }
+  out += '}';
+}
+
 }  // namespace shardtopk::service

@@ -30,6 +30,7 @@ Batcher::Batcher(SearchBackend& backend, Options opts, Metrics* metrics)
   ids_.resize(bm * static_cast<size_t>(opts_.k_max));
   scores_.resize(ids_.size());
   counts_.resize(bm);
+  stats_.resize(bm);
 }
 
 void Batcher::submit(std::shared_ptr<Job> job, bool was_receiving) {
@@ -95,7 +96,7 @@ bool Batcher::dispatchable(Clock::time_point now) const {
 
 std::vector<std::shared_ptr<Job>> Batcher::take_batch() {
   std::vector<std::shared_ptr<Job>> batch;
-  if (std::holds_alternative<CountersJob>(q_.front()->work)) {
+  if (std::holds_alternative<CountersJob>(q_.front()->work) || std::holds_alternative<RankJob>(q_.front()->work)) {
     batch.push_back(q_.front());
     q_.pop_front();
   } else if (std::holds_alternative<WriteJob>(q_.front()->work)) {  // every queued write: one group commit
@@ -163,6 +164,7 @@ void Batcher::run() {
     // A batch holds one kind of job (take_batch); a RankLost leaves it in running_ for fail_all.
     std::visit(Overloaded{[&](const SearchJob&) { run_searches(batch); },
                           [&](const CountersJob&) { run_counters(batch.front()); },
+                          [&](const RankJob&) { run_rank(batch.front()); },
                           [&](const WriteJob&) { run_writes(batch); }},
                batch.front()->work);
     std::lock_guard<std::mutex> l(m_);
@@ -189,6 +191,34 @@ void Batcher::run_counters(const std::shared_ptr<Job>& job) {
   }
   if (!job->claim()) return;
   std::get<CountersJob>(job->work).counters = std::move(c);
+  job->status = 200;
+  if (job->on_done) job->on_done();
+}
+
+void Batcher::run_rank(const std::shared_ptr<Job>& job) {
+  RankJob& r = std::get<RankJob>(job->work);
+  const int n = static_cast<int>(r.ids.size());
+  std::vector<std::int64_t> ranks(r.ids.size());
+  std::vector<float> scores(r.ids.size());
+  try {
+    backend_.rank(r.query.data(), r.ids.data(), n, r.filter.get(), ranks.data(), scores.data());
+  } catch (const RankLost&) {
+    throw;  // the job stays unanswered in running_: the caller answers it with fail_all
+  } catch (const BatchRejected& e) {
+    answer(*job, 400, e.what());
+    return;
+  } catch (const SearchFailed& e) {
+    answer(*job, 500, std::string("rank failed: ") + e.what());
+    return;
+  } catch (const std::exception& e) {
+    answer(*job, 500, std::string("internal error: ") + e.what());
+    return;
+  }
+  const std::uint64_t seq = backend_.applied_seq();
+  if (!job->claim()) return;
+  r.ranks = std::move(ranks);
+  r.scores = std::move(scores);
+  r.applied_seq = seq;
   job->status = 200;
   if (job->on_done) job->on_done();
 }
@@ -227,7 +257,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
   const int total = composer_.size();
   const auto search_start = Clock::now();
   try {
-    backend_.search(composer_.batch(), ids_.data(), scores_.data(), counts_.data());
+    backend_.search(composer_.batch(), ids_.data(), scores_.data(), counts_.data(), stats_.data());
   } catch (const RankLost&) {
     throw;  // the batch stays unanswered in running_: the caller answers it with fail_all
   } catch (const SearchFailed& e) {
@@ -253,6 +283,7 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     return;
   }
   const auto search_end = Clock::now();
+  const std::uint64_t seq = backend_.applied_seq();
   if (metrics_) metrics_->batch_done(total);
   int row = 0;
   for (const auto& j : batch) {
@@ -263,6 +294,8 @@ void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
     s.ids.assign(ids_.begin() + off, ids_.begin() + off + n);
     s.scores.assign(scores_.begin() + off, scores_.begin() + off + n);
     s.counts.assign(counts_.begin() + (row - s.nq), counts_.begin() + row);
+    if (s.admitted.wants_stats()) s.stats.assign(stats_.begin() + (row - s.nq), stats_.begin() + row);
+    s.applied_seq = seq;
     s.batch_size = total;
     s.search_start = search_start;
     s.search_end = search_end;

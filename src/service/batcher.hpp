@@ -45,6 +45,9 @@ struct SearchJob {
   std::vector<std::int64_t> ids;     ///< [nq, k] best first; past counts[q], padding (kPadId)
   std::vector<float> scores;         ///< [nq, k]
   std::vector<std::int32_t> counts;  ///< [nq] real results per query (k unless a filter passes fewer rows)
+  std::vector<QueryStats> stats;     ///< [nq] when the request has bounds (SearchBatch::wants_stats); else empty
+  std::uint64_t applied_seq = 0;     ///< the last write the answer reflects
+  bool count_only = false;           ///< the request asked for the totals alone
   int batch_size = 0;                ///< queries in the batch it rode in
   /// When the index thread started and ended its batch's search (stage timings).
   std::chrono::steady_clock::time_point search_start, search_end;
@@ -53,6 +56,19 @@ struct SearchJob {
 /// A request for every rank's counters (/metrics): a collective, so it runs on the index thread.
 struct CountersJob {
   std::vector<RankCounters> counters;  ///< [ranks], the answer (status 200)
+};
+
+/// A request for the exact ranks of ids (/v1/rank): two collective searches, so it runs alone
+/// on the index thread (SearchBackend::rank).
+struct RankJob {
+  std::vector<float> query;                    ///< [dim], float32
+  std::vector<std::int64_t> ids;               ///< [n], as the request gave them
+  std::shared_ptr<const FilterProgram> filter;  ///< nullptr: every row
+
+  // ---- the answer (status 200)
+  std::vector<std::int64_t> ranks;  ///< [n] 1-based: 1 + the rows ahead of each id in the order
+  std::vector<float> scores;        ///< [n] each id's score (reported units)
+  std::uint64_t applied_seq = 0;    ///< the last write the answer reflects
 };
 
 /// A write (upsert, delete, snapshot). Writes queued together run one after the other, then
@@ -65,12 +81,12 @@ struct WriteJob {
   std::int64_t seq = -1;   ///< the write's log sequence number (status 200)
 };
 
-/// One unit of work for the index thread: one of the three kinds of request, with what every
+/// One unit of work for the index thread: one of the four kinds of request, with what every
 /// kind has (its answer's status or error, and who is told once it is answered). The front end
 /// fills the request and `on_done`; whoever claims the job writes the answer, then calls
 /// `on_done` (on that thread).
 struct Job {
-  std::variant<SearchJob, CountersJob, WriteJob> work;
+  std::variant<SearchJob, CountersJob, RankJob, WriteJob> work;
   std::chrono::steady_clock::time_point queued;
 
   int status = 0;  ///< HTTP status: 200, or 400 / 500 / 503 ... with `error`
@@ -153,6 +169,7 @@ class Batcher {
   /// Searches `batch`, whose requests composer_ holds.
   void run_searches(const std::vector<std::shared_ptr<Job>>& batch);
   void run_counters(const std::shared_ptr<Job>& job);
+  void run_rank(const std::shared_ptr<Job>& job);
   void run_writes(const std::vector<std::shared_ptr<Job>>& jobs);
   static void answer(Job& j, int status, const std::string& error);
   void wake();  // after a change of what run() waits for (m_ released or held)
@@ -177,6 +194,7 @@ class Batcher {
   std::vector<std::int64_t> ids_;   // [batch_max, k_max]
   std::vector<float> scores_;
   std::vector<std::int32_t> counts_;                // [batch_max]
+  std::vector<QueryStats> stats_;                   // [batch_max]
 };
 
 }  // namespace shardtopk::service

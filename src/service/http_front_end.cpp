@@ -652,6 +652,7 @@ int HttpFrontEnd::on_body_complete(MHD_Connection* c, Request& r) {
 int HttpFrontEnd::on_resumed(MHD_Connection* c, Request& r) {
   return std::visit(Overloaded{[&](SearchJob&) { return answer_search(c, r); },
                                [&](CountersJob&) { return answer_counters(c, r); },
+                               [&](RankJob&) { return answer_rank(c, r); },
                                [&](WriteJob&) { return answer_write(c, r); }},
                     r.job->work);
 }

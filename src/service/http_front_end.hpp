@@ -170,6 +170,7 @@ class HttpFrontEnd {
   int on_info(MHD_Connection* c, Request& r);
   int on_metrics(MHD_Connection* c, Request& r);
   int on_search(MHD_Connection* c, Request& r);
+  int on_rank(MHD_Connection* c, Request& r);
   int on_upsert(MHD_Connection* c, Request& r);
   int on_delete(MHD_Connection* c, Request& r);
   int on_snapshot(MHD_Connection* c, Request& r);
@@ -177,6 +178,7 @@ class HttpFrontEnd {
   // ---- answers of queued jobs, once resumed (http_routes.cpp)
   int answer_search(MHD_Connection* c, Request& r);
   int answer_counters(MHD_Connection* c, Request& r);
+  int answer_rank(MHD_Connection* c, Request& r);
   int answer_write(MHD_Connection* c, Request& r);
 
   // ---- who may call a route (http_guard.cpp)

@@ -30,14 +30,15 @@ constexpr unsigned kGetHead = kGet | kHead;
 }  // namespace
 
 // Every route the service has; a path not here is a 404, a method not in its row a 405.
-// Parameters by route: /v1/search k, batch, filter; /v1/upsert n (its binary form's rows);
+// Parameters by route: /v1/search k, batch, filter; /v1/rank none (its body says everything); /v1/upsert n (its binary form's rows);
 // /v1/delete and /v1/snapshot none (their bodies say everything); GET routes ignore theirs.
-// Roles (with service.auth.keys_file; docs/OPERATIONS.md "Security"): read searches and reads
+// Roles (with service.auth.keys_file; docs/OPERATIONS.md "Security"): read searches, ranks and reads
 // the index's description and metrics (/metrics needs none with service.auth.open_metrics),
 // write changes rows, admin also snapshots; health needs no key.
 //  path            methods   body               binary body_required params             handler           check_headers                role
 const FE::Route FE::kRoutes[] = {
     {"/v1/search",   kPost,    BodyKind::kSearch, true,  true,  "k, batch, filter", &FE::on_search,   nullptr,                     Role::kRead},
+    {"/v1/rank",     kPost,    BodyKind::kSearch, false, true,  "",                 &FE::on_rank,     nullptr,                     Role::kRead},
     {"/v1/upsert",   kPost,    BodyKind::kWrite,  true,  true,  "n",                &FE::on_upsert,   &FE::check_upsert_headers,   Role::kWrite},
     {"/v1/delete",   kPost,    BodyKind::kWrite,  false, true,  "",                 &FE::on_delete,   nullptr,                     Role::kWrite},
     {"/v1/snapshot", kPost,    BodyKind::kWrite,  false, false, "",                 &FE::on_snapshot, nullptr,                     Role::kAdmin},
@@ -130,7 +131,7 @@ int HttpFrontEnd::on_search(MHD_Connection* c, Request& r) {
   auto job = std::make_shared<Job>();
   SearchJob& s = job->work.emplace<SearchJob>();
   try {
-    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes};
+    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes, info_.metric == "l2"};
     SearchBody b;
     if (r.binary) {
       b = parse_binary_search(r.body, shape);
@@ -170,7 +171,9 @@ int HttpFrontEnd::on_search(MHD_Connection* c, Request& r) {
     }
     s.queries = std::move(b.queries);
     s.filter = std::move(b.filter);
-    s.admitted = backend_->admit(s.queries.data(), b.nq, k, s.filter.get());
+    s.admitted = backend_->admit(s.queries.data(), b.nq, k, s.filter.get(), b.bounds.empty() ? nullptr : b.bounds.data(),
+                                 !b.bounds.empty());
+    s.count_only = b.count_only;
     s.nq = b.nq;
     s.k = static_cast<int>(k);
   } catch (const Error& e) {
@@ -207,8 +210,44 @@ int HttpFrontEnd::answer_search(MHD_Connection* c, Request& r) {
     return reply(c, r, 200, std::move(body), "application/octet-stream");
   }
   std::string out;
-  write_search_json(out, j.ids.data(), j.scores.data(), j.counts.data(), j.nq, j.k, info_.metric,
+  const std::vector<std::int32_t> none(j.count_only ? static_cast<std::size_t>(j.nq) : 0, 0);
+  write_search_json(out, j.ids.data(), j.scores.data(), j.count_only ? none.data() : j.counts.data(), j.nq, j.k, info_.metric,
                     ms_between(r.headers_in, Clock::now()));
+  write_order_json(out, OrderAnswer{j.ids.data(), j.scores.data(), j.counts.data(), j.stats.empty() ? nullptr : j.stats.data(),
+                                    j.nq, j.k, j.filter != nullptr, j.count_only, j.applied_seq});
+  return reply(c, r, 200, std::move(out), "application/json");
+}
+
+// ------------------------------------------------------------------------------ rank
+
+int HttpFrontEnd::on_rank(MHD_Connection* c, Request& r) {
+  r.receiving = false;  // from here: submitted, or receiving_end()
+  auto job = std::make_shared<Job>();
+  RankJob& k = job->work.emplace<RankJob>();
+  try {
+    const QueryShape shape{info_.dim, info_.batch_max, &info_.attributes, info_.metric == "l2"};
+    RankBody b = parse_json_rank(r.body, shape);
+    std::string().swap(r.body);
+    k.query = std::move(b.query);
+    k.ids = std::move(b.ids);
+    k.filter = std::move(b.filter);
+    // The query's values, k and the filter are checked here, like a search's; the ids' count
+    // and each id's row, by the index on its thread.
+    backend_->admit(k.query.data(), 1, 1, k.filter.get(), nullptr, /*stats=*/true);
+  } catch (const Error& e) {
+    batcher_->receiving_end();
+    return reply_error(c, r, 400, e.what());
+  }
+  return submit_suspended(c, r, std::move(job), /*was_receiving=*/true);
+}
+
+int HttpFrontEnd::answer_rank(MHD_Connection* c, Request& r) {
+  const Job& job = *r.job;
+  if (job.status != 200) return reply_error(c, r, job.status, job.error, job.status == 503);
+  const RankJob& j = std::get<RankJob>(job.work);
+  std::string out;
+  write_rank_json(out, j.ranks.data(), j.scores.data(), static_cast<int>(j.ranks.size()), info_.metric, j.applied_seq,
+                  ms_between(r.headers_in, Clock::now()));
   return reply(c, r, 200, std::move(out), "application/json");
 }
 

@@ -28,21 +28,38 @@ class IndexBackend final : public SearchBackend {
 
   BackendInfo info() const override { return info_; }
 
-  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter) const override {
-    if (!filter) return index_.admit(queries, nq, k);
+  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter,
+                    const QueryBounds* bounds, bool stats) const override {
+    if (!filter && !bounds && !stats) return index_.admit(queries, nq, k);
     const std::vector<const FilterProgram*> each(static_cast<std::size_t>(std::max(nq, 0)), filter);
-    return index_.admit(queries, nq, k, each.data());
+    return index_.admit(queries, nq, k, filter ? each.data() : nullptr, bounds, stats);
   }
 
-  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts) override {
+  std::uint64_t applied_seq() const override { return index_.update_stats().applied_seq; }
+
+  void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts,
+              QueryStats* stats) override {
     try {
-      index_.search(batch, ids, scores, counts);
+      index_.search(batch, ids, scores, counts, stats);
     } catch (const CommError& e) {
       throw RankLost(e.what());
     } catch (const RemoteError& e) {
       throw SearchFailed(e.what());
     } catch (const Error& e) {
       throw BatchRejected(e.what());  // rank 0 refused the batch; every rank stays in step
+    }
+  }
+
+  void rank(const float* query, const std::int64_t* ids, int n, const FilterProgram* filter, std::int64_t* ranks,
+            float* scores) override {
+    try {
+      index_.rank(query, ids, n, filter, ranks, scores);
+    } catch (const CommError& e) {
+      throw RankLost(e.what());
+    } catch (const RemoteError& e) {
+      throw SearchFailed(e.what());
+    } catch (const Error& e) {
+      throw BatchRejected(e.what());  // rank 0 refused the request; every rank stays in step
     }
   }
 

@@ -157,12 +157,15 @@ class SearchSax final : public nlohmann::json_sax<json> {
 
   bool key(string_t& k) override {
     if (in_filter_) return filter_.key(k) || fail(filter_.error());
-    if (k != "queries" && k != "query" && k != "k" && k != "filter")
-      return fail("unknown field \"" + excerpt(k, 32) + "\" (allowed: queries, query, k, filter)");
+    if (k != "queries" && k != "query" && k != "k" && k != "filter" && !is_order_field(k))
+      return fail("unknown field \"" + excerpt(k, 32) + "\" (allowed: queries, query, k, filter, " +
+                  std::string(kOrderFields) + ")");
     if (!seen_.insert(k).second) return fail("duplicate key \"" + k + "\" in the request object");
     if (seen_.count("queries") && seen_.count("query"))
       return fail("give either \"queries\" (a list of vectors) or \"query\" (one vector), not both");
     field_ = k == "queries" ? Field::kQueries : k == "query" ? Field::kQuery : k == "k" ? Field::kK : Field::kFilter;
+    option_.clear();
+    if (is_order_field(k)) option_ = k;
     return true;
   }
 
@@ -228,6 +231,12 @@ class SearchSax final : public nlohmann::json_sax<json> {
     if (!filter_.done()) return true;
     in_filter_ = false;
     field_ = Field::kNone;
+    if (!option_.empty()) {  // an order field's value, checked once the rows are known
+      out_.order_fields[option_] = filter_.value();
+      filter_ = FilterTree();
+      option_.clear();
+      return true;
+    }
     try {
       out_.has_filter = true;
       out_.filter = compile_request_filter(filter_.value(), shape_.attributes);
@@ -298,6 +307,7 @@ class SearchSax final : public nlohmann::json_sax<json> {
   bool in_list_ = false, in_row_ = false, done_ = false;
   bool in_filter_ = false;
   FilterTree filter_;
+  std::string option_;  // the order field whose value filter_ builds ("" : the filter's)
   int rows_ = 0;
   std::int64_t col_ = 0;
 };
@@ -466,6 +476,10 @@ bool read_fast(simdjson::dom::parser& parser, std::string_view body, bool padded
       } catch (const Error&) {
         return false;
       }
+    } else if (is_order_field(key)) {
+      FilterTree tree;
+      if (out.order_fields.count(std::string(key)) || !feed_filter(tree, field.value) || !tree.done()) return false;
+      out.order_fields[std::string(key)] = tree.value();
     } else {
       return false;  // an unknown field
     }
@@ -504,8 +518,9 @@ bool read_json_search_fast(std::string_view body, const QueryShape& shape, Searc
 
 SearchBody parse_json_search(std::string_view body, const QueryShape& shape, const JsonRead& how) {
   SearchBody out;
-  if (how.fast && read_json_search_fast(body, shape, out, how.readable)) return out;
-  return parse_json_events(body, shape);
+  if (!how.fast || !read_json_search_fast(body, shape, out, how.readable)) out = parse_json_events(body, shape);
+  read_order_fields(out, shape.l2);
+  return out;
 }
 
 RequestFilter parse_filter_text(std::string_view text, const AttributeSchema& attributes) {

@@ -14,7 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include <map>
+
+#include <nlohmann/json.hpp>
+
 #include "shardtopk/filter.hpp"
+#include "shardtopk/search_batch.hpp"
 
 namespace shardtopk::service {
 
@@ -25,6 +30,7 @@ struct QueryShape {
   /// The index's attributes, which filters are compiled against (nullptr: none; filters may
   /// then use ids_in / ids_not_in only).
   const AttributeSchema* attributes = nullptr;
+  bool l2 = false;  ///< the metric is l2: ranges take max_distance (others: min_score)
 };
 
 /// A compiled request filter; nullptr when the request has none, or when its filter passes
@@ -40,7 +46,43 @@ struct SearchBody {
   std::vector<float> queries;  ///< [nq, dim] float32, row-major
   bool has_filter = false;     ///< the body has a "filter" key (null included)
   RequestFilter filter;        ///< compiled once here; applies to every query of the request
+  /// Queries over the total order (docs/SERVING.md "Ranges, pages and ranks"), as read:
+  /// the values of min_score, max_distance, limit, search_after, count_only by name ...
+  std::map<std::string, nlohmann::json> order_fields;
+  /// ... and as checked (read_order_fields): [nq] each query's bounds, or empty (none).
+  std::vector<QueryBounds> bounds;
+  bool count_only = false;  ///< only the totals are answered
 };
+
+/// The order fields a search body may hold, for messages.
+inline constexpr const char* kOrderFields = "min_score, max_distance, limit, search_after, count_only";
+/// Whether `key` is one of them.
+bool is_order_field(std::string_view key);
+
+/// Checks body.order_fields against its rows and the metric, into body.bounds and count_only;
+/// "limit" becomes k. min_score (inner_product, cosine) / max_distance (l2): a number for every
+/// query or a list of nq numbers, rounded to the float32 that keeps exactly the same rows
+/// (min_score upward, max_distance downward). search_after: [score, id] (one query) or a list of
+/// nq such pairs, a previous reply's "next" as written. count_only: a boolean, with a bound.
+/// @throws Error naming the field and value: a non-number, a number outside float32, an id that
+///   is not an int64, the bound of the other metric, a list of the wrong length, limit with k,
+///   count_only without a bound.
+void read_order_fields(SearchBody& body, bool l2);
+
+/// A parsed /v1/rank body.
+struct RankBody {
+  std::vector<float> query;        ///< [dim] float32
+  std::vector<std::int64_t> ids;   ///< [n] as given (repeats allowed), n >= 1
+  RequestFilter filter;            ///< nullptr: none, or one passing every row
+};
+
+/// Parses {"query": [dim numbers], "ids": [int64, ...], "filter": F} (filter optional, null: none;
+/// docs/SERVING.md "Ranges, pages and counts"). The index checks the ids' count and that each
+/// id has a live row (ShardedIndex::rank).
+/// @throws Error naming the field: malformed JSON, a field other than these, a query of the wrong
+///   dimension or with a value that is not a number or is outside float32, ids empty or not a
+///   list of int64 integers (naming the entry), a bad filter ("filter: ...").
+RankBody parse_json_rank(std::string_view body, const QueryShape& shape);
 
 /// Room past the end of a body's bytes with which parse_json_search reads it in place.
 inline constexpr std::size_t kJsonPadding = 64;

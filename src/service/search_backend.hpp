@@ -65,14 +65,30 @@ class SearchBackend {
   /// request's one check (k, the rows, the filter, the values), with the index's wording; the
   /// value points at `queries` and `filter`, which the job keeps until it is answered.
   /// @throws Error naming the problem (answer 400).
-  virtual SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter) const = 0;
+  /// `bounds` [nq] (nullptr: none): each query's bounds in the total order; `stats`: the search
+  /// reports QueryStats.
+  virtual SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter,
+                            const QueryBounds* bounds = nullptr, bool stats = false) const = 0;
 
   /// Blocking search of a batch of admitted requests (BatchComposer) for their k best rows:
   /// ids [batch, k] and scores [batch, k], best first, and counts [batch], the real results of
   /// each query (k, or fewer when fewer rows pass its filter: the rest of its row is padding).
   /// Called from the thread that owns the index (rank 0's main thread: the only thread making
   /// MPI calls). @throws BatchRejected, SearchFailed or RankLost as described above.
-  virtual void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts) = 0;
+  /// `stats` [batch]: filled for a batch that wants them (SearchBatch::wants_stats).
+  virtual void search(const SearchBatch& batch, std::int64_t* ids, float* scores, std::int32_t* counts,
+                      QueryStats* stats) = 0;
+
+  /// Blocking exact ranks of `ids` [n] for one admitted-on-the-spot `query` [dim] among the live
+  /// rows passing `filter` (nullptr: every row): ranks [n] (1 + the rows ahead in the order) and
+  /// scores [n] (reported units). Index thread, as search. @throws BatchRejected for a request
+  /// the index refuses (n out of range, an unknown id named, the query's values; answer 400),
+  /// SearchFailed or RankLost as search.
+  virtual void rank(const float* query, const std::int64_t* ids, int n, const FilterProgram* filter,
+                    std::int64_t* ranks, float* scores) = 0;
+
+  /// The last write the searches so far reflect (0: none, or a read-only index). Index thread.
+  virtual std::uint64_t applied_seq() const { return 0; }
 
   /// Every rank's counters [ranks] (a collective on the same thread as search).
   /// @throws RankLost when a rank is gone.

@@ -121,6 +121,53 @@ TEST_F(Cli, RankThatExitsMidSearchEndsTheJob) {
   EXPECT_THAT(r.err, HasSubstr("rank 1 exits during batch 1")) << r.err;
 }
 
+// Ranges and pages from the command line (inner product, small integers: exact): --min-score's
+// per-query totals (--timings-json) and rows (--out, with counts) are the float64 oracle's; a
+// second page after the first page's last (score, id) continues the order; the other metric's
+// bound and a malformed --search-after are refused naming them.
+TEST_F(Cli, RangesAndPagesFromTheCommandLine) {
+  const std::string cfg = write_config(write_corpus(corpus_), "inner_product");
+  const std::string q = write_queries(queries_, kDim);
+  constexpr int kLimit = 5;
+  const double bound = 3.0;
+  std::vector<std::vector<std::int64_t>> order(kQ);  // each query's whole order, by the oracle
+  std::vector<std::vector<double>> score(kQ);
+  for (int i = 0; i < kQ; ++i)
+    oracle::topk(Metric::kInnerProduct, corpus_.data(), kN, nullptr, queries_.data() + i * kDim, 1, kDim,
+                 static_cast<int>(kN), &order[i], &score[i]);
+  const std::string out = dir_.file("r.h5");
+  const CmdResult r = run(mpi(2) + " search -c " + cfg + " -q " + q + " --min-score 3 --limit " +
+                          std::to_string(kLimit) + " --timings-json " + dir_.file("t.json") + " --out " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("range min_score 3: rows within it per query"));
+  const nlohmann::json t = nlohmann::json::parse(test::read_text(dir_.file("t.json")));
+  std::int64_t rows = 0, cols = 0;
+  const std::vector<std::int64_t> ids = read_int64_matrix(out, "ids", &rows, &cols);
+  ASSERT_EQ(cols, kLimit);
+  const std::vector<std::int64_t> counts = read_int64_vector(out, "counts");
+  ASSERT_EQ(counts.size(), static_cast<size_t>(kQ));
+  for (int i = 0; i < kQ; ++i) {
+    const auto within = std::count_if(score[i].begin(), score[i].end(), [&](double s) { return s >= bound; });
+    EXPECT_EQ(t["totals"][i].get<std::int64_t>(), within) << "query " << i;
+    ASSERT_EQ(counts[i], std::min<std::int64_t>(kLimit, within)) << "query " << i;
+    for (int j = 0; j < counts[i]; ++j) EXPECT_EQ(ids[i * kLimit + j], order[i][j]) << "query " << i << " at " << j;
+  }
+  // page 2 of query 0: after its 4th row
+  const std::string after = nlohmann::json(score[0][3]).dump() + "," + std::to_string(order[0][3]);
+  const CmdResult p = run(mpi(2) + " search -c " + cfg + " -q " + q + " --max-queries 1 --k 6 --search-after " + after +
+                          " --out " + out);
+  ASSERT_EQ(p.rc, 0) << p.err;
+  const std::vector<std::int64_t> page = read_int64_matrix(out, "ids", &rows, &cols);
+  ASSERT_EQ(page.size(), 6u);
+  for (int j = 0; j < 6; ++j) EXPECT_EQ(page[j], order[0][4 + j]) << "page 2 at " << j;
+  CmdResult bad = run(mpi(1) + " search -c " + cfg + " -q " + q + " --max-distance 2");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--max-distance is for l2")) << bad.err;
+  bad = run(mpi(1) + " search -c " + cfg + " -q " + q + " --search-after 0.5");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--search-after '0.5': give SCORE,ID")) << bad.err;
+}
+
 TEST_F(Cli, QueriesWithTheWrongDimensionNameBothDimensions) {
   const std::string cfg = write_config(write_corpus(corpus_));
   const std::string q = write_queries(test::small_ints(3 * 5, 53), 5);

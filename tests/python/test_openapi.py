@@ -106,6 +106,19 @@ class Api(unittest.TestCase):
         counts = np.frombuffer(data, "<i4", 3, offset=12 * 3 * 6)
         self.assertTrue(((counts >= 0) & (counts <= 6)).all())
 
+    def test_rank(self):
+        C, ids, _, _ = serve_fixture.corpus()
+        q = (C[0] + 1).tolist()
+        j = {"Content-Type": "application/json"}
+        _, _, data = self.request("POST", "/v1/search", json.dumps({"query": q, "k": 3}), j, expect=200)
+        top = json.loads(data)["ids"][0]
+        _, _, data = self.request("POST", "/v1/rank", json.dumps({"query": q, "ids": top}), j, expect=200)
+        self.assertEqual(json.loads(data)["ranks"], [1, 2, 3])
+        self.request("POST", "/v1/rank", json.dumps({"query": q, "ids": top, "filter": {"eq": {"tenant": 2}}}), j,
+                     expect=200)
+        self.request("POST", "/v1/rank", json.dumps({"query": q, "ids": [10 ** 15]}), j, expect=400)
+        self.request("POST", "/v1/rank", json.dumps({"query": q}), j, expect=400)
+
     def test_writes(self):
         C, ids, _, _ = serve_fixture.corpus()
         new = np.arange(10**6, 10**6 + 4, dtype=np.int64)

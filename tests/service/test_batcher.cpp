@@ -56,12 +56,13 @@ class FakeBackend final : public SearchBackend {
     i.metric = "inner_product";
     return i;
   }
-  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter) const override {
+  SearchBatch admit(const float* queries, int nq, long long k, const FilterProgram* filter,
+                    const QueryBounds* = nullptr, bool = false) const override {
     const std::vector<const FilterProgram*> each(static_cast<std::size_t>(nq), filter);
     return admission().admit(queries, nq, k, each.data());
   }
 
-  void search(const SearchBatch& b, std::int64_t* ids, float* scores, std::int32_t* counts) override {
+  void search(const SearchBatch& b, std::int64_t* ids, float* scores, std::int32_t* counts, QueryStats*) override {
     const int batch = b.size(), k = b.k();
     const float* q = b.queries();
     {
@@ -88,6 +89,15 @@ class FakeBackend final : public SearchBackend {
     }
   }
   std::vector<RankCounters> rank_counters() override { return {{3, 0.5}, {4, 0.25}}; }
+  // ranks[i] = ids[i] + 1, scores[i] = query[0]; a negative id is refused (as an unknown one).
+  void rank(const float* query, const std::int64_t* ids, int n, const FilterProgram*, std::int64_t* ranks,
+            float* scores) override {
+    for (int i = 0; i < n; ++i) {
+      if (ids[i] < 0) throw BatchRejected("ids: unknown id " + std::to_string(ids[i]));
+      ranks[i] = ids[i] + 1;
+      scores[i] = query[0];
+    }
+  }
 
   void hold(bool h) {
     std::lock_guard<std::mutex> l(m_);
@@ -499,6 +509,36 @@ TEST(Batcher, CountersJobsRunOnTheIndexThread) {
   EXPECT_EQ(counters[1].searches, 4);
   EXPECT_TRUE(be.calls().empty());
   EXPECT_EQ(r.metrics.queue_depth.load(), 0);
+}
+
+// A rank job runs alone on the index thread (no search call), queued searches are still served,
+// and an id the backend refuses answers 400 with its message.
+TEST(Batcher, RankJobsRunAloneOnTheIndexThread) {
+  FakeBackend be;
+  Running r(be);
+  auto rank_job = [](std::vector<std::int64_t> ids) {
+    Tracked t = make_job(0);
+    RankJob j;
+    j.query = {2.5f, 0.0f};
+    j.ids = std::move(ids);
+    t.job->work = std::move(j);
+    return t;
+  };
+  Tracked a = rank_job({4, 0});
+  Tracked s = make_job(3);
+  Tracked bad = rank_job({1, -7});
+  r.batcher.submit(a.job, false);
+  r.batcher.submit(s.job, false);
+  r.batcher.submit(bad.job, false);
+  ASSERT_TRUE(a.answered() && s.answered() && bad.answered());
+  ASSERT_EQ(a.job->status, 200) << a.job->error;
+  const RankJob& ra = std::get<RankJob>(a.job->work);
+  EXPECT_EQ(ra.ranks, (std::vector<std::int64_t>{5, 1}));
+  EXPECT_EQ(ra.scores, (std::vector<float>{2.5f, 2.5f}));
+  expect_own_rows(*s.job, 3);
+  EXPECT_EQ(bad.job->status, 400);
+  EXPECT_EQ(bad.job->error, "ids: unknown id -7");
+  EXPECT_EQ(be.calls().size(), 1u) << "only the search job searched";
 }
 
 }  // namespace

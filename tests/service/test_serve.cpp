@@ -6,7 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
+#include <numeric>
 #include <cstdlib>
 #include <set>
 
@@ -138,6 +141,68 @@ TEST_F(ServeBge, JsonAndBinaryMatchTheOracleAndEachOther) {
   const json j = json::parse(r.body);
   ASSERT_EQ(j["ids"].size(), 1u);
   for (int c = 0; c < kK; ++c) EXPECT_EQ(j["ids"][0][c].get<std::int64_t>(), js.ids[3 * kK + c]);
+}
+
+// Ranges, pages and counts through the JSON route: pages of 10 walked after each reply's "next"
+// equal one top-100 bit for bit; a range at the 37th score returns exactly the rows of the
+// top-100 at or above it, with their number as "total" (also with count_only); the proof fields
+// are there; bad order fields get 400 naming the field, and the service still answers.
+TEST_F(ServeBge, RangesPagesAndCountsOverTheOrder) {
+  const std::vector<float> qv(q(7), q(7) + kDim);
+  auto ask = [&](json body) {
+    body["query"] = qv;
+    const Reply r = post(port(), "/v1/search", body.dump(), "application/json");
+    EXPECT_EQ(r.status, 200) << body.dump().substr(0, 80) << ": " << r.body;
+    return r.status == 200 ? json::parse(r.body) : json();
+  };
+  const json all = ask(json{{"k", 100}});
+  ASSERT_EQ(all["ids"][0].size(), 100u);
+  EXPECT_FALSE(all.contains("rows_scanned"));  // no bound: no stats
+  EXPECT_EQ(all["kth_score"][0], all["scores"][0][99]);
+  json after = nullptr;
+  std::vector<std::int64_t> ids;
+  std::vector<float> scores;
+  for (int page = 0; page < 10; ++page) {
+    json body{{"k", 10}, {"min_score", -2.0}};
+    if (!after.is_null()) body["search_after"] = after;
+    const json j = ask(body);
+    ASSERT_FALSE(j.is_null());
+    EXPECT_EQ(j["total"][0].get<std::int64_t>(), kN) << "every row scores above -2";
+    EXPECT_EQ(j["rows_scanned"][0].get<std::int64_t>(), kN);
+    for (const auto& v : j["ids"][0]) ids.push_back(v.get<std::int64_t>());
+    for (const auto& v : j["scores"][0]) scores.push_back(v.get<float>());
+    after = j["next"][0];
+    ASSERT_TRUE(after.is_array()) << j.dump().substr(0, 200);
+  }
+  ASSERT_EQ(ids.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(ids[static_cast<size_t>(i)], all["ids"][0][i].get<std::int64_t>()) << "position " << i;
+    EXPECT_EQ(scores[static_cast<size_t>(i)], all["scores"][0][i].get<float>()) << "position " << i;
+  }
+  const float bound = all["scores"][0][37].get<float>();
+  std::int64_t within = 0;
+  for (const auto& v : all["scores"][0]) within += v.get<float>() >= bound ? 1 : 0;
+  const json range = ask(json{{"limit", 100}, {"min_score", bound}});
+  EXPECT_EQ(range["total"][0].get<std::int64_t>(), within);
+  ASSERT_EQ(range["ids"][0].size(), static_cast<size_t>(within));
+  for (std::int64_t i = 0; i < within; ++i) EXPECT_EQ(range["ids"][0][i], all["ids"][0][i]);
+  EXPECT_EQ(range["next"][0], nullptr) << "fewer rows than the limit: the range is over";
+  const json count = ask(json{{"count_only", true}, {"min_score", bound}});
+  EXPECT_EQ(count["total"][0].get<std::int64_t>(), within);
+  EXPECT_TRUE(count["ids"][0].empty());
+  for (const auto& [body, word] : std::vector<std::pair<json, std::string>>{
+           {json{{"min_score", "high"}}, "min_score of query 0 must be a number"},
+           {json{{"max_distance", 1.0}}, "\"max_distance\" is for l2"},
+           {json{{"count_only", true}}, "count_only"},
+           {json{{"search_after", json::array({0.5})}}, "search_after of query 0 must be [score, id]"},
+           {json{{"k", 5}, {"limit", 5}}, "give \"limit\" or \"k\""}}) {
+    json b = body;
+    b["query"] = qv;
+    const Reply r = post(port(), "/v1/search", b.dump(), "application/json");
+    EXPECT_EQ(r.status, 400) << b.dump().substr(0, 60);
+    EXPECT_THAT(json::parse(r.body).value("error", ""), HasSubstr(word));
+  }
+  EXPECT_EQ(ask(json{{"k", 100}})["ids"], all["ids"]) << "the service answers as before";
 }
 
 // Each score of a JSON answer, its text read as float32 (strtof) or as a double then rounded to
@@ -711,6 +776,87 @@ TEST(ServeGenerated, ExactIdsOnSmallIntegersAndARankFailureKeepsServing) {
   ASSERT_EQ(kill(srv.ranks().at(0), SIGTERM), 0);
   EXPECT_EQ(srv.wait_exit(10), 0) << srv.log();
   EXPECT_THAT(srv.log(), HasSubstr("testing.fault fail:1:2: injected local search failure"));
+}
+
+// /v1/rank against the float64 oracle on small integers (l2, many ties; 2 ranks): the best and
+// the worst row, tied rows (their rank counts the equal-distance rows of smaller id), a repeated
+// id, the same under a filter (an id the filter drops gets the rank it would have); an unknown id,
+// a wrong-length query, no ids and an unknown field get 400 naming them, and the service goes on.
+TEST(ServeGenerated, RanksOfIdsAreTheOraclesTiesIncluded) {
+  constexpr std::int64_t kN = 301, kDim = 8;
+  test::TempDir dir;
+  const std::vector<float> corpus = test::small_ints(kN * kDim, 91, -2, 2);
+  const std::vector<float> query = test::small_ints(kDim, 92, -2, 2);
+  const std::string path = dir.file("gen.h5");
+  {
+    H5Writer w(path);
+    w.write_f32("train", corpus.data(), kN, kDim);
+    w.close();
+  }
+  Server srv(write_config(dir.path(), path, "l2", 64, 16, 300), dir.path(), 2);
+  ASSERT_TRUE(srv.wait_ready());
+  std::vector<double> d(kN);
+  for (std::int64_t i = 0; i < kN; ++i) {
+    double s = 0;
+    for (std::int64_t c = 0; c < kDim; ++c) {
+      const double x = static_cast<double>(corpus[static_cast<size_t>(i * kDim + c)]) - query[static_cast<size_t>(c)];
+      s += x * x;
+    }
+    d[static_cast<size_t>(i)] = s;
+  }
+  // The oracle's rank of `id` among the rows `pass` keeps: 1 + the rows ahead of it.
+  auto oracle = [&](std::int64_t id, const std::function<bool(std::int64_t)>& pass) {
+    std::int64_t ahead = 0;
+    for (std::int64_t j = 0; j < kN; ++j)
+      if (pass(j) && (d[j] < d[id] || (d[j] == d[id] && j < id))) ++ahead;
+    return 1 + ahead;
+  };
+  std::vector<std::int64_t> order(kN);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return d[a] < d[b] || (d[a] == d[b] && a < b); });
+  std::int64_t tied = -1;  // a row in the middle of the order with an equal-distance row of smaller id before it
+  for (std::int64_t r = kN / 2; r < kN && tied < 0; ++r)
+    if (d[order[r]] == d[order[r - 1]]) tied = order[r];
+  ASSERT_GE(tied, 0) << "the generated rows have no tie";
+  const std::vector<std::int64_t> ids = {order[0], order[kN - 1], tied, order[0]};
+  auto rank = [&](const json& extra) {
+    json body{{"query", query}, {"ids", ids}};
+    body.update(extra);
+    return post(srv.port(), "/v1/rank", body.dump(), "application/json");
+  };
+  const auto all = [](std::int64_t) { return true; };
+  const Reply r = rank(json::object());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["ranks"].size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(j["ranks"][i].get<std::int64_t>(), oracle(ids[i], all)) << "id " << ids[i];
+    EXPECT_EQ(j["scores"][i].get<double>(), d[ids[i]]) << "id " << ids[i];
+  }
+  EXPECT_EQ(j["ranks"][0], 1);
+  EXPECT_EQ(j["ranks"][1], kN);
+  EXPECT_TRUE(j.contains("applied_seq"));
+  // under a filter dropping the best two rows and every other id
+  const std::vector<std::int64_t> dropped = {order[0], order[1], order[7]};
+  auto pass = [&](std::int64_t id) { return id % 2 == 0 && std::find(dropped.begin(), dropped.end(), id) == dropped.end(); };
+  std::vector<std::int64_t> odd;
+  for (std::int64_t i = 1; i < kN; i += 2) odd.push_back(i);
+  odd.insert(odd.end(), dropped.begin(), dropped.end());
+  const Reply f = rank(json{{"filter", {{"ids_not_in", odd}}}});
+  ASSERT_EQ(f.status, 200) << f.body;
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(json::parse(f.body)["ranks"][i].get<std::int64_t>(), oracle(ids[i], pass)) << "filtered, id " << ids[i];
+  for (const auto& [body, word] : std::vector<std::pair<json, std::string>>{
+           {json{{"query", query}, {"ids", {order[3], kN + 4}}}, "unknown id 305"},
+           {json{{"query", std::vector<float>(kDim - 1, 1.0f)}, {"ids", {1}}}, "query must be a list of 8 numbers"},
+           {json{{"query", query}, {"ids", json::array()}}, "ids must be a non-empty list"},
+           {json{{"query", query}, {"ids", {1.5}}}, "ids[0] must be an int64 row id"},
+           {json{{"query", query}, {"ids", {1}}, {"k", 3}}, "unknown field \"k\""}}) {
+    const Reply bad = post(srv.port(), "/v1/rank", body.dump(), "application/json");
+    EXPECT_EQ(bad.status, 400) << body.dump().substr(0, 80) << ": " << bad.body;
+    EXPECT_THAT(json::parse(bad.body).value("error", ""), HasSubstr(word));
+  }
+  EXPECT_EQ(rank(json::object()).body.substr(0, 40), r.body.substr(0, 40)) << "the service answers as before";
 }
 
 // A rank that stalls (a dead peer looks the same): the batch's requests get 503 naming the

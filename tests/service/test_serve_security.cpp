@@ -177,6 +177,14 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
   r = http(port, "POST", "/v1/search", reader.key, search);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(json::parse(r.body)["ids"][0].size(), 5u);
+  // Ranks are reads: the reader's key may ask for them, no key may not.
+  const std::string rank = json{{"query", std::vector<float>(f.q(0), f.q(0) + kDim)},
+                                {"ids", json::parse(r.body)["ids"][0]}}.dump();
+  EXPECT_EQ(http(port, "POST", "/v1/rank", "", rank).status, 401);
+  audited(401, "", "/v1/rank");
+  r = http(port, "POST", "/v1/rank", reader.key, rank);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["ranks"], json::parse("[1,2,3,4,5]")) << "the search's top 5, in order";
   // The scheme without regard to case; two Authorization headers are one too many.
   RawReply raw = raw_request(port, "GET /v1/info HTTP/1.1\r\nHost: x\r\nAuthorization: bearer " + reader.key + "\r\n\r\n");
   EXPECT_EQ(raw.status, 200) << raw.body;
@@ -265,10 +273,10 @@ TEST(ServeSecurity, KeysRolesRevocationAndAudit) {
       EXPECT_FALSE(l["why"].get<std::string>().empty());
     }
   }
-  EXPECT_EQ(lines[9]["seq"], seq1);
-  EXPECT_EQ(lines[9]["rows"], 1);
-  EXPECT_EQ(lines[11]["seq"], seq2);
-  EXPECT_EQ(lines[11]["rows"], 2);
+  EXPECT_EQ(lines[10]["seq"], seq1);
+  EXPECT_EQ(lines[10]["rows"], 1);
+  EXPECT_EQ(lines[12]["seq"], seq2);
+  EXPECT_EQ(lines[12]["rows"], 2);
   EXPECT_EQ(lines[1]["token"], service::to_hex(service::sha256("stk_not_a_key", 13)).substr(0, 8));
   EXPECT_EQ(read_text(f.audit).find(reader.key), std::string::npos) << "no key is ever written";
 }

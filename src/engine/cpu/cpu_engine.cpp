@@ -89,6 +89,7 @@ class CpuEngine final : public Engine {
     sel_stride_ = selection_cap(lim.k_max);
     sel_buf_.assign(static_cast<size_t>(pool_.size()) * lim.batch_max * sel_stride_, pad_candidate());
     sel_state_.assign(static_cast<size_t>(pool_.size()) * lim.batch_max, QueryState{pad_candidate(), 0});
+    within_.assign(static_cast<size_t>(pool_.size()) * lim.batch_max, 0);
     spdlog::info("cpu engine: {}, {} threads", isa_name(isa_), pool_.size());
   }
 
@@ -169,7 +170,9 @@ class CpuEngine final : public Engine {
     }
     if (!filtered && dead)  // deleted rows: every query reads the live mask
       std::fill(query_mask_.begin(), query_mask_.begin() + a.batch, slots_.live_mask().data());
-    run(a.queries, a.batch, a.k, a.out, filtered || dead ? query_mask_.data() : nullptr, spans);
+    const std::uint32_t* const* masks = filtered || dead ? query_mask_.data() : nullptr;
+    run(a.queries, a.batch, a.k, a.out, masks, spans, a.windows);
+    if (a.counts) write_counts(a.batch, masks, a.windows, a.counts);
     if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, nullptr);
   }
 
@@ -247,8 +250,29 @@ class CpuEngine final : public Engine {
   }
 
   /// The batch over the rows of `spans` (block runs, ascending), split among the threads.
+  /// counts[batch]: each thread's window counts summed; passing rows from the query's mask.
+  void write_counts(int batch, const std::uint32_t* const* masks, const QueryWindow* windows,
+                    QueryCounts* counts) const {
+    const std::int64_t hw = slots_.scanned(), live = hw - slots_.dead();
+    for (int b = 0; b < batch; ++b) {
+      QueryCounts c;
+      c.scanned = live;
+      c.passing = masks && masks[b] ? count_bits(masks[b], hw) : live;
+      if (windows)
+        for (int t = 0; t < pool_.size(); ++t) c.within += within_[static_cast<size_t>(t) * limits_.batch_max + b];
+      counts[b] = c;
+    }
+  }
+
+  static std::int64_t count_bits(const std::uint32_t* mask, std::int64_t rows) {
+    std::int64_t n = 0;
+    for (std::int64_t w = 0; w < rows / 32; ++w) n += __builtin_popcount(mask[w]);
+    if (rows % 32) n += __builtin_popcount(mask[rows / 32] & ((1u << (rows % 32)) - 1u));
+    return n;
+  }
+
   void run(const float* queries, int batch, int k, Candidate* out, const std::uint32_t* const* masks,
-           const std::vector<RowRange>& spans) {
+           const std::vector<RowRange>& spans, const QueryWindow* windows) {
     for (int b = 0; b < batch; ++b)
       std::memcpy(&padded_q_[b * dp_], queries + static_cast<std::int64_t>(b) * dim_, sizeof(float) * dim_);
     const int nt = pool_.size();
@@ -264,7 +288,9 @@ class CpuEngine final : public Engine {
                          selection_cap(k),
                          ids_.data(),
                          metric_ == Metric::kL2,
-                         masks};
+                         masks,
+                         windows,
+                         windows ? within_.data() + static_cast<size_t>(t) * limits_.batch_max : nullptr};
       sel.reset(batch);
       const ScanInput in{f32_.data(), u16_.data(), dtype_, metric_ == Metric::kL2, isa_, dp_, padded_q_.data(), batch};
       for (const RowRange& piece : engine_detail::thread_pieces(spans, nt, t, 16)) scan_rows(in, piece.lo, piece.hi, sel);
@@ -308,6 +334,7 @@ class CpuEngine final : public Engine {
   std::int64_t sel_stride_ = 0;         // selection slots per query: selection_cap(k_max)
   std::vector<Candidate> sel_buf_;      // [threads, batch_max, sel_stride_]
   std::vector<QueryState> sel_state_;   // [threads, batch_max]
+  std::vector<std::int64_t> within_;    // [threads, batch_max] rows ahead of each counting window's floor
 };
 
 }  // namespace

@@ -31,16 +31,30 @@ struct Selector {               // one per thread
   const std::int64_t* ids;      // the shard's global ids
   bool l2;                      // scores are distances: rank by -distance
   const std::uint32_t* const* masks = nullptr;  // [batch]: query b's row mask, or nullptr (every row)
+  const QueryWindow* windows = nullptr;         // [batch]: query b's window, or nullptr (every row)
+  std::int64_t* within = nullptr;               // [batch]: rows ahead of a counting window's floor (with windows)
 
   static bool better_c(const Candidate& x, const Candidate& y) { return better(x, y); }
   void reset(int batch) const {
     for (int b = 0; b < batch; ++b) st[b] = QueryState{pad_candidate(), 0};
+    if (within) std::fill(within, within + batch, std::int64_t{0});
   }
   // The current threshold's score in the units of the raw score (distance for l2).
-  float raw_threshold(int b) const { return l2 ? -st[b].thr.score : st[b].thr.score; }
+  // A window that counts lowers it to its floor: every row ahead of the floor must be offered.
+  float raw_threshold(int b) const {
+    float t = st[b].thr.score;
+    if (windows && windows[b].count) t = std::min(t, windows[b].floor.score);
+    return l2 ? -t : t;
+  }
   void offer(int b, std::int64_t row, float s) const {
     if (masks && masks[b] && ((masks[b][row >> 5] >> (row & 31)) & 1u) == 0u) return;  // filtered out
     const Candidate c{l2 ? -s : s, ids[row]};
+    if (windows) {
+      const QueryWindow& w = windows[b];
+      if (!ahead_of_floor(w, c)) return;
+      within[b] += w.count;
+      if (!better(w.after, c)) return;
+    }
     QueryState& q = st[b];
     if (!better(c, q.thr)) return;
     Candidate* a = buf + b * stride;

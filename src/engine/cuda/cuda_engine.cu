@@ -269,6 +269,11 @@ class CudaEngine final : public Engine {
   /// engine's workspace: one on another stream must be ordered after the previous one.
   void search(const SearchArgs& a) override {
     check_search_args(a, limits_);
+    // Windows and counts are selections of the CPU engine's scan; this engine refuses them
+    // rather than answer a bounded query as an unbounded one.
+    SHARDTOPK_EXPECTS(a.windows == nullptr && a.counts == nullptr,
+                      "the CUDA engine does not take ranges, pages, ranks or counts (QueryWindow, QueryCounts); "
+                      "run them with engine.backend: cpu");
     const cudaStream_t s = a.stream ? static_cast<cudaStream_t>(a.stream) : stream_;
     DeviceGuard guard(device_);
     if (a.batch == 0) {  // nothing to search; the epilogue still runs (on an empty list)
