@@ -35,7 +35,7 @@ enum class IndexOp : std::int32_t {
 /// The header of one step.
 struct StepHeader {
   std::int32_t op = 0;  // IndexOp
-  std::int32_t batch = 0;
+  std::int32_t batch = 0;         // kSearch: queries; kSnapshotBlock: the block's rows at most
   std::int32_t k = 0;             // kSearch: k; kSnapshot: 1 = nothing new (a step that does nothing)
   std::int32_t filter_bytes = 0;  // kSearch: > 0 when the batch's filters follow in a second broadcast
 };

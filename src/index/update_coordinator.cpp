@@ -438,7 +438,7 @@ bool UpdateCoordinator::follow_step(const StepHeader& h, bool lock_step) {
       if (op == IndexOp::kSnapshot && h.k == 1) return true;  // nothing new
       try {
         if (op == IndexOp::kSnapshot) begin_snapshot_run();
-        else if (op == IndexOp::kSnapshotBlock) snapshot_block_step(h.k == 1);
+        else if (op == IndexOp::kSnapshotBlock) snapshot_block_step(h.k == 1, h.batch);
         else resolve_filter(nullptr);
       } catch (const RemoteError& e) {
         if (lock_step) throw;

@@ -111,8 +111,8 @@ class UpdateCoordinator final : public UpdateSteps {
   std::optional<SnapshotResult> begin_snapshot_step(const std::string& why);
   /// Every rank: a kSnapshot begin step's work (the view: this rank's live slots at the seq).
   void begin_snapshot_run();
-  /// Every rank: one kSnapshotBlock step (abort: drop the run).
-  void snapshot_block_step(bool abort);
+  /// Every rank: one kSnapshotBlock step of at most `rows` rows (abort: drop the run).
+  void snapshot_block_step(bool abort, std::int64_t rows = 0);
   /// Every rank: before rows are written into `slots`, keeps the rows the running snapshot has
   /// not sent yet, as they were at its seq.
   void preserve_for_snapshot(const std::vector<std::int64_t>& slots);

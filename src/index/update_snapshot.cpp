@@ -13,9 +13,14 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/log.hpp"
 #include "index/update_coordinator.hpp"
@@ -23,8 +28,15 @@
 namespace shardtopk {
 namespace {
 
-constexpr std::int64_t kBlockBytes = 4 << 20;  // float32 row bytes per block: what one step costs a search
-constexpr std::size_t kQueuedBlocks = 8;       // blocks rank 0 holds for its file writer
+// A block is what a search may wait for: rank 0 sizes each so that a step takes about
+// kStepTarget (from the last step's time), between kMinBlockRows rows and kMaxBlockBytes of
+// float32 rows, starting at kFirstBlockBytes.
+constexpr double kStepTargetMs = 1.0;
+constexpr std::int64_t kMinBlockRows = 16;
+constexpr std::int64_t kFirstBlockBytes = 256 << 10;
+constexpr std::int64_t kMaxBlockBytes = 16 << 20;
+constexpr std::size_t kQueuedBlocks = 8;  // blocks rank 0 holds for its file writer
+constexpr int kWriterNice = 10;
 
 /// One block of a snapshot as rank 0 receives it.
 struct Block {
@@ -89,6 +101,9 @@ class SnapshotFileWriter {
 
  private:
   void run() {
+    // Below the index thread: on CPU ranks the file's writing and checksum take the cores the
+    // searches leave (Linux: a thread's own nice value; failure only costs that).
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
     std::unique_lock<std::mutex> l(m_);
     for (;;) {
       cv_.wait(l, [&] { return stop_ || !queue_.empty() || finishing_; });
@@ -163,7 +178,7 @@ struct UpdateCoordinator::SnapshotRun {
   std::vector<std::int64_t> counts;  // [ranks] rows per rank
   int next_rank = 0;                 // the next block: its rank and its first row there
   std::int64_t next_row = 0;
-  std::int64_t block_rows = 1;
+  std::int64_t block_rows = 1;       // rank 0: the next block's rows at most
   std::unordered_map<std::int64_t, KeptRow> kept;  // slot -> its row at seq (not sent yet)
 
   // ---- rank 0
@@ -354,7 +369,7 @@ void UpdateCoordinator::begin_snapshot_run() {
   run->counts.resize(static_cast<std::size_t>(world_size()));
   host_comm_->allgather(&mine, run->counts.data(), sizeof mine);
   for (auto c : run->counts) run->total += c;
-  run->block_rows = std::max<std::int64_t>(1, kBlockBytes / (4 * std::max<std::int64_t>(stats_.dim, 1)));
+  run->block_rows = std::max<std::int64_t>(kMinBlockRows, kFirstBlockBytes / (4 * std::max<std::int64_t>(stats_.dim, 1)));
   bool ok = true;
   std::string msg;
   if (rank() == 0) {
@@ -409,9 +424,19 @@ SnapshotProgress UpdateCoordinator::snapshot_step() {
   if (!run.file->has_room()) return p;
   StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kSnapshotBlock);
+  h.batch = static_cast<std::int32_t>(run.block_rows);
+  const auto t0 = std::chrono::steady_clock::now();
   host_comm_->broadcast(&h, sizeof h, 0);
   try {
-    snapshot_block_step(false);
+    snapshot_block_step(false, h.batch);
+    if (snap_) {  // the next block's rows, for a step of about kStepTargetMs
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const std::int64_t max_rows = std::max<std::int64_t>(kMinBlockRows, kMaxBlockBytes / (4 * std::max<std::int64_t>(stats_.dim, 1)));
+      if (ms > 1.25 * kStepTargetMs || ms < 0.75 * kStepTargetMs)
+        run.block_rows = std::clamp<std::int64_t>(
+            static_cast<std::int64_t>(static_cast<double>(run.block_rows) * kStepTargetMs / std::max(ms, 1e-3)),
+            kMinBlockRows, std::min<std::int64_t>(max_rows, std::numeric_limits<std::int32_t>::max()));
+    }
   } catch (const RemoteError& e) {  // a rank failed to read its rows: the run is dropped everywhere
     p.running = false;
     p.failed = detail::concat("snapshot of seq ", run.seq, " failed: ", e.what());
@@ -445,9 +470,10 @@ void UpdateCoordinator::end_snapshot_run(const SnapshotProgress& p) {
   snap_.reset();
 }
 
-// Every rank: the next block from its owner to rank 0 (a broadcast: every rank knows the counts,
-// so all take part in the same steps), then a status check.
-void UpdateCoordinator::snapshot_block_step(bool abort) {
+// Every rank: the next block (at most `rows` rows, as rank 0's header says) from its owner to
+// rank 0 (a broadcast: every rank knows the counts, so all take part in the same steps), then a
+// status check.
+void UpdateCoordinator::snapshot_block_step(bool abort, std::int64_t rows) {
   if (abort || !snap_) {
     snap_.reset();
     return;
@@ -456,7 +482,7 @@ void UpdateCoordinator::snapshot_block_step(bool abort) {
   const std::int64_t dim = stats_.dim, ncols = static_cast<std::int64_t>(schema_.size());
   const int r = run.next_rank;
   const std::int64_t b0 = run.next_row;
-  const std::int64_t m = std::min(run.block_rows, run.counts[static_cast<std::size_t>(r)] - b0);
+  const std::int64_t m = std::min(std::max<std::int64_t>(rows, 1), run.counts[static_cast<std::size_t>(r)] - b0);
   // [m] ids, [m, dim] float32 (padded to 8 bytes), [ncols, m] attribute value bits
   const std::int64_t vec_bytes = (4 * m * dim + 7) / 8 * 8;
   std::vector<std::uint8_t> block(static_cast<std::size_t>(8 * m + vec_bytes + 8 * ncols * m), 0);
