@@ -353,8 +353,8 @@ std::optional<SnapshotResult> UpdateCoordinator::begin_snapshot_step(const std::
     snap_->by_size = cfg_.storage.snapshot_log_bytes > 0 && st.log_bytes > cfg_.storage.snapshot_log_bytes;
     snap_->by_age = !snap_->by_size;
   }
-  spdlog::info("updates: snapshot of seq {} ({} rows) started{}", snap_->seq, snap_->total,
-               why.empty() ? "" : ": " + why);
+  spdlog::info("updates: {}snapshot of seq {} ({} rows) started", why.empty() ? "" : why + ": ", snap_->seq,
+               snap_->total);
   return std::nullopt;
 }
 

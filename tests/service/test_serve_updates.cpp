@@ -158,7 +158,7 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   EXPECT_THAT(r.body, HasSubstr("NUL byte"));
   r = post(s.port(), "/v1/delete?filter=%7B%7D", R"({"ids":[31]})", "application/json");
   EXPECT_EQ(r.status, 400);
-  EXPECT_THAT(r.body, HasSubstr("unknown query parameter 'filter' (allowed: none on this route)"));
+  EXPECT_THAT(r.body, HasSubstr("unknown query parameter 'filter' (allowed: n)"));
   r = post(s.port(), "/v1/snapshot?batch=3", "", "application/json");
   EXPECT_EQ(r.status, 400);
 
@@ -339,11 +339,40 @@ TEST(ServeUpdates, BinaryUpsertAnswersAsJsonAndRefusesWrongLengths) {
   r = post(s.port(), "/v1/upsert?n=1", binary_upsert({3002}, nan, {0}), bin);
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(r.body, HasSubstr("row id 3002 has a non-finite value"));
-  // Deletes and snapshots stay JSON.
-  r = post(s.port(), "/v1/delete", std::string(8, '\0'), bin);
-  EXPECT_EQ(r.status, 415);
-  EXPECT_THAT(r.body, HasSubstr("takes application/json"));
-  EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 1);
+  // A snapshot takes no body of either type.
+  r = post(s.port(), "/v1/snapshot", "x", bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("takes no body"));
+  // Binary deletes: n little-endian int64 ids, nothing else; the same checks as JSON.
+  auto ids_body = [](const std::vector<std::int64_t>& ids) {
+    return std::string(reinterpret_cast<const char*>(ids.data()), 8 * ids.size());
+  };
+  r = post(s.port(), "/v1/delete", ids_body({3000}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("a binary delete needs the query parameter n (its ids): POST /v1/delete?n=N"));
+  r = post(s.port(), "/v1/delete?n=2", ids_body({3000}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("binary delete body of 8 bytes, but n=2 ids take 16 bytes"));
+  r = post(s.port(), "/v1/delete?n=0", "", bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("n=0: a binary delete needs at least one id"));
+  r = post(s.port(), "/v1/delete?n=1", json{{"ids", {3000}}}.dump(), "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("the query parameter n is for the binary delete"));
+  r = post(s.port(), "/v1/delete?n=2", ids_body({3001, 3001}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("id 3001 appears more than once"));
+  EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 1) << "a refused delete changed the log";
+  r = post(s.port(), "/v1/upsert?n=2", binary_upsert({3100, 3101}, random_floats(2 * kDim, 16), {0, 1}), bin);
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = post(s.port(), "/v1/delete?n=3", ids_body({3100, 3101, 999999}), bin);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["deleted"], 2) << "ids that are not live are not counted";
+  EXPECT_EQ(json::parse(r.body)["seq"], 3);
+  EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 3);
+  r = post(s.port(), "/v1/snapshot", "", bin);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["seq"], 3);
   const std::vector<float> refused = random_floats(2 * kDim, 12);  // the rows of the refused bodies
   EXPECT_EQ(present(s.port(), {3000}, std::vector<float>(refused.begin(), refused.begin() + kDim)),
             (std::vector<bool>{false}));
