@@ -107,35 +107,39 @@ present=$(python3 bench/restart_client.py check "$W/port" "$W/acked")
 check_rc=$?
 kill -KILL -- -$JOB 2>/dev/null
 JOB=0
-replayed=$(records_of serve_after_kill)
 
-# ---- the table (markdown), from bench_updates' JSON lines and the kill run
-python3 - "$OUTDIR" "$after" "${replayed:-0}" "$present" "$ROWS" "$DIM" "$DTYPE" "$ENGINE" "$NP" "$GIT" \
-  "$(grep -c . "$W/acked")" <<'P' | tee "$OUTDIR/restart_table.md"
-import json, sys
-out, after, replayed, present, rows, dim, dtype, engine, np_, git, acked = sys.argv[1:]
+# ---- the table (markdown), from bench_updates' JSON lines, the start-ups' replay lines and the kill run
+python3 - "$OUTDIR" "$after" "$present" "$ROWS" "$DIM" "$DTYPE" "$ENGINE" "$NP" "$GIT" <<'P' | tee "$OUTDIR/restart_table.md"
+import json, re, sys
+out, after, present, rows, dim, dtype, engine, np_, git = sys.argv[1:]
 recs = [json.loads(l) for l in open(f"{out}/bench_updates.jsonl")]
 first = recs[0]
+line = re.compile(r"replayed (\d+) log record\(s\) in ([0-9.]+) s \((\d+) records/s")
+def replays(log):
+    return [(int(a), float(b), int(c)) for a, b, c in line.findall(open(log).read())]
+bench_replays = replays(f"{out}/bench_updates.log")
 print(f"restart table: {rows} x {dim} {dtype}, engine {engine} ({first['device']}), {np_} rank(s); "
       f"{first['time']}; git {git}; host {first['host']}")
 print()
-print("| start | log records replayed | first answer (s) | records/s | acknowledged writes present |")
-print("|---|---:|---:|---:|---|")
+print("| start | log records | first answer (s) | replay (s) | replay records/s | acknowledged writes present |")
+print("|---|---:|---:|---:|---:|---|")
 for r in recs:
     if r["phase"] != "restart":
         continue
     n = r["log_records"]
-    rate = f"{n / r['seconds_to_first_answer']:,.0f}" if n else "-"
+    rep = next((x for x in bench_replays if x[0] == n), None) if n else None
     what = "snapshot only" if n == 0 else f"snapshot + {n:,} records"
-    print(f"| {what} | {n:,} | {r['seconds_to_first_answer']:.2f} | {rate} | - |")
-rep = int(replayed)
-print(f"| after kill -9, immediate restart | {rep:,} | {float(after):.2f} | {rep / float(after):,.0f} | {present} |")
+    print(f"| {what} | {n:,} | {r['seconds_to_first_answer']:.2f} | {rep[1] if rep else 0:.2f} | "
+          f"{f'{rep[2]:,}' if rep else '-'} | - |")
+k = replays(f"{out}/serve_after_kill.log")
+n, s, rate = k[0] if k else (0, 0.0, 0)
+print(f"| after kill -9, immediate restart | {n:,} | {float(after):.2f} | {s:.2f} | {rate:,} | {present} |")
 snap = next((r for r in recs if r["phase"] == "snapshot"), None)
 if snap:
     print()
     print(f"snapshot of {snap['rows']:,} rows while batch-1 searches go on: {snap['seconds']:.1f} s; "
           f"{snap['searches_during']} searches meanwhile, p99 {snap['p99_ms']:.3f} ms against idle "
-          f"{snap['idle_p99_ms']:.3f} ms (x{snap['p99_ratio']:.2f})")
+          f"{snap['idle_p99_ms']:.3f} ms (x{snap['p99_ratio']:.2f}; a step's p99 {snap['step_p99_ms']:.3f} ms)")
 P
 echo "# total $(python3 -c "import sys; print('%.0f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$T0" "$(now)") s; files in $OUTDIR"
 [[ $check_rc -eq 0 ]] || { echo "FAILED: acknowledged writes missing after the restart ($present)"; exit 1; }

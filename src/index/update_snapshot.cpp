@@ -1,4 +1,4 @@
-// Snapshots written while searches go on (docs/STORAGE.md "Snapshots of a serving index").
+// Snapshots written while searches go on (docs/STORAGE.md "Updates", **Snapshots**).
 //
 // The view: one kSnapshot step, after every submitted write is applied, in which each rank notes
 // its live slots; that is the state after the applied seq. The rows then travel to rank 0 one
