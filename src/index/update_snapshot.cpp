@@ -369,7 +369,9 @@ void UpdateCoordinator::begin_snapshot_run() {
   run->counts.resize(static_cast<std::size_t>(world_size()));
   host_comm_->allgather(&mine, run->counts.data(), sizeof mine);
   for (auto c : run->counts) run->total += c;
-  run->block_rows = std::max<std::int64_t>(kMinBlockRows, kFirstBlockBytes / (4 * std::max<std::int64_t>(stats_.dim, 1)));
+  run->block_rows = cfg_.testing.snapshot_block_rows > 0
+                        ? cfg_.testing.snapshot_block_rows
+                        : std::max<std::int64_t>(kMinBlockRows, kFirstBlockBytes / (4 * std::max<std::int64_t>(stats_.dim, 1)));
   bool ok = true;
   std::string msg;
   if (rank() == 0) {
@@ -429,7 +431,7 @@ SnapshotProgress UpdateCoordinator::snapshot_step() {
   host_comm_->broadcast(&h, sizeof h, 0);
   try {
     snapshot_block_step(false, h.batch);
-    if (snap_) {  // the next block's rows, for a step of about kStepTargetMs
+    if (snap_ && cfg_.testing.snapshot_block_rows == 0) {  // the next block's rows, for a step of about kStepTargetMs
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const std::int64_t max_rows = std::max<std::int64_t>(kMinBlockRows, kMaxBlockBytes / (4 * std::max<std::int64_t>(stats_.dim, 1)));
       if (ms > 1.25 * kStepTargetMs || ms < 0.75 * kStepTargetMs)

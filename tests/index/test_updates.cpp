@@ -525,9 +525,10 @@ TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
 // A snapshot written while writes go on (what the service does: start_snapshot, then one
 // snapshot_step between batches) holds exactly the state at its seq: rows replaced, deleted, or
 // whose slots were reused by later inserts before their block was sent are in the file as they
-// were. The writes after its seq stay in the log, and a restart (snapshot + log) answers as before.
+// were, whether their rank had sent none, some or all of its blocks. The writes after its seq stay in the log, and a restart (snapshot + log) answers as before.
 TEST_P(Updates, ASnapshotWrittenWhileWritesGoOnHoldsTheStateAtItsSeq) {
-  const Config cfg = make_config(/*small_ints=*/true);
+  Config cfg = make_config(/*small_ints=*/true);
+  cfg.testing.snapshot_block_rows = 4;  // several blocks per rank: writes land in partly sent ranks
   std::map<std::int64_t, Row> at_view;
   std::uint64_t view_seq = 0;
   test::Answer before;
