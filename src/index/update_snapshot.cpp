@@ -320,15 +320,10 @@ bool UpdateCoordinator::start_snapshot_if_due() {
     return !begin_snapshot_step(why).has_value();
   } catch (const CommError&) {
     throw;
-  } catch (const std::exception& e) {
-    SnapshotProgress p;
-    p.failed = e.what();
-    p.automatic = true;
+  } catch (const std::exception& e) {  // it could not start (the file, a rank): retry later
     const StorageStats st = upd_->storage->stats();
     snap_.reset();
-    // The bookkeeping of end_snapshot_run without a run: retry later.
-    if (cfg_.storage.snapshot_log_bytes > 0 && st.log_bytes > cfg_.storage.snapshot_log_bytes)
-      upd_->auto_snapshot_after_bytes = st.log_bytes + cfg_.storage.snapshot_log_bytes;
+    if (limit > 0 && st.log_bytes > limit) upd_->auto_snapshot_after_bytes = st.log_bytes + limit;
     if (interval > 0) upd_->auto_snapshot_after_s = st.seconds_since_snapshot + interval;
     spdlog::warn("updates: automatic snapshot ({}) failed: {}; the log keeps every record", why, e.what());
     return false;
