@@ -142,7 +142,7 @@ void Batcher::run() {
       bool polled = false;
       for (;;) {
         if (!q_.empty() && dispatchable(Clock::now())) break;
-        if (background_ == 1) {
+        if (background_ == 1 && !closed_) {
           background = true;
           break;
         }
@@ -192,13 +192,15 @@ void Batcher::run() {
                           [&](const CountersJob&) { run_counters(batch.front()); },
                           [&](const WriteJob&) { run_writes(batch); }},
                batch.front()->work);
+    bool closing = false;
     {
       std::lock_guard<std::mutex> l(m_);
       running_.clear();
+      closing = closed_;
     }
     // Background work goes on between batches: one step after each, so that a steady search
-    // load does not hold it up, and a search waits for one step at most.
-    if (background_ != 0) run_background();
+    // load does not hold it up, and a search waits for one step at most. Closing stops it.
+    if (background_ != 0 && !closing) run_background();
   }
 }
 
