@@ -240,8 +240,9 @@ class ShardedIndex {
   /// file from every rank's live rows, then the log records it holds are removed). A snapshot
   /// with nothing new since the last one returns that one. The rows are stored as the engines
   /// hold them (float16 storage: float16; cosine: normalised), so that loading the snapshot
-  /// reproduces every score bit for bit. Searches (on another thread's calls, none here) wait only
-  /// for the steps, not for the file.
+  /// reproduces every score bit for bit. It holds the
+  /// calling thread until the file is committed (no search runs meanwhile); to go on searching
+  /// while it is written, use start_snapshot() and snapshot_step() (what serve does).
   /// @throws WriteError (kReadOnly) or Error (a file failure: the previous snapshot and the full
   ///   log stay) on rank 0; RemoteError on every rank when a rank failed to read its rows.
   SnapshotResult snapshot();
