@@ -13,8 +13,11 @@
 //       against the compacted index (snapshot, then reload of the same live rows).
 //   (d) batch-1 search p50/p99 while one client upserts continuously (replacing rows of (a)
 //       with their own vectors: the live set does not change) against the same index idle.
-//   (e) restart: load_index over the snapshot plus a log of --log-records single-row records,
-//       timed from the call until the first search has answered (and over the snapshot alone).
+//   (e) restart: load_index over the snapshot plus a log of --log-records single-row records
+//       (a comma list: one restart per count), timed from the call until the first search has
+//       answered (and over the snapshot alone).
+//   (f) the snapshot before (e), written while batch-1 searches go on (one snapshot step before
+//       each search, counted in its latency): p50/p99 against the idle p99 of (c).
 //
 // Rows added by (a) hold the generated rows of a pool (id N + j: generated row N + j mod
 // --pool), so an answer can be checked by regenerating rows: #wrong counts sampled answers
@@ -35,6 +38,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/log.hpp"
@@ -388,14 +392,60 @@ struct Run {
     return p;
   }
 
+  // (f) a snapshot written while batch-1 searches go on, as serve's index thread interleaves
+  // them: one snapshot step (a block of rows to rank 0) before each search, and the search's
+  // latency counts that step (what a request arriving during the step waits), until the
+  // snapshot is committed.
+  Phase searches_during_snapshot(ShardedIndex& index, const std::vector<double>& idle) {
+    progress("snapshot while searching");
+    const auto t0 = Clock::now();
+    std::optional<SnapshotResult> done = index.start_snapshot();
+    std::vector<double> lat, step_ms, search_ms;
+    const int nq = static_cast<int>(queries_.size() / spec_.dim);
+    for (int it = 0; !done; ++it) {
+      const auto ts = Clock::now();
+      const SnapshotProgress p = index.snapshot_step();
+      const auto tq = Clock::now();
+      step_ms.push_back(ms_between(ts, tq));
+      SHARDTOPK_EXPECTS(p.failed.empty(), "the snapshot failed: ", p.failed);
+      if (p.done) {
+        done = p.done;
+        break;
+      }
+      const int q = it % nq;
+      index.search(queries_.data() + static_cast<std::size_t>(q) * spec_.dim, 1, f_.k, ids_.data(), scores_.data());
+      lat.push_back(ms_between(ts, Clock::now()));
+      search_ms.push_back(ms_between(tq, Clock::now()));
+    }
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    Phase p = record("snapshot", "rows=" + std::to_string(done->rows) + " B=1 searches");
+    p.rate = static_cast<double>(done->rows) / wall;
+    p.rate_unit = "rows/s";
+    p.p50 = lat.empty() ? NAN : percentile(lat, 50);
+    p.p99 = lat.empty() ? NAN : percentile(lat, 99);
+    p.ratio = p.p99 / percentile(idle, 99);
+    p.rec.update({{"seconds", wall}, {"rows", done->rows}, {"seq", done->seq}, {"path", done->path},
+                  {"searches_during", lat.size()}, {"p50_ms", p.p50}, {"p99_ms", p.p99},
+                  {"step_p50_ms", percentile(step_ms, 50)}, {"step_p99_ms", percentile(step_ms, 99)},
+                  {"search_alone_p99_ms", lat.empty() ? NAN : percentile(search_ms, 99)},
+                  {"idle_p50_ms", percentile(idle, 50)}, {"idle_p99_ms", percentile(idle, 99)}, {"p99_ratio", p.ratio}});
+    progress("snapshot of " + std::to_string(done->rows) + " rows in " + fmt_num(wall, 2) + " s; " +
+             std::to_string(lat.size()) + " searches meanwhile, p99 " + fmt_num(p.p99, 3) + " ms (idle " +
+             fmt_num(percentile(idle, 99), 3) + " ms; a step's p50 " + fmt_num(percentile(step_ms, 50), 3) +
+             " ms, p99 " + fmt_num(percentile(step_ms, 99), 3) + " ms; a search's alone p99 " +
+             fmt_num(lat.empty() ? NAN : percentile(search_ms, 99), 3) + " ms)");
+    return p;
+  }
+
   // (e) records for the restart: `m` single-row upserts replacing rows of (a), submitted in
   // groups of 1000 per apply_writes().
-  double write_log(ShardedIndex& index, const std::vector<float>& pool, std::int64_t added, std::int64_t m) {
+  double write_log(ShardedIndex& index, const std::vector<float>& pool, std::int64_t added, std::int64_t m,
+                   std::int64_t first) {
     std::vector<float> v;
     const auto t0 = Clock::now();
     for (std::int64_t j = 0; j < m;) {
       for (int g = 0; g < 1000 && j < m; ++g, ++j) {
-        std::int64_t id = spec_.rows + j % added;
+        std::int64_t id = spec_.rows + (first + j) % added;
         pool_rows(spec_, pool, spec_.added_pool, id, 1, &v);
         UpsertRows u;
         u.rows = 1;
@@ -447,7 +497,8 @@ int run(MpiSession& mpi, int argc, char** argv) {
   app.add_option("--delete-every", f.delete_every, "delete every n-th corpus row (10: 10 %)")->capture_default_str();
   app.add_option("--concurrent-rows", f.concurrent_rows, "rows per upsert request during searches (phase d)")
       ->capture_default_str();
-  app.add_option("--log-records", f.log_records, "log records replayed at the restart (phase e)")
+  app.add_option("--log-records", f.log_records,
+                 "log records replayed at each restart, comma list, increasing (phase e: one restart per count)")
       ->capture_default_str();
   app.add_option("--pool", f.pool, "distinct generated rows behind the added ids")->capture_default_str();
   app.add_option("-n,--iters", f.iters, "timed searches per search phase")->capture_default_str();
@@ -473,7 +524,14 @@ int run(MpiSession& mpi, int argc, char** argv) {
   std::vector<int> request_rows;
   for (const auto& s : split_commas(f.request_rows)) request_rows.push_back(static_cast<int>(parse_count(s)));
   const std::int64_t upsert_budget = parse_count(f.upsert_rows), delete_per = parse_count(f.delete_ids);
-  const std::int64_t log_records = parse_count(f.log_records), pool_n = parse_count(f.pool);
+  const std::int64_t pool_n = parse_count(f.pool);
+  std::vector<std::int64_t> log_records;  // cumulative: the log's records at each restart
+  for (const auto& c : split_commas(f.log_records)) {
+    log_records.push_back(parse_count(c));
+    SHARDTOPK_EXPECTS(log_records.back() >= 1 && (log_records.size() == 1 || log_records.back() > log_records[log_records.size() - 2]),
+                      "--log-records ", f.log_records, ": counts >= 1, increasing");
+  }
+  SHARDTOPK_EXPECTS(!log_records.empty(), "--log-records is empty");
   SHARDTOPK_EXPECTS(f.writers >= 1 && f.delete_every >= 2 && f.concurrent_rows >= 1 && pool_n >= 1 &&
                         delete_per >= 1 && f.iters >= 1 && f.check_queries >= 0,
                     "--writers, --concurrent-rows, --pool, --delete-ids, -n must be >= 1, --delete-every >= 2");
@@ -550,15 +608,9 @@ int run(MpiSession& mpi, int argc, char** argv) {
                   {"p50_ratio_to_before_deletes", c.ratio}, {"tombstones", index.update_stats().tombstones}});
     phases.push_back(c);
     phases.push_back(run.searches_during_writes(index, pool, added, idle_tomb));
-    run.progress("snapshot");
-    const auto ts = Clock::now();
-    const SnapshotResult snap = index.snapshot();
-    Phase s = run.record("snapshot", "rows=" + std::to_string(snap.rows));
-    s.rate = static_cast<double>(snap.rows) / seconds_since(ts);
-    s.rate_unit = "rows/s";
-    s.rec.update({{"seconds", seconds_since(ts)}, {"rows", snap.rows}, {"seq", snap.seq}});
+    Phase s = run.searches_during_snapshot(index, idle_tomb);
     phases.push_back(s);
-    snapshot_path = snap.path;
+    snapshot_path = s.rec["path"].get<std::string>();
     index.shutdown();
   } else {
     index.follow();
@@ -570,7 +622,18 @@ int run(MpiSession& mpi, int argc, char** argv) {
   MPI_Bcast(path_buf.data(), 4096, MPI_CHAR, 0, MPI_COMM_WORLD);
   cfg.corpus.path = path_buf.data();  // load_index reads the manifest's snapshot
 
-  // ---- (e) restart over the snapshot alone (the compacted index of (c)), then with a log.
+  // ---- (e) restart over the snapshot alone (the compacted index of (c)), then with a log of
+  // each --log-records count (records appended before each restart).
+  auto append_log = [&](ShardedIndex& idx, std::int64_t m, std::int64_t first) {
+    run.progress("writing " + std::to_string(m) + " log records");
+    const double ws = run.write_log(idx, pool, added, m, first);
+    const UpdateStats us = idx.update_stats();
+    Phase w = run.record("log_write", "records=" + std::to_string(m) + " rows/record=1");
+    w.rate = static_cast<double>(m) / ws;
+    w.rate_unit = "records/s";
+    w.rec.update({{"seconds", ws}, {"records", m}, {"log_bytes", us.log_bytes}, {"records_per_s", w.rate}});
+    phases.push_back(w);
+  };
   auto restart = [&](const std::string& what, const std::function<void(ShardedIndex&, double)>& then) {
     MPI_Barrier(MPI_COMM_WORLD);
     run.progress("restart: " + what);
@@ -597,26 +660,25 @@ int run(MpiSession& mpi, int argc, char** argv) {
     r.rec.update({{"seconds_to_first_answer", s}, {"log_records", 0}, {"live_rows", idx.update_stats().live_rows}});
     phases.push_back(r);
     phases.push_back(c);
-    run.progress("writing " + std::to_string(log_records) + " log records");
-    const double ws = run.write_log(idx, pool, added, log_records);
-    const UpdateStats us = idx.update_stats();
-    Phase w = run.record("log_write", "records=" + std::to_string(log_records) + " rows/record=1");
-    w.rate = static_cast<double>(log_records) / ws;
-    w.rate_unit = "records/s";
-    w.rec.update({{"seconds", ws}, {"records", log_records}, {"log_bytes", us.log_bytes}, {"records_per_s", w.rate}});
-    phases.push_back(w);
+    append_log(idx, log_records.front(), 0);
   });
-  restart("snapshot + log", [&](ShardedIndex& idx, double s) {
-    const UpdateStats us = idx.update_stats();
-    Phase r = run.record("restart", "snapshot + " + std::to_string(us.log_records) + " records");
-    r.p50 = s * 1e3;
-    r.rate = static_cast<double>(us.log_records) / s;
-    r.rate_unit = "records/s";
-    r.rec.update({{"seconds_to_first_answer", s}, {"log_records", us.log_records}, {"log_bytes", us.log_bytes},
-                  {"live_rows", us.live_rows}});
-    phases.push_back(r);
-    run.searches(idx, f.check_queries, 0, /*entry=*/2);
-  });
+  for (std::size_t l = 0; l < log_records.size(); ++l) {
+    restart("snapshot + log", [&](ShardedIndex& idx, double s) {
+      const UpdateStats us = idx.update_stats();
+      Phase r = run.record("restart", "snapshot + " + std::to_string(us.log_records) + " records");
+      r.p50 = s * 1e3;
+      r.rate = static_cast<double>(us.log_records) / s;
+      r.rate_unit = "records/s";
+      r.rec.update({{"seconds_to_first_answer", s}, {"log_records", us.log_records}, {"log_bytes", us.log_bytes},
+                    {"live_rows", us.live_rows}});
+      phases.push_back(r);
+      if (l + 1 == log_records.size()) {
+        run.searches(idx, f.check_queries, 0, /*entry=*/2);
+        return;
+      }
+      append_log(idx, log_records[l + 1] - log_records[l], log_records[l]);
+    });
+  }
 
   // ---- the check: every sample against float64 scores over the live rows.
   CheckInfo info;
@@ -638,7 +700,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
     for (int e = 0; e < 3; ++e) {
       total_wrong += checks[static_cast<std::size_t>(e)].wrong;
       for (Phase& p : phases)
-        if (p.name == entry_phase[e] && (e != 2 || p.rec["log_records"].get<std::int64_t>() > 0)) {
+        if (p.name == entry_phase[e] && (e != 2 || p.rec["log_records"].get<std::int64_t>() == log_records.back())) {
           p.wrong = f.check ? checks[static_cast<std::size_t>(e)].wrong : -1;
           p.rec["checked_queries"] = checks[static_cast<std::size_t>(e)].queries;
           p.rec["wrong"] = checks[static_cast<std::size_t>(e)].wrong;
@@ -662,7 +724,8 @@ int run(MpiSession& mpi, int argc, char** argv) {
               << " rows per R; rows added " << added << "; search phases: " << f.iters << " batch-1 searches, k "
               << f.k << "\n"
               << "# ratio: tombstones p50 / before deletes p50; during writes p99 / idle p99; tombstones p50 / "
-                 "compacted p50; restart p50 = seconds to the first answer (ms)\n"
+                 "compacted p50; snapshot p99 (searches during it) / idle p99; restart p50 = seconds to the first answer "
+                 "(ms)\n"
               << table.header();
     for (Phase& p : phases) {
       p.rec.update({{"ranks", world}, {"rows_total", spec.rows}, {"dim", spec.dim}, {"dtype", f.dtype},

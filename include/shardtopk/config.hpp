@@ -87,6 +87,9 @@ struct StorageConfig {
 
 struct TestingConfig {
   FaultSpec fault;
+  /// Rows of every snapshot block (0: each sized for a step of about 1 ms); tests make a small
+  /// corpus take many steps with it.
+  long long snapshot_block_rows = 0;
 };
 
 /// Corpus reading (ReadOptions in corpus_io.hpp). The read threads are engine.threads.

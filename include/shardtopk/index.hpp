@@ -65,6 +65,15 @@ struct SnapshotResult {
   std::int64_t rows = 0;  ///< live rows in it
 };
 
+/// Where a snapshot written in the background stands after one ShardedIndex::snapshot_step().
+struct SnapshotProgress {
+  bool running = false;     ///< a snapshot is still being written
+  bool progressed = false;  ///< the step sent rows or ended the run (false: the file writer is behind)
+  std::optional<SnapshotResult> done;  ///< the snapshot committed at this step
+  std::string failed;  ///< why the snapshot failed at this step ("" none): the previous snapshot and the log stay
+  bool automatic = false;  ///< done or failed: it was started by the snapshot policy
+};
+
 /// The updatable index's state, for /metrics and logs (rank 0; any thread).
 struct UpdateStats {
   bool writable = false;          ///< storage.dir set
@@ -247,17 +256,20 @@ class ShardedIndex {
   /// collective steps (find the rows on every rank, then delete them). Errors as upsert().
   WriteResult remove_matching(const FilterProgram& filter);
 
-  /// Collective: writes a snapshot of the state after every write so far (rank 0 writes the
+  /// Collective: writes a snapshot of the state after every write so far, and returns once it is
+  /// committed (start_snapshot(), then snapshot_step() until done; rank 0 writes the
   /// file from every rank's live rows, then the log records it holds are removed). A snapshot
   /// with nothing new since the last one returns that one. The rows are stored as the engines
   /// hold them (float16 storage: float16; cosine: normalised), so that loading the snapshot
-  /// reproduces every score bit for bit. Searches wait while it is written.
+  /// reproduces every score bit for bit. It holds the
+  /// calling thread until the file is committed (no search runs meanwhile); to go on searching
+  /// while it is written, use start_snapshot() and snapshot_step() (what serve does).
   /// @throws WriteError (kReadOnly) or Error (a file failure: the previous snapshot and the full
   ///   log stay) on rank 0; RemoteError on every rank when a rank failed to read its rows.
   SnapshotResult snapshot();
 
-  /// The snapshot policy (storage.snapshot_log_bytes > 0): collective, one step, like
-  /// snapshot(). Rank 0 takes a snapshot when the log's segments hold more than
+  /// The snapshot policy (storage.snapshot_log_bytes or storage.snapshot_interval_s > 0):
+  /// collective, like snapshot(). Rank 0 takes a snapshot when the log's segments hold more than
   /// storage.snapshot_log_bytes (after applying what was submitted), else broadcasts a step that
   /// does nothing; followers in lock step call it too (or run follow()). With the policy off it
   /// returns at once on every rank, communicating nothing. Returns the snapshot when one was
@@ -265,6 +277,26 @@ class ShardedIndex {
   /// durable whatever happens to it): the log stays whole, and the next try waits until the log
   /// has grown by another storage.snapshot_log_bytes. @throws CommError as upsert().
   std::optional<SnapshotResult> snapshot_if_log_exceeds();
+
+  /// A snapshot written while searches and writes go on (what the service does). Collective:
+  /// rank 0 drives, followers run follow(). start_snapshot() takes the view in one step: every
+  /// submitted write is applied, and each rank notes its live slots at that seq. Each later
+  /// snapshot_step() sends one block of rows (about 4 MiB) to rank 0, whose thread writes and
+  /// commits the file off the index thread; a write applied meanwhile first keeps the rows it
+  /// replaces that the snapshot has not sent yet, so the file holds exactly the state at the
+  /// seq, and the writes after it stay in the log. Returns the current snapshot at once when
+  /// nothing is new (nullopt: started). A running snapshot is finished first (its steps run
+  /// here). @throws as snapshot(); a failure after the start is reported by snapshot_step().
+  std::optional<SnapshotResult> start_snapshot();
+  /// The snapshot policy as snapshot_if_log_exceeds(), starting the snapshot (start_snapshot())
+  /// instead of writing it; nothing while one runs. True when one was started (rank 0).
+  bool start_snapshot_if_due();
+  /// Rank 0, collective when a snapshot runs and the file writer has room (one step): the
+  /// running snapshot's next block, or its end. Not running: returns at once, communicating
+  /// nothing. @throws CommError as upsert().
+  SnapshotProgress snapshot_step();
+  /// Rank 0: a snapshot is being written (started and neither committed nor failed).
+  bool snapshot_running() const;
 
   /// Rank 0, not collective: validates and plans a write and queues it in the log, returning
   /// its seq (rows: as upsert()/remove()) at once; the write is neither durable nor visible

@@ -31,6 +31,9 @@ struct StorageSegmentSummary {
 struct StorageDirSummary {
   std::string dir;
   std::string manifest_error;  ///< why MANIFEST.json could not be read ("" when it was)
+  /// Not a storage directory: no MANIFEST.json, no log segment, no snapshot (nothing in it is
+  /// storage data; a start-up with it as storage.dir makes a fresh one).
+  bool empty = false;
   std::int64_t dim = 0;
   Metric metric = Metric::kInnerProduct;
   std::string snapshot;              ///< the manifest's snapshot file name ("" none: the base is the corpus)
@@ -83,6 +86,9 @@ struct StorageVerifyReport {
   std::vector<std::string> checked;        ///< one line per file that passed its checks
   std::vector<std::string> notes;          ///< what a start-up would tidy, what was not checked
   std::vector<StorageProblem> problems;
+  /// Not a storage directory: no MANIFEST.json, no log segment, no snapshot. Nothing was
+  /// checked and nothing is damaged (`shardtopk storage verify` exits 4, not 1).
+  bool empty = false;
   bool damaged() const;    ///< any kDamage problem
   bool clean() const { return problems.empty(); }
 };

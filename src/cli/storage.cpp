@@ -24,6 +24,7 @@ nlohmann::json info_json(const StorageDirSummary& s) {
   nlohmann::json j;
   j["dir"] = s.dir;
   if (!s.manifest_error.empty()) j["manifest_error"] = s.manifest_error;
+  j["empty"] = s.empty;
   j["dim"] = s.dim;
   j["metric"] = to_string(s.metric);
   j["snapshot"] = s.snapshot.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.snapshot);
@@ -65,7 +66,10 @@ nlohmann::json info_json(const StorageDirSummary& s) {
 
 void print_info(const StorageDirSummary& s) {
   std::printf("storage directory %s\n", s.dir.c_str());
-  if (!s.manifest_error.empty()) std::printf("  manifest   unreadable: %s\n", s.manifest_error.c_str());
+  if (s.empty)
+    std::printf("  manifest   none: not a storage directory (no MANIFEST.json, no log segment, no snapshot)\n");
+  else if (!s.manifest_error.empty())
+    std::printf("  manifest   unreadable: %s\n", s.manifest_error.c_str());
   else std::printf("  manifest   dim %lld, metric %s\n", static_cast<long long>(s.dim), to_string(s.metric).c_str());
   if (!s.snapshot.empty()) {
     std::printf("  snapshot   %s: seq %llu", s.snapshot.c_str(), static_cast<unsigned long long>(s.snapshot_seq));
@@ -128,7 +132,8 @@ int run_storage(const StorageArgs& a) {
     return 0;
   }
   const StorageVerifyReport r = verify_storage_dir(a.dir, a.corpus);
-  const int code = r.damaged() ? 1 : r.clean() ? 0 : 3;
+  // 0 every check passed, 1 damage, 3 only a torn tail, 4 not a storage directory (nothing to check)
+  const int code = r.empty ? 4 : r.damaged() ? 1 : r.clean() ? 0 : 3;
   if (a.json) {
     nlohmann::json j;
     j["dir"] = a.dir;
@@ -138,6 +143,7 @@ int run_storage(const StorageArgs& a) {
     for (const StorageProblem& p : r.problems)
       j["problems"].push_back({{"kind", p.kind == StorageProblem::Kind::kDamage ? "damage" : "torn_tail"},
                                {"file", p.file}, {"what", p.what}});
+    j["empty"] = r.empty;
     j["exit_code"] = code;
     std::cout << j.dump(2) << "\n";
     return code;
@@ -150,7 +156,12 @@ int run_storage(const StorageArgs& a) {
     (dmg ? damaged : torn) += 1;
     std::printf("%s %s%s%s\n", dmg ? "DAMAGED " : "TORN    ", p.file.c_str(), p.file.empty() ? "" : ": ", p.what.c_str());
   }
-  if (code == 0)
+  if (r.empty)
+    std::printf("EMPTY    not a storage directory: no MANIFEST.json, no log segment, no snapshot\n"
+                "storage '%s': holds no storage data, so nothing was verified (nothing is damaged either: a start-up "
+                "with it as storage.dir makes a fresh one); exit 4\n",
+                a.dir.c_str());
+  else if (code == 0)
     std::printf("storage '%s': every check passed\n", a.dir.c_str());
   else if (code == 1)
     std::printf("storage '%s': %d damaged (a start-up refuses it, or a kept file is damaged); exit 1\n", a.dir.c_str(),

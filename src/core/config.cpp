@@ -187,6 +187,9 @@ const std::map<std::string, Setter>& setters() {
                            "(configure with -DSHARDTOPK_FAULT_INJECTION=ON; test builds only)");
          c.testing.fault = v.empty() ? FaultSpec{} : parse_fault(v, w + "key 'testing.fault'");
        }},
+      {"testing.snapshot_block_rows", [](Config& c, const std::string& v, const std::string& w) {
+         c.testing.snapshot_block_rows = parse_int("testing.snapshot_block_rows", v, 0, (1LL << 31) - 1, w);
+       }},
       {"comm.backend", [](Config& c, const std::string& v, const std::string& w) {
          c.comm.backend = parse_comm_backend(v, w + "key 'comm.backend'");
        }},
@@ -582,9 +585,11 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "keep_snapshots" << YAML::Value << c.storage.keep_snapshots;
   out << YAML::Key << "snapshot_interval_s" << YAML::Value << c.storage.snapshot_interval_s;
   out << YAML::EndMap;
-  if (c.testing.fault.kind != FaultSpec::kNone) {
+  if (c.testing.fault.kind != FaultSpec::kNone || c.testing.snapshot_block_rows != 0) {
     out << YAML::Key << "testing" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "fault" << YAML::Value << c.testing.fault.text;
+    if (c.testing.fault.kind != FaultSpec::kNone) out << YAML::Key << "fault" << YAML::Value << c.testing.fault.text;
+    if (c.testing.snapshot_block_rows != 0)
+      out << YAML::Key << "snapshot_block_rows" << YAML::Value << c.testing.snapshot_block_rows;
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

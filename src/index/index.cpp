@@ -231,6 +231,14 @@ std::optional<SnapshotResult> ShardedIndex::snapshot_if_log_exceeds() {
   return impl_->updates.snapshot_if_log_exceeds();
 }
 
+std::optional<SnapshotResult> ShardedIndex::start_snapshot() { return impl_->updates.start_snapshot(); }
+
+bool ShardedIndex::start_snapshot_if_due() { return impl_->updates.start_snapshot_if_due(); }
+
+SnapshotProgress ShardedIndex::snapshot_step() { return impl_->updates.snapshot_step(); }
+
+bool ShardedIndex::snapshot_running() const { return impl_->updates.snapshot_running(); }
+
 WriteResult ShardedIndex::submit_upsert(const UpsertRows& rows) { return impl_->updates.submit_upsert(rows); }
 
 WriteResult ShardedIndex::submit_remove(const std::int64_t* ids, std::int64_t n) {

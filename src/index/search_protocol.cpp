@@ -429,6 +429,7 @@ bool SearchProtocol::follow_one(bool lock_step) {
       return false;
     case IndexOp::kWrite:
     case IndexOp::kSnapshot:
+    case IndexOp::kSnapshotBlock:
     case IndexOp::kResolve:
     case IndexOp::kReplayDone:
       SHARDTOPK_ASSERT(updates_, "update step ", h.op, " on a read-only index");

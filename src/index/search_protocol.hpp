@@ -25,23 +25,24 @@ enum class IndexOp : std::int32_t {
   kShutdown = 3,  ///< followers leave the loop (follow() returns)
   kStats = 4,     ///< every rank all-gathers its RankStats (metrics; not on the search path)
   kWrite = 5,     ///< apply logged writes (planned on rank 0), then a status check on every rank
-  kSnapshot = 6,  ///< every rank sends its live rows to rank 0, which writes a snapshot
+  kSnapshot = 6,  ///< every rank takes the view of a snapshot (its live slots); k = 1: nothing new
   kResolve = 7,   ///< every rank finds its live rows passing a filter (delete by filter)
   kReplayDone = 8,  ///< the start-up replay of the log is over (followers leave it)
+  kSnapshotBlock = 9,  ///< the running snapshot's next block of rows to rank 0; k = 1: the run is dropped
   // room for more: a follower that gets an op it does not know ends the job (CommError)
 };
 
 /// The header of one step.
 struct StepHeader {
   std::int32_t op = 0;  // IndexOp
-  std::int32_t batch = 0;
+  std::int32_t batch = 0;         // kSearch: queries; kSnapshotBlock: the block's rows at most
   std::int32_t k = 0;             // kSearch: k; kSnapshot: 1 = nothing new (a step that does nothing)
   std::int32_t filter_bytes = 0;  // kSearch: > 0 when the batch's filters follow in a second broadcast
   std::int32_t windows = 0;       // kSearch: 1 when each query's QueryWindow [batch] follows in a broadcast
   std::int32_t stats = 0;         // kSearch: 1 when every rank sends its QueryCounts [batch] with its candidates
 };
 
-/// The update steps of the loop (kWrite, kSnapshot, kResolve, kReplayDone), on followers.
+/// The update steps of the loop (kWrite, kSnapshot, kSnapshotBlock, kResolve, kReplayDone), on followers.
 class UpdateSteps {
  public:
   virtual ~UpdateSteps() = default;

@@ -132,6 +132,7 @@ void UpdateCoordinator::apply_ops(const std::vector<WriteOp>& ops, const std::st
           w.n = m;
           w.slots = slots.data();
           w.attributes = colp.empty() ? nullptr : colp.data();
+          preserve_for_snapshot(slots);  // the rows a running snapshot has not sent yet
           engine_->write_rows(w);
           engine_->set_live(slots.data(), m, true);
           for (auto s : slots) u.live[static_cast<std::size_t>(s)] = 1;

@@ -52,17 +52,7 @@ void broadcast_bytes(Communicator& comm, std::vector<std::uint8_t>& buf, int roo
 
 // ------------------------------------------------------------------------------ set-up
 
-UpdateCoordinator::UpdateCoordinator(const Config& cfg, Metric metric, const AttributeSchema& schema,
-                                     const IngestStats& stats, SearchProtocol& protocol)
-    : cfg_(cfg),
-      metric_(metric),
-      schema_(schema),
-      stats_(stats),
-      protocol_(protocol),
-      engine_(&protocol.engine()),
-      host_comm_(&protocol.host()) {}
-
-UpdateCoordinator::~UpdateCoordinator() = default;
+// The constructor and destructor are in update_snapshot.cpp (where SnapshotRun is complete).
 
 std::int64_t UpdateCoordinator::k_limit_rows() const { return upd_ ? upd_->capacity_total : stats_.total_rows; }
 
@@ -441,18 +431,22 @@ bool UpdateCoordinator::follow_step(const StepHeader& h, bool lock_step) {
       return true;
     }
     case IndexOp::kSnapshot:
-    case IndexOp::kResolve:
+    case IndexOp::kSnapshotBlock:
+    case IndexOp::kResolve: {
       SHARDTOPK_ASSERT(upd_, "update step on a read-only index");
-      if (static_cast<IndexOp>(h.op) == IndexOp::kSnapshot && h.k == 1) return true;  // nothing new
+      const auto op = static_cast<IndexOp>(h.op);
+      if (op == IndexOp::kSnapshot && h.k == 1) return true;  // nothing new
       try {
-        if (static_cast<IndexOp>(h.op) == IndexOp::kSnapshot) write_snapshot();
+        if (op == IndexOp::kSnapshot) begin_snapshot_run();
+        else if (op == IndexOp::kSnapshotBlock) snapshot_block_step(h.k == 1, h.batch);
         else resolve_filter(nullptr);
       } catch (const RemoteError& e) {
         if (lock_step) throw;
-        spdlog::warn("rank {}: {} failed: {}", rank(), h.op == static_cast<std::int32_t>(IndexOp::kSnapshot)
-                                                           ? "snapshot" : "delete by filter", e.what());
+        spdlog::warn("rank {}: {} failed: {}", rank(), op == IndexOp::kResolve ? "delete by filter" : "snapshot",
+                     e.what());
       }
       return true;
+    }
     case IndexOp::kReplayDone:
       SHARDTOPK_ASSERT(upd_, "replay step on a read-only index");
       upd_->replay_done = true;

@@ -49,6 +49,10 @@ class UpdateCoordinator final : public UpdateSteps {
   WriteResult remove_matching(const FilterProgram& filter);
   SnapshotResult snapshot();
   std::optional<SnapshotResult> snapshot_if_log_exceeds();
+  std::optional<SnapshotResult> start_snapshot();
+  bool start_snapshot_if_due();
+  SnapshotProgress snapshot_step();
+  bool snapshot_running() const { return snap_ != nullptr; }
   WriteResult submit_upsert(const UpsertRows& rows);
   WriteResult submit_remove(const std::int64_t* ids, std::int64_t n);
   void apply_writes();
@@ -97,7 +101,25 @@ class UpdateCoordinator final : public UpdateSteps {
   void apply_ops(const std::vector<WriteOp>& ops, const std::string& failed = "");
   void publish_norm_bound();
   std::vector<std::int64_t> resolve_filter(const FilterProgram* filter);
-  SnapshotResult write_snapshot();
+
+  // update_snapshot.cpp: snapshots written from a consistent view while searches go on.
+  struct SnapshotRun;
+  /// Rank 0: why the snapshot policy wants a snapshot now ("" when it does not).
+  std::string snapshot_due();
+  /// Rank 0: the begin step (a kSnapshot header: nothing new, or begin). Returns the current
+  /// snapshot when nothing is new; nullopt once a run has begun on every rank.
+  std::optional<SnapshotResult> begin_snapshot_step(const std::string& why);
+  /// Every rank: a kSnapshot begin step's work (the view: this rank's live slots at the seq).
+  void begin_snapshot_run();
+  /// Every rank: one kSnapshotBlock step of at most `rows` rows (abort: drop the run).
+  void snapshot_block_step(bool abort, std::int64_t rows = 0);
+  /// Every rank: before rows are written into `slots`, keeps the rows the running snapshot has
+  /// not sent yet, as they were at its seq.
+  void preserve_for_snapshot(const std::vector<std::int64_t>& slots);
+  /// Rank 0: a finished run's bookkeeping (an automatic one's log line or retry point).
+  void end_snapshot_run(const SnapshotProgress& p);
+  /// Rank 0: the running snapshot's steps until it is committed or failed.
+  SnapshotProgress finish_snapshot();
   void replay_log(std::uint64_t base_seq);
 
   const Config& cfg_;
@@ -109,6 +131,7 @@ class UpdateCoordinator final : public UpdateSteps {
   Communicator* const host_comm_;
   Admission* admission_ = nullptr;
   std::unique_ptr<Updates> upd_;  // nullptr: read-only
+  std::unique_ptr<SnapshotRun> snap_;  // the snapshot being written (declared last: it goes first)
 };
 
 }  // namespace shardtopk

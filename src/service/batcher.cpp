@@ -133,18 +133,39 @@ void Batcher::wake() {
 }
 
 void Batcher::run() {
+  // Background work waits this long when it cannot progress (a snapshot's file writer is behind).
+  constexpr auto kBackgroundWait = std::chrono::milliseconds(2);
   for (;;) {
     std::vector<std::shared_ptr<Job>> batch;
+    bool background = false;
     {
       std::unique_lock<std::mutex> l(m_);
       bool polled = false;
       for (;;) {
+        if (!q_.empty() && dispatchable(Clock::now())) break;
+        if (background_ == 1 && !closed_) {
+          background = true;
+          break;
+        }
+        if (q_.empty() && closed_) {
+          // Deferred writes (a snapshot being written) are not finished: the index goes away.
+          std::vector<std::shared_ptr<Job>> left;
+          left.swap(deferred_);
+          l.unlock();
+          for (const auto& j : left) answer(*j, 503, "the service is shutting down: the snapshot was not completed");
+          return;
+        }
         if (!q_.empty()) {
-          if (dispatchable(Clock::now())) break;
-          cv_.wait_until(l, q_.front()->queued + opts_.window);
+          const auto until = q_.front()->queued + opts_.window;
+          cv_.wait_until(l, background_ == 2 ? std::min(until, Clock::now() + kBackgroundWait) : until);
+          if (background_ == 2) background_ = 1;
           continue;
         }
-        if (closed_) return;
+        if (background_ == 2) {
+          cv_.wait_for(l, kBackgroundWait);
+          background_ = 1;
+          continue;
+        }
         if (!polled && opts_.poll.count() > 0) {
           // Poll a while before sleeping: a request that arrives soon (a client's next one,
           // sent once this answer reached it) is taken without waking a sleeping thread.
@@ -158,8 +179,14 @@ void Batcher::run() {
         }
         cv_.wait(l);
       }
-      batch = take_batch();
-      running_ = batch;
+      if (!background) {
+        batch = take_batch();
+        running_ = batch;
+      }
+    }
+    if (background) {
+      run_background();
+      continue;
     }
     // A batch holds one kind of job (take_batch); a RankLost leaves it in running_ for fail_all.
     std::visit(Overloaded{[&](const SearchJob&) { run_searches(batch); },
@@ -167,8 +194,39 @@ void Batcher::run() {
                           [&](const RankJob&) { run_rank(batch.front()); },
                           [&](const WriteJob&) { run_writes(batch); }},
                batch.front()->work);
+    bool closing = false;
+    {
+      std::lock_guard<std::mutex> l(m_);
+      running_.clear();
+      closing = closed_;
+    }
+    // Background work goes on between batches: one step after each, so that a steady search
+    // load does not hold it up, and a search waits for one step at most. Closing stops it.
+    if (background_ != 0 && !closing) run_background();
+  }
+}
+
+void Batcher::run_background() {
+  if (!opts_.background) {
+    background_ = 0;
+    return;
+  }
+  background_ = opts_.background();  // RankLost: deferred jobs stay for fail_all
+  std::vector<std::shared_ptr<Job>> ready;
+  {
     std::lock_guard<std::mutex> l(m_);
-    running_.clear();
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (std::get<WriteJob>((*it)->work).ready) {
+        ready.push_back(*it);
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& j : ready) {
+    if (!j->claim()) continue;
+    if (j->on_done) j->on_done();
   }
 }
 
@@ -246,10 +304,18 @@ void Batcher::run_writes(const std::vector<std::shared_ptr<Job>>& jobs) {
       }
   }
   for (const auto& j : jobs) {
+    if (std::get<WriteJob>(j->work).deferred) {  // answered by background work (kept until it is ready)
+      {
+        std::lock_guard<std::mutex> l(m_);
+        deferred_.push_back(j);
+      }
+      if (j->status == 200) continue;
+    }
     if (!j->claim()) continue;
     if (j->on_done) j->on_done();
   }
   if (opts_.after_writes) opts_.after_writes();  // RankLost: every job above is answered already
+  background_ = 1;  // a write may have started background work (a snapshot)
 }
 
 void Batcher::run_searches(const std::vector<std::shared_ptr<Job>>& batch) {
@@ -327,6 +393,7 @@ void Batcher::fail_all(int status, const std::string& message) {
     }
     jobs.assign(q_.begin(), q_.end());
     jobs.insert(jobs.end(), running_.begin(), running_.end());
+    jobs.insert(jobs.end(), deferred_.begin(), deferred_.end());
     q_.clear();
     if (metrics_) metrics_->queue_depth.store(0);
   }

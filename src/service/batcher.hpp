@@ -79,6 +79,10 @@ struct WriteJob {
   std::string body;  ///< the answer (JSON)
   std::int64_t rows = -1;  ///< rows upserted, deleted or in the snapshot (status 200), for the audit log
   std::int64_t seq = -1;   ///< the write's log sequence number (status 200)
+  /// Set by `run` when the answer comes later, from background work (Options::background,
+  /// between batches), which sets `ready` once the status and body are written.
+  bool deferred = false;
+  bool ready = false;
 };
 
 /// One unit of work for the index thread: one of the four kinds of request, with what every
@@ -126,6 +130,11 @@ class Batcher {
     std::function<void()> commit_writes;
     /// After a group of write jobs has been answered (WriteBackend::after_commit).
     std::function<void()> after_writes;
+    /// Index thread, between batches and while no batch is due: one step of background work
+    /// (a snapshot's next block). Returns 0 when none remains, 1 after progress, 2 when work
+    /// remains but cannot progress yet (the thread then waits a little, or for a job).
+    /// @throws RankLost when a rank is gone.
+    std::function<int()> background;
     /// How long the index thread polls for work before it sleeps, once the queue is empty
     /// (service.poll_us; 0: it sleeps at once).
     std::chrono::microseconds poll{0};
@@ -172,6 +181,8 @@ class Batcher {
   void run_rank(const std::shared_ptr<Job>& job);
   void run_writes(const std::vector<std::shared_ptr<Job>>& jobs);
   static void answer(Job& j, int status, const std::string& error);
+  /// One step of background work; answers the deferred jobs it made ready.
+  void run_background();
   void wake();  // after a change of what run() waits for (m_ released or held)
 
   SearchBackend& backend_;
@@ -183,6 +194,7 @@ class Batcher {
   std::atomic<std::uint64_t> changes_{0};  // counts wake(): what a polling run() watches
   std::deque<std::shared_ptr<Job>> q_;
   std::vector<std::shared_ptr<Job>> running_;  // the batch being searched
+  std::vector<std::shared_ptr<Job>> deferred_;  // writes answered by background work
   int receiving_ = 0;
   bool closed_ = false;
   bool failed_ = false;
@@ -195,6 +207,7 @@ class Batcher {
   std::vector<float> scores_;
   std::vector<std::int32_t> counts_;                // [batch_max]
   std::vector<QueryStats> stats_;                   // [batch_max]
+  int background_ = 0;  // the last Options::background answer (1: try again now)
 };
 
 }  // namespace shardtopk::service

@@ -174,7 +174,7 @@ class HttpFrontEnd {
   int on_upsert(MHD_Connection* c, Request& r);
   int on_delete(MHD_Connection* c, Request& r);
   int on_snapshot(MHD_Connection* c, Request& r);
-  int check_upsert_headers(MHD_Connection* c, Request& r);
+  int check_write_headers(MHD_Connection* c, Request& r);
   // ---- answers of queued jobs, once resumed (http_routes.cpp)
   int answer_search(MHD_Connection* c, Request& r);
   int answer_counters(MHD_Connection* c, Request& r);

@@ -30,8 +30,9 @@ constexpr unsigned kGetHead = kGet | kHead;
 }  // namespace
 
 // Every route the service has; a path not here is a 404, a method not in its row a 405.
-// Parameters by route: /v1/search k, batch, filter; /v1/rank none (its body says everything); /v1/upsert n (its binary form's rows);
-// /v1/delete and /v1/snapshot none (their bodies say everything); GET routes ignore theirs.
+// Parameters by route: /v1/search k, batch, filter; /v1/rank none (its body says everything);
+// /v1/upsert and /v1/delete n (their binary forms' rows or ids); /v1/snapshot none; GET routes
+// ignore theirs.
 // Roles (with service.auth.keys_file; docs/OPERATIONS.md "Security"): read searches, ranks and reads
 // the index's description and metrics (/metrics needs none with service.auth.open_metrics),
 // write changes rows, admin also snapshots; health needs no key.
@@ -39,9 +40,9 @@ constexpr unsigned kGetHead = kGet | kHead;
 const FE::Route FE::kRoutes[] = {
     {"/v1/search",   kPost,    BodyKind::kSearch, true,  true,  "k, batch, filter", &FE::on_search,   nullptr,                     Role::kRead},
     {"/v1/rank",     kPost,    BodyKind::kSearch, false, true,  "",                 &FE::on_rank,     nullptr,                     Role::kRead},
-    {"/v1/upsert",   kPost,    BodyKind::kWrite,  true,  true,  "n",                &FE::on_upsert,   &FE::check_upsert_headers,   Role::kWrite},
-    {"/v1/delete",   kPost,    BodyKind::kWrite,  false, true,  "",                 &FE::on_delete,   nullptr,                     Role::kWrite},
-    {"/v1/snapshot", kPost,    BodyKind::kWrite,  false, false, "",                 &FE::on_snapshot, nullptr,                     Role::kAdmin},
+    {"/v1/upsert",   kPost,    BodyKind::kWrite,  true,  true,  "n",                &FE::on_upsert,   &FE::check_write_headers,    Role::kWrite},
+    {"/v1/delete",   kPost,    BodyKind::kWrite,  true,  true,  "n",                &FE::on_delete,   &FE::check_write_headers,    Role::kWrite},
+    {"/v1/snapshot", kPost,    BodyKind::kWrite,  true,  false, "",                 &FE::on_snapshot, nullptr,                     Role::kAdmin},
     {"/v1/info",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_info,     nullptr,                     Role::kRead},
     {"/healthz",     kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_health,   nullptr,                     Role::kNone},
     {"/readyz",      kGetHead, BodyKind::kNone,   false, false, "",                 &FE::on_ready,    nullptr,                     Role::kNone},
@@ -258,13 +259,17 @@ int HttpFrontEnd::answer_counters(MHD_Connection* c, Request& r) {
 
 // ------------------------------------------------------------------------------ writes
 
-int HttpFrontEnd::check_upsert_headers(MHD_Connection* c, Request& r) {
+// The binary upsert and delete count their rows or ids in the query parameter n (a JSON body
+// counts its own).
+int HttpFrontEnd::check_write_headers(MHD_Connection* c, Request& r) {
+  const std::string what = std::strcmp(r.route->path, "/v1/upsert") == 0 ? "upsert" : "delete";
+  const std::string counts = what == "upsert" ? "rows" : "ids";
   if (r.binary && r.args.values.count("n") == 0)
-    return reply_error(c, r, 400, std::string("a binary upsert needs the query parameter n (its rows): POST ") +
+    return reply_error(c, r, 400, "a binary " + what + " needs the query parameter n (its " + counts + "): POST " +
                                       r.route->path + "?n=N", true);
   if (!r.binary && r.args.values.count("n") > 0)
-    return reply_error(c, r, 400, "the query parameter n is for the binary upsert (application/octet-stream); a JSON "
-                                  "body counts its own rows", true);
+    return reply_error(c, r, 400, "the query parameter n is for the binary " + what +
+                                      " (application/octet-stream); a JSON body counts its own " + counts, true);
   return -1;
 }
 
@@ -285,7 +290,8 @@ int HttpFrontEnd::on_delete(MHD_Connection* c, Request& r) {
   WriteBackend* w = writer_;
   std::shared_ptr<DeleteBody> body;
   try {
-    body = std::make_shared<DeleteBody>(parse_json_delete(r.body, w->schema()));
+    body = std::make_shared<DeleteBody>(r.binary ? parse_binary_delete(r.body, parse_int_param("n", r.args.values.at("n")))
+                                                  : parse_json_delete(r.body, w->schema()));
   } catch (const Error& e) {
     return reply_error(c, r, 400, e.what());
   }
@@ -293,7 +299,8 @@ int HttpFrontEnd::on_delete(MHD_Connection* c, Request& r) {
 }
 
 int HttpFrontEnd::on_snapshot(MHD_Connection* c, Request& r) {
-  if (r.body.find_first_not_of(" \t\r\n{}") != std::string::npos)
+  // Nothing to say: an empty body of either type, or {} as JSON.
+  if (r.binary ? !r.body.empty() : r.body.find_first_not_of(" \t\r\n{}") != std::string::npos)
     return reply_error(c, r, 400, std::string("POST ") + r.route->path + " takes no body (or {})");
   WriteBackend* w = writer_;
   return submit_write(c, r, [w](Job& j) { w->snapshot(j); });

@@ -1,4 +1,7 @@
 // WriteBackend over ShardedIndex's updates (the only place the service calls them).
+#include <algorithm>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "core/log.hpp"
@@ -77,12 +80,60 @@ class IndexWriter final : public WriteBackend {
     });
   }
 
+  // A snapshot is written while searches go on: its job waits for the snapshot that starts
+  // after it (one already running holds an older state) and is answered by background().
   void snapshot(Job& j) override {
-    run(j, "snapshot", [&] {
-      const SnapshotResult r = index_.snapshot();
-      record(j, r.rows, r.seq);
-      return json{{"path", relative_to(r.path, dir())}, {"seq", r.seq}, {"rows", r.rows}}.dump();
-    });
+    WriteJob& w = std::get<WriteJob>(j.work);
+    waiting_start_.push_back(&j);
+    if (!index_.snapshot_running()) {
+      try {
+        start_for_waiting();
+      } catch (const CommError& e) {
+        throw RankLost(e.what());
+      }
+    }
+    if (!w.ready) {
+      j.status = 200;
+      w.deferred = true;
+    }
+  }
+
+  int background() override {
+    try {
+      if (!index_.snapshot_running()) {
+        if (waiting_start_.empty()) return 0;
+        start_for_waiting();
+        return 1;
+      }
+      const SnapshotProgress p = index_.snapshot_step();
+      if (p.done || !p.failed.empty()) {
+        for (Job* j : waiting_done_) {
+          WriteJob& w = std::get<WriteJob>(j->work);
+          if (p.done) {
+            record(*j, p.done->rows, p.done->seq);
+            w.body = answer(*p.done);
+            j->status = 200;
+          } else {
+            j->status = 500;
+            j->error = internal_error("snapshot", p.failed, dir());
+          }
+          w.ready = true;
+        }
+        waiting_done_.clear();
+      }
+      if (!p.running) return waiting_start_.empty() ? 0 : 1;
+      return p.progressed ? 1 : 2;
+    } catch (const CommError& e) {
+      throw RankLost(e.what());
+    } catch (const std::exception& e) {  // a rank could not read its rows: the run is dropped
+      for (Job* j : waiting_done_) {
+        j->status = 500;
+        j->error = internal_error("snapshot", e.what(), dir());
+        std::get<WriteJob>(j->work).ready = true;
+      }
+      waiting_done_.clear();
+      return waiting_start_.empty() ? 0 : 1;
+    }
   }
 
   void commit() override {
@@ -99,7 +150,7 @@ class IndexWriter final : public WriteBackend {
 
   void after_commit() override {
     try {
-      index_.snapshot_if_log_exceeds();
+      index_.start_snapshot_if_due();
     } catch (const CommError& e) {
       throw RankLost(e.what());
     }
@@ -138,6 +189,46 @@ class IndexWriter final : public WriteBackend {
  private:
   const std::string& dir() const { return info_.storage_dir; }
 
+  static std::string answer(const SnapshotResult& r, const std::string& dir) {
+    return json{{"path", relative_to(r.path, dir)}, {"seq", r.seq}, {"rows", r.rows}}.dump();
+  }
+  std::string answer(const SnapshotResult& r) const { return answer(r, dir()); }
+
+  // Starts the snapshot the jobs in waiting_start_ wait for (none running): answers them at once
+  // when nothing is new or it cannot start, else they wait for it in waiting_done_.
+  void start_for_waiting() {
+    std::vector<Job*> jobs;
+    jobs.swap(waiting_start_);
+    std::optional<SnapshotResult> now;
+    int status = 200;
+    std::string error;
+    try {
+      now = index_.start_snapshot();
+    } catch (const WriteError& e) {
+      status = status_of(e);
+      error = e.what();
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      status = 500;
+      error = internal_error("snapshot", e.what(), dir());
+    }
+    for (Job* j : jobs) {
+      WriteJob& w = std::get<WriteJob>(j->work);
+      if (status == 200 && !now) {
+        waiting_done_.push_back(j);
+        continue;
+      }
+      j->status = status;
+      j->error = error;
+      if (now) {
+        record(*j, now->rows, now->seq);
+        w.body = answer(*now);
+      }
+      w.ready = true;
+    }
+  }
+
   // The rows and seq of an answered write, for the audit log.
   static void record(Job& j, std::int64_t rows, std::uint64_t seq) {
     WriteJob& w = std::get<WriteJob>(j.work);
@@ -163,6 +254,9 @@ class IndexWriter final : public WriteBackend {
 
   ShardedIndex& index_;
   const IndexInfo info_;  // fixed once the index is ready
+  // Snapshot jobs (the batcher keeps them until they are ready): waiting for a snapshot to
+  // start, and waiting for the running one to be committed.
+  std::vector<Job*> waiting_start_, waiting_done_;
 };
 
 }  // namespace

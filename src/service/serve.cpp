@@ -280,6 +280,7 @@ int serve(const Config& cfg, const ServeOptions& opts) {
   bo.poll = std::chrono::microseconds(cfg.service.poll_us);
   bo.commit_writes = [&writer] { writer->commit(); };
   bo.after_writes = [&writer] { writer->after_commit(); };
+  bo.background = [&writer] { return writer->background(); };
   Batcher batcher(*backend, bo, &metrics);
   metrics.set_extra([&writer] { return writer->metrics(); });
   fe->set_writer(writer.get());

@@ -30,8 +30,9 @@ class WriteBackend {
   /// job.error. A 500's error is short: what failed and the file relative to storage.dir; the
   /// full reason goes to rank 0's log (absolute paths and library calls are not for clients).
   /// upsert and delete by ids are only submitted here (durable and visible after commit());
-  /// a delete by filter and a snapshot complete here (they apply what was submitted before
-  /// them first). @throws RankLost when a rank is gone.
+  /// a delete by filter completes here (it applies what was submitted before it first); a
+  /// snapshot takes its view here (the same) and is written by background(), which answers it.
+  /// @throws RankLost when a rank is gone.
   virtual void upsert(const UpsertBody& body, Job& job) = 0;
   virtual void remove(const DeleteBody& body, Job& job) = 0;
   virtual void snapshot(Job& job) = 0;
@@ -43,9 +44,15 @@ class WriteBackend {
   virtual void commit() = 0;
 
   /// Index thread, after a committed group has been answered: the snapshot policy
-  /// (storage.snapshot_log_bytes; ShardedIndex::snapshot_if_log_exceeds), between batches.
-  /// A failed snapshot is logged, never thrown. @throws RankLost when a rank is gone.
+  /// (storage.snapshot_log_bytes, storage.snapshot_interval_s), which starts a snapshot written
+  /// by background(). A failed snapshot is logged, never thrown. @throws RankLost when a rank is gone.
   virtual void after_commit() {}
+
+  /// Index thread, between batches: one step of a snapshot being written (snapshot() defers
+  /// its job to it: WriteJob::deferred, then ready once answered). Returns as
+  /// Batcher::Options::background: 0 nothing left, 1 progress, 2 waiting for the file writer.
+  /// @throws RankLost when a rank is gone.
+  virtual int background() { return 0; }
 
   /// Rows a search can return now, all ranks (any thread).
   virtual std::int64_t live_rows() const = 0;

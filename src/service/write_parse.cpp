@@ -182,6 +182,18 @@ UpsertBody parse_binary_upsert(std::string_view body, long long n, std::int64_t 
   return out;
 }
 
+DeleteBody parse_binary_delete(std::string_view body, long long n) {
+  SHARDTOPK_EXPECTS(n >= 1, "n=", n, ": a binary delete needs at least one id");
+  SHARDTOPK_EXPECTS(static_cast<unsigned long long>(n) <= body.size() / 8 && body.size() == static_cast<std::size_t>(n) * 8,
+                    "binary delete body of ", body.size(), " bytes, but n=", n, " ids take ",
+                    static_cast<unsigned long long>(n) <= body.size() ? std::to_string(8 * n) : std::string("more"),
+                    " bytes: n x 8 (int64 ids, little-endian)");
+  DeleteBody out;
+  out.ids.resize(static_cast<std::size_t>(n));
+  std::memcpy(out.ids.data(), body.data(), body.size());
+  return out;
+}
+
 DeleteBody parse_json_delete(std::string_view body, const AttributeSchema& schema) {
   const json j = parse_bounded(body);
   for (const auto& [key, value] : j.items())

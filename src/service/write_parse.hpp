@@ -1,6 +1,6 @@
 #pragma once
 // Parsing and checking of write request bodies (POST /v1/upsert, /v1/delete): JSON, and the
-// binary form of an upsert.
+// binary forms of an upsert and a delete.
 // Pure functions over bytes and the index's shape; unit-tested in tests/service/test_write_parse.cpp.
 #include <cstdint>
 #include <string>
@@ -48,5 +48,10 @@ struct DeleteBody {
 /// Parses {"ids": [id, ...]} or {"filter": {...}} (the filtered-search language, filter.hpp).
 /// @throws Error as parse_json_upsert, and for a filter that does not compile.
 DeleteBody parse_json_delete(std::string_view body, const AttributeSchema& schema);
+
+/// Parses a binary delete (POST /v1/delete?n=N, application/octet-stream) of `n` ids: n int64,
+/// little-endian, no header. @throws Error naming n and both byte counts when the body is not
+/// exactly 8·n bytes, or when n < 1.
+DeleteBody parse_binary_delete(std::string_view body, long long n);
 
 }  // namespace shardtopk::service

@@ -131,6 +131,7 @@ StorageDirSummary inspect_storage_dir(const std::string& dir) {
   bool have = false;
   if (!l.manifest) {
     out.manifest_error = "no " + std::string(kManifestName);
+    out.empty = l.segments.empty() && l.snapshots.empty();
   } else {
     try {
       m = parse_manifest(read_small_file(dir + "/" + kManifestName), dir + "/" + kManifestName);
@@ -208,8 +209,11 @@ StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string
       damage(kManifestName, detail::concat("missing, but the directory holds ", l.segments.size(),
                                            " log segment(s) and ", l.snapshots.size(),
                                            " snapshot(s): a start-up refuses it (restore the manifest from a backup)"));
-    else
-      damage("", "not a storage directory: no " + std::string(kManifestName) + ", no log segments, no snapshots");
+    else {
+      // Nothing to verify, and nothing damaged: a start-up makes a fresh directory here.
+      r.empty = true;
+      return r;
+    }
   } else {
     try {
       m = parse_manifest(read_small_file(mpath), mpath);

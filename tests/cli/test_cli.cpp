@@ -549,6 +549,18 @@ TEST_F(Cli, StorageInfoAndVerifyReportAndExitByWhatTheyFind) {
   r = run(bin + " storage verify " + dir_.file("absent"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("is not a directory"));
+  // An empty directory is not damaged: it is not a storage directory (exit 4).
+  std::filesystem::create_directories(dir_.file("empty"));
+  r = run(bin + " storage verify " + dir_.file("empty"));
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("EMPTY    not a storage directory"));
+  EXPECT_THAT(r.out, Not(HasSubstr("DAMAGED")));
+  r = run(bin + " storage verify --json " + dir_.file("empty"));
+  EXPECT_EQ(r.rc, 4) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("empty"), true);
+  r = run(bin + " storage info " + dir_.file("empty"));
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("manifest   none: not a storage directory"));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shardtopk/communicator.hpp"
@@ -519,6 +520,86 @@ TEST_P(Updates, RestartFromBaseAndLogThenFromSnapshotAndLogAnswersAsBefore) {
   }
   auto idx = load_index(cfg, false);
   test::expect_bit_identical(search(*idx, 0, kQueries), before, "reopened with its own metric");
+}
+
+// A snapshot written while writes go on (what the service does: start_snapshot, then one
+// snapshot_step between batches) holds exactly the state at its seq: rows replaced, deleted, or
+// whose slots were reused by later inserts before their block was sent are in the file as they
+// were, whether their rank had sent none, some or all of its blocks. The writes after its seq stay in the log, and a restart (snapshot + log) answers as before.
+TEST_P(Updates, ASnapshotWrittenWhileWritesGoOnHoldsTheStateAtItsSeq) {
+  Config cfg = make_config(/*small_ints=*/true);
+  cfg.testing.snapshot_block_rows = 4;  // several blocks per rank: writes land in partly sent ranks
+  std::map<std::int64_t, Row> at_view;
+  std::uint64_t view_seq = 0;
+  test::Answer before;
+  std::string path;
+  {
+    auto idx = load_index(cfg, false);
+    if (g_rank != 0) {
+      idx->follow();  // rank 0 drives: writes, snapshot steps, searches
+    } else {
+      std::vector<std::int64_t> ids, tenants;
+      for (int i = 0; i < 12; ++i) {
+        ids.push_back(5000 + i);
+        tenants.push_back(i % 3);
+      }
+      upsert(*idx, ids, test::small_ints(12 * kDim, 40), tenants);
+      at_view = model_;
+      view_seq = idx->update_stats().applied_seq;
+      ASSERT_FALSE(idx->start_snapshot().has_value()) << "something is new: the snapshot starts";
+      EXPECT_TRUE(idx->snapshot_running());
+      // Before the first block: replace rows, delete rows, and reuse the freed slots.
+      upsert(*idx, {100, 5003}, test::small_ints(2 * kDim, 41), {2, 2});
+      remove(*idx, {103, 5001, 5002, 121});
+      upsert(*idx, {7000, 7001, 7002}, test::small_ints(3 * kDim, 42), {1, 1, 1});
+      SnapshotProgress p;
+      int steps = 0;
+      for (;;) {
+        p = idx->snapshot_step();
+        ++steps;
+        if (!p.running) break;
+        // Between blocks (one block per rank here): more of the same.
+        const std::int64_t id = 7100 + steps;
+        if (steps % 2 == 1) upsert(*idx, {id, 106 + 3 * (steps % 5)}, test::small_ints(2 * kDim, 43 + steps), {0, 1});
+        else remove(*idx, {5004 + steps % 8});
+        if (!p.progressed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ASSERT_LT(steps, 100000) << "the snapshot never ends";
+      }
+      ASSERT_TRUE(p.failed.empty()) << p.failed;
+      ASSERT_TRUE(p.done.has_value());
+      EXPECT_FALSE(idx->snapshot_running());
+      EXPECT_EQ(p.done->seq, view_seq);
+      EXPECT_EQ(p.done->rows, static_cast<std::int64_t>(at_view.size()));
+      path = p.done->path;
+      const UpdateStats st = idx->update_stats();
+      EXPECT_EQ(st.snapshot_seq, view_seq);
+      EXPECT_GT(st.log_records, 0) << "the writes after the view stay in the log";
+      before = search(*idx, 0, kQueries);
+      idx->shutdown();
+    }
+  }
+  if (g_rank == 0) {
+    // The file holds the rows at the view, bit for bit (cosine: as the engines hold them).
+    const std::vector<std::int64_t> ids = read_int64_vector(path, "ids");
+    const HostMatrix rows = read_matrix(path, "train");
+    const std::vector<std::int64_t> tenant = read_int64_vector(path, "attributes/tenant");
+    ASSERT_EQ(ids.size(), at_view.size());
+    ASSERT_EQ(rows.rows, static_cast<std::int64_t>(ids.size()));
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto it = at_view.find(ids[i]);
+      ASSERT_NE(it, at_view.end()) << "id " << ids[i] << " was not live at seq " << view_seq;
+      std::vector<float> want = it->second.v;
+      if (GetParam() == Metric::kCosine) normalize_rows(want.data(), 1, kDim, 0, "row");
+      for (std::int64_t d = 0; d < kDim; ++d)
+        EXPECT_EQ(rows.data[i * kDim + d], want[static_cast<std::size_t>(d)]) << "id " << ids[i] << " column " << d;
+      EXPECT_EQ(tenant[i], it->second.tenant) << "id " << ids[i];
+      at_view.erase(it);
+    }
+  }
+  auto idx = load_index(cfg, false);  // the snapshot, then the log after it
+  const test::Answer after = search(*idx, 0, kQueries);
+  if (g_rank == 0) test::expect_bit_identical(after, before, "restart from the snapshot + the log after it");
+  expect_oracle(*idx, "restart from a snapshot written while writes went on");
 }
 
 TEST_P(Updates, SnapshotPolicyTakesSnapshotsOnceTheLogExceedsItsLimit) {

@@ -134,6 +134,12 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(r["deleted"], len(gone))
         for i in gone:
             del self.model.rows[i]
+        # a million ids in one call (the binary route: 8 MB), one of them live
+        live = sorted(self.model.rows)[0]
+        many = np.concatenate([np.arange(10**6, dtype=np.int64) + 10**12, [live]])
+        r = self.c.delete(many)
+        self.assertEqual(r["deleted"], 1)
+        del self.model.rows[live]
         ids, scores = self.c.search(Q, 20)
         self.expect_exact(Q, 20, ids, scores)
         # the JSON form (attributes that do not cover the schema): the service names what is missing

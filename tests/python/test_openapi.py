@@ -133,10 +133,15 @@ class Api(unittest.TestCase):
         _, _, data = self.request("POST", "/v1/delete", json.dumps({"ids": [int(new[0]), 12345]}),
                                   {"Content-Type": "application/json"}, expect=200)
         self.assertEqual(json.loads(data)["deleted"], 1)
+        _, _, data = self.request("POST", "/v1/delete?n=2", np.array([2 * 10**6, 54321], "<i8").tobytes(),
+                                  {"Content-Type": "application/octet-stream"}, expect=200)
+        self.assertEqual(json.loads(data)["deleted"], 1)
+        self.request("POST", "/v1/delete?n=2", b"\0" * 8, {"Content-Type": "application/octet-stream"}, expect=400)
         self.request("POST", "/v1/delete", json.dumps({"filter": {"eq": {"tenant": 4}}}),
                      {"Content-Type": "application/json"}, expect=200)
         self.request("POST", "/v1/snapshot", None, expect=200)
         self.request("POST", "/v1/snapshot", "{}", {"Content-Type": "application/json"}, expect=200)
+        self.request("POST", "/v1/snapshot", b"", {"Content-Type": "application/octet-stream"}, expect=200)
         # more new rows than the free slots (100 at start over both ranks, and the deleted ones): 507
         many = np.arange(3 * 10**6, 3 * 10**6 + 300, dtype=np.int64)
         body = json.dumps({"ids": many.tolist(), "vectors": np.ones((300, D)).tolist(),
@@ -165,7 +170,6 @@ class Api(unittest.TestCase):
             status, headers, _ = self.request(method, path, "{}" if method != "GET" else None, j, expect=405)
             self.assertIn("Allow", headers)
         self.request("POST", "/v1/search", "k=5", {"Content-Type": "text/plain"}, expect=415)
-        self.request("POST", "/v1/delete", b"\0", {"Content-Type": "application/octet-stream"}, expect=415)
         self.request("GET", "/healthz", None, {"X-%d" % i: "x" for i in range(120)}, expect=431)
         # 411 and 413: no length; a length over the limit (refused before the body)
         for path in ("/v1/search", "/v1/upsert"):

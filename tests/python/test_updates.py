@@ -185,6 +185,34 @@ class UpdateTests(unittest.TestCase):
             apply(index, model, ("upsert", np.array([7, 3]), C[:2], np.array([1, 1])))
             self.check(index, model, Q, "two rows after deleting everything")
 
+    def test_many_rows_per_call(self):
+        """upsert takes [n, d] rows and remove [n] ids in one call each (one log record each, no
+        loop in Python): 100k rows in, then a million ids out, against the oracle."""
+        C, ids, tenant, Q = corpus(n=50)
+        n = 100_000
+        rng = np.random.default_rng(17)
+        new_ids = np.arange(10**9, 10**9 + n, dtype=np.int64)
+        rows = rng.integers(-2, 3, size=(n, D)).astype(np.float32)
+        tenants = np.arange(n, dtype=np.int64) % 7
+        with tempfile.TemporaryDirectory() as tmp, \
+                cpu_index(C, ids, tenant, storage__dir=tmp, storage__capacity_rows=n + 1000) as index:
+            seq0 = index.info()["applied_seq"]
+            r = index.upsert(new_ids, rows, attributes={"tenant": tenants})
+            self.assertEqual(r, {"upserted": n, "seq": seq0 + 1})
+            self.assertEqual(index.info()["live_rows"], 50 + n)
+            allC = np.concatenate([C, rows])
+            allids = np.concatenate([ids, new_ids])
+            got_ids, got_s = index.search(Q, 10)
+            self.assertEqual(oracle.problems(got_ids, got_s, allC, allids, Q, 10, index.info()["metric"], exact=True), [])
+            # a million ids: every new row, two old ones, and ids that are not live
+            many = np.concatenate([new_ids, ids[:2], np.arange(2 * 10**9, 2 * 10**9 + 10**6 - n - 2, dtype=np.int64)])
+            self.assertEqual(len(many), 10**6)
+            r = index.remove(many)
+            self.assertEqual(r, {"deleted": n + 2, "seq": seq0 + 2})
+            self.assertEqual(index.info()["live_rows"], 48)
+            got_ids, got_s = index.search(Q, 10)
+            self.assertEqual(oracle.problems(got_ids, got_s, C[2:], ids[2:], Q, 10, index.info()["metric"], exact=True), [])
+
     def test_snapshot_policy(self):
         C, ids, tenant, Q = corpus(n=60)
         model = Model(C, ids, tenant)

@@ -496,6 +496,66 @@ TEST(Batcher, APollingIndexThreadTakesNewJobsAndStops) {
   t2.join();
 }
 
+// A write answered by background work (a snapshot: WriteJob::deferred): searches queued while the
+// background cannot progress (2) or while it steps (1) are answered, the write only once a step
+// makes it ready; a deferred write still pending at close() gets 503.
+TEST(Batcher, ADeferredWriteIsAnsweredByBackgroundStepsWhileSearchesGoOn) {
+  FakeBackend be;
+  Metrics metrics;
+  Batcher::Options o{4, 8, kDim, 1ms, 64};
+  std::atomic<bool> release{false};
+  std::atomic<int> steps{0};
+  Job* pending = nullptr;  // index thread only
+  o.background = [&]() -> int {
+    if (!pending) return 0;
+    if (!release.load()) return 2;  // the file writer is behind
+    if (++steps < 5) return 1;
+    WriteJob& w = std::get<WriteJob>(pending->work);
+    w.body = "done";
+    w.ready = true;
+    pending = nullptr;
+    return 0;
+  };
+  auto b = std::make_unique<Batcher>(be, o, &metrics);
+  std::thread t([&] { b->run(); });
+  auto make_write = [&](bool defer) {
+    Tracked w = make_job(0);
+    w.job->work = WriteJob{[&pending, defer](Job& j) {
+                             j.status = 200;
+                             if (!defer) return;
+                             std::get<WriteJob>(j.work).deferred = true;
+                             pending = &j;
+                           },
+                           {}};
+    return w;
+  };
+  Tracked w = make_write(true);
+  b->submit(w.job, false);
+  for (int i = 0; i < 3; ++i) {
+    Tracked s = make_job(10 + i);
+    b->submit(s.job, false);
+    ASSERT_TRUE(s.answered()) << "a search waited for the deferred write";
+    expect_own_rows(*s.job, 10 + i);
+  }
+  EXPECT_FALSE(w.answered(50ms)) << "answered before the background made it ready";
+  release = true;
+  ASSERT_TRUE(w.answered());
+  EXPECT_EQ(w.job->status, 200);
+  EXPECT_EQ(std::get<WriteJob>(w.job->work).body, "done");
+  EXPECT_EQ(steps.load(), 5);
+  EXPECT_EQ(w.answers->load(), 1);
+  // Pending at close: 503.
+  release = false;
+  Tracked w2 = make_write(true);
+  b->submit(w2.job, false);
+  std::this_thread::sleep_for(20ms);
+  b->close();
+  t.join();
+  ASSERT_TRUE(w2.answered(1s));
+  EXPECT_EQ(w2.job->status, 503);
+  EXPECT_THAT(w2.job->error, HasSubstr("the snapshot was not completed"));
+}
+
 TEST(Batcher, CountersJobsRunOnTheIndexThread) {
   FakeBackend be;
   Running r(be);

@@ -44,7 +44,10 @@ TEST(Routes, MethodsBodiesAndParameters) {
   EXPECT_STREQ(FE::find_route("/v1/search")->params, "k, batch, filter");
   EXPECT_STREQ(FE::find_route("/v1/upsert")->params, "n");
   EXPECT_TRUE(FE::find_route("/v1/upsert")->binary);
-  EXPECT_FALSE(FE::find_route("/v1/delete")->binary);
+  EXPECT_TRUE(FE::find_route("/v1/delete")->binary);
+  EXPECT_STREQ(FE::find_route("/v1/delete")->params, "n");
+  EXPECT_TRUE(FE::find_route("/v1/snapshot")->binary);  // an empty body of either type
+  EXPECT_STREQ(FE::find_route("/v1/snapshot")->params, "");
   EXPECT_FALSE(FE::find_route("/v1/snapshot")->body_required);  // no body, no length needed
   for (const char* w : {"/v1/upsert", "/v1/delete", "/v1/snapshot"}) EXPECT_EQ(FE::find_route(w)->body, BodyKind::kWrite);
 }

@@ -5,6 +5,7 @@
 //    bodies get 400, exhausted capacity 507, a read-only service 409; /metrics and /v1/info
 //    report the update counters.
 //  UpdateCrash: SIGKILL of rank 0 (one rank) and of rank 0 or the follower (two ranks) at random
+//    (with snapshots being requested throughout, so that kills land while they are written)
 //    points of a concurrent write load, over many trials on one storage directory; after each
 //    restart every acknowledged write is present (a deleted id absent), and each request that
 //    got no answer is there whole or not at all. Also SIGKILL of the job's mpiexec followed by
@@ -157,7 +158,7 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
   EXPECT_THAT(r.body, HasSubstr("NUL byte"));
   r = post(s.port(), "/v1/delete?filter=%7B%7D", R"({"ids":[31]})", "application/json");
   EXPECT_EQ(r.status, 400);
-  EXPECT_THAT(r.body, HasSubstr("unknown query parameter 'filter' (allowed: none on this route)"));
+  EXPECT_THAT(r.body, HasSubstr("unknown query parameter 'filter' (allowed: n)"));
   r = post(s.port(), "/v1/snapshot?batch=3", "", "application/json");
   EXPECT_EQ(r.status, 400);
 
@@ -338,11 +339,40 @@ TEST(ServeUpdates, BinaryUpsertAnswersAsJsonAndRefusesWrongLengths) {
   r = post(s.port(), "/v1/upsert?n=1", binary_upsert({3002}, nan, {0}), bin);
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(r.body, HasSubstr("row id 3002 has a non-finite value"));
-  // Deletes and snapshots stay JSON.
-  r = post(s.port(), "/v1/delete", std::string(8, '\0'), bin);
-  EXPECT_EQ(r.status, 415);
-  EXPECT_THAT(r.body, HasSubstr("takes application/json"));
-  EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 1);
+  // A snapshot takes no body of either type.
+  r = post(s.port(), "/v1/snapshot", "x", bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("takes no body"));
+  // Binary deletes: n little-endian int64 ids, nothing else; the same checks as JSON.
+  auto ids_body = [](const std::vector<std::int64_t>& ids) {
+    return std::string(reinterpret_cast<const char*>(ids.data()), 8 * ids.size());
+  };
+  r = post(s.port(), "/v1/delete", ids_body({3000}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("a binary delete needs the query parameter n (its ids): POST /v1/delete?n=N"));
+  r = post(s.port(), "/v1/delete?n=2", ids_body({3000}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("binary delete body of 8 bytes, but n=2 ids take 16 bytes"));
+  r = post(s.port(), "/v1/delete?n=0", "", bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("n=0: a binary delete needs at least one id"));
+  r = post(s.port(), "/v1/delete?n=1", json{{"ids", {3000}}}.dump(), "application/json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("the query parameter n is for the binary delete"));
+  r = post(s.port(), "/v1/delete?n=2", ids_body({3001, 3001}), bin);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("id 3001 appears more than once"));
+  EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 1) << "a refused delete changed the log";
+  r = post(s.port(), "/v1/upsert?n=2", binary_upsert({3100, 3101}, random_floats(2 * kDim, 16), {0, 1}), bin);
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = post(s.port(), "/v1/delete?n=3", ids_body({3100, 3101, 999999}), bin);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["deleted"], 2) << "ids that are not live are not counted";
+  EXPECT_EQ(json::parse(r.body)["seq"], 3);
+  EXPECT_EQ(json::parse(get(s.port(), "/v1/info").body)["applied_seq"], 3);
+  r = post(s.port(), "/v1/snapshot", "", bin);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["seq"], 3);
   const std::vector<float> refused = random_floats(2 * kDim, 12);  // the rows of the refused bodies
   EXPECT_EQ(present(s.port(), {3000}, std::vector<float>(refused.begin(), refused.begin() + kDim)),
             (std::vector<bool>{false}));
@@ -534,12 +564,14 @@ struct Request {
 };
 
 /// Writers send upserts of 4 new rows (ids of their own) and deletes of 2 of their acknowledged
-/// rows until stopped; every request and its outcome is recorded.
+/// rows until stopped; every request and its outcome is recorded. One more client asks for a
+/// snapshot every 20 ms, so that kills also land while snapshots are being written.
 class Load {
  public:
   Load(int port, int writers, std::int64_t first_id, std::uint64_t seed) {
     for (int w = 0; w < writers; ++w)
       threads_.emplace_back([this, port, w, first_id, seed] { run(port, w, first_id + 1000000 * w, seed + w); });
+    threads_.emplace_back([this, port] { snapshots(port); });
   }
   ~Load() { stop(); }
   void stop() {
@@ -589,6 +621,27 @@ class Load {
     }
   }
 
+  void snapshots(int port) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(10, 0);
+    c.set_connection_timeout(2, 0);
+    while (!stop_) {
+      auto res = c.Post("/v1/snapshot", "", "application/json");
+      if (!res) break;  // the service is gone
+      if (res->status != 200) {
+        if (res->status != 503) ADD_FAILURE() << "snapshot answered " << res->status << ": " << res->body;
+        break;
+      }
+      ++snapshots_;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+ public:
+  int snapshots_taken() const { return snapshots_.load(); }
+
+ private:
+  std::atomic<int> snapshots_{0};
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
   std::mutex m_;
@@ -607,7 +660,7 @@ void crash_trials(int ranks, int trials, std::uint64_t seed, bool kill_launcher 
   // What must be live (id -> vector) and what must not, after everything checked so far.
   std::map<std::int64_t, std::vector<float>> live, gone;
   std::int64_t next_first_id = 100000;
-  int unacked_total = 0, acked_total = 0;
+  int unacked_total = 0, acked_total = 0, snapshots_total = 0;
   for (int t = 0; t < trials; ++t) {
     SCOPED_TRACE("trial " + std::to_string(t));
     std::vector<Request> reqs;
@@ -647,6 +700,7 @@ void crash_trials(int ranks, int trials, std::uint64_t seed, bool kill_launcher 
         }
         load.stop();
         reqs = load.requests();
+        snapshots_total += load.snapshots_taken();
       }
       EXPECT_NE(s->wait_exit(30), -1) << "the job did not end after rank " << victim << " was killed";
       if (kill_launcher)
@@ -709,8 +763,9 @@ void crash_trials(int ranks, int trials, std::uint64_t seed, bool kill_launcher 
                 victim < 0 ? "mpiexec" : ("rank " + std::to_string(victim)).c_str(), reqs.size(), live.size());
     kill_and_reap(restarted);
   }
-  std::printf("%d trials: %d acknowledged and %d unanswered write requests checked\n", trials, acked_total,
-              unacked_total);
+  std::printf("%d trials: %d acknowledged and %d unanswered write requests checked; %d snapshots taken meanwhile\n",
+              trials, acked_total, unacked_total, snapshots_total);
+  EXPECT_GT(snapshots_total, 0) << "no snapshot completed during the loads";
   EXPECT_GT(acked_total, trials);  // the kills came while writes were being acknowledged
 }
 

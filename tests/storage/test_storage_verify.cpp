@@ -300,14 +300,22 @@ TEST(StorageVerify, DamageInAnEarlierSegmentAndMissingSegmentsAreNamed) {
   expect_problem(work, Kind::kTornTail, "wal-00000000000000099999.log", "creation was cut short");
 }
 
-TEST(StorageVerify, SegmentsWithoutAManifestAndAnEmptyDirectoryAreNamed) {
+TEST(StorageVerify, SegmentsWithoutAManifestAreDamageAndAnEmptyDirectoryIsNotAStorageDirectory) {
   TempDir tmp;
   const std::string dir = tmp.file("s");
   five_records(dir, 4);
   fs::remove(dir + "/MANIFEST.json");
   expect_problem(dir, Kind::kDamage, "MANIFEST.json", "missing, but the directory holds 1 log segment(s)");
+  EXPECT_FALSE(verify_storage_dir(dir).empty);
+  // Nothing of a storage directory in it (another file, or nothing): not damage, nothing to verify.
   fs::create_directories(tmp.file("empty"));
-  expect_problem(tmp.file("empty"), Kind::kDamage, "", "not a storage directory");
+  write_bytes(tmp.file("empty") + "/notes.txt", std::vector<unsigned char>(5, 'x'));
+  const StorageVerifyReport e = verify_storage_dir(tmp.file("empty"));
+  EXPECT_TRUE(e.empty);
+  EXPECT_TRUE(e.problems.empty()) << e.problems.front().what;
+  EXPECT_FALSE(e.damaged());
+  EXPECT_TRUE(inspect_storage_dir(tmp.file("empty")).empty);
+  EXPECT_FALSE(inspect_storage_dir(dir).empty);
   EXPECT_THROW(verify_storage_dir(tmp.file("absent")), Error);
 }
 

@@ -171,7 +171,8 @@ class Client:
 
     def delete(self, ids=None, filter=None):
         """Deletes the rows of `ids` (ids that are not live are ignored), or the live rows that pass
-        `filter` (a dict or JSON text); give one of them.
+        `filter` (a dict or JSON text); give one of them. Ids go over the binary route (8 bytes
+        each: a million ids in one call).
 
         Returns:
             {"deleted": n, "seq": s}: the rows that were live, and the log's sequence number.
@@ -179,7 +180,13 @@ class Client:
         if (ids is None) == (filter is None):
             raise ValueError("delete takes either ids or filter")
         if ids is not None:
-            doc = {"ids": np.asarray(ids, dtype=np.int64).reshape(-1).tolist()}
+            ids = np.ascontiguousarray(ids, dtype="<i8").reshape(-1)
+            if len(ids) > 0:
+                # binary: the ids as little-endian int64 (8 bytes each, no text to parse)
+                _, body = self._request("POST", "/v1/delete?n=%d" % len(ids), ids.tobytes(),
+                                        "application/octet-stream")
+                return json.loads(body)
+            doc = {"ids": []}  # for the service to name what is wrong
         else:
             doc = {"filter": json.loads(filter) if isinstance(filter, str) else filter}
         _, body = self._request("POST", "/v1/delete", json.dumps(doc).encode(), "application/json")
