@@ -132,6 +132,8 @@ void ShardedIndex::rank(const float* query, const std::int64_t* ids, int n, cons
   std::vector<std::int64_t> distinct;
   std::vector<float> found_scores;
   try {
+    SHARDTOPK_EXPECTS(lim.order_queries, "ranks run on the CPU engine only; this index runs the CUDA engine "
+                      "(engine.backend: cpu runs them)");
     const int n_max = std::min(lim.batch_max, lim.k_max);
     SHARDTOPK_EXPECTS(n >= 1 && n <= n_max, "ids: ", n, " ids out of range: allowed 1 .. ", n_max,
                       " (search.batch_max and search.k_max)");

@@ -270,10 +270,11 @@ TEST_F(CliInputs, HugeLimitsAreRefusedBeforeReadingNamingTheBufferAndBytesThatPl
   sc.batch_max = 1 << 20;
   sc.k_max = 1 << 20;
   // threads 1, world 1: the index's candidate buffers (queries, local, gathered, merged:
-  // 2^20 × 4 × 4 B + 3 × 2^40 × 16 B + 2 × 16 B, and 2^20 B of invalid-query flags) are the largest
+  // 2^20 × 4 × 4 B + 3 × 2^40 × 16 B + 2 × 16 B, the QueryCounts' two slots per query in the local
+  // and gathered buffers 2 × 2 × 2^20 × 16 B, and 2^20 B of invalid-query flags) are the largest
   const std::uint64_t index_bytes = index_buffer_bytes(sc, 1, 4);
-  EXPECT_EQ(index_bytes, 52776575959072u);
-  EXPECT_THAT(r.err, AllOf(HasSubstr("search.batch_max=1048576 and search.k_max=1048576 need 52776575959072 bytes"),
+  EXPECT_EQ(index_bytes, 52776643067936u);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("search.batch_max=1048576 and search.k_max=1048576 need 52776643067936 bytes"),
                            HasSubstr("for the index buffer [queries and candidates of the data path]"),
                            HasSubstr("lower search.batch_max or search.k_max")))
       << r.err;

@@ -160,6 +160,9 @@ void expect_slice(const Answer& a, const Order& o, std::size_t from, const std::
 class OrderQueries : public ::testing::TestWithParam<Metric> {
  protected:
   static void SetUpTestSuite() {}
+  void SetUp() override {
+    if (cuda_engine()) GTEST_SKIP() << "ranges, pages, counts and ranks run on the CPU engine only (RefusedOnCuda)";
+  }
   Metric m() const { return GetParam(); }
 };
 
@@ -325,6 +328,35 @@ INSTANTIATE_TEST_SUITE_P(Metrics, OrderQueries, ::testing::Values(Metric::kInner
                          [](const ::testing::TestParamInfo<Metric>& p) {
                            return p.param == Metric::kL2 ? std::string("l2") : std::string("inner_product");
                          });
+
+// On the CUDA engine: a bounded search and a rank are refused at admission on rank 0 naming the
+// CPU engine (followers are told), and the index still answers a plain search.
+TEST(OrderQueriesOnCuda, RefusedAtAdmissionNamingTheEngine) {
+  if (!cuda_engine()) GTEST_SKIP() << "runs with SHARDTOPK_TEST_ENGINE=cuda";
+  auto idx = make_index(Metric::kInnerProduct);
+  QueryBounds b;
+  b.has_bound = true;
+  b.bound = 1;
+  if (g_rank == 0) {
+    const FilterProgram* none = nullptr;
+    EXPECT_THAT(test::error_of([&] { idx->admit(corpus().queries.data(), 1, 5, &none, &b, true); }),
+                HasSubstr("run on the CPU engine only"));
+    std::int64_t rank = 0;
+    float score = 0;
+    EXPECT_THAT(test::error_of([&] { idx->rank(corpus().queries.data(), corpus().ids.data(), 1, nullptr, &rank, &score); }),
+                HasSubstr("CPU engine only"));
+  } else {
+    EXPECT_THROW(idx->rank(nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
+  }
+  std::vector<std::int64_t> ids(5, -1);
+  std::vector<float> scores(5, NAN);
+  if (g_rank == 0) {
+    idx->search(idx->admit(corpus().queries.data(), 1, 5), ids.data(), scores.data());  // no bound, no stats
+    EXPECT_EQ(ids[0], full_order(Metric::kInnerProduct, 0, nullptr).ids[0]);
+  } else {
+    idx->search(SearchBatch{}, nullptr, nullptr);
+  }
+}
 
 }  // namespace
 }  // namespace shardtopk

@@ -21,8 +21,8 @@ TEST(Routes, EachPathIsFoundExactlyAndOnlyOnce) {
     EXPECT_EQ(FE::find_route(r->path), r) << r->path;
     EXPECT_NE(r->handler, nullptr) << r->path;
   }
-  const std::set<std::string> want = {"/v1/search", "/v1/upsert", "/v1/delete", "/v1/snapshot",
-                                      "/v1/info",   "/healthz",   "/readyz",    "/metrics"};
+  const std::set<std::string> want = {"/v1/search", "/v1/rank", "/v1/upsert", "/v1/delete", "/v1/snapshot",
+                                      "/v1/info",   "/healthz",  "/readyz",    "/metrics"};
   EXPECT_EQ(paths, want);
   for (const char* other : {"", "/", "/v1/search/", "/V1/SEARCH", "/v1/search?k=1", "/v1", "/healthz ", "/v2/search"})
     EXPECT_EQ(FE::find_route(other), nullptr) << "'" << other << "'";
@@ -30,7 +30,7 @@ TEST(Routes, EachPathIsFoundExactlyAndOnlyOnce) {
 }
 
 TEST(Routes, MethodsBodiesAndParameters) {
-  for (const char* post : {"/v1/search", "/v1/upsert", "/v1/delete", "/v1/snapshot"}) {
+  for (const char* post : {"/v1/search", "/v1/rank", "/v1/upsert", "/v1/delete", "/v1/snapshot"}) {
     const FE::Route& r = *FE::find_route(post);
     EXPECT_EQ(r.methods, static_cast<unsigned>(kPost)) << post;
     EXPECT_NE(r.body, BodyKind::kNone) << post;
@@ -42,6 +42,10 @@ TEST(Routes, MethodsBodiesAndParameters) {
   }
   EXPECT_EQ(FE::find_route("/v1/search")->body, BodyKind::kSearch);
   EXPECT_STREQ(FE::find_route("/v1/search")->params, "k, batch, filter");
+  // a rank waits in micro-batching's "being received" count like a search; JSON only, no parameters
+  EXPECT_EQ(FE::find_route("/v1/rank")->body, BodyKind::kSearch);
+  EXPECT_STREQ(FE::find_route("/v1/rank")->params, "");
+  EXPECT_FALSE(FE::find_route("/v1/rank")->binary);
   EXPECT_STREQ(FE::find_route("/v1/upsert")->params, "n");
   EXPECT_TRUE(FE::find_route("/v1/upsert")->binary);
   EXPECT_TRUE(FE::find_route("/v1/delete")->binary);
@@ -55,7 +59,8 @@ TEST(Routes, MethodsBodiesAndParameters) {
 // With keys configured: health open, reads need read, row changes write, snapshots admin.
 TEST(Routes, EachRouteNeedsItsRole) {
   const std::map<std::string, Role> want = {{"/healthz", Role::kNone},  {"/readyz", Role::kNone},
-                                            {"/v1/search", Role::kRead}, {"/v1/info", Role::kRead},
+                                            {"/v1/search", Role::kRead}, {"/v1/rank", Role::kRead},
+                                            {"/v1/info", Role::kRead},
                                             {"/metrics", Role::kRead},   {"/v1/upsert", Role::kWrite},
                                             {"/v1/delete", Role::kWrite}, {"/v1/snapshot", Role::kAdmin}};
   for (const FE::Route* r = FE::routes_begin(); r != FE::routes_end(); ++r)
