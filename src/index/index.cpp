@@ -149,7 +149,8 @@ void ShardedIndex::rank(const float* query, const std::int64_t* ids, int n, cons
     found_scores.resize(got.size());
     p.search(b, got.data(), found_scores.data(), nullptr);
     for (int i = 0; i < n; ++i) {
-      const auto at = std::find(got.begin(), got.end(), ids[i]);
+      // kPadId pads a list shorter than k: it is no row's id
+      const auto at = ids[i] == kPadId ? got.end() : std::find(got.begin(), got.end(), ids[i]);
       SHARDTOPK_EXPECTS(at != got.end(), "ids: unknown id ", ids[i], " (no live row has it)");
       scores[i] = found_scores[static_cast<std::size_t>(at - got.begin())];
     }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "service/request_parse.hpp"
+#include "service/write_parse.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk::service {
@@ -60,7 +61,10 @@ void read_order_fields(SearchBody& b, bool l2) {
       const std::string what = "search_after of query " + std::to_string(q);
       SHARDTOPK_EXPECTS(p.is_array() && p.size() == 2, what, " must be [score, id] (a reply's \"next\"), got ",
                         excerpt(p.dump(), 32));
-      SHARDTOPK_EXPECTS(p[1].is_number_integer(), what, ": the id must be an int64 integer, got ", excerpt(p[1].dump(), 24));
+      SHARDTOPK_EXPECTS(p[1].is_number_integer() && (!p[1].is_number_unsigned() ||
+                                                     p[1].get<std::uint64_t>() <= static_cast<std::uint64_t>(
+                                                                                     std::numeric_limits<std::int64_t>::max())),
+                        what, ": the id must be an int64 integer, got ", excerpt(p[1].dump(), 24));
       QueryBounds& x = bounds[static_cast<std::size_t>(q)];
       x.has_after = true;
       x.after_score = static_cast<float>(number(p[0], what + " score"));
@@ -69,7 +73,8 @@ void read_order_fields(SearchBody& b, bool l2) {
   }
   if (f.count("limit")) {
     const json& v = f["limit"];
-    SHARDTOPK_EXPECTS(v.is_number_integer(), "\"limit\" must be an integer, got ", excerpt(v.dump(), 24));
+    SHARDTOPK_EXPECTS(v.is_number_integer() && (!v.is_number_unsigned() || v.get<std::uint64_t>() <= 0x7fffffffu),
+                      "\"limit\" must be an integer of at most 2^31 - 1, got ", excerpt(v.dump(), 24));
     SHARDTOPK_EXPECTS(!b.has_k, "give \"limit\" or \"k\", not both (they are the same number)");
     b.has_k = true;
     b.k = v.get<long long>();
@@ -89,13 +94,9 @@ void read_order_fields(SearchBody& b, bool l2) {
 }
 
 RankBody parse_json_rank(std::string_view body, const QueryShape& shape) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw Error(std::string("malformed JSON: ") + e.what());
-  }
-  SHARDTOPK_EXPECTS(j.is_object(), "the body must be a JSON object {\"query\": [...], \"ids\": [...], \"filter\": ...}");
+  // Bounded like the write routes' bodies: a deeply nested value would otherwise recurse in the
+  // parser's and dump()'s callers on the event loop's stack.
+  const json j = parse_bounded_json(body);
   for (const auto& [key, v] : j.items())
     SHARDTOPK_EXPECTS(key == "query" || key == "ids" || key == "filter", "unknown field \"", excerpt(key, 32),
                       "\" (allowed: query, ids, filter)");

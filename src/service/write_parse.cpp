@@ -21,32 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-json parse_bounded(std::string_view body) {
-  SHARDTOPK_EXPECTS(!body.empty(), "empty body: expected a JSON object");
-  // A NUL byte cannot be in JSON text; the parser would stop at it and take what came before.
-  const std::size_t nul = body.find('\0');
-  SHARDTOPK_EXPECTS(nul == std::string_view::npos, "malformed JSON: a NUL byte at offset ", nul);
-  // Nesting is bounded while parsing; a key repeated in one object is refused (the parser keeps
-  // the last one, which would change a different row than the one the client meant).
-  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
-  const json::parser_callback_t limit = [&keys](int depth, json::parse_event_t ev, json& v) {
-    if (depth > kWriteBodyMaxDepth)
-      throw Error("the body nests deeper than " + std::to_string(kWriteBodyMaxDepth) + " levels");
-    if (ev == json::parse_event_t::object_start) keys.emplace_back();
-    else if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    else if (ev == json::parse_event_t::key && !keys.empty() && !keys.back().insert(v.get<std::string>()).second)
-      throw Error("duplicate key \"" + excerpt(v.get<std::string>(), 32) + "\" in one object");
-    return true;
-  };
-  try {
-    json j = json::parse(body.begin(), body.end(), limit);
-    SHARDTOPK_EXPECTS(j.is_object(), "expected a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    throw Error(std::string("malformed JSON: ") + e.what());
-  }
-}
-
 /// Why a JSON value is not an int64 ("" when it is): an integer literal outside int64 and
 /// uint64 reads as a real, rounded (-2^63 - 1 to -2^63), so a whole real of that magnitude is
 /// "outside the int64 range", not "not an integer".
@@ -77,8 +51,35 @@ std::vector<std::int64_t> id_list(const json& v, const char* where) {
 
 }  // namespace
 
+nlohmann::json parse_bounded_json(std::string_view body) {
+  SHARDTOPK_EXPECTS(!body.empty(), "empty body: expected a JSON object");
+  // A NUL byte cannot be in JSON text; the parser would stop at it and take what came before.
+  const std::size_t nul = body.find('\0');
+  SHARDTOPK_EXPECTS(nul == std::string_view::npos, "malformed JSON: a NUL byte at offset ", nul);
+  // Nesting is bounded while parsing; a key repeated in one object is refused (the parser keeps
+  // the last one, which would change a different row than the one the client meant).
+  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
+  const json::parser_callback_t limit = [&keys](int depth, json::parse_event_t ev, json& v) {
+    if (depth > kWriteBodyMaxDepth)
+      throw Error("the body nests deeper than " + std::to_string(kWriteBodyMaxDepth) + " levels");
+    if (ev == json::parse_event_t::object_start) keys.emplace_back();
+    else if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (ev == json::parse_event_t::key && !keys.empty() && !keys.back().insert(v.get<std::string>()).second)
+      throw Error("duplicate key \"" + excerpt(v.get<std::string>(), 32) + "\" in one object");
+    return true;
+  };
+  try {
+    json j = json::parse(body.begin(), body.end(), limit);
+    SHARDTOPK_EXPECTS(j.is_object(), "expected a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    throw Error(std::string("malformed JSON: ") + e.what());
+  }
+}
+
+
 UpsertBody parse_json_upsert(std::string_view body, std::int64_t dim, const AttributeSchema& schema) {
-  const json j = parse_bounded(body);
+  const json j = parse_bounded_json(body);
   for (const auto& [key, value] : j.items())
     SHARDTOPK_EXPECTS(key == "ids" || key == "vectors" || key == "attributes", "unknown field \"", excerpt(key, 32),
                       "\" (allowed: ids, vectors, attributes)");
@@ -195,7 +196,7 @@ DeleteBody parse_binary_delete(std::string_view body, long long n) {
 }
 
 DeleteBody parse_json_delete(std::string_view body, const AttributeSchema& schema) {
-  const json j = parse_bounded(body);
+  const json j = parse_bounded_json(body);
   for (const auto& [key, value] : j.items())
     SHARDTOPK_EXPECTS(key == "ids" || key == "filter", "unknown field \"", excerpt(key, 32), "\" (allowed: ids, filter)");
   SHARDTOPK_EXPECTS(j.contains("ids") != j.contains("filter"), "a delete takes either \"ids\" or \"filter\", not ",

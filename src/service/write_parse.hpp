@@ -7,12 +7,19 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "shardtopk/filter.hpp"
 
 namespace shardtopk::service {
 
 /// Nesting levels a write body may have (a filter inside a delete body counts its own levels).
 inline constexpr int kWriteBodyMaxDepth = kFilterMaxDepth + 4;
+
+/// A JSON object body parsed under the bounds every nlohmann-parsed route keeps: nesting at most
+/// kWriteBodyMaxDepth levels (checked while parsing, so a deep body never recurses further), no
+/// key twice in one object, no NUL byte. @throws Error naming what is wrong ("malformed JSON: …").
+nlohmann::json parse_bounded_json(std::string_view body);
 
 /// A parsed upsert: rows with their ids, vectors and one column per attribute given.
 struct UpsertBody {

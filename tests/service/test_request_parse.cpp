@@ -67,6 +67,28 @@ TEST(ParseJson, DeepNestingIsRefusedAtTheFirstExtraLevelWithAShortMessage) {
   EXPECT_THAT(m, HasSubstr("\"k\" must be an integer"));
 }
 
+// A rank body is parsed under the same bounds: a value nested 100,000 levels deep (in the ids,
+// the filter or the query) is refused at the first extra level, never recursed into; a key
+// given twice and a NUL byte are refused too.
+TEST(ParseJson, RankBodiesAreBoundedLikeTheOthers) {
+  auto rank_error = [](const std::string& body) { return error_of([&] { (void)parse_json_rank(body, kShape); }); };
+  const int deep = 100000;
+  const std::string nest = std::string(deep, '[') + "1" + std::string(deep, ']');
+  EXPECT_THAT(rank_error(R"({"query": [1, 2, 3, 4], "ids": [)" + nest + "]}"), HasSubstr("nests deeper than"));
+  EXPECT_THAT(rank_error(R"({"query": [1, 2, 3, 4], "ids": [1], "filter": )" + nest + "}"),
+              HasSubstr("nests deeper than"));
+  EXPECT_THAT(rank_error(R"({"query": [1, 2, 3, )" + nest + R"(], "ids": [1]})"), HasSubstr("nests deeper than"));
+  EXPECT_THAT(rank_error(R"({"query": [1, 2, 3, 4], "ids": [1], "ids": [2]})"), HasSubstr("duplicate key \"ids\""));
+  EXPECT_THAT(rank_error(std::string(R"({"query": [1, 2, 3, 4], "ids": [1]})") + std::string(1, '\0') + "x"),
+              HasSubstr("NUL byte"));
+  EXPECT_EQ(parse_json_rank(R"({"query": [1, 2, 3, 4], "ids": [7, 8]})", kShape).ids, (std::vector<std::int64_t>{7, 8}));
+  // an id past int64 is refused, not wrapped to a negative one
+  EXPECT_THAT(msg_of(R"({"query": [1, 2, 3, 4], "k": 2, "search_after": [1.0, 18446744073709551615]})"),
+              HasSubstr("the id must be an int64 integer, got 18446744073709551615"));
+  EXPECT_THAT(msg_of(R"({"query": [1, 2, 3, 4], "min_score": 0.5, "limit": 18446744073709551615})"),
+              HasSubstr("\"limit\" must be an integer"));
+}
+
 TEST(ParseJson, HugeUnknownKeyIsNotEchoed) {
   const std::string key(5 << 20, 'x');
   const std::string m = msg_of("{\"" + key + "\": 1}");
