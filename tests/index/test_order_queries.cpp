@@ -289,6 +289,18 @@ TEST_P(OrderQueries, RanksOfBestWorstAndTiedIds) {
   } else {
     EXPECT_THROW(idx->rank(nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
   }
+  // the padding id (int64 max, which pads lists shorter than k) is no row's id either
+  const std::int64_t pad[2] = {corpus().ids[5], kPadId};
+  if (g_rank == 0) {
+    try {
+      idx->rank(corpus().queries.data(), pad, 2, nullptr, r2, s2);
+      ADD_FAILURE() << "the padding id was ranked";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("unknown id " + std::to_string(kPadId)));
+    }
+  } else {
+    EXPECT_THROW(idx->rank(nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
+  }
   // the index still answers
   const Answer a = ask(*idx, 0, 5, QueryBounds{}, nullptr);
   expect_slice(a, full_order(m(), 0, nullptr), 0, "after a refused rank");
