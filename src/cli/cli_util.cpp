@@ -88,6 +88,20 @@ void check_output_path(const std::string& out, const std::vector<std::pair<std::
                     "' does not exist or is not writable");
 }
 
+void rank0_then_agree(int rank, double timeout_s, const std::function<void()>& work) {
+  bool ok = true;
+  std::string msg;
+  if (rank == 0) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+  }
+  make_mpi_communicator(timeout_s)->check(ok, msg);
+}
+
 ShutdownGuard::~ShutdownGuard() {
   if (comm_failed) return;
   try {

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the subcommands.
 #include <exception>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,12 @@ struct ShutdownGuard {
   bool comm_failed = false;
   ~ShutdownGuard();
 };
+
+/// Runs `work` on rank 0 only (reading inputs, opening outputs), then every rank learns through
+/// one collective check (make_mpi_communicator(timeout_s)) whether it threw: a bad input on rank
+/// 0 stops every rank with rank 0's message. @throws that check's error on every rank when
+/// `work` threw.
+void rank0_then_agree(int rank, double timeout_s, const std::function<void()>& work);
 
 /// Prints "shardtopk: error: MESSAGE" on stderr.
 void print_error(const char* message);

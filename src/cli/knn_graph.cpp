@@ -244,17 +244,7 @@ void report(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std
 int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int rank, const GraphIdentity& id) {
   const IndexInfo info = index.info();
   Output out;
-  bool ok = true;
-  std::string msg;
-  if (rank == 0) {
-    try {
-      out = open_output(cfg, a, info, id);
-    } catch (const std::exception& e) {
-      ok = false;
-      msg = e.what();
-    }
-  }
-  make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
+  rank0_then_agree(rank, cfg.comm.timeout_s, [&] { out = open_output(cfg, a, info, id); });
   if (rank != 0) {
     index.follow();
     return 0;
@@ -297,19 +287,11 @@ int run_knn_graph(const KnnGraphArgs& a, int* argc, char*** argv) {
     }
     // Rank 0 checks an existing output before the (possibly long) ingest.
     GraphIdentity id;
-    bool ok = true;
-    std::string msg;
-    if (rank == 0) {
-      try {
-        id = identity_of(a, cfg, ci);
-        const std::int64_t done = GraphFile::check(a.out, id, a.overwrite);
-        if (done > 0) spdlog::info("'{}' holds rows [0, {}) of this job; they are kept", a.out, done);
-      } catch (const std::exception& e) {
-        ok = false;
-        msg = e.what();
-      }
-    }
-    make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
+    rank0_then_agree(rank, cfg.comm.timeout_s, [&] {
+      id = identity_of(a, cfg, ci);
+      const std::int64_t done = GraphFile::check(a.out, id, a.overwrite);
+      if (done > 0) spdlog::info("'{}' holds rows [0, {}) of this job; they are kept", a.out, done);
+    });
     std::unique_ptr<ShardedIndex> holder = load_index(cfg);
     try {
       return graph_all(*holder, cfg, a, rank, id);

@@ -106,37 +106,29 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
   // Rank 0 reads the queries and compiles the filter; a bad file, query or filter stops every rank.
   HostMatrix q;
   std::int64_t nq = 0;
-  bool ok = true;
-  std::string msg;
   std::optional<FilterProgram> filter;
   std::string filter_json;  // the filter as given, re-written compactly
-  if (rank == 0) {
-    try {
-      if (a.filter_given) {
-        const std::string text = filter_text(a.filter_json);
-        try {
-          filter = parse_filter(text, info.schema);
-        } catch (const Error& e) {
-          throw Error(std::string("--filter-json: ") + e.what());
-        }
-        filter_json = nlohmann::json::parse(text).dump();
+  rank0_then_agree(rank, cfg.comm.timeout_s, [&] {
+    if (a.filter_given) {
+      const std::string text = filter_text(a.filter_json);
+      try {
+        filter = parse_filter(text, info.schema);
+      } catch (const Error& e) {
+        throw Error(std::string("--filter-json: ") + e.what());
       }
-      const bool l2 = info.metric == Metric::kL2;
-      SHARDTOPK_EXPECTS(!a.min_score || !l2, "--min-score is for inner_product and cosine; this index ranks by l2 "
-                        "distance: give --max-distance");
-      SHARDTOPK_EXPECTS(!a.max_distance || l2, "--max-distance is for l2; this index ranks by similarity: give "
-                        "--min-score");
-      q = read_matrix(a.queries, a.queries_dataset, "query");
-      SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
-                        dim);
-      nq = q.rows;
-      if (a.max_queries >= 0) nq = std::min(nq, a.max_queries);
-    } catch (const std::exception& e) {
-      ok = false;
-      msg = e.what();
+      filter_json = nlohmann::json::parse(text).dump();
     }
-  }
-  make_mpi_communicator(cfg.comm.timeout_s)->check(ok, msg);
+    const bool l2 = info.metric == Metric::kL2;
+    SHARDTOPK_EXPECTS(!a.min_score || !l2, "--min-score is for inner_product and cosine; this index ranks by l2 "
+                      "distance: give --max-distance");
+    SHARDTOPK_EXPECTS(!a.max_distance || l2, "--max-distance is for l2; this index ranks by similarity: give "
+                      "--min-score");
+    q = read_matrix(a.queries, a.queries_dataset, "query");
+    SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
+                      dim);
+    nq = q.rows;
+    if (a.max_queries >= 0) nq = std::min(nq, a.max_queries);
+  });
 
   // Followers serve rank 0's searches until it shuts the index down (also on its errors).
   if (rank != 0) {
