@@ -101,6 +101,8 @@ for t in "fuzz/corpus/config:fuzz_config:1:$SECONDS_PER_TARGET" "fuzz/corpus/hdf
     rc=1
     echo "!! $bin found a failure in shardtopk's code; input(s) and log:"
     ls -l "$BUILD_DIR"/artifacts/"$bin"-* 2>/dev/null || true
+    # the target's own verdict (a differential disagreement names both sides), then the stack
+    grep -E "^fuzz_hdf5_[a-z_]+: " "$log" | head -5 || true
     grep -E "^    #[0-9]+ " "$log" | head -25 || true
     echo "   log: $log; reproduce: $BUILD_DIR/fuzz/$bin <input>"
     break

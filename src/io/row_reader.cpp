@@ -340,10 +340,17 @@ class RowReader {
       const H5Z_filter_t f = H5Pget_filter2(dcpl_.get(), static_cast<unsigned>(i), &flags, &nelem, cdv, 0, nullptr,
                                             nullptr);
       if (f == H5Z_FILTER_DEFLATE) {
+        // libhdf5's deflate filter refuses every chunk whose parameters are not one level 0 .. 9
+        // (H5Z__filter_deflate: "invalid deflate aggression level"), though inflating needs none
+        if (nelem != 1 || cdv[0] > 9) {
+          H5Eclear2(H5E_DEFAULT);
+          return use_hdf5("a deflate filter whose parameters libhdf5 refuses");
+        }
         chunks_.filters.push_back(static_cast<int>(f));
       } else if (f == H5Z_FILTER_SHUFFLE) {
         // libhdf5 unshuffles with the element size stored with the filter, not the type's
-        if (nelem < 1 || static_cast<std::int64_t>(cdv[0]) != es) {
+        // (H5Z__filter_shuffle refuses any other number of parameters than one)
+        if (nelem != 1 || static_cast<std::int64_t>(cdv[0]) != es) {
           H5Eclear2(H5E_DEFAULT);
           return use_hdf5("a shuffle filter whose element size is not the type's");
         }

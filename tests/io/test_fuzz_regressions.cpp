@@ -178,6 +178,23 @@ TEST(FuzzRegressions, FloatTypeOfHundredsOfMegabytesIsRefused) {
   }
 }
 
+// deflate_level_out_of_range.h5 (fuzz_hdf5_differential): a chunked float64 [37, 5] whose deflate
+// filter carries a level above 9. Inflating needs no level, but libhdf5's filter refuses every
+// chunk it is given ("invalid deflate aggression level"); the direct chunk path leaves such a
+// pipeline to libhdf5 and refuses the rows as it does, direct reads on or off.
+TEST(FuzzRegressions, DeflateLevelLibhdf5RefusesIsRefused) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/deflate_level_out_of_range.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    for (const RowRange r : {RowRange{0, 37}, RowRange{12, 28}}) {
+      const std::string e = test::error_of([&] { read_rows(f, "train", r, opt); });
+      EXPECT_THAT(e, ::testing::HasSubstr("H5Dread")) << "direct " << direct << ", rows " << r.lo;
+      EXPECT_THAT(e, ::testing::HasSubstr("train")) << "direct " << direct << ", rows " << r.lo;
+    }
+  }
+}
+
 // attr_count_timeout.h5 (fuzz_hdf5_meta, a timeout): on a damaged root object header
 // H5Oget_info fails, and an unchecked call would leave an uninitialised attribute count to loop
 // over (billions of failing H5Aopen_by_idx calls). inspect_file checks the call (Error naming the
