@@ -407,6 +407,44 @@ py::dict stats_dict(const std::vector<QueryStats>& stats, const std::vector<std:
   return d;
 }
 
+/// A list, tuple or array of values (not a string, not a 0-d array: a scalar).
+bool is_sequence(py::handle v) {
+  if (py::isinstance<py::array>(v)) return py::reinterpret_borrow<py::array>(v).ndim() > 0;
+  return PySequence_Check(v.ptr()) && !PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr());
+}
+
+/// A real number of an order argument (not a bool), within float32's finite range.
+double order_number(py::handle v, const std::string& what) {
+  SHARDTOPK_EXPECTS(!PyBool_Check(v.ptr()) && PyNumber_Check(v.ptr()) && !is_sequence(v), what,
+                    " must be a number, got ", type_name(v), " ", std::string(py::repr(v)));
+  const double d = PyFloat_AsDouble(v.ptr());
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw Error(detail::concat(what, " must be a real number, got ", type_name(v), " ", std::string(py::repr(v))));
+  }
+  SHARDTOPK_EXPECTS(std::isfinite(d) && std::fabs(d) <= std::numeric_limits<float>::max(), what, " = ",
+                    std::string(py::repr(v)), " is outside float32");
+  return d;
+}
+
+/// One value for every query, or a sequence of one per query (`pair`: a value is itself a
+/// (score, id) pair, so a single pair is told from a sequence of pairs by its first element).
+std::vector<py::object> per_query(py::handle v, std::int64_t batch, bool pair, const char* name) {
+  bool list = is_sequence(v);
+  if (list && pair && py::len(v) > 0) {
+    const py::object first = py::reinterpret_borrow<py::sequence>(v)[0];
+    list = is_sequence(first);
+  }
+  if (!list) return std::vector<py::object>(static_cast<std::size_t>(batch), py::reinterpret_borrow<py::object>(v));
+  const py::sequence s = py::reinterpret_borrow<py::sequence>(v);
+  const auto n = static_cast<std::int64_t>(py::len(s));
+  SHARDTOPK_EXPECTS(n == batch, name, " has ", n, " entries for ", batch, " quer", batch == 1 ? "y" : "ies",
+                    "; give one value for every query, or one entry per query");
+  std::vector<py::object> out;
+  for (std::int64_t q = 0; q < n; ++q) out.push_back(s[static_cast<std::size_t>(q)]);
+  return out;
+}
+
 }  // namespace
 
 long long PyIndex::search_k(py::handle k_obj, py::handle limit, const OrderArgs& order) const {
@@ -431,49 +469,6 @@ long long PyIndex::search_k(py::handle k_obj, py::handle limit, const OrderArgs&
   }
   return *k;
 }
-
-namespace {
-
-/// A list, tuple or array of values (not a string, not a 0-d array: a scalar).
-bool is_sequence(py::handle v) {
-  if (py::isinstance<py::array>(v)) return py::reinterpret_borrow<py::array>(v).ndim() > 0;
-  return PySequence_Check(v.ptr()) && !PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr());
-}
-
-/// A real number of an order argument (not a bool), within float32's finite range.
-double order_number(py::handle v, const std::string& what) {
-  SHARDTOPK_EXPECTS(!PyBool_Check(v.ptr()) && PyNumber_Check(v.ptr()) && !is_sequence(v), what,
-                    " must be a number, got ", type_name(v), " ", std::string(py::repr(v)));
-  const double d = PyFloat_AsDouble(v.ptr());
-  if (d == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw Error(detail::concat(what, " must be a real number, got ", type_name(v), " ", std::string(py::repr(v))));
-  }
-  SHARDTOPK_EXPECTS(std::isfinite(d) && std::fabs(d) <= std::numeric_limits<float>::max(), what, " = ",
-                    std::string(py::repr(v)), " is outside float32");
-  return d;
-}
-
-
-/// One value for every query, or a sequence of one per query (`pair`: a value is itself a
-/// (score, id) pair, so a single pair is told from a sequence of pairs by its first element).
-std::vector<py::object> per_query(py::handle v, std::int64_t batch, bool pair, const char* name) {
-  bool list = is_sequence(v);
-  if (list && pair && py::len(v) > 0) {
-    const py::object first = py::reinterpret_borrow<py::sequence>(v)[0];
-    list = is_sequence(first);
-  }
-  if (!list) return std::vector<py::object>(static_cast<std::size_t>(batch), py::reinterpret_borrow<py::object>(v));
-  const py::sequence s = py::reinterpret_borrow<py::sequence>(v);
-  const auto n = static_cast<std::int64_t>(py::len(s));
-  SHARDTOPK_EXPECTS(n == batch, name, " has ", n, " entries for ", batch, " quer", batch == 1 ? "y" : "ies",
-                    "; give one value for every query, or one entry per query");
-  std::vector<py::object> out;
-  for (std::int64_t q = 0; q < n; ++q) out.push_back(s[static_cast<std::size_t>(q)]);
-  return out;
-}
-
-}  // namespace
 
 std::vector<QueryBounds> PyIndex::query_bounds(const OrderArgs& order, std::int64_t batch) const {
   if (!order.bounded()) return {};
