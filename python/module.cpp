@@ -112,7 +112,9 @@ shardtopk.RemoteError when another rank failed.
 )doc";
 
 constexpr const char* kSearchDoc = R"doc(
-search(queries, k, *, filter=None, stream=None, out=None) -> (ids, scores)
+search(queries, k=None, *, filter=None, min_score=None, max_distance=None, limit=None,
+       search_after=None, count_only=False, stats=False, stream=None, out=None)
+    -> (ids, scores), or (ids, scores, stats) with an order argument
 
 The k best rows of each query, best first. Rank 0 only (other ranks: follow()).
 
@@ -124,7 +126,7 @@ queries  [batch, dim] or [dim] (a batch of one) float32, C-contiguous:
            [batch, k]) in device memory, written in the order of the stream (below). On one rank
            the call returns without waiting for the GPU (batch 1; larger batches wait for the
            engine's candidate check); under mpirun it returns once the collectives are done.
-k        1 .. min(k_max, rows).
+k        1 .. min(k_max, rows). Required, unless limit (the same number) or count_only is given.
 filter   None, or one filter for every query: a dict in the filter language of docs/FILTERS.md
          ({"eq": {"tenant": 7}}, {"range": {"year": [2019, None]}}, {"ids_in": [3, 17]}, all /
          any / not), or its JSON text; compiled once per call against the index's attributes.
@@ -140,14 +142,56 @@ out      (ids, scores) to write into instead of allocating: numpy arrays for hos
          DLPack device arrays (torch, CuPy) of shape [batch, k], int64 and float32, on the
          index's GPU. Returned as given.
 
+Ranges, pages and counts (host queries, CPU engine; exact and the same at any rank count):
+min_score     inner_product, cosine: only rows scoring >= min_score. max_distance, l2: only
+              rows at squared distance <= max_distance. A number for every query, or a sequence
+              of [batch] numbers; rounded once to the float32 that keeps exactly the same rows.
+              stats["total"] counts every row within the bound that passes the filter, past k too.
+limit         k under another name (give one of them).
+search_after  (score, id) for every query, or a sequence of [batch] such pairs: only rows
+              strictly after that pair in the order (the next page). Pass the previous answer's
+              stats["next"] (or one entry of it) as it is.
+count_only    with min_score / max_distance: the counts alone; ids and scores are [batch, 0]
+              (k defaults to 1; out= is refused).
+stats         True: the third value for a plain top-k too.
+
+With any of these, search returns (ids, scores, stats), stats a dict of per-query values:
+  "total"         int64 [batch]: rows within the query's bound passing the filter (-1: no bound)
+  "rows_scanned"  int64 [batch]: live rows the query was evaluated against (every rank's)
+  "rows_passing"  int64 [batch]: live rows passing the filter (rows_scanned without one)
+  "count"         int32 [batch]: real results in the query's row (0 with count_only)
+  "next"          list of [batch]: (score, id) of the query's last result when its row is full
+                  (k results: the next page's search_after), None when nothing follows; left
+                  out with count_only.
+
 Scores: similarity (inner_product, cosine) or squared distance (l2). A device query with a
 non-finite value (or zero norm under cosine) gets ids -1 and NaN scores in its row; a host
 query like that raises ValueError naming it. Batches larger than batch_max are searched
 batch_max at a time (same answers). The GIL is released while searching.
 
 Raises ValueError for bad input (dimension, dtype, layout, k out of range, NaN/Inf in host
-queries, a bad filter: named as the command line names it, a closed index), shardtopk.RemoteError when a rank's search failed (the index stays
-usable), shardtopk.CommError when a collective timed out.
+queries, a bad filter, a bound or search_after that is not a finite float32 or of the wrong
+length, the other metric's bound, both k and limit, count_only without a bound, an order
+argument with device queries or on the CUDA engine: named as the command line names it, a
+closed index), TypeError without k, limit or count_only, shardtopk.RemoteError when a rank's
+search failed (the index stays usable), shardtopk.CommError when a collective timed out.
+)doc";
+
+constexpr const char* kRankOfDoc = R"doc(
+rank_of(query, ids, *, filter=None) -> (ranks, scores)
+
+The exact 1-based rank of each of `ids` for `query` among the live rows passing `filter`:
+1 + the rows ahead of it in the order (a higher score, or an equal score and a smaller id; l2:
+a smaller distance). Rank 0 only; CPU engine only. Two collective searches.
+
+query   [dim] (or [1, dim]) float32, host memory (a list is converted).
+ids     [n] integers, 1 <= n <= min(batch_max, k_max), each a live row's id; repeats allowed.
+filter  None, or a filter as for search(); an id the filter does not pass gets the rank it
+        would have.
+
+Returns ranks int64 [n] and scores float32 [n] (similarity; l2: squared distance), in the order
+of `ids`. Raises ValueError for an id no live row has (naming it), n out of range, a bad query
+or filter, the CUDA engine; shardtopk.RemoteError / CommError as search().
 )doc";
 
 }  // namespace
@@ -189,8 +233,25 @@ PYBIND11_MODULE(shardtopk, m) {
                   py::arg("metric") = "inner_product", py::arg("dtype") = "float32", py::arg("k_max") = 1024,
                   py::arg("batch_max") = 256, py::arg("backend") = "auto", py::arg("attributes") = py::none(),
                   kFromArraysDoc)
-      .def("search", &PyIndex::search, py::arg("queries"), py::arg("k"), py::kw_only(), py::arg("filter") = py::none(),
+      .def("search",
+           [](PyIndex& self, py::object queries, py::object k, py::object filter, py::object min_score,
+              py::object max_distance, py::object limit, py::object search_after, bool count_only, bool stats,
+              py::object stream, py::object out) {
+             shardtopk::python::OrderArgs order;
+             order.min_score = std::move(min_score);
+             order.max_distance = std::move(max_distance);
+             order.search_after = std::move(search_after);
+             order.count_only = count_only;
+             order.stats = stats;
+             return self.search(std::move(queries), std::move(k), std::move(filter), std::move(limit), order,
+                                std::move(stream), std::move(out));
+           },
+           py::arg("queries"), py::arg("k") = py::none(), py::kw_only(), py::arg("filter") = py::none(),
+           py::arg("min_score") = py::none(), py::arg("max_distance") = py::none(), py::arg("limit") = py::none(),
+           py::arg("search_after") = py::none(), py::arg("count_only") = false, py::arg("stats") = false,
            py::arg("stream") = py::none(), py::arg("out") = py::none(), kSearchDoc)
+      .def("rank_of", &PyIndex::rank_of, py::arg("query"), py::arg("ids"), py::kw_only(),
+           py::arg("filter") = py::none(), kRankOfDoc)
       .def("upsert", &PyIndex::upsert, py::arg("ids"), py::arg("vectors"), py::arg("attributes") = py::none(),
            R"doc(
 upsert(ids, vectors, attributes=None) -> {"upserted": n, "seq": s}

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
 #include <vector>
@@ -369,21 +370,160 @@ void PyIndex::admit_pieces(std::int64_t batch, const Admit& admit, const FilterP
   in_pieces(batch, [&](std::int64_t off, int n, std::size_t) { pieces->push_back(admit(off, n, filters)); });
 }
 
-py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filter, py::object stream,
-                          py::object out) {
+namespace {
+
+/// search()'s third value (docs/PYTHON.md "Ranges, pages and counts"): per query, the rows
+/// within its bound (-1: none), scanned and passing, its real results, and its next page's
+/// search_after ((score, id) of its last result when the page is full, else None).
+py::dict stats_dict(const std::vector<QueryStats>& stats, const std::vector<std::int32_t>& counts,
+                    const std::int64_t* ids, const float* scores, int k, bool count_only) {
+  const auto batch = static_cast<py::ssize_t>(stats.size());
+  py::array_t<std::int64_t> total(batch), scanned(batch), passing(batch);
+  py::array_t<std::int32_t> count(batch);
+  auto t = total.mutable_unchecked<1>(), sc = scanned.mutable_unchecked<1>(), ps = passing.mutable_unchecked<1>();
+  auto c = count.mutable_unchecked<1>();
+  py::list next;
+  for (py::ssize_t q = 0; q < batch; ++q) {
+    const QueryStats& s = stats[static_cast<std::size_t>(q)];
+    t(q) = s.total;
+    sc(q) = s.scanned;
+    ps(q) = s.passing;
+    const std::int32_t n = counts[static_cast<std::size_t>(q)];
+    c(q) = count_only ? 0 : n;
+    if (count_only) continue;
+    if (n == k && k > 0) {
+      const std::size_t last = static_cast<std::size_t>(q) * static_cast<std::size_t>(k) + static_cast<std::size_t>(k - 1);
+      next.append(py::make_tuple(static_cast<double>(scores[last]), ids[last]));
+    } else {
+      next.append(py::none());
+    }
+  }
+  py::dict d;
+  d["total"] = total;
+  d["rows_scanned"] = scanned;
+  d["rows_passing"] = passing;
+  d["count"] = count;
+  if (!count_only) d["next"] = next;
+  return d;
+}
+
+/// A list, tuple or array of values (not a string, not a 0-d array: a scalar).
+bool is_sequence(py::handle v) {
+  if (py::isinstance<py::array>(v)) return py::reinterpret_borrow<py::array>(v).ndim() > 0;
+  return PySequence_Check(v.ptr()) && !PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr());
+}
+
+/// A real number of an order argument (not a bool), within float32's finite range.
+double order_number(py::handle v, const std::string& what) {
+  SHARDTOPK_EXPECTS(!PyBool_Check(v.ptr()) && PyNumber_Check(v.ptr()) && !is_sequence(v), what,
+                    " must be a number, got ", type_name(v), " ", std::string(py::repr(v)));
+  const double d = PyFloat_AsDouble(v.ptr());
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw Error(detail::concat(what, " must be a real number, got ", type_name(v), " ", std::string(py::repr(v))));
+  }
+  SHARDTOPK_EXPECTS(std::isfinite(d) && std::fabs(d) <= std::numeric_limits<float>::max(), what, " = ",
+                    std::string(py::repr(v)), " is outside float32");
+  return d;
+}
+
+/// One value for every query, or a sequence of one per query (`pair`: a value is itself a
+/// (score, id) pair, so a single pair is told from a sequence of pairs by its first element).
+std::vector<py::object> per_query(py::handle v, std::int64_t batch, bool pair, const char* name) {
+  bool list = is_sequence(v);
+  if (list && pair && py::len(v) > 0) {
+    const py::object first = py::reinterpret_borrow<py::sequence>(v)[0];
+    list = is_sequence(first);
+  }
+  if (!list) return std::vector<py::object>(static_cast<std::size_t>(batch), py::reinterpret_borrow<py::object>(v));
+  const py::sequence s = py::reinterpret_borrow<py::sequence>(v);
+  const auto n = static_cast<std::int64_t>(py::len(s));
+  SHARDTOPK_EXPECTS(n == batch, name, " has ", n, " entries for ", batch, " quer", batch == 1 ? "y" : "ies",
+                    "; give one value for every query, or one entry per query");
+  std::vector<py::object> out;
+  for (std::int64_t q = 0; q < n; ++q) out.push_back(s[static_cast<std::size_t>(q)]);
+  return out;
+}
+
+}  // namespace
+
+long long PyIndex::search_k(py::handle k_obj, py::handle limit, const OrderArgs& order) const {
+  const bool l2 = metric_ == "l2";
+  const char* bound_name = l2 ? "max_distance" : "min_score";
+  SHARDTOPK_EXPECTS((l2 ? order.min_score : order.max_distance).is_none(), l2 ? "min_score" : "max_distance",
+                    " is for ", l2 ? "inner_product and cosine" : "l2", "; this index ranks by ",
+                    l2 ? "l2 distance: give max_distance" : "similarity: give min_score");
+  SHARDTOPK_EXPECTS(k_obj.is_none() || limit.is_none(), "give limit or k, not both (they are the same number)");
+  SHARDTOPK_EXPECTS(!order.count_only || !(l2 ? order.max_distance : order.min_score).is_none(),
+                    "count_only counts the rows within a bound: give ", bound_name);
+  const char* name = k_obj.is_none() ? "limit" : "k";
+  const py::handle v = k_obj.is_none() ? limit : k_obj;
+  if (v.is_none()) {
+    if (order.count_only) return 1;
+    throw py::type_error("search() missing its argument k (or limit=): the results per query");
+  }
+  const std::optional<long long> k = integer_arg(v, name);
+  if (!k) {
+    const std::int64_t kmax = std::min<std::int64_t>(k_max_, k_rows_);
+    throw Error(detail::concat(name, "=", std::string(py::str(v)), " out of range: allowed 1 .. ", kmax));
+  }
+  return *k;
+}
+
+std::vector<QueryBounds> PyIndex::query_bounds(const OrderArgs& order, std::int64_t batch) const {
+  if (!order.bounded()) return {};
+  const bool l2 = metric_ == "l2";
+  const char* bound_name = l2 ? "max_distance" : "min_score";
+  std::vector<QueryBounds> bounds(static_cast<std::size_t>(batch));
+  const py::object& bound = l2 ? order.max_distance : order.min_score;
+  if (!bound.is_none()) {
+    const std::vector<py::object> v = per_query(bound, batch, false, bound_name);
+    for (std::int64_t q = 0; q < batch; ++q) {
+      const double d = order_number(v[static_cast<std::size_t>(q)], detail::concat(bound_name, " of query ", q));
+      bounds[static_cast<std::size_t>(q)].has_bound = true;
+      bounds[static_cast<std::size_t>(q)].bound = bound_as_float(d, l2);
+    }
+  }
+  if (!order.search_after.is_none()) {
+    const std::vector<py::object> v = per_query(order.search_after, batch, true, "search_after");
+    for (std::int64_t q = 0; q < batch; ++q) {
+      const py::object& p = v[static_cast<std::size_t>(q)];
+      const std::string what = detail::concat("search_after of query ", q);
+      SHARDTOPK_EXPECTS(is_sequence(p) && py::len(p) == 2, what, " must be (score, id) (a previous answer's next), got ",
+                        std::string(py::repr(p)));
+      const py::sequence pair = py::reinterpret_borrow<py::sequence>(p);
+      QueryBounds& x = bounds[static_cast<std::size_t>(q)];
+      x.has_after = true;
+      const py::object score = pair[0];
+      x.after_score = static_cast<float>(order_number(score, what + " score"));
+      const py::object id = pair[1];
+      std::optional<long long> i;
+      try {
+        i = integer_arg(id, "id");
+      } catch (const Error&) {
+      }
+      SHARDTOPK_EXPECTS(i.has_value(), what, ": the id must be an int64 integer, got ", std::string(py::repr(id)));
+      x.after_id = *i;
+    }
+  }
+  return bounds;
+}
+
+py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filter, py::object limit,
+                          const OrderArgs& order, py::object stream, py::object out) {
   require_open("search()");
   SHARDTOPK_EXPECTS(rank_ == 0, "search() runs on rank 0, which drives the collective search; rank ", rank_, " of ",
                     world_, " calls follow() (or close()) instead");
-  const std::optional<long long> k = integer_arg(k_obj, "k");
-  if (!k) {
-    const std::int64_t kmax = std::min<std::int64_t>(k_max_, k_rows_);
-    throw Error(detail::concat("k=", std::string(py::str(k_obj)), " out of range: allowed 1 .. ", kmax));
-  }
+  const long long k = search_k(k_obj, limit, order);
+  SHARDTOPK_EXPECTS(!order.count_only || out.is_none(), "out= with count_only: a count answers no ids or scores");
   // Compiled once, for every query of the call (and every piece of a split batch).
   std::optional<FilterProgram> program;
   if (!filter.is_none()) program = compile_py_filter(filter, attributes_);
-  const FilterProgram* f = program ? &*program : nullptr;
+  return search_queries(queries, k, program ? &*program : nullptr, order, stream, out);
+}
 
+py::tuple PyIndex::search_queries(py::object queries, long long k, const FilterProgram* f, const OrderArgs& order,
+                                  py::object stream, py::object out) {
   if (py::isinstance<py::array>(queries)) {
     py::array a = py::reinterpret_borrow<py::array>(queries);
     SHARDTOPK_EXPECTS(a.dtype().is(py::dtype::of<float>()), "queries must be float32, got ",
@@ -393,7 +533,7 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
                       "queries must be C-contiguous (row-major, rows packed); copy them first (numpy.ascontiguousarray)");
     const std::int64_t cols = a.shape(a.ndim() - 1), batch = a.ndim() == 2 ? a.shape(0) : 1;
     SHARDTOPK_EXPECTS(cols == dim_, "queries have dimension ", cols, " but the index has dimension ", dim_);
-    return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, *k, f, out);
+    return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, k, f, order, out);
   }
   // A torch tensor: its device from C-level attributes (__dlpack_device__ is Python code).
   std::optional<DlDevice> d;
@@ -406,29 +546,31 @@ py::tuple PyIndex::search(py::object queries, py::object k_obj, py::object filte
     d = dlpack_device_of(queries);
   }
   if (d) {
-    if (d->type == kDLCUDA) return search_device(queries, d->id, *k, f, stream, out);
+    if (d->type == kDLCUDA) return search_device(queries, d->id, k, f, order, stream, out);
     SHARDTOPK_EXPECTS(d->type == kDLCPU, "queries are on ", device_text(*d), "; pass host arrays or arrays on the index's GPU (",
                       cuda_ ? "cuda:" + std::to_string(device_) : "none: CPU engine", ")");
     const auto qt = is_torch ? ImportedTensor::from_capsule(t->to_dlpack(queries), "queries")
                              : ImportedTensor::exchange(queries, std::nullopt, "queries");
     const MatrixShape s = check_matrix(qt->tensor(), kDlFloat32, "float32", "queries");
     SHARDTOPK_EXPECTS(s.cols == dim_, "queries have dimension ", s.cols, " but the index has dimension ", dim_);
-    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, *k, f, out);
+    return search_host(static_cast<const float*>(qt->data()), s.rows, s.one_d, k, f, order, out);
   }
   // Anything else numpy can read as numbers (a list of floats, a list of lists).
   py::array a = numpy().attr("asarray")(queries, py::arg("dtype") = "float32");
-  return search(a, py::int_(*k), filter, stream, out);
+  return search_queries(a, k, f, order, stream, out);
 }
 
 // ------------------------------------------------------------------------------ updates
 
 namespace {
 
-/// ids=: 1-D integers [n] (numpy, a list, ...) as a C-contiguous int64 array.
-py::array id_array(py::handle ids) {
+/// ids=: 1-D integers [n] (numpy, a list, ...) as a C-contiguous int64 array. `write`: empty
+/// is refused here; otherwise (rank_of) it comes back empty, for the index to name the range.
+py::array id_array(py::handle ids, bool write = true) {
   py::object a = int_list(ids, "ids", false);
   if (a.is_none()) a = numpy().attr("asarray")(ids);
   // Empty is refused as empty, whatever dtype numpy gave it ([] is float64).
+  if (!write && a.attr("size").cast<long long>() == 0) return py::array_t<std::int64_t>(0);
   SHARDTOPK_EXPECTS(a.attr("size").cast<long long>() > 0, "ids is empty: a write needs at least one id");
   const std::string kind = py::str(a.attr("dtype").attr("kind"));
   SHARDTOPK_EXPECTS(kind == "i" || kind == "u", "ids must be integers, got dtype ", std::string(py::str(a.attr("dtype"))));
@@ -511,6 +653,35 @@ py::dict PyIndex::snapshot() {
   return d;
 }
 
+py::tuple PyIndex::rank_of(py::object query, py::object ids, py::object filter) {
+  require_driver("rank_of()");
+  py::array q = py::isinstance<py::array>(query) ? py::reinterpret_borrow<py::array>(query)
+                                                 : py::array(numpy().attr("asarray")(query, py::arg("dtype") = "float32"));
+  SHARDTOPK_EXPECTS(q.dtype().is(py::dtype::of<float>()), "query must be float32, got ", std::string(py::str(q.dtype())),
+                    " (convert with query.astype(numpy.float32))");
+  SHARDTOPK_EXPECTS((q.ndim() == 1 || (q.ndim() == 2 && q.shape(0) == 1)) && q.shape(q.ndim() - 1) == dim_,
+                    "query must be one vector [dim] = [", dim_, "], got shape ", std::string(py::str(q.attr("shape"))));
+  SHARDTOPK_EXPECTS((q.flags() & py::array::c_style) != 0,
+                    "query must be C-contiguous; copy it first (numpy.ascontiguousarray)");
+  const py::array id = id_array(ids, /*write=*/false);
+  const std::int64_t n = id.shape(0);
+  std::optional<FilterProgram> program;
+  if (!filter.is_none()) program = compile_py_filter(filter, attributes_);
+  py::array_t<std::int64_t> ranks(n);
+  py::array_t<float> scores(n);
+  const auto* qv = static_cast<const float*>(q.data());
+  const auto* iv = static_cast<const std::int64_t*>(id.data());
+  std::int64_t* rv = ranks.mutable_data();
+  float* sv = scores.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    require_open("rank_of()");
+    index_->rank(qv, iv, static_cast<int>(std::min<std::int64_t>(n, INT_MAX)), program ? &*program : nullptr, rv, sv);
+  }
+  return py::make_tuple(ranks, scores);
+}
+
 const FilterProgram* const* PyIndex::piece_filters(const FilterProgram* filter) {
   if (!filter) return nullptr;
   piece_filters_.assign(static_cast<std::size_t>(batch_max_), filter);
@@ -518,15 +689,20 @@ const FilterProgram* const* PyIndex::piece_filters(const FilterProgram* filter) 
 }
 
 py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, long long k_in,
-                               const FilterProgram* filter, py::object out) {
+                               const FilterProgram* filter, const OrderArgs& order, py::object out) {
   (void)one_d;  // a single query is a batch of one: [1, k]
+  const std::vector<QueryBounds> bounds = query_bounds(order, batch);
+  const bool with_stats = order.any();
   // Every piece admitted before anything is allocated or searched (an empty call: k alone).
   std::vector<SearchBatch> pieces;
   if (batch == 0) check_k(k_in, k_max_, k_rows_);
   else admit_pieces(batch, [&](std::int64_t off, int n, const FilterProgram* const* filters) {
-    return index_->admit(q + off * dim_, n, k_in, filters);
+    if (!with_stats) return index_->admit(q + off * dim_, n, k_in, filters);
+    return index_->admit(q + off * dim_, n, k_in, filters, bounds.empty() ? nullptr : bounds.data() + off, true);
   }, filter, &pieces);
   const int k = static_cast<int>(k_in);
+  // count_only: the answer's ids and scores are [batch, 0]; the search writes into buffers here.
+  const std::int64_t k_out = order.count_only ? 0 : k;
   py::object ids_obj, scores_obj;
   if (!out.is_none()) {
     auto [i, s] = out_pair(out);
@@ -535,28 +711,45 @@ py::tuple PyIndex::search_host(const float* q, std::int64_t batch, bool one_d, l
     ids_obj = i;
     scores_obj = s;
   } else {
-    ids_obj = py::array(py::dtype::of<std::int64_t>(), {batch, static_cast<std::int64_t>(k)});
-    scores_obj = py::array(py::dtype::of<float>(), {batch, static_cast<std::int64_t>(k)});
+    ids_obj = py::array(py::dtype::of<std::int64_t>(), {batch, k_out});
+    scores_obj = py::array(py::dtype::of<float>(), {batch, k_out});
   }
-  auto* ids = static_cast<std::int64_t*>(py::reinterpret_borrow<py::array>(ids_obj).mutable_data());
-  auto* scores = static_cast<float*>(py::reinterpret_borrow<py::array>(scores_obj).mutable_data());
+  std::vector<std::int64_t> count_ids;
+  std::vector<float> count_scores;
+  std::int64_t* ids = nullptr;
+  float* scores = nullptr;
+  if (order.count_only) {
+    count_ids.resize(static_cast<std::size_t>(batch) * static_cast<std::size_t>(k));
+    count_scores.resize(count_ids.size());
+    ids = count_ids.data();
+    scores = count_scores.data();
+  } else {
+    ids = static_cast<std::int64_t*>(py::reinterpret_borrow<py::array>(ids_obj).mutable_data());
+    scores = static_cast<float*>(py::reinterpret_borrow<py::array>(scores_obj).mutable_data());
+  }
+  std::vector<std::int32_t> counts(with_stats ? static_cast<std::size_t>(batch) : 0);
+  std::vector<QueryStats> stats(counts.size());
   if (batch > 0) {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     require_open("search()");
     in_pieces(batch, [&](std::int64_t off, int, std::size_t piece) {
-      index_->search(pieces[piece], ids + off * k, scores + off * k);
+      if (with_stats) index_->search(pieces[piece], ids + off * k, scores + off * k, counts.data() + off, stats.data() + off);
+      else index_->search(pieces[piece], ids + off * k, scores + off * k);
     });
   }
-  return py::make_tuple(ids_obj, scores_obj);
+  if (!with_stats) return py::make_tuple(ids_obj, scores_obj);
+  return py::make_tuple(ids_obj, scores_obj, stats_dict(stats, counts, ids, scores, k, order.count_only));
 }
 
 py::tuple PyIndex::search_device(py::object queries, int device, long long k_in, const FilterProgram* filter,
-                                 py::object stream_obj, py::object out) {
+                                 const OrderArgs& order, py::object stream_obj, py::object out) {
   SHARDTOPK_EXPECTS(cuda_, "queries are on cuda:", device, " but the index runs on the ", engine_,
                     " engine; pass host arrays (numpy), or build the index on a GPU (engine.backend cuda)");
   SHARDTOPK_EXPECTS(device == device_, "queries are on cuda:", device, " but the index is on cuda:", device_,
                     "; move them there first (tensor.to('cuda:", device_, "'))");
+  SHARDTOPK_EXPECTS(!order.any(), "min_score, max_distance, search_after, count_only and stats take host queries "
+                    "on the CPU engine; these queries are in device memory (the CUDA engine)");
   // Each array through the exchange of the protocol, which orders its producer's pending work
   // before `s`; torch tensors through torch's own export, torch's current stream then ordered
   // before `s` here (what torch's __dlpack__ does, without its Python-level cost).

@@ -23,6 +23,16 @@ namespace shardtopk::python {
 
 namespace py = pybind11;
 
+/// The order arguments of index.search (docs/PYTHON.md "Ranges, pages and counts"), as given.
+struct OrderArgs {
+  py::object min_score = py::none(), max_distance = py::none(), search_after = py::none();
+  bool count_only = false;
+  bool stats = false;
+  bool bounded() const { return !min_score.is_none() || !max_distance.is_none() || !search_after.is_none(); }
+  /// Whether the call answers (ids, scores, stats) instead of (ids, scores).
+  bool any() const { return bounded() || count_only || stats; }
+};
+
 class PyIndex {
  public:
   /// Index.open: the config file, then `overrides` (keyword names with "__" for ".", or dotted
@@ -43,7 +53,12 @@ class PyIndex {
 
   /// index.search → (ids, scores), numpy arrays for host queries, DeviceArrays (or `out`) for
   /// device queries. `filter`: None, a dict (or its JSON text), compiled once for every query.
-  py::tuple search(py::object queries, py::object k, py::object filter, py::object stream, py::object out);
+  /// With an order argument (`order.any()`, host queries only) → (ids, scores, stats dict).
+  /// `k` or `limit` (the same number, one of them; 1 for count_only when neither is given).
+  py::tuple search(py::object queries, py::object k, py::object filter, py::object limit, const OrderArgs& order,
+                   py::object stream, py::object out);
+  /// index.rank_of(query [dim], ids [n]) → (ranks int64 [n], scores float32 [n]): ShardedIndex::rank.
+  py::tuple rank_of(py::object query, py::object ids, py::object filter);
   /// Updates (docs/PYTHON.md "Updates"), rank 0, on an index with a storage directory
   /// (storage.dir): each returns once the write is durable and visible to every later search.
   /// upsert: ids [n] integers, vectors [n, dim] reals, attributes None or {name: [n] values}
@@ -81,10 +96,18 @@ class PyIndex {
   }
   /// Open, and rank 0 (the calls that drive the collective ones).
   void require_driver(const char* call) const;
+  /// search() once k and the filter are known: host or device queries (lists through numpy).
+  py::tuple search_queries(py::object queries, long long k, const FilterProgram* filter, const OrderArgs& order,
+                           py::object stream, py::object out);
   py::tuple search_host(const float* q, std::int64_t batch, bool one_d, long long k, const FilterProgram* filter,
-                        py::object out);
+                        const OrderArgs& order, py::object out);
   py::tuple search_device(py::object queries, int device, long long k, const FilterProgram* filter,
-                          py::object stream, py::object out);
+                          const OrderArgs& order, py::object stream, py::object out);
+  /// k from `k` or `limit`, checked against the order arguments (which may be given, which not).
+  long long search_k(py::handle k, py::handle limit, const OrderArgs& order) const;
+  /// Each query's QueryBounds [batch] from the order arguments (empty: none), checked for shape
+  /// and float32 range; the index's admission checks the rest.
+  std::vector<QueryBounds> query_bounds(const OrderArgs& order, std::int64_t batch) const;
   /// Each query's filter for a piece of a batch: [batch_max] copies of `filter`, or nullptr.
   const FilterProgram* const* piece_filters(const FilterProgram* filter);
   /// Runs `run(offset, count, piece)` over the batch in pieces of at most search.batch_max

@@ -2,7 +2,7 @@
 
 import os
 from types import TracebackType
-from typing import Any, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Literal, Mapping, Optional, Sequence, Tuple, TypedDict, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,15 @@ class DeviceArray:
         """Host copy; waits for the stream."""
     def __len__(self) -> int: ...
 
+class _SearchStatsBase(TypedDict):
+    total: npt.NDArray[np.int64]  # [batch] rows within the bound passing the filter; -1: no bound
+    rows_scanned: npt.NDArray[np.int64]  # [batch] live rows evaluated (every rank's)
+    rows_passing: npt.NDArray[np.int64]  # [batch] live rows passing the filter
+    count: npt.NDArray[np.int32]  # [batch] real results per query (0 with count_only)
+
+class SearchStats(_SearchStatsBase, total=False):
+    next: List[Optional[Tuple[float, int]]]  # [batch] (score, id) when the row is full, else None; not with count_only
+
 class Index:
     """One rank's part of a sharded exact top-k index."""
 
@@ -73,6 +82,7 @@ class Index:
     ) -> "Index":
         """vectors [rows, dim] on the host (every rank the same full arrays), ids [rows] or None,
         attributes {name: [rows] integers or reals} for filters."""
+    @overload
     def search(
         self,
         queries: Any,
@@ -89,6 +99,31 @@ class Index:
         filter (docs/FILTERS.md) applies to every query; slots past a query's real results hold
         PAD_ID and -inf (+inf for l2).
         """
+    @overload
+    def search(
+        self,
+        queries: Any,
+        k: Optional[int] = None,
+        *,
+        filter: Optional[Union[Mapping[str, Any], str]] = None,
+        min_score: Optional[Union[float, Sequence[float], npt.ArrayLike]] = None,
+        max_distance: Optional[Union[float, Sequence[float], npt.ArrayLike]] = None,
+        limit: Optional[int] = None,
+        search_after: Optional[Union[Tuple[float, int], Sequence[Tuple[float, int]]]] = None,
+        count_only: bool = False,
+        stats: bool = False,
+        out: Optional[Tuple[Any, Any]] = None,
+    ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], SearchStats]:
+        """Host queries, CPU engine: ranges (min_score; l2: max_distance), pages (search_after: a
+        previous answer's stats["next"]) and counts (count_only: ids and scores [batch, 0]).
+
+        Any of min_score, max_distance, search_after, count_only or stats=True adds the third
+        value, SearchStats. Per-query values: a scalar (pair) for every query, or [batch] of them.
+        """
+    def rank_of(
+        self, query: npt.ArrayLike, ids: npt.ArrayLike, *, filter: Optional[Union[Mapping[str, Any], str]] = None
+    ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """query [dim], ids [n] live ids -> (ranks int64 [n], 1-based; scores float32 [n]) among the rows passing filter."""
     def upsert(
         self, ids: npt.ArrayLike, vectors: npt.ArrayLike, attributes: Optional[Mapping[str, npt.ArrayLike]] = None
     ) -> dict:

@@ -12,7 +12,8 @@ Scenarios (the followers' side differs, rank 0 always searches and closes):
 
 Each rank writes PREFIX.rank<R>.json (what happened there); rank 0 also writes PREFIX.npz with
 its answers (ids_a/scores_a: 3 queries, ids_b/scores_b: 20 queries searched 8 at a time, and,
-for from_arrays, ids_f/scores_f: the 20 queries with FILTER over the `tenant` attribute).
+for from_arrays, ids_f/scores_f: the 20 queries with FILTER over the `tenant` attribute), and
+those of order_answers() (ranges, a second page, counts, rank_of).
 """
 
 import argparse
@@ -35,6 +36,23 @@ def attributes():
 
 
 FILTER = {"any": [{"in": {"tenant": [2, 9]}}, {"ids_in": [5, 8, 11]}]}
+MIN_SCORE = 3.0
+RANK_ROWS = [0, 500, 1000, 3, 0]  # rows whose ids rank_of asks for (a repeat too)
+
+
+def order_answers(index, queries, filtered):
+    """Ranges, pages, counts and ranks (search's order arguments, rank_of): name -> array."""
+    _, ids, _ = corpus()
+    out = {}
+    out["ids_r"], out["scores_r"], st = index.search(queries, 12, min_score=MIN_SCORE)
+    out["total_r"], out["scanned_r"] = st["total"], st["rows_scanned"]
+    _, _, first = index.search(queries, 7, stats=True)
+    out["ids_p"], out["scores_p"], _ = index.search(queries, 7, search_after=first["next"])
+    if filtered:
+        _, _, c = index.search(queries, filter=FILTER, min_score=MIN_SCORE, count_only=True)
+        out["total_f"], out["passing_f"] = c["total"], c["rows_passing"]
+    out["ranks_o"], out["rscores_o"] = index.rank_of(queries[0], ids[RANK_ROWS])
+    return out
 
 
 def main():
@@ -75,6 +93,7 @@ def main():
             out = dict(ids_a=ids_a, scores_a=scores_a, ids_b=ids_b, scores_b=scores_b)
             if a.scenario != "open":
                 out["ids_f"], out["scores_f"] = index.search(queries, 10, filter=FILTER)
+            out.update(order_answers(index, queries, a.scenario != "open"))
             np.savez(a.out + ".npz", **out)
             index.close()
         elif a.scenario in ("follow", "open"):

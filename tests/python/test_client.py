@@ -111,6 +111,78 @@ class ClientTest(unittest.TestCase):
         np.testing.assert_array_equal(np.array(doc["ids"]), ids)
         np.testing.assert_array_equal(np.array(doc["scores"], dtype=np.float32).view(np.uint32), scores.view(np.uint32))
 
+    # ------------------------------------------------------------------ ranges, pages, counts, ranks
+
+    def ordered(self, q, tenant=None):
+        """The oracle's (ids, float64 scores) of one query over the live rows, best first."""
+        C, live = self.model.arrays(tenant)
+        S = oracle.scores64(C, q.reshape(1, -1), "inner_product")[0]
+        o = oracle.order(S, live, "inner_product")
+        return live[o], S[o]
+
+    def test_j_ranges_pages_counts_and_ranks(self):
+        rng = np.random.default_rng(4)
+        Q = rng.integers(-3, 4, size=(3, D)).astype(np.float32)
+        # a range per query, its bound a score some rows tie at; with and without a filter
+        for tenant in (None, 2):
+            filt = None if tenant is None else {"eq": {"tenant": tenant}}
+            want = [self.ordered(Q[i], tenant) for i in range(3)]
+            bounds = [float(w[1][min(12 + 3 * i, len(w[1]) - 1)]) for i, w in enumerate(want)]
+            ids, scores, st = self.c.search(Q, limit=8, filter=filt, min_score=bounds)
+            for i, (w_ids, w_s) in enumerate(want):
+                inside = w_s >= bounds[i]
+                n = min(8, int(inside.sum()))
+                self.assertEqual(st["total"][i], inside.sum())
+                self.assertEqual(st["count"][i], n)
+                np.testing.assert_array_equal(ids[i, :n], w_ids[inside][:n])
+                np.testing.assert_array_equal(scores[i, :n], w_s[inside][:n].astype(np.float32))
+                self.assertTrue((ids[i, n:] == sc.PAD_ID).all() and np.isneginf(scores[i, n:]).all())
+                self.assertEqual(st["rows_scanned"][i], len(self.model.rows))
+                self.assertEqual(st["rows_passing"][i], len(w_ids))
+                self.assertEqual(st["next"][i], (float(scores[i, 7]), int(ids[i, 7])) if n == 8 else None)
+            _, _, counts = self.c.search(Q, filter=filt, min_score=bounds, count_only=True)
+            np.testing.assert_array_equal(counts["total"], st["total"])
+            self.assertNotIn("next", counts)
+        # pages walked to the end equal one top-k of every live row (k_max 50: pages of 9)
+        q = Q[0]
+        got, after = [], None
+        while True:
+            ids, scores, st = self.c.search(q, 9, search_after=after, stats=True)
+            self.assertEqual(st["total"][0], -1)
+            got.extend(ids[0, :st["count"][0]].tolist())
+            after = st["next"][0]
+            if after is None:
+                break
+        self.assertEqual(got, self.ordered(q)[0].tolist())
+        # ranks: best, worst, a tie (in id order), a repeat
+        w_ids, w_s = self.ordered(q)
+        tie = np.flatnonzero(w_s == w_s[len(w_s) // 2])[:5]
+        self.assertGreater(len(tie), 1)
+        pick = [0, len(w_ids) - 1] + tie.tolist()[::-1] + [0]
+        ranks, scores = self.c.rank(q, w_ids[pick])
+        self.assertEqual((ranks.dtype, scores.dtype), (np.int64, np.float32))
+        np.testing.assert_array_equal(ranks, np.array(pick) + 1)
+        np.testing.assert_array_equal(scores, w_s[pick].astype(np.float32))
+        f_ids, _ = self.ordered(q, 3)
+        ranks, _ = self.c.rank(q.tolist(), [int(f_ids[-1])], filter=json.dumps({"eq": {"tenant": 3}}))
+        self.assertEqual(ranks.tolist(), [len(f_ids)])
+        # refusals: the service's 400 and its message
+        cases = [
+            (lambda: self.c.search(Q, 5, max_distance=1.0), "max_distance"),
+            (lambda: self.c.search(Q, 5, min_score=[1.0, 2.0]), "min_score"),
+            (lambda: self.c.search(Q, count_only=True, search_after=(1.0, 2)), "count_only"),
+            (lambda: self.c.search(Q, 5, search_after=(1e39, 3)), "search_after"),
+            (lambda: self.c.rank(q, [424242]), "unknown id 424242"),
+            (lambda: self.c.rank(q, []), "ids"),
+        ]
+        for call, word in cases:
+            with self.assertRaises(sc.ServiceError) as e:
+                call()
+            self.assertEqual(e.exception.status, 400, e.exception.message)
+            self.assertIn(word, e.exception.message)
+        with self.assertRaises(ValueError):
+            self.c.search(Q, 5, limit=5)
+
     # ------------------------------------------------------------------ writes
 
     def test_e_upsert_and_delete_are_seen_by_searches(self):

@@ -266,6 +266,215 @@ class BadInputTests(unittest.TestCase):
         self.assertEqual(other.info()["rows"], 400)
 
 
+class OrderQueryTests(unittest.TestCase):
+    """Ranges, pages, counts and ranks (search's order arguments, rank_of) against the float64
+    oracle: small-integer rows (exact scores, many ties, ids that are not row positions)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.C = small_int_corpus(n=701, d=9, seed=21)
+        rng = np.random.default_rng(22)
+        cls.ids = rng.permutation(cls.C.shape[0]).astype(np.int64) * 5 - 1000  # ties break by these
+        cls.tenant = np.arange(cls.C.shape[0]) % 3
+        cls.Q = rng.integers(-3, 4, size=(5, cls.C.shape[1])).astype(np.float32)
+        cls.index = {m: cpu_index(cls.C, ids=cls.ids, metric=m, k_max=cls.C.shape[0], batch_max=4,
+                                  attributes={"tenant": cls.tenant}) for m in ("inner_product", "l2")}
+
+    @classmethod
+    def tearDownClass(cls):
+        for index in cls.index.values():
+            index.close()
+
+    def ordered(self, metric, q, mask=None):
+        """The oracle's (ids, float64 scores) of query q over the rows passing mask, best first."""
+        keep = np.ones(len(self.ids), bool) if mask is None else mask
+        S = oracle.scores64(self.C[keep], self.Q[q:q + 1], metric)[0]
+        o = oracle.order(S, self.ids[keep], metric)
+        return self.ids[keep][o], S[o]
+
+    def test_ranges_against_the_oracle(self):
+        for metric, bound_arg in (("inner_product", "min_score"), ("l2", "max_distance")):
+            index = self.index[metric]
+            for use_filter in (False, True):
+                mask = self.tenant != 1 if use_filter else None
+                filt = {"in": {"tenant": [0, 2]}} if use_filter else None
+                # each query's bound is a score some rows have (ties at the bound are inside)
+                bounds = [float(self.ordered(metric, q, mask)[1][40 + 9 * q]) for q in range(len(self.Q))]
+                for k in (1, 30, 200):
+                    with self.subTest(metric=metric, filter=use_filter, k=k):
+                        ids, scores, st = index.search(self.Q, limit=k, filter=filt, **{bound_arg: bounds})
+                        self.assertEqual(ids.shape, (len(self.Q), k))
+                        for q in range(len(self.Q)):
+                            want_ids, want_s = self.ordered(metric, q, mask)
+                            inside = want_s <= bounds[q] if metric == "l2" else want_s >= bounds[q]
+                            self.assertGreater(inside.sum(), 40)  # the bound's ties reach past row 40
+                            n = min(k, int(inside.sum()))
+                            self.assertEqual(st["total"][q], inside.sum())
+                            self.assertEqual(st["count"][q], n)
+                            np.testing.assert_array_equal(ids[q, :n], want_ids[inside][:n])
+                            np.testing.assert_array_equal(scores[q, :n], want_s[inside][:n].astype(np.float32))
+                            self.assertTrue((ids[q, n:] == shardtopk.PAD_ID).all())
+                            self.assertEqual(st["rows_scanned"][q], len(self.ids))
+                            self.assertEqual(st["rows_passing"][q], len(want_ids))
+                            if n == k:
+                                self.assertEqual(st["next"][q], (float(scores[q, k - 1]), int(ids[q, k - 1])))
+                            else:
+                                self.assertIsNone(st["next"][q])
+                        # the same bound for every query (a scalar); the counts alone
+                        _, _, one = index.search(self.Q, k, filter=filt, **{bound_arg: bounds[0]})
+                        c_ids, c_scores, c = index.search(self.Q, filter=filt, count_only=True, **{bound_arg: bounds})
+                        self.assertEqual((c_ids.shape, c_scores.shape), ((len(self.Q), 0), (len(self.Q), 0)))
+                        np.testing.assert_array_equal(c["total"], st["total"])
+                        self.assertNotIn("next", c)
+                        for q in range(len(self.Q)):
+                            want_s = self.ordered(metric, q, mask)[1]
+                            inside = want_s <= bounds[0] if metric == "l2" else want_s >= bounds[0]
+                            self.assertEqual(one["total"][q], inside.sum())
+
+    def test_pages_walked_to_the_end_equal_one_top_k(self):
+        for metric in ("inner_product", "l2"):
+            index = self.index[metric]
+            for filt, mask in ((None, None), ({"eq": {"tenant": 2}}, self.tenant == 2)):
+                with self.subTest(metric=metric, filter=filt):
+                    rows = len(self.ids) if mask is None else int(mask.sum())
+                    whole_ids, whole_s = index.search(self.Q, rows, filter=filt)
+                    # batch 5 over batch_max 4: a split call, each query its own cursor
+                    pages_i, pages_s = [[] for _ in self.Q], [[] for _ in self.Q]
+                    after = None
+                    todo = list(range(len(self.Q)))
+                    steps = 0
+                    while todo:
+                        ids, scores, st = index.search(self.Q[todo], 37, filter=filt, search_after=after, stats=True)
+                        self.assertTrue((st["total"] == -1).all())  # no bound: no total
+                        for j, q in enumerate(todo):
+                            n = st["count"][j]
+                            pages_i[q].append(ids[j, :n])
+                            pages_s[q].append(scores[j, :n])
+                        keep = [j for j in range(len(todo)) if st["next"][j] is not None]
+                        after = [st["next"][j] for j in keep]
+                        todo = [todo[j] for j in keep]
+                        steps += 1
+                        self.assertLess(steps, rows // 37 + 3)
+                    for q in range(len(self.Q)):
+                        got_i, got_s = np.concatenate(pages_i[q]), np.concatenate(pages_s[q])
+                        np.testing.assert_array_equal(got_i, whole_ids[q])
+                        np.testing.assert_array_equal(got_s.view(np.uint32), whole_s[q].view(np.uint32))
+                        want_ids, want_s = self.ordered(metric, q, mask)
+                        np.testing.assert_array_equal(got_i, want_ids)
+                        np.testing.assert_array_equal(got_s, want_s.astype(np.float32))
+
+    def test_pages_of_a_range(self):
+        index = self.index["inner_product"]
+        want_ids, want_s = self.ordered("inner_product", 3)
+        bound = float(want_s[100])
+        got, after, total = [], None, None
+        while True:
+            ids, _, st = index.search(self.Q[3], 16, min_score=bound, search_after=after)
+            total = st["total"][0]
+            got.extend(ids[0, :st["count"][0]].tolist())
+            after = st["next"][0]
+            if after is None:
+                break
+        self.assertEqual(total, (want_s >= bound).sum())
+        self.assertEqual(got, want_ids[want_s >= bound].tolist())
+        # a cursor taken from the middle of a tie: the rest of the tie, then the rows below
+        tie = np.flatnonzero(want_s == want_s[50])
+        self.assertGreater(len(tie), 2)
+        mid = tie[1]
+        ids, _, _ = index.search(self.Q[3], 5, search_after=(float(want_s[mid]), int(want_ids[mid])))
+        np.testing.assert_array_equal(ids[0], want_ids[mid + 1:mid + 6])
+
+    def test_stats_of_a_plain_search(self):
+        index = self.index["l2"]
+        ids, scores = index.search(self.Q, 8)
+        ids2, scores2, st = index.search(self.Q, 8, filter={"eq": {"tenant": 0}}, stats=True)
+        self.assertTrue((st["total"] == -1).all())
+        self.assertTrue((st["rows_scanned"] == len(self.ids)).all())
+        self.assertTrue((st["rows_passing"] == (self.tenant == 0).sum()).all())
+        self.assertEqual(st["total"].dtype, np.int64)
+        self.assertEqual(st["count"].dtype, np.int32)
+        self.assertEqual(len(st["next"]), len(self.Q))
+        ids3, scores3, st3 = index.search(self.Q, 8, stats=True)
+        np.testing.assert_array_equal(ids3, ids)  # the same answer, with stats or without
+        np.testing.assert_array_equal(scores3.view(np.uint32), scores.view(np.uint32))
+        self.assertTrue((st3["rows_passing"] == len(self.ids)).all())
+
+    def test_rank_of_best_worst_and_tied_ids(self):
+        for metric in ("inner_product", "l2"):
+            index = self.index[metric]
+            for filt, mask in ((None, None), ({"in": {"tenant": [0, 1]}}, self.tenant != 2)):
+                for q in (0, 4):
+                    with self.subTest(metric=metric, filter=filt, query=q):
+                        want_ids, want_s = self.ordered(metric, q, mask)
+                        tie = np.flatnonzero(want_s == want_s[len(want_s) // 2])
+                        self.assertGreater(len(tie), 2)
+                        pick = [0, len(want_ids) - 1] + tie.tolist()[::-1] + [0]  # best, worst, a tie, a repeat
+                        # at most min(batch_max, k_max) = 4 ids a call
+                        parts = [index.rank_of(self.Q[q], want_ids[pick[i:i + 4]], filter=filt)
+                                 for i in range(0, len(pick), 4)]
+                        ranks = np.concatenate([p[0] for p in parts])
+                        scores = np.concatenate([p[1] for p in parts])
+                        self.assertEqual((ranks.dtype, scores.dtype), (np.int64, np.float32))
+                        np.testing.assert_array_equal(ranks, np.array(pick) + 1)
+                        np.testing.assert_array_equal(scores, want_s[pick].astype(np.float32))
+                        if mask is not None:  # an id the filter leaves out: the rank it would have
+                            out = int(self.ids[~mask][0])
+                            s = oracle.scores64(self.C[self.ids == out], self.Q[q:q + 1], metric)[0, 0]
+                            ahead = (want_s < s if metric == "l2" else want_s > s) | ((want_s == s) & (want_ids < out))
+                            r, sc = index.rank_of(self.Q[q], [out], filter=filt)
+                            self.assertEqual(r[0], 1 + ahead.sum())
+                            self.assertEqual(sc[0], np.float32(s))
+
+    def test_bad_order_arguments(self):
+        index = self.index["inner_product"]
+        l2 = self.index["l2"]
+        want = index.search(self.Q, 5)
+
+        def check(pattern, *args, error=ValueError, on=index, **kw):
+            with self.assertRaisesRegex(error, pattern):
+                on.search(*args, **kw)
+
+        check("max_distance is for l2; this index ranks by similarity: give min_score", self.Q, 5, max_distance=3.0)
+        check("min_score is for inner_product and cosine; this index ranks by l2 distance", self.Q, 5,
+              min_score=3.0, on=l2)
+        check(r"give limit or k, not both", self.Q, 5, limit=5)
+        check("count_only counts the rows within a bound: give min_score", self.Q, count_only=True)
+        check("missing its argument k", self.Q, error=TypeError)
+        check(r"k=0 out of range: allowed 1 \.\. 701", self.Q, limit=0)
+        check("min_score has 2 entries for 5 queries", self.Q, 5, min_score=[1.0, 2.0])
+        check(r"min_score of query 2 = nan is outside float32", self.Q, 5, min_score=[1, 2, float("nan"), 4, 5])
+        check(r"min_score of query 0 = 1e\+300 is outside float32", self.Q, 5, min_score=1e300)
+        check("min_score of query 0 must be a number, got str", self.Q, 5, min_score="1")
+        check("min_score of query 0 must be a number, got bool", self.Q, 5, min_score=True)
+        check("search_after has 1 entries for 5 queries", self.Q, 5, search_after=[(1.0, 2)])
+        check(r"search_after of query 0 must be \(score, id\)", self.Q, 5, search_after=(1.0, 2, 3))
+        check(r"search_after of query 1 must be \(score, id\) .*got None", self.Q[:2], 5,
+              search_after=[(1.0, 2), None])
+        check("search_after of query 0: the id must be an int64 integer, got 2.5", self.Q, 5, search_after=(1.0, 2.5))
+        check("search_after of query 0: the id must be an int64 integer, got 9223372036854775808", self.Q, 5,
+              search_after=(1.0, 2**63))
+        check("search_after of query 0 score = inf is outside float32", self.Q, 5, search_after=(float("inf"), 2))
+        check("search_after distance -1 is negative", self.Q, 5, search_after=(-1.0, 2), on=l2)
+        check("out= with count_only", self.Q, min_score=1.0, count_only=True,
+              out=(np.zeros((5, 1), np.int64), np.zeros((5, 1), np.float32)))
+
+        def check_rank(pattern, *args, **kw):
+            with self.assertRaisesRegex(ValueError, pattern):
+                index.rank_of(*args, **kw)
+
+        check_rank(r"ids: unknown id 7 \(no live row has it\)", self.Q[0], [int(self.ids[0]), 7])
+        check_rank(r"ids: unknown id 9223372036854775807", self.Q[0], [shardtopk.PAD_ID])
+        check_rank(r"ids: 0 ids out of range: allowed 1 \.\. 4", self.Q[0], [])
+        check_rank(r"ids: 5 ids out of range: allowed 1 \.\. 4", self.Q[0], self.ids[:5])
+        check_rank(r"query must be one vector \[dim\] = \[9\], got shape \(2, 9\)", self.Q[:2], self.ids[:1])
+        check_rank(r"query must be float32, got float64", self.Q[0].astype(np.float64), self.ids[:1])
+        check_rank("non-finite value", np.full(9, np.nan, np.float32), self.ids[:1])
+        check_rank(r"filter: unknown attribute 'x'", self.Q[0], self.ids[:1], filter={"eq": {"x": 1}})
+        got = index.search(self.Q, 5)  # nothing changed
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
 class FilterTests(unittest.TestCase):
     """filter= (docs/FILTERS.md) against the float64 oracle over the rows that pass: exact ids and
     scores on small integers (ties included, some across the filter boundary), fewer results than
@@ -538,26 +747,49 @@ class MpiTests(unittest.TestCase):
         mask = np.isin(tenant, [2, 9]) | np.isin(ids, [5, 8, 11])
         self.assertEqual(oracle.problems(f[0], f[1], vectors[mask], ids[mask], queries, 10, "inner_product",
                                          exact=True), [])
-        return a, b, f
+        with shardtopk.Index.from_arrays(vectors, ids=ids, backend="cpu", batch_max=8, engine__threads=1,
+                                         attributes=mpi_app.attributes()) as index:
+            order = mpi_app.order_answers(index, queries, True)
+        # against the oracle: the range's totals, the second page, the ranks
+        S = oracle.scores64(vectors, queries, "inner_product")
+        np.testing.assert_array_equal(order["total_r"], (S >= mpi_app.MIN_SCORE).sum(axis=1))
+        np.testing.assert_array_equal(order["total_f"], (S[:, mask] >= mpi_app.MIN_SCORE).sum(axis=1))
+        self.assertTrue((order["passing_f"] == mask.sum()).all())
+        want14, _ = oracle.topk(vectors, ids, queries, 14, "inner_product")
+        np.testing.assert_array_equal(order["ids_p"], want14[:, 7:])
+        o = oracle.order(S[0], ids, "inner_product")
+        pos = {int(i): r for r, i in enumerate(ids[o])}
+        np.testing.assert_array_equal(order["ranks_o"], [pos[int(ids[r])] + 1 for r in mpi_app.RANK_ROWS])
+        return a, b, f, order
 
-    def check_answers(self, status, answers):
+    def check_answers(self, status, answers, ranks=2):
         self.assertTrue(all(s["ok"] for s in status), status)
-        self.assertEqual([s["info"]["ranks"] for s in status], [2, 2])
-        self.assertEqual([s["info"]["rank"] for s in status], [0, 1])
+        self.assertEqual([s["info"]["ranks"] for s in status], [ranks] * ranks)
+        self.assertEqual([s["info"]["rank"] for s in status], list(range(ranks)))
         self.assertTrue(status[0]["closed"])
         self.assertRegex(status[0]["bad_query"], r"query 1 of the batch has a non-finite value \(inf\) at column 4")
-        a, b, f = self.single_rank_answers()
+        a, b, f, order = self.single_rank_answers()
         pairs = [(("ids_a", "scores_a"), a), (("ids_b", "scores_b"), b)]
         if "ids_f" in answers:  # from_arrays: with attributes, a filtered search too
             pairs.append((("ids_f", "scores_f"), f))
         for got, want in pairs:
             np.testing.assert_array_equal(answers[got[0]], want[0])
             np.testing.assert_array_equal(answers[got[1]].view(np.uint32), want[1].view(np.uint32))
+        # ranges, pages, counts and ranks: the single rank's, bit for bit (rows_scanned: every rank's)
+        for name, want in order.items():
+            if name in answers or not name.endswith("_f"):
+                got = answers[name]
+                self.assertEqual(got.dtype, want.dtype, name)
+                np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), name)
 
     def test_follow(self):
         status, answers = self.run_app("follow")
         self.check_answers(status, answers)
         self.assertTrue(status[1]["closed"])
+
+    def test_four_ranks(self):
+        status, answers = self.run_app("follow", ranks=4)
+        self.check_answers(status, answers, ranks=4)
 
     def test_followers_close_or_leave(self):
         for scenario in ("close", "with", "exit"):

@@ -6,12 +6,17 @@
     c = Client("https://search.internal:8443", api_key=key, ca_file="ca.pem")   # TLS and a key
     ids, scores = c.search(queries, k=10)               # int64 [B, k], float32 [B, k]
     ids, scores = c.search(queries, 10, filter={"eq": {"tenant": 7}})
+    ids, scores, stats = c.search(queries, 10, min_score=0.5)   # a range: stats["total"], ["next"]
+    ids, scores, stats = c.search(queries, 10, search_after=stats["next"])   # the next page
+    ranks, scores = c.rank(query, [17, 42])              # exact 1-based ranks of ids
     c.upsert([1001, 1002], vectors, attributes={"tenant": [7, 7]})
     c.delete([1001])
     c.info()
 
-Searches go over the binary route (float32 rows in, int64 ids and float32 scores out, the
-service's bits exactly). One keep-alive connection is reused for every call; a Client is not
+Plain searches go over the binary route (float32 rows in, int64 ids and float32 scores out, the
+service's bits exactly); ranges, pages and counts (min_score, max_distance, search_after,
+count_only, stats) over the JSON route, with the same bits (scores written as the shortest text that
+reads back as the float32). One keep-alive connection is reused for every call; a Client is not
 safe to share between threads (make one per thread). A request the service refuses raises
 ServiceError with its status and message; the wire format is docs/openapi.yaml's and
 docs/SERVING.md's ("Binary protocol"). With TLS (an https:// URL) the service's certificate is
@@ -93,28 +98,63 @@ class Client:
         self._info = json.loads(body)
         return self._info
 
-    def search(self, queries, k, filter=None):
-        """The k best rows of each query.
+    def search(self, queries, k=None, filter=None, min_score=None, max_distance=None, limit=None,
+               search_after=None, count_only=False, stats=False):
+        """The k best rows of each query; with a bound or a cursor, a range or a page of the order.
 
         Args:
             queries: [B, D] or [D] array-like of numbers (sent as float32).
-            k: results per query, 1 .. min(k_max, rows).
+            k: results per query, 1 .. min(k_max, rows). Required, unless `limit` (the same
+                number) or `count_only` is given.
             filter: a filter (docs/FILTERS.md) as a dict or JSON text, for every query; None: none.
+            min_score: inner_product, cosine: only rows scoring >= this; a number for every
+                query, or [B] numbers. The stats' "total" counts every such row passing the
+                filter, past k too.
+            max_distance: l2: only rows at squared distance <= this (a number, or [B]).
+            limit: k under another name (give one of them).
+            search_after: (score, id), or [B] such pairs: only rows strictly after that pair in
+                the order (higher score first, equal scores: smaller id first): the next page.
+                Pass the previous answer's stats["next"] (or an entry of it) as it is.
+            count_only: with min_score / max_distance, the counts alone: ids and scores [B, 0].
+            stats: True: the third value (below) for a plain top-k too (the first page of a walk).
 
         Returns:
             (ids, scores): int64 [B, k] and float32 [B, k], best first. A query with fewer than k
-            results (fewer rows pass its filter) has them first, then padding: id PAD_ID, score
-            -inf (+inf for l2).
+            results (fewer rows pass its filter, or lie within its bound) has them first, then
+            padding: id PAD_ID, score -inf (+inf for l2).
+
+            With min_score, max_distance, search_after, count_only or stats: (ids, scores, stats), stats
+            a dict of per-query values (docs/SERVING.md "Ranges, pages and counts"):
+            "total" int64 [B] (rows within the bound that pass the filter; -1: no bound),
+            "rows_scanned" int64 [B] (live rows evaluated), "rows_passing" int64 [B] (live rows
+            passing the filter), "count" int32 [B] (real results), "next" ([B] entries: the last
+            result's (score, id) when the row is full, the next page's search_after; None when
+            nothing follows; left out with count_only), "applied_seq" (the last write the
+            answer reflects).
+
+        Plain searches go over the binary route; those with a bound, a cursor, count_only or
+        stats over the JSON route (the binary route takes none of these fields).
 
         Raises:
             ServiceError: refused by the service (wrong dimension, k out of range, a bad filter, a
-                batch over batch_max, ...), with its status and message.
+                batch over batch_max, the other metric's bound, a bound that is not a finite
+                float32, a list of the wrong length, the CUDA engine, ...), with its status and
+                message.
+            ValueError: queries of a wrong shape; both k and limit.
         """
         q = np.ascontiguousarray(queries, dtype="<f4")
         if q.ndim == 1:
             q = q.reshape(1, -1)
         if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] == 0:
             raise ValueError("queries must be [B, D] or [D] with B, D >= 1, got shape %s" % (np.shape(queries),))
+        if k is not None and limit is not None:
+            raise ValueError("give limit or k, not both (they are the same number)")
+        if k is None:
+            k = limit
+        if k is None and not count_only:
+            raise TypeError("search() needs k (or limit=): the results per query")
+        if min_score is not None or max_distance is not None or search_after is not None or count_only or stats:
+            return self._search_json(q, k, filter, min_score, max_distance, search_after, count_only)
         k = int(k)
         b, d = q.shape
         target = "/v1/search?k=%d&batch=%d" % (k, b)
@@ -130,6 +170,33 @@ class Client:
         ids = np.frombuffer(body, "<i8", n).reshape(b, k).astype(np.int64)
         scores = np.frombuffer(body, "<f4", n, offset=8 * n).reshape(b, k).astype(np.float32)
         return ids, scores
+
+    def rank(self, query, ids, filter=None):
+        """The exact 1-based rank of each of `ids` for `query` among the live rows passing
+        `filter` (POST /v1/rank): 1 + the rows ahead of it in the order (a higher score, or an
+        equal score and a smaller id; l2: a smaller distance). An id the filter does not pass
+        gets the rank it would have.
+
+        Args:
+            query: [D] numbers (sent as float32 values).
+            ids: [n] int64 ids of live rows, 1 <= n <= min(batch_max, k_max); repeats allowed.
+            filter: a filter as for search(), or None.
+
+        Returns:
+            (ranks, scores): int64 [n] and float32 [n] (similarity; l2: squared distance), in
+            the order of `ids`.
+
+        Raises:
+            ServiceError: an id no live row has (named), n out of range, a bad query or filter,
+                the CUDA engine (400).
+        """
+        q = np.ascontiguousarray(query, dtype="<f4").reshape(-1)
+        doc = {"query": q.tolist(), "ids": [int(i) for i in np.asarray(ids).reshape(-1).tolist()]}
+        if filter is not None:
+            doc["filter"] = json.loads(filter) if isinstance(filter, str) else filter
+        _, body = self._request("POST", "/v1/rank", json.dumps(doc).encode(), "application/json")
+        r = json.loads(body)
+        return np.array(r["ranks"], dtype=np.int64), np.array(r["scores"], dtype=np.float32)
 
     def upsert(self, ids, vectors, attributes=None):
         """Inserts rows, or replaces the rows of ids that are live; returns once they are durable
@@ -211,6 +278,42 @@ class Client:
 
     # ------------------------------------------------------------------ transport
 
+    def _search_json(self, q, k, filter, min_score, max_distance, search_after, count_only):
+        """search() with order fields: the JSON route, its ragged lists padded to [B, k]."""
+        doc = {"queries": q.tolist()}
+        if k is not None:
+            doc["limit"] = int(k)  # k by its other name: the reply then carries the stats, also without a bound
+        if filter is not None:
+            doc["filter"] = json.loads(filter) if isinstance(filter, str) else filter
+        for name, v in (("min_score", min_score), ("max_distance", max_distance), ("search_after", search_after)):
+            if v is not None:
+                doc[name] = _plain(v)
+        if count_only:
+            doc["count_only"] = True
+        _, body = self._request("POST", "/v1/search", json.dumps(doc).encode(), "application/json")
+        r = json.loads(body)
+        b = len(r["ids"])
+        width = 0 if count_only else int(k)
+        worst = np.inf if r["metric"] == "l2" else -np.inf
+        ids = np.full((b, width), PAD_ID, dtype=np.int64)
+        scores = np.full((b, width), worst, dtype=np.float32)
+        for i, (row_ids, row_scores) in enumerate(zip(r["ids"], r["scores"])):
+            ids[i, :len(row_ids)] = row_ids
+            scores[i, :len(row_scores)] = row_scores
+        scanned = np.array(r["rows_scanned"], dtype=np.int64)
+        stats = {
+            "total": np.array([-1 if t is None else t for t in r["total"]], dtype=np.int64),
+            "rows_scanned": scanned,
+            # without a filter every live row passes (the service then leaves the field out)
+            "rows_passing": np.array(r["rows_passing"], dtype=np.int64) if "rows_passing" in r else scanned.copy(),
+            "count": np.array([len(x) for x in r["ids"]], dtype=np.int32),
+            "applied_seq": r["applied_seq"],
+        }
+        if "next" in r:
+            # the float32 value the reply's shortest text stands for, as the Python module gives it
+            stats["next"] = [None if n is None else (float(np.float32(n[0])), int(n[1])) for n in r["next"]]
+        return ids, scores, stats
+
     def _schema(self):
         if self._info is None:
             self.info()
@@ -249,6 +352,17 @@ class Client:
                 raise ServiceError(r.status, _message(data), int(retry) if retry and retry.isdigit() else None)
             return r, data
         raise AssertionError("unreachable")
+
+
+def _plain(v):
+    """An order field's value as JSON takes it: numpy scalars and arrays, tuples -> lists."""
+    if isinstance(v, np.ndarray):
+        return _plain(v.tolist())
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
 
 
 def _message(data):
