@@ -360,6 +360,12 @@ class RowReader {
         return use_hdf5("a filter other than deflate and shuffle (filter " + std::to_string(f) + ")");
       }
     }
+    // Decoding needs a chunk-sized buffer per reader thread (inflated, then unshuffled): larger
+    // chunks are decoded by libhdf5, one at a time. A chunk shape is the writer's choice (h5py's
+    // automatic chunks hold at most 1 MiB), and a damaged one can name a chunk of gigabytes.
+    constexpr hsize_t kMaxDecodedChunkBytes = hsize_t{64} << 20;
+    if (!chunks_.filters.empty() && cd[0] * cd[1] * static_cast<hsize_t>(es) > kMaxDecodedChunkBytes)
+      return use_hdf5("filtered chunks of more than 64 MiB");
     chunks_.direct = true;
     plan_.method = ReadMethod::kDirectChunks;
 #else

@@ -296,6 +296,11 @@ void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string
       STK_H5_CHECK(H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof fname, fname, &off, &size), where,
                    ": external file ", i);
       const std::int64_t seg_lo = cum;
+      // libhdf5 adds the sizes in unsigned 64-bit arithmetic, wrapping past 2^64, and maps bytes
+      // through the wrapped sums: no valid list comes near (files hold less than 2^63 bytes)
+      SHARDTOPK_EXPECTS(size == H5F_UNLIMITED || size <= static_cast<hsize_t>(std::numeric_limits<std::int64_t>::max() - cum),
+                        where, ": its external file sizes add up to more than 2^63 - 1 bytes at file ", i, " ('", fname,
+                        "', ", static_cast<unsigned long long>(size), " bytes): a damaged external file list");
       const std::int64_t seg_hi = size == H5F_UNLIMITED ? std::numeric_limits<std::int64_t>::max() : cum + static_cast<std::int64_t>(size);
       cum = seg_hi;
       if (seg_hi <= range.lo * row_bytes) continue;

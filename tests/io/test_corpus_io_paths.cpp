@@ -226,5 +226,44 @@ TEST(CorpusIo, BadValueMessageIsTheFirstInRowOrderWhateverTheThreads) {
   }
 }
 
+// A deflate chunk larger than 64 MiB would need that much scratch per reader thread: such
+// chunks are decoded by libhdf5 (the plan says why), with the same values. [37, 5] float32 rows
+// in one chunk of 4,194,304 × 5 values (80 MiB; the rows are unlimited, so the chunk may be
+// longer than the dataset).
+TEST(CorpusIo, FilteredChunksOverSixtyFourMebibytesAreDecodedByLibhdf5) {
+  test::TempDir dir;
+  const std::string path = dir.file("big_chunk.h5");
+  const hsize_t dims[2] = {37, 5}, maxdims[2] = {H5S_UNLIMITED, 5}, chunk[2] = {hsize_t{1} << 22, 5};
+  std::vector<double> vals(37 * 5);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<double>(i % 11) - 5.25;
+  {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t space = H5Screate_simple(2, dims, maxdims);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_chunk(dcpl, 2, chunk), 0);
+    ASSERT_GE(H5Pset_deflate(dcpl, 1), 0);
+    const hid_t ds = H5Dcreate2(f, "train", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, vals.data()), 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  const ReadPlan plan = plan_row_reads(path, "train");
+  EXPECT_EQ(plan.method, ReadMethod::kHdf5);
+  EXPECT_THAT(plan.reason, ::testing::HasSubstr("filtered chunks of more than 64 MiB"));
+  ReadOptions opt;
+  opt.chunk_rows = 64;  // one H5Dread per range: each decodes the whole 80 MiB chunk
+  for (const RowRange r : {RowRange{0, 37}, RowRange{12, 28}}) {
+    const HostMatrix m = read_rows(path, "train", r, opt);
+    ASSERT_EQ(m.data.size(), static_cast<size_t>(r.size() * 5));
+    for (std::int64_t i = 0; i < r.size() * 5; ++i)
+      ASSERT_EQ(m.data[static_cast<size_t>(i)], static_cast<float>(vals[static_cast<size_t>(r.lo * 5 + i)])) << i;
+  }
+}
+
 }  // namespace
 }  // namespace shardtopk
