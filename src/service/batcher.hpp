@@ -136,7 +136,8 @@ class Batcher {
     /// @throws RankLost when a rank is gone.
     std::function<int()> background;
     /// How long the index thread polls for work before it sleeps, once the queue is empty and
-    /// since the last search answer went out (answer_sent); service.poll_us, 0: it sleeps at once.
+    /// since the last search answer went out (answer_sent), at most twice this in all;
+    /// service.poll_us, 0: it sleeps at once.
     std::chrono::microseconds poll{0};
   };
 
@@ -173,7 +174,8 @@ class Batcher {
   int receiving() const;
 
   /// A search's answer has been sent (any thread, lock-free): its client's next request may
-  /// follow, so an idle index thread polls for Options::poll from now rather than sleeping. A
+  /// follow, so an idle index thread polls for Options::poll from now rather than sleeping
+  /// (up to twice Options::poll after its queue emptied). A
   /// closed-loop client sends its next request about one round trip after the batch ended; the
   /// poll counted from the batch's end alone runs out first when the answer's way out (resume,
   /// write) and the client's turnaround together exceed it.
