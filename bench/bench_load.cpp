@@ -9,6 +9,10 @@
 // --api-key (or $SHARDTOPK_API_KEY) is sent as `Authorization: Bearer KEY` on every request.
 // Request bodies (JSON and binary) are built once before the runs, as replaying load generators
 // do: a client's latency is the service's plus the loopback round trip, not its own serialiser.
+// --client raw (plain http:// only) sends each request over its own keep-alive socket in one
+// send() and reads the answer with blocking recv()s: two system calls per request where
+// cpp-httplib (--client httplib, the default) makes nine (a poll() before every read and write,
+// the headers and the body sent apart), so the latency is the service's and the loopback's alone.
 // Each configuration also reads the service's stage counters (/metrics,
 // shardtopk_search_stage_seconds_total) before and after, and reports the mean time per request
 // in each stage (read, parse, queue, search, resume, write).
@@ -21,13 +25,18 @@
 //   bench_load --url https://127.0.0.1:8443 --cacert ca.pem --api-key "$KEY" ...
 #include <CLI/CLI.hpp>
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -116,6 +125,112 @@ class IdleConnections {
 };
 
 
+// One answer as either client reads it: `got` false when no reply came (`error` says why).
+struct Reply {
+  bool got = false;
+  int status = 0;
+  std::string body, error;
+  double batch = 0;  // X-Batch-Size, 0 when absent
+};
+
+// --client raw: one plain-HTTP/1.1 keep-alive connection; each request (line, headers, body,
+// built once by the caller) goes out in one send(), the answer (Content-Length framed) is read
+// with blocking recv()s. Reconnects after `Connection: close` or a failed exchange.
+class RawClient {
+ public:
+  RawClient(std::string host, std::string port) : host_(std::move(host)), port_(std::move(port)) {}
+  ~RawClient() { close_fd(); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  Reply exchange(const std::string& request) {
+    Reply out;
+    if (fd_ < 0 && !connect_fd(out.error)) return out;
+    for (std::size_t sent = 0; sent < request.size();) {
+      const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return fail(out, "send: " + std::string(std::strerror(errno)));
+      sent += static_cast<std::size_t>(n);
+    }
+    buf_.clear();
+    std::size_t end = std::string::npos;
+    while ((end = buf_.find("\r\n\r\n")) == std::string::npos)
+      if (!read_more()) return fail(out, "connection closed before the answer's headers");
+    const std::string head = buf_.substr(0, end + 2);
+    out.status = std::atoi(head.c_str() + std::min<std::size_t>(head.size(), 9));  // "HTTP/1.1 200"
+    long long length = -1;
+    bool close = false;
+    for (std::size_t at = head.find("\r\n") + 2; at < head.size();) {
+      const std::size_t eol = head.find("\r\n", at);
+      const std::string line = head.substr(at, eol - at);
+      at = eol + 2;
+      const std::size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string name = line.substr(0, colon);
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      const char* value = line.c_str() + colon + 1;
+      while (*value == ' ') ++value;
+      if (name == "content-length") length = std::atoll(value);
+      else if (name == "x-batch-size") out.batch = std::atof(value);
+      else if (name == "connection") close = strncasecmp(value, "close", 5) == 0;
+    }
+    if (length < 0) return fail(out, "answer without Content-Length");
+    while (buf_.size() < end + 4 + static_cast<std::size_t>(length))
+      if (!read_more()) return fail(out, "connection closed inside the answer's body");
+    out.body = buf_.substr(end + 4, static_cast<std::size_t>(length));
+    out.got = true;
+    if (close) close_fd();
+    return out;
+  }
+
+ private:
+  bool connect_fd(std::string& error) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const int gai = getaddrinfo(host_.c_str(), port_.c_str(), &hints, &res);
+    if (gai != 0) {
+      error = std::string("getaddrinfo: ") + gai_strerror(gai);
+      return false;
+    }
+    for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) fd_ = fd;
+      else ::close(fd);
+    }
+    freeaddrinfo(res);
+    if (fd_ < 0) {
+      error = "connect to " + host_ + ":" + port_ + ": " + std::strerror(errno);
+      return false;
+    }
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    timeval tv{60, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return true;
+  }
+  bool read_more() {
+    char chunk[16384];
+    const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n <= 0) return false;
+    buf_.append(chunk, static_cast<std::size_t>(n));
+    return true;
+  }
+  Reply& fail(Reply& out, std::string why) {
+    out.error = std::move(why);
+    close_fd();
+    return out;
+  }
+  void close_fd() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::string host_, port_, buf_;
+  int fd_ = -1;
+};
+
 // TLS (https:// URLs: the service's certificate checked against --cacert) and the API key.
 void configure(httplib::Client& cl, const std::string& url, const std::string& cacert, const std::string& api_key) {
   if (url.rfind("https://", 0) == 0) {
@@ -162,6 +277,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_load: QPS and latency of `shardtopk serve`, answers checked against the float64 oracle"};
   std::string url = "http://127.0.0.1:8080", queries_path, queries_ds = "test", corpus_path, corpus_ds = "train";
   std::string clients_s = "1,16,64,256", formats_s = "json,binary", json_out, cacert, git = SHARDTOPK_GIT_COMMIT;
+  std::string client_kind = "httplib";
   std::string api_key = std::getenv("SHARDTOPK_API_KEY") ? std::getenv("SHARDTOPK_API_KEY") : "";
   int k = 10, check = 64, oracle_threads = 0, idle = 0;
   bool header = false;
@@ -183,6 +299,10 @@ int main(int argc, char** argv) {
   app.add_flag("--binary-header", header, "send the optional 32-byte binary header on the binary route");
   app.add_option("--cacert", cacert, "PEM file of the CA that signed the service's certificate (https:// URLs)");
   app.add_option("--api-key", api_key, "API key sent as 'Authorization: Bearer KEY' (default: $SHARDTOPK_API_KEY)");
+  app.add_option("--client", client_kind, "httplib (cpp-httplib), or raw: one send() and blocking recv()s per request "
+                 "(plain http:// only)")
+      ->check(CLI::IsMember({"httplib", "raw"}))
+      ->capture_default_str();
   app.add_option("--git", git, "the commit recorded in every JSON line (default: the source's at configure time)");
   CLI11_PARSE(app, argc, argv);
 
@@ -231,6 +351,28 @@ int main(int argc, char** argv) {
       b.append(reinterpret_cast<const char*>(qv), static_cast<size_t>(dim) * 4);
     }
     const std::string binary_path = "/v1/search?k=" + std::to_string(k);
+    // --client raw: the whole request of each body, built before the runs too.
+    const bool raw = client_kind == "raw";
+    std::string raw_host, raw_port;
+    std::vector<std::string> json_requests, binary_requests;
+    if (raw) {
+      SHARDTOPK_EXPECTS(url.rfind("http://", 0) == 0, "--client raw needs a plain http:// URL, got '", url, "'");
+      std::string hp = url.substr(7);
+      hp = hp.substr(0, hp.find('/'));
+      const size_t colon = hp.rfind(':');
+      SHARDTOPK_EXPECTS(colon != std::string::npos, "--client raw needs --url http://HOST:PORT, got '", url, "'");
+      raw_host = hp.substr(0, colon);
+      raw_port = hp.substr(colon + 1);
+      const std::string auth = api_key.empty() ? "" : "Authorization: Bearer " + api_key + "\r\n";
+      auto request = [&](const std::string& path, const char* type, const std::string& body) {
+        return "POST " + path + " HTTP/1.1\r\nHost: " + hp + "\r\nContent-Type: " + type +
+               "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + auth + "\r\n" + body;
+      };
+      for (std::int64_t i = 0; i < nq; ++i) {
+        json_requests.push_back(request("/v1/search", "application/json", json_bodies[static_cast<size_t>(i)]));
+        binary_requests.push_back(request(binary_path, "application/octet-stream", binary_bodies[static_cast<size_t>(i)]));
+      }
+    }
 
     // ---- one configuration: `clients` closed-loop clients for warm-up + duration seconds
     auto run = [&](const std::string& format, int clients) {
@@ -250,6 +392,24 @@ int main(int argc, char** argv) {
           cl.set_keep_alive(true);
           cl.set_tcp_nodelay(true);
           cl.set_read_timeout(60, 0);
+          RawClient rc(raw_host, raw_port);
+          // One request with either client.
+          auto post = [&](std::int64_t qi) {
+            Reply out;
+            if (raw) return rc.exchange((binary ? binary_requests : json_requests)[static_cast<size_t>(qi)]);
+            httplib::Result r =
+                binary ? cl.Post(binary_path.c_str(), binary_bodies[static_cast<size_t>(qi)], "application/octet-stream")
+                       : cl.Post("/v1/search", json_bodies[static_cast<size_t>(qi)], "application/json");
+            if (!r) {
+              out.error = "no reply: " + httplib::to_string(r.error());
+              return out;
+            }
+            out.got = true;
+            out.status = r->status;
+            out.body = std::move(r->body);
+            if (r->has_header("X-Batch-Size")) out.batch = std::atof(r->get_header_value("X-Batch-Size").c_str());
+            return out;
+          };
           std::vector<double> mine;
           double batches = 0;
           long errors = 0, checked = 0, wrong = 0, swaps = 0;
@@ -258,23 +418,21 @@ int main(int argc, char** argv) {
             const std::int64_t qi = i % nq;
             const float* qv = q.data.data() + qi * dim;
             const auto t0 = Clock::now();
-            httplib::Result r =
-                binary ? cl.Post(binary_path.c_str(), binary_bodies[static_cast<size_t>(qi)], "application/octet-stream")
-                       : cl.Post("/v1/search", json_bodies[static_cast<size_t>(qi)], "application/json");
+            const Reply r = post(qi);
             const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
             const bool counted = measuring.load();
             std::vector<std::int64_t> ids(static_cast<size_t>(k));
             std::vector<float> sc(static_cast<size_t>(k));
-            bool ok = r && r->status == 200;
+            bool ok = r.got && r.status == 200;
             if (ok) {
               if (binary) {
-                ok = r->body.size() == static_cast<size_t>(k) * 12 + 4;  // ids, scores, the count
+                ok = r.body.size() == static_cast<size_t>(k) * 12 + 4;  // ids, scores, the count
                 if (ok) {
-                  std::memcpy(ids.data(), r->body.data(), static_cast<size_t>(k) * 8);
-                  std::memcpy(sc.data(), r->body.data() + static_cast<size_t>(k) * 8, static_cast<size_t>(k) * 4);
+                  std::memcpy(ids.data(), r.body.data(), static_cast<size_t>(k) * 8);
+                  std::memcpy(sc.data(), r.body.data() + static_cast<size_t>(k) * 8, static_cast<size_t>(k) * 4);
                 }
               } else {
-                const json j = json::parse(r->body, nullptr, false);
+                const json j = json::parse(r.body, nullptr, false);
                 ok = !j.is_discarded() && j["ids"].size() == 1 && j["ids"][0].size() == static_cast<size_t>(k);
                 for (int x = 0; ok && x < k; ++x) {
                   ids[x] = j["ids"][0][x].get<std::int64_t>();
@@ -284,12 +442,11 @@ int main(int argc, char** argv) {
             }
             if (!counted) continue;
             mine.push_back(ms);
-            if (ok && r->has_header("X-Batch-Size")) batches += std::atof(r->get_header_value("X-Batch-Size").c_str());
+            if (ok) batches += r.batch;
             if (!ok) {
               ++errors;
               if (first_error.empty())
-                first_error = r ? "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200)
-                                : "no reply: " + httplib::to_string(r.error());
+                first_error = r.got ? "HTTP " + std::to_string(r.status) + ": " + r.body.substr(0, 200) : r.error;
               continue;
             }
             if (qi < check) {
@@ -367,7 +524,7 @@ int main(int argc, char** argv) {
                         {"requests", r.requests}, {"errors", r.errors}, {"qps", r.qps},
                         {"p50_ms", r.p50_ms},    {"p99_ms", r.p99_ms},   {"mean_ms", r.mean_ms},
                         {"mean_batch", r.mean_batch}, {"idle_connections", idle}, {"binary_header", header},
-                        {"tls", url.rfind("https://", 0) == 0}, {"api_key", !api_key.empty()},
+                        {"tls", url.rfind("https://", 0) == 0}, {"api_key", !api_key.empty()}, {"client", client_kind},
                         {"checked", r.checked},  {"wrong", r.wrong + r.errors}, {"near_tie_swaps", r.near_tie_swaps},
                         {"stage_us", json::object()}};
         for (const auto& st : r.stage_us) j["stage_us"][st.first] = st.second;

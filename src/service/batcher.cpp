@@ -74,6 +74,10 @@ int Batcher::receiving() const {
   return receiving_;
 }
 
+void Batcher::answer_sent() {
+  answer_sent_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
 void Batcher::close() {
   {
     std::lock_guard<std::mutex> l(m_);
@@ -172,8 +176,17 @@ void Batcher::run() {
           polled = true;
           const std::uint64_t seen = changes_.load(std::memory_order_acquire);
           l.unlock();
-          const auto until = Clock::now() + opts_.poll;
-          while (changes_.load(std::memory_order_acquire) == seen && Clock::now() < until) std::this_thread::yield();
+          // Until poll_us after now, or after the last answer sent, whichever is later (an
+          // answer sent while polling extends the poll), and 2 x poll_us at most: under load
+          // answers go out all the time, and a poll they kept alive would take a core from the
+          // event loops while the queue is empty.
+          const auto start = Clock::now();
+          const auto until = [&] {
+            const Clock::time_point sent{Clock::duration(answer_sent_ns_.load(std::memory_order_relaxed))};
+            return std::min(start + 2 * opts_.poll, std::max(start, sent) + opts_.poll);
+          };
+          for (auto now = start; changes_.load(std::memory_order_acquire) == seen && now < until(); now = Clock::now())
+            std::this_thread::yield();
           l.lock();
           continue;
         }

@@ -135,8 +135,9 @@ class Batcher {
     /// remains but cannot progress yet (the thread then waits a little, or for a job).
     /// @throws RankLost when a rank is gone.
     std::function<int()> background;
-    /// How long the index thread polls for work before it sleeps, once the queue is empty
-    /// (service.poll_us; 0: it sleeps at once).
+    /// How long the index thread polls for work before it sleeps, once the queue is empty and
+    /// since the last search answer went out (answer_sent), at most twice this in all;
+    /// service.poll_us, 0: it sleeps at once.
     std::chrono::microseconds poll{0};
   };
 
@@ -172,6 +173,14 @@ class Batcher {
   int queued() const;
   int receiving() const;
 
+  /// A search's answer has been sent (any thread, lock-free): its client's next request may
+  /// follow, so an idle index thread polls for Options::poll from now rather than sleeping
+  /// (up to twice Options::poll after its queue emptied). A
+  /// closed-loop client sends its next request about one round trip after the batch ended; the
+  /// poll counted from the batch's end alone runs out first when the answer's way out (resume,
+  /// write) and the client's turnaround together exceed it.
+  void answer_sent();
+
  private:
   bool dispatchable(std::chrono::steady_clock::time_point now) const;  // m_ held, q_ not empty
   std::vector<std::shared_ptr<Job>> take_batch();                       // m_ held
@@ -192,6 +201,7 @@ class Batcher {
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::atomic<std::uint64_t> changes_{0};  // counts wake(): what a polling run() watches
+  std::atomic<std::int64_t> answer_sent_ns_{0};  // answer_sent(): the steady clock's ticks since its epoch
   std::deque<std::shared_ptr<Job>> q_;
   std::vector<std::shared_ptr<Job>> running_;  // the batch being searched
   std::vector<std::shared_ptr<Job>> deferred_;  // writes answered by background work

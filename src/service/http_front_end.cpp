@@ -325,6 +325,7 @@ void HttpFrontEnd::on_completed(Request* r, bool sent) {
                     r->binary ? "binary search" : "JSON search", stages[0].count() / 1e3, stages[1].count() / 1e3,
                     stages[2].count() / 1e3, stages[3].count() / 1e3, stages[4].count() / 1e3, stages[5].count() / 1e3);
   }
+  if (r->job && r->job->search() && batcher_) batcher_->answer_sent();
   if (r->receiving && batcher_) batcher_->receiving_end();
   release_bytes(r->reserved);
   delete r;

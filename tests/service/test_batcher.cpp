@@ -465,8 +465,9 @@ TEST(Batcher, CloseRunsWhatIsQueuedFirst) {
 }
 
 // service.poll_us: the index thread polls for work before it sleeps. A job queued while it polls
-// is taken (a 60 s poll: seeing the job, not the poll's end, must take it), and so is one queued
-// after the poll ended and the thread slept; close() ends a polling thread.
+// is taken (a 60 s poll: seeing the job, not the poll's end, must take it), also after an answer
+// sent has extended the poll, and so is one queued after the poll ended and the thread slept;
+// close() ends a polling thread.
 TEST(Batcher, APollingIndexThreadTakesNewJobsAndStops) {
   FakeBackend be;
   Metrics metrics;
@@ -478,6 +479,7 @@ TEST(Batcher, APollingIndexThreadTakesNewJobsAndStops) {
   b->submit(a.job, false);
   ASSERT_TRUE(a.answered());  // polling after this one
   std::this_thread::sleep_for(50ms);
+  b->answer_sent();  // the front end sent a's answer: the poll goes on from now
   Tracked c = make_job(2);
   b->submit(c.job, false);
   ASSERT_TRUE(c.answered()) << "a job queued while the index thread polled waited for the poll to end";
@@ -487,6 +489,7 @@ TEST(Batcher, APollingIndexThreadTakesNewJobsAndStops) {
   o.poll = 1ms;  // a short poll, then sleep
   b = std::make_unique<Batcher>(be, o, &metrics);
   std::thread t2([&] { b->run(); });
+  b->answer_sent();
   std::this_thread::sleep_for(50ms);
   Tracked d = make_job(3);
   b->submit(d.job, false);
