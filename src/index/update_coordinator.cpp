@@ -425,9 +425,8 @@ bool UpdateCoordinator::follow_step(const StepHeader& h, bool lock_step) {
   switch (static_cast<IndexOp>(h.op)) {
     case IndexOp::kWrite: {
       SHARDTOPK_ASSERT(upd_, "write step on a read-only index");
-      std::vector<std::uint8_t> bytes;
-      broadcast_bytes(*host_comm_, bytes, 0);
-      receive_and_apply(bytes);  // CommError on failure: the job ends
+      broadcast_bytes(*host_comm_, upd_->group_bytes, 0);
+      receive_and_apply(upd_->group_bytes);  // CommError on failure: the job ends
       return true;
     }
     case IndexOp::kSnapshot:
@@ -450,6 +449,7 @@ bool UpdateCoordinator::follow_step(const StepHeader& h, bool lock_step) {
     case IndexOp::kReplayDone:
       SHARDTOPK_ASSERT(upd_, "replay step on a read-only index");
       upd_->replay_done = true;
+      release_group_buffers();
       return true;
     default:
       break;
