@@ -14,8 +14,6 @@
 namespace shardtopk {
 namespace {
 
-/// Planned bytes per replay step: the records of a step are merged and applied as one write.
-constexpr std::size_t kReplayStepBytes = 64u << 20;
 /// Seconds between two progress lines of a long replay.
 constexpr double kProgressEverySeconds = 2.0;
 
@@ -35,6 +33,8 @@ void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops, ApplySeco
   std::vector<WriteOp>& group = upd_->group;  // the pending ops as one (none: an empty step keeps lock step)
   group.resize(ops->empty() ? 0 : 1);
   if (!ops->empty()) merge_write_ops(std::move(*ops), dim, schema_.size(), &group.front());
+  if (upd_->recycle)
+    for (WriteOp& op : *ops) upd_->spare.push_back(std::move(op));
   ops->clear();
   upd_->pending_bytes = 0;
   lap(&ApplySeconds::merge);
@@ -53,9 +53,18 @@ void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops, ApplySeco
   lap(&ApplySeconds::apply);
 }
 
+WriteOp UpdateCoordinator::take_op() {
+  if (!upd_->recycle || upd_->spare.empty()) return WriteOp{};
+  WriteOp op = std::move(upd_->spare.back());
+  upd_->spare.pop_back();
+  return op;
+}
+
 void UpdateCoordinator::release_group_buffers() {
   std::vector<WriteOp>().swap(upd_->group);
   std::vector<std::uint8_t>().swap(upd_->group_bytes);
+  std::vector<WriteOp>().swap(upd_->spare);
+  upd_->recycle = false;
 }
 
 void UpdateCoordinator::receive_and_apply(const std::vector<std::uint8_t>& bytes) {
@@ -199,6 +208,9 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
   // rest is reading and checking the log.
   double plan_s = 0;
   ApplySeconds steps;
+  u.recycle = true;
+  // Planned bytes per step: the records of a step are merged and applied as one write.
+  const std::size_t step_bytes = static_cast<std::size_t>(cfg_.storage.replay_step_bytes);
   u.storage->replay(base_seq, [&](const WalRecord& rec) {
     const auto tp = Clock::now();
     try {
@@ -218,7 +230,7 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
     }
     plan_s += seconds_since(tp);
     ++done;
-    if (u.pending_bytes >= kReplayStepBytes) broadcast_and_apply(&u.pending, &steps);
+    if (u.pending_bytes >= step_bytes) broadcast_and_apply(&u.pending, &steps);
     if (seconds_since(last_line) >= kProgressEverySeconds) {
       last_line = Clock::now();
       const double s = seconds_since(t0), rate = static_cast<double>(done) / s;

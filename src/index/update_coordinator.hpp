@@ -76,6 +76,11 @@ class UpdateCoordinator final : public UpdateSteps {
     // replay ends.
     std::vector<WriteOp> group;
     std::vector<std::uint8_t> group_bytes;
+    // Rank 0 during the replay: the ops of the last step, whose buffers the next records' ops
+    // reuse (a record's op allocated afresh costs five allocations and, step after step, the
+    // page faults of a heap grown again).
+    std::vector<WriteOp> spare;
+    bool recycle = false;
 
     // ---- rank 0
     std::unique_ptr<Storage> storage;
@@ -103,7 +108,9 @@ class UpdateCoordinator final : public UpdateSteps {
     double merge = 0, send = 0, apply = 0;
   };
   void broadcast_and_apply(std::vector<WriteOp>* ops, ApplySeconds* seconds = nullptr);
-  /// Frees the buffers the replay's groups kept (Updates::group, group_bytes).
+  /// A planned op to fill: one of Updates::spare while the replay recycles them, else a new one.
+  WriteOp take_op();
+  /// Frees the buffers the replay's groups kept (Updates::group, group_bytes, spare).
   void release_group_buffers();
   /// Followers: a kWrite step's bytes, decoded and applied.
   void receive_and_apply(const std::vector<std::uint8_t>& bytes);
