@@ -80,6 +80,9 @@ struct StorageConfig {
   /// Snapshots kept: the current one and the newest older ones, with the log segments from the
   /// oldest of them on (StorageOptions::keep_snapshots). 1: the current one only.
   long long keep_snapshots = 1;
+  /// The start-up replay applies the log's records in steps of about this many bytes of planned
+  /// writes: each step is merged into one engine write and one mask update per rank.
+  long long replay_step_bytes = 64ll << 20;
   /// At start-up, wait up to this long for a lock on storage.dir held by another process (the
   /// orphaned ranks of a killed job hold it while they exit); then fail naming the holder.
   double lock_wait_s = 30;

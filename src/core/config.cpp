@@ -178,6 +178,9 @@ const std::map<std::string, Setter>& setters() {
       {"storage.keep_snapshots", [](Config& c, const std::string& v, const std::string& w) {
          c.storage.keep_snapshots = parse_int("storage.keep_snapshots", v, 1, 1000, w);
        }},
+      {"storage.replay_step_bytes", [](Config& c, const std::string& v, const std::string& w) {
+         c.storage.replay_step_bytes = parse_int("storage.replay_step_bytes", v, 1, 1LL << 34, w);
+       }},
       {"storage.snapshot_interval_s", [](Config& c, const std::string& v, const std::string& w) {
          c.storage.snapshot_interval_s = parse_seconds("storage.snapshot_interval_s", v, 31536000, w);
        }},
@@ -583,6 +586,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "snapshot_log_bytes" << YAML::Value << c.storage.snapshot_log_bytes;
   out << YAML::Key << "lock_wait_s" << YAML::Value << c.storage.lock_wait_s;
   out << YAML::Key << "keep_snapshots" << YAML::Value << c.storage.keep_snapshots;
+  out << YAML::Key << "replay_step_bytes" << YAML::Value << c.storage.replay_step_bytes;
   out << YAML::Key << "snapshot_interval_s" << YAML::Value << c.storage.snapshot_interval_s;
   out << YAML::EndMap;
   if (c.testing.fault.kind != FaultSpec::kNone || c.testing.snapshot_block_rows != 0) {

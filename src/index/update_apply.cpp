@@ -14,8 +14,6 @@
 namespace shardtopk {
 namespace {
 
-/// Planned bytes per replay step: the records of a step are merged and applied as one write.
-constexpr std::size_t kReplayStepBytes = 64u << 20;
 /// Seconds between two progress lines of a long replay.
 constexpr double kProgressEverySeconds = 2.0;
 
@@ -24,29 +22,57 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops) {
+void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops, ApplySeconds* seconds) {
   const std::int64_t dim = stats_.dim;
-  std::vector<WriteOp> group;  // the pending ops as one (none: an empty step keeps lock step)
-  if (!ops->empty()) group.push_back(merge_write_ops(std::move(*ops), dim, schema_.size()));
+  auto t = Clock::now();
+  auto lap = [&](double ApplySeconds::*stage) {
+    const auto now = Clock::now();
+    if (seconds) seconds->*stage += std::chrono::duration<double>(now - t).count();
+    t = now;
+  };
+  std::vector<WriteOp>& group = upd_->group;  // the pending ops as one (none: an empty step keeps lock step)
+  group.resize(ops->empty() ? 0 : 1);
+  if (!ops->empty()) merge_write_ops(std::move(*ops), dim, schema_.size(), &group.front());
+  if (upd_->recycle)
+    for (WriteOp& op : *ops) upd_->spare.push_back(std::move(op));
   ops->clear();
   upd_->pending_bytes = 0;
-  std::vector<std::uint8_t> bytes = encode_write_ops(group, dim);
+  lap(&ApplySeconds::merge);
   StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kWrite);
   host_comm_->broadcast(&h, sizeof h, 0);
-  broadcast_bytes(*host_comm_, bytes, 0);
-  apply_ops(group);  // rank 0 applies the op it encoded
+  if (world_size() > 1) {  // one rank applies the op it holds: nothing to encode
+    encode_write_ops(group, dim, &upd_->group_bytes);
+    broadcast_bytes(*host_comm_, upd_->group_bytes, 0);
+  }
+  lap(&ApplySeconds::send);
+  apply_ops(group);  // rank 0 applies the op it planned
   upd_->live_rows = upd_->dir->live_rows();
   upd_->tombstones = upd_->dir->tombstones();
   publish_norm_bound();
+  lap(&ApplySeconds::apply);
+}
+
+WriteOp UpdateCoordinator::take_op() {
+  if (!upd_->recycle || upd_->spare.empty()) return WriteOp{};
+  WriteOp op = std::move(upd_->spare.back());
+  upd_->spare.pop_back();
+  return op;
+}
+
+void UpdateCoordinator::release_group_buffers() {
+  std::vector<WriteOp>().swap(upd_->group);
+  std::vector<std::uint8_t>().swap(upd_->group_bytes);
+  std::vector<WriteOp>().swap(upd_->spare);
+  upd_->recycle = false;
 }
 
 void UpdateCoordinator::receive_and_apply(const std::vector<std::uint8_t>& bytes) {
-  std::vector<WriteOp> ops;
+  std::vector<WriteOp>& ops = upd_->group;
   bool ok = true;
   std::string msg;
   try {
-    ops = decode_write_ops(bytes.data(), bytes.size(), stats_.dim, static_cast<int>(schema_.size()));
+    decode_write_ops(bytes.data(), bytes.size(), stats_.dim, static_cast<int>(schema_.size()), &ops);
   } catch (const std::exception& e) {
     ok = false;
     msg = e.what();
@@ -177,13 +203,16 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
   const auto t0 = Clock::now();
   auto last_line = t0;
   std::uint64_t done = 0;
-  double apply_s = 0;  // in broadcast_and_apply; the rest reads and plans the records
-  auto apply = [&] {
-    const auto ta = Clock::now();
-    broadcast_and_apply(&u.pending);
-    apply_s += seconds_since(ta);
-  };
+  // Where the time goes, for the summary line: planning the records (rank 0), then per step
+  // merging them, sending the merged op to the other ranks, and applying it on every rank; the
+  // rest is reading and checking the log.
+  double plan_s = 0;
+  ApplySeconds steps;
+  u.recycle = true;
+  // Planned bytes per step: the records of a step are merged and applied as one write.
+  const std::size_t step_bytes = static_cast<std::size_t>(cfg_.storage.replay_step_bytes);
   u.storage->replay(base_seq, [&](const WalRecord& rec) {
+    const auto tp = Clock::now();
     try {
       if (rec.type == WalRecordType::kUpsert) {
         UpsertRows rows;
@@ -199,8 +228,9 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
       throw Error(detail::concat("storage '", u.storage->options().dir, "': log record seq ", rec.seq,
                                  " cannot be applied to this index: ", e.what()));
     }
+    plan_s += seconds_since(tp);
     ++done;
-    if (u.pending_bytes >= kReplayStepBytes) apply();
+    if (u.pending_bytes >= step_bytes) broadcast_and_apply(&u.pending, &steps);
     if (seconds_since(last_line) >= kProgressEverySeconds) {
       last_line = Clock::now();
       const double s = seconds_since(t0), rate = static_cast<double>(done) / s;
@@ -209,15 +239,20 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
                    static_cast<double>(total - std::min(done, total)) / std::max(rate, 1e-9));
     }
   });
-  if (!u.pending.empty()) apply();
+  if (!u.pending.empty()) broadcast_and_apply(&u.pending, &steps);
+  release_group_buffers();
   // Records that planned nothing (deletes of ids no longer live) are applied all the same.
   u.applied_seq = std::max(u.applied_seq.load(), last_seq);
   u.submitted_seq = u.applied_seq;
   if (done > 0) {
-    const double s = seconds_since(t0);
-    spdlog::info("replayed {} log record(s) in {:.2f} s ({:.0f} records/s; {:.2f} s reading and planning them, "
-                 "{:.2f} s applying them on every rank)",
-                 done, s, static_cast<double>(done) / std::max(s, 1e-9), s - apply_s, apply_s);
+    const double s = seconds_since(t0), n = static_cast<double>(done);
+    const double read_s = std::max(0.0, s - plan_s - steps.merge - steps.send - steps.apply);
+    auto us = [&](double x) { return x / n * 1e6; };
+    spdlog::info("replayed {} log record(s) in {:.2f} s ({:.0f} records/s); per record: reading {:.2f} us, planning "
+                 "{:.2f} us, merging {:.2f} us, sending {:.2f} us, applying {:.2f} us ({:.2f} / {:.2f} / {:.2f} / "
+                 "{:.2f} / {:.2f} s)",
+                 done, s, n / std::max(s, 1e-9), us(read_s), us(plan_s), us(steps.merge), us(steps.send),
+                 us(steps.apply), read_s, plan_s, steps.merge, steps.send, steps.apply);
   }
 }
 

@@ -71,6 +71,16 @@ class UpdateCoordinator final : public UpdateSteps {
     std::int64_t capacity_total = 0;
     std::vector<std::uint8_t> live;        // [this rank's slots] 1: live
     bool replay_done = false;              // followers: the start-up replay is over
+    // The last group's merged op and its bytes (rank 0: encoded; followers: received, decoded),
+    // whose buffers the next group reuses (a replay's steps are tens of MB each); freed when the
+    // replay ends.
+    std::vector<WriteOp> group;
+    std::vector<std::uint8_t> group_bytes;
+    // Rank 0 during the replay: the ops of the last step, whose buffers the next records' ops
+    // reuse (a record's op allocated afresh costs five allocations and, step after step, the
+    // page faults of a heap grown again).
+    std::vector<WriteOp> spare;
+    bool recycle = false;
 
     // ---- rank 0
     std::unique_ptr<Storage> storage;
@@ -93,7 +103,15 @@ class UpdateCoordinator final : public UpdateSteps {
   WriteResult plan_and_submit_upsert(const UpsertRows& rows, bool replay, std::uint64_t seq);
   WriteResult plan_and_submit_remove(const std::int64_t* ids, std::int64_t n, bool replay, std::uint64_t seq);
   // update_apply.cpp: a group of ops merged, broadcast and applied as one; the replay.
-  void broadcast_and_apply(std::vector<WriteOp>* ops);
+  /// Seconds a group spent in each stage of broadcast_and_apply (the replay's summary line).
+  struct ApplySeconds {
+    double merge = 0, send = 0, apply = 0;
+  };
+  void broadcast_and_apply(std::vector<WriteOp>* ops, ApplySeconds* seconds = nullptr);
+  /// A planned op to fill: one of Updates::spare while the replay recycles them, else a new one.
+  WriteOp take_op();
+  /// Frees the buffers the replay's groups kept (Updates::group, group_bytes, spare).
+  void release_group_buffers();
   /// Followers: a kWrite step's bytes, decoded and applied.
   void receive_and_apply(const std::vector<std::uint8_t>& bytes);
   /// Every rank: this rank's part of each op, then a status check (CommError when any rank

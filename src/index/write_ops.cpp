@@ -77,14 +77,34 @@ std::size_t WriteOp::encoded_bytes(std::int64_t dim) const {
 }
 
 WriteOp merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t columns) {
+  WriteOp out;
+  merge_write_ops(std::move(ops), dim, columns, &out);
+  return out;
+}
+
+void merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t columns, WriteOp* merged) {
   if (ops.size() == 1 && std::is_sorted(ops[0].places.begin(), ops[0].places.end(),
-                                        [](const SlotRef& a, const SlotRef& b) { return a.rank < b.rank; }))
-    return std::move(ops.front());
+                                        [](const SlotRef& a, const SlotRef& b) { return a.rank < b.rank; })) {
+    std::swap(*merged, ops.front());
+    return;
+  }
+  WriteOp& out = *merged;
+  out.kills.clear();
+  out.norms.clear();
   auto key = [](const SlotRef& s) { return (static_cast<std::uint64_t>(s.rank) << 48) | static_cast<std::uint64_t>(s.slot); };
+  std::size_t places = 0, kills = 0;
+  std::int32_t max_rank = 0;
+  for (const WriteOp& op : ops) {
+    places += op.places.size();
+    kills += op.kills.size();
+    for (const SlotRef& p : op.places) max_rank = std::max(max_rank, p.rank);
+  }
   // Slot -> (op, row) of the last row written to it and not killed since.
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> last;
   std::unordered_set<std::uint64_t> killed;
-  WriteOp out;
+  last.reserve(places);
+  killed.reserve(kills);
+  out.kills.reserve(kills);
   for (std::uint32_t o = 0; o < ops.size(); ++o) {
     const WriteOp& op = ops[o];
     for (const SlotRef& k : op.kills) {
@@ -93,19 +113,25 @@ WriteOp merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_
     }
     for (std::uint32_t i = 0; i < op.places.size(); ++i) last[key(op.places[i])] = {o, i};
   }
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> rows;  // (op, row)
-  rows.reserve(last.size());
-  for (const auto& kv : last) rows.push_back(kv.second);
-  std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
-    const std::int32_t ra = ops[a.first].places[a.second].rank, rb = ops[b.first].places[b.second].rank;
-    return ra != rb ? ra < rb : a < b;
-  });
+  // The rows kept, by rank and in (op, row) order within a rank: a pass in op order keeps each
+  // slot's last row, and a counting sort by rank keeps that order.
+  std::vector<std::size_t> at(static_cast<std::size_t>(max_rank) + 2, 0);
+  for (const auto& kv : last) ++at[static_cast<std::size_t>(ops[kv.second.first].places[kv.second.second].rank) + 1];
+  for (std::size_t r = 1; r < at.size(); ++r) at[r] += at[r - 1];
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> rows(last.size());  // (op, row)
+  for (std::uint32_t o = 0; o < ops.size(); ++o)
+    for (std::uint32_t i = 0; i < ops[o].places.size(); ++i) {
+      const SlotRef& p = ops[o].places[i];
+      const auto it = last.find(key(p));
+      if (it != last.end() && it->second == std::make_pair(o, i)) rows[at[static_cast<std::size_t>(p.rank)]++] = {o, i};
+    }
   const std::size_t n = rows.size(), d = static_cast<std::size_t>(dim);
   out.seq = ops.back().seq;
   out.places.resize(n);
   out.ids.resize(n);
   out.vectors.resize(n * d);
-  out.columns.assign(columns, std::vector<std::uint64_t>(n));
+  out.columns.resize(columns);
+  for (auto& c : out.columns) c.resize(n);
   out.max_norm = 0.0;
   out.max_norm_id = -1;
   for (std::size_t j = 0; j < n; ++j) {
@@ -136,13 +162,19 @@ WriteOp merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_
                op.ids[i]);
     }
   }
-  return out;
 }
 
 std::vector<std::uint8_t> encode_write_ops(const std::vector<WriteOp>& ops, std::int64_t dim) {
+  std::vector<std::uint8_t> out;
+  encode_write_ops(ops, dim, &out);
+  return out;
+}
+
+void encode_write_ops(const std::vector<WriteOp>& ops, std::int64_t dim, std::vector<std::uint8_t>* bytes) {
   std::size_t total = 8;
   for (const WriteOp& op : ops) total += op.encoded_bytes(dim);
-  std::vector<std::uint8_t> out;
+  std::vector<std::uint8_t>& out = *bytes;
+  out.clear();
   out.reserve(total);
   Writer w(out);
   w.pod(static_cast<std::uint64_t>(ops.size()));
@@ -163,14 +195,21 @@ std::vector<std::uint8_t> encode_write_ops(const std::vector<WriteOp>& ops, std:
     w.pod(op.max_norm_id);
   }
   SHARDTOPK_ASSERT(out.size() == total);
-  return out;
 }
 
 std::vector<WriteOp> decode_write_ops(const std::uint8_t* data, std::size_t size, std::int64_t dim, int columns) {
+  std::vector<WriteOp> ops;
+  decode_write_ops(data, size, dim, columns, &ops);
+  return ops;
+}
+
+void decode_write_ops(const std::uint8_t* data, std::size_t size, std::int64_t dim, int columns,
+                      std::vector<WriteOp>* out) {
   Reader r(data, size);
   const auto n = r.pod<std::uint64_t>();
   SHARDTOPK_ASSERT(n <= size / 24);
-  std::vector<WriteOp> ops(static_cast<std::size_t>(n));
+  std::vector<WriteOp>& ops = *out;
+  ops.resize(static_cast<std::size_t>(n));
   for (WriteOp& op : ops) {
     op.seq = r.pod<std::uint64_t>();
     const auto kills = r.pod<std::uint64_t>();
@@ -181,13 +220,16 @@ std::vector<WriteOp> decode_write_ops(const std::uint8_t* data, std::size_t size
     r.bytes(op.ids.data(), 8 * op.ids.size());
     op.vectors.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(dim));
     r.bytes(op.vectors.data(), 4 * op.vectors.size());
-    op.columns.assign(static_cast<std::size_t>(columns), std::vector<std::uint64_t>(static_cast<std::size_t>(rows)));
-    for (auto& c : op.columns) r.bytes(c.data(), 8 * c.size());
+    op.columns.resize(static_cast<std::size_t>(columns));
+    for (auto& c : op.columns) {
+      c.resize(static_cast<std::size_t>(rows));
+      r.bytes(c.data(), 8 * c.size());
+    }
     op.max_norm = r.pod<double>();
     op.max_norm_id = r.pod<std::int64_t>();
+    op.norms.clear();
   }
   SHARDTOPK_ASSERT(r.done(), "write ops: trailing bytes");
-  return ops;
 }
 
 }  // namespace shardtopk

@@ -35,12 +35,20 @@ struct WriteOp {
 /// logged writes is applied as one (one engine write and one mask update per rank).
 /// @param columns the attribute columns of every op.
 WriteOp merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t columns);
+/// The same into `out`, whose buffers are reused (a long replay merges group after group of tens
+/// of MB: fresh buffers would cost a page fault per 4 KB each time).
+void merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t columns, WriteOp* out);
 
 /// The ops in order, as one buffer (little-endian, 8-byte words). `dim` and the number of
 /// columns are the index's and not encoded.
 std::vector<std::uint8_t> encode_write_ops(const std::vector<WriteOp>& ops, std::int64_t dim);
+/// The same into `out` (replaced; its capacity reused).
+void encode_write_ops(const std::vector<WriteOp>& ops, std::int64_t dim, std::vector<std::uint8_t>* out);
 
 /// The ops back from encode_write_ops' bytes. @throws InternalError on inconsistent bytes.
 std::vector<WriteOp> decode_write_ops(const std::uint8_t* data, std::size_t size, std::int64_t dim, int columns);
+/// The same into `out` (replaced; the buffers of its ops reused).
+void decode_write_ops(const std::uint8_t* data, std::size_t size, std::int64_t dim, int columns,
+                      std::vector<WriteOp>* out);
 
 }  // namespace shardtopk

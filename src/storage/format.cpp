@@ -228,4 +228,13 @@ WalRecord decode_record(const RecordHeader& h, const unsigned char* p, const std
   return r;
 }
 
+WalRecord decode_segment_record(const RecordHeader& h, const unsigned char* payload, const std::string& path,
+                                std::uint64_t offset) {
+  try {
+    return decode_record(h, payload, "");  // every message starts with `where`
+  } catch (const Error& e) {
+    throw Error(detail::concat("log segment '", path, "' at offset ", offset, e.what()));
+  }
+}
+
 }  // namespace shardtopk::storage

@@ -80,6 +80,11 @@ void finish_record(EncodedRecord& r, std::uint64_t seq, std::uint64_t batch_offs
 /// Decodes a checksummed payload into a view of it. @throws Error naming `where` when the
 /// payload's structure is inconsistent (sizes, types, names).
 WalRecord decode_record(const RecordHeader& h, const unsigned char* payload, const std::string& where);
+/// decode_record of the record at `offset` of log segment `path`, whose errors name both ("log
+/// segment '<path>' at offset <offset>: ..."); the text is built only when there is an error
+/// (a replay decodes every record). @throws Error.
+WalRecord decode_segment_record(const RecordHeader& h, const unsigned char* payload, const std::string& path,
+                                std::uint64_t offset);
 
 /// Checks an attribute column name (1..255 bytes, no '/' or NUL). @throws Error naming `what`.
 void check_attribute_name(const std::string& name, const std::string& what);

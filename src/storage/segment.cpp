@@ -70,7 +70,7 @@ SegmentScan scan_segment(const std::string& path, const unsigned char* data, std
       SHARDTOPK_EXPECTS(h.seq == expected, "log segment ", at(path, off), ": record has seq ", h.seq, ", expected ",
                         expected, " (sequence numbers must count up by one)");
       const unsigned char* payload = data + off + kRecordHeaderBytes;
-      const WalRecord rec = decode_record(h, payload, "log segment " + at(path, off));  // structure check
+      const WalRecord rec = decode_segment_record(h, payload, path, off);  // structure check
       SHARDTOPK_EXPECTS(rec.type == WalRecordType::kDelete || rec.dim == static_cast<std::int64_t>(s.header.dim),
                         "log segment ", at(path, off), ": record seq ", h.seq, " holds rows of dim ", rec.dim,
                         ", the segment's dim is ", s.header.dim);

@@ -612,7 +612,7 @@ void Storage::replay(std::uint64_t after_seq, const std::function<void(const Wal
     scan_segment(seg.path, map.data(), seg.bytes, false,
                  [&](const RecordHeader& h, const unsigned char* payload, std::uint64_t offset) {
                    if (h.seq <= after_seq || h.seq > upto) return;
-                   fn(decode_record(h, payload, "log segment '" + seg.path + "' at offset " + std::to_string(offset)));
+                   fn(decode_segment_record(h, payload, seg.path, offset));
                  });
   }
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
@@ -240,6 +241,29 @@ TEST_P(EngineUpdates, BadCallsAreRefusedAndChangeNothing) {
                 HasSubstr("overflows float16"));
   }
   expect_oracle("after refused calls");
+}
+
+// A written row is stored as the load stores rows: float16 rounds to nearest, ties to even
+// (half::to_f16), subnormals and the largest finite values included, in the 8-wide chunks and in
+// the columns past the last whole chunk alike (kDim = 12).
+TEST_P(EngineUpdates, AWrittenRowIsRoundedAsTheLoadRoundsIt) {
+  const float tie_even = 1.0f + std::ldexp(1.0f, -11), tie_odd = 1.0f + 3 * std::ldexp(1.0f, -11);
+  const float sub_tie = std::ldexp(1.0f, -25), sub_tie_odd = 3 * std::ldexp(1.0f, -25), sub = 3e-6f;
+  const std::vector<float> values = {tie_even, -tie_odd, sub_tie, -sub_tie_odd, sub,    -0.0f,
+                                     65504.0f, 65519.0f, -tie_odd, tie_even,    -sub, 1.0f / 3};
+  ASSERT_EQ(static_cast<std::int64_t>(values.size()), kDim);
+  for (std::int64_t shift = 0; shift < kDim; shift += 5) {  // each value in a chunk and in the tail
+    std::vector<float> v(static_cast<std::size_t>(kDim));
+    for (std::int64_t d = 0; d < kDim; ++d) v[d] = values[(d + shift) % kDim];
+    const std::int64_t slot = kBase + shift;
+    write({slot}, {7000 + shift}, v, {1});
+    std::vector<float> back(static_cast<std::size_t>(kDim));
+    engine_->read_rows(&slot, 1, back.data());
+    for (std::int64_t d = 0; d < kDim; ++d) {
+      const float want = GetParam().dtype == Dtype::kFloat16 ? half::from_f16(half::to_f16(v[d])) : v[d];
+      EXPECT_EQ(half::bits(back[d]), half::bits(want)) << "column " << d << " value " << v[d] << " shift " << shift;
+    }
+  }
 }
 
 // The programs of a FilterBatch are used as given: each query reads the one it names (or none),

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -136,6 +137,55 @@ TEST(WriteOps, AMergedGroupLeavesEverySlotAsTheOpsOneAfterAnotherDo) {
     if (!m.ids.empty()) EXPECT_EQ(back[0].max_norm_id, want_id);
   }
   EXPECT_GT(groups_with_reuse, 20) << "the groups should exercise slots written twice";
+}
+
+/// Field by field (the planning-only norms aside).
+void expect_same_op(const WriteOp& a, const WriteOp& b, int group) {
+  SCOPED_TRACE("group " + std::to_string(group));
+  auto refs = [](const std::vector<SlotRef>& v) {
+    std::vector<std::pair<std::int32_t, std::int64_t>> out;
+    for (const SlotRef& p : v) out.emplace_back(p.rank, p.slot);
+    return out;
+  };
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(refs(a.kills), refs(b.kills));
+  EXPECT_EQ(refs(a.places), refs(b.places));
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.vectors, b.vectors);
+  EXPECT_EQ(a.columns, b.columns);
+  EXPECT_EQ(a.max_norm, b.max_norm);
+  EXPECT_EQ(a.max_norm_id, b.max_norm_id);
+}
+
+// A replay merges group after group into the same kept op, encodes it into the same bytes and
+// the followers decode into the same ops: what a larger earlier group left in those buffers must
+// never show through.
+TEST(WriteOps, BuffersKeptFromALargerGroupGiveTheOpsFreshBuffersGive) {
+  std::mt19937_64 rng(11);
+  RowDirectory dir({4, 3, 5}, {12, 12, 12}, {});
+  std::uint64_t seq = 0;
+  WriteOp kept;
+  std::vector<std::uint8_t> kept_bytes;
+  std::vector<WriteOp> kept_back;
+  int shrinking = 0;
+  std::size_t previous_rows = 0;
+  for (int g = 0; g < 200; ++g) {
+    const int n = g % 5 == 0 ? 40 : 1 + static_cast<int>(rng() % 6);  // a large group, then smaller ones
+    std::vector<WriteOp> ops = plan(dir, n, rng, &seq);
+    if (ops.empty()) continue;
+    std::vector<WriteOp> copy = ops;
+    const WriteOp fresh = merge_write_ops(std::move(copy), kDim, kColumns);
+    merge_write_ops(std::move(ops), kDim, kColumns, &kept);
+    expect_same_op(kept, fresh, g);
+    shrinking += kept.ids.size() < previous_rows ? 1 : 0;
+    previous_rows = kept.ids.size();
+    encode_write_ops({kept}, kDim, &kept_bytes);
+    EXPECT_EQ(kept_bytes, encode_write_ops({fresh}, kDim));
+    decode_write_ops(kept_bytes.data(), kept_bytes.size(), kDim, static_cast<int>(kColumns), &kept_back);
+    ASSERT_EQ(kept_back.size(), 1u);
+    expect_same_op(kept_back[0], fresh, g);
+  }
+  EXPECT_GT(shrinking, 20) << "groups smaller than the one before should reuse larger buffers";
 }
 
 TEST(WriteOps, ARowKilledWithinTheGroupNeverCountsForTheNormBound) {

@@ -219,13 +219,17 @@ class CpuEngine final : public Engine {
         for (std::int64_t d = 0; d < full; d += kLanes) std::memcpy(dst + 2 * d, row + d, sizeof(float) * kLanes);
         if (full < dim_) std::memcpy(dst + 2 * full, row + full, sizeof(float) * static_cast<std::size_t>(dim_ - full));
       } else {
-        for (std::int64_t d = 0; d < dim_; ++d) {
-          const float v = row[d];
-          const std::uint16_t h = dtype_ == Dtype::kFloat16 ? half::to_f16(v) : half::to_bf16(v);
-          const float back = load1(&h, dtype_);
-          SHARDTOPK_EXPECTS(std::isfinite(back), "corpus row ", ids_[r], " value ", v, " at column ", d, " overflows ",
-                            to_string(dtype_), "; use engine.dtype float32");
-          u16_[elem_offset(r, d, dp_)] = h;
+        // One vectorised pass finds the first value that rounds past the type's range (the
+        // common case: none), then the row is rounded in 8-wide chunks.
+        const bool bf16 = dtype_ == Dtype::kBFloat16;
+        const std::int64_t d = half::first_overflow(row, dim_, bf16);
+        SHARDTOPK_EXPECTS(d < 0, "corpus row ", ids_[r], " value ", d < 0 ? 0.0f : row[d], " at column ", d,
+                          " overflows ", to_string(dtype_), "; use engine.dtype float32");
+        std::uint16_t* dst = &u16_[row_offset(r, dp_)];
+        if (!bf16) {
+          store_f16_row(row, dim_, dst);
+        } else {
+          for (std::int64_t c = 0; c < dim_; ++c) dst[(c / kLanes) * 2 * kLanes + c % kLanes] = half::to_bf16(row[c]);
         }
       }
     }

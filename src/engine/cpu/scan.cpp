@@ -435,6 +435,28 @@ Isa choose_isa(CpuIsa want) {
   throw Error("engine.cpu_isa: unknown value");
 }
 
+#if defined(__x86_64__)
+namespace {
+__attribute__((target("avx,f16c"))) void store_f16_chunks(const float* row, std::int64_t full, std::uint16_t* dst) {
+  for (std::int64_t d = 0; d < full; d += kLanes)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * d),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(row + d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+}  // namespace
+#endif
+
+void store_f16_row(const float* row, std::int64_t dim, std::uint16_t* dst) {
+  std::int64_t d = 0;
+#if defined(__x86_64__)
+  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  if (f16c) {
+    d = dim / kLanes * kLanes;
+    store_f16_chunks(row, d, dst);
+  }
+#endif
+  for (; d < dim; ++d) dst[(d / kLanes) * 2 * kLanes + d % kLanes] = half::to_f16(row[d]);
+}
+
 void scan_rows(const ScanInput& in, std::int64_t r0, std::int64_t r1, const Selector& sel) {
   if (r0 >= r1) return;
   if (in.dtype == Dtype::kFloat32) {

@@ -36,4 +36,9 @@ struct ScanInput {
 /// the selection's result do not.
 void scan_rows(const ScanInput& in, std::int64_t r0, std::int64_t r1, const Selector& sel);
 
+/// Rounds `row` [dim] (float32, every value finite in float16) to float16 (nearest, ties to
+/// even: the bits of half::to_f16) into one row of the storage layout, whose chunk c starts at
+/// dst + 16·c (layout.hpp). F16C when the CPU has it (8 values per instruction).
+void store_f16_row(const float* row, std::int64_t dim, std::uint16_t* dst);
+
 }  // namespace shardtopk::cpu_detail
