@@ -57,6 +57,7 @@ WriteOp UpdateCoordinator::take_op() {
   if (!upd_->recycle || upd_->spare.empty()) return WriteOp{};
   WriteOp op = std::move(upd_->spare.back());
   upd_->spare.pop_back();
+  op.reset(schema_.size());
   return op;
 }
 

@@ -265,12 +265,10 @@ WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bo
     UpsertRows logged = rows;  // the log's own checks (names, sizes) come before any planning
     seq = u.storage->submit_upsert(logged);
   }
-  WriteOp op = take_op();  // every field set below
+  WriteOp op = take_op();  // empty, perhaps with a recycled op's capacity
   op.seq = seq;
-  op.kills.clear();
   for (std::int64_t i = 0; i < n; ++i)
     if (u.dir->find(rows.ids[i])) op.kills.push_back(u.dir->erase(rows.ids[i]));
-  op.places.clear();
   op.places.reserve(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) op.places.push_back(u.dir->place(rows.ids[i]));
   op.ids.assign(rows.ids, rows.ids + n);
@@ -299,19 +297,11 @@ WriteResult UpdateCoordinator::plan_and_submit_remove(const std::int64_t* ids, s
   for (std::int64_t i = 0; i < n; ++i) live += u.dir->find(ids[i]).has_value() ? 1 : 0;
   if (live == 0 && !replay) return WriteResult{u.submitted_seq, 0};  // nothing to log
   if (!replay) seq = u.storage->submit_delete(ids, n);
-  WriteOp op = take_op();  // every field set below
+  WriteOp op = take_op();  // empty, perhaps with a recycled op's capacity
   op.seq = seq;
-  op.kills.clear();
   for (std::int64_t i = 0; i < n; ++i)
     if (u.dir->find(ids[i])) op.kills.push_back(u.dir->erase(ids[i]));
-  op.places.clear();
-  op.ids.clear();
-  op.vectors.clear();
   op.columns.resize(schema_.size());
-  for (auto& c : op.columns) c.clear();
-  op.max_norm = 0.0;
-  op.max_norm_id = -1;
-  op.norms.clear();
   u.pending_bytes += op.encoded_bytes(stats_.dim);
   u.pending.push_back(std::move(op));
   u.submitted_seq = seq;

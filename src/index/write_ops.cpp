@@ -70,6 +70,19 @@ class Reader {
 
 }  // namespace
 
+void WriteOp::reset(std::size_t n_columns) {
+  seq = 0;
+  kills.clear();
+  places.clear();
+  ids.clear();
+  vectors.clear();
+  columns.resize(n_columns);
+  for (auto& c : columns) c.clear();
+  max_norm = 0.0;
+  max_norm_id = -1;
+  norms.clear();
+}
+
 std::size_t WriteOp::encoded_bytes(std::int64_t dim) const {
   const std::size_t r = ids.size();
   return 8 * 3 + 16 * (kills.size() + r) + 8 * r + (4 * r * static_cast<std::size_t>(dim) + 7) / 8 * 8 +

@@ -24,6 +24,9 @@ struct WriteOp {
   std::vector<double> norms;
 
   std::int64_t rows() const { return static_cast<std::int64_t>(ids.size()); }
+  /// Empties every field for `columns` attribute columns, keeping the buffers' capacity (a
+  /// replay refills the ops of its last step instead of allocating new ones).
+  void reset(std::size_t columns);
   /// Bytes encode_write_ops() gives this op.
   std::size_t encoded_bytes(std::int64_t dim) const;
 };
