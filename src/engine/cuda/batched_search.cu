@@ -41,6 +41,7 @@ BatchedSearch::BatchedSearch(Dtype dtype, bool l2, std::int64_t rows, std::int64
   CHECK_CUBLAS(cublasSetPointerMode(cublas_.get(), CUBLAS_POINTER_MODE_HOST));
   bound_ = stream;
   prepare_rescore(cap);
+  prepare_candidate_pools();
 }
 
 void BatchedSearch::bind(cudaStream_t stream) {

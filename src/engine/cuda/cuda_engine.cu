@@ -134,7 +134,8 @@ class CudaEngine final : public Engine {
 
   EngineInfo info() const override {
     return EngineInfo{"cuda", MemSpace::kDevice, metric_, dtype_, base_rows_, /*capacity=*/rows_, dim_, device_,
-                      device_name_, plan_.total + (table_ ? table_->bytes() : 0)};
+                      device_name_,
+                      plan_.total + (table_ ? table_->bytes() : 0) + (filters_ ? filters_->id_index_bytes() : 0)};
   }
   const EngineLimits& limits() const override { return limits_; }
   void* stream() const override { return stream_; }
@@ -177,6 +178,7 @@ class CudaEngine final : public Engine {
       CHECK_CUDA(cudaMemcpyAsync(ws_.ids + s0, host_table_.global_ids().data() + s0, sizeof(std::int64_t) * m,
                                  cudaMemcpyHostToDevice, stream_));
       table_->update_rows(host_table_, RowRange{s0, s0 + m}, stream_);
+      filters_->rows_written();
       // The staging is overwritten by the next run: the copy out of `staged` has returned
       // (pageable), but the kernel must have read ws_.scores before the next copy lands.
       CHECK_CUDA(cudaStreamSynchronize(stream_));

@@ -12,6 +12,10 @@
 namespace shardtopk::cuda_detail {
 namespace {
 
+/// `ids_in` lists at least this long are resolved through the id index; a shorter one meets few
+/// blocks, which the rows kernel evaluates about as fast, and needs no index.
+constexpr std::int64_t kIdIndexMembers = 4096;
+
 constexpr std::size_t kScheduleRowsBytes = static_cast<std::size_t>(kScheduleChunks + 1) * sizeof(std::int64_t);
 
 }  // namespace
@@ -51,14 +55,30 @@ void FilteredSearch::prepare(const FilterBatch& f, int batch, bool row_masks, cu
   launch_block_verdicts(table_, ws_.programs, f.count, fs_, s);
   count_ = f.count;
   have_masks_.assign(static_cast<std::size_t>(f.count), row_masks);
-  // One program: its candidate blocks alone. Several: every block once, with all of them.
-  if (row_masks) launch_filter_rows(table_, ws_.programs, f.count, f.count == 1 ? 0 : -1, fs_, rows_grid_, s);
+  id_list_members_.assign(static_cast<std::size_t>(f.count), 0);
+  for (int p = 0; p < f.count; ++p)
+    if (is_id_list_program(*f.programs[p])) id_list_members_[static_cast<std::size_t>(p)] = f.programs[p]->ops()[0].count;
+  // One program: its candidate blocks alone (an ids_in list through the id index). Several:
+  // every block once, with all of them.
+  if (row_masks && !(f.count == 1 && resolve_id_list(0, s)))
+    launch_filter_rows(table_, ws_.programs, f.count, f.count == 1 ? 0 : -1, fs_, rows_grid_, s);
 }
 
 void FilteredSearch::row_masks_of(int p, cudaStream_t s) {
   if (p < 0 || p >= count_ || have_masks_[static_cast<std::size_t>(p)]) return;
-  launch_filter_rows(table_, ws_.programs, count_, p, fs_, rows_grid_, s);
+  if (!resolve_id_list(p, s)) launch_filter_rows(table_, ws_.programs, count_, p, fs_, rows_grid_, s);
   have_masks_[static_cast<std::size_t>(p)] = true;
+}
+
+bool FilteredSearch::resolve_id_list(int p, cudaStream_t s) {
+  const std::int64_t members = id_list_members_[static_cast<std::size_t>(p)];
+  if (members < kIdIndexMembers) return false;
+  if (ids_stale_) {
+    if (!ids_.build(table_, s)) return false;
+    ids_stale_ = false;
+  }
+  launch_id_list_rows(table_, ids_.view(), ws_.programs, count_, p, members, fs_, s);
+  return true;
 }
 
 RowMasks FilteredSearch::masks(const std::uint32_t* live) const {

@@ -14,6 +14,7 @@
 #include "engine/cuda/batched_search.hpp"
 #include "engine/cuda/kernels/filter_table.cuh"
 #include "engine/cuda/kernels/filtered_scan.hpp"
+#include "engine/cuda/kernels/id_rows.hpp"
 #include "engine/cuda/kernels/scan_select.hpp"
 #include "engine/cuda/plan.hpp"
 #include "shardtopk/engine.hpp"
@@ -39,6 +40,12 @@ class FilteredSearch {
   /// its queries). On `s`.
   void row_masks_of(int p, cudaStream_t s);
 
+  /// The shard's global ids changed (rows written): the id index is rebuilt before its next use.
+  void rows_written() { ids_stale_ = true; }
+
+  /// Device bytes of the id index (0 until an `ids_in` list first needs it).
+  std::size_t id_index_bytes() const { return ids_.bytes(); }
+
   /// The prepared batch's filters for the batched path (`live`: the live mask, or nullptr): block
   /// flags, and each program evaluated on the rows the path asks about.
   RowMasks masks(const std::uint32_t* live) const;
@@ -52,6 +59,11 @@ class FilteredSearch {
   const ChunkSchedule& schedule(const BatchedSearch& batched, const FilterBatch& f, int batch, int k, cudaStream_t s);
 
  private:
+  /// Program p's masks from the id index when it is an `ids_in` list of at least
+  /// kIdIndexMembers ids (the index built first when stale); false: not such a list, or no
+  /// device memory for the index (the rows kernel evaluates it).
+  bool resolve_id_list(int p, cudaStream_t s);
+
   Workspace ws_;
   DeviceFilterTable table_;
   ScanSelectPlan scan_;
@@ -60,6 +72,9 @@ class FilteredSearch {
   int rows_grid_ = 1;
   int count_ = 0;                    // programs of the prepared batch
   std::vector<bool> have_masks_;     // [count_] masks evaluated
+  std::vector<std::int64_t> id_list_members_;  // [count_] an ids_in list's length, 0: another program
+  IdRowIndex ids_;
+  bool ids_stale_ = true;
   int batch_max_ = 0;
   PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] program indices
   Event programs_copied_;

@@ -2,7 +2,8 @@
 // (analyse_block, evaluate_mask; themselves checked against a brute-force oracle in test_filter):
 // random programs over random attribute tables, one and several programs per launch, every block
 // flag, every candidate list, every passing count and every mask bit the flags send a reader to,
-// compared exactly; a large ids_in list; blocks the bounds decide read no row; the chunk activity
+// compared exactly; a large ids_in list, by the rows kernel and through the id index (ids in
+// order, shuffled, repeated, rewritten); blocks the bounds decide read no row; the chunk activity
 // of a batched schedule.
 //
 // Every test skips, saying so, when no GPU is visible.
@@ -18,6 +19,7 @@
 
 #include "engine/cuda/kernels/filter_blocks.hpp"
 #include "engine/cuda/kernels/filter_table.cuh"
+#include "engine/cuda/kernels/id_rows.hpp"
 #include "filter_support.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
@@ -77,8 +79,10 @@ struct DeviceResult {
   std::vector<std::uint32_t> masks; // [n, words]
 };
 
+// The masks of `programs` by the rows kernel (single, grid) or, with `index`, program `single`
+// (an ids_in list) through the id index.
 DeviceResult run_on_device(const DeviceFilterTable& table, const std::vector<const FilterProgram*>& programs,
-                           int single, int grid) {
+                           int single, int grid, const cuda_detail::IdRowView* index = nullptr) {
   DeviceResult r;
   r.blocks = table.blocks;
   r.words = (table.rows + 31) / 32;
@@ -93,7 +97,11 @@ DeviceResult run_on_device(const DeviceFilterTable& table, const std::vector<con
   DeviceBuffer<std::uint32_t> masks(static_cast<std::size_t>(n * r.words), 0xab);
   const FilterState fs{r.blocks, r.words, flags.p, cand.p, stats.p, masks.p};
   cuda_detail::launch_block_verdicts(table, d_prog.p, n, fs, nullptr);
-  cuda_detail::launch_filter_rows(table, d_prog.p, n, single, fs, grid, nullptr);
+  if (index)
+    cuda_detail::launch_id_list_rows(table, *index, d_prog.p, n, single,
+                                     programs[static_cast<std::size_t>(single)]->ops()[0].count, fs, nullptr);
+  else
+    cuda_detail::launch_filter_rows(table, d_prog.p, n, single, fs, grid, nullptr);
   check(cudaDeviceSynchronize(), "kernels");
   r.flags = flags.get();
   r.cand = cand.get();
@@ -208,6 +216,77 @@ TEST(FilterBlocksKernelIds, LongIdListsMatchTheHost) {
       expect_program(t, *p, d, 0, shuffle ? "shuffled ids" : "ids in order");
     }
   }
+}
+
+// Gives rows slots[i] the global id ids[i], keeping their attribute values.
+void rewrite_ids(AttributeTable& t, const std::vector<std::int64_t>& slots, const std::vector<std::int64_t>& ids) {
+  std::vector<std::vector<std::int64_t>> ints(static_cast<std::size_t>(t.columns()));
+  std::vector<std::vector<double>> reals(static_cast<std::size_t>(t.columns()));
+  std::vector<const void*> values;
+  for (int c = 0; c < t.columns(); ++c) {
+    const AttributeColumn& col = t.column(c);
+    for (std::int64_t r : slots) {
+      if (col.type == AttributeType::kInt64) ints[static_cast<std::size_t>(c)].push_back(col.ints[static_cast<std::size_t>(r)]);
+      else reals[static_cast<std::size_t>(c)].push_back(col.reals[static_cast<std::size_t>(r)]);
+    }
+    values.push_back(col.type == AttributeType::kInt64 ? static_cast<const void*>(ints[static_cast<std::size_t>(c)].data())
+                                                       : static_cast<const void*>(reals[static_cast<std::size_t>(c)].data()));
+  }
+  t.write_rows(slots.data(), static_cast<std::int64_t>(slots.size()), ids.data(), values.data());
+}
+
+// ids_in lists resolved through the id index (the shard's ids sorted on the device) give the
+// rows kernel's flags, masks and counts: ids in order (whole blocks decided by their bounds),
+// shuffled (every block open), ids held by several rows (dead slots beside live ones), lists of
+// one id to 210,000 (most absent), and again after rows are rewritten and the index rebuilt.
+TEST(FilterBlocksKernelIds, IdIndexMatchesTheHost) {
+  SKIP_WITHOUT_GPU();
+  for (int layout = 0; layout < 3; ++layout) {
+    AttributeTable t = test::random_table(70000, 41 + layout, 700, 1000, layout == 1);
+    if (layout == 2) {  // every id held by 1 to 3 rows, in no order
+      std::vector<std::int64_t> slots, ids;
+      std::mt19937_64 rng(43);
+      for (std::int64_t r = 0; r < t.rows(); r += 2) {
+        slots.push_back(r);
+        ids.push_back(1000 + static_cast<std::int64_t>(rng() % 30000));
+      }
+      rewrite_ids(t, slots, ids);
+    }
+    DeviceFilterTableStorage storage(t, nullptr);
+    cuda_detail::IdRowIndex index;
+    ASSERT_TRUE(index.build(storage.table(), nullptr));
+    check(cudaDeviceSynchronize(), "index");
+    ASSERT_EQ(index.view().n, t.rows());
+    std::mt19937_64 rng(44);
+    std::vector<std::vector<std::int64_t>> lists = {{1000}, {}, {}, {}};
+    for (int i = 0; i < 5000; ++i) lists[1].push_back(static_cast<std::int64_t>(rng() % 80000));
+    for (int i = 0; i < 200000; ++i) lists[2].push_back(static_cast<std::int64_t>(rng() % 200000));  // half no row's
+    for (std::int64_t id = 20000; id < 30000; ++id) lists[2].push_back(id);  // a run: whole blocks when in order
+    for (std::int64_t id = 1000; id < 71000; ++id) lists[3].push_back(id);  // every row's id
+    for (int round = 0; round < 2; ++round) {
+      for (const auto& list : lists) {
+        const FilterProgram in = compile_filter(test::json{{"ids_in", list}}, t.schema());
+        ASSERT_TRUE(cuda_detail::is_id_list_program(in));
+        const cuda_detail::IdRowView v = index.view();
+        const std::string name = "layout " + std::to_string(layout) + ", round " + std::to_string(round) + ", " +
+                                 std::to_string(list.size()) + " ids";
+        expect_program(t, in, run_on_device(storage.table(), {&in}, 0, 0, &v), 0, name);
+        // second of three programs: the kernels address program 1's flags, list and mask
+        const FilterProgram other = parse_filter(R"({"eq": {"tag": 3}})", t.schema());
+        expect_program(t, in, run_on_device(storage.table(), {&other, &in, &other}, 1, 0, &v), 1, name + ", program 1");
+      }
+      // rewrite a third of the rows' ids (some to ids already held), then rebuild the index
+      std::vector<std::int64_t> slots, ids;
+      for (std::int64_t r = 0; r < t.rows(); r += 3) {
+        slots.push_back(r);
+        ids.push_back(500 + static_cast<std::int64_t>(rng() % 90000));
+      }
+      rewrite_ids(t, slots, ids);
+      storage.update_rows(t, RowRange{0, t.rows()}, nullptr);
+      ASSERT_TRUE(index.build(storage.table(), nullptr));
+    }
+  }
+  EXPECT_FALSE(cuda_detail::is_id_list_program(compile_filter(test::json{{"ids_not_in", {1, 2}}}, test::random_table(10, 1).schema())));
 }
 
 // Blocks the summaries decide are written without reading a row: with the column values and

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/launch.hpp"
 #include "engine/cuda/kernels/select_primitives.cuh"
 
 namespace shardtopk::cuda_detail {
@@ -126,42 +127,52 @@ constexpr int kSeedSample = 32768;
 /// Nothing enters the pool here: collect_kernel, launched next, collects the chunk for every
 /// query. One block per query; a sample of at most kSeedSample rows keeps a block's select short
 /// however long a merged chunk is (a select over every row of a chunk of 10⁵–10⁶ rows, in one
-/// block per query, took 90 % of a batch of per-query clustered filters).
+/// block per query, took 90 % of a batch of per-query clustered filters). The sample's scores
+/// are read (and each sampled row's filter evaluated) once, into dynamic shared memory
+/// (kSeedSample floats), for the select's four passes: evaluating the filter in every pass made
+/// a young query's seeding take up to 363 µs of a batch of per-query scattered filters (Nsight
+/// Compute).
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     sample_seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
                        float* __restrict__ thr, RowMasks masks, const std::int32_t* __restrict__ qmap,
                        std::uint32_t* __restrict__ seen) {
+  extern __shared__ float s_sample[];  // [ns] the sampled rows' approximate scores; −inf: not allowed
   const int sub = blockIdx.x;
   const int q = qmap ? qmap[sub] : sub;
   if (!young(seen, q, rows_c)) return;  // one address: the whole block returns
   const QueryInfo qi = qinfo[q];
   const int stride = (rows_c + kSeedSample - 1) / kSeedSample;
   const int ns = (rows_c + stride - 1) / stride;
-  const auto got = [&](int j) {
-    const int i = j * stride;
-    if constexpr (kMasked) {
-      if (!masks.allows_evaluating(q, ap.row0 + i)) return -CUDART_INF_F;
-    }
-    return ap(sub, i, qi);
-  };
-  const std::uint32_t kth = block_kth_key(got, ns, k);
-  const float t = fmaxf(pool_threshold(kth, ns, k, qi.delta), thr[q]);
   __shared__ std::uint32_t allowed;  // sampled rows the query may return
   if (threadIdx.x == 0) allowed = 0;
   __syncthreads();
   const int end = (ns + 31) / 32 * 32;
-  for (int j = threadIdx.x; j < end; j += blockDim.x) {
-    const bool ok = j < ns && got(j) != -CUDART_INF_F;
+  for (int j = threadIdx.x; j < end; j += blockDim.x) {  // whole warps: j < end for all lanes or none
+    bool ok = false;
+    if (j < ns) {
+      const int i = j * stride;
+      float s = -CUDART_INF_F;
+      ok = true;
+      if constexpr (kMasked) ok = masks.allows_evaluating(q, ap.row0 + i);
+      if (ok) s = ap(sub, i, qi);
+      s_sample[j] = s;
+    }
     const unsigned m = __ballot_sync(kFullMask, ok);
     if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
   }
+  __syncthreads();
+  const std::uint32_t kth = block_kth_key([&](int j) { return s_sample[j]; }, ns, k);
+  const float t = fmaxf(pool_threshold(kth, ns, k, qi.delta), thr[q]);
   __syncthreads();  // every thread read thr[q] and seen[q] before they change
   if (threadIdx.x == 0) {
     thr[q] = t;
     seen[q] += allowed;
   }
 }
+
+/// Dynamic shared memory of sample_seed_kernel: kSeedSample floats.
+constexpr std::size_t kSeedSmem = sizeof(float) * kSeedSample;
 
 /// Later chunks: every (query, row) whose approximate score reaches the query's threshold
 /// enters the pool. Grid: (ceil(rows_c / CollectShape<OutT>::kPerBlock), batch). A warp reads 512
@@ -210,7 +221,11 @@ __global__ void __launch_bounds__(kCollectThreads)
   }
   if constexpr (kMasked) {
     // Few values reach the threshold: ask the masks (a filter may evaluate its program on the
-    // row) about those only, from one call site.
+    // row) about those only, from one call site. The P values are not kept across it (the
+    // passing ones are read again below, from L1): holding them beside the evaluator's
+    // registers took the kernel from 48 to 80 registers and halved its occupancy, and under
+    // Nsight Compute a batch of per-query scattered filters spent 1.7 × the unmasked time here.
+    if (__ballot_sync(kFullMask, takes != 0) == 0) return;
     for (unsigned left = takes; left != 0u; left &= left - 1u) {
       const int m = __ffs(static_cast<int>(left)) - 1;
       if (!masks.allows_evaluating(q, ap.row0 + index(m))) takes &= ~(1u << m);
@@ -234,7 +249,8 @@ __global__ void __launch_bounds__(kCollectThreads)
   for (int m = 0; m < P; ++m) {
     if (takes & (1u << m)) {
       const int i = index(m);
-      if (at < static_cast<std::uint32_t>(pool_cap)) list[at] = PoolEntry{v[m], static_cast<std::int32_t>(ap.row0 + i)};
+      const float s = kMasked ? ap.finish(out_to_float(src[i]), i, qi) : v[m];
+      if (at < static_cast<std::uint32_t>(pool_cap)) list[at] = PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)};
       else ok = false;
       ++at;
     }
@@ -305,10 +321,10 @@ void seed_chunk_t(const ChunkScores& c, int n, std::uint32_t k, const CandidateP
                   bool first, cudaStream_t stream) {
   if (!first) {  // per-query seeding: thresholds from samples, collect_chunk next
     if (cq.masks) {
-      sample_seed_kernel<OutT, true><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
+      sample_seed_kernel<OutT, true><<<n, kSelThreads, kSeedSmem, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
                                                                     *cq.masks, cq.qmap, p.seen);
     } else {
-      sample_seed_kernel<OutT, false><<<n, kSelThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
+      sample_seed_kernel<OutT, false><<<n, kSelThreads, kSeedSmem, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
                                                                      RowMasks{}, cq.qmap, p.seen);
     }
     return;
@@ -344,6 +360,14 @@ void collect_chunk(const ChunkScores& c, int n, const CandidatePools& p, const C
   if (c.half) collect_chunk_t<__half>(c, n, p, cq, stream);
   else collect_chunk_t<float>(c, n, p, cq, stream);
   CHECK_CUDA_LAUNCH();
+}
+
+void prepare_candidate_pools() {
+  for (const void* fn : {reinterpret_cast<const void*>(sample_seed_kernel<float, false>),
+                         reinterpret_cast<const void*>(sample_seed_kernel<float, true>),
+                         reinterpret_cast<const void*>(sample_seed_kernel<__half, false>),
+                         reinterpret_cast<const void*>(sample_seed_kernel<__half, true>)})
+    allow_dynamic_smem(fn, kSeedSmem);
 }
 
 void init_thresholds(const CandidatePools& p, int batch, cudaStream_t stream) {
