@@ -5,6 +5,10 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+
 #include "core/cuda_check.cuh"
 #include "engine/cuda/kernels/launch.hpp"
 #include "engine/cuda/kernels/select_primitives.cuh"
@@ -125,7 +129,9 @@ constexpr int kSeedSample = 32768;
 /// (young()), the threshold becomes the larger of its own and the k-th approximate score of a
 /// strided sample of the chunk's rows it may return, minus 2Δ; seen[q] counts those sampled rows.
 /// Nothing enters the pool here: collect_kernel, launched next, collects the chunk for every
-/// query. One block per query; a sample of at most kSeedSample rows keeps a block's select short
+/// query. A block per query, in a grid of at most one block per multiprocessor (the shared
+/// memory allows no more) that walks the chunk's n queries: a chunk where no query is young costs
+/// one wave of blocks that read seen[] and leave. A sample of at most kSeedSample rows keeps a block's select short
 /// however long a merged chunk is (a select over every row of a chunk of 10⁵–10⁶ rows, in one
 /// block per query, took 90 % of a batch of per-query clustered filters). The sample's scores
 /// are read (and each sampled row's filter evaluated) once, into dynamic shared memory
@@ -134,40 +140,42 @@ constexpr int kSeedSample = 32768;
 /// Compute).
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
-    sample_seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
+    sample_seed_kernel(Approx<OutT> ap, int rows_c, int n, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
                        float* __restrict__ thr, RowMasks masks, const std::int32_t* __restrict__ qmap,
                        std::uint32_t* __restrict__ seen) {
   extern __shared__ float s_sample[];  // [ns] the sampled rows' approximate scores; −inf: not allowed
-  const int sub = blockIdx.x;
-  const int q = qmap ? qmap[sub] : sub;
-  if (!young(seen, q, rows_c)) return;  // one address: the whole block returns
-  const QueryInfo qi = qinfo[q];
+  __shared__ std::uint32_t allowed;    // sampled rows the query may return
   const int stride = (rows_c + kSeedSample - 1) / kSeedSample;
   const int ns = (rows_c + stride - 1) / stride;
-  __shared__ std::uint32_t allowed;  // sampled rows the query may return
-  if (threadIdx.x == 0) allowed = 0;
-  __syncthreads();
   const int end = (ns + 31) / 32 * 32;
-  for (int j = threadIdx.x; j < end; j += blockDim.x) {  // whole warps: j < end for all lanes or none
-    bool ok = false;
-    if (j < ns) {
-      const int i = j * stride;
-      float s = -CUDART_INF_F;
-      ok = true;
-      if constexpr (kMasked) ok = masks.allows_evaluating(q, ap.row0 + i);
-      if (ok) s = ap(sub, i, qi);
-      s_sample[j] = s;
+  for (int sub = blockIdx.x; sub < n; sub += gridDim.x) {
+    const int q = qmap ? qmap[sub] : sub;
+    if (!young(seen, q, rows_c)) continue;  // one address: the whole block continues
+    const QueryInfo qi = qinfo[q];
+    if (threadIdx.x == 0) allowed = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < end; j += blockDim.x) {  // whole warps: j < end for all lanes or none
+      bool ok = false;
+      if (j < ns) {
+        const int i = j * stride;
+        float s = -CUDART_INF_F;
+        ok = true;
+        if constexpr (kMasked) ok = masks.allows_evaluating(q, ap.row0 + i);
+        if (ok) s = ap(sub, i, qi);
+        s_sample[j] = s;
+      }
+      const unsigned m = __ballot_sync(kFullMask, ok);
+      if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
     }
-    const unsigned m = __ballot_sync(kFullMask, ok);
-    if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
-  }
-  __syncthreads();
-  const std::uint32_t kth = block_kth_key([&](int j) { return s_sample[j]; }, ns, k);
-  const float t = fmaxf(pool_threshold(kth, ns, k, qi.delta), thr[q]);
-  __syncthreads();  // every thread read thr[q] and seen[q] before they change
-  if (threadIdx.x == 0) {
-    thr[q] = t;
-    seen[q] += allowed;
+    __syncthreads();
+    const std::uint32_t kth = block_kth_key([&](int j) { return s_sample[j]; }, ns, k);
+    const float t = fmaxf(pool_threshold(kth, ns, k, qi.delta), thr[q]);
+    __syncthreads();  // every thread read thr[q] and seen[q] before they change
+    if (threadIdx.x == 0) {
+      thr[q] = t;
+      seen[q] += allowed;
+    }
+    __syncthreads();  // s_sample and `allowed` are rewritten for the next query
   }
 }
 
@@ -320,12 +328,13 @@ template <typename OutT>
 void seed_chunk_t(const ChunkScores& c, int n, std::uint32_t k, const CandidatePools& p, const ChunkQueries& cq,
                   bool first, cudaStream_t stream) {
   if (!first) {  // per-query seeding: thresholds from samples, collect_chunk next
+    const int grid = std::min(n, prepare_candidate_pools());  // launchers may be called without an engine
     if (cq.masks) {
-      sample_seed_kernel<OutT, true><<<n, kSelThreads, kSeedSmem, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
-                                                                    *cq.masks, cq.qmap, p.seen);
+      sample_seed_kernel<OutT, true><<<grid, kSelThreads, kSeedSmem, stream>>>(approx_of<OutT>(c), c.rows, n, p.qinfo, k,
+                                                                               p.thr, *cq.masks, cq.qmap, p.seen);
     } else {
-      sample_seed_kernel<OutT, false><<<n, kSelThreads, kSeedSmem, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, k, p.thr,
-                                                                     RowMasks{}, cq.qmap, p.seen);
+      sample_seed_kernel<OutT, false><<<grid, kSelThreads, kSeedSmem, stream>>>(approx_of<OutT>(c), c.rows, n, p.qinfo, k,
+                                                                                p.thr, RowMasks{}, cq.qmap, p.seen);
     }
     return;
   }
@@ -362,12 +371,23 @@ void collect_chunk(const ChunkScores& c, int n, const CandidatePools& p, const C
   CHECK_CUDA_LAUNCH();
 }
 
-void prepare_candidate_pools() {
+int prepare_candidate_pools() {
+  static std::mutex mutex;
+  static std::map<int, int> grids;  // device -> resident seeding blocks
+  int device = -1;
+  CHECK_CUDA(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  int& grid = grids[device];
+  if (grid > 0) return grid;
   for (const void* fn : {reinterpret_cast<const void*>(sample_seed_kernel<float, false>),
                          reinterpret_cast<const void*>(sample_seed_kernel<float, true>),
                          reinterpret_cast<const void*>(sample_seed_kernel<__half, false>),
                          reinterpret_cast<const void*>(sample_seed_kernel<__half, true>)})
     allow_dynamic_smem(fn, kSeedSmem);
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  grid = persistent_grid(reinterpret_cast<const void*>(sample_seed_kernel<__half, true>), kSelThreads, kSeedSmem, sms);
+  return grid;
 }
 
 void init_thresholds(const CandidatePools& p, int batch, cudaStream_t stream) {

@@ -69,9 +69,10 @@ void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& po
 void collect_chunk(const ChunkScores& chunk, int n, const CandidatePools& pools, const ChunkQueries& cq,
                   cudaStream_t stream);
 
-/// Opts the seeding kernels into their dynamic shared memory on the current device (once per
-/// engine, before the first seed_chunk). @throws Error on a CUDA failure.
-void prepare_candidate_pools();
+/// Opts the seeding kernels into their dynamic shared memory on the current device (the first
+/// call per device; seed_chunk calls it too) and returns the seeding grid (blocks resident at
+/// once). @throws Error on a CUDA failure.
+int prepare_candidate_pools();
 
 /// thr [batch] = −inf and seen [batch] = 0 (before the first chunk of a search with
 /// ChunkQueries::seeded_per_query).
