@@ -67,9 +67,6 @@ struct SearchLimits {
   int max_filters = 1;      ///< distinct filters per batch: min(search.max_filters, batch_max)
   AttributeSchema schema;   ///< what filters may name (corpus.attributes)
   bool device_queries = false;  ///< the engine takes queries in device memory (the CUDA engine)
-  /// The engine takes windows and counts (QueryBounds, stats): the CPU engine. Without them a
-  /// batch with bounds or stats is refused at admission, naming the engine.
-  bool order_queries = true;
   /// The largest float64 norm of a corpus row and its global row (-1: none): every admitted
   /// query's scores stay finite against it (docs/EXACTNESS.md "Score range").
   double max_row_norm = 0;

@@ -44,7 +44,6 @@ void ShardedIndex::Impl::finish() {
   l.max_filters = std::min(cfg.search.max_filters, cfg.search.batch_max);
   l.schema = schema;
   l.device_queries = protocol.space().kind() == MemSpace::kDevice;
-  l.order_queries = protocol.engine().info().name != "cuda";  // its search refuses windows and counts
   l.max_row_norm = updates.norm_bound().max_row_norm;  // after the replay's writes
   l.max_row_norm_row = updates.norm_bound().max_row_norm_row;
   admission = std::make_unique<Admission>(std::move(l));
@@ -132,8 +131,6 @@ void ShardedIndex::rank(const float* query, const std::int64_t* ids, int n, cons
   std::vector<std::int64_t> distinct;
   std::vector<float> found_scores;
   try {
-    SHARDTOPK_EXPECTS(lim.order_queries, "ranks run on the CPU engine only; this index runs the CUDA engine "
-                      "(engine.backend: cpu runs them)");
     const int n_max = std::min(lim.batch_max, lim.k_max);
     SHARDTOPK_EXPECTS(n >= 1 && n <= n_max, "ids: ", n, " ids out of range: allowed 1 .. ", n_max,
                       " (search.batch_max and search.k_max)");

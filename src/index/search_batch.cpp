@@ -90,9 +90,6 @@ SearchBatch Admission::admit(const float* queries, int batch, long long k, const
   SearchBatch b;
   admit_shape(&b, batch, k, filters);
   admit_bounds(&b, bounds);
-  SHARDTOPK_EXPECTS(limits_.order_queries || (b.windows_.empty() && !stats),
-                    "ranges, pages, counts and ranks (min_score, max_distance, search_after, count_only, /v1/rank) "
-                    "run on the CPU engine only; this index runs the CUDA engine (engine.backend: cpu runs them)");
   admit_values(&b, queries);
   b.stats_ = stats;
   return b;

@@ -160,9 +160,6 @@ void expect_slice(const Answer& a, const Order& o, std::size_t from, const std::
 class OrderQueries : public ::testing::TestWithParam<Metric> {
  protected:
   static void SetUpTestSuite() {}
-  void SetUp() override {
-    if (cuda_engine()) GTEST_SKIP() << "ranges, pages, counts and ranks run on the CPU engine only (RefusedOnCuda)";
-  }
   Metric m() const { return GetParam(); }
 };
 
@@ -341,32 +338,59 @@ INSTANTIATE_TEST_SUITE_P(Metrics, OrderQueries, ::testing::Values(Metric::kInner
                            return p.param == Metric::kL2 ? std::string("l2") : std::string("inner_product");
                          });
 
-// On the CUDA engine: a bounded search and a rank are refused at admission on rank 0 naming the
-// CPU engine (followers are told), and the index still answers a plain search.
-TEST(OrderQueriesOnCuda, RefusedAtAdmissionNamingTheEngine) {
-  if (!cuda_engine()) GTEST_SKIP() << "runs with SHARDTOPK_TEST_ENGINE=cuda";
-  auto idx = make_index(Metric::kInnerProduct);
-  QueryBounds b;
-  b.has_bound = true;
-  b.bound = 1;
+// A batch whose queries carry different windows, some without one (counts only): each query's
+// answer and counts equal the same query searched alone, and the oracle's. On the CUDA engine
+// this is the path that runs each windowed query through the batch-1 scan and the window pass;
+// deleted rows (the live mask) are covered by test_updates.
+TEST_P(OrderQueries, MixedWindowsInOneBatchMatchAlone) {
+  auto idx = make_index(m());
+  const json tenant = json::parse(R"({"in": {"tenant": [0, 2, 4]}})");
+  const FilterProgram prog = compile_filter(tenant, idx->info().schema);
+  constexpr int kB = 4, kK = 9;
+  std::vector<QueryBounds> bounds(kB);
+  std::vector<const FilterProgram*> filters{nullptr, &prog, nullptr, &prog};
+  std::vector<Order> orders;
+  for (int q = 0; q < kB; ++q) orders.push_back(full_order(m(), q, q % 2 ? tenant : json()));
+  bounds[0].has_bound = true;  // a range whose bound sits on the 20th row
+  bounds[0].bound = static_cast<float>(orders[0].scores[19]);
+  bounds[1].has_after = true;  // the page after the 30th row of its filtered order
+  bounds[1].after_score = static_cast<float>(orders[1].scores[29]);
+  bounds[1].after_id = orders[1].ids[29];
+  // query 2: no bound (counts only); query 3: a range with a page after its 5th row
+  bounds[3].has_bound = true;
+  bounds[3].bound = static_cast<float>(orders[3].scores[40]);
+  bounds[3].has_after = true;
+  bounds[3].after_score = static_cast<float>(orders[3].scores[4]);
+  bounds[3].after_id = orders[3].ids[4];
+  std::vector<std::int64_t> ids(kB * kK, -1);
+  std::vector<float> scores(kB * kK, NAN);
+  std::vector<std::int32_t> counts(kB, -1);
+  std::vector<QueryStats> stats(kB);
   if (g_rank == 0) {
-    const FilterProgram* none = nullptr;
-    EXPECT_THAT(test::error_of([&] { idx->admit(corpus().queries.data(), 1, 5, &none, &b, true); }),
-                HasSubstr("run on the CPU engine only"));
-    std::int64_t rank = 0;
-    float score = 0;
-    EXPECT_THAT(test::error_of([&] { idx->rank(corpus().queries.data(), corpus().ids.data(), 1, nullptr, &rank, &score); }),
-                HasSubstr("CPU engine only"));
-  } else {
-    EXPECT_THROW(idx->rank(nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
-  }
-  std::vector<std::int64_t> ids(5, -1);
-  std::vector<float> scores(5, NAN);
-  if (g_rank == 0) {
-    idx->search(idx->admit(corpus().queries.data(), 1, 5), ids.data(), scores.data());  // no bound, no stats
-    EXPECT_EQ(ids[0], full_order(Metric::kInnerProduct, 0, nullptr).ids[0]);
+    const SearchBatch b = idx->admit(corpus().queries.data(), kB, kK, filters.data(), bounds.data(), true);
+    idx->search(b, ids.data(), scores.data(), counts.data(), stats.data());
   } else {
     idx->search(SearchBatch{}, nullptr, nullptr);
+  }
+  const std::size_t from[kB] = {0, 30, 0, 5};
+  for (int q = 0; q < kB; ++q) {
+    const Answer alone = ask(*idx, q, kK, bounds[static_cast<std::size_t>(q)], filters[static_cast<std::size_t>(q)]);
+    if (g_rank != 0) continue;
+    const std::string what = "query " + std::to_string(q) + " of the batch";
+    Answer a;
+    a.ids.assign(ids.begin() + q * kK, ids.begin() + q * kK + counts[static_cast<std::size_t>(q)]);
+    a.scores.assign(scores.begin() + q * kK, scores.begin() + q * kK + counts[static_cast<std::size_t>(q)]);
+    expect_slice(a, orders[static_cast<std::size_t>(q)], from[q], what);
+    EXPECT_EQ(a.ids, alone.ids) << what;
+    EXPECT_EQ(stats[static_cast<std::size_t>(q)].total, alone.stats.total) << what;
+    EXPECT_EQ(stats[static_cast<std::size_t>(q)].passing, static_cast<std::int64_t>(orders[static_cast<std::size_t>(q)].ids.size()))
+        << what;
+    EXPECT_EQ(stats[static_cast<std::size_t>(q)].scanned, kN) << what;
+  }
+  if (g_rank == 0) {
+    EXPECT_EQ(stats[0].total, within(m(), orders[0], orders[0].scores[19]));
+    EXPECT_EQ(stats[2].total, -1) << "no bound: no total";
+    EXPECT_EQ(stats[3].total, within(m(), orders[3], orders[3].scores[40]));
   }
 }
 

@@ -845,7 +845,6 @@ TEST_P(Updates, AHugeRowIsRefusedAndTheBoundFollowsTheLiveRows) {
 // (inner product and l2: exact on small integers). Cosine divides, so not exact in float32: there
 // the ids of each search rank 1 .. k, in order.
 TEST_P(Updates, RangeTotalsAndRanksAfterWritesMatchTheOracle) {
-  if (cuda_engine()) GTEST_SKIP() << "ranges and ranks run on the CPU engine only";
   const Config cfg = make_config(/*small_ints=*/true);
   auto idx = load_index(cfg, false);
   std::vector<std::int64_t> ids, tenants;

@@ -271,11 +271,6 @@ class CudaEngine final : public Engine {
   /// engine's workspace: one on another stream must be ordered after the previous one.
   void search(const SearchArgs& a) override {
     check_search_args(a, limits_);
-    // Windows and counts are selections of the CPU engine's scan; this engine refuses them
-    // rather than answer a bounded query as an unbounded one.
-    SHARDTOPK_EXPECTS(a.windows == nullptr && a.counts == nullptr,
-                      "the CUDA engine does not take ranges, pages, ranks or counts (QueryWindow, QueryCounts); "
-                      "run them with engine.backend: cpu");
     const cudaStream_t s = a.stream ? static_cast<cudaStream_t>(a.stream) : stream_;
     DeviceGuard guard(device_);
     if (a.batch == 0) {  // nothing to search; the epilogue still runs (on an empty list)
@@ -286,8 +281,11 @@ class CudaEngine final : public Engine {
     // search) and deleted rows. Filters the shard's bounds prove every row passes are dropped:
     // the unfiltered search returns the same rows, on its faster schedule.
     const bool filtered = rows_ > 0 && a.filters.count > 0 && !every_row_passes(a.filters, a.batch);
+    // Windows and counts (ranges, pages, ranks, stats): every query through the batch-1 scan,
+    // whose exact scores the window pass reads before the select.
+    const bool windowed = a.windows != nullptr || a.counts != nullptr;
     const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
-    const bool batched = rows_ > 0 && !((a.batch == 1 && !force_gemm) || force_scan);
+    const bool batched = rows_ > 0 && !windowed && !((a.batch == 1 && !force_gemm) || force_scan);
     if (filtered) filters_->prepare(a.filters, a.batch, /*row_masks=*/!batched, s);
     const std::uint32_t* live = rows_ > 0 && slots_.dead() > 0 ? ws_.live : nullptr;
     RowMasks masks = filtered ? filters_->masks(live) : RowMasks{};
@@ -299,6 +297,7 @@ class CudaEngine final : public Engine {
     const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (live ? GraphCache::kMaskLive : 0);
     const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, mask_kinds};
     if (batched) return search_batched(a, key, s, m);
+    if (windowed) return search_windowed(a, s, m);
     // Batch 1 (or an empty shard): one scan + select per query, then the epilogue: one graph
     // (a filtered query's scan reads its program index on the device: one graph serves all).
     graphs_.run(key, s, [&] {
@@ -422,12 +421,15 @@ class CudaEngine final : public Engine {
   }
 
   /// Query q of a search through the batch-1 scan, into its row of a.out (masks: its rows; with
-  /// filters, the filtered scan of its filter's candidate blocks).
-  void scan_one(const SearchArgs& a, int q, cudaStream_t s, const RowMasks* masks) {
+  /// filters, the filtered scan of its filter's candidate blocks; with a window, the best k rows
+  /// inside it, its counts added to window->counts).
+  void scan_one(const SearchArgs& a, int q, cudaStream_t s, const RowMasks* masks,
+                const WindowArgs* window = nullptr) {
     ScanSelectArgs args = scan_args_;
     args.query = a.queries + static_cast<std::int64_t>(q) * dim_;
     args.k = a.k;
     args.out = a.out + static_cast<std::int64_t>(q) * a.k;
+    if (window) args.window = *window;
     if (masks && masks->index) return filters_->scan_one(args, q, masks->live, s);
     if (masks) {
       args.masks = *masks;
@@ -475,6 +477,27 @@ class CudaEngine final : public Engine {
       redo = true;
     }
     if (a.epilogue && redo) a.epilogue->enqueue(a.out, a.batch, a.k, s);
+  }
+
+  /// A search with windows or counts: each query through the batch-1 scan (filtered or not) and
+  /// the window pass (kernels/window_select), launched directly (each query's window is a kernel
+  /// argument, so nothing is captured); a.counts zeroed first. Returns without waiting.
+  void search_windowed(const SearchArgs& a, cudaStream_t s, const RowMasks* masks) {
+    if (a.counts)
+      CHECK_CUDA(cudaMemsetAsync(a.counts, 0, sizeof(QueryCounts) * static_cast<std::size_t>(a.batch), s));
+    if (rows_ == 0) {
+      fill_pad(a.out, static_cast<std::int64_t>(a.batch) * a.k, s);
+    } else {
+      WindowArgs w;
+      w.on = true;
+      w.scanned = rows_ - slots_.dead();
+      for (int q = 0; q < a.batch; ++q) {
+        w.window = a.windows ? a.windows[q] : QueryWindow{};
+        w.counts = a.counts ? a.counts + q : nullptr;
+        scan_one(a, q, s, masks, &w);
+      }
+    }
+    if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
   }
 
   // ------------------------------------------------------------ upload

@@ -25,6 +25,7 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/filter_blocks.cu
   ${_stk_cuda_dir}/kernels/filtered_scan.cu
   ${_stk_cuda_dir}/kernels/id_rows.cu
+  ${_stk_cuda_dir}/kernels/window_select.cu
   ${_stk_cuda_dir}/filtered_search.cu)
 set(SHARDTOPK_CUDA_ENGINE_LIBRARIES CUDA::cudart CUDA::cublas)
 

@@ -20,6 +20,7 @@
 #include "engine/cuda/kernels/launch.hpp"
 #include "engine/cuda/kernels/select1.cuh"
 #include "engine/cuda/kernels/storage.cuh"
+#include "engine/cuda/kernels/window_select.hpp"
 #include "shardtopk/filter.hpp"
 
 namespace shardtopk::cuda_detail {
@@ -272,6 +273,7 @@ void launch(const ScanSelectPlan& p, const FilteredScanPlan& f, const FilteredSc
   CHECK_CUDA_LAUNCH();
   ScanSelectArgs sel = b;
   sel.ids = a.cids;
+  if (b.window.on) window_pass(p, sel, a.fs.blocks * kFilterBlockRows, &b.state->entries, stream);
   select_compact(p, sel, a.fs.blocks * kFilterBlockRows, &b.state->entries, stream);
 }
 

@@ -49,7 +49,8 @@ struct FilteredScanArgs {
 };
 
 /// Queues the search on `stream`: a memset of the select state, the row list (gathered only),
-/// the dense or the gathered scan (the other returns at once), the select. The program index is
+/// the dense or the gathered scan (the other returns at once), with a.base.window.on the window
+/// pass (window_select.hpp), the select. The program index is
 /// read on the device, so a captured graph serves any filter; a query without one (−1) is
 /// scanned densely over every block. Returns at once (capturable).
 inline void filtered_scan_select(const ScanSelectPlan& plan, const FilteredScanPlan& fplan, const FilteredScanArgs& a,

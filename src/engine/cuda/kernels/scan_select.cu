@@ -15,6 +15,7 @@
 #include "engine/cuda/kernels/select1.cuh"
 #include "engine/cuda/kernels/select_primitives.cuh"
 #include "engine/cuda/kernels/storage.cuh"
+#include "engine/cuda/kernels/window_select.hpp"
 
 namespace shardtopk::cuda_detail {
 namespace {
@@ -345,6 +346,11 @@ void launch_scan_select(const ScanSelectPlan& p, const ScanSelectArgs& a, cudaSt
       static_cast<const T*>(a.shard), p.rows, p.nvec, a.query, static_cast<int>(p.dim), a.scores, a.hists, uk, ucap,
       a.state, p.rows_per_block, p.l2_hints ? a.dir : nullptr, p.keep_from, a.masks, a.mask_query);
   CHECK_CUDA_LAUNCH();
+  if (a.window.on) {  // the rows outside the window become −inf: the masked select skips them
+    window_pass(p, a, p.rows, nullptr, stream);
+    select_compact(p, a, p.rows, nullptr, stream);
+    return;
+  }
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
   select1_kernel<kMasked><<<p.select_blocks, kSelThreads, smem, stream>>>(a.scores, p.rows, a.hists, uk, ucap,
                                                                          a.state, a.cand, a.count, a.ids, a.out,

@@ -12,9 +12,22 @@
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
 
+namespace shardtopk {
+struct QueryCounts;  // shardtopk/engine.hpp
+}
+
 namespace shardtopk::cuda_detail {
 
 struct ScanSelectArgs;
+
+/// A bounded search's window (window_select.hpp): when `on`, the launchers run the window pass
+/// between the scan and the select, so that the answer is the best k rows inside `window`.
+struct WindowArgs {
+  bool on = false;
+  QueryWindow window;              ///< this query's window (by value: a windowed search is not captured)
+  QueryCounts* counts = nullptr;   ///< [1] (device) this query's counts, added to; or nullptr
+  std::int64_t scanned = 0;        ///< the shard's live rows (QueryCounts::scanned)
+};
 
 /// The scan's fixed choices for one shard, made once by plan_scan_select(): the scan shape
 /// (rows per warp), the schedule, the grids (from the occupancy), the L2 policy.
@@ -70,11 +83,13 @@ struct ScanSelectArgs {
   /// padded when fewer than k may.
   RowMasks masks;
   int mask_query = 0;
+  /// Optional window (ranges, pages, ranks, counts): the best k rows inside it.
+  WindowArgs window;
   bool masked() const { return masks.live != nullptr || masks.index != nullptr; }
 };
 
 /// Queues the search of args.query on `stream`: a memset of the per-search state, the scan,
-/// the select. Returns at once (capturable). Every row's score has the same bits whatever the
+/// (with args.window.on, the window pass of window_select.hpp,) the select. Returns at once (capturable). Every row's score has the same bits whatever the
 /// plan's shape, schedule or direction.
 inline void scan_select(const ScanSelectPlan& plan, const ScanSelectArgs& args, cudaStream_t stream) {
   (args.masked() ? plan.launch_masked : plan.launch)(plan, args, stream);
