@@ -182,7 +182,7 @@ rank_of(query, ids, *, filter=None) -> (ranks, scores)
 
 The exact 1-based rank of each of `ids` for `query` among the live rows passing `filter`:
 1 + the rows ahead of it in the order (a higher score, or an equal score and a smaller id; l2:
-a smaller distance). Rank 0 only; CPU engine only. Two collective searches.
+a smaller distance). Rank 0 only. Two collective searches.
 
 query   [dim] (or [1, dim]) float32, host memory (a list is converted).
 ids     [n] integers, 1 <= n <= min(batch_max, k_max), each a live row's id; repeats allowed.

@@ -114,7 +114,7 @@ class Index:
         stats: bool = False,
         out: Optional[Tuple[Any, Any]] = None,
     ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], SearchStats]:
-        """Host queries, CPU engine: ranges (min_score; l2: max_distance), pages (search_after: a
+        """Host queries: ranges (min_score; l2: max_distance), pages (search_after: a
         previous answer's stats["next"]) and counts (count_only: ids and scores [batch, 0]).
 
         Any of min_score, max_distance, search_after, count_only or stats=True adds the third
