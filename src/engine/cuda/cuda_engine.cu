@@ -1,7 +1,7 @@
 // The CUDA engine: a resident shard on one GPU, scored and reduced to a local top-k on the
 // device. It composes the pieces of this folder:
 //   plan.hpp            the one device allocation (shard + workspace), sized at construction
-//   kernels/shard_store the shard's upload (convert + pad, generated rows, norms, ids)
+//   kernels/shard_store the shard's upload and slot writes (convert + pad, generated rows, norms, ids)
 //   kernels/query_prep  query validation and cosine normalisation
 //   kernels/scan_select batch 1 (and the batched path's fallback): one scan + radix select
 //   batched_search      batch ≥ 2: tensor-core GEMM per chunk, candidates within 2Δ, exact re-score
@@ -144,10 +144,12 @@ class CudaEngine final : public Engine {
 
   // ------------------------------------------------------------ updates
 
-  /// Runs of consecutive slots are written as one block each: float32 rows staged in the
-  /// scores workspace (ordered after the searches queued so far), converted into storage as an
-  /// upload would, then their ids, norms and attribute rows. A larger largest norm drops the
-  /// captured graphs (the batched path's Δ bound is captured in them).
+  /// Rows go in slot order, in batches staged in the scores workspace (ordered after the
+  /// searches queued so far): per batch one copy of its slots, ids and float32 rows, the
+  /// slot-list store (converted as an upload converts), ids and norms, and the attribute table's
+  /// rows [first slot, last slot + 1) (the host table holds every slot: rows in between are
+  /// rewritten unchanged). One wait at the end, for the status words. A larger largest norm
+  /// drops the captured graphs (the batched path's Δ bound is captured in them).
   void write_rows(const SlotRows& w) override {
     SHARDTOPK_EXPECTS(!streaming_, "write_rows: the shard's rows are still loading (finish_load)");
     slots_.check_write(w, dim_, dtype_);
@@ -159,31 +161,9 @@ class CudaEngine final : public Engine {
     std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return w.slots[a] < w.slots[b]; });
     CHECK_CUDA(cudaMemsetAsync(ws_.status + kStatusValues, 0xFF, sizeof(unsigned long long), stream_));
     CHECK_CUDA(cudaMemsetAsync(ws_.status + kStatusMaxSq, 0, sizeof(unsigned long long), stream_));
-    const std::int64_t chunk = staging_rows();
-    std::vector<float> staged;
-    std::size_t i = 0;
-    while (i < order.size()) {
-      std::size_t j = i + 1;
-      while (j < order.size() && w.slots[order[j]] == w.slots[order[j - 1]] + 1 &&
-             static_cast<std::int64_t>(j - i) < chunk)
-        ++j;
-      const std::int64_t s0 = w.slots[order[i]], m = static_cast<std::int64_t>(j - i);
-      staged.resize(static_cast<std::size_t>(m * dim_));
-      for (std::int64_t r = 0; r < m; ++r)
-        std::memcpy(staged.data() + r * dim_, w.vectors + order[i + r] * dim_, sizeof(float) * dim_);
-      CHECK_CUDA(cudaMemcpyAsync(ws_.scores, staged.data(), sizeof(float) * m * dim_, cudaMemcpyHostToDevice, stream_));
-      store_rows(ws_.scores, m, dim_, dtype_, ws_.shard, dpad_, s0, ws_.status + kStatusValues, stream_);
-      const char* row0 = static_cast<const char*>(ws_.shard) + s0 * dpad_ * static_cast<std::int64_t>(dtype_bytes(dtype_));
-      row_norms(dtype_, row0, m, dpad_, ws_.row_sq ? ws_.row_sq + s0 : nullptr, ws_.status + kStatusMaxSq, stream_);
-      CHECK_CUDA(cudaMemcpyAsync(ws_.ids + s0, host_table_.global_ids().data() + s0, sizeof(std::int64_t) * m,
-                                 cudaMemcpyHostToDevice, stream_));
-      table_->update_rows(host_table_, RowRange{s0, s0 + m}, stream_);
-      filters_->rows_written();
-      // The staging is overwritten by the next run: the copy out of `staged` has returned
-      // (pageable), but the kernel must have read ws_.scores before the next copy lands.
-      CHECK_CUDA(cudaStreamSynchronize(stream_));
-      i = j;
-    }
+    if (write_batch_rows() > 0) write_batches(w, order);
+    else write_lone_rows(w, order);
+    filters_->rows_written();
     CHECK_CUDA(cudaMemcpyAsync(host_status_, ws_.status, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                stream_));
     CHECK_CUDA(cudaStreamSynchronize(stream_));
@@ -543,6 +523,66 @@ class CudaEngine final : public Engine {
   /// Rows per chunk staged as float32 in the scores workspace during an upload.
   std::int64_t staging_rows() const {
     return std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
+  }
+
+  /// Rows per write_rows batch: the scores workspace holds each row's slot and id (int64) and
+  /// its float32 values. 0 only for dim within 4 of the largest (2^20) on a small shard.
+  std::int64_t write_batch_rows() const {
+    return static_cast<std::int64_t>(plan_.scores_bytes / (2 * sizeof(std::int64_t) + sizeof(float) * dim_));
+  }
+
+  /// write_rows' batches, `order`: w's rows by slot. A batch of m rows is laid out as
+  /// [slots m | ids m | rows m × dim float32] (the rows 16-byte aligned) in a host buffer and in
+  /// the scores workspace, and goes over in ONE copy of m · (16 + 4 · dim) bytes; the attribute
+  /// table adds (hi − lo) · 8 · (columns + 1) bytes for its rows [lo, hi) and the block bounds.
+  /// No wait between batches, and both buffers are safely reused: the host buffer is pageable,
+  /// and cudaMemcpyAsync from pageable memory returns only once it has read the source (as
+  /// update_rows and this function's contract rely on), so the next batch may rewrite it; the
+  /// next copy into ws_.scores is ordered on stream_ after this batch's kernels that read it.
+  /// (A pinned buffer would be read by the DMA later: reusing it would need an event per batch.)
+  void write_batches(const SlotRows& w, const std::vector<std::int64_t>& order) {
+    const std::int64_t n = w.n, per = std::min(write_batch_rows(), n);
+    const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(dim_);
+    const std::size_t batch_bytes = static_cast<std::size_t>(per) * (2 * sizeof(std::int64_t) + row_bytes);
+    const std::unique_ptr<char[]> host(new char[batch_bytes]);  // uninitialised: every byte sent is written
+    char* dev = reinterpret_cast<char*>(ws_.scores);
+    for (std::int64_t b0 = 0; b0 < n; b0 += per) {
+      const std::int64_t m = std::min(per, n - b0);
+      const std::size_t ids_off = sizeof(std::int64_t) * m, rows_off = 2 * ids_off;
+      for (std::int64_t r = 0; r < m; ++r) {
+        const std::int64_t i = order[b0 + r];
+        std::memcpy(host.get() + sizeof(std::int64_t) * r, &w.slots[i], sizeof(std::int64_t));
+        std::memcpy(host.get() + ids_off + sizeof(std::int64_t) * r, &host_table_.global_ids()[w.slots[i]],
+                    sizeof(std::int64_t));
+        std::memcpy(host.get() + rows_off + row_bytes * r, w.vectors + i * dim_, row_bytes);
+      }
+      CHECK_CUDA(cudaMemcpyAsync(dev, host.get(), rows_off + row_bytes * m, cudaMemcpyHostToDevice, stream_));
+      const auto* slots = reinterpret_cast<const std::int64_t*>(dev);
+      const auto* ids = reinterpret_cast<const std::int64_t*>(dev + ids_off);
+      store_rows_at(reinterpret_cast<const float*>(dev + rows_off), m, dim_, dtype_, ws_.shard, dpad_, slots,
+                    ws_.status + kStatusValues, stream_);
+      row_norms_at(dtype_, ws_.shard, m, dpad_, slots, ws_.row_sq, ws_.status + kStatusMaxSq, stream_);
+      scatter_ids(ids, m, slots, ws_.ids, stream_);
+      table_->update_rows(host_table_, RowRange{w.slots[order[b0]], w.slots[order[b0 + m - 1]] + 1}, stream_);
+    }
+  }
+
+  /// write_rows when the workspace holds a row but not its slot and id too (write_batch_rows()
+  /// 0): each row as a block of one, its id copied from the host table. Stream order protects
+  /// ws_.scores as in write_batches; the sources are pageable (read before the copy returns).
+  void write_lone_rows(const SlotRows& w, const std::vector<std::int64_t>& order) {
+    const std::int64_t elem = static_cast<std::int64_t>(dtype_bytes(dtype_));
+    for (const std::int64_t i : order) {
+      const std::int64_t s = w.slots[i];
+      CHECK_CUDA(cudaMemcpyAsync(ws_.scores, w.vectors + i * dim_, sizeof(float) * dim_, cudaMemcpyHostToDevice,
+                                 stream_));
+      store_rows(ws_.scores, 1, dim_, dtype_, ws_.shard, dpad_, s, ws_.status + kStatusValues, stream_);
+      row_norms(dtype_, static_cast<const char*>(ws_.shard) + s * dpad_ * elem, 1, dpad_,
+                ws_.row_sq ? ws_.row_sq + s : nullptr, ws_.status + kStatusMaxSq, stream_);
+      CHECK_CUDA(cudaMemcpyAsync(ws_.ids + s, host_table_.global_ids().data() + s, sizeof(std::int64_t),
+                                 cudaMemcpyHostToDevice, stream_));
+      table_->update_rows(host_table_, RowRange{s, s + 1}, stream_);
+    }
   }
 
   /// The float32 rows [m, dim] staged in the scores workspace → storage rows [first, first + m).

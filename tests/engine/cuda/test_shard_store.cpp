@@ -1,13 +1,16 @@
 // kernels/shard_store: float32 rows into the storage layout (rounded as an independent host
-// rounding says, padding zero, overflow reported at its first flat index), generated rows (the
-// host generator's values), cosine normalisation of staged rows (normalize_rows' bits), row
-// norms (the float64 sums of the stored values), ids.
+// rounding says, padding zero, overflow reported at its first flat index), the same into a list
+// of slots (store_rows' bytes at those slots), generated rows (the host generator's values),
+// cosine normalisation of staged rows (normalize_rows' bits), row norms (the float64 sums of the
+// stored values; by slot list: row_norms' bits), ids.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -96,6 +99,126 @@ TEST(ShardStore, StoreRowsReportsTheFirstOverflow) {
                                     : dt == Dtype::kBFloat16 ? (row0 + 12) * dim + 0
                                                              : ~0ull;
     EXPECT_EQ(status.download()[0], want) << dname(dt);
+  }
+}
+
+/// Distinct scattered slots for m staged rows: 2 + 3r + (r mod 2) (never two consecutive), in
+/// slot order or shuffled.
+std::vector<std::int64_t> scattered_slots(std::int64_t m, bool shuffled, std::uint64_t seed) {
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(m));
+  for (std::int64_t r = 0; r < m; ++r) slots[r] = 2 + 3 * r + r % 2;
+  if (shuffled) std::shuffle(slots.begin(), slots.end(), std::mt19937_64(seed));
+  return slots;
+}
+
+// The slot-list store (store_rows_at, row_norms_at, scatter_ids: what write_rows uses) gives the
+// bytes of store_rows / row_norms of each row at its slot: the whole shard, row_sq and the
+// largest norm's bits equal, rows off the list untouched (shard zero, row_sq and ids keep their
+// 0xFF fill). Widths 1, 7, 33, 768 (the norm's lanes loop over dpad), 1 to 1,000 rows, slots in
+// order (as write_rows passes them) and shuffled; stored values also checked against an
+// independent rounding.
+TEST(ShardStore, TheSlotListStoreEqualsStoreRowsAtTheSlots) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  for (const Dtype dt : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16})
+    for (const std::int64_t dim : {1, 7, 33, 768})
+      for (const std::int64_t m : {1, 5, 1000})
+        for (const bool shuffled : {false, true}) {
+          const std::string what = std::string(dname(dt)) + " dim " + std::to_string(dim) + " rows " +
+                                   std::to_string(m) + (shuffled ? " shuffled" : " in order");
+          SCOPED_TRACE(what);
+          std::vector<float> src = random_floats(static_cast<size_t>(m * dim), 110 + dim + m, -6e4f, 6e4f);
+          for (size_t i = 0; i < src.size(); i += 3) src[i] *= 1e-13f;  // float16 subnormals
+          const std::vector<std::int64_t> slots = scattered_slots(m, shuffled, 120 + m);
+          const std::int64_t dpad = cuda_detail::padded_dim(dim, dt), total = 3 * m + 4;
+          const std::size_t elem = dtype_bytes(dt), shard_bytes = static_cast<size_t>(total * dpad) * elem;
+          const std::vector<std::int64_t> src_ids = iota_ids(m, 7000000000LL);
+          DeviceArray<float> dsrc(src);
+          DeviceArray<std::int64_t> dslots(slots), dids(src_ids);
+
+          DeviceArray<std::uint8_t> shard(shard_bytes, 0x00), ref(shard_bytes, 0x00);
+          DeviceArray<float> row_sq(static_cast<size_t>(total), 0xFF), ref_sq(static_cast<size_t>(total), 0xFF);
+          DeviceArray<unsigned long long> status(std::vector<unsigned long long>{~0ull, 0ull});
+          DeviceArray<unsigned long long> ref_status(std::vector<unsigned long long>{~0ull, 0ull});
+          DeviceArray<std::int64_t> ids(static_cast<size_t>(total), 0xFF);
+          cuda_detail::store_rows_at(dsrc.get(), m, dim, dt, shard.get(), dpad, dslots.get(), status.get(), nullptr);
+          cuda_detail::row_norms_at(dt, shard.get(), m, dpad, dslots.get(), row_sq.get(), status.get() + 1, nullptr);
+          cuda_detail::scatter_ids(dids.get(), m, dslots.get(), ids.get(), nullptr);
+          for (std::int64_t r = 0; r < m; ++r) {
+            const std::int64_t s = slots[r];
+            cuda_detail::store_rows(dsrc.get() + r * dim, 1, dim, dt, ref.get(), dpad, s, ref_status.get(), nullptr);
+            cuda_detail::row_norms(dt, ref.get() + static_cast<size_t>(s * dpad) * elem, 1, dpad, ref_sq.get() + s,
+                                   ref_status.get() + 1, nullptr);
+          }
+
+          const std::vector<std::uint8_t> got_raw = shard.download(), ref_raw = ref.download();
+          const std::size_t row_bytes = static_cast<size_t>(dpad) * elem;
+          for (std::int64_t row = 0; row < total; ++row)
+            ASSERT_EQ(std::memcmp(got_raw.data() + row * row_bytes, ref_raw.data() + row * row_bytes, row_bytes), 0)
+                << "shard row " << row << " differs from store_rows'";
+          const std::vector<float> got_sq = row_sq.download(), want_sq = ref_sq.download();
+          for (std::int64_t row = 0; row < total; ++row)
+            ASSERT_EQ(bits_of(got_sq[row]), bits_of(want_sq[row])) << "row_sq of row " << row;
+          const std::vector<unsigned long long> st = status.download(), ref_st = ref_status.download();
+          EXPECT_EQ(st[0], ~0ull) << "no value overflows";
+          EXPECT_EQ(ref_st[0], ~0ull);
+          EXPECT_EQ(st[1], ref_st[1]) << "the largest norm's bits";
+
+          const std::vector<float> stored = decode(got_raw, dt);
+          const std::vector<float> want = rounded(dt, src);
+          std::vector<float> at_slots, want_in_order;
+          for (std::int64_t r = 0; r < m; ++r) {
+            at_slots.insert(at_slots.end(), stored.begin() + slots[r] * dpad, stored.begin() + (slots[r] + 1) * dpad);
+            want_in_order.insert(want_in_order.end(), want.begin() + r * dim, want.begin() + (r + 1) * dim);
+          }
+          expect_stored(at_slots, want_in_order, m, dim, dpad, what);
+
+          std::vector<std::int64_t> want_ids(static_cast<size_t>(total), -1);  // the 0xFF fill
+          for (std::int64_t r = 0; r < m; ++r) want_ids[slots[r]] = src_ids[r];
+          EXPECT_EQ(ids.download(), want_ids);
+        }
+  // An empty list launches nothing (a zero grid would be a launch error).
+  cuda_detail::store_rows_at(nullptr, 0, 8, Dtype::kFloat16, nullptr, 8, nullptr, nullptr, nullptr);
+  cuda_detail::row_norms_at(Dtype::kFloat16, nullptr, 0, 8, nullptr, nullptr, nullptr, nullptr);
+  cuda_detail::scatter_ids(nullptr, 0, nullptr, nullptr, nullptr);
+  CHECK_CUDA(cudaDeviceSynchronize());
+}
+
+// The slot-list store reports an overflow as store_rows does at the same position: the smallest
+// slots[r] · dim + c of a value that is not finite in the storage type, which with shuffled
+// slots is not the first overflowing staged row (here row 12 of 20, slot 100); float32 never
+// overflows.
+TEST(ShardStore, TheSlotListStoreReportsTheFirstOverflowBySlot) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const std::int64_t dim = 9, m = 20;
+  std::vector<float> src = random_floats(static_cast<size_t>(m * dim), 130);
+  src[7 * dim + 5] = 70000.0f;                            // beyond float16's 65,504
+  src[3 * dim + 8] = -1e6f;                               // beyond float16's range too
+  src[12 * dim + 0] = std::numeric_limits<float>::max();  // beyond float16's and bfloat16's
+  for (const bool shuffled : {false, true}) {
+    std::vector<std::int64_t> slots(static_cast<size_t>(m));
+    for (std::int64_t r = 0; r < m; ++r) slots[r] = 100 + 5 * (shuffled ? (r * 7 + 16) % m : r);  // row 12 → 100
+    auto at = [&](std::int64_t r, std::int64_t c) { return static_cast<unsigned long long>(slots[r] * dim + c); };
+    for (const Dtype dt : {Dtype::kFloat16, Dtype::kBFloat16, Dtype::kFloat32}) {
+      const std::int64_t dpad = cuda_detail::padded_dim(dim, dt);
+      const std::size_t bytes = static_cast<size_t>((100 + 5 * m) * dpad) * dtype_bytes(dt);
+      DeviceArray<std::uint8_t> shard(bytes, 0x00), ref(bytes, 0x00);
+      DeviceArray<float> dsrc(src);
+      DeviceArray<std::int64_t> dslots(slots);
+      DeviceArray<unsigned long long> status(std::vector<unsigned long long>{~0ull});
+      DeviceArray<unsigned long long> ref_status(std::vector<unsigned long long>{~0ull});
+      cuda_detail::store_rows_at(dsrc.get(), m, dim, dt, shard.get(), dpad, dslots.get(), status.get(), nullptr);
+      for (std::int64_t r = 0; r < m; ++r)
+        cuda_detail::store_rows(dsrc.get() + r * dim, 1, dim, dt, ref.get(), dpad, slots[r], ref_status.get(), nullptr);
+      const unsigned long long want = dt == Dtype::kFloat16    ? std::min({at(7, 5), at(3, 8), at(12, 0)})
+                                      : dt == Dtype::kBFloat16 ? at(12, 0)
+                                                               : ~0ull;
+      const std::string what = std::string(dname(dt)) + (shuffled ? " shuffled" : " in order");
+      EXPECT_EQ(status.download()[0], want) << what;
+      EXPECT_EQ(ref_status.download()[0], want) << what << " (store_rows at the slots)";
+      EXPECT_EQ(shard.download(), ref.download()) << what << ": the stored bytes, overflowed values included";
+    }
   }
 }
 
