@@ -227,6 +227,7 @@ struct Kind {
   std::string first_problem;
   // walk only: per-page times of the first and the last pages of every walk
   std::vector<double> first_pages_us, last_pages_us;
+  std::vector<double> all_pages_us;  // walk only: every page of every walk
 
   void fail(const std::string& what) {
     ++wrong;
@@ -495,6 +496,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
                                       &walk_scores[static_cast<std::size_t>(w)]));
       walk.first_pages_us.insert(walk.first_pages_us.end(), page_us.begin(), page_us.begin() + edge);
       walk.last_pages_us.insert(walk.last_pages_us.end(), page_us.end() - edge, page_us.end());
+      walk.all_pages_us.insert(walk.all_pages_us.end(), page_us.begin(), page_us.end());
     }
     host.barrier();
   }
@@ -578,6 +580,12 @@ int run(MpiSession& mpi, int argc, char** argv) {
         r["first_pages_p50_ms"] = first50 / 1e3;
         r["last_pages_p50_ms"] = last50 / 1e3;
         r["edge_pages"] = edge;
+        // the walk's pages one by one: their p50, p99 and largest (a slow search inside a walk
+        // shows here, a page that costs more with depth in last/first)
+        r["walk_pages_p50_ms"] = percentile(kind.all_pages_us, 50) / 1e3;
+        r["walk_pages_p99_ms"] = percentile(kind.all_pages_us, 99) / 1e3;
+        r["walk_pages_max_ms"] =
+            kind.all_pages_us.empty() ? NAN : *std::max_element(kind.all_pages_us.begin(), kind.all_pages_us.end()) / 1e3;
       }
       r["p50_ms"] = p50 / 1e3;
       r["p99_ms"] = p99 / 1e3;

@@ -49,6 +49,8 @@ using namespace engine_detail;
 static_assert(sizeof(Candidate) == 16, "Candidate layout is shared by host and device");
 
 constexpr std::uint64_t kPinnedOverflowOff = 4096;  // pinned: status words, then overflow flags
+/// Each of write_rows' two pinned staging buffers (a batch of rows: about 2,600 of 768 float32).
+constexpr std::size_t kWriteStageBytes = 8u << 20;
 
 class CudaEngine final : public Engine {
  public:
@@ -525,45 +527,74 @@ class CudaEngine final : public Engine {
     return std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
   }
 
-  /// Rows per write_rows batch: the scores workspace holds each row's slot and id (int64) and
-  /// its float32 values. 0 only for dim within 4 of the largest (2^20) on a small shard.
+  /// Bytes of one row in a write_rows batch: its slot, its attribute words and id (8 bytes
+  /// each), its float32 values.
+  std::size_t write_row_bytes() const {
+    return 8 * static_cast<std::size_t>(host_table_.columns() + 2) + sizeof(float) * static_cast<std::size_t>(dim_);
+  }
+
+  /// Rows per write_rows batch: one batch fits the scores workspace and one pinned staging
+  /// buffer (kWriteStageBytes), with 16 bytes of alignment slack. 0 only for dim within a few of
+  /// the largest (2^20): then write_lone_rows.
   std::int64_t write_batch_rows() const {
-    return static_cast<std::int64_t>(plan_.scores_bytes / (2 * sizeof(std::int64_t) + sizeof(float) * dim_));
+    const std::size_t room = std::min<std::size_t>(plan_.scores_bytes, kWriteStageBytes);
+    return room > 16 ? static_cast<std::int64_t>((room - 16) / write_row_bytes()) : 0;
   }
 
   /// write_rows' batches, `order`: w's rows by slot. A batch of m rows is laid out as
-  /// [slots m | ids m | rows m × dim float32] (the rows 16-byte aligned) in a host buffer and in
-  /// the scores workspace, and goes over in ONE copy of m · (16 + 4 · dim) bytes; the attribute
-  /// table adds (hi − lo) · 8 · (columns + 1) bytes for its rows [lo, hi) and the block bounds.
-  /// No wait between batches, and both buffers are safely reused: the host buffer is pageable,
-  /// and cudaMemcpyAsync from pageable memory returns only once it has read the source (as
-  /// update_rows and this function's contract rely on), so the next batch may rewrite it; the
-  /// next copy into ws_.scores is ordered on stream_ after this batch's kernels that read it.
-  /// (A pinned buffer would be read by the DMA later: reusing it would need an event per batch.)
+  /// [slots m | attribute words [columns + 1, m] (the last: global ids) | rows m × dim float32,
+  /// 16-byte aligned] in one of two pinned staging buffers and goes to the scores workspace in
+  /// ONE copy of about m · write_row_bytes() bytes; then the slot-list store, norms and id
+  /// scatter, and the attribute table's scatter plus the bounds of the blocks the batch's slots
+  /// span (16 · (columns + 1) bytes per block). No wait between batches: the host fills one
+  /// staging buffer while the other's copy runs, waiting (its event) only for the copy that
+  /// last read the buffer it is about to fill; the next copy into ws_.scores is ordered on
+  /// stream_ after this batch's kernels that read it.
   void write_batches(const SlotRows& w, const std::vector<std::int64_t>& order) {
     const std::int64_t n = w.n, per = std::min(write_batch_rows(), n);
+    const int columns = host_table_.columns();
+    if (!stage_[0]) {
+      for (int b = 0; b < 2; ++b) {
+        stage_[b].allocate(kWriteStageBytes);
+        stage_ev_[b].create(cudaEventDisableTiming);
+        CHECK_CUDA(cudaEventRecord(stage_ev_[b].get(), stream_));
+      }
+    }
     const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(dim_);
-    const std::size_t batch_bytes = static_cast<std::size_t>(per) * (2 * sizeof(std::int64_t) + row_bytes);
-    const std::unique_ptr<char[]> host(new char[batch_bytes]);  // uninitialised: every byte sent is written
+    const std::vector<std::int64_t>& gids = host_table_.global_ids();
     char* dev = reinterpret_cast<char*>(ws_.scores);
     for (std::int64_t b0 = 0; b0 < n; b0 += per) {
       const std::int64_t m = std::min(per, n - b0);
-      const std::size_t ids_off = sizeof(std::int64_t) * m, rows_off = 2 * ids_off;
+      const std::size_t words_off = sizeof(std::int64_t) * static_cast<std::size_t>(m);
+      const std::size_t rows_off = (words_off * static_cast<std::size_t>(columns + 2) + 15) / 16 * 16;
+      const int sb = stage_next_;
+      stage_next_ ^= 1;
+      CHECK_CUDA(cudaEventSynchronize(stage_ev_[sb].get()));  // the copy that last read this buffer is done
+      char* host = stage_[sb].as<char>();
+      auto* slots_h = reinterpret_cast<std::int64_t*>(host);
+      auto* words_h = reinterpret_cast<std::uint64_t*>(host + words_off);
       for (std::int64_t r = 0; r < m; ++r) {
-        const std::int64_t i = order[b0 + r];
-        std::memcpy(host.get() + sizeof(std::int64_t) * r, &w.slots[i], sizeof(std::int64_t));
-        std::memcpy(host.get() + ids_off + sizeof(std::int64_t) * r, &host_table_.global_ids()[w.slots[i]],
-                    sizeof(std::int64_t));
-        std::memcpy(host.get() + rows_off + row_bytes * r, w.vectors + i * dim_, row_bytes);
+        const std::int64_t i = order[b0 + r], s = w.slots[i];
+        slots_h[r] = s;
+        for (int c = 0; c < columns; ++c) {
+          const AttributeColumn& col = host_table_.column(c);
+          std::uint64_t v;
+          if (col.type == AttributeType::kInt64) std::memcpy(&v, &col.ints[s], 8);
+          else std::memcpy(&v, &col.reals[s], 8);
+          words_h[c * m + r] = v;
+        }
+        std::memcpy(&words_h[columns * m + r], &gids[s], 8);
+        std::memcpy(host + rows_off + row_bytes * r, w.vectors + i * dim_, row_bytes);
       }
-      CHECK_CUDA(cudaMemcpyAsync(dev, host.get(), rows_off + row_bytes * m, cudaMemcpyHostToDevice, stream_));
+      CHECK_CUDA(cudaMemcpyAsync(dev, host, rows_off + row_bytes * m, cudaMemcpyHostToDevice, stream_));
+      CHECK_CUDA(cudaEventRecord(stage_ev_[sb].get(), stream_));
       const auto* slots = reinterpret_cast<const std::int64_t*>(dev);
-      const auto* ids = reinterpret_cast<const std::int64_t*>(dev + ids_off);
+      const auto* words = reinterpret_cast<const std::uint64_t*>(dev + words_off);
       store_rows_at(reinterpret_cast<const float*>(dev + rows_off), m, dim_, dtype_, ws_.shard, dpad_, slots,
                     ws_.status + kStatusValues, stream_);
       row_norms_at(dtype_, ws_.shard, m, dpad_, slots, ws_.row_sq, ws_.status + kStatusMaxSq, stream_);
-      scatter_ids(ids, m, slots, ws_.ids, stream_);
-      table_->update_rows(host_table_, RowRange{w.slots[order[b0]], w.slots[order[b0 + m - 1]] + 1}, stream_);
+      scatter_ids(reinterpret_cast<const std::int64_t*>(words + columns * m), m, slots, ws_.ids, stream_);
+      table_->update_slots(host_table_, slots, words, m, RowRange{slots_h[0], slots_h[m - 1] + 1}, stream_);
     }
   }
 
@@ -660,6 +691,11 @@ class CudaEngine final : public Engine {
   std::int64_t up_cap_rows_ = 0, up_rows_done_ = 0, stream_first_row_ = 0;
   int up_next_ = 0;
   const std::int64_t* stream_ids_ = nullptr;
+  // write_rows: two pinned staging buffers used in turn (allocated on the first write), the
+  // events of the copies out of them
+  PinnedBuffer stage_[2];
+  Event stage_ev_[2];
+  int stage_next_ = 0;
   std::optional<BatchedSearch> batched_;
   // filters: the attribute table on the device, a search's programs evaluated on it
   std::optional<DeviceFilterTableStorage> table_;

@@ -62,8 +62,45 @@ DeviceFilterTableStorage::DeviceFilterTableStorage(const AttributeTable& table, 
   }
 }
 
-void DeviceFilterTableStorage::update_rows(const AttributeTable& table, RowRange range, cudaStream_t stream) {
+namespace {
+
+/// dst [columns + 1 word-columns of `rows`] at row slots[i] ← words [c · m + i], every c.
+__global__ void scatter_rows_kernel(std::uint64_t* __restrict__ dst, std::int64_t rows, int words_per_row,
+                                    const std::int64_t* __restrict__ slots, const std::uint64_t* __restrict__ words,
+                                    std::int64_t m) {
+  const std::int64_t n = m * words_per_row;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t c = e / m, i = e - c * m;
+    dst[c * rows + slots[i]] = words[e];
+  }
+}
+
+}  // namespace
+
+void DeviceFilterTableStorage::copy_bounds(const AttributeTable& table, std::int64_t b0, std::int64_t b1,
+                                           cudaStream_t stream) {
   const std::int64_t rows = view_.rows, blocks = view_.blocks;
+  const int columns = view_.columns;
+  auto* words = static_cast<std::uint64_t*>(base_);
+  auto* bmin = words + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(rows);
+  auto* bmax = bmin + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(blocks);
+  auto put = [&](std::uint64_t* dst, const void* src) {
+    CHECK_CUDA(cudaMemcpyAsync(dst + b0, static_cast<const std::uint64_t*>(src) + b0,
+                               static_cast<std::size_t>(b1 - b0) * 8, cudaMemcpyHostToDevice, stream));
+  };
+  for (int c = 0; c < columns; ++c) {
+    const BlockBounds& bb = table.bounds(c);
+    const bool is_int = table.column(c).type == AttributeType::kInt64;
+    put(bmin + static_cast<std::int64_t>(c) * blocks, is_int ? static_cast<const void*>(bb.ints_min.data()) : bb.reals_min.data());
+    put(bmax + static_cast<std::int64_t>(c) * blocks, is_int ? static_cast<const void*>(bb.ints_max.data()) : bb.reals_max.data());
+  }
+  put(bmin + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_min.data());
+  put(bmax + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_max.data());
+}
+
+void DeviceFilterTableStorage::update_rows(const AttributeTable& table, RowRange range, cudaStream_t stream) {
+  const std::int64_t rows = view_.rows;
   const int columns = view_.columns;
   SHARDTOPK_EXPECTS(table.rows() == rows && table.columns() == columns, "attribute table update: the host table has ",
                     table.rows(), " rows and ", table.columns(), " columns, the device table ", rows, " and ", columns);
@@ -72,27 +109,37 @@ void DeviceFilterTableStorage::update_rows(const AttributeTable& table, RowRange
   if (range.size() == 0) return;
   auto* words = static_cast<std::uint64_t*>(base_);
   auto* ids = words + static_cast<std::size_t>(columns) * static_cast<std::size_t>(rows);
-  auto* bmin = ids + rows;
-  auto* bmax = bmin + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(blocks);
-  const std::int64_t b0 = range.lo / kFilterBlockRows, b1 = (range.hi - 1) / kFilterBlockRows + 1;
   auto put = [&](std::uint64_t* dst, const void* src, std::int64_t first, std::int64_t count) {
     CHECK_CUDA(cudaMemcpyAsync(dst + first, static_cast<const std::uint64_t*>(src) + first,
                                static_cast<std::size_t>(count) * 8, cudaMemcpyHostToDevice, stream));
   };
   for (int c = 0; c < columns; ++c) {
     const AttributeColumn& col = table.column(c);
-    const BlockBounds& bb = table.bounds(c);
     const bool is_int = col.type == AttributeType::kInt64;
     put(words + static_cast<std::int64_t>(c) * rows, is_int ? static_cast<const void*>(col.ints.data()) : col.reals.data(),
         range.lo, range.size());
-    put(bmin + static_cast<std::int64_t>(c) * blocks,
-        is_int ? static_cast<const void*>(bb.ints_min.data()) : bb.reals_min.data(), b0, b1 - b0);
-    put(bmax + static_cast<std::int64_t>(c) * blocks,
-        is_int ? static_cast<const void*>(bb.ints_max.data()) : bb.reals_max.data(), b0, b1 - b0);
   }
   put(ids, table.global_ids().data(), range.lo, range.size());
-  put(bmin + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_min.data(), b0, b1 - b0);
-  put(bmax + static_cast<std::int64_t>(columns) * blocks, table.bounds(kFilterIdColumn).ints_max.data(), b0, b1 - b0);
+  copy_bounds(table, range.lo / kFilterBlockRows, (range.hi - 1) / kFilterBlockRows + 1, stream);
+}
+
+void DeviceFilterTableStorage::update_slots(const AttributeTable& table, const std::int64_t* slots,
+                                            const std::uint64_t* words, std::int64_t m, RowRange span,
+                                            cudaStream_t stream) {
+  const std::int64_t rows = view_.rows;
+  const int columns = view_.columns;
+  SHARDTOPK_EXPECTS(table.rows() == rows && table.columns() == columns, "attribute table update: the host table has ",
+                    table.rows(), " rows and ", table.columns(), " columns, the device table ", rows, " and ", columns);
+  SHARDTOPK_EXPECTS(span.lo >= 0 && span.lo <= span.hi && span.hi <= rows, "attribute table update: rows [", span.lo,
+                    ", ", span.hi, ") outside [0, ", rows, ")");
+  if (m <= 0 || span.size() == 0) return;
+  constexpr int kThreads = 256;
+  const std::int64_t n = m * (columns + 1);
+  const int grid = static_cast<int>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 4096));
+  scatter_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<std::uint64_t*>(base_), rows, columns + 1, slots,
+                                                      words, m);
+  CHECK_CUDA(cudaGetLastError());
+  copy_bounds(table, span.lo / kFilterBlockRows, (span.hi - 1) / kFilterBlockRows + 1, stream);
 }
 
 DeviceFilterTableStorage::~DeviceFilterTableStorage() {
