@@ -11,7 +11,7 @@
 #      of every acknowledged id must count each of them live).
 #
 # usage: bench/restart_table.sh [OUTDIR]     (default $OUT when set, else ./results/restart_table)
-# env:   BUILD_DIR (build-gpu), NP ranks (1), ENGINE (cuda; cpu without GPUs), ROWS (10M), DIM (768),
+# env:   GIT_COMMIT (the commit to record; default: git rev-parse), BUILD_DIR (build-gpu), NP ranks (1), ENGINE (cuda; cpu without GPUs), ROWS (10M), DIM (768),
 #        DTYPE (float16), LOG_RECORDS (100k,1M), WRITE_S (3: seconds of writes before the kill),
 #        WORK (a directory on the disk to measure; default a fresh one under /tmp), THREADS (engine
 #        threads of CPU ranks; 0: the machine's cores)
@@ -36,7 +36,7 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 W=${WORK:-$(mktemp -d /tmp/shardtopk_restart.XXXXXX)}
 mkdir -p "$W"
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE=0 -np "$NP")
-GIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+GIT=${GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 JOB=0
 cleanup() {
   [[ $JOB -gt 0 ]] && kill -KILL -- -$JOB 2>/dev/null
