@@ -219,7 +219,8 @@ class Engine {
   /// Writes rows into dead slots (vectors converted to the storage type as an upload would;
   /// ids and attributes into the attribute table and its block bounds); the slots stay dead
   /// until set_live(). Allocates nothing on the device. Ordered on the engine's stream after the
-  /// searches queued so far; returns once the host memory has been read.
+  /// searches queued there so far (a search ordered on another stream must have finished, or
+  /// that stream be joined to the engine's, first); returns once the host memory has been read.
   /// @throws Error, leaving the slots dead, for a slot out of range or live, a value that
   ///   overflows the storage type (naming the id and column), or NaN in a float64 attribute.
   virtual void write_rows(const SlotRows& rows) = 0;

@@ -146,12 +146,13 @@ class CudaEngine final : public Engine {
 
   // ------------------------------------------------------------ updates
 
-  /// Rows go in slot order, in batches staged in the scores workspace (ordered after the
-  /// searches queued so far): per batch one copy of its slots, ids and float32 rows, the
-  /// slot-list store (converted as an upload converts), ids and norms, and the attribute table's
-  /// rows [first slot, last slot + 1) (the host table holds every slot: rows in between are
-  /// rewritten unchanged). One wait at the end, for the status words. A larger largest norm
-  /// drops the captured graphs (the batched path's Δ bound is captured in them).
+  /// Rows go in slot order, in batches staged in the scores workspace (ordered on the engine's
+  /// stream after the searches queued there so far: a search queued on another stream must be
+  /// joined first, as Engine::write_rows says): per batch one copy of its slots, attribute words,
+  /// ids and float32 rows, then the slot-list store (converted as an upload converts), norms,
+  /// ids and the attribute table's scatter (write_batches). One wait at the end, for the status
+  /// words. A larger largest norm drops the captured graphs (the batched path's Δ bound is
+  /// captured in them).
   void write_rows(const SlotRows& w) override {
     SHARDTOPK_EXPECTS(!streaming_, "write_rows: the shard's rows are still loading (finish_load)");
     slots_.check_write(w, dim_, dtype_);
@@ -545,8 +546,8 @@ class CudaEngine final : public Engine {
   /// [slots m | attribute words [columns + 1, m] (the last: global ids) | rows m × dim float32,
   /// 16-byte aligned] in one of two pinned staging buffers and goes to the scores workspace in
   /// ONE copy of about m · write_row_bytes() bytes; then the slot-list store, norms and id
-  /// scatter, and the attribute table's scatter plus the bounds of the blocks the batch's slots
-  /// span (16 · (columns + 1) bytes per block). No wait between batches: the host fills one
+  /// scatter, and the attribute table's scatter; after the last batch, the bounds of the blocks
+  /// the call's slots span (16 · (columns + 1) bytes per block). No wait between batches: the host fills one
   /// staging buffer while the other's copy runs, waiting (its event) only for the copy that
   /// last read the buffer it is about to fill; the next copy into ws_.scores is ordered on
   /// stream_ after this batch's kernels that read it.
@@ -594,8 +595,11 @@ class CudaEngine final : public Engine {
                     ws_.status + kStatusValues, stream_);
       row_norms_at(dtype_, ws_.shard, m, dpad_, slots, ws_.row_sq, ws_.status + kStatusMaxSq, stream_);
       scatter_ids(reinterpret_cast<const std::int64_t*>(words + columns * m), m, slots, ws_.ids, stream_);
-      table_->update_slots(host_table_, slots, words, m, RowRange{slots_h[0], slots_h[m - 1] + 1}, stream_);
+      table_->scatter_rows(slots, words, m, stream_);
     }
+    // The block bounds once, after the batches: pageable copies, which may wait for the stream,
+    // would otherwise stall the host between batches.
+    table_->update_bounds(host_table_, RowRange{w.slots[order.front()], w.slots[order.back()] + 1}, stream_);
   }
 
   /// write_rows when the workspace holds a row but not its slot and id too (write_batch_rows()

@@ -78,10 +78,20 @@ __global__ void scatter_rows_kernel(std::uint64_t* __restrict__ dst, std::int64_
 
 }  // namespace
 
-void DeviceFilterTableStorage::copy_bounds(const AttributeTable& table, std::int64_t b0, std::int64_t b1,
-                                           cudaStream_t stream) {
+void DeviceFilterTableStorage::check_shape(const AttributeTable& table, RowRange range) const {
+  SHARDTOPK_EXPECTS(table.rows() == view_.rows && table.columns() == view_.columns, "attribute table update: the host "
+                    "table has ", table.rows(), " rows and ", table.columns(), " columns, the device table ", view_.rows,
+                    " and ", view_.columns);
+  SHARDTOPK_EXPECTS(range.lo >= 0 && range.lo <= range.hi && range.hi <= view_.rows, "attribute table update: rows [",
+                    range.lo, ", ", range.hi, ") outside [0, ", view_.rows, ")");
+}
+
+void DeviceFilterTableStorage::update_bounds(const AttributeTable& table, RowRange range, cudaStream_t stream) {
+  check_shape(table, range);
+  if (range.size() == 0) return;
   const std::int64_t rows = view_.rows, blocks = view_.blocks;
   const int columns = view_.columns;
+  const std::int64_t b0 = range.lo / kFilterBlockRows, b1 = (range.hi - 1) / kFilterBlockRows + 1;
   auto* words = static_cast<std::uint64_t*>(base_);
   auto* bmin = words + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(rows);
   auto* bmax = bmin + static_cast<std::size_t>(columns + 1) * static_cast<std::size_t>(blocks);
@@ -100,13 +110,10 @@ void DeviceFilterTableStorage::copy_bounds(const AttributeTable& table, std::int
 }
 
 void DeviceFilterTableStorage::update_rows(const AttributeTable& table, RowRange range, cudaStream_t stream) {
+  check_shape(table, range);
+  if (range.size() == 0) return;
   const std::int64_t rows = view_.rows;
   const int columns = view_.columns;
-  SHARDTOPK_EXPECTS(table.rows() == rows && table.columns() == columns, "attribute table update: the host table has ",
-                    table.rows(), " rows and ", table.columns(), " columns, the device table ", rows, " and ", columns);
-  SHARDTOPK_EXPECTS(range.lo >= 0 && range.lo <= range.hi && range.hi <= rows, "attribute table update: rows [",
-                    range.lo, ", ", range.hi, ") outside [0, ", rows, ")");
-  if (range.size() == 0) return;
   auto* words = static_cast<std::uint64_t*>(base_);
   auto* ids = words + static_cast<std::size_t>(columns) * static_cast<std::size_t>(rows);
   auto put = [&](std::uint64_t* dst, const void* src, std::int64_t first, std::int64_t count) {
@@ -120,26 +127,19 @@ void DeviceFilterTableStorage::update_rows(const AttributeTable& table, RowRange
         range.lo, range.size());
   }
   put(ids, table.global_ids().data(), range.lo, range.size());
-  copy_bounds(table, range.lo / kFilterBlockRows, (range.hi - 1) / kFilterBlockRows + 1, stream);
+  update_bounds(table, range, stream);
 }
 
-void DeviceFilterTableStorage::update_slots(const AttributeTable& table, const std::int64_t* slots,
-                                            const std::uint64_t* words, std::int64_t m, RowRange span,
+void DeviceFilterTableStorage::scatter_rows(const std::int64_t* slots, const std::uint64_t* words, std::int64_t m,
                                             cudaStream_t stream) {
-  const std::int64_t rows = view_.rows;
-  const int columns = view_.columns;
-  SHARDTOPK_EXPECTS(table.rows() == rows && table.columns() == columns, "attribute table update: the host table has ",
-                    table.rows(), " rows and ", table.columns(), " columns, the device table ", rows, " and ", columns);
-  SHARDTOPK_EXPECTS(span.lo >= 0 && span.lo <= span.hi && span.hi <= rows, "attribute table update: rows [", span.lo,
-                    ", ", span.hi, ") outside [0, ", rows, ")");
-  if (m <= 0 || span.size() == 0) return;
+  if (m <= 0) return;
   constexpr int kThreads = 256;
+  const int columns = view_.columns;
   const std::int64_t n = m * (columns + 1);
   const int grid = static_cast<int>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 4096));
-  scatter_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<std::uint64_t*>(base_), rows, columns + 1, slots,
-                                                      words, m);
+  scatter_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<std::uint64_t*>(base_), view_.rows, columns + 1,
+                                                      slots, words, m);
   CHECK_CUDA(cudaGetLastError());
-  copy_bounds(table, span.lo / kFilterBlockRows, (span.hi - 1) / kFilterBlockRows + 1, stream);
 }
 
 DeviceFilterTableStorage::~DeviceFilterTableStorage() {

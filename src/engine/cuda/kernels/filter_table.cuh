@@ -46,20 +46,21 @@ class DeviceFilterTableStorage {
   /// has been read (pageable copies). @throws Error on a shape mismatch or a CUDA failure.
   void update_rows(const AttributeTable& table, RowRange rows, cudaStream_t stream);
 
-  /// Writes m listed rows (a batch of Engine::write_rows): slots [m] (device, distinct rows of
-  /// the table), words [columns + 1, m] (device: row i's value of column c at c · m + i as an
-  /// 8-byte word, int64 or float64 bits as the schema says, then the global ids at columns · m + i),
-  /// one scatter kernel; then the block bounds of every block of `span` (the rows the slots lie
-  /// in, a superset is fine) from `table` (the host table after AttributeTable::write_rows).
-  /// Ordered on `stream`; returns once the host memory has been read (pageable copies of
-  /// 16 · (columns + 1) bytes per block of the span). @throws Error on a shape mismatch or a
-  /// CUDA failure.
-  void update_slots(const AttributeTable& table, const std::int64_t* slots, const std::uint64_t* words,
-                    std::int64_t m, RowRange span, cudaStream_t stream);
+  /// Writes m listed rows (a batch of Engine::write_rows) with one scatter kernel, nothing from
+  /// the host: slots [m] (device, distinct rows of the table), words [columns + 1, m] (device:
+  /// row i's value of column c at c · m + i as an 8-byte word, int64 or float64 bits as the
+  /// schema says, then the global ids at columns · m + i). The block bounds follow with
+  /// update_bounds. Ordered on `stream`. @throws Error on a CUDA failure.
+  void scatter_rows(const std::int64_t* slots, const std::uint64_t* words, std::int64_t m, cudaStream_t stream);
+
+  /// Copies the block bounds of every block that rows [rows.lo, rows.hi) touch from `table` (the
+  /// host table after AttributeTable::write_rows), every column and the ids: pageable copies of
+  /// 16 · (columns + 1) bytes per block, ordered on `stream`, read before it returns.
+  /// @throws Error on a shape mismatch or a CUDA failure.
+  void update_bounds(const AttributeTable& table, RowRange rows, cudaStream_t stream);
 
  private:
-  /// The bounds of blocks [b0, b1) of every column and of the ids, from `table`.
-  void copy_bounds(const AttributeTable& table, std::int64_t b0, std::int64_t b1, cudaStream_t stream);
+  void check_shape(const AttributeTable& table, RowRange rows) const;
 
   void* base_ = nullptr;
   std::size_t bytes_ = 0;

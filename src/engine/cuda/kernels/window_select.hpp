@@ -7,7 +7,9 @@
 // rows outside the window (their score becomes −inf, which the masked select never takes), and
 // rebuilds the level-1 histogram from the rows left, so that the select returns the best k rows
 // inside the window by the ordering rule. Reads 4 bytes per scanned row (a row's global id only
-// when its score equals a bound's), against the scan's dim × dtype bytes.
+// when its score equals a bound's), against the scan's dim × dtype bytes. −inf marks a row the
+// query may not return, so a row the query may return must score finite: the index admits only
+// corpora and queries whose scores are (DESIGN.md, docs/EXACTNESS.md "Score range").
 
 #include <cuda_runtime.h>
 
