@@ -362,10 +362,16 @@ void launch_scan_select(const ScanSelectPlan& p, const ScanSelectArgs& a, cudaSt
 template <typename T, bool kL2, int kR, int kC, int kLanes>
 void plan_shape(ScanSelectPlan& p, ScanSchedule schedule, int sms) {
   const std::size_t qsmem = static_cast<std::size_t>(p.dpad) * sizeof(float);
-  // Small shards: fewer blocks (each flushes a histogram and all must finish before select1).
+  // Small shards: one step of rows per warp (kStepRows · 8 rows per block), up to one wave of
+  // blocks. A scan is a chain of dependent loads per warp, so a shard that fills few blocks
+  // deeply waits on that chain (10k × 768 float32 in 40 blocks of 256 rows: 16 loads in turn per
+  // warp); spread over the wave, each warp waits on one or two. A block's fixed work (the query
+  // to shared memory, a 4,096-bin histogram cleared and its non-zero bins flushed) stays small
+  // beside that.
   const int pgrid = persistent_grid(reinterpret_cast<const void*>(scan1_kernel<T, kL2, kR, kC, kLanes, false>),
                                     kScanThreads, qsmem, sms);
-  p.scan_blocks = static_cast<int>(std::min<std::int64_t>(pgrid, (p.rows + 255) / 256));
+  constexpr std::int64_t kBlockStepRows = static_cast<std::int64_t>(kR) * (32 / kLanes) * (kScanThreads / 32);
+  p.scan_blocks = static_cast<int>(std::min<std::int64_t>(pgrid, (p.rows + kBlockStepRows - 1) / kBlockStepRows));
   // Large shards: blocks of kScanBlockRows contiguous rows, scheduled by the hardware, instead of
   // the persistent grid-stride loop (10M × 768 float16 / float32: −3 % device time; at 1M, under
   // ~2 waves of such blocks, the persistent grid stays 1–3 % ahead).
