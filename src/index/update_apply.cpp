@@ -23,36 +23,26 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 void UpdateCoordinator::broadcast_and_apply(std::vector<WriteOp>* ops, ApplySeconds* seconds) {
-  const auto t = Clock::now();
-  std::vector<WriteOp>& group = upd_->group;  // the pending ops as one (none: an empty step keeps lock step)
-  group.resize(ops->empty() ? 0 : 1);
-  if (!ops->empty()) merge_write_ops(std::move(*ops), stats_.dim, schema_.size(), &group.front());
-  ops->clear();
-  upd_->pending_bytes = 0;
-  send_and_apply_group(seconds, t);
-}
-
-void UpdateCoordinator::apply_replay_step(ApplySeconds* seconds) {
-  const auto t = Clock::now();
-  upd_->group.resize(1);
-  upd_->replay_step.finish(&upd_->group.front());
-  upd_->pending_bytes = 0;
-  send_and_apply_group(seconds, t);
-}
-
-void UpdateCoordinator::send_and_apply_group(ApplySeconds* seconds, Clock::time_point t) {
+  const std::int64_t dim = stats_.dim;
+  auto t = Clock::now();
   auto lap = [&](double ApplySeconds::*stage) {
     const auto now = Clock::now();
     if (seconds) seconds->*stage += std::chrono::duration<double>(now - t).count();
     t = now;
   };
+  std::vector<WriteOp>& group = upd_->group;  // the pending ops as one (none: an empty step keeps lock step)
+  group.resize(ops->empty() ? 0 : 1);
+  if (!ops->empty()) merge_write_ops(std::move(*ops), dim, schema_.size(), &group.front());
+  if (upd_->recycle)
+    for (WriteOp& op : *ops) upd_->spare.push_back(std::move(op));
+  ops->clear();
+  upd_->pending_bytes = 0;
   lap(&ApplySeconds::merge);
-  std::vector<WriteOp>& group = upd_->group;
   StepHeader h;
   h.op = static_cast<std::int32_t>(IndexOp::kWrite);
   host_comm_->broadcast(&h, sizeof h, 0);
   if (world_size() > 1) {  // one rank applies the op it holds: nothing to encode
-    encode_write_ops(group, stats_.dim, &upd_->group_bytes);
+    encode_write_ops(group, dim, &upd_->group_bytes);
     broadcast_bytes(*host_comm_, upd_->group_bytes, 0);
   }
   lap(&ApplySeconds::send);
@@ -63,11 +53,19 @@ void UpdateCoordinator::send_and_apply_group(ApplySeconds* seconds, Clock::time_
   lap(&ApplySeconds::apply);
 }
 
+WriteOp UpdateCoordinator::take_op() {
+  if (!upd_->recycle || upd_->spare.empty()) return WriteOp{};
+  WriteOp op = std::move(upd_->spare.back());
+  upd_->spare.pop_back();
+  op.reset(schema_.size());
+  return op;
+}
+
 void UpdateCoordinator::release_group_buffers() {
   std::vector<WriteOp>().swap(upd_->group);
   std::vector<std::uint8_t>().swap(upd_->group_bytes);
-  upd_->replay_step = WriteMerger{};
-  upd_->replay_op = WriteOp{};
+  std::vector<WriteOp>().swap(upd_->spare);
+  upd_->recycle = false;
 }
 
 void UpdateCoordinator::receive_and_apply(const std::vector<std::uint8_t>& bytes) {
@@ -211,9 +209,9 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
   // rest is reading and checking the log.
   double plan_s = 0;
   ApplySeconds steps;
+  u.recycle = true;
   // Planned bytes per step: the records of a step are merged and applied as one write.
   const std::size_t step_bytes = static_cast<std::size_t>(cfg_.storage.replay_step_bytes);
-  u.replay_step.start(stats_.dim, schema_.size());
   u.storage->replay(base_seq, [&](const WalRecord& rec) {
     const auto tp = Clock::now();
     try {
@@ -233,7 +231,7 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
     }
     plan_s += seconds_since(tp);
     ++done;
-    if (u.pending_bytes >= step_bytes) apply_replay_step(&steps);
+    if (u.pending_bytes >= step_bytes) broadcast_and_apply(&u.pending, &steps);
     if (seconds_since(last_line) >= kProgressEverySeconds) {
       last_line = Clock::now();
       const double s = seconds_since(t0), rate = static_cast<double>(done) / s;
@@ -242,7 +240,7 @@ void UpdateCoordinator::replay_log(std::uint64_t base_seq) {
                    static_cast<double>(total - std::min(done, total)) / std::max(rate, 1e-9));
     }
   });
-  if (u.replay_step.ops() > 0) apply_replay_step(&steps);
+  if (!u.pending.empty()) broadcast_and_apply(&u.pending, &steps);
   release_group_buffers();
   // Records that planned nothing (deletes of ids no longer live) are applied all the same.
   u.applied_seq = std::max(u.applied_seq.load(), last_seq);

@@ -221,14 +221,8 @@ WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bo
   }
   // Values: finite, representable in the engine's storage type, norms admissible.
   const Dtype dt = engine_->info().dtype;
-  // The replay plans into one op whose buffers every record reuses, and merges its rows into
-  // the step straight from the log record; a request's op keeps its own copy until it is applied.
-  WriteOp request_op;
-  WriteOp& op = replay ? u.replay_op : request_op;
-  op.reset(schema_.size());
   NormSummary norms;
-  std::vector<double>& row_norms = op.norms;
-  row_norms.resize(static_cast<std::size_t>(n));
+  std::vector<double> row_norms(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     if (rows.ids[i] == kPadId) invalid(detail::concat("id ", kPadId, " is reserved"));
     const float* x = rows.vectors + i * dim;
@@ -271,25 +265,24 @@ WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bo
     UpsertRows logged = rows;  // the log's own checks (names, sizes) come before any planning
     seq = u.storage->submit_upsert(logged);
   }
+  WriteOp op = take_op();  // empty, perhaps with a recycled op's capacity
   op.seq = seq;
   for (std::int64_t i = 0; i < n; ++i)
     if (u.dir->find(rows.ids[i])) op.kills.push_back(u.dir->erase(rows.ids[i]));
   op.places.reserve(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) op.places.push_back(u.dir->place(rows.ids[i]));
+  op.ids.assign(rows.ids, rows.ids + n);
+  op.vectors.assign(rows.vectors, rows.vectors + n * dim);
+  op.columns.resize(schema_.size());
+  for (std::size_t c = 0; c < schema_.size(); ++c) {
+    const auto* v = static_cast<const std::uint64_t*>(col[c]);
+    op.columns[c].assign(v, v + n);
+  }
   op.max_norm = norms.max_norm;
   op.max_norm_id = norms.row;
-  u.pending_bytes += WriteOp::encoded_bytes(op.kills.size(), static_cast<std::size_t>(n), dim, schema_.size());
-  if (replay) {
-    u.replay_step.add(op, rows.ids, rows.vectors, col.data());
-  } else {
-    op.ids.assign(rows.ids, rows.ids + n);
-    op.vectors.assign(rows.vectors, rows.vectors + n * dim);
-    for (std::size_t c = 0; c < schema_.size(); ++c) {
-      const auto* v = static_cast<const std::uint64_t*>(col[c]);
-      op.columns[c].assign(v, v + n);
-    }
-    u.pending.push_back(std::move(op));
-  }
+  op.norms = std::move(row_norms);
+  u.pending_bytes += op.encoded_bytes(dim);
+  u.pending.push_back(std::move(op));
   u.submitted_seq = seq;
   return WriteResult{seq, n};
 }
@@ -304,15 +297,13 @@ WriteResult UpdateCoordinator::plan_and_submit_remove(const std::int64_t* ids, s
   for (std::int64_t i = 0; i < n; ++i) live += u.dir->find(ids[i]).has_value() ? 1 : 0;
   if (live == 0 && !replay) return WriteResult{u.submitted_seq, 0};  // nothing to log
   if (!replay) seq = u.storage->submit_delete(ids, n);
-  WriteOp request_op;
-  WriteOp& op = replay ? u.replay_op : request_op;
-  op.reset(schema_.size());
+  WriteOp op = take_op();  // empty, perhaps with a recycled op's capacity
   op.seq = seq;
   for (std::int64_t i = 0; i < n; ++i)
     if (u.dir->find(ids[i])) op.kills.push_back(u.dir->erase(ids[i]));
+  op.columns.resize(schema_.size());
   u.pending_bytes += op.encoded_bytes(stats_.dim);
-  if (replay) u.replay_step.add(op);
-  else u.pending.push_back(std::move(op));
+  u.pending.push_back(std::move(op));
   u.submitted_seq = seq;
   return WriteResult{seq, live};
 }

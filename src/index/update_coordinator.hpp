@@ -4,7 +4,6 @@
 // snapshots, the start-up replay and deletes by filter. It drives the ranks through the search
 // protocol's step headers and handles the update steps of the followers' loop. Internal header.
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -77,10 +76,11 @@ class UpdateCoordinator final : public UpdateSteps {
     // replay ends.
     std::vector<WriteOp> group;
     std::vector<std::uint8_t> group_bytes;
-    // Rank 0 during the replay: the step's records, merged as they are planned (each row copied
-    // once, into buffers kept from step to step), and the planned op of the record at hand.
-    WriteMerger replay_step;
-    WriteOp replay_op;
+    // Rank 0 during the replay: the ops of the last step, whose buffers the next records' ops
+    // reuse (a record's op allocated afresh costs five allocations and, step after step, the
+    // page faults of a heap grown again).
+    std::vector<WriteOp> spare;
+    bool recycle = false;
 
     // ---- rank 0
     std::unique_ptr<Storage> storage;
@@ -108,11 +108,9 @@ class UpdateCoordinator final : public UpdateSteps {
     double merge = 0, send = 0, apply = 0;
   };
   void broadcast_and_apply(std::vector<WriteOp>* ops, ApplySeconds* seconds = nullptr);
-  /// Rank 0: sends the merged op in Updates::group to the other ranks and applies it.
-  void send_and_apply_group(ApplySeconds* seconds, std::chrono::steady_clock::time_point t);
-  /// Rank 0, in the replay: the step's records (Updates::replay_step) merged, sent and applied.
-  void apply_replay_step(ApplySeconds* seconds);
-  /// Frees the buffers the replay's groups kept (Updates::group, group_bytes, replay_step, replay_op).
+  /// A planned op to fill: one of Updates::spare while the replay recycles them, else a new one.
+  WriteOp take_op();
+  /// Frees the buffers the replay's groups kept (Updates::group, group_bytes, spare).
   void release_group_buffers();
   /// Followers: a kWrite step's bytes, decoded and applied.
   void receive_and_apply(const std::vector<std::uint8_t>& bytes);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "index/admission.hpp"
 #include "shardtopk/error.hpp"
@@ -82,12 +84,9 @@ void WriteOp::reset(std::size_t n_columns) {
 }
 
 std::size_t WriteOp::encoded_bytes(std::int64_t dim) const {
-  return encoded_bytes(kills.size(), ids.size(), dim, columns.size());
-}
-
-std::size_t WriteOp::encoded_bytes(std::size_t kills, std::size_t r, std::int64_t dim, std::size_t columns) {
-  return 8 * 3 + 16 * (kills + r) + 8 * r + (4 * r * static_cast<std::size_t>(dim) + 7) / 8 * 8 + 8 * r * columns +
-         16;
+  const std::size_t r = ids.size();
+  return 8 * 3 + 16 * (kills.size() + r) + 8 * r + (4 * r * static_cast<std::size_t>(dim) + 7) / 8 * 8 +
+         8 * r * columns.size() + 16;
 }
 
 WriteOp merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t columns) {
@@ -102,143 +101,80 @@ void merge_write_ops(std::vector<WriteOp>&& ops, std::int64_t dim, std::size_t c
     std::swap(*merged, ops.front());
     return;
   }
-  WriteMerger m;
-  m.start(dim, columns);
-  for (const WriteOp& op : ops) m.add(op);
-  m.finish(merged);
-}
-
-namespace {
-std::uint64_t slot_key(const SlotRef& s) { return (static_cast<std::uint64_t>(s.rank) << 48) | static_cast<std::uint64_t>(s.slot); }
-}  // namespace
-
-void WriteMerger::start(std::int64_t dim, std::size_t columns) {
-  dim_ = dim;
-  rows_.reset(columns);
-  kept_.clear();
-  row_op_.clear();
-  row_norm_.clear();
-  op_norm_.clear();
-  last_.clear();
-  killed_.clear();
-}
-
-void WriteMerger::add(const WriteOp& op) {
-  columns_.resize(op.columns.size());
-  for (std::size_t c = 0; c < op.columns.size(); ++c) columns_[c] = op.columns[c].data();
-  add(op, op.ids.data(), op.vectors.data(), columns_.data());
-}
-
-void WriteMerger::add(const WriteOp& op, const std::int64_t* ids, const float* vectors,
-                      const void* const* columns) {
-  const auto o = static_cast<std::uint32_t>(op_norm_.size());
-  const std::size_t base = rows_.places.size(), n = op.places.size(), d = static_cast<std::size_t>(dim_);
-  const bool known = op.norms.size() == n;
-  op_norm_.push_back(OpNorm{op.max_norm, op.max_norm_id, known});
-  rows_.seq = op.seq;
-  // Kills first: a slot's row written earlier in the group dies with it.
-  for (const SlotRef& k : op.kills) {
-    const std::uint64_t key = slot_key(k);
-    if (killed_.insert(key).second) rows_.kills.push_back(k);
-    const auto it = last_.find(key);
-    if (it != last_.end()) {
-      kept_[it->second] = 0;
-      last_.erase(it);
-    }
-  }
-  // Then the rows: each replaces the row written to its slot before it.
-  kept_.resize(base + n, 1);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto [it, fresh] = last_.try_emplace(slot_key(op.places[i]), base + i);
-    if (!fresh) {
-      kept_[it->second] = 0;
-      it->second = base + i;
-    }
-  }
-  rows_.places.insert(rows_.places.end(), op.places.begin(), op.places.end());
-  rows_.ids.insert(rows_.ids.end(), ids, ids + n);
-  rows_.vectors.insert(rows_.vectors.end(), vectors, vectors + n * d);
-  for (std::size_t c = 0; c < rows_.columns.size(); ++c) {
-    const auto* v = static_cast<const std::uint64_t*>(columns[c]);
-    rows_.columns[c].insert(rows_.columns[c].end(), v, v + n);
-  }
-  row_op_.resize(base + n, o);
-  if (known) row_norm_.insert(row_norm_.end(), op.norms.begin(), op.norms.end());
-  else row_norm_.resize(base + n, 0.0);
-}
-
-void WriteMerger::finish(WriteOp* merged) {
-  SHARDTOPK_ASSERT(!op_norm_.empty(), "finish of an empty group");
-  const std::size_t total = rows_.places.size(), d = static_cast<std::size_t>(dim_);
-  // The rows kept, by rank and in (op, row) order within a rank (a counting sort by rank).
+  WriteOp& out = *merged;
+  out.kills.clear();
+  out.norms.clear();
+  auto key = [](const SlotRef& s) { return (static_cast<std::uint64_t>(s.rank) << 48) | static_cast<std::uint64_t>(s.slot); };
+  std::size_t places = 0, kills = 0;
   std::int32_t max_rank = 0;
-  for (std::size_t i = 0; i < total; ++i)
-    if (kept_[i]) max_rank = std::max(max_rank, rows_.places[i].rank);
-  at_.assign(static_cast<std::size_t>(max_rank) + 2, 0);
-  for (std::size_t i = 0; i < total; ++i)
-    if (kept_[i]) ++at_[static_cast<std::size_t>(rows_.places[i].rank) + 1];
-  for (std::size_t r = 1; r < at_.size(); ++r) at_[r] += at_[r - 1];
-  const std::size_t n = at_.back();
-  order_.resize(n);
-  for (std::size_t i = 0; i < total; ++i)
-    if (kept_[i]) order_[at_[static_cast<std::size_t>(rows_.places[i].rank)]++] = i;
+  for (const WriteOp& op : ops) {
+    places += op.places.size();
+    kills += op.kills.size();
+    for (const SlotRef& p : op.places) max_rank = std::max(max_rank, p.rank);
+  }
+  // Slot -> (op, row) of the last row written to it and not killed since.
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> last;
+  std::unordered_set<std::uint64_t> killed;
+  last.reserve(places);
+  killed.reserve(kills);
+  out.kills.reserve(kills);
+  for (std::uint32_t o = 0; o < ops.size(); ++o) {
+    const WriteOp& op = ops[o];
+    for (const SlotRef& k : op.kills) {
+      if (killed.insert(key(k)).second) out.kills.push_back(k);
+      last.erase(key(k));
+    }
+    for (std::uint32_t i = 0; i < op.places.size(); ++i) last[key(op.places[i])] = {o, i};
+  }
+  // The rows kept, by rank and in (op, row) order within a rank: a pass in op order keeps each
+  // slot's last row, and a counting sort by rank keeps that order.
+  std::vector<std::size_t> at(static_cast<std::size_t>(max_rank) + 2, 0);
+  for (const auto& kv : last) ++at[static_cast<std::size_t>(ops[kv.second.first].places[kv.second.second].rank) + 1];
+  for (std::size_t r = 1; r < at.size(); ++r) at[r] += at[r - 1];
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> rows(last.size());  // (op, row)
+  for (std::uint32_t o = 0; o < ops.size(); ++o)
+    for (std::uint32_t i = 0; i < ops[o].places.size(); ++i) {
+      const SlotRef& p = ops[o].places[i];
+      const auto it = last.find(key(p));
+      if (it != last.end() && it->second == std::make_pair(o, i)) rows[at[static_cast<std::size_t>(p.rank)]++] = {o, i};
+    }
+  const std::size_t n = rows.size(), d = static_cast<std::size_t>(dim);
+  out.seq = ops.back().seq;
+  out.places.resize(n);
+  out.ids.resize(n);
+  out.vectors.resize(n * d);
+  out.columns.resize(columns);
+  for (auto& c : out.columns) c.resize(n);
+  out.max_norm = 0.0;
+  out.max_norm_id = -1;
+  for (std::size_t j = 0; j < n; ++j) {
+    const WriteOp& op = ops[rows[j].first];
+    const std::size_t i = rows[j].second;
+    out.places[j] = op.places[i];
+    out.ids[j] = op.ids[i];
+    std::memcpy(out.vectors.data() + j * d, op.vectors.data() + i * d, d * sizeof(float));
+    for (std::size_t c = 0; c < columns; ++c) out.columns[c][j] = op.columns[c][i];
+  }
   // The bound is the largest norm among the rows kept (a row killed in the group never counts):
   // an op's own largest when its row is kept, else the largest of its rows that are.
-  double max_norm = 0.0;
-  std::int64_t max_norm_id = -1;
+  std::vector<std::uint8_t> max_kept(ops.size(), 0);
+  for (const auto& [o, i] : rows) max_kept[o] |= ops[o].ids[i] == ops[o].max_norm_id ? 1 : 0;
   auto consider = [&](double norm, std::int64_t id) {
-    if (max_norm_id < 0 || norm > max_norm) {
-      max_norm = norm;
-      max_norm_id = id;
+    if (out.max_norm_id < 0 || norm > out.max_norm) {
+      out.max_norm = norm;
+      out.max_norm_id = id;
     }
   };
-  max_kept_.assign(op_norm_.size(), 0);
-  for (const std::size_t i : order_) max_kept_[row_op_[i]] |= rows_.ids[i] == op_norm_[row_op_[i]].max_norm_id ? 1 : 0;
-  for (const std::size_t i : order_) {
-    const OpNorm& op = op_norm_[row_op_[i]];
-    if (max_kept_[row_op_[i]]) {
-      if (rows_.ids[i] == op.max_norm_id) consider(op.max_norm, op.max_norm_id);
+  for (const auto& [o, i] : rows) {
+    const WriteOp& op = ops[o];
+    if (max_kept[o]) {
+      if (op.ids[i] == op.max_norm_id) consider(op.max_norm, op.max_norm_id);
     } else {
-      consider(op.known ? row_norm_[i] : shard_norms(rows_.vectors.data() + i * d, 1, dim_, 0, 1).max_norm,
-               rows_.ids[i]);
+      consider(op.norms.size() == op.ids.size() ? op.norms[i]
+                                                : shard_norms(op.vectors.data() + i * d, 1, dim, 0, 1).max_norm,
+               op.ids[i]);
     }
   }
-  WriteOp& out = *merged;
-  if (std::is_sorted(order_.begin(), order_.end())) {
-    // Already grouped by rank (always so on one rank): the rows dropped are squeezed out in place.
-    for (std::size_t j = 0; j < n; ++j) {
-      const std::size_t i = order_[j];
-      if (i == j) continue;
-      rows_.places[j] = rows_.places[i];
-      rows_.ids[j] = rows_.ids[i];
-      std::memmove(rows_.vectors.data() + j * d, rows_.vectors.data() + i * d, d * sizeof(float));
-      for (auto& c : rows_.columns) c[j] = c[i];
-    }
-    rows_.places.resize(n);
-    rows_.ids.resize(n);
-    rows_.vectors.resize(n * d);
-    for (auto& c : rows_.columns) c.resize(n);
-    std::swap(out, rows_);
-  } else {
-    out.seq = rows_.seq;
-    out.kills.swap(rows_.kills);
-    out.places.resize(n);
-    out.ids.resize(n);
-    out.vectors.resize(n * d);
-    out.columns.resize(rows_.columns.size());
-    for (auto& c : out.columns) c.resize(n);
-    for (std::size_t j = 0; j < n; ++j) {
-      const std::size_t i = order_[j];
-      out.places[j] = rows_.places[i];
-      out.ids[j] = rows_.ids[i];
-      std::memcpy(out.vectors.data() + j * d, rows_.vectors.data() + i * d, d * sizeof(float));
-      for (std::size_t c = 0; c < out.columns.size(); ++c) out.columns[c][j] = rows_.columns[c][i];
-    }
-  }
-  out.norms.clear();
-  out.max_norm = max_norm;
-  out.max_norm_id = max_norm_id;
-  start(dim_, out.columns.size());
 }
 
 std::vector<std::uint8_t> encode_write_ops(const std::vector<WriteOp>& ops, std::int64_t dim) {
