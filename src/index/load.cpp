@@ -179,9 +179,10 @@ std::unique_ptr<ShardedIndex::Impl> build_index_impl(const Config& cfg, Metric m
         spdlog::warn("storage '{}': removing superseded files: {}", cfg.storage.dir, e.what());
       }
     }
-    // Rank 0 opens the directory here when the caller did not (rows given in memory), checks
-    // that its log was written against these rows before any record is replayed, and records
-    // the capacity this start gives it (a restart without storage.capacity_rows keeps it).
+    // Rank 0 opens the directory here when the caller did not (rows given in memory) and checks
+    // that its log was written against these rows before any record is replayed. The capacity
+    // this start gives the index is recorded once the log has replayed (a restart without
+    // storage.capacity_rows keeps it): a start that fails leaves the recorded one as it was.
     std::int64_t capacity = shard.capacity, total_capacity = 0;
     std::vector<std::int64_t> capacities(static_cast<std::size_t>(index->protocol.world_size()));
     index->protocol.host().allgather(&capacity, capacities.data(), sizeof capacity);
@@ -197,11 +198,22 @@ std::unique_ptr<ShardedIndex::Impl> build_index_impl(const Config& cfg, Metric m
             storage = std::make_unique<Storage>(so);
           }
           if (tie_base) storage->check_base(base);
-          if (total_capacity > 0) storage->record_capacity(total_capacity);
         },
         &base_ok, &base_msg);
     index->protocol.host().check(base_ok, base_msg);
+    Storage* const opened = storage.get();  // rank 0's; owned by the index from here on
     index->enable_updates(std::move(storage), base_seq);
+    bool cap_ok = true;
+    std::string cap_msg;
+    if (opened && total_capacity > 0) {
+      try {
+        opened->record_capacity(total_capacity);
+      } catch (const std::exception& e) {
+        cap_ok = false;
+        cap_msg = e.what();
+      }
+    }
+    index->protocol.host().check(cap_ok, cap_msg);
   }
   index->finish();
   return index;

@@ -1,7 +1,7 @@
 // Restarting an updatable index under MPI (one binary, registered in CTest for P = 1, 2, 4): the
 // capacity a storage directory was started with is kept across restarts (after deletes and a
-// snapshot of fewer rows, and after storage.capacity_rows is set once and removed again), and a
-// start-up waits, with every rank, for another process's lock on the directory for longer than
+// snapshot of fewer rows, after storage.capacity_rows is set once and removed again, and after a
+// start that failed), and a start-up waits, with every rank, for another process's lock on the directory for longer than
 // comm.timeout_s, and a long log replays (merged into large groups) to the answers it gave.
 // Rows are found by searching their own vectors (l2: distance 0).
 #include <fcntl.h>
@@ -126,6 +126,36 @@ TEST_F(StorageRestart, TheCapacityADirectoryWasStartedWithIsKept) {
   EXPECT_EQ(rank_capacity_rows(cfg_, 10, 3, 12500, 2), 4166);
   EXPECT_EQ(total_capacity_rows(cfg_, 30, 3, 12500), 12500);
   EXPECT_EQ(rank_capacity_rows(cfg_, 5000, 4, 12500, 1), 5000 + 1250);  // the recorded share is too small
+}
+
+// A start that fails while replaying the log (storage.capacity_rows too small for the rows the log
+// adds) records nothing: the next start without the key gets the capacity the directory had.
+TEST_F(StorageRestart, AStartThatFailsKeepsTheRecordedCapacity) {
+  std::int64_t first = 0;
+  {
+    auto idx = load_index(cfg_, false);
+    first = idx->update_stats().capacity_rows;
+    std::vector<std::int64_t> ids{kN, kN + 1, kN + 2, kN + 3, kN + 4};
+    std::vector<float> rows(ids.size() * kDim);
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = rows_[i] + 1.0f;
+    UpsertRows u;
+    u.rows = static_cast<std::int64_t>(ids.size());
+    u.ids = ids.data();
+    u.vectors = rows.data();
+    idx->upsert(u);
+  }
+  Config small = cfg_;
+  small.storage.capacity_rows = kN / g_world;  // every slot taken by the base rows
+  std::string error;
+  try {
+    auto idx = load_index(small, false);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("cannot be applied"), std::string::npos) << "the start did not fail as planned: " << error;
+  auto idx = load_index(cfg_, false);
+  EXPECT_EQ(idx->update_stats().capacity_rows, first) << "the failed start recorded its capacity";
+  EXPECT_TRUE(live(*idx, 2));
 }
 
 // While another process holds the directory (the orphaned ranks of a killed job), rank 0 waits
