@@ -175,8 +175,10 @@ std::vector<std::int64_t> read_int64_matrix(const std::string& path, const std::
 /// Creates (truncates) an HDF5 file and writes datasets and attributes into it.
 class H5Writer {
  public:
+  /// `exclusive`: fail when anything (a file, a symbolic link) is at `path` (H5F_ACC_EXCL)
+  /// instead of truncating it.
   /// @throws Error when the file cannot be created.
-  explicit H5Writer(const std::string& path);
+  explicit H5Writer(const std::string& path, bool exclusive = false);
   ~H5Writer();
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;

@@ -63,6 +63,7 @@ struct StorageDirSummary {
   std::int64_t log_records = 0;      ///< records after the snapshot
   std::int64_t log_bytes = 0;        ///< bytes of the segments that hold them
   std::string lock_holder;           ///< who holds or last held LOCK ("" when nobody recorded)
+  std::string lock_error;            ///< why LOCK could not be read ("LOCK is not a regular file (a FIFO)")
 };
 
 /// Reads `dir`'s manifest, its snapshot's attributes and its segments' record headers.

@@ -61,6 +61,7 @@ nlohmann::json info_json(const StorageDirSummary& s) {
   j["leftovers"] = s.leftovers;
   j["unclaimed_snapshots"] = s.unclaimed_snapshots;
   j["lock_holder"] = s.lock_holder;
+  if (!s.lock_error.empty()) j["lock_error"] = s.lock_error;
   return j;
 }
 
@@ -119,6 +120,7 @@ void print_info(const StorageDirSummary& s) {
                 "nothing; keep it)\n",
                 n.c_str());
   if (!s.lock_holder.empty()) std::printf("  lock       last taken by %s\n", s.lock_holder.c_str());
+  if (!s.lock_error.empty()) std::printf("  lock       %s\n", s.lock_error.c_str());
   std::printf("  (record counts from the record headers; `shardtopk storage verify` checks every checksum)\n");
 }
 

@@ -408,9 +408,9 @@ std::vector<std::int64_t> read_int64_matrix(const std::string& path, const std::
 
 // ------------------------------------------------------------------------------- writer
 
-H5Writer::H5Writer(const std::string& path) : path_(path) {
+H5Writer::H5Writer(const std::string& path, bool exclusive) : path_(path) {
   silence();
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t id = H5Fcreate(path.c_str(), exclusive ? H5F_ACC_EXCL : H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) throw Error("cannot create HDF5 file '" + path + "': " + hdf5_reason());
   file_ = id;
 }

@@ -106,11 +106,29 @@ void fsync_path(const std::string& path) {
   fd.close(path);
 }
 
+Fd create_fresh(const std::string& path, int flags) {
+  remove_file(path);
+  return open_file(path, flags | O_CREAT | O_EXCL | O_NOFOLLOW);
+}
+
 void write_file_synced(const std::string& path, const std::string& content) {
-  Fd fd = open_file(path, O_WRONLY | O_CREAT | O_TRUNC);
+  Fd fd = create_fresh(path);
   pwrite_all(fd.get(), content.data(), content.size(), 0, path);
   fsync_checked(fd.get(), path);
   fd.close(path);
+}
+
+std::string file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symbolic link";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+  }
+  return "not a regular file";
 }
 
 void rename_file(const std::string& from, const std::string& to) {

@@ -1,6 +1,7 @@
 #pragma once
 // Checked file-system calls for the storage directory: every failure throws shardtopk::Error
 // naming the call, the path and errno's text. Internal header.
+#include <fcntl.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -45,8 +46,16 @@ void ftruncate_checked(int fd, std::uint64_t size, const std::string& path);
 void fsync_dir(const std::string& dir);
 /// Opens `path` read-only and fsyncs it (for files written by another library, e.g. HDF5).
 void fsync_path(const std::string& path);
-/// Writes `content` to `path` (created or truncated) and fsyncs it.
+/// Removes whatever is at `path` (unlink(2): a symbolic link itself, never its target) and creates
+/// a new regular file there with O_CREAT | O_EXCL | O_NOFOLLOW, so that a link or FIFO planted at
+/// a temporary name cannot redirect the write (the service often runs as root).
+/// @throws Error naming the path when something there cannot be removed, or reappears first.
+Fd create_fresh(const std::string& path, int flags = O_WRONLY);
+/// Writes `content` to a fresh file at `path` (create_fresh) and fsyncs it.
 void write_file_synced(const std::string& path, const std::string& content);
+/// What a file of `mode` (stat's st_mode) is, for messages: "a regular file", "a directory",
+/// "a symbolic link", "a FIFO", "a socket", "a character device", "a block device".
+std::string file_kind(unsigned mode);
 /// rename(2), checked.
 void rename_file(const std::string& from, const std::string& to);
 /// rename(2) then fsync of `dir`.

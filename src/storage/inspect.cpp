@@ -3,12 +3,15 @@
 #include "shardtopk/storage_inspect.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <optional>
 
 #include "shardtopk/error.hpp"
 #include "storage/fs.hpp"
@@ -71,6 +74,9 @@ struct Listing {
   std::vector<std::pair<std::uint64_t, std::string>> segments, snapshots;  // (seq, name), in seq order
   std::vector<std::string> temps;
   bool manifest = false;
+  // Named like the manifest, a segment or a snapshot but not a regular file: (name, what it is).
+  std::vector<std::pair<std::string, std::string>> odd;
+  bool odd_manifest = false;
 };
 
 Listing list_storage(const std::string& dir) {
@@ -79,11 +85,19 @@ Listing list_storage(const std::string& dir) {
   for (const std::string& n : list_dir(dir)) {
     std::uint64_t s = 0;
     const bool named = n == kManifestName || parse_segment_name(n, &s) || parse_snapshot_name(n, &s);
-    // A FIFO or device named like a segment would block its open() for good: refuse it first.
+    // A FIFO or device named like a segment would block its open() for good, and a link leads out
+    // of the directory: set such entries apart before anything opens them.
     if (named) {
-      const auto type = std::filesystem::status(dir + "/" + n).type();
-      SHARDTOPK_EXPECTS(type == std::filesystem::file_type::regular || type == std::filesystem::file_type::directory,
-                        "storage: '", dir, "/", n, "' is not a regular file");
+      struct stat st {};
+      if (::lstat((dir + "/" + n).c_str(), &st) != 0) {
+        if (errno == ENOENT) continue;  // removed since the listing (a snapshot committed beside us)
+        throw_errno("lstat('" + dir + "/" + n + "')", errno);
+      }
+      if (!S_ISREG(st.st_mode)) {
+        l.odd.emplace_back(n, file_kind(st.st_mode));
+        l.odd_manifest = l.odd_manifest || n == kManifestName;
+        continue;
+      }
     }
     if (n == kManifestName) l.manifest = true;
     else if (parse_segment_name(n, &s)) l.segments.emplace_back(s, n);
@@ -116,6 +130,92 @@ std::string hex32(std::uint32_t v) {
   return buf;
 }
 
+// One look at the directory: its listing and the manifest's bytes as they were then.
+struct Seen {
+  Listing l;
+  bool manifest_read = false;
+  std::string manifest, manifest_error;
+};
+
+Seen look(const std::string& dir) {
+  Seen s;
+  s.l = list_storage(dir);
+  if (s.l.manifest) {
+    try {
+      s.manifest = read_small_file(dir + "/" + kManifestName);
+      s.manifest_read = true;
+    } catch (const Error& e) {
+      s.manifest_error = e.what();
+    }
+  }
+  return s;
+}
+
+// Whether the directory moved on since `s`: a file it listed is gone or the manifest changed. A
+// snapshot committed by the service beside us does both (it removes the segments and the older
+// snapshot it supersedes), so what one run read may not fit together.
+bool moved_on(const std::string& dir, const Seen& s) {
+  auto gone = [&](const std::string& n) {
+    struct stat st {};
+    return ::lstat((dir + "/" + n).c_str(), &st) != 0 && errno == ENOENT;
+  };
+  for (const auto& [seq, n] : s.l.segments)
+    if (gone(n)) return true;
+  for (const auto& [seq, n] : s.l.snapshots)
+    if (gone(n)) return true;
+  if (!s.l.manifest) return false;
+  try {
+    return !s.manifest_read || read_small_file(dir + "/" + kManifestName) != s.manifest;
+  } catch (const Error&) {
+    return true;
+  }
+}
+
+// `run` over one look at the directory, again from a fresh look (up to kAttempts in all) while a
+// run that failed or found trouble saw a directory that has moved on since: only what is wrong
+// in one consistent state is reported. Never locks and never writes.
+constexpr int kAttempts = 5;
+
+template <class Result, class Run, class Troubled>
+Result consistent_run(const std::string& dir, Run run, Troubled troubled) {
+  for (int attempt = 1;; ++attempt) {
+    const Seen seen = look(dir);
+    std::optional<Result> r;
+    std::exception_ptr error;
+    try {
+      r.emplace(run(seen));
+    } catch (const Error&) {
+      error = std::current_exception();
+    }
+    if ((!error && !troubled(*r)) || attempt == kAttempts || !moved_on(dir, seen)) {
+      if (error) std::rethrow_exception(error);
+      return std::move(*r);
+    }
+  }
+}
+
+// The manifest as `seen` read it. @throws Error when it could not be read.
+Manifest parse_seen_manifest(const std::string& dir, const Seen& seen) {
+  const std::string mpath = dir + "/" + kManifestName;
+  if (!seen.manifest_read) throw Error(seen.manifest_error);
+  return parse_manifest(seen.manifest, mpath);
+}
+
+// An operator-named file that cannot be opened is an error, not a check skipped with a note.
+void expect_readable_file(const std::string& path, const std::string& what) {
+  int fd;
+  do fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw_errno(what + " '" + path + "' cannot be opened", errno);
+  const Fd f(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno("fstat('" + path + "')", errno);
+  SHARDTOPK_EXPECTS(S_ISREG(st.st_mode), what, " '", path, "' is ", file_kind(st.st_mode), ", not a regular file");
+}
+
+StorageDirSummary inspect_once(const std::string& dir, const Seen& seen);
+StorageVerifyReport verify_once(const std::string& dir, const std::string& corpus, const Seen& seen);
+
 }  // namespace
 
 bool StorageVerifyReport::damaged() const {
@@ -124,9 +224,27 @@ bool StorageVerifyReport::damaged() const {
 }
 
 StorageDirSummary inspect_storage_dir(const std::string& dir) {
+  return consistent_run<StorageDirSummary>(
+      dir, [&](const Seen& seen) { return inspect_once(dir, seen); },
+      [](const StorageDirSummary& s) { return !s.manifest_error.empty() || !s.snapshot_error.empty(); });
+}
+
+StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string& corpus) {
+  if (!corpus.empty()) expect_readable_file(corpus, "storage verify: the corpus file");
+  return consistent_run<StorageVerifyReport>(
+      dir, [&](const Seen& seen) { return verify_once(dir, corpus, seen); },
+      [](const StorageVerifyReport& r) { return r.damaged(); });
+}
+
+namespace {
+
+StorageDirSummary inspect_once(const std::string& dir, const Seen& seen) {
   StorageDirSummary out;
   out.dir = dir;
-  const Listing l = list_storage(dir);
+  const Listing& l = seen.l;
+  if (!l.odd.empty())
+    throw Error(detail::concat("storage: '", dir, "/", l.odd.front().first, "' is not a regular file (",
+                               l.odd.front().second, ")"));
   Manifest m;
   bool have = false;
   if (!l.manifest) {
@@ -134,7 +252,7 @@ StorageDirSummary inspect_storage_dir(const std::string& dir) {
     out.empty = l.segments.empty() && l.snapshots.empty();
   } else {
     try {
-      m = parse_manifest(read_small_file(dir + "/" + kManifestName), dir + "/" + kManifestName);
+      m = parse_seen_manifest(dir, seen);
       have = true;
     } catch (const Error& e) {
       out.manifest_error = e.what();
@@ -185,27 +303,28 @@ StorageDirSummary inspect_storage_dir(const std::string& dir) {
     }
     out.segments.push_back(std::move(s));
   }
-  const std::string lock = dir + "/" + kLockName;
-  if (std::filesystem::exists(lock)) {
-    const LockHolder h = read_lock_holder(lock);
-    if (h.pid >= 0) out.lock_holder = h.describe();
-  }
+  const LockHolder h = read_lock_holder(dir + "/" + kLockName);
+  if (h.pid >= 0) out.lock_holder = h.describe();
+  out.lock_error = h.problem;
   return out;
 }
 
-StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string& corpus) {
+StorageVerifyReport verify_once(const std::string& dir, const std::string& corpus, const Seen& seen) {
   StorageVerifyReport r;
   auto damage = [&](const std::string& file, const std::string& what) {
     r.problems.push_back({StorageProblem::Kind::kDamage, file, what});
   };
-  const Listing l = list_storage(dir);
+  const Listing& l = seen.l;
+  for (const auto& [n, what] : l.odd)
+    damage(n, "is " + what + ", not a regular file (restore the file itself from a backup)");
 
   // The manifest, read as strictly as a start-up reads it.
   Manifest m;
   bool have = false;
-  const std::string mpath = dir + "/" + kManifestName;
-  if (!l.manifest) {
-    if (!l.segments.empty() || !l.snapshots.empty())
+  if (l.odd_manifest) {
+    // named above
+  } else if (!l.manifest) {
+    if (!l.segments.empty() || !l.snapshots.empty() || !l.odd.empty())
       damage(kManifestName, detail::concat("missing, but the directory holds ", l.segments.size(),
                                            " log segment(s) and ", l.snapshots.size(),
                                            " snapshot(s): a start-up refuses it (restore the manifest from a backup)"));
@@ -216,7 +335,7 @@ StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string
     }
   } else {
     try {
-      m = parse_manifest(read_small_file(mpath), mpath);
+      m = parse_seen_manifest(dir, seen);
       have = true;
       r.checked.push_back(detail::concat(kManifestName, ": dim ", m.dim, ", metric ", to_string(m.metric), ", ",
                                          m.snapshot.empty() ? std::string("no snapshot") : "snapshot " + m.snapshot,
@@ -227,9 +346,14 @@ StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string
   }
 
   // The snapshot the manifest names: size, checksum, and its own attributes.
-  if (have && !m.snapshot.empty()) {
+  const bool snapshot_odd = std::any_of(l.odd.begin(), l.odd.end(), [&](const auto& e) { return e.first == m.snapshot; });
+  const bool snapshot_listed =
+      std::any_of(l.snapshots.begin(), l.snapshots.end(), [&](const auto& e) { return e.second == m.snapshot; });
+  if (have && !m.snapshot.empty() && snapshot_odd) {
+    // named above: not a regular file
+  } else if (have && !m.snapshot.empty()) {
     const std::string path = dir + "/" + m.snapshot;
-    if (!std::filesystem::is_regular_file(path)) {
+    if (!snapshot_listed) {
       damage(m.snapshot, "named by the manifest but missing: a start-up refuses the directory");
     } else {
       bool ok = true;
@@ -412,5 +536,7 @@ StorageVerifyReport verify_storage_dir(const std::string& dir, const std::string
   }
   return r;
 }
+
+}  // namespace
 
 }  // namespace shardtopk

@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "core/log.hpp"
@@ -42,6 +44,24 @@ std::string parent_dir(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// LOCK itself, never what a link there points to: the holder record is written into it, and the
+// service often runs as root. O_NONBLOCK: a FIFO or device is refused, not waited on.
+Fd open_lock_file(const std::string& path) {
+  int fd;
+  do fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  while (fd < 0 && errno == EINTR);
+  const std::string refuse = "storage directory lock '" + path + "' is ";
+  const std::string fix = ", not a regular file: remove it (the lock file is made anew) and start again";
+  if (fd < 0 && errno == ELOOP) throw Error(refuse + "a symbolic link" + fix);
+  if (fd < 0 && errno == EISDIR) throw Error(refuse + "a directory" + fix);
+  if (fd < 0) throw_errno("open('" + path + "')", errno);
+  Fd f(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno("fstat('" + path + "')", errno);
+  if (!S_ISREG(st.st_mode)) throw Error(refuse + file_kind(st.st_mode) + fix);
+  return f;
 }
 
 }  // namespace
@@ -83,7 +103,31 @@ bool LockHolder::exited_here() const { return pid >= 0 && !host.empty() && host 
 
 LockHolder read_lock_holder(const std::string& path) {
   LockHolder h;
-  std::ifstream in(path);
+  int fd;
+  do fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    if (errno == ELOOP) h.problem = "LOCK is not a regular file (a symbolic link)";
+    else if (errno != ENOENT) h.problem = std::string("LOCK cannot be read: ") + std::strerror(errno);
+    return h;
+  }
+  const Fd f(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    h.problem = "LOCK is not a regular file (" + file_kind(st.st_mode) + ")";
+    return h;
+  }
+  // A holder writes two short lines; anything longer is not a record worth reading whole.
+  std::string text(4096, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t r = ::pread(fd, &text[got], text.size() - got, static_cast<off_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  text.resize(got);
+  std::istringstream in(text);
   std::string key, value;
   while (in >> key >> value) {
     if (key == "pid") {
@@ -99,7 +143,7 @@ LockHolder read_lock_holder(const std::string& path) {
 }
 
 DirLock::DirLock(const std::string& path, double wait_s, const std::function<void()>& tick)
-    : fd_(open_file(path, O_RDWR | O_CREAT)), dir_fd_(open_file(parent_dir(path), O_RDONLY | O_DIRECTORY)) {
+    : fd_(open_lock_file(path)), dir_fd_(open_file(parent_dir(path), O_RDONLY | O_DIRECTORY)) {
   if (!try_take(path)) {
     LockHolder holder = read_lock_holder(path);
     const bool me = holder.pid == static_cast<long long>(::getpid()) && holder.host == this_host();

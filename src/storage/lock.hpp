@@ -13,6 +13,9 @@ namespace shardtopk::storage {
 struct LockHolder {
   long long pid = -1;  ///< -1: not recorded (an empty LOCK file)
   std::string host;    ///< "": not recorded
+  /// Why no record could be read ("LOCK is not a regular file (a FIFO)"); "" when it was, or
+  /// when the file is missing.
+  std::string problem;
   /// "pid 123 on host h", with whether it still runs when it is on this host.
   std::string describe() const;
   /// It recorded this host, and no process with its pid runs here now.
@@ -20,7 +23,9 @@ struct LockHolder {
 };
 
 /// The holder record in the LOCK file at `path`, read without locking (for messages and
-/// `storage info`); an empty record when the file is missing or holds none.
+/// `storage info`); an empty record when the file is missing or holds none. Reads at most 4 KiB,
+/// never through a symbolic link, and never blocks: a LOCK that is not a regular file (a FIFO
+/// would block an open for good) is reported in `problem`, not read.
 LockHolder read_lock_holder(const std::string& path);
 
 /// This machine's host name (gethostname; "" when it fails).
@@ -29,7 +34,8 @@ std::string this_host();
 /// An exclusive flock() on a directory and on its LOCK file, held for the object's lifetime.
 class DirLock {
  public:
-  /// Takes the lock on `path` (created when missing) and on the directory that holds it, and
+  /// Takes the lock on `path` (created when missing; refused, naming what it is, when it is not a
+  /// regular file: the holder record is never written through a link) and on the directory that holds it, and
   /// records this process's pid and host in `path`. Where the file system cannot flock a
   /// directory (some network file systems) only `path` is locked, with a warning. While another process holds it, polls for up to `wait_s` seconds, logging once whom it
   /// waits for and calling `tick` about once a second: a process that is exiting (a rank

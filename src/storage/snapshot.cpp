@@ -218,7 +218,10 @@ std::unique_ptr<SnapshotWriter> Storage::begin_snapshot(const SnapshotSpec& spec
   w->temp_path = w->final_path + kTempSuffix;
   w->columns.resize(spec.attributes.size());
   std::unique_ptr<SnapshotWriter> out(new SnapshotWriter(std::move(w)));  // releases snapshot_active on error
-  out->impl_->h5 = std::make_unique<H5Writer>(out->impl_->temp_path);
+  // Whatever is at the temporary name goes first (a link itself, not its target), and the file
+  // is created exclusively: a link planted there cannot redirect the snapshot's bytes.
+  remove_file(out->impl_->temp_path);
+  out->impl_->h5 = std::make_unique<H5Writer>(out->impl_->temp_path, /*exclusive=*/true);
   if (spec.rows > 0) out->impl_->h5->create_rows("train", spec.dtype, spec.rows, st.opt.dim);
   return out;
 }
