@@ -161,7 +161,9 @@ int main(int argc, char** argv) {
   sinfo->add_option("dir", ta.dir, "storage directory")->required();
   sinfo->add_flag("--json", ta.json, "print JSON");
   auto* sverify = stor->add_subcommand("verify", "check every checksum and every log record; exit 0 when all pass, "
-                                                 "1 on damage, 3 when only a torn log tail (cut at start-up) is found");
+                                                 "1 on damage (or a --corpus file that cannot be opened), 3 when only "
+                                                 "a torn log tail (cut at start-up) is found, 4 when DIR holds no "
+                                                 "storage data");
   sverify->add_option("dir", ta.dir, "storage directory")->required();
   sverify->add_option("--corpus", ta.corpus, "without a snapshot: the corpus file to check against the recorded "
                                              "identity (default: the path the manifest recorded)");
