@@ -56,12 +56,24 @@ Fd open_lock_file(const std::string& path) {
   const std::string fix = ", not a regular file: remove it (the lock file is made anew) and start again";
   if (fd < 0 && errno == ELOOP) throw Error(refuse + "a symbolic link" + fix);
   if (fd < 0 && errno == EISDIR) throw Error(refuse + "a directory" + fix);
+  if (fd < 0 && errno == ENOENT)  // the directory went between its creation and here
+    throw LockedFileRemoved("storage directory lock '" + path + "': the directory was removed before its lock "
+                            "could be taken");
   if (fd < 0) throw_errno("open('" + path + "')", errno);
   Fd f(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw_errno("fstat('" + path + "')", errno);
   if (!S_ISREG(st.st_mode)) throw Error(refuse + file_kind(st.st_mode) + fix);
   return f;
+}
+
+// Whether `path` names the file open as `fd` (the same device and inode; a link at `path` is not
+// followed unless `follow`).
+bool still_at(const std::string& path, int fd, bool follow) {
+  struct stat at {}, open {};
+  if ((follow ? ::stat(path.c_str(), &at) : ::lstat(path.c_str(), &at)) != 0) return false;
+  if (::fstat(fd, &open) != 0) return false;
+  return at.st_dev == open.st_dev && at.st_ino == open.st_ino;
 }
 
 }  // namespace
@@ -177,6 +189,12 @@ DirLock::DirLock(const std::string& path, double wait_s, const std::function<voi
     spdlog::info("storage directory lock '{}' taken after waiting {:.2f} s", path,
                  std::chrono::duration<double>(Clock::now() - t0).count());
   }
+  // The holder it waited for may have removed what it locked (a start-up that created the
+  // directory and failed removes LOCK and the directory): then these locks guard nothing.
+  if (!still_at(path, fd_.get(), false) || (dir_fd_ && !still_at(parent_dir(path), dir_fd_.get(), true)))
+    throw LockedFileRemoved(detail::concat("storage directory lock '", path,
+                                           "': the directory or its LOCK was removed while this process waited "
+                                           "for it (by the start-up that held it)"));
   // Who holds it, for the messages of the next process that finds it taken (advisory: a
   // failure to record it does not stop the start-up).
   const std::string record = "pid " + std::to_string(::getpid()) + "\nhost " + this_host() + "\n";

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "shardtopk/error.hpp"
 #include "storage/fs.hpp"
 
 namespace shardtopk::storage {
@@ -31,6 +32,15 @@ LockHolder read_lock_holder(const std::string& path);
 /// This machine's host name (gethostname; "" when it fails).
 std::string this_host();
 
+/// Thrown by DirLock when the lock it waited for was released by a holder that removed the
+/// directory, or LOCK, meanwhile (a start-up that created the directory and failed removes it):
+/// the locks taken are of files no longer at the path. The caller may create the directory again
+/// and start over.
+class LockedFileRemoved : public shardtopk::Error {
+ public:
+  using shardtopk::Error::Error;
+};
+
 /// An exclusive flock() on a directory and on its LOCK file, held for the object's lifetime.
 class DirLock {
  public:
@@ -42,7 +52,8 @@ class DirLock {
   /// orphaned by a killed launcher) releases it within seconds. Never two holders: flock decides.
   /// @throws Error naming the holder (pid, host) when it still holds the lock after `wait_s`,
   ///   at once when the holder is this very process (a second Storage on one directory), or
-  ///   what `tick` throws.
+  ///   what `tick` throws; LockedFileRemoved when, once taken, `path` or its directory is no
+  ///   longer the file that was locked.
   DirLock(const std::string& path, double wait_s = 0, const std::function<void()>& tick = {});
 
  private:

@@ -487,12 +487,9 @@ void open_dir(Storage::Impl& st, bool created) {
   st.writer = std::make_unique<LogWriter>(std::move(wc), std::move(segments), last);
 }
 
-}  // namespace
-
-Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
-  check_options(opt);
-  Impl& st = *impl_;
-  st.opt = std::move(opt);
+// Creates the directory when missing, then locks it and recovers it (open_dir); a directory it
+// created and left unused is removed again when that fails.
+void open_or_create(Storage::Impl& st) {
   std::error_code ec;
   // The parents create_directories is about to make too (deepest first), for the clean-up:
   // each prefix of the path as written that does not exist yet ("." and ".." steps skipped).
@@ -521,6 +518,27 @@ Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
       spdlog::warn("storage '{}': could not remove the directory it had created: {}", st.opt.dir, e.what());
     }
     throw;
+  }
+}
+
+}  // namespace
+
+Storage::Storage(StorageOptions opt) : impl_(std::make_unique<Impl>()) {
+  check_options(opt);
+  Impl& st = *impl_;
+  st.opt = std::move(opt);
+  // A start-up that waited for the lock of one that created the directory and then failed finds
+  // the directory removed (LockedFileRemoved): it creates it again and starts over.
+  for (int attempt = 1;; ++attempt) {
+    try {
+      open_or_create(st);
+      return;
+    } catch (const LockedFileRemoved& e) {
+      if (attempt == 3) throw;
+      spdlog::warn("{}; starting over", e.what());
+      st.created_parents.clear();
+      st.report = RecoveryReport{};
+    }
   }
 }
 

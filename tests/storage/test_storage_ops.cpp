@@ -124,6 +124,62 @@ TEST(StorageLock, AnOpenWaitsForTheHolderToExitLoggingOnceWhomItWaitsFor) {
   EXPECT_NE(read_text(dir + "/LOCK").find("pid " + std::to_string(getpid()) + "\n"), std::string::npos);
 }
 
+// A start-up that creates a new directory and fails removes it again (nothing was written to
+// it). One that waited for its lock meanwhile then holds the locks of removed files: it creates
+// the directory again and opens that.
+TEST(StorageLock, AStartThatWaitedForAFailedStartOfANewDirectoryCreatesItAgain) {
+  TempDir tmp;
+  const std::string dir = tmp.file("new/s");
+  int ready[2], hold[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    char c = 0;
+    try {
+      Storage st(options_for(dir, 4));  // creates the directory and its parent
+      c = 1;
+      if (write(ready[1], &c, 1) != 1) _exit(2);
+      if (read(hold[0], &c, 1) < 0) _exit(3);
+      throw std::runtime_error("a later step of the start-up failed");  // ~Storage while unwinding
+    } catch (const std::exception&) {
+    }
+    if (c == 0 && write(ready[1], &c, 1) != 1) _exit(2);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  char c = 0;
+  ASSERT_TRUE(read(ready[0], &c, 1) == 1 && c == 1) << "the first start-up did not open the directory";
+  LogCapture cap;
+  auto o = options_for(dir, 4);
+  o.lock_wait_s = 600;
+  std::unique_ptr<Storage> opened;
+  std::string error;
+  std::thread opener([&] {
+    try {
+      opened = std::make_unique<Storage>(o);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  EXPECT_TRUE(wait_for_log(cap, "waiting up to 600 s")) << cap.text();
+  (void)!write(hold[1], &c, 1);  // the first start-up fails now
+  close(hold[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  opener.join();
+  close(ready[0]);
+  ASSERT_TRUE(opened) << error << "\n" << cap.text();
+  EXPECT_NE(cap.text().find("was removed while this process waited for it"), std::string::npos) << cap.text();
+  EXPECT_NE(read_text(dir + "/LOCK").find("pid " + std::to_string(getpid()) + "\n"), std::string::npos);
+  EXPECT_EQ(append(*opened, make_delete({1})), 1u) << "a fresh directory's first record";
+  opened.reset();
+  EXPECT_TRUE(fs::exists(dir + "/MANIFEST.json"));
+}
+
 TEST(StorageLock, AHolderThatDoesNotExitIsNamedAfterTheWaitAndNothingChanges) {
   TempDir tmp;
   const std::string dir = tmp.file("s");
