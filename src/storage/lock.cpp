@@ -125,7 +125,11 @@ LockHolder read_lock_holder(const std::string& path) {
   }
   const Fd f(fd);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    h.problem = std::string("LOCK cannot be read: fstat: ") + std::strerror(errno);
+    return h;
+  }
+  if (!S_ISREG(st.st_mode)) {
     h.problem = "LOCK is not a regular file (" + file_kind(st.st_mode) + ")";
     return h;
   }

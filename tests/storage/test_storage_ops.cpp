@@ -31,7 +31,9 @@ std::string host_name() {
 /// the lock goes when the process does, as with a killed rank.
 class HolderProcess {
  public:
-  HolderProcess(const StorageOptions& o, const std::vector<Request>& records) {
+  /// `fail_on_release`: on release() the child's start-up fails instead (an exception unwinds
+  /// its Storage, which removes a directory it created and wrote nothing to) before it exits.
+  HolderProcess(const StorageOptions& o, const std::vector<Request>& records, bool fail_on_release = false) {
     int ready[2], hold[2];
     if (pipe(ready) != 0 || pipe(hold) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -40,10 +42,19 @@ class HolderProcess {
       close(hold[1]);
       char c = 0;
       try {
+        if (fail_on_release) {
+          Storage st(o);
+          for (const Request& r : records) append(st, r);
+          c = 1;
+          if (write(ready[1], &c, 1) != 1) _exit(2);
+          if (read(hold[0], &c, 1) < 0) _exit(3);
+          throw std::runtime_error("a later step of the start-up failed");  // ~Storage while unwinding
+        }
         Storage* st = new Storage(o);  // never closed: the process ends holding it
         for (const Request& r : records) append(*st, r);
         c = 1;
       } catch (const std::exception& e) {
+        if (fail_on_release && c == 1) _exit(0);
         std::fprintf(stderr, "holder: %s\n", e.what());
       }
       if (write(ready[1], &c, 1) != 1) _exit(2);
@@ -87,6 +98,30 @@ bool wait_for_log(const LogCapture& cap, const std::string& needle) {
   return true;
 }
 
+/// A thread that opens a Storage with `o` (waiting for its lock as the options say).
+class Opener {
+ public:
+  explicit Opener(const StorageOptions& o)
+      : thread_([this, o] {
+          try {
+            opened = std::make_unique<Storage>(o);
+          } catch (const Error& e) {
+            error = e.what();
+          }
+          done = true;
+        }) {}
+  ~Opener() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::atomic<bool> done{false};
+  std::unique_ptr<Storage> opened;  ///< after join(): the open Storage, or null and `error`
+  std::string error;
+
+ private:
+  std::thread thread_;
+};
+
 // ------------------------------------------------------------------------------ lock hand-over
 
 TEST(StorageLock, AnOpenWaitsForTheHolderToExitLoggingOnceWhomItWaitsFor) {
@@ -98,28 +133,18 @@ TEST(StorageLock, AnOpenWaitsForTheHolderToExitLoggingOnceWhomItWaitsFor) {
   LogCapture cap;
   auto o = options_for(dir, 4);
   o.lock_wait_s = 600;
-  std::atomic<bool> done{false};
-  std::unique_ptr<Storage> opened;
-  std::string error;
-  std::thread opener([&] {
-    try {
-      opened = std::make_unique<Storage>(o);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    done = true;
-  });
+  Opener opener(o);
   const std::string waiting = "is held by pid " + std::to_string(holder.pid()) + " on host '" + host_name() +
                               "' (running): waiting up to 600 s (storage.lock_wait_s)";
   const bool logged = wait_for_log(cap, waiting);
   EXPECT_TRUE(logged) << cap.text();
-  EXPECT_FALSE(done) << "opened while the holder still held the directory";  // never two writers
+  EXPECT_FALSE(opener.done) << "opened while the holder still held the directory";  // never two writers
   holder.release();
   opener.join();
-  ASSERT_TRUE(opened) << error;
+  ASSERT_TRUE(opener.opened) << opener.error;
   EXPECT_EQ(count_of(cap.text(), "waiting up to"), 1) << cap.text();
-  EXPECT_EQ(recovered_state(*opened), model_at(reqs, 3)) << "the holder's records";
-  EXPECT_EQ(append(*opened, make_delete({1})), 4u);
+  EXPECT_EQ(recovered_state(*opener.opened), model_at(reqs, 3)) << "the holder's records";
+  EXPECT_EQ(append(*opener.opened, make_delete({1})), 4u);
   // The lock file names its holder now.
   EXPECT_NE(read_text(dir + "/LOCK").find("pid " + std::to_string(getpid()) + "\n"), std::string::npos);
 }
@@ -130,53 +155,20 @@ TEST(StorageLock, AnOpenWaitsForTheHolderToExitLoggingOnceWhomItWaitsFor) {
 TEST(StorageLock, AStartThatWaitedForAFailedStartOfANewDirectoryCreatesItAgain) {
   TempDir tmp;
   const std::string dir = tmp.file("new/s");
-  int ready[2], hold[2];
-  ASSERT_EQ(pipe(ready), 0);
-  ASSERT_EQ(pipe(hold), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(ready[0]);
-    close(hold[1]);
-    char c = 0;
-    try {
-      Storage st(options_for(dir, 4));  // creates the directory and its parent
-      c = 1;
-      if (write(ready[1], &c, 1) != 1) _exit(2);
-      if (read(hold[0], &c, 1) < 0) _exit(3);
-      throw std::runtime_error("a later step of the start-up failed");  // ~Storage while unwinding
-    } catch (const std::exception&) {
-    }
-    if (c == 0 && write(ready[1], &c, 1) != 1) _exit(2);
-    _exit(0);
-  }
-  close(ready[1]);
-  close(hold[0]);
-  char c = 0;
-  ASSERT_TRUE(read(ready[0], &c, 1) == 1 && c == 1) << "the first start-up did not open the directory";
+  HolderProcess holder(options_for(dir, 4), {}, /*fail_on_release=*/true);  // creates the directory
+  ASSERT_TRUE(holder.holding()) << "the first start-up did not open the directory";
   LogCapture cap;
   auto o = options_for(dir, 4);
   o.lock_wait_s = 600;
-  std::unique_ptr<Storage> opened;
-  std::string error;
-  std::thread opener([&] {
-    try {
-      opened = std::make_unique<Storage>(o);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  });
+  Opener opener(o);
   EXPECT_TRUE(wait_for_log(cap, "waiting up to 600 s")) << cap.text();
-  (void)!write(hold[1], &c, 1);  // the first start-up fails now
-  close(hold[1]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  holder.release();  // the first start-up fails now, removing the directory
   opener.join();
-  close(ready[0]);
-  ASSERT_TRUE(opened) << error << "\n" << cap.text();
+  ASSERT_TRUE(opener.opened) << opener.error << "\n" << cap.text();
   EXPECT_NE(cap.text().find("was removed while this process waited for it"), std::string::npos) << cap.text();
   EXPECT_NE(read_text(dir + "/LOCK").find("pid " + std::to_string(getpid()) + "\n"), std::string::npos);
-  EXPECT_EQ(append(*opened, make_delete({1})), 1u) << "a fresh directory's first record";
-  opened.reset();
+  EXPECT_EQ(append(*opener.opened, make_delete({1})), 1u) << "a fresh directory's first record";
+  opener.opened.reset();
   EXPECT_TRUE(fs::exists(dir + "/MANIFEST.json"));
 }
 
