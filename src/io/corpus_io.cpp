@@ -23,11 +23,12 @@
 namespace shardtopk {
 namespace h5 {
 
-// Silence HDF5's own error-stack printing once; we turn every failure into an Error.
+// Silence HDF5's own error-stack printing; we turn every failure into an Error. Once per thread:
+// a thread-safe libhdf5 (Debian's serial build is one) keeps the setting per thread.
 struct SilenceHdf5 {
   SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 };
-void silence() { static SilenceHdf5 s; }
+void silence() { thread_local SilenceHdf5 s; }
 
 // The innermost message HDF5 left on its error stack, for context in our errors.
 std::string hdf5_reason() {

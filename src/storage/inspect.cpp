@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include "shardtopk/error.hpp"
 #include "storage/fs.hpp"
@@ -171,13 +173,17 @@ bool moved_on(const std::string& dir, const Seen& s) {
   }
 }
 
-// `run` over one look at the directory, again from a fresh look (up to kAttempts in all) while a
-// run that failed or found trouble saw a directory that has moved on since: only what is wrong
-// in one consistent state is reported. Never locks and never writes.
-constexpr int kAttempts = 5;
+// `run` over one look at the directory, again from a fresh look while a run that failed or found
+// trouble saw a directory that has moved on since: only what is wrong in one consistent state is
+// reported. A snapshot committed beside us moves it on; the pause between runs (1 ms doubling to
+// 64 ms) lets a commit that is under way finish. After kRetryFor of a directory that moved on
+// during every run, the last run's failure is thrown, saying so. Never locks and never writes.
+constexpr auto kRetryFor = std::chrono::seconds(20);
 
 template <class Result, class Run, class Troubled>
 Result consistent_run(const std::string& dir, Run run, Troubled troubled) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::milliseconds(1);
   for (int attempt = 1;; ++attempt) {
     const Seen seen = look(dir);
     std::optional<Result> r;
@@ -187,10 +193,23 @@ Result consistent_run(const std::string& dir, Run run, Troubled troubled) {
     } catch (const Error&) {
       error = std::current_exception();
     }
-    if ((!error && !troubled(*r)) || attempt == kAttempts || !moved_on(dir, seen)) {
+    if ((!error && !troubled(*r)) || !moved_on(dir, seen)) {
       if (error) std::rethrow_exception(error);
       return std::move(*r);
     }
+    if (std::chrono::steady_clock::now() - start >= kRetryFor) {
+      const std::string why = detail::concat("storage: '", dir, "' changed during each of ", attempt, " runs over ",
+                                             std::chrono::duration_cast<std::chrono::seconds>(kRetryFor).count(),
+                                             " s (snapshots committed beside it); run again when it is quieter. ");
+      if (!error) return std::move(*r);  // the last run's damage stands, as found
+      try {
+        std::rethrow_exception(error);
+      } catch (const Error& e) {
+        throw Error(why + "The last run: " + e.what());
+      }
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(64));
   }
 }
 
