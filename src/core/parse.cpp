@@ -13,14 +13,18 @@ template <typename T, typename F>
 T parse_whole(const std::string& v, const std::string& what, const char* kind, const char* range, F convert) {
   std::size_t pos = 0;
   T x{};
-  try {
+  // std::sto* skip leading blanks and std::stod reads hexadecimal ("0x10" is 16): neither is a
+  // number as written in a config or a command line, so both are refused.
+  const bool plain = !v.empty() && !std::isspace(static_cast<unsigned char>(v.front())) &&
+                     v.find_first_of("xX") == std::string::npos;
+  if (plain) try {
     x = convert(v, &pos);
   } catch (const std::out_of_range&) {
     throw Error(detail::concat(what, ": '", v, "' is beyond the ", range, " range"));
   } catch (const std::exception&) {
     pos = 0;
   }
-  SHARDTOPK_EXPECTS(!v.empty() && pos == v.size(), what, ": expected ", kind, ", got '", v, "'");
+  SHARDTOPK_EXPECTS(plain && pos == v.size(), what, ": expected ", kind, ", got '", v, "'");
   return x;
 }
 }  // namespace
