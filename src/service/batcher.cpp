@@ -396,7 +396,7 @@ void Batcher::fail_queued(int status, const std::string& message) {
 }
 
 void Batcher::fail_all(int status, const std::string& message) {
-  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<std::shared_ptr<Job>> queued, started;
   {
     std::lock_guard<std::mutex> l(m_);
     if (!failed_) {
@@ -404,14 +404,23 @@ void Batcher::fail_all(int status, const std::string& message) {
       fail_status_ = status;
       fail_message_ = message;
     }
-    jobs.assign(q_.begin(), q_.end());
-    jobs.insert(jobs.end(), running_.begin(), running_.end());
-    jobs.insert(jobs.end(), deferred_.begin(), deferred_.end());
+    queued.assign(q_.begin(), q_.end());
+    started.assign(running_.begin(), running_.end());
+    started.insert(started.end(), deferred_.begin(), deferred_.end());
     q_.clear();
     if (metrics_) metrics_->queue_depth.store(0);
   }
   wake();
-  for (const auto& j : jobs) answer(*j, status, message);
+  // A write that had started (or waits for its log to reach the disk) may have been logged: its
+  // caller must not take the failure for "not applied". One still queued was not.
+  auto is_write = [](const Job& j) { return std::holds_alternative<WriteJob>(j.work); };
+  for (const auto& j : queued)
+    answer(*j, status, is_write(*j) ? message + "; this write was not applied" : message);
+  for (const auto& j : started)
+    answer(*j, status,
+           is_write(*j) ? message + "; the outcome of this write is unknown: it may have been logged, and is then "
+                                    "present after a restart (read it back before sending it again)"
+                        : message);
 }
 
 }  // namespace shardtopk::service

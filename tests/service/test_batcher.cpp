@@ -409,6 +409,40 @@ TEST(Batcher, ALostRankAnswersEveryJob503AndEndsTheLoop) {
   r->thread = std::thread([] {});  // joined by ~Running
 }
 
+// A write that had started when a rank was lost may have been logged: its 503 says the outcome is
+// unknown. A write still queued was not applied, and its 503 says so; a search's 503 says neither.
+TEST(Batcher, ALostRankTellsAStartedWriteItsOutcomeIsUnknownAndAQueuedOneItWasNotApplied) {
+  FakeBackend be;
+  auto r = std::make_unique<Running>(be, kLong, 1);
+  std::atomic<bool> started{false}, lose{false};
+  Tracked w1 = make_job(0), w2 = make_job(0);
+  w1.job->work = WriteJob{[&](Job&) {
+                            started = true;
+                            while (!lose) std::this_thread::sleep_for(1ms);
+                            throw RankLost("rank 1 is gone: its liveness connection to rank 0 was reset");
+                          },
+                          {}};
+  w2.job->work = WriteJob{[](Job& j) { j.status = 200; }, {}};
+  r->batcher.submit(w1.job, false);
+  while (!started) std::this_thread::sleep_for(1ms);
+  r->batcher.submit(w2.job, false);
+  Tracked s = make_job(5);
+  r->batcher.submit(s.job, false);
+  lose = true;
+  r->thread.join();
+  r->batcher.fail_all(503, std::string("a rank is gone: ") + r->lost);
+  for (auto* x : {&w1, &w2, &s}) {
+    ASSERT_TRUE(x->answered());
+    EXPECT_EQ(x->job->status, 503);
+    EXPECT_THAT(x->job->error, HasSubstr("a rank is gone: rank 1 is gone"));
+    EXPECT_EQ(x->answers->load(), 1);
+  }
+  EXPECT_THAT(w1.job->error, HasSubstr("the outcome of this write is unknown: it may have been logged"));
+  EXPECT_THAT(w2.job->error, HasSubstr("this write was not applied"));
+  EXPECT_THAT(s.job->error, Not(HasSubstr("write")));
+  r->thread = std::thread([] {});  // joined by ~Running
+}
+
 TEST(Batcher, FailAllAnswersTheRunningBatchAtOnceAndOnlyOnce) {
   FakeBackend be;
   Running r(be);
