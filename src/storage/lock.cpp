@@ -201,6 +201,15 @@ DirLock::DirLock(const std::string& path, double wait_s, const std::function<voi
                                            "for it (by the start-up that held it)"));
   // Who holds it, for the messages of the next process that finds it taken (advisory: a
   // failure to record it does not stop the start-up).
+  // Not into a LOCK with other names (a hard link planted in the directory, or a backup made
+  // with `cp -al`): the record would be written into the file behind those names as well.
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) == 0 && st.st_nlink > 1) {
+    spdlog::warn("storage directory lock '{}' has {} hard links: its holder is not recorded in it, so as not to "
+                 "write into the file behind the other names (remove LOCK while nothing runs to end this)",
+                 path, static_cast<unsigned long long>(st.st_nlink));
+    return;
+  }
   const std::string record = "pid " + std::to_string(::getpid()) + "\nhost " + this_host() + "\n";
   try {
     ftruncate_checked(fd_.get(), 0, path);

@@ -451,7 +451,11 @@ void open_dir(Storage::Impl& st, bool created) {
     const auto parent = self.parent_path();
     fsync_dir(parent.empty() ? std::string("/") : parent.string());
   }
-  SHARDTOPK_EXPECTS(std::filesystem::is_directory(st.opt.dir), "storage: '", st.opt.dir, "' is not a directory");
+  std::error_code ec;
+  const auto kind = std::filesystem::status(st.opt.dir, ec).type();
+  if (kind == std::filesystem::file_type::not_found)  // removed since create_directories saw it
+    throw LockedFileRemoved(detail::concat("storage: '", st.opt.dir, "' was removed while it was being opened"));
+  SHARDTOPK_EXPECTS(kind == std::filesystem::file_type::directory, "storage: '", st.opt.dir, "' is not a directory");
   st.lock.emplace(st.path(kLockName), st.opt.lock_wait_s, st.opt.on_lock_wait);
 
   const std::vector<std::string> names = list_dir(st.opt.dir);
@@ -506,6 +510,9 @@ void open_or_create(Storage::Impl& st) {
     ec.clear();
   }
   const bool created = std::filesystem::create_directories(st.opt.dir, ec);
+  if (ec == std::errc::no_such_file_or_directory)  // a parent it had just made was removed meanwhile
+    throw LockedFileRemoved(detail::concat("storage: cannot create directory '", st.opt.dir, "': ", ec.message(),
+                                           " (a parent was removed while it was being created)"));
   SHARDTOPK_EXPECTS(!ec, "storage: cannot create directory '", st.opt.dir, "': ", ec.message());
   st.created_dir = created;
   st.uncaught_at_open = std::uncaught_exceptions();

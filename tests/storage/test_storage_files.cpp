@@ -83,6 +83,20 @@ TEST(StorageFiles, ALockThatIsALinkFifoOrDirectoryIsRefusedAndNothingIsWrittenTh
   fs::remove(lock);
   EXPECT_EQ(open_error(options_for(dir, 4)), "");  // a regular LOCK is made anew
   EXPECT_TRUE(is_regular(lock));
+
+  // A LOCK with a second name (a planted hard link, or a `cp -al` backup): taken, as one writer
+  // still needs it, but the holder is not written into the file behind the other name.
+  fs::remove(lock);
+  ASSERT_EQ(::link(victim.c_str(), lock.c_str()), 0);
+  EXPECT_EQ(open_error(options_for(dir, 4)), "");
+  EXPECT_EQ(read_text(victim), "keep me\n");
+  {
+    Storage held(options_for(dir, 4));
+    auto o = options_for(dir, 4);
+    o.lock_wait_s = 0;
+    EXPECT_NE(open_error(o).find("is held by another process"), std::string::npos) << open_error(o);
+  }
+  EXPECT_EQ(read_text(victim), "keep me\n");
 }
 
 TEST(StorageFiles, LinksAtTheTemporaryNamesDoNotRedirectASnapshotOrTheManifest) {
