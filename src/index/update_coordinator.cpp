@@ -85,6 +85,7 @@ void UpdateCoordinator::enable_updates(std::unique_ptr<Storage> storage, std::ui
   auto u = std::make_unique<Updates>();
   const int world = world_size();
   const EngineInfo info = engine_->info();
+  u->dtype = info.dtype;
   // Every rank's rows and slots, and whether its ids are the plain global row positions.
   struct Shape {
     std::int64_t rows, capacity, implicit;
@@ -220,7 +221,7 @@ WriteResult UpdateCoordinator::plan_and_submit_upsert(const UpsertRows& rows, bo
           invalid(detail::concat("attribute '", schema_[c].name, "' of id ", rows.ids[i], " is NaN"));
   }
   // Values: finite, representable in the engine's storage type, norms admissible.
-  const Dtype dt = engine_->info().dtype;
+  const Dtype dt = u.dtype;
   NormSummary norms;
   std::vector<double> row_norms(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {

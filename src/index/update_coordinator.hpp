@@ -69,6 +69,7 @@ class UpdateCoordinator final : public UpdateSteps {
     // ---- every rank
     std::vector<std::int64_t> capacities;  // [ranks] slots per rank
     std::int64_t capacity_total = 0;
+    Dtype dtype = Dtype::kFloat32;         // the engine's storage type (planning checks overflow of it)
     std::vector<std::uint8_t> live;        // [this rank's slots] 1: live
     bool replay_done = false;              // followers: the start-up replay is over
     // The last group's merged op and its bytes (rank 0: encoded; followers: received, decoded),
