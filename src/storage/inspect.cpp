@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <type_traits>
 
 #include "shardtopk/error.hpp"
 #include "storage/fs.hpp"
@@ -201,7 +202,14 @@ Result consistent_run(const std::string& dir, Run run, Troubled troubled) {
       const std::string why = detail::concat("storage: '", dir, "' changed during each of ", attempt, " runs over ",
                                              std::chrono::duration_cast<std::chrono::seconds>(kRetryFor).count(),
                                              " s (snapshots committed beside it); run again when it is quieter. ");
-      if (!error) return std::move(*r);  // the last run's damage stands, as found
+      if (!error) {  // the last run's findings stand, as found, with why they may not fit together
+        if constexpr (std::is_same_v<Result, StorageVerifyReport>) r->notes.push_back(why);
+        if constexpr (std::is_same_v<Result, StorageDirSummary>) {
+          if (!r->manifest_error.empty()) r->manifest_error = why + r->manifest_error;
+          if (!r->snapshot_error.empty()) r->snapshot_error = why + r->snapshot_error;
+        }
+        return std::move(*r);
+      }
       try {
         std::rethrow_exception(error);
       } catch (const Error& e) {
