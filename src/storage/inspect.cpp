@@ -168,9 +168,11 @@ bool moved_on(const std::string& dir, const Seen& s) {
     if (gone(n)) return true;
   if (!s.l.manifest) return false;
   try {
-    return !s.manifest_read || read_small_file(dir + "/" + kManifestName) != s.manifest;
-  } catch (const Error&) {
-    return true;
+    const std::string now = read_small_file(dir + "/" + kManifestName);
+    return !s.manifest_read || now != s.manifest;
+  } catch (const Error& e) {
+    // Unreadable again for the same reason (e.g. permission): that is how the directory is.
+    return s.manifest_read || e.what() != s.manifest_error;
   }
 }
 

@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <future>
 #include <thread>
 
@@ -202,6 +204,56 @@ TEST(StorageFiles, InfoAndVerifyBesideSnapshotsThatRemoveFilesReportNoFalseDamag
   EXPECT_GE(snapshots, 20);
   EXPECT_EQ(failures, 0) << "of " << runs << " runs beside " << snapshots << " snapshots; the first:\n"
                          << first_failure;
+}
+
+// A manifest that cannot be read, and cannot again for the same reason (permission): that is the
+// directory's state, reported by the first run, not a directory moving on that is run again and
+// again. Read by an unprivileged user (a child process that drops to nobody when run as root).
+TEST(StorageFiles, AManifestUnreadableForTheSameReasonIsReportedByTheFirstRun) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  fs::create_directory(dir);
+  write_text(dir + "/MANIFEST.json", "{}\n");
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir + "/MANIFEST.json").c_str(), 0), 0);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string out;
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+      out = "SKIP cannot drop to uid 65534";
+    } else if (::access((dir + "/MANIFEST.json").c_str(), R_OK) == 0) {
+      out = "SKIP the manifest stays readable";
+    } else {
+      try {
+        out += "info: " + inspect_storage_dir(dir).manifest_error + "\n";
+        out += "verify: " + listing(verify_storage_dir(dir));
+      } catch (const std::exception& e) {
+        out += std::string("threw: ") + e.what();
+      }
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t r; (r = ::read(fds[0], buf, sizeof buf)) != 0;)
+    if (r > 0) got.append(buf, static_cast<std::size_t>(r));
+    else if (errno != EINTR) break;
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (got.rfind("SKIP", 0) == 0) GTEST_SKIP() << got.substr(5);
+  EXPECT_NE(got.find("info: open('" + dir + "/MANIFEST.json'): Permission denied"), std::string::npos) << got;
+  EXPECT_NE(got.find("DAMAGED MANIFEST.json: open('" + dir + "/MANIFEST.json'): Permission denied"),
+            std::string::npos)
+      << got;
+  EXPECT_EQ(got.find("changed during each of"), std::string::npos) << got;
 }
 
 // ------------------------------------------------------------------------------ entries verify names
