@@ -104,7 +104,7 @@ std::string this_host() {
 }
 
 std::string LockHolder::describe() const {
-  if (pid < 0) return "a process that recorded no pid";
+  if (pid < 0) return problem.empty() ? "a process that recorded no pid" : "a process not recorded (" + problem + ")";
   std::string s = "pid " + std::to_string(pid) + " on host '" + (host.empty() ? "?" : host) + "'";
   if (!host.empty() && host == this_host())
     s += running_here(pid) ? " (running)" : " (no longer running)";
@@ -131,6 +131,12 @@ LockHolder read_lock_holder(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     h.problem = "LOCK is not a regular file (" + file_kind(st.st_mode) + ")";
+    return h;
+  }
+  // A holder does not write into a LOCK with other names (DirLock): what it holds is not theirs.
+  if (st.st_nlink > 1) {
+    h.problem = "LOCK has " + std::to_string(static_cast<unsigned long long>(st.st_nlink)) +
+                " hard links, so no holder is recorded in it";
     return h;
   }
   // A holder writes two short lines; anything longer is not a record worth reading whole.

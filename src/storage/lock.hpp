@@ -26,7 +26,8 @@ struct LockHolder {
 /// The holder record in the LOCK file at `path`, read without locking (for messages and
 /// `storage info`); an empty record when the file is missing or holds none. Reads at most 4 KiB,
 /// never through a symbolic link, and never blocks: a LOCK that is not a regular file (a FIFO
-/// would block an open for good) is reported in `problem`, not read.
+/// would block an open for good), or that has other names (no holder writes into it), is
+/// reported in `problem`, not read.
 LockHolder read_lock_holder(const std::string& path);
 
 /// This machine's host name (gethostname; "" when it fails).

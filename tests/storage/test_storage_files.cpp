@@ -15,6 +15,7 @@
 
 #include "shardtopk/error.hpp"
 #include "shardtopk/storage_inspect.hpp"
+#include "storage/lock.hpp"
 #include "storage_test_support.hpp"
 
 namespace shardtopk::test {
@@ -89,16 +90,25 @@ TEST(StorageFiles, ALockThatIsALinkFifoOrDirectoryIsRefusedAndNothingIsWrittenTh
   // A LOCK with a second name (a planted hard link, or a `cp -al` backup): taken, as one writer
   // still needs it, but the holder is not written into the file behind the other name.
   fs::remove(lock);
+  write_text(victim, "pid 1\nhost " + storage::this_host() + "\n");  // a record that is not the holder's
   ASSERT_EQ(::link(victim.c_str(), lock.c_str()), 0);
   EXPECT_EQ(open_error(options_for(dir, 4)), "");
-  EXPECT_EQ(read_text(victim), "keep me\n");
+  EXPECT_EQ(read_text(victim), "pid 1\nhost " + storage::this_host() + "\n");
   {
     Storage held(options_for(dir, 4));
     auto o = options_for(dir, 4);
     o.lock_wait_s = 0;
-    EXPECT_NE(open_error(o).find("is held by another process"), std::string::npos) << open_error(o);
+    // Neither the waiting start-up nor `storage info` names pid 1 as the holder.
+    const std::string why = open_error(o);
+    EXPECT_NE(why.find("is held by another process, a process not recorded (LOCK has 2 hard links, so no holder "
+                       "is recorded in it)"),
+              std::string::npos)
+        << why;
+    const StorageDirSummary s = inspect_storage_dir(dir);
+    EXPECT_EQ(s.lock_holder, "");
+    EXPECT_EQ(s.lock_error, "LOCK has 2 hard links, so no holder is recorded in it");
   }
-  EXPECT_EQ(read_text(victim), "keep me\n");
+  EXPECT_EQ(read_text(victim), "pid 1\nhost " + storage::this_host() + "\n");
 }
 
 TEST(StorageFiles, LinksAtTheTemporaryNamesDoNotRedirectASnapshotOrTheManifest) {
