@@ -455,6 +455,8 @@ void open_dir(Storage::Impl& st, bool created) {
   const auto kind = std::filesystem::status(st.opt.dir, ec).type();
   if (kind == std::filesystem::file_type::not_found)  // removed since create_directories saw it
     throw LockedFileRemoved(detail::concat("storage: '", st.opt.dir, "' was removed while it was being opened"));
+  SHARDTOPK_EXPECTS(!ec || kind != std::filesystem::file_type::none, "storage: cannot stat '", st.opt.dir, "': ",
+                    ec.message());
   SHARDTOPK_EXPECTS(kind == std::filesystem::file_type::directory, "storage: '", st.opt.dir, "' is not a directory");
   st.lock.emplace(st.path(kLockName), st.opt.lock_wait_s, st.opt.on_lock_wait);
 
