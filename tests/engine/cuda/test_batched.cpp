@@ -185,7 +185,8 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
           std::vector<PoolEntry> pool(static_cast<size_t>(batch * cap), PoolEntry{-7.0f, -1});
           p.pool.upload(pool);
           p.count.upload(std::vector<std::uint32_t>(batch, held));
-          cuda_detail::collect_chunk(c.view(), batch, p.view(c.dev_qinfo.get()), cuda_detail::ChunkQueries{}, nullptr);
+          cuda_detail::collect_chunk(c.view(), batch, 10, p.view(c.dev_qinfo.get()), cuda_detail::ChunkQueries{},
+                                     nullptr);
           const std::vector<PoolEntry> got = p.pool.download();
           const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
           for (int q = 0; q < batch; ++q) {
@@ -205,6 +206,65 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
             }
           }
         }
+      }
+}
+
+// The masked collect's flood guard: per block of the collect (8,192 rows of a __half output,
+// 4,096 of a float one), a query's allowed rows (here: rows the live mask keeps) that reach its
+// threshold all enter its pool while they are at most max(512, 2k); beyond, only those at or
+// above the k-th of them minus 2Δ (rounded down). Thresholds −inf (every block floods), a
+// middle one (some blocks do) and a high one (none); k = 1, 50, 300; a chunk whose last block
+// is short; scores on a grid of 64 values, so that hundreds tie at each block's k-th.
+TEST(BatchedFilter, FloodGuardKeepsWhatReachesEachBlocksKth) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const float inf = std::numeric_limits<float>::infinity();
+  const int batch = 3, rows = 20000;
+  const std::int64_t row0 = 1000;
+  std::vector<std::uint32_t> live((row0 + rows + 31) / 32, 0u);
+  std::mt19937_64 rng(91);
+  for (auto& w : live) w = static_cast<std::uint32_t>(rng()) | static_cast<std::uint32_t>(rng());  // ~3/4 live
+  const DeviceArray<std::uint32_t> dev_live(live);
+  auto is_live = [&](std::int64_t r) { return (live[static_cast<size_t>(r >> 5)] >> (r & 31)) & 1u; };
+  for (const bool half : {false, true})
+    for (const bool l2 : {false, true})
+      for (const int k : {1, 50, 300}) {
+        const std::string what = std::string(half ? "__half" : "float") + (l2 ? " l2" : " ip") + " k " +
+                                 std::to_string(k);
+        const ChunkData c(batch, rows, rows, row0, half, l2, 31 + k);
+        const int block = half ? 8192 : 4096;
+        const std::size_t budget = k > 256 ? 2 * static_cast<std::size_t>(k) : 512;
+        const std::vector<float> thr = {-inf, 1.0f, 3.5f};
+        Pools p(batch, 16384);
+        p.thr.upload(thr);
+        cuda_detail::RowMasks masks;
+        masks.live = dev_live.get();
+        masks.words = static_cast<std::int64_t>(live.size());
+        const cuda_detail::ChunkQueries cq{nullptr, &masks, false};
+        cuda_detail::collect_chunk(c.view(), batch, k, p.view(c.dev_qinfo.get()), cq, nullptr);
+        const std::vector<PoolEntry> pool = p.pool.download();
+        const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
+        int guarded = 0;
+        for (int q = 0; q < batch; ++q) {
+          std::vector<PoolEntry> want;
+          for (int b0 = 0; b0 < rows; b0 += block) {
+            std::vector<float> taken;
+            for (int i = b0; i < std::min(rows, b0 + block); ++i)
+              if (is_live(c.row0 + i) && c.approx(q, i) >= thr[q]) taken.push_back(c.approx(q, i));
+            const float tb = taken.size() > budget ? threshold(taken, k, c.qinfo[q].delta) : -inf;
+            guarded += taken.size() > budget ? 1 : 0;
+            for (int i = b0; i < std::min(rows, b0 + block); ++i) {
+              const float a = c.approx(q, i);
+              if (is_live(c.row0 + i) && a >= thr[q] && a >= tb)
+                want.push_back(PoolEntry{a, static_cast<std::int32_t>(c.row0 + i)});
+            }
+          }
+          const std::string at = what + " query " + std::to_string(q);
+          ASSERT_EQ(overflow[q], 0u) << at;
+          ASSERT_EQ(count[q], want.size()) << at;
+          EXPECT_EQ(as_set(pool.data() + q * p.cap, count[q]), as_set(want.data(), want.size())) << at;
+        }
+        EXPECT_GT(guarded, 0) << what << ": no block reached the guard";
       }
 }
 
@@ -237,7 +297,7 @@ TEST(BatchedFilter, SeededQueriesAndChunkSubsets) {
           const CandidatePools pv = p.view(c.dev_qinfo.get());
           cuda_detail::seed_chunk(c.view(), 2, k, pv, cq, false, nullptr);
           EXPECT_EQ(p.count.download(), std::vector<std::uint32_t>(4, 0u)) << what << ": seeding appends nothing";
-          cuda_detail::collect_chunk(c.view(), 2, pv, cq, nullptr);
+          cuda_detail::collect_chunk(c.view(), 2, k, pv, cq, nullptr);
           const std::vector<PoolEntry> pool = p.pool.download();
           const std::vector<std::uint32_t> count = p.count.download();
           const std::vector<float> thr = p.thr.download();

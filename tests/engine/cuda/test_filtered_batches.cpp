@@ -185,6 +185,29 @@ TEST_P(FilteredBatches, PerQueryScatteredFilters) {
   expect_batch(b, "per-query scattered 10 %");
 }
 
+// Every query's rows crowd the end of the shard (its own last 5 – 20 % of the tenants) after three
+// rows listed by id: every chunk may hold one of its rows (the listed ids lie within every
+// block's id bounds), so every chunk is scored for every query, and each query's threshold stays
+// −inf until the dense rows come. Their chunks must not flood the pools (the collect's flood
+// guard): no query falls back to the batch-1 scan.
+TEST_P(FilteredBatches, RowsCrowdingTheEndAfterFewListedOnes) {
+  const Fixture& f = fixture();
+  Batch b;
+  for (int q = 0; q < kBatch; ++q) {
+    const std::int64_t lo = 80 + q % 15;
+    const std::vector<std::int64_t> rows = {q, 1000 + q, 100000 + q};
+    std::vector<std::int64_t> few;
+    for (std::int64_t r : rows) few.push_back(f.ids[static_cast<size_t>(r)]);
+    const json spec = {{"any", json::array({json{{"ids_in", few}}, json{{"range", {{"tenant", {lo, 99}}}}}})}};
+    b.programs.push_back(compile_filter(spec, f.table.schema()));
+    b.passes.push_back([&f, lo, rows](std::int64_t r) {
+      return f.tenant[r] >= lo || std::find(rows.begin(), rows.end(), r) != rows.end();
+    });
+    b.which.push_back(q);
+  }
+  expect_batch(b, "dense tail after listed rows");
+}
+
 // One tenant's 1 % for the whole batch: only the chunks holding its rows are scored.
 TEST_P(FilteredBatches, OneSharedClusteredFilter) {
   const Fixture& f = fixture();

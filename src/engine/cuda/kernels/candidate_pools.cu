@@ -17,6 +17,17 @@ namespace shardtopk::cuda_detail {
 namespace {
 
 constexpr int kCollectThreads = 256;
+/// Blocks of the masked collect kept resident per multiprocessor: its registers capped at the
+/// unmasked one's 48 (5 × 256 threads), which the flood guard would otherwise raise. Under
+/// Nsight Compute the cap alone did not change its time (58 registers, 4 blocks: 23.1 µs per
+/// chunk of a batch of per-query scattered filters; 48: 23.0 µs, against 16.5 µs unmasked).
+constexpr int kMaskedCollectBlocks = 5;
+
+/// A block of the masked collect appends at most this many of a query's rows before it raises
+/// the threshold from its own rows (collect_kernel's flood guard): a chunk of 6 blocks per query
+/// then adds at most 6 × flood_budget(k) entries, within a pool of 4 × cand_cap ≥ 8k between
+/// compactions.
+__device__ __forceinline__ std::uint32_t flood_budget(std::uint32_t k) { return k > 256u ? 2u * k : 512u; }
 
 __device__ __forceinline__ float out_to_float(float g) { return g; }
 __device__ __forceinline__ float out_to_float(__half g) { return __half2float(g); }
@@ -192,10 +203,11 @@ constexpr std::size_t kSeedSmem = sizeof(float) * kSeedSample;
 /// query qmap[j] (qmap null: query j). A query whose threshold is still −inf takes every row it
 /// may return.
 template <typename OutT, bool kMasked>
-__global__ void __launch_bounds__(kCollectThreads)
+__global__ void __launch_bounds__(kCollectThreads, kMasked ? kMaskedCollectBlocks : 0)
     collect_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
-                  PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                  std::uint32_t* __restrict__ overflow, RowMasks masks, const std::int32_t* __restrict__ qmap) {
+                  std::uint32_t k, PoolEntry* __restrict__ pool, std::int64_t pool_cap,
+                  std::uint32_t* __restrict__ pool_count, std::uint32_t* __restrict__ overflow, RowMasks masks,
+                  const std::int32_t* __restrict__ qmap) {
   constexpr int V = CollectShape<OutT>::kVec, P = CollectShape<OutT>::kPerThread;
   const int sub = blockIdx.y;
   const int q = qmap ? qmap[sub] : sub;
@@ -231,12 +243,44 @@ __global__ void __launch_bounds__(kCollectThreads)
     // Few values reach the threshold: ask the masks (a filter may evaluate its program on the
     // row) about those only, from one call site. The P values are not kept across it (the
     // passing ones are read again below, from L1): holding them beside the evaluator's
-    // registers took the kernel from 48 to 80 registers and halved its occupancy, and under
-    // Nsight Compute a batch of per-query scattered filters spent 1.7 × the unmasked time here.
-    if (__ballot_sync(kFullMask, takes != 0) == 0) return;
+    // registers took the kernel from 48 to 80 registers and halved its occupancy.
     for (unsigned left = takes; left != 0u; left &= left - 1u) {
       const int m = __ffs(static_cast<int>(left)) - 1;
       if (!masks.allows_evaluating(q, ap.row0 + index(m))) takes &= ~(1u << m);
+    }
+    // The flood guard (no thread has left: it has barriers). A block holding more than
+    // flood_budget(k) allowed rows that reach the threshold appends only those within 2Δ of the
+    // k-th of them: at least k rows the query may return score that high, so the argument of
+    // seed_kernel holds for the block's own k-th. A threshold taken from few of a query's rows
+    // then meets a chunk dense with them (a filter whose rows crowd the end of the shard) without
+    // flooding the pool, and no seeding launch is needed once every query has a threshold. One
+    // barrier counts the threads holding such rows; only where they could hold more than the
+    // budget are the rows counted.
+    if (static_cast<std::uint32_t>(__syncthreads_count(takes != 0u)) * P > flood_budget(k)) {
+      __shared__ std::uint32_t s_taken;
+      if (threadIdx.x == 0) s_taken = 0;
+      __syncthreads();
+      const unsigned warp_taken = __reduce_add_sync(kFullMask, static_cast<unsigned>(__popc(takes)));
+      if (lane == 0 && warp_taken > 0u) atomicAdd(&s_taken, warp_taken);
+      __syncthreads();
+      const std::uint32_t taken = s_taken;
+      if (taken > flood_budget(k)) {  // block-uniform
+        const auto score_of = [&](int m) {
+          const int i = index(m);
+          return ap.finish(out_to_float(src[i]), i, qi);
+        };
+        const std::uint32_t kth = block_kth_key_offered<kCollectThreads>(
+            [&](auto&& offer) {
+              for (unsigned left = takes; left != 0u; left &= left - 1u)
+                offer(score_of(__ffs(static_cast<int>(left)) - 1));
+            },
+            k);
+        const float tb = pool_threshold(kth, static_cast<int>(taken), k, qi.delta);
+        for (unsigned left = takes; left != 0u; left &= left - 1u) {
+          const int m = __ffs(static_cast<int>(left)) - 1;
+          if (score_of(m) < tb) takes &= ~(1u << m);
+        }
+      }
     }
   }
   if (__ballot_sync(kFullMask, takes != 0) == 0) return;
@@ -312,15 +356,18 @@ Approx<OutT> approx_of(const ChunkScores& c) {
 }
 
 template <typename OutT>
-void collect_chunk_t(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
+void collect_chunk_t(const ChunkScores& c, int n, std::uint32_t k, const CandidatePools& p, const ChunkQueries& cq,
+                     cudaStream_t stream) {
   constexpr int per_block = CollectShape<OutT>::kPerBlock;
   const dim3 grid(static_cast<unsigned>((c.rows + per_block - 1) / per_block), static_cast<unsigned>(n));
   if (cq.masks) {
-    collect_kernel<OutT, true><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                   p.cap, p.count, p.overflow, *cq.masks, cq.qmap);
+    collect_kernel<OutT, true><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, k,
+                                                                   p.pool, p.cap, p.count, p.overflow, *cq.masks,
+                                                                   cq.qmap);
   } else {
-    collect_kernel<OutT, false><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, p.pool,
-                                                                    p.cap, p.count, p.overflow, RowMasks{}, cq.qmap);
+    collect_kernel<OutT, false><<<grid, kCollectThreads, 0, stream>>>(approx_of<OutT>(c), c.rows, p.qinfo, p.thr, k,
+                                                                    p.pool, p.cap, p.count, p.overflow, RowMasks{},
+                                                                    cq.qmap);
   }
 }
 
@@ -365,9 +412,11 @@ void seed_chunk(const ChunkScores& c, int n, int k, const CandidatePools& p, con
   CHECK_CUDA_LAUNCH();
 }
 
-void collect_chunk(const ChunkScores& c, int n, const CandidatePools& p, const ChunkQueries& cq, cudaStream_t stream) {
-  if (c.half) collect_chunk_t<__half>(c, n, p, cq, stream);
-  else collect_chunk_t<float>(c, n, p, cq, stream);
+void collect_chunk(const ChunkScores& c, int n, int k, const CandidatePools& p, const ChunkQueries& cq,
+                   cudaStream_t stream) {
+  const std::uint32_t uk = static_cast<std::uint32_t>(k);
+  if (c.half) collect_chunk_t<__half>(c, n, uk, p, cq, stream);
+  else collect_chunk_t<float>(c, n, uk, p, cq, stream);
   CHECK_CUDA_LAUNCH();
 }
 

@@ -65,9 +65,12 @@ void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& po
 
 /// A chunk after the first (every chunk with cq.seeded_per_query, after seed_chunk): every
 /// (query, row) of its n GEMM rows whose approximate score reaches the query's threshold enters
-/// its pool (one pool atomic per warp); a threshold of −inf takes every allowed row. On `stream`.
-void collect_chunk(const ChunkScores& chunk, int n, const CandidatePools& pools, const ChunkQueries& cq,
-                  cudaStream_t stream);
+/// its pool (one pool atomic per warp); a threshold of −inf takes every allowed row. With
+/// cq.masks, a block of 8,192 (__half output; float: 4,096) rows that holds more than
+/// max(512, 2k) allowed rows reaching a query's threshold adds only those within 2Δ of the k-th
+/// of them (the flood guard: sound by seed_chunk's argument). On `stream`.
+void collect_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& pools, const ChunkQueries& cq,
+                   cudaStream_t stream);
 
 /// Opts the seeding kernels into their dynamic shared memory on the current device (the first
 /// call per device; seed_chunk calls it too) and returns the seeding grid (blocks resident at

@@ -184,6 +184,29 @@ __device__ std::uint32_t block_kth_key(const Get& got, int n, std::uint32_t k) {
   return prefix;
 }
 
+/// The k-th largest key among values the threads of a block offer, each thread its own (any
+/// number, k ≤ their total), by a radix select over 4 × 8 bits: each(f) calls f(score) for every
+/// value of the calling thread, once per pass. All NT threads of the block call it.
+template <int NT, typename Each>
+__device__ std::uint32_t block_kth_key_offered(const Each& each, std::uint32_t k) {
+  __shared__ std::uint32_t h[256];
+  std::uint32_t prefix = 0, need = k;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int i = threadIdx.x; i < 256; i += NT) h[i] = 0;
+    __syncthreads();
+    each([&](float s) {
+      const std::uint32_t key = score_key(s);
+      if (pass == 0 || (key >> (shift + 8)) == prefix) atomicAdd(&h[(key >> shift) & 0xFFu], 1u);
+    });
+    __syncthreads();
+    const BinPick p = find_bin<NT>(h, 256, need);
+    prefix = (prefix << 8) | static_cast<std::uint32_t>(p.bin);
+    need -= p.above;
+  }
+  return prefix;
+}
+
 /// The candidate-pool threshold for a query whose k-th best approximate score is key_score(kth):
 /// every row of the exact top k has approx ≥ kth − 2Δ (docs/EXACTNESS.md), rounded down.
 __device__ __forceinline__ float pool_threshold(std::uint32_t kth_key, int n, std::uint32_t k, float delta) {
