@@ -137,10 +137,13 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
       // Queries whose threshold saw too few of the rows they may return for a chunk this long
       // (none yet, at first) raise it from a sample of this chunk; then every query collects it.
       // A schedule of every chunk for every query (filters spread over the shard) seeds from
-      // the first chunk alone: later chunks are as long as it or up to kMaxChunkGrowth times
-      // longer, and the collect's flood guard bounds what a chunk dense with a query's rows adds
-      // (a seeding launch per chunk cost 1.2 ms of a 10M-row batch of 256 per-query filters).
-      if (!schedule->full || c == 0) seed_chunk(chunk, n, k, pools, cq, false, side);
+      // the first chunk alone where the collect's flood guard bounds what the chunks up to the
+      // next compaction can add to a pool (short chunks, k up to 256: a batch of 256 queries on
+      // float16 storage); a seeding launch per chunk cost 1.2 ms of a 10M-row batch of 256
+      // per-query filters.
+      const int between = c < 8 || rc > 65536 ? 1 : static_cast<int>(kCompactEvery);
+      if (!schedule->full || c == 0 || !guard_bounds_chunks(rc, half_out, k, between, pcap))
+        seed_chunk(chunk, n, k, pools, cq, false, side);
       collect_chunk(chunk, n, k, pools, cq, side);
       // A chunk of some queries (merged, up to a buffer of rows) may let about k · stride rows
       // of a query seeded by it through: compacted after each. A chunk of every query is as

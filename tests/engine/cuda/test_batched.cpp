@@ -213,8 +213,8 @@ TEST(BatchedFilter, LaterChunksAppendWhatReachesTheThreshold) {
 // 4,096 of a float one), a query's allowed rows (here: rows the live mask keeps) that reach its
 // threshold all enter its pool while they are at most max(512, 2k); beyond, only those at or
 // above the k-th of them minus 2Δ (rounded down). Thresholds −inf (every block floods), a
-// middle one (some blocks do) and a high one (none); k = 1, 50, 300; a chunk whose last block
-// is short; scores on a grid of 64 values, so that hundreds tie at each block's k-th.
+// middle one (its blocks flood under inner product, not under l2) and a high one (none); k = 1,
+// 50, 300; a chunk whose last block is short; scores on a grid of 64 values, so that hundreds tie at each block's k-th.
 TEST(BatchedFilter, FloodGuardKeepsWhatReachesEachBlocksKth) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   use_test_device();
@@ -266,6 +266,22 @@ TEST(BatchedFilter, FloodGuardKeepsWhatReachesEachBlocksKth) {
         }
         EXPECT_GT(guarded, 0) << what << ": no block reached the guard";
       }
+}
+
+// When the guard alone bounds a pool between compactions (host arithmetic, no GPU needed):
+// blocks of 8,192 rows (__half output) or 4,096 (float), max(512, 2k) entries each, within
+// three quarters of the pool.
+TEST(BatchedFilter, TheGuardBoundsChunksOfFewBlocks) {
+  using cuda_detail::guard_bounds_chunks;
+  EXPECT_TRUE(guard_bounds_chunks(49152, true, 100, 4, 16384));    // 6 blocks × 512 × 4 = 12,288
+  EXPECT_FALSE(guard_bounds_chunks(49153, true, 100, 4, 16384));   // 7 blocks
+  EXPECT_TRUE(guard_bounds_chunks(196608, true, 100, 1, 16384));   // 24 blocks, compacted after each
+  EXPECT_FALSE(guard_bounds_chunks(393216, true, 100, 1, 16384));  // 48 blocks (a batch of 32)
+  EXPECT_TRUE(guard_bounds_chunks(24576, false, 100, 4, 16384));   // float: 6 blocks of 4,096
+  EXPECT_FALSE(guard_bounds_chunks(65536, false, 100, 4, 16384));  // float: 16 blocks
+  EXPECT_TRUE(guard_bounds_chunks(49152, true, 1000, 1, 16384));   // 6 × 2,000 = 12,000
+  EXPECT_FALSE(guard_bounds_chunks(49152, true, 1000, 4, 16384));
+  EXPECT_FALSE(guard_bounds_chunks(49152, true, 100, 4, 8192));    // a smaller pool
 }
 
 // A filtered batch's chunk: its GEMM scored only some queries (row j of the output is query

@@ -24,10 +24,9 @@ constexpr int kCollectThreads = 256;
 constexpr int kMaskedCollectBlocks = 5;
 
 /// A block of the masked collect appends at most this many of a query's rows before it raises
-/// the threshold from its own rows (collect_kernel's flood guard): a chunk of 6 blocks per query
-/// then adds at most 6 × flood_budget(k) entries, within a pool of 4 × cand_cap ≥ 8k between
-/// compactions.
-__device__ __forceinline__ std::uint32_t flood_budget(std::uint32_t k) { return k > 256u ? 2u * k : 512u; }
+/// the threshold from its own rows (collect_kernel's flood guard); guard_bounds_chunks says when
+/// that bounds what chunks add between compactions.
+__host__ __device__ __forceinline__ std::uint32_t flood_budget(std::uint32_t k) { return k > 256u ? 2u * k : 512u; }
 
 __device__ __forceinline__ float out_to_float(float g) { return g; }
 __device__ __forceinline__ float out_to_float(__half g) { return __half2float(g); }
@@ -418,6 +417,12 @@ void collect_chunk(const ChunkScores& c, int n, int k, const CandidatePools& p, 
   if (c.half) collect_chunk_t<__half>(c, n, uk, p, cq, stream);
   else collect_chunk_t<float>(c, n, uk, p, cq, stream);
   CHECK_CUDA_LAUNCH();
+}
+
+bool guard_bounds_chunks(int rows, bool half, int k, int chunks, std::int64_t pool_cap) {
+  const std::int64_t block = half ? CollectShape<__half>::kPerBlock : CollectShape<float>::kPerBlock;
+  const std::int64_t blocks = (static_cast<std::int64_t>(rows) + block - 1) / block;
+  return blocks * flood_budget(static_cast<std::uint32_t>(k)) * chunks <= pool_cap / 4 * 3;
 }
 
 int prepare_candidate_pools() {

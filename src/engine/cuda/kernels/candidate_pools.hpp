@@ -72,6 +72,13 @@ void seed_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& po
 void collect_chunk(const ChunkScores& chunk, int n, int k, const CandidatePools& pools, const ChunkQueries& cq,
                    cudaStream_t stream);
 
+/// Whether the flood guard alone keeps a pool of `pool_cap` entries from overflowing while
+/// `chunks` chunks of `rows` rows (GEMM output __half when `half`) are collected between two
+/// compactions: at most max(512, 2k) entries per block of the collect, for every block, within
+/// three quarters of the pool (the rest for what the last compaction kept). When it does not,
+/// a filtered batch keeps seeding young queries per chunk (seed_chunk, not first).
+bool guard_bounds_chunks(int rows, bool half, int k, int chunks, std::int64_t pool_cap);
+
 /// Opts the seeding kernels into their dynamic shared memory on the current device (the first
 /// call per device; seed_chunk calls it too) and returns the seeding grid (blocks resident at
 /// once). @throws Error on a CUDA failure.
