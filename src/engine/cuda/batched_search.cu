@@ -15,7 +15,18 @@ namespace {
 constexpr std::uint32_t kPoolTriggerDiv = 4;    // compact a pool above min(cap / 4, max(2k, 256))
 constexpr std::int64_t kFirstChunkRows = 8192;  // rows that seed the thresholds
 constexpr std::int64_t kCompactEvery = 4;       // chunks between pool compactions
+constexpr std::int64_t kCompactFirst = 8;       // the first chunks: compacted after each
+constexpr int kLongChunk = 65536;               // longer chunks: compacted after each
 constexpr std::int64_t kMaxChunkGrowth = 8;     // chunk c ≤ 8 × the rows before it
+
+/// Chunks collected between two compactions of the pools around chunk c (of `rows` rows): one
+/// for the first chunks and for long ones, kCompactEvery after.
+std::int64_t chunks_per_compaction(std::int64_t c, int rows) {
+  return c < kCompactFirst || rows > kLongChunk ? 1 : kCompactEvery;
+}
+
+/// Whether the pools are compacted after chunk c (of `rows` rows) of a chunk of every query.
+bool compacts_after(std::int64_t c, int rows) { return chunks_per_compaction(c, rows) == 1 || c % kCompactEvery == 0; }
 
 }  // namespace
 
@@ -141,23 +152,22 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
       // next compaction can add to a pool (short chunks, k up to 256: a batch of 256 queries on
       // float16 storage); a seeding launch per chunk cost 1.2 ms of a 10M-row batch of 256
       // per-query filters.
-      const int between = c < 8 || rc > 65536 ? 1 : static_cast<int>(kCompactEvery);
-      if (!schedule->full || c == 0 || !guard_bounds_chunks(rc, half_out, k, between, pcap))
+      if (!schedule->full || c == 0 ||
+          !guard_bounds_chunks(rc, half_out, k, static_cast<int>(chunks_per_compaction(c, rc)), pcap))
         seed_chunk(chunk, n, k, pools, cq, false, side);
       collect_chunk(chunk, n, k, pools, cq, side);
       // A chunk of some queries (merged, up to a buffer of rows) may let about k · stride rows
       // of a query seeded by it through: compacted after each. A chunk of every query is as
       // long as an unfiltered search's and follows its schedule (each compaction a kernel that
       // shares the multiprocessors with the next chunk's GEMM).
-      if (subset || c < 8 || c % kCompactEvery == 0 || rc > 65536) compact_pools(batch, k, trigger, pools, side);
+      if (subset || compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
     } else if (c == 0) {
       seed_chunk(chunk, n, k, pools, cq, true, side);
     } else {
       collect_chunk(chunk, n, k, pools, cq, side);
       // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
       // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
-      if (c < 8 || c % kCompactEvery == 0 || rc > 65536)  // long chunks: after each
-        compact_pools(batch, k, trigger, pools, side);
+      if (compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
     }
     CHECK_CUDA(cudaEventRecord(ev_pooled_[b].get(), side));
     last = b;
