@@ -346,6 +346,12 @@ StorageVerifyReport verify_once(const std::string& dir, const std::string& corpu
   const Listing& l = seen.l;
   for (const auto& [n, what] : l.odd)
     damage(n, "is " + what + ", not a regular file (restore the file itself from a backup)");
+  // LOCK itself (never what a link there points to): a start-up refuses one that is not a file.
+  struct stat lock_st {};
+  if (::lstat((dir + "/" + kLockName).c_str(), &lock_st) == 0 && !S_ISREG(lock_st.st_mode))
+    damage(kLockName, "is " + file_kind(lock_st.st_mode) +
+                          ", not a regular file: a start-up refuses the directory (remove it: the lock file is "
+                          "made anew)");
 
   // The manifest, read as strictly as a start-up reads it.
   Manifest m;

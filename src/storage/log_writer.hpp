@@ -66,6 +66,14 @@ class LogWriter {
   /// Records and bytes queued, not yet taken by a group commit.
   std::pair<std::int64_t, std::int64_t> queued() const;
 
+  /// Before a snapshot of the state after record `seq`: when the active segment's last record
+  /// is `seq`, starts a new segment, so that what is written while the snapshot is taken goes
+  /// there and detach_through(seq) at its commit takes every older segment out of the log
+  /// (otherwise a log written to all along keeps its whole active segment, up to segment_bytes,
+  /// after each snapshot, and a size policy below that takes snapshot after snapshot).
+  /// @throws Error on a file-system failure (the log then refuses writes) or a failed log.
+  void start_segment_after(std::uint64_t seq);
+
   /// After a snapshot at `seq`: when every record of the active segment is ≤ seq, starts a new
   /// segment; then takes every segment whose records are all ≤ seq (not the active one) out of
   /// the log and returns them, oldest first, with their last_seq: the caller removes their
@@ -81,6 +89,9 @@ class LogWriter {
   void run();
   void write_batch(std::vector<Pending>& batch);
   void open_segment(std::uint64_t first_seq);  // io_mu_ held
+  /// io_mu_ held: a new segment when the active one has records and its last is `seq`
+  /// (exactly) or at most `seq`; the log fails when that cannot be done.
+  void close_active_through(std::uint64_t seq, bool exactly);
   void fail(const std::string& why);           // mu_ held
 
   Config cfg_;

@@ -212,6 +212,13 @@ std::unique_ptr<SnapshotWriter> Storage::begin_snapshot(const SnapshotSpec& spec
                       "] (the current snapshot's seq, the last durable seq)");
     st.snapshot_active = true;
   }
+  try {
+    st.writer->start_segment_after(spec.seq);  // the records after spec.seq in a segment of their own
+  } catch (...) {
+    std::lock_guard<std::mutex> lk(st.state_mu);
+    st.snapshot_active = false;
+    throw;
+  }
   w->st = &st;
   w->spec = spec;
   w->final_path = st.path(snapshot_name(spec.seq));

@@ -71,6 +71,46 @@ TEST(Snapshot, RoundTripTruncatesTheLog) {
   }
 }
 
+// A snapshot begun at the last record while writes go on: the records written meanwhile go to a
+// segment of their own, and the commit leaves only that segment (the log's bytes are theirs, so
+// a size policy sees the log shrink). Begun behind the last record, nothing is rotated.
+TEST(Snapshot, WritesDuringASnapshotAtTheLastRecordAreTheWholeLogAfterIt) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  auto o = options_for(dir, 4);
+  o.segment_bytes = 1 << 20;  // one segment would hold every record
+  const auto reqs = workload(40, 4, 3);
+  {
+    Storage st(o);
+    for (std::size_t i = 0; i < 20; ++i) append(st, reqs[i]);
+    ASSERT_EQ(segment_paths(dir).size(), 1u);
+    auto w = write_snapshot(st, model_at(reqs, 20), 20, Dtype::kFloat32, 7);
+    for (std::size_t i = 20; i < 30; ++i) append(st, reqs[i]);
+    const std::int64_t before = st.stats().log_bytes;
+    w->commit();
+    w.reset();  // a writer holds the directory's one snapshot slot until it goes
+    const std::vector<std::string> segs = segment_paths(dir);
+    ASSERT_EQ(segs.size(), 1u);
+    EXPECT_NE(segs[0].find("00000000000000000021"), std::string::npos) << segs[0] << ": the segment starts at seq 21";
+    const StorageStats after = st.stats();
+    EXPECT_EQ(after.log_bytes, static_cast<std::int64_t>(fs::file_size(segs[0])));
+    EXPECT_LT(after.log_bytes, before);
+    EXPECT_EQ(after.records_since_snapshot, 10);
+    EXPECT_EQ(replay_all(st, 20).size(), 10u);
+    // Behind the last record (seq 25 of 30): the active segment holds later records and stays.
+    auto behind = write_snapshot(st, model_at(reqs, 25), 25, Dtype::kFloat32, 7);
+    for (std::size_t i = 30; i < 35; ++i) append(st, reqs[i]);
+    behind->commit();
+    EXPECT_EQ(segment_paths(dir), segs);
+    EXPECT_EQ(replay_all(st, 25).size(), 10u);
+    for (std::size_t i = 35; i < 40; ++i) append(st, reqs[i]);
+  }
+  Storage st(o);
+  EXPECT_EQ(st.snapshot_seq(), 25u);
+  EXPECT_EQ(st.recovery().records, 15);
+  EXPECT_EQ(recovered_state(st), model_at(reqs, 40));
+}
+
 TEST(Snapshot, BehindTheLogKeepsLaterRecordsAndReplacesThePrevious) {
   TempDir tmp;
   const std::string dir = tmp.file("s");

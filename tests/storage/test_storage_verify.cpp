@@ -337,6 +337,39 @@ TEST(StorageVerify, AFifoNamedLikeASegmentIsRefusedNotOpened) {
   }
 }
 
+// A LOCK that is a directory or a symbolic link: a start-up refuses the directory, so verify
+// names it as damage (reading neither it nor what the link points to), and changes nothing.
+TEST(StorageVerify, ALockThatIsNotARegularFileIsNamed) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  five_records(dir, 4);
+  const std::string lock = dir + "/LOCK";
+  fs::remove(lock);
+  const std::string target = tmp.file("elsewhere");
+  write_text(target, "not a lock\n");
+  for (const std::string kind : {"a directory", "a symbolic link"}) {
+    SCOPED_TRACE(kind);
+    if (kind == "a directory") ASSERT_TRUE(fs::create_directory(lock));
+    else fs::create_symlink(target, lock);
+    const std::vector<std::string> names = dir_names(dir);
+    const StorageVerifyReport r = verify_storage_dir(dir);  // not verify(): LOCK cannot be read as bytes
+    EXPECT_NE(listing(r).find("DAMAGED LOCK: is " + kind + ", not a regular file: a start-up refuses"),
+              std::string::npos)
+        << listing(r);
+    EXPECT_TRUE(r.damaged()) << listing(r);
+    EXPECT_EQ(dir_names(dir), names);
+    EXPECT_EQ(read_text(target), "not a lock\n");
+    try {
+      Storage st(options_for(dir, 4));
+      ADD_FAILURE() << "a start-up took a LOCK that is " << kind;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is " + kind + ", not a regular file"), std::string::npos) << e.what();
+    }
+    fs::remove(lock);
+  }
+  expect_clean(dir);
+}
+
 TEST(StorageInspect, SnapshotsBesideAMissingOrUnreadableManifestAreNotLeftovers) {
   // A start-up refuses such a directory before it removes anything, and the snapshot may hold the
   // only copy of the rows: neither command may call it something a start-up removes.
