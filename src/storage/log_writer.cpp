@@ -180,13 +180,13 @@ void LogWriter::write_batch(std::vector<Pending>& batch) {
   records_written_ += static_cast<std::int64_t>(batch.size());
 }
 
-void LogWriter::close_active_through(std::uint64_t seq, bool exactly) {
+void LogWriter::close_active_through(std::uint64_t seq) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     SHARDTOPK_EXPECTS(failure_.empty(), "storage '", cfg_.dir, "' refuses writes after an error: ", failure_);
   }
-  if (!active_fd_ || active_last_seq_ < active_first_seq_) return;  // no segment, or one without records
-  if (exactly ? active_last_seq_ != seq : active_last_seq_ > seq) return;
+  // Only a segment with records, all of them ≤ seq.
+  if (!active_fd_ || active_last_seq_ < active_first_seq_ || active_last_seq_ > seq) return;
   // A failed rotation may leave a new segment file behind while the old one is still active;
   // appending to the old one then would break the seq order across files, so the log stops.
   try {
@@ -200,13 +200,12 @@ void LogWriter::close_active_through(std::uint64_t seq, bool exactly) {
 
 void LogWriter::start_segment_after(std::uint64_t seq) {
   std::lock_guard<std::mutex> io(io_mu_);
-  close_active_through(seq, /*exactly=*/true);
+  close_active_through(seq);
 }
 
 std::vector<SegmentInfo> LogWriter::detach_through(std::uint64_t seq) {
   std::lock_guard<std::mutex> io(io_mu_);
-  // A segment with records, all of them in the snapshot: close it so that it can go.
-  close_active_through(seq, /*exactly=*/false);
+  close_active_through(seq);  // a segment all in the snapshot goes with the others
   std::lock_guard<std::mutex> lk(mu_);
   std::size_t keep = 0;
   while (keep + 1 < segments_.size() && segments_[keep + 1].first_seq <= seq + 1) ++keep;

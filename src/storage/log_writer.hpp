@@ -89,9 +89,10 @@ class LogWriter {
   void run();
   void write_batch(std::vector<Pending>& batch);
   void open_segment(std::uint64_t first_seq);  // io_mu_ held
-  /// io_mu_ held: a new segment when the active one has records and its last is `seq`
-  /// (exactly) or at most `seq`; the log fails when that cannot be done.
-  void close_active_through(std::uint64_t seq, bool exactly);
+  /// io_mu_ held: a new segment when the active one has records, all of them ≤ `seq` (the
+  /// active segment holds the last durable record, so before a snapshot at `seq` ≤ that record
+  /// this means: it ends at `seq`); the log fails when that cannot be done.
+  void close_active_through(std::uint64_t seq);
   void fail(const std::string& why);           // mu_ held
 
   Config cfg_;

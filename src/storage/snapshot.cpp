@@ -212,19 +212,13 @@ std::unique_ptr<SnapshotWriter> Storage::begin_snapshot(const SnapshotSpec& spec
                       "] (the current snapshot's seq, the last durable seq)");
     st.snapshot_active = true;
   }
-  try {
-    st.writer->start_segment_after(spec.seq);  // the records after spec.seq in a segment of their own
-  } catch (...) {
-    std::lock_guard<std::mutex> lk(st.state_mu);
-    st.snapshot_active = false;
-    throw;
-  }
   w->st = &st;
   w->spec = spec;
   w->final_path = st.path(snapshot_name(spec.seq));
   w->temp_path = w->final_path + kTempSuffix;
   w->columns.resize(spec.attributes.size());
   std::unique_ptr<SnapshotWriter> out(new SnapshotWriter(std::move(w)));  // releases snapshot_active on error
+  st.writer->start_segment_after(spec.seq);  // the records after spec.seq in a segment of their own
   // Whatever is at the temporary name goes first (a link itself, not its target), and the file
   // is created exclusively: a link planted there cannot redirect the snapshot's bytes.
   remove_file(out->impl_->temp_path);
