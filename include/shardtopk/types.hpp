@@ -29,9 +29,11 @@ enum class ScanRows { kAuto, kTwo };
 /// CUDA batch-1 scan: a persistent grid, or blocks of 1,024 rows scheduled by the hardware;
 /// kAuto: blocks from 8 waves of such blocks on (engine.scan_schedule: auto | blocked | persistent).
 enum class ScanSchedule { kAuto, kBlocked, kPersistent };
-/// Which CUDA path serves a batch: kAuto = the scan for batch 1, the tensor-core GEMM path for
-/// larger batches; kScan / kGemm force one (tests; engine.search_path: auto | scan | gemm).
-enum class SearchPath { kAuto, kScan, kGemm };
+/// Which CUDA path serves a batch: kAuto = the scan for batch 1, one scan for the whole batch
+/// for batches of 2 to 8 where it measured faster (the few-query scan), the tensor-core GEMM path
+/// otherwise; kScan / kGemm force one; kFew takes the few-query scan for every batch of 2 to 8
+/// that it fits (tests, measurements; engine.search_path: auto | scan | gemm | few).
+enum class SearchPath { kAuto, kScan, kGemm, kFew };
 /// CUDA filtered batch-1 scan: kAuto = the gathered scan (only the passing rows, listed first)
 /// when under a fixed fraction of its candidate blocks' rows pass, else the dense scan of those
 /// blocks; kDense / kGathered force one (measurements, tests; engine.filter_scan: auto | dense |

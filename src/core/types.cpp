@@ -92,6 +92,7 @@ std::string to_string(SearchPath p) {
     case SearchPath::kAuto: return "auto";
     case SearchPath::kScan: return "scan";
     case SearchPath::kGemm: return "gemm";
+    case SearchPath::kFew: return "few";
   }
   return "?";
 }
@@ -128,7 +129,8 @@ SearchPath parse_search_path(const std::string& s, const std::string& what) {
   if (s == "auto") return SearchPath::kAuto;
   if (s == "scan") return SearchPath::kScan;
   if (s == "gemm") return SearchPath::kGemm;
-  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, scan, gemm)");
+  if (s == "few") return SearchPath::kFew;
+  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, scan, gemm, few)");
 }
 FilterScan parse_filter_scan(const std::string& s, const std::string& what) {
   if (s == "auto") return FilterScan::kAuto;

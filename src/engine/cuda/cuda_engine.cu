@@ -33,6 +33,7 @@
 #include "engine/cuda/kernels/fill.hpp"
 #include "engine/cuda/kernels/filter_table.cuh"
 #include "engine/cuda/kernels/query_prep.hpp"
+#include "engine/cuda/kernels/scan_few.hpp"
 #include "engine/cuda/kernels/scan_select.hpp"
 #include "engine/cuda/kernels/shard_store.hpp"
 #include "engine/cuda/plan.hpp"
@@ -114,6 +115,7 @@ class CudaEngine final : public Engine {
       scan_args_.clear_bytes = plan_.select_state_bytes();
       scan_args_.cand = ws_.pool;
       scan_args_.dir = reinterpret_cast<std::uint32_t*>(ws_.status + kStatusScanDir);
+      few_ = plan_scan_few(scan_, plan_.few_queries, sms_, smem_optin_);
     }
     host_table_ = slot_attribute_table(s, rows_, 0, "CUDA engine");
     upload(s);
@@ -279,6 +281,29 @@ class CudaEngine final : public Engine {
     const RowMasks* m = filtered || live ? &masks : nullptr;
     const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (live ? GraphCache::kMaskLive : 0);
     const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, mask_kinds};
+    // Batches of 2 to few_.max_batch without masks: one pass over the shard for all of them (the
+    // batch-1 arithmetic: the same bits), no host synchronisation.
+    if (batched && m == nullptr &&
+        a.batch <= (search_path_ == SearchPath::kAuto  ? few_.max_batch
+                    : search_path_ == SearchPath::kFew ? few_.fit_batch
+                                                       : 0)) {
+      graphs_.run(key, s, [&] {
+        ScanFewArgs f;
+        f.shard = ws_.shard;
+        f.ids = ws_.ids;
+        f.queries = a.queries;
+        f.batch = a.batch;
+        f.k = a.k;
+        f.out = a.out;
+        f.scores = ws_.scores;
+        f.states = ws_.few;
+        f.cand = ws_.pool;
+        f.dir = scan_args_.dir;
+        scan_few(scan_, few_, f, s);
+        if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
+      });
+      return;
+    }
     if (batched) return search_batched(a, key, s, m);
     if (windowed) return search_windowed(a, s, m);
     // Batch 1 (or an empty shard): one scan + select per query, then the epilogue: one graph
@@ -680,6 +705,7 @@ class CudaEngine final : public Engine {
   cudaStream_t stream_ = nullptr;  // own_stream_ or the caller's
   ScanSelectPlan scan_;
   ScanSelectArgs scan_args_;  // the workspace part of every batch-1 search
+  ScanFewPlan few_;           // batches of 2 .. few_.max_batch without masks (scan_few)
   TransferCounters counters_;
   // Declaration order = reverse destruction order: graphs, cuBLAS and the streams go before the
   // memory their work used is freed.

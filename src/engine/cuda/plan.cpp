@@ -90,7 +90,10 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.blocks = (rows + kFilterBlockRows - 1) / kFilterBlockRows;
   const std::uint64_t ublocks = static_cast<std::uint64_t>(p.blocks);
   const std::uint64_t block_rows = mul_bytes(ublocks, static_cast<std::uint64_t>(kFilterBlockRows));
-  p.scores_bytes = std::max<std::uint64_t>({mul_bytes(block_rows, 4), 2 * p.sbuf_bytes, kMinScratch,
+  // A few-query search (2 ≤ batch ≤ few_queries) writes every query's exact scores [batch, rows].
+  p.few_queries = bmax >= 2 && rows > 0 ? static_cast<int>(std::min<std::uint64_t>(kFewQueries, bmax)) : 0;
+  const std::uint64_t few_scores = mul_bytes(mul_bytes(static_cast<std::uint64_t>(p.few_queries), urows), 4);
+  p.scores_bytes = std::max<std::uint64_t>({mul_bytes(block_rows, 4), 2 * p.sbuf_bytes, kMinScratch, few_scores,
                                             mul_bytes(static_cast<std::uint64_t>(dim), 4)});
   p.off_scores = take(p.scores_bytes);
   p.off_cublas = take(rows > 0 ? kCublasWorkspace : 0);
@@ -112,6 +115,7 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_chunk_act = take(static_cast<std::uint64_t>(kScheduleActBytes));
   p.off_qmap = take(static_cast<std::uint64_t>(kScheduleQueries) * 4);
   p.off_seen = take(mul_bytes(bmax, 4));
+  p.off_few = take(mul_bytes(static_cast<std::uint64_t>(p.few_queries), sizeof(FewQueryState)));
   p.total = off;
   p.table_bytes = DeviceFilterTableStorage::bytes_for(rows, lim.attribute_columns);
   return p;
@@ -151,6 +155,7 @@ Workspace Plan::carve(void* arena, bool l2) const {
   w.chunk_act = reinterpret_cast<std::uint8_t*>(base + off_chunk_act);
   w.qmap = reinterpret_cast<std::int32_t*>(base + off_qmap);
   w.seen = reinterpret_cast<std::uint32_t*>(base + off_seen);
+  w.few = few_queries > 0 ? reinterpret_cast<FewQueryState*>(base + off_few) : nullptr;
   return w;
 }
 

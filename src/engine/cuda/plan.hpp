@@ -12,7 +12,7 @@
 //   status   [4]                     status words (kStatus*)
 //   hists, counts, overflow, thr, state    selection state (zeroed together before a batch-1 scan)
 //   pool     [batch_max, pool_cap]   (score, row) candidates per query
-//   scores   [max(rows, chunk)]      batch-1 exact scores / batched GEMM output [B, R] ×2 / upload staging
+//   scores   [max(rows, chunk)]      batch-1 exact scores / few-query exact scores [batch, rows] / batched GEMM output [B, R] ×2 / upload staging
 //   cublas   32 MiB                  cuBLAS workspace (no allocation inside cuBLAS calls)
 //   masks    [max_filters, rows/32]  row masks of a batch's distinct filters
 //   mask_index [batch_max]           each query's filter mask (-1: none)
@@ -23,6 +23,7 @@
 //   row_list [rows]                  the gathered scan's rows
 //   qsub     [batch_max, dpad]       storage dtype: the queries a chunk of a filtered batch GEMMs
 //   chunk_rows, chunk_act, qmap      a filtered batch's chunk schedule (rows, activity, query lists)
+//   few      [min(8, batch_max)]     a few-query search's selection states (its scores [batch, rows]: `scores`)
 //
 // The query, candidate and answer buffers of the data path are not here: the index allocates
 // them (engine/space.hpp).
@@ -92,6 +93,7 @@ struct Workspace {
   std::uint8_t* chunk_act = nullptr;  // [kScheduleActBytes]: [programs, chunks]
   std::int32_t* qmap = nullptr;       // [kScheduleQueries]
   std::uint32_t* seen = nullptr;      // [batch_max] a filtered batch's rows seen per threshold
+  FewQueryState* few = nullptr;       // [few_queries] a few-query search's selection states
 };
 
 struct Plan {
@@ -100,8 +102,9 @@ struct Plan {
                 off_status = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
                 off_pool = 0, off_scores = 0, off_cublas = 0, off_masks = 0, off_mask_index = 0, off_live = 0,
                 off_programs = 0, off_flags = 0, off_cand = 0, off_fstats = 0, off_cids = 0, off_row_list = 0,
-                off_qsub = 0, off_chunk_rows = 0, off_chunk_act = 0, off_qmap = 0, off_seen = 0;
+                off_qsub = 0, off_chunk_rows = 0, off_chunk_act = 0, off_qmap = 0, off_seen = 0, off_few = 0;
   std::int64_t mask_words = 0, blocks = 0;
+  int few_queries = 0;            // the few-query search's largest batch (0: none)
   std::uint64_t scores_bytes = 0;
   std::uint64_t sbuf_bytes = 0;   // one batched GEMM output buffer (two, ping-pong)
   std::uint64_t shard_bytes = 0;  // shard + ids + row norms

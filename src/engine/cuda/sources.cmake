@@ -19,6 +19,7 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/query_prep.cu
   ${_stk_cuda_dir}/kernels/shard_store.cu
   ${_stk_cuda_dir}/kernels/scan_select.cu
+  ${_stk_cuda_dir}/kernels/scan_few.cu
   ${_stk_cuda_dir}/kernels/candidate_pools.cu
   ${_stk_cuda_dir}/kernels/rescore.cu
   ${_stk_cuda_dir}/kernels/filter_table.cu

@@ -113,6 +113,42 @@ TEST_P(BatchIndependence, SameBitsAloneAndInBatches) {
 INSTANTIATE_TEST_SUITE_P(Gpu, BatchIndependence, ::testing::ValuesIn(dtype_metrics()),
                          [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
 
+// Batches of 2 to 8 take one pass over the shard for all their queries (scan_few): each query's
+// ids and score bits are its batch-1 search's, in batches of every size 2 … 8 (3, 5, 6 and 7 fill
+// part of the 4- or 8-query kernel; 23 queries end on a partial batch), for short rows (D = 37:
+// 10 or 5 chunks of 16 bytes) and long ones (D = 768), a shard of fewer rows than k (padding),
+// and rows tied across the k-th (every row from n / 2 on repeats one of 61 rows); searched twice
+// in a row (the sweep alternates its direction); the tensor-core path (forced) gives the same
+// bits; the float64 oracle within ε.
+TEST_P(BatchIndependence, FewQueriesSameBitsAsAlone) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const DtypeMetric& p = GetParam();
+  const std::int64_t nq = 23;
+  const int k = 100;
+  for (const auto& [n, dim] : {std::pair<std::int64_t, std::int64_t>{30011, 37}, {9001, 768}, {60, 100}}) {
+    std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 1900 + dim);
+    for (std::int64_t r = n / 2; r < n; ++r)
+      std::copy(raw.begin() + (r % 61) * dim, raw.begin() + (r % 61 + 1) * dim, raw.begin() + r * dim);
+    const Corpus c = make_corpus(raw, n, dim, p.metric, p.dtype, shuffled_ids(n, 1901));
+    const std::string what = p.name() + " n=" + std::to_string(n) + " D=" + std::to_string(dim);
+    Rig e = make_rig(c.input(), p.metric, p.dtype, limits(8, 128));
+    const std::vector<float> q = random_floats(static_cast<size_t>(nq * dim), 1902);
+    const auto single = run_candidates(e, q, nq, k, 1);
+    for (int b = 2; b <= 8; ++b)
+      for (int run = 0; run < 2; ++run)
+        expect_same_candidates(run_candidates(e, q, nq, k, b), single,
+                               what + ": batch " + std::to_string(b) + " run " + std::to_string(run) + " vs alone");
+    EngineOptions gemm;
+    gemm.search_path = SearchPath::kGemm;
+    Rig g = make_rig(c.input(), p.metric, p.dtype, limits(8, 128), gemm);
+    expect_same_candidates(run_candidates(g, q, nq, k, 5), single, what + ": tensor-core path vs alone");
+    const int kk = static_cast<int>(std::min<std::int64_t>(k, n));
+    expect_within_tolerance(oracle_metric(p.metric), c.stored, c.n, c.ids.data(), prepared(q, nq, dim, p.metric), nq,
+                            dim, kk, to_answer(single, p.metric, nq, k, kk), what + " vs oracle");
+    expect_padding(single, nq, k, kk, what);
+  }
+}
+
 class CandidateBound : public ::testing::TestWithParam<DtypeMetric> {};
 
 /// Rows [n, dim] = ±(base + eps · noise) (base, noise uniform in [-1, 1] from seeds seed and
@@ -227,8 +263,9 @@ TEST_P(CandidateBound, OddChunkShapesSmallShardsAndTails) {
 INSTANTIATE_TEST_SUITE_P(Gpu, CandidateBound, ::testing::ValuesIn(dtype_metrics()),
                          [](const ::testing::TestParamInfo<DtypeMetric>& i) { return i.param.name(); });
 
-// More rows tie at the k-th score than the final sort holds (the batch-1 slow path, and the
-// batched path's fallback to it): every row equal, so the answer is the k smallest ids.
+// More rows tie at the k-th score than the final sort holds (the batch-1 slow path, the
+// few-query scan's selects, which share it, and the tensor-core path's fallback to it): every
+// row equal, so the answer is the k smallest ids.
 TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   const std::int64_t n = 50000, dim = 8;
@@ -236,13 +273,19 @@ TEST(CudaEngine, MassiveTiesTakeTheSmallestIds) {
   std::vector<float> raw(static_cast<size_t>(n * dim), 0.5f);
   for (std::int64_t r = 0; r < 40; ++r) raw[(r * 997) * dim] = 2.0f;  // 40 rows above the tie
   const Corpus c = make_corpus(raw, n, dim, Metric::kInnerProduct, Dtype::kFloat32, shuffled_ids(n, 1400));
-  Rig e = make_rig(c.input(), Metric::kInnerProduct, Dtype::kFloat32, limits(4, 128));
+  Rig few = make_rig(c.input(), Metric::kInnerProduct, Dtype::kFloat32, limits(4, 128));
+  EngineOptions gemm;
+  gemm.search_path = SearchPath::kGemm;
+  Rig e = make_rig(c.input(), Metric::kInnerProduct, Dtype::kFloat32, limits(4, 128), gemm);
   const std::vector<float> q(static_cast<size_t>(4 * dim), 1.0f);
-  for (int b : {1, 4}) {
-    const auto got = run_candidates(e, q, 4, k, b);
-    expect_exact(Metric::kInnerProduct, c.stored, c.n, c.ids.data(), q, 4, dim, k,
-                 to_answer(got, Metric::kInnerProduct, 4, k, k), "massive ties, batch " + std::to_string(b));
-  }
+  for (Rig* r : {&few, &e})
+    for (int b : {1, 4}) {
+      const auto got = run_candidates(*r, q, 4, k, b);
+      expect_exact(Metric::kInnerProduct, c.stored, c.n, c.ids.data(), q, 4, dim, k,
+                   to_answer(got, Metric::kInnerProduct, 4, k, k),
+                   std::string(r == &e ? "tensor-core path" : "default path") + ", massive ties, batch " +
+                       std::to_string(b));
+    }
   // A search with an epilogue (the one-rank index's export) queues it inside the batched path's
   // graph, before the overflow check; here every pool overflows, so the epilogue must be queued
   // again after the fallback: the exported ids and scores equal the listed candidates, not the

@@ -9,6 +9,7 @@
 #include "engine/cuda/kernels/scan_select.hpp"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "core/cuda_check.cuh"
 #include "engine/cuda/kernels/launch.hpp"
@@ -221,12 +222,24 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
 /// memory: cap × 12 bytes (the final sort).
 /// `entries` (optional, device): the number of scores when a filtered scan wrote them compactly
 /// (at most `rows`; then `ids` are the compact ids beside them), read once at the start.
+/// `query_bytes` ≠ 0 (a few-query search, scan_few.hpp): the blocks of grid row y select query y,
+/// whose scores start at scores + y · rows, its hists, count and state `query_bytes` · y bytes
+/// past the given ones (FewQueryState), its candidates at cand + y · cap, its answer at out + y · k.
 template <bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     select1_kernel(const float* __restrict__ scores, std::int64_t rows, std::uint32_t* __restrict__ hists,
                    std::uint32_t k, std::uint32_t cap, Batch1State* __restrict__ st, PoolEntry* __restrict__ cand,
                    std::uint32_t* __restrict__ count, const std::int64_t* __restrict__ ids,
-                   Candidate* __restrict__ out, const std::uint32_t* __restrict__ entries) {
+                   Candidate* __restrict__ out, const std::uint32_t* __restrict__ entries, std::int64_t query_bytes) {
+  if (query_bytes != 0) {
+    const std::int64_t y = blockIdx.y;
+    scores += y * rows;
+    hists = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(hists) + y * query_bytes);
+    count = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(count) + y * query_bytes);
+    st = reinterpret_cast<Batch1State*>(reinterpret_cast<char*>(st) + y * query_bytes);
+    cand += y * cap;
+    out += y * k;
+  }
   if (entries != nullptr) rows = min(rows, static_cast<std::int64_t>(*entries));
   extern __shared__ __align__(16) unsigned char smem[];
   std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // refinement histogram (before the sort)
@@ -238,7 +251,11 @@ __global__ void __launch_bounds__(kSelThreads)
     claim2 = atomicAdd(&st->claimed[0], 1u);
     claim3 = atomicAdd(&st->claimed[1], 1u);
   }
-  Resolution res{static_cast<int>(st->status), st->thr, 0u, st->tie_overflow, st->prefix};
+  // A few-query scan leaves each query's level-1 histogram to its select: every block of the
+  // query resolves it (the same answer in each), the queries in parallel.
+  Resolution res = query_bytes != 0
+                       ? resolve<kSelThreads>(hists, 1, k, cap)
+                       : Resolution{static_cast<int>(st->status), st->thr, 0u, st->tie_overflow, st->prefix};
   if (res.status == 2) {
     if (threadIdx.x == 0) first_claim[0] = claim2;
     __syncthreads();
@@ -354,7 +371,7 @@ void launch_scan_select(const ScanSelectPlan& p, const ScanSelectArgs& a, cudaSt
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
   select1_kernel<kMasked><<<p.select_blocks, kSelThreads, smem, stream>>>(a.scores, p.rows, a.hists, uk, ucap,
                                                                          a.state, a.cand, a.count, a.ids, a.out,
-                                                                         nullptr);
+                                                                         nullptr, 0);
   CHECK_CUDA_LAUNCH();
 }
 
@@ -408,7 +425,23 @@ void select_compact(const ScanSelectPlan& p, const ScanSelectArgs& a, std::int64
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
   select1_kernel<true><<<p.select_blocks, kSelThreads, smem, stream>>>(
       a.scores, max_entries, a.hists, static_cast<std::uint32_t>(a.k), static_cast<std::uint32_t>(p.cap), a.state,
-      a.cand, a.count, a.ids, a.out, entries);
+      a.cand, a.count, a.ids, a.out, entries, 0);
+  CHECK_CUDA_LAUNCH();
+}
+
+void select_few(const ScanSelectPlan& p, const float* scores, FewQueryState* states, int batch, int k,
+                PoolEntry* cand, const std::int64_t* ids, Candidate* out, cudaStream_t stream) {
+  const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
+  // Each query gets a batch-1 select's grid, as far as one wave of blocks holds them all.
+  const dim3 grid(static_cast<unsigned>(std::max(1, std::min(p.select_blocks, p.select_wave / batch))),
+                  static_cast<unsigned>(batch));
+  char* base = reinterpret_cast<char*>(states);  // query 0's state; the kernel offsets the others
+  select1_kernel<false><<<grid, kSelThreads, smem, stream>>>(
+      scores, p.rows, reinterpret_cast<std::uint32_t*>(base + offsetof(FewQueryState, hists)),
+      static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(p.cap),
+      reinterpret_cast<Batch1State*>(base + offsetof(FewQueryState, state)), cand,
+      reinterpret_cast<std::uint32_t*>(base + offsetof(FewQueryState, count)), ids, out, nullptr,
+      static_cast<std::int64_t>(sizeof(FewQueryState)));
   CHECK_CUDA_LAUNCH();
 }
 
@@ -435,6 +468,7 @@ ScanSelectPlan plan_scan_select(Dtype dtype, bool l2, std::int64_t rows, std::in
   // One wave of blocks (select1 is correct for any grid; a second wave would only wait).
   const int select_grid =
       std::min(persistent_grid(select, kSelThreads, smem, sms), persistent_grid(select_masked, kSelThreads, smem, sms));
+  p.select_wave = select_grid;
   p.select_blocks = static_cast<int>(std::min<std::int64_t>(select_grid, (rows + kSelThreads - 1) / kSelThreads));
   return p;
 }

@@ -39,7 +39,8 @@ struct ScanSelectPlan {
   int cap = 0;                ///< candidates the final sort holds
   int scan_blocks = 0;        ///< scan grid
   std::int64_t rows_per_block = 0;  ///< 0: persistent grid; else blocks of this many rows
-  int select_blocks = 0;      ///< select grid: one wave of blocks (any grid is correct)
+  int select_blocks = 0;      ///< select grid: one wave of blocks (any grid is correct), fewer for small shards
+  int select_wave = 0;        ///< one wave of select blocks
   bool l2_hints = true;       ///< evict-first loads, the last rows kept in L2, alternating direction
   std::int64_t keep_from = 0; ///< first logical row loaded as evict-normal (with l2_hints)
   void (*launch)(const ScanSelectPlan&, const ScanSelectArgs&, cudaStream_t) = nullptr;
@@ -101,5 +102,12 @@ inline void scan_select(const ScanSelectPlan& plan, const ScanSelectArgs& args, 
 /// (ids from args.ids, padding when fewer than k entries are finite). On `stream`, returns at once.
 void select_compact(const ScanSelectPlan& plan, const ScanSelectArgs& args, std::int64_t max_entries,
                     const std::uint32_t* entries, cudaStream_t stream);
+
+/// The selects of a few-query scan (scan_few.hpp), one launch: query y of `batch` (≤ the plan's
+/// few-query limit) from scores [batch, plan.rows] (device) and states[y] (its level-1 histogram
+/// and resolved threshold) into out [batch, k] (device; ids from `ids`), its candidates in
+/// cand [batch, plan.cap]. On `stream`, returns at once (capturable).
+void select_few(const ScanSelectPlan& plan, const float* scores, FewQueryState* states, int batch, int k,
+                PoolEntry* cand, const std::int64_t* ids, Candidate* out, cudaStream_t stream);
 
 }  // namespace shardtopk::cuda_detail

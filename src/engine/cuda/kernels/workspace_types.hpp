@@ -47,6 +47,18 @@ struct Batch1State {
   std::uint32_t entries;       // filtered scan: compact entries written (its select's length)
 };
 
+/// The few-query search (scan_few.hpp): at most this many queries share one pass over the shard.
+constexpr int kFewQueries = 8;
+
+/// One query's selection state in a few-query search, laid out as the batch-1 search's (its
+/// histograms, its candidate count, its Batch1State), one after the other for each query of the
+/// batch and zeroed together before the scan.
+struct FewQueryState {
+  std::uint32_t hists[kHistWords];
+  std::uint32_t count;
+  Batch1State state;
+};
+
 /// One filter program's counts over a shard (device; zeroed before its block verdicts).
 struct FilterStats {
   std::uint32_t cand_blocks;  ///< blocks whose summaries leave a passing row possible (its candidate list)

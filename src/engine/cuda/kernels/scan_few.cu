@@ -1,0 +1,303 @@
+// The few-query search (scan_few.hpp):
+//   scan_few   one pass over the shard; a warp takes kFewRows adjacent rows at a time, each lane
+//              loading chunks lane, lane + 32, … of each row (few_chunks() per row in
+//              flight), and advances one accumulator per (query, row) in the batch-1 order
+//              (score.cuh); the warp's kQ · kFewRows partial sums are then reduced by a
+//              reduce-scatter over the same xor butterfly, so each lane ends with whole sums of
+//              some (query, row) pairs, bit for bit warp_tree's; exact scores to
+//              scores[q, rows], a 4,096-bin level-1 histogram per query; the last block flips
+//              *dir (the sweep direction)
+//   select_few the batch-1 select of each query (scan_select.cu), one grid row per query, which
+//              first resolves the query's level-1 threshold (select1.cuh).
+
+#include "engine/cuda/kernels/scan_few.hpp"
+
+#include <algorithm>
+
+#include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/launch.hpp"
+#include "engine/cuda/kernels/score.cuh"
+#include "engine/cuda/kernels/select1.cuh"
+#include "engine/cuda/kernels/select_primitives.cuh"
+#include "engine/cuda/kernels/storage.cuh"
+
+namespace shardtopk::cuda_detail {
+namespace {
+
+constexpr int kFewThreads = 512;  // one block per multiprocessor (its histograms fill shared memory)
+constexpr int kFewRows = 4;       // adjacent rows per warp step
+// Float16/bfloat16 shards: the scan does twice the FMAs per byte of float32 and stops hiding
+// them behind the reads as the batch grows, so above these sizes the tensor-core path serves
+// batches of 5 to 8 (above kFewMidBytes) and of 3 to 8 (above kFewWideBytes). One H200, 768
+// dims, host p50 against the tensor-core path: 100k rows B = 8 99.5 against 131.0 µs; 1M rows
+// B = 4 441 against 467 µs, B = 8 629 against 475 µs; 10M rows B = 4 5.41 against 3.80 ms
+// (docs/PERFORMANCE.md, "Batches of 2 to 8"). Float32 shards: the scan is ahead at every size.
+constexpr std::uint64_t kFewMidBytes = 512ull << 20;
+constexpr std::uint64_t kFewWideBytes = 2ull << 30;
+
+/// Chunks of a row per tile: 2 up to 4 queries and for float32 rows, 1 for 8 queries of 2-byte
+/// rows (a lane holds two tiles, the one it scores and the next one in flight; there, the
+/// accumulators and query chunks leave no registers for more). Two for 4 queries measured 3–6 %
+/// faster than one (1M and 10M rows, float16 and float32).
+template <typename T, int kQ>
+constexpr int few_chunks() {
+  return kQ <= 4 || sizeof(T) == 4 ? 2 : 1;
+}
+
+/// The elements of one 16-byte chunk of storage T as floats (exact), in element order.
+template <typename T>
+__device__ __forceinline__ void chunk_floats(const uint4& raw, float (&x)[VecTraits<T>::kElems]) {
+  if constexpr (std::is_same<T, float>::value) {
+    x[0] = __uint_as_float(raw.x);
+    x[1] = __uint_as_float(raw.y);
+    x[2] = __uint_as_float(raw.z);
+    x[3] = __uint_as_float(raw.w);
+  } else {
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f;
+      if constexpr (std::is_same<T, __half>::value) {
+        __half2 h;
+        *reinterpret_cast<unsigned*>(&h) = w[i];
+        f = __half22float2(h);
+      } else {
+        __nv_bfloat162 h;
+        *reinterpret_cast<unsigned*>(&h) = w[i];
+        f = __bfloat1622float2(h);
+      }
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  }
+}
+
+/// Reduce-scatter of kN partial sums per lane over the warp, by the xor butterfly's steps
+/// (offsets kO, kO / 2, … 1): at each step a lane keeps the upper half of its values when its
+/// offset bit is set, else the lower half, and adds its partner's partial of each kept value
+/// (own + partner, as warp_tree adds; a + b = b + a exactly). Each value's sum is thus formed by
+/// the same additions, in the same tree, as warp_tree of that value alone. Afterwards v[0 ..
+/// max(1, kN / 32)) hold the sums of values lane · (kN / 32) + t when kN ≥ 32; below 32 values,
+/// once one value is left the remaining steps are warp_tree's, and lane l holds value
+/// l / (32 / kN) (lanes l ≡ 0 mod 32 / kN write it).
+template <int kN, int kO>
+__device__ __forceinline__ void reduce_scatter(float* v, int lane) {
+  if constexpr (kO > 0) {
+    if constexpr (kN > 1) {
+      const bool up = (lane & kO) != 0;
+#pragma unroll
+      for (int j = 0; j < kN / 2; ++j) {
+        const float send = up ? v[j] : v[j + kN / 2];
+        const float keep = up ? v[j + kN / 2] : v[j];
+        v[j] = __fadd_rn(keep, __shfl_xor_sync(kFullMask, send, kO));
+      }
+      reduce_scatter<kN / 2, kO / 2>(v, lane);
+    } else {
+      v[0] = __fadd_rn(v[0], __shfl_xor_sync(kFullMask, v[0], kO));
+      reduce_scatter<1, kO / 2>(v, lane);
+    }
+  }
+}
+
+/// One pass over the shard [rows, nvec chunks] against `batch` ≤ kQ queries [batch, dim]
+/// (float32; query slots past the batch are zero and never written): scores[q · rows + r] =
+/// query q's exact ranking score of row r (score.cuh's per-lane order, then warp_tree's additions
+/// by reduce_scatter), histogram q += the top 12 bits of its key (each query's select resolves
+/// its threshold). Persistent grid; warps stride over steps of kFewRows rows, each step read in
+/// tiles of kC chunks per lane and row, the loads of the next tile (of this step or the next)
+/// issued before the FMAs of this one. L2 hints and alternating direction as scan1_kernel
+/// (scan_select.cu): the last block flips *dir. Dynamic shared memory: kQ × (kHist1Bins words +
+/// nvec · V floats).
+template <typename T, bool kL2, int kQ>
+__global__ void __launch_bounds__(kFewThreads, 1)
+    scan_few_kernel(const T* __restrict__ shard, std::int64_t rows, int nvec, const float* __restrict__ queries,
+                    int batch, int dim, float* __restrict__ scores, FewQueryState* __restrict__ states,
+                    std::uint32_t* __restrict__ dir, std::int64_t keep_from) {
+  constexpr int V = VecTraits<T>::kElems;
+  constexpr int kC = few_chunks<T, kQ>();
+  constexpr int kG = kQ < 4 ? kQ : 4;  // queries whose chunks a lane holds at once
+  constexpr int kN = kQ * kFewRows;    // partial sums per lane: value q · kFewRows + i
+  static_assert(kN >= 8 && kN <= 32, "scan_few_kernel: 2, 4 or 8 queries");
+  const bool hints = dir != nullptr;
+  const bool rev = hints && (*dir & 1u) != 0u;
+  const std::uint64_t pol_stream = l2_evict_first(), pol_keep = l2_evict_normal();
+  extern __shared__ __align__(16) unsigned char smem[];
+  std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // [kQ][kHist1Bins]
+  float* qs = reinterpret_cast<float*>(h + kQ * kHist1Bins);  // [kQ][nvec · V]
+  const int qstride = nvec * V;
+  for (int i = threadIdx.x; i < kQ * qstride; i += blockDim.x) {
+    const int q = i / qstride, c = i - q * qstride;
+    qs[i] = q < batch && c < dim ? queries[static_cast<std::int64_t>(q) * dim + c] : 0.0f;
+  }
+  for (int i = threadIdx.x; i < kQ * kHist1Bins; i += blockDim.x) h[i] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * (kFewThreads / 32) * kFewRows;
+  const int tiles = (nvec + 32 * kC - 1) / (32 * kC);  // tiles per step of rows
+  // Loads tile `t` of the step at logical row r into x (row i: logical r + i, read as
+  // rows − 1 − (r + i) when reversed; rows past the end read the step's first row again).
+  auto load = [&](std::int64_t r, int t, uint4 (&x)[kFewRows][kC]) {
+    const std::int64_t first = rev ? rows - 1 - r : r, dr = rev ? -1 : 1;
+    const std::uint64_t pol = r >= keep_from ? pol_keep : pol_stream;
+#pragma unroll
+    for (int i = 0; i < kFewRows; ++i) {
+      const T* row = shard + (r + i < rows ? first + i * dr : first) * stride;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        const int v = t * 32 * kC + lane + 32 * c;
+        if (v < nvec) x[i][c] = hints ? load_chunk_hint(row, v, pol) : load_chunk(row, v);
+      }
+    }
+  };
+  std::int64_t r = (static_cast<std::int64_t>(blockIdx.x) * (kFewThreads / 32) + (threadIdx.x >> 5)) * kFewRows;
+  int t = 0;
+  uint4 x[kFewRows][kC];
+  if (r < rows) load(r, 0, x);
+  float a[kN];
+#pragma unroll
+  for (int j = 0; j < kN; ++j) a[j] = 0.0f;
+  while (r < rows) {  // warp-uniform
+    const std::int64_t rn = t + 1 < tiles ? r : r + step;
+    const int tn = t + 1 < tiles ? t + 1 : 0;
+    uint4 xn[kFewRows][kC];
+    if (rn < rows) load(rn, tn, xn);
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const int v = t * 32 * kC + lane + 32 * c;
+      if (v >= nvec) continue;
+#pragma unroll
+      for (int g = 0; g < kQ; g += kG) {
+        float qv[kG][V];
+#pragma unroll
+        for (int gq = 0; gq < kG; ++gq) {
+          const float4* p = reinterpret_cast<const float4*>(qs + (g + gq) * qstride + v * V);
+#pragma unroll
+          for (int e4 = 0; e4 < V / 4; ++e4) {
+            const float4 f = p[e4];
+            qv[gq][4 * e4] = f.x;
+            qv[gq][4 * e4 + 1] = f.y;
+            qv[gq][4 * e4 + 2] = f.z;
+            qv[gq][4 * e4 + 3] = f.w;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kFewRows; ++i) {
+          float xf[V];
+          chunk_floats<T>(x[i][c], xf);
+#pragma unroll
+          for (int gq = 0; gq < kG; ++gq) {
+            float acc = a[(g + gq) * kFewRows + i];
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc = fma_step<kL2>(qv[gq][e], xf[e], acc);
+            a[(g + gq) * kFewRows + i] = acc;
+          }
+        }
+      }
+    }
+    if (t + 1 == tiles) {  // the step's rows are scored: reduce, write, histogram
+      reduce_scatter<kN, 16>(a, lane);
+      // This lane's value: kN = 32 → lane; kN < 32 → lane / (32 / kN), written by the first lane.
+      constexpr int kSpread = 32 / kN;
+      const int value = lane / kSpread;
+      const int q = value / kFewRows, i = value % kFewRows;
+      const bool writer = lane % kSpread == 0 && q < batch && r + i < rows;
+      float sc = a[0];
+      if (kL2) sc = -sc;
+      const std::int64_t at = rev ? rows - 1 - (r + i) : r + i;
+      if (writer) scores[static_cast<std::int64_t>(q) * rows + at] = sc;
+      hist_add(h, static_cast<std::uint32_t>(q) * kHist1Bins + (score_key(sc) >> 20), writer);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) a[j] = 0.0f;
+    }
+    r = rn;
+    t = tn;
+#pragma unroll
+    for (int i = 0; i < kFewRows; ++i)
+#pragma unroll
+      for (int c = 0; c < kC; ++c) x[i][c] = xn[i][c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kQ * kHist1Bins; i += blockDim.x)
+    if (h[i]) atomicAdd(&states[i / kHist1Bins].hists[i % kHist1Bins], h[i]);
+  // Every block read *dir before it got here; the last one flips it for the next search.
+  if (dir != nullptr && last_block_done(&states[0].state.done) && threadIdx.x == 0) {
+    states[0].state.done = 0;
+    *dir ^= 1u;
+  }
+}
+
+template <int kQ>
+std::size_t few_smem(const ScanSelectPlan& s) {
+  return static_cast<std::size_t>(kQ) * (kHist1Bins * sizeof(std::uint32_t) + static_cast<std::size_t>(s.dpad) * sizeof(float));
+}
+
+template <typename T, bool kL2, int kQ>
+void launch_few(const ScanSelectPlan& s, const ScanFewPlan& p, const ScanFewArgs& a, cudaStream_t stream) {
+  const std::size_t smem = few_smem<kQ>(s);
+  scan_few_kernel<T, kL2, kQ><<<p.blocks, kFewThreads, smem, stream>>>(
+      static_cast<const T*>(a.shard), s.rows, s.nvec, a.queries, a.batch, static_cast<int>(s.dim), a.scores,
+      a.states, s.l2_hints ? a.dir : nullptr, s.keep_from);
+  CHECK_CUDA_LAUNCH();
+}
+
+/// Index of the kernel for a batch: 1 (2 queries), 2 (3–4), 3 (5–8).
+int few_slot(int batch) { return batch <= 2 ? 1 : batch <= 4 ? 2 : 3; }
+
+template <typename T, bool kL2>
+void launch_slot(int slot, const ScanSelectPlan& s, const ScanFewPlan& p, const ScanFewArgs& a, cudaStream_t stream) {
+  if (slot == 1) launch_few<T, kL2, 2>(s, p, a, stream);
+  else if (slot == 2) launch_few<T, kL2, 4>(s, p, a, stream);
+  else launch_few<T, kL2, 8>(s, p, a, stream);
+}
+
+template <typename T, bool kL2>
+const void* kernel_of(int slot) {
+  if (slot == 1) return reinterpret_cast<const void*>(scan_few_kernel<T, kL2, 2>);
+  if (slot == 2) return reinterpret_cast<const void*>(scan_few_kernel<T, kL2, 4>);
+  return reinterpret_cast<const void*>(scan_few_kernel<T, kL2, 8>);
+}
+
+}  // namespace
+
+ScanFewPlan plan_scan_few(const ScanSelectPlan& s, int max_batch, int sms, std::size_t smem_optin) {
+  ScanFewPlan p;
+  if (max_batch < 2 || s.rows <= 0) return p;
+  const std::size_t need[4] = {0, few_smem<2>(s), few_smem<4>(s), few_smem<8>(s)};
+  int served = 0;
+  for (int slot = 1; slot <= 3; ++slot) {
+    const int hi = slot == 1 ? 2 : slot == 2 ? 4 : 8;
+    if (need[slot] > smem_optin) break;
+    with_storage_type(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      allow_dynamic_smem(s.l2 ? kernel_of<T, true>(slot) : kernel_of<T, false>(slot), need[slot]);
+    });
+    p.smem[slot] = need[slot];
+    served = std::min(hi, max_batch);
+    if (hi >= max_batch) break;
+  }
+  p.fit_batch = served;
+  const std::uint64_t shard_bytes = static_cast<std::uint64_t>(s.rows) * static_cast<std::uint64_t>(s.dpad) *
+                                    (s.dtype == Dtype::kFloat32 ? 4u : 2u);
+  if (s.dtype != Dtype::kFloat32 && shard_bytes > kFewWideBytes) served = std::min(served, 2);
+  else if (s.dtype != Dtype::kFloat32 && shard_bytes > kFewMidBytes) served = std::min(served, 4);
+  p.max_batch = served;
+  // One block per multiprocessor (its shared memory allows no second), fewer for a small shard:
+  // at least one step of rows per warp.
+  constexpr std::int64_t kBlockStepRows = static_cast<std::int64_t>(kFewRows) * (kFewThreads / 32);
+  p.blocks = static_cast<int>(std::min<std::int64_t>(sms, (s.rows + kBlockStepRows - 1) / kBlockStepRows));
+  return p;
+}
+
+void scan_few(const ScanSelectPlan& s, const ScanFewPlan& p, const ScanFewArgs& a, cudaStream_t stream) {
+  CHECK_CUDA(cudaMemsetAsync(a.states, 0, sizeof(FewQueryState) * static_cast<std::size_t>(a.batch), stream));
+  const int slot = few_slot(a.batch);
+  with_storage_type(s.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (s.l2) launch_slot<T, true>(slot, s, p, a, stream);
+    else launch_slot<T, false>(slot, s, p, a, stream);
+  });
+  select_few(s, a.scores, a.states, a.batch, a.k, a.cand, a.ids, a.out, stream);
+}
+
+}  // namespace shardtopk::cuda_detail
