@@ -28,10 +28,11 @@ constexpr int kFewThreads = 512;  // one block per multiprocessor (its histogram
 constexpr int kFewRows = 4;       // adjacent rows per warp step
 // Float16/bfloat16 shards: the scan does twice the FMAs per byte of float32 and stops hiding
 // them behind the reads as the batch grows, so above these sizes the tensor-core path serves
-// batches of 5 to 8 (above kFewMidBytes) and of 3 to 8 (above kFewWideBytes). One H200, 768
-// dims, host p50 against the tensor-core path: 100k rows B = 8 99.5 against 131.0 µs; 1M rows
-// B = 4 441 against 467 µs, B = 8 629 against 475 µs; 10M rows B = 4 5.41 against 3.80 ms
-// (docs/PERFORMANCE.md, "Batches of 2 to 8"). Float32 shards: the scan is ahead at every size.
+// batches of 5 to 8 (above kFewMidBytes) and every batch (above kFewWideBytes). One H200, 768
+// dims, host p50, the scan against the tensor-core path: 100k rows B = 8 100.1 against
+// 125.6 µs; 1M rows B = 4 431.9 against 450.7 µs, B = 8 627.8 against 459.9 µs; 10M rows B = 2
+// 3.73 against 3.58 ms (docs/PERFORMANCE.md, "Batches of 2 to 8"). Float32 shards: the scan is
+// ahead at every size measured (10M rows B = 8 7.79 against 9.30 ms).
 constexpr std::uint64_t kFewMidBytes = 512ull << 20;
 constexpr std::uint64_t kFewWideBytes = 2ull << 30;
 
@@ -279,7 +280,7 @@ ScanFewPlan plan_scan_few(const ScanSelectPlan& s, int max_batch, int sms, std::
   p.fit_batch = served;
   const std::uint64_t shard_bytes = static_cast<std::uint64_t>(s.rows) * static_cast<std::uint64_t>(s.dpad) *
                                     (s.dtype == Dtype::kFloat32 ? 4u : 2u);
-  if (s.dtype != Dtype::kFloat32 && shard_bytes > kFewWideBytes) served = std::min(served, 2);
+  if (s.dtype != Dtype::kFloat32 && shard_bytes > kFewWideBytes) served = 0;
   else if (s.dtype != Dtype::kFloat32 && shard_bytes > kFewMidBytes) served = std::min(served, 4);
   p.max_batch = served;
   // One block per multiprocessor (its shared memory allows no second), fewer for a small shard:

@@ -31,8 +31,8 @@ struct ScanFewPlan {
 /// current device with `sms` multiprocessors and `smem_optin` bytes of shared memory per block:
 /// a batch whose kernel's shared memory (a 4,096-bin histogram and the zero-padded query per
 /// query slot) does not fit is left to the batched path (max_batch lowered), and so are, on a
-/// float16/bfloat16 shard, batches above 4 past 512 MiB and above 2 past 2 GiB (measured slower
-/// there than the tensor-core path; fit_batch keeps them for SearchPath::kFew).
+/// float16/bfloat16 shard, batches above 4 past 512 MiB and every batch past 2 GiB (measured
+/// slower there than the tensor-core path; fit_batch keeps them for SearchPath::kFew).
 ScanFewPlan plan_scan_few(const ScanSelectPlan& scan, int max_batch, int sms, std::size_t smem_optin);
 
 /// One few-query search: device pointers.
