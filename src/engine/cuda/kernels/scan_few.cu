@@ -45,34 +45,6 @@ constexpr int few_chunks() {
   return kQ <= 4 || sizeof(T) == 4 ? 2 : 1;
 }
 
-/// The elements of one 16-byte chunk of storage T as floats (exact), in element order.
-template <typename T>
-__device__ __forceinline__ void chunk_floats(const uint4& raw, float (&x)[VecTraits<T>::kElems]) {
-  if constexpr (std::is_same<T, float>::value) {
-    x[0] = __uint_as_float(raw.x);
-    x[1] = __uint_as_float(raw.y);
-    x[2] = __uint_as_float(raw.z);
-    x[3] = __uint_as_float(raw.w);
-  } else {
-    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 f;
-      if constexpr (std::is_same<T, __half>::value) {
-        __half2 h;
-        *reinterpret_cast<unsigned*>(&h) = w[i];
-        f = __half22float2(h);
-      } else {
-        __nv_bfloat162 h;
-        *reinterpret_cast<unsigned*>(&h) = w[i];
-        f = __bfloat1622float2(h);
-      }
-      x[2 * i] = f.x;
-      x[2 * i + 1] = f.y;
-    }
-  }
-}
-
 /// Reduce-scatter of kN partial sums per lane over the warp, by the xor butterfly's steps
 /// (offsets kO, kO / 2, … 1): at each step a lane keeps the upper half of its values when its
 /// offset bit is set, else the lower half, and adds its partner's partial of each kept value
@@ -171,28 +143,15 @@ __global__ void __launch_bounds__(kFewThreads, 1)
       for (int g = 0; g < kQ; g += kG) {
         float qv[kG][V];
 #pragma unroll
-        for (int gq = 0; gq < kG; ++gq) {
-          const float4* p = reinterpret_cast<const float4*>(qs + (g + gq) * qstride + v * V);
-#pragma unroll
-          for (int e4 = 0; e4 < V / 4; ++e4) {
-            const float4 f = p[e4];
-            qv[gq][4 * e4] = f.x;
-            qv[gq][4 * e4 + 1] = f.y;
-            qv[gq][4 * e4 + 2] = f.z;
-            qv[gq][4 * e4 + 3] = f.w;
-          }
-        }
+        for (int gq = 0; gq < kG; ++gq) query_floats<T>(qs + (g + gq) * qstride + v * V, qv[gq]);
+        // score.cuh's chunk_step, its conversion shared by the kG queries
 #pragma unroll
         for (int i = 0; i < kFewRows; ++i) {
           float xf[V];
           chunk_floats<T>(x[i][c], xf);
 #pragma unroll
-          for (int gq = 0; gq < kG; ++gq) {
-            float acc = a[(g + gq) * kFewRows + i];
-#pragma unroll
-            for (int e = 0; e < V; ++e) acc = fma_step<kL2>(qv[gq][e], xf[e], acc);
-            a[(g + gq) * kFewRows + i] = acc;
-          }
+          for (int gq = 0; gq < kG; ++gq)
+            a[(g + gq) * kFewRows + i] = chunk_fma<T, kL2>(qv[gq], xf, a[(g + gq) * kFewRows + i]);
         }
       }
     }
@@ -273,13 +232,12 @@ ScanFewPlan plan_scan_few(const ScanSelectPlan& s, int max_batch, int sms, std::
       using T = typename decltype(tag)::type;
       allow_dynamic_smem(s.l2 ? kernel_of<T, true>(slot) : kernel_of<T, false>(slot), need[slot]);
     });
-    p.smem[slot] = need[slot];
     served = std::min(hi, max_batch);
     if (hi >= max_batch) break;
   }
   p.fit_batch = served;
-  const std::uint64_t shard_bytes = static_cast<std::uint64_t>(s.rows) * static_cast<std::uint64_t>(s.dpad) *
-                                    (s.dtype == Dtype::kFloat32 ? 4u : 2u);
+  const std::uint64_t shard_bytes =
+      static_cast<std::uint64_t>(s.rows) * static_cast<std::uint64_t>(s.dpad) * dtype_bytes(s.dtype);
   if (s.dtype != Dtype::kFloat32 && shard_bytes > kFewWideBytes) served = 0;
   else if (s.dtype != Dtype::kFloat32 && shard_bytes > kFewMidBytes) served = std::min(served, 4);
   p.max_batch = served;

@@ -23,7 +23,6 @@ struct ScanFewPlan {
   int max_batch = 0;        ///< the largest batch it serves by default (0: none; the batched path serves them)
   int fit_batch = 0;        ///< the largest batch its kernels fit (shared memory; SearchPath::kFew)
   int blocks = 0;           ///< scan grid: one block per multiprocessor at most
-  std::size_t smem[4] = {}; ///< dynamic shared memory of the 2-, 4- and 8-query kernels (index 1, 2, 3)
 };
 
 /// Plans the few-query scan of the shard that `scan` (plan_scan_select) plans the batch-1 scan of,

@@ -39,36 +39,66 @@ __device__ __forceinline__ float fma_step(float q, float x, float acc) {
   return __fmaf_rn(q, x, acc);
 }
 
-/// Advances `acc` over one 16-byte chunk `raw` of storage type T against the matching query
-/// floats q[0 .. V) (16-byte aligned), in element order.
-template <typename T, bool kL2>
-__device__ __forceinline__ float chunk_step(const float* __restrict__ q, const uint4& raw, float acc) {
+/// The elements of one 16-byte chunk `raw` of storage type T as floats (exact), in element order.
+template <typename T>
+__device__ __forceinline__ void chunk_floats(const uint4& raw, float (&x)[VecTraits<T>::kElems]) {
   if constexpr (std::is_same<T, float>::value) {
-    const float4 qa = *reinterpret_cast<const float4*>(q);
-    acc = fma_step<kL2>(qa.x, __uint_as_float(raw.x), acc);
-    acc = fma_step<kL2>(qa.y, __uint_as_float(raw.y), acc);
-    acc = fma_step<kL2>(qa.z, __uint_as_float(raw.z), acc);
-    acc = fma_step<kL2>(qa.w, __uint_as_float(raw.w), acc);
+    x[0] = __uint_as_float(raw.x);
+    x[1] = __uint_as_float(raw.y);
+    x[2] = __uint_as_float(raw.z);
+    x[3] = __uint_as_float(raw.w);
   } else {
     const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 qa = *reinterpret_cast<const float2*>(q + 2 * i);
-      float2 x;
+      float2 f;
       if constexpr (std::is_same<T, __half>::value) {
         __half2 h;
         *reinterpret_cast<unsigned*>(&h) = w[i];
-        x = __half22float2(h);
+        f = __half22float2(h);
       } else {
         __nv_bfloat162 h;
         *reinterpret_cast<unsigned*>(&h) = w[i];
-        x = __bfloat1622float2(h);
+        f = __bfloat1622float2(h);
       }
-      acc = fma_step<kL2>(qa.x, x.x, acc);
-      acc = fma_step<kL2>(qa.y, x.y, acc);
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
     }
   }
+}
+
+/// Advances `acc` over the elements x [V] of one chunk against the matching query floats
+/// q [V], in element order.
+template <typename T, bool kL2>
+__device__ __forceinline__ float chunk_fma(const float (&q)[VecTraits<T>::kElems],
+                                           const float (&x)[VecTraits<T>::kElems], float acc) {
+#pragma unroll
+  for (int e = 0; e < VecTraits<T>::kElems; ++e) acc = fma_step<kL2>(q[e], x[e], acc);
   return acc;
+}
+
+/// The query floats q[0 .. V) (16-byte aligned) matching one chunk of storage type T.
+template <typename T>
+__device__ __forceinline__ void query_floats(const float* __restrict__ q, float (&qv)[VecTraits<T>::kElems]) {
+#pragma unroll
+  for (int e4 = 0; e4 < VecTraits<T>::kElems / 4; ++e4) {
+    const float4 f = reinterpret_cast<const float4*>(q)[e4];
+    qv[4 * e4] = f.x;
+    qv[4 * e4 + 1] = f.y;
+    qv[4 * e4 + 2] = f.z;
+    qv[4 * e4 + 3] = f.w;
+  }
+}
+
+/// Advances `acc` over one 16-byte chunk `raw` of storage type T against the matching query
+/// floats q[0 .. V) (16-byte aligned), in element order.
+template <typename T, bool kL2>
+__device__ __forceinline__ float chunk_step(const float* __restrict__ q, const uint4& raw, float acc) {
+  constexpr int V = VecTraits<T>::kElems;
+  float qv[V], x[V];
+  query_floats<T>(q, qv);
+  chunk_floats<T>(raw, x);
+  return chunk_fma<T, kL2>(qv, x, acc);
 }
 
 __device__ __forceinline__ uint4 load_chunk(const void* base, std::int64_t chunk) {
