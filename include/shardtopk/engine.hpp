@@ -111,6 +111,21 @@ class SearchEpilogue {
   /// Queues work that reads list [batch, k] (the search's output, engine space) on `stream`
   /// (cudaStream_t, or nullptr on the host). Must not synchronise (it may be under capture).
   virtual void enqueue(const Candidate* list, int batch, int k, void* stream) = 0;
+
+  /// Where the answer goes, for an engine that can write it from its own last kernel instead of
+  /// queueing enqueue() behind it (one step fewer): ids [batch, k] and reported scores
+  /// [batch, k] (l2: the squared distance, the negated ranking score), at addresses the engine's
+  /// device writes; the same values as enqueue()'s split of the list. Padding: id kPadId, score
+  /// −inf (l2: +inf). The list [batch, k] is written too.
+  struct Direct {
+    std::int64_t* ids = nullptr;
+    float* scores = nullptr;
+    bool l2 = false;
+  };
+  /// The direct target, or nullptr (the default): the engine calls enqueue(). An engine may call
+  /// enqueue() either way (the CPU engine does; the CUDA engine does for filtered, windowed and
+  /// batched searches). Must stay the same for the epilogue's lifetime.
+  virtual const Direct* direct() const { return nullptr; }
 };
 
 /// The filters of one search (host memory, read during Engine::search): the batch's distinct

@@ -72,6 +72,8 @@ void maybe_inject_fault(const FaultSpec& f, int rank, long batch) {
 /// rank's status) written by one kernel into host memory that the device writes directly
 /// (mapped pinned memory; plain memory on the host). enqueue() only queues device work: the
 /// CUDA engine captures it into its search graph, so it must not keep per-search host state.
+/// One rank: the same memory is the direct target, which the CUDA engine's final sort writes
+/// itself where it can (no split step).
 class SearchProtocol::Exporter final : public SearchEpilogue {
  public:
   Exporter(Space& space, Metric metric, std::size_t max_n, int world) : space_(space), l2_(metric == Metric::kL2) {
@@ -81,7 +83,10 @@ class SearchProtocol::Exporter final : public SearchEpilogue {
     d_ids_ = static_cast<std::int64_t*>(space.mapped(ids_));
     d_scores_ = static_cast<float*>(space.mapped(scores_));
     d_statuses_ = static_cast<Candidate*>(space.mapped(statuses_));
+    direct_ = Direct{d_ids_, d_scores_, l2_};
   }
+
+  const Direct* direct() const override { return &direct_; }
 
   void enqueue(const Candidate* list, int batch, int k, void* stream) override {
     space_.split(list, static_cast<std::int64_t>(batch) * k, l2_, d_ids_, d_scores_, stream);
@@ -110,6 +115,7 @@ class SearchProtocol::Exporter final : public SearchEpilogue {
   std::int64_t* d_ids_ = nullptr;  // the same memory as the device addresses it
   float* d_scores_ = nullptr;
   Candidate* d_statuses_ = nullptr;
+  Direct direct_;
 };
 
 // ------------------------------------------------------------------------------ limits

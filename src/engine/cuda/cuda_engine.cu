@@ -281,6 +281,12 @@ class CudaEngine final : public Engine {
     const RowMasks* m = filtered || live ? &masks : nullptr;
     const int mask_kinds = (filtered ? GraphCache::kMaskFilters : 0) | (live ? GraphCache::kMaskLive : 0);
     const GraphCache::Key key{a.queries, a.out, a.k, a.batch, a.epilogue, mask_kinds};
+    // The epilogue's direct target, where the answer comes from a select's final sort (a search
+    // without filters or windows of a non-empty shard): written there, no epilogue step after it.
+    const SearchEpilogue::Direct* direct =
+        a.epilogue && rows_ > 0 && !filtered && !windowed ? a.epilogue->direct() : nullptr;
+    ExportTarget ex;
+    if (direct) ex = ExportTarget{direct->ids, direct->scores, direct->l2};
     // Batches of 2 to few_.max_batch without masks: one pass over the shard for all of them (the
     // batch-1 arithmetic: the same bits), no host synchronisation.
     if (batched && m == nullptr &&
@@ -299,8 +305,9 @@ class CudaEngine final : public Engine {
         f.states = ws_.few;
         f.cand = ws_.pool;
         f.dir = scan_args_.dir;
+        f.exp = ex;
         scan_few(scan_, few_, f, s);
-        if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
+        if (a.epilogue && !direct) a.epilogue->enqueue(a.out, a.batch, a.k, s);
       });
       return;
     }
@@ -312,9 +319,9 @@ class CudaEngine final : public Engine {
       if (rows_ == 0) {
         fill_pad(a.out, static_cast<std::int64_t>(a.batch) * a.k, s);
       } else {
-        for (int q = 0; q < a.batch; ++q) scan_one(a, q, s, m);
+        for (int q = 0; q < a.batch; ++q) scan_one(a, q, s, m, nullptr, offset(ex, q * static_cast<std::int64_t>(a.k)));
       }
-      if (a.epilogue) a.epilogue->enqueue(a.out, a.batch, a.k, s);
+      if (a.epilogue && !direct) a.epilogue->enqueue(a.out, a.batch, a.k, s);
     });
   }
 
@@ -430,10 +437,12 @@ class CudaEngine final : public Engine {
 
   /// Query q of a search through the batch-1 scan, into its row of a.out (masks: its rows; with
   /// filters, the filtered scan of its filter's candidate blocks; with a window, the best k rows
-  /// inside it, its counts added to window->counts).
+  /// inside it, its counts added to window->counts); `ex`: its row of the direct export, if any
+  /// (unfiltered queries only).
   void scan_one(const SearchArgs& a, int q, cudaStream_t s, const RowMasks* masks,
-                const WindowArgs* window = nullptr) {
+                const WindowArgs* window = nullptr, ExportTarget ex = ExportTarget{}) {
     ScanSelectArgs args = scan_args_;
+    args.exp = ex;
     args.query = a.queries + static_cast<std::int64_t>(q) * dim_;
     args.k = a.k;
     args.out = a.out + static_cast<std::int64_t>(q) * a.k;
@@ -444,6 +453,15 @@ class CudaEngine final : public Engine {
       args.mask_query = q;
     }
     scan_select(scan_, args, s);
+  }
+
+  /// ex moved on by `rows` entries (a later query's row of the export); no target stays none.
+  static ExportTarget offset(ExportTarget ex, std::int64_t rows) {
+    if (ex.ids != nullptr) {
+      ex.ids += rows;
+      ex.scores += rows;
+    }
+    return ex;
   }
 
   /// The shard's attribute table on the device (its columns and global ids: filters on

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,19 +97,33 @@ inline void stage(Rig& r, const float* host, int b) {
 }
 
 /// An epilogue as the one-rank index uses it: the space splits the search's answer into ids
-/// and reported scores in mapped pinned memory, inside the search's CUDA graph.
+/// and reported scores in mapped pinned memory, inside the search's CUDA graph; with `direct`,
+/// the same memory is its direct target (the engine's final sort writes it where it can).
 class SplitEpilogue final : public SearchEpilogue {
  public:
-  SplitEpilogue(Space& space, Metric m, int batch_max, int k_max) : space_(space), l2_(m == Metric::kL2) {
+  SplitEpilogue(Space& space, Metric m, int batch_max, int k_max, bool direct = false)
+      : space_(space), l2_(m == Metric::kL2) {
     const std::size_t n = static_cast<std::size_t>(batch_max) * k_max;
     ids_ = static_cast<std::int64_t*>(space.alloc_host(n * sizeof(std::int64_t)));
     scores_ = static_cast<float*>(space.alloc_host(n * sizeof(float)));
     dev_ids_ = static_cast<std::int64_t*>(space.mapped(ids_));
     dev_scores_ = static_cast<float*>(space.mapped(scores_));
+    direct_ = Direct{dev_ids_, dev_scores_, l2_};
+    has_direct_ = direct;
   }
   void enqueue(const Candidate* list, int batch, int k, void* stream) override {
+    ++enqueued_;
     space_.split(list, static_cast<std::int64_t>(batch) * k, l2_, dev_ids_, dev_scores_, stream);
   }
+  const Direct* direct() const override { return has_direct_ ? &direct_ : nullptr; }
+  /// Fills the host answer with a pattern (id −2, score NaN) that no search writes.
+  void poison(int batch, int k) {
+    const std::size_t n = static_cast<std::size_t>(batch) * k;
+    std::fill(ids_, ids_ + n, std::int64_t{-2});
+    std::fill(scores_, scores_ + n, std::numeric_limits<float>::quiet_NaN());
+  }
+  /// enqueue() calls so far (captured once per graph: a replay does not call it again).
+  int enqueued() const { return enqueued_; }
   /// The answer [batch, k] of the last split (once the stream has passed it).
   Answer read(int batch, int k) const {
     const std::size_t n = static_cast<std::size_t>(batch) * k;
@@ -123,6 +138,9 @@ class SplitEpilogue final : public SearchEpilogue {
   bool l2_;
   std::int64_t *ids_ = nullptr, *dev_ids_ = nullptr;
   float *scores_ = nullptr, *dev_scores_ = nullptr;
+  Direct direct_;
+  bool has_direct_ = false;
+  int enqueued_ = 0;
 };
 
 /// Runs nq host queries through the engine in batches of `batch`: copy in, prepare, search,

@@ -100,6 +100,76 @@ TEST(CudaEngine, EpilogueInTheSearchGraphEqualsASplitAfterIt) {
     }
 }
 
+// An epilogue with a direct target (the one-rank index's export) gets the answer from the final
+// sort of the search itself where a select makes it (batch 1, and batches of 2 to 8 without masks:
+// no epilogue step queued), and through enqueue() elsewhere (the tensor-core path at batch 64):
+// ids and score bits equal the split of a search without it, with the float64 oracle's answer, on
+// capture and on replays, with deleted rows (batch 1 and 3 take the masked scan and the tensor
+// cores) and for a shard smaller than k (padding: ids kPadId, scores -inf, +inf for l2).
+TEST(CudaEngine, DirectExportEqualsTheSplit) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const std::int64_t dim = 100;
+  const int k = 20;
+  for (const std::int64_t n : {std::int64_t{70000}, std::int64_t{12}})
+    for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+      for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+        const std::string what = std::string(mname(m)) + " " + dname(t) + ", " + std::to_string(n) + " rows";
+        const Corpus c = make_corpus(small_ints(static_cast<size_t>(n * dim), 1750 + n, -2, 2), n, dim, m, t,
+                                     shuffled_ids(n, 1751));
+        Rig e = make_rig(c.input(), m, t, limits(64, 32));
+        SplitEpilogue split(*e.space, m, 64, 32), direct(*e.space, m, 64, 32, /*direct=*/true);
+        for (const bool deleted : {false, true}) {
+          if (deleted) {  // every 7th row
+            std::vector<std::int64_t> slots;
+            for (std::int64_t r = 0; r < n; r += 7) slots.push_back(r);
+            e->set_live(slots.data(), static_cast<std::int64_t>(slots.size()), false);
+          }
+          for (const int b : {1, 3, 8, 64})
+            for (int rep = 0; rep < 2; ++rep) {
+              const std::string at = what + (deleted ? ", deleted rows" : "") + ", batch " + std::to_string(b) +
+                                     ", call " + std::to_string(rep);
+              const std::vector<float> q = small_ints(static_cast<size_t>(b * dim), 1760 + 10 * b + rep, -2, 2);
+              stage(e, q.data(), b);
+              search(e, b, k, &split);
+              e.space->synchronize();
+              const Answer want = split.read(b, k);
+              direct.poison(b, k);
+              const int enqueued = direct.enqueued();
+              stage(e, q.data(), b);
+              search(e, b, k, &direct);
+              e.space->synchronize();
+              const Answer got = direct.read(b, k);
+              EXPECT_EQ(got.ids, want.ids) << at;
+              std::vector<std::uint32_t> got_bits(got.scores.size()), want_bits(want.scores.size());
+              std::transform(got.scores.begin(), got.scores.end(), got_bits.begin(), bits_of);
+              std::transform(want.scores.begin(), want.scores.end(), want_bits.begin(), bits_of);
+              EXPECT_EQ(got_bits, want_bits) << at;
+              const bool selected = b == 1 || (b <= 8 && !deleted);
+              if (selected) EXPECT_EQ(direct.enqueued(), enqueued) << at << ": no epilogue step";
+              if (!deleted && rep == 0) {
+                // The first min(n, k) of each row against the oracle; the rest is padding.
+                const int kk = static_cast<int>(std::min<std::int64_t>(n, k));
+                Answer head;
+                for (int i = 0; i < b; ++i)
+                  for (int j = 0; j < k; ++j) {
+                    const std::size_t at_ij = static_cast<std::size_t>(i) * k + j;
+                    if (j < kk) {
+                      head.ids.push_back(got.ids[at_ij]);
+                      head.scores.push_back(got.scores[at_ij]);
+                    } else {
+                      EXPECT_EQ(got.ids[at_ij], kPadId) << at << ", query " << i << " rank " << j;
+                      EXPECT_EQ(got.scores[at_ij], m == Metric::kL2 ? std::numeric_limits<float>::infinity()
+                                                                    : -std::numeric_limits<float>::infinity())
+                          << at << ", query " << i << " rank " << j;
+                    }
+                  }
+                expect_exact(oracle_metric(m), c.stored, n, c.ids.data(), q, b, dim, kk, head, at + " vs oracle");
+              }
+            }
+        }
+      }
+}
+
 // A search ordered on a caller's stream (here another space's) starts after the work queued
 // there and gives the bits of a search on the engine's stream: a graph captured on the
 // engine's stream is replayed on the caller's, one captured on the caller's stream serves it

@@ -256,7 +256,7 @@ void scan_few(const ScanSelectPlan& s, const ScanFewPlan& p, const ScanFewArgs& 
     if (s.l2) launch_slot<T, true>(slot, s, p, a, stream);
     else launch_slot<T, false>(slot, s, p, a, stream);
   });
-  select_few(s, a.scores, a.states, a.batch, a.k, a.cand, a.ids, a.out, stream);
+  select_few(s, a.scores, a.states, a.batch, a.k, a.cand, a.ids, a.out, a.exp, stream);
 }
 
 }  // namespace shardtopk::cuda_detail

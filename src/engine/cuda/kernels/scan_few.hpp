@@ -48,6 +48,8 @@ struct ScanFewArgs {
   /// With scan.l2_hints: the batch-1 scan's direction word (ScanSelectArgs::dir), flipped by
   /// each search, so that batch-1 and few-query searches alternate their sweeps alike.
   std::uint32_t* dir = nullptr;
+  /// Optional direct export of the answers (ids and reported scores [batch, k] beside out).
+  ExportTarget exp;
 };
 
 /// Queues the search of args.queries on `stream`: a memset of the states, the scan, the selects.

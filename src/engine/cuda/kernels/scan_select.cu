@@ -212,7 +212,7 @@ __device__ void refine_level(const float* __restrict__ scores, std::int64_t rows
 __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t count, const Batch1State& st,
                              const std::int64_t* __restrict__ ids, const float* __restrict__ scores,
                              std::int64_t rows, int cap, int k, Candidate* __restrict__ out, float* ss,
-                             std::int64_t* sid);
+                             std::int64_t* sid, const ExportTarget& ex);
 
 /// Batch-1 selection after scan1, one launch: the radix refinements the level-1 histogram did not
 /// settle (levels 2 and 3, only when needed; refine_level says why waiting for them cannot
@@ -224,15 +224,21 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
 /// (at most `rows`; then `ids` are the compact ids beside them), read once at the start.
 /// `query_bytes` ≠ 0 (a few-query search, scan_few.hpp): the blocks of grid row y select query y,
 /// whose scores start at scores + y · rows, its hists, count and state `query_bytes` · y bytes
-/// past the given ones (FewQueryState), its candidates at cand + y · cap, its answer at out + y · k.
+/// past the given ones (FewQueryState), its candidates at cand + y · cap, its answer at out + y · k
+/// (and at ex's + y · k). `ex`: the answer's direct export, if it has a target.
 template <bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     select1_kernel(const float* __restrict__ scores, std::int64_t rows, std::uint32_t* __restrict__ hists,
                    std::uint32_t k, std::uint32_t cap, Batch1State* __restrict__ st, PoolEntry* __restrict__ cand,
                    std::uint32_t* __restrict__ count, const std::int64_t* __restrict__ ids,
-                   Candidate* __restrict__ out, const std::uint32_t* __restrict__ entries, std::int64_t query_bytes) {
+                   Candidate* __restrict__ out, const std::uint32_t* __restrict__ entries, std::int64_t query_bytes,
+                   ExportTarget ex) {
   if (query_bytes != 0) {
     const std::int64_t y = blockIdx.y;
+    if (ex.ids != nullptr) {
+      ex.ids += y * k;
+      ex.scores += y * k;
+    }
     scores += y * rows;
     hists = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(hists) + y * query_bytes);
     count = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(count) + y * query_bytes);
@@ -294,18 +300,18 @@ __global__ void __launch_bounds__(kSelThreads)
   std::int64_t* sid = reinterpret_cast<std::int64_t*>(smem);
   float* ss = reinterpret_cast<float*>(sid + cap);
   final1_block(cand, *reinterpret_cast<volatile std::uint32_t*>(count), fin, ids, scores, rows, static_cast<int>(cap),
-               static_cast<int>(k), out, ss, sid);
+               static_cast<int>(k), out, ss, sid, ex);
 }
 
 /// Batch-1 final step, one block of kSelThreads: the candidates [count] become the best k,
-/// sorted by the ordering rule, in out [k]; (ss, sid) hold cap entries in shared memory.
+/// sorted by the ordering rule, in out [k] (and ex); (ss, sid) hold cap entries in shared memory.
 /// Slow path (tie_overflow: more rows share the k-th score than `cap` holds): the block
 /// streams over scores[rows] collecting the tied rows' ids in the upper half of its buffer,
 /// keeping the need_ties smallest — linear in rows per pass, for pathological inputs only.
 __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t count, const Batch1State& st,
                              const std::int64_t* __restrict__ ids, const float* __restrict__ scores,
                              std::int64_t rows, int cap, int k, Candidate* __restrict__ out, float* ss,
-                             std::int64_t* sid) {
+                             std::int64_t* sid, const ExportTarget& ex) {
   const int n = static_cast<int>(min(count, static_cast<std::uint32_t>(cap)));
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const PoolEntry e = cand[i];
@@ -351,7 +357,7 @@ __device__ void final1_block(const PoolEntry* __restrict__ cand, std::uint32_t c
     total = n + need;
   }
   __syncthreads();
-  sort_and_write(ss, sid, total, k, out);
+  sort_and_write(ss, sid, total, k, out, ex);
 }
 
 template <typename T, bool kL2, int kR, int kC, int kLanes, bool kMasked>
@@ -371,7 +377,7 @@ void launch_scan_select(const ScanSelectPlan& p, const ScanSelectArgs& a, cudaSt
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
   select1_kernel<kMasked><<<p.select_blocks, kSelThreads, smem, stream>>>(a.scores, p.rows, a.hists, uk, ucap,
                                                                          a.state, a.cand, a.count, a.ids, a.out,
-                                                                         nullptr, 0);
+                                                                         nullptr, 0, a.exp);
   CHECK_CUDA_LAUNCH();
 }
 
@@ -425,12 +431,12 @@ void select_compact(const ScanSelectPlan& p, const ScanSelectArgs& a, std::int64
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
   select1_kernel<true><<<p.select_blocks, kSelThreads, smem, stream>>>(
       a.scores, max_entries, a.hists, static_cast<std::uint32_t>(a.k), static_cast<std::uint32_t>(p.cap), a.state,
-      a.cand, a.count, a.ids, a.out, entries, 0);
+      a.cand, a.count, a.ids, a.out, entries, 0, a.exp);
   CHECK_CUDA_LAUNCH();
 }
 
 void select_few(const ScanSelectPlan& p, const float* scores, FewQueryState* states, int batch, int k,
-                PoolEntry* cand, const std::int64_t* ids, Candidate* out, cudaStream_t stream) {
+                PoolEntry* cand, const std::int64_t* ids, Candidate* out, const ExportTarget& ex, cudaStream_t stream) {
   const std::size_t smem = static_cast<std::size_t>(p.cap) * (sizeof(float) + sizeof(std::int64_t));
   // Each query gets a batch-1 select's grid, as far as one wave of blocks holds them all.
   const dim3 grid(static_cast<unsigned>(std::max(1, std::min(p.select_blocks, p.select_wave / batch))),
@@ -441,7 +447,7 @@ void select_few(const ScanSelectPlan& p, const float* scores, FewQueryState* sta
       static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(p.cap),
       reinterpret_cast<Batch1State*>(base + offsetof(FewQueryState, state)), cand,
       reinterpret_cast<std::uint32_t*>(base + offsetof(FewQueryState, count)), ids, out, nullptr,
-      static_cast<std::int64_t>(sizeof(FewQueryState)));
+      static_cast<std::int64_t>(sizeof(FewQueryState)), ex);
   CHECK_CUDA_LAUNCH();
 }
 

@@ -86,6 +86,8 @@ struct ScanSelectArgs {
   int mask_query = 0;
   /// Optional window (ranges, pages, ranks, counts): the best k rows inside it.
   WindowArgs window;
+  /// Optional direct export of the answer (ids and reported scores beside out).
+  ExportTarget exp;
   bool masked() const { return masks.live != nullptr || masks.index != nullptr; }
 };
 
@@ -106,8 +108,9 @@ void select_compact(const ScanSelectPlan& plan, const ScanSelectArgs& args, std:
 /// The selects of a few-query scan (scan_few.hpp), one launch: query y of `batch` (≤ the plan's
 /// few-query limit) from scores [batch, plan.rows] (device) and states[y] (its level-1 histogram
 /// and resolved threshold) into out [batch, k] (device; ids from `ids`), its candidates in
-/// cand [batch, plan.cap]. On `stream`, returns at once (capturable).
+/// cand [batch, plan.cap]; with an export target, each answer also to ex's ids/scores + y · k. On
+/// `stream`, returns at once (capturable).
 void select_few(const ScanSelectPlan& plan, const float* scores, FewQueryState* states, int batch, int k,
-                PoolEntry* cand, const std::int64_t* ids, Candidate* out, cudaStream_t stream);
+                PoolEntry* cand, const std::int64_t* ids, Candidate* out, const ExportTarget& ex, cudaStream_t stream);
 
 }  // namespace shardtopk::cuda_detail

@@ -132,11 +132,22 @@ __device__ __forceinline__ int pow2_at_least(int n) {
   return p;
 }
 
+/// out[i] = c, and with an export target its id and reported score (the split's values).
+__device__ __forceinline__ void write_answer(Candidate* __restrict__ out, const ExportTarget& ex, int i,
+                                             const Candidate& c) {
+  out[i] = c;
+  if (ex.ids != nullptr) {
+    ex.ids[i] = c.id;
+    ex.scores[i] = ex.l2 ? -c.score : c.score;
+  }
+}
+
 /// Writes the best k of entries [0, n) of (ss, sid) (shared memory, room for a power of two ≥ n)
-/// to out [k] by the ordering rule, padding when n < k. Up to 1024 entries each entry finds its
-/// rank by comparing with all others (n² / threads steps, no barrier per step; ranks are unique
-/// because ids are); above that a bitonic sort.
-__device__ inline void sort_and_write(float* ss, std::int64_t* sid, int n, int k, Candidate* __restrict__ out) {
+/// to out [k] by the ordering rule, padding when n < k (and to `ex`, when it has a target). Up to
+/// 1024 entries each entry finds its rank by comparing with all others (n² / threads steps, no
+/// barrier per step; ranks are unique because ids are); above that a bitonic sort.
+__device__ inline void sort_and_write(float* ss, std::int64_t* sid, int n, int k, Candidate* __restrict__ out,
+                                      const ExportTarget& ex = ExportTarget{}) {
   const Candidate pad = pad_candidate();
   if (n <= 1024) {
     __syncthreads();
@@ -145,9 +156,9 @@ __device__ inline void sort_and_write(float* ss, std::int64_t* sid, int n, int k
       const std::int64_t id = sid[i];
       int rank = 0;
       for (int j = 0; j < n; ++j) rank += better(ss[j], sid[j], s, id) ? 1 : 0;
-      if (rank < k) out[rank] = Candidate{s, id};
+      if (rank < k) write_answer(out, ex, rank, Candidate{s, id});
     }
-    for (int i = n + threadIdx.x; i < k; i += blockDim.x) out[i] = pad;
+    for (int i = n + threadIdx.x; i < k; i += blockDim.x) write_answer(out, ex, i, pad);
     return;
   }
   const int p = pow2_at_least(n);
@@ -157,7 +168,7 @@ __device__ inline void sort_and_write(float* ss, std::int64_t* sid, int n, int k
   }
   __syncthreads();
   block_sort(ss, sid, p);
-  for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = i < n ? Candidate{ss[i], sid[i]} : pad;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) write_answer(out, ex, i, i < n ? Candidate{ss[i], sid[i]} : pad);
 }
 
 /// The k-th largest key among n values got(i) (i < n), by a block radix select over 4 × 8 bits;

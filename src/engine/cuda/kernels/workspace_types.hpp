@@ -24,6 +24,14 @@ struct PoolEntry {
   std::int32_t row;
 };
 
+/// The answer's direct export (SearchEpilogue::Direct on the device): ids [k] and reported
+/// scores [k] (l2: negated) written beside the candidate list by the final sort; ids null: none.
+struct ExportTarget {
+  std::int64_t* ids = nullptr;
+  float* scores = nullptr;
+  bool l2 = false;
+};
+
 /// Per-query values prepared on the device for the batched path.
 struct QueryInfo {
   float delta;      // bound on |approximate − exact| score (docs/EXACTNESS.md)
