@@ -98,9 +98,19 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // [kQ][kHist1Bins]
   float* qs = reinterpret_cast<float*>(h + kQ * kHist1Bins);  // [kQ][nvec · V]
   const int qstride = nvec * V;
-  for (int i = threadIdx.x; i < kQ * qstride; i += blockDim.x) {
-    const int q = i / qstride, c = i - q * qstride;
-    qs[i] = q < batch && c < dim ? queries[static_cast<std::int64_t>(q) * dim + c] : 0.0f;
+  // The queries to shared memory, kQueryLoads loads in flight per thread (one at a time, a
+  // block's 8 × 768 floats were 12 dependent round trips to L2 before its first row).
+  constexpr int kQueryLoads = 8;
+  for (int i0 = threadIdx.x; i0 < kQ * qstride; i0 += kQueryLoads * kFewThreads) {
+    float qv[kQueryLoads];
+#pragma unroll
+    for (int u = 0; u < kQueryLoads; ++u) {
+      const int i = i0 + u * kFewThreads, q = i / qstride, c = i - q * qstride;
+      qv[u] = i < kQ * qstride && q < batch && c < dim ? queries[static_cast<std::int64_t>(q) * dim + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kQueryLoads; ++u)
+      if (i0 + u * kFewThreads < kQ * qstride) qs[i0 + u * kFewThreads] = qv[u];
   }
   for (int i = threadIdx.x; i < kQ * kHist1Bins; i += blockDim.x) h[i] = 0;
   __syncthreads();
