@@ -62,7 +62,20 @@ __global__ void __launch_bounds__(kScanThreads)
   const std::uint64_t pol_stream = l2_evict_first(), pol_keep = l2_evict_normal();
   extern __shared__ __align__(16) float qs[];
   __shared__ std::uint32_t h[kHist1Bins];
-  for (int i = threadIdx.x; i < nvec * V; i += blockDim.x) qs[i] = i < dim ? query[i] : 0.0f;
+  // The query to shared memory, kQueryLoads loads in flight per thread (one at a time, D = 768
+  // took 3 dependent round trips to L2 before the block's first row).
+  constexpr int kQueryLoads = 4;
+  for (int i0 = threadIdx.x; i0 < nvec * V; i0 += kQueryLoads * kScanThreads) {
+    float qv[kQueryLoads];
+#pragma unroll
+    for (int u = 0; u < kQueryLoads; ++u) {
+      const int i = i0 + u * kScanThreads;
+      qv[u] = i < dim ? query[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kQueryLoads; ++u)
+      if (i0 + u * kScanThreads < nvec * V) qs[i0 + u * kScanThreads] = qv[u];
+  }
   for (int i = threadIdx.x; i < kHist1Bins; i += blockDim.x) h[i] = 0;
   __syncthreads();
   const int lane = threadIdx.x & 31;
