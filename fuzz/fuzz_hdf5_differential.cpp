@@ -100,9 +100,12 @@ Libhdf5View libhdf5_view(const std::string& file) {
     const hid_t type = H5Dget_type(ds);
     const hid_t space = H5Dget_space(ds);
     hsize_t dims[2] = {0, 0};
-    // At most 16 bytes a value, as the reader requires: libhdf5 converts a damaged 500 MB "float"
-    // for minutes (fuzz/README.md, float_type_of_553mb_per_value.h5).
-    if (type >= 0 && space >= 0 && H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) <= 16 &&
+    // 1 to 16 bytes a value, as the reader requires: libhdf5 converts a damaged 500 MB "float"
+    // for minutes (fuzz/README.md, float_type_of_553mb_per_value.h5), and "reads" a float of 0
+    // bytes, each value converted from no bits (float_type_of_0_bytes.h5); the reader refuses both
+    // by name.
+    if (type >= 0 && space >= 0 && H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) >= 1 &&
+        H5Tget_size(type) <= 16 &&
         H5Sget_simple_extent_ndims(space) == 2 &&
         H5Sget_simple_extent_dims(space, dims, nullptr) == 2 && dims[0] >= 1 && dims[1] >= 1 && dims[0] <= 65536 &&
         dims[1] <= 65536 && dims[0] * dims[1] <= 65536) {

@@ -178,6 +178,20 @@ TEST(FuzzRegressions, FloatTypeOfHundredsOfMegabytesIsRefused) {
   }
 }
 
+// float_type_of_0_bytes.h5 (fuzz_hdf5_differential): a float type damaged to 0 bytes per value,
+// which libhdf5 reads (every value converted from no bits). The reader refuses it by name, direct
+// reads on or off.
+TEST(FuzzRegressions, FloatTypeOfZeroBytesIsRefused) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/float_type_of_0_bytes.h5";
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    EXPECT_THAT(test::error_of([&] { read_rows(f, "train", RowRange{0, 37}, opt); }),
+                ::testing::AllOf(::testing::HasSubstr("float type of 0 bytes"),
+                                 ::testing::HasSubstr("expected float16, float32 or float64")));
+  }
+}
+
 // deflate_level_out_of_range.h5 (fuzz_hdf5_differential): a chunked float64 [37, 5] whose deflate
 // filter carries a level above 9. Inflating needs no level, but libhdf5's filter refuses every
 // chunk it is given ("invalid deflate aggression level"); the direct chunk path leaves such a
