@@ -319,7 +319,7 @@ class CudaEngine final : public Engine {
       if (rows_ == 0) {
         fill_pad(a.out, static_cast<std::int64_t>(a.batch) * a.k, s);
       } else {
-        for (int q = 0; q < a.batch; ++q) scan_one(a, q, s, m, nullptr, offset(ex, q * static_cast<std::int64_t>(a.k)));
+        for (int q = 0; q < a.batch; ++q) scan_one(a, q, s, m, nullptr, ex.at(q * static_cast<std::int64_t>(a.k)));
       }
       if (a.epilogue && !direct) a.epilogue->enqueue(a.out, a.batch, a.k, s);
     });
@@ -453,15 +453,6 @@ class CudaEngine final : public Engine {
       args.mask_query = q;
     }
     scan_select(scan_, args, s);
-  }
-
-  /// ex moved on by `rows` entries (a later query's row of the export); no target stays none.
-  static ExportTarget offset(ExportTarget ex, std::int64_t rows) {
-    if (ex.ids != nullptr) {
-      ex.ids += rows;
-      ex.scores += rows;
-    }
-    return ex;
   }
 
   /// The shard's attribute table on the device (its columns and global ids: filters on

@@ -248,10 +248,7 @@ __global__ void __launch_bounds__(kSelThreads)
                    ExportTarget ex) {
   if (query_bytes != 0) {
     const std::int64_t y = blockIdx.y;
-    if (ex.ids != nullptr) {
-      ex.ids += y * k;
-      ex.scores += y * k;
-    }
+    ex = ex.at(y * k);
     scores += y * rows;
     hists = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(hists) + y * query_bytes);
     count = reinterpret_cast<std::uint32_t*>(reinterpret_cast<char*>(count) + y * query_bytes);

@@ -136,10 +136,7 @@ __device__ __forceinline__ int pow2_at_least(int n) {
 __device__ __forceinline__ void write_answer(Candidate* __restrict__ out, const ExportTarget& ex, int i,
                                              const Candidate& c) {
   out[i] = c;
-  if (ex.ids != nullptr) {
-    ex.ids[i] = c.id;
-    ex.scores[i] = ex.l2 ? -c.score : c.score;
-  }
+  if (ex.ids != nullptr) ex.write(i, c);
 }
 
 /// Writes the best k of entries [0, n) of (ss, sid) (shared memory, room for a power of two ≥ n)

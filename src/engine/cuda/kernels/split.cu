@@ -5,16 +5,16 @@
 #include <algorithm>
 
 #include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/workspace_types.hpp"
 
 namespace shardtopk::cuda_detail {
 namespace {
 
-/// ids[i] = list[i].id, scores[i] = the reported score of list[i] (l2: the distance).
+/// ids[i] = list[i].id, scores[i] = the reported score of list[i] (l2: the distance), as the
+/// final sorts' direct export writes them (ExportTarget::write).
 __device__ __forceinline__ void split_one(const Candidate* __restrict__ list, std::int64_t i, bool l2,
                                           std::int64_t* __restrict__ ids, float* __restrict__ scores) {
-  const Candidate c = list[i];
-  ids[i] = c.id;
-  scores[i] = l2 ? -c.score : c.score;
+  ExportTarget{ids, scores, l2}.write(i, list[i]);
 }
 
 /// split_one of every element, one thread each.

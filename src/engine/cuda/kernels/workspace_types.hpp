@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "shardtopk/ordering.hpp"
+
 #if defined(__CUDACC__)
 #include "engine/cuda/kernels/filter_program.cuh"
 #endif
@@ -24,12 +26,22 @@ struct PoolEntry {
   std::int32_t row;
 };
 
-/// The answer's direct export (SearchEpilogue::Direct on the device): ids [k] and reported
-/// scores [k] (l2: negated) written beside the candidate list by the final sort; ids null: none.
+/// Where an answer's ids and reported scores go (SearchEpilogue::Direct on the device, and the
+/// split of a list): entry i gets candidate c's id and reported score (l2: negated); ids null:
+/// no target.
 struct ExportTarget {
   std::int64_t* ids = nullptr;
   float* scores = nullptr;
   bool l2 = false;
+
+  SHARDTOPK_HD void write(std::int64_t i, const Candidate& c) const {
+    ids[i] = c.id;
+    scores[i] = l2 ? -c.score : c.score;
+  }
+  /// The target moved on by `entries` (a later query's row); no target stays none.
+  SHARDTOPK_HD ExportTarget at(std::int64_t entries) const {
+    return ids == nullptr ? *this : ExportTarget{ids + entries, scores + entries, l2};
+  }
 };
 
 /// Per-query values prepared on the device for the batched path.
