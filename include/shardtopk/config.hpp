@@ -112,6 +112,10 @@ struct ServiceConfig {
   int port = 8080;                         ///< 0: any free port (the bound port is logged)
   int batch_window_us = 300;               ///< longest wait for company while other requests are being received
   int poll_us = 100;                       ///< the index thread polls for requests this long before it sleeps
+  /// An event loop whose only connection waits for a search polls for the answer this long
+  /// (µs, from the search's submission) before it suspends the connection; one loop at a time;
+  /// 0: it suspends at once; -1: 1000 where rank 0 may use 4 cores or more, else 0.
+  int answer_poll_us = -1;
   long long max_body_bytes = 0;            ///< larger request bodies get 413; 0: derived from batch_max × dim
   int io_threads = 0;                      ///< HTTP event-loop threads (each serves many connections); 0: from the usable cores
   int max_connections = 16384;             ///< open client connections; more wait in the listen backlog

@@ -213,6 +213,9 @@ const std::map<std::string, Setter>& setters() {
       {"service.poll_us", [](Config& c, const std::string& v, const std::string& w) {
          c.service.poll_us = static_cast<int>(parse_int("service.poll_us", v, 0, 100000, w));
        }},
+      {"service.answer_poll_us", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.answer_poll_us = static_cast<int>(parse_int("service.answer_poll_us", v, -1, 100000, w));
+       }},
       {"service.max_body_bytes", [](Config& c, const std::string& v, const std::string& w) {
          c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 0, 1LL << 32, w);
          SHARDTOPK_EXPECTS(c.service.max_body_bytes == 0 || c.service.max_body_bytes >= 1024, w,
@@ -555,6 +558,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "port" << YAML::Value << c.service.port;
   out << YAML::Key << "batch_window_us" << YAML::Value << c.service.batch_window_us;
   out << YAML::Key << "poll_us" << YAML::Value << c.service.poll_us;
+  out << YAML::Key << "answer_poll_us" << YAML::Value << c.service.answer_poll_us;
   out << YAML::Key << "max_body_bytes" << YAML::Value << c.service.max_body_bytes;
   out << YAML::Key << "io_threads" << YAML::Value << c.service.io_threads;
   out << YAML::Key << "max_connections" << YAML::Value << c.service.max_connections;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -36,6 +37,10 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 namespace {
+
+// The connections of the calling event loop (libmicrohttpd notifies a connection's start and
+// close on the loop that owns it).
+thread_local int loop_connections = 0;
 
 bool icontains(const char* haystack, const char* needle) {
   if (!haystack) return false;
@@ -109,15 +114,24 @@ struct Callbacks {
                ? MHD_YES
                : MHD_NO;
   }
-  static void completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode code) {
-    static_cast<HttpFrontEnd*>(cls)->on_completed(static_cast<HttpFrontEnd::Request*>(*con_cls),
-                                                  code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+  static void completed(void* cls, MHD_Connection* c, void** con_cls, MHD_RequestTerminationCode code) {
+    auto* fe = static_cast<HttpFrontEnd*>(cls);
+    auto* r = static_cast<HttpFrontEnd::Request*>(*con_cls);
+    const bool polled = r && r->answer_polled && code == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    fe->on_completed(r, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     *con_cls = nullptr;
+    if (polled) fe->poll_for_next_request(c);
   }
   static void connection(void* cls, MHD_Connection*, void**, MHD_ConnectionNotificationCode code) {
     auto& open = static_cast<HttpFrontEnd*>(cls)->metrics_.open_connections;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) open.fetch_add(1);
-    else open.fetch_sub(1);
+    // Called on the event loop that owns the connection (it accepts and closes it there).
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      open.fetch_add(1);
+      ++loop_connections;
+    } else {
+      open.fetch_sub(1);
+      --loop_connections;
+    }
   }
 };
 
@@ -125,11 +139,16 @@ struct Callbacks {
 
 HttpFrontEnd::HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics) : cfg_(cfg), metrics_(metrics) {
   if (cfg_.io_threads == 0) cfg_.io_threads = default_io_threads(usable_cores_ = usable_cores());
+  if (cfg_.answer_poll_us < 0) cfg_.answer_poll_us = default_answer_poll_us(usable_cores());
   load_security();
 }
 
 int HttpFrontEnd::default_io_threads(int usable_cores) {
   return std::clamp(usable_cores - 1, 1, kMaxDefaultIoThreads);
+}
+
+int HttpFrontEnd::default_answer_poll_us(int usable_cores) {
+  return usable_cores >= kAnswerPollCores ? kAnswerPollUs : 0;
 }
 
 HttpFrontEnd::~HttpFrontEnd() {
@@ -249,7 +268,8 @@ std::string HttpFrontEnd::limits_summary() const {
          std::to_string(cfg_.max_header_bytes) + " bytes, " + std::to_string(cfg_.max_headers) + " fields; " +
          std::to_string(cfg_.max_connections) + " connections, idle " + std::to_string(cfg_.idle_timeout_s) + " s; " +
          std::to_string(cfg_.io_threads) + " event-loop thread(s)" +
-         (usable_cores_ ? " (service.io_threads 0: " + std::to_string(usable_cores_) + " usable core(s) less one)" : "");
+         (usable_cores_ ? " (service.io_threads 0: " + std::to_string(usable_cores_) + " usable core(s) less one)" : "") +
+         "; a lone connection's answer polled for " + std::to_string(cfg_.answer_poll_us) + " us";
 }
 
 void HttpFrontEnd::stop_accepting() {
@@ -353,17 +373,69 @@ std::string HttpFrontEnd::busy_message(const char* what) const {
 }
 
 int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving) {
+  r.job = job;
+  r.phase = Request::Phase::kWaiting;
+  if (job->search() && cfg_.answer_poll_us > 0 && loop_connections == 1) {
+    int idle = 0;  // one loop at a time polls
+    if (answer_pollers_.compare_exchange_strong(idle, 1)) {
+      const int ok = poll_for_answer(c, r, std::move(job), was_receiving);
+      answer_pollers_.store(0);
+      return ok;
+    }
+  }
   job->on_done = [this, c] {
     MHD_resume_connection(c);
     suspended_.fetch_sub(1);
   };
-  r.job = job;
-  r.phase = Request::Phase::kWaiting;
   r.submitted = Clock::now();
   // Suspend before the batcher can answer: its resume must find the connection suspended.
   suspended_.fetch_add(1);
   MHD_suspend_connection(c);
   batcher_->submit(std::move(job), was_receiving);
+  return MHD_YES;
+}
+
+void HttpFrontEnd::poll_for_next_request(MHD_Connection* c) {
+  if (cfg_.poll_us <= 0 || loop_connections != 1 || draining_.load() || failed_.load()) return;
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!info) return;
+  int idle = 0;  // one loop at a time polls
+  if (!answer_pollers_.compare_exchange_strong(idle, 1)) return;
+  pollfd p{info->connect_fd, POLLIN, 0};
+  const auto until = Clock::now() + std::chrono::microseconds(cfg_.poll_us);
+  while (::poll(&p, 1, 0) == 0 && Clock::now() < until) std::this_thread::yield();
+  answer_pollers_.store(0);
+}
+
+int HttpFrontEnd::poll_for_answer(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving) {
+  // Whoever moves the state off kPolling last decides: the index thread's on_done (kDone: the
+  // loop resumes the connection itself, or on_done resumes the one it found suspended) or the
+  // loop giving up (kSuspended: on_done resumes it).
+  enum : int { kPolling, kDone, kSuspended };
+  auto state = std::make_shared<std::atomic<int>>(kPolling);
+  job->on_done = [this, c, state] {
+    if (state->exchange(kDone, std::memory_order_acq_rel) == kSuspended) {
+      MHD_resume_connection(c);
+      suspended_.fetch_sub(1);
+    }
+  };
+  r.submitted = Clock::now();
+  const auto until = r.submitted + std::chrono::microseconds(cfg_.answer_poll_us);
+  batcher_->submit(std::move(job), was_receiving);
+  while (state->load(std::memory_order_acquire) != kDone && Clock::now() < until) std::this_thread::yield();
+  // Answered or not, the connection is suspended and resumed as every queued job's is: the
+  // answer is written on the loop's next round (on_resumed), which this thread is already awake
+  // for, and the socket is watched afresh (libmicrohttpd reads a close that came with the
+  // request, which an answer written from here would leave unseen until the idle timeout).
+  suspended_.fetch_add(1);
+  MHD_suspend_connection(c);
+  int polling = kPolling;
+  if (!state->compare_exchange_strong(polling, kSuspended, std::memory_order_acq_rel)) {
+    r.answer_polled = true;
+    metrics_.answers_polled.fetch_add(1, std::memory_order_relaxed);
+    MHD_resume_connection(c);
+    suspended_.fetch_sub(1);
+  }
   return MHD_YES;
 }
 

@@ -84,6 +84,11 @@ class HttpFrontEnd {
   /// index thread's), between 1 and kMaxDefaultIoThreads.
   static int default_io_threads(int usable_cores);
   static constexpr int kMaxDefaultIoThreads = 16;
+  /// service.answer_poll_us when it is -1: kAnswerPollUs where rank 0 may use kAnswerPollCores
+  /// cores or more (the polling loop, the index thread and the client's side each keep a core),
+  /// else 0 (a poll on a full machine takes the core the search needs).
+  static int default_answer_poll_us(int usable_cores);
+  static constexpr int kAnswerPollCores = 4, kAnswerPollUs = 1000;
 
   /// Body limit of a write request when service.max_body_bytes is 0.
   static constexpr std::size_t kWriteBodyBytes = 32u << 20;
@@ -216,7 +221,17 @@ class HttpFrontEnd {
   std::string busy_message(const char* what) const;
   /// Queues `job` on the batcher with the connection suspended until the job is done (its
   /// resume then answers from r.job); returns MHD_YES.
+  /// A search from the only connection of its event loop, with service.answer_poll_us > 0 and no
+  /// other loop polling, goes through poll_for_answer instead.
   int submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
+  /// Queues `job` and polls for its answer on the event loop for up to service.answer_poll_us,
+  /// then suspends the connection as submit_suspended does, resuming it at once when the answer
+  /// came: it is written on the loop's next round, with no sleeping thread to wake.
+  int poll_for_answer(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
+  /// After an answer poll_for_answer sent: polls the connection's socket for the client's next
+  /// request for up to service.poll_us (the loop then finds it without being woken), when the
+  /// loop still has that one connection and no other loop polls.
+  void poll_for_next_request(MHD_Connection* c);
   /// Queues a write job that runs `run` on the index thread (submit_suspended).
   int submit_write(MHD_Connection* c, Request& r, std::function<void(Job&)> run);
   std::size_t body_limit(bool binary) const;
@@ -244,6 +259,7 @@ class HttpFrontEnd {
   std::string fail_reason_;
   std::atomic<int> in_progress_{0};
   std::atomic<int> suspended_{0};
+  std::atomic<int> answer_pollers_{0};  // event loops in poll_for_answer (at most one)
 
   // Security (http_guard.cpp): each null or empty when not configured.
   std::string tls_cert_, tls_key_;        // PEM, handed to libmicrohttpd (it reads them at start())

@@ -232,6 +232,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"empty_path", "corpus:\n  path: ''\n", {"corpus.path", "empty"}},
         BadConfig{"small_body_limit", "service:\n  max_body_bytes: 100\n", {"service.max_body_bytes", "100", "0 = derived"}},
         BadConfig{"negative_poll", "service:\n  poll_us: -1\n", {"service.poll_us", "-1 out of range"}},
+        BadConfig{"answer_poll_too_long", "service:\n  answer_poll_us: 100001\n",
+                  {"service.answer_poll_us", "100001 out of range"}},
+        BadConfig{"answer_poll_below_auto", "service:\n  answer_poll_us: -2\n",
+                  {"service.answer_poll_us", "-2 out of range"}},
         BadConfig{"negative_io_threads", "service:\n  io_threads: -1\n", {"service.io_threads", "-1 out of range"}},
         BadConfig{"many_io_threads", "service:\n  io_threads: 65\n", {"service.io_threads", "65 out of range"}},
         BadConfig{"zero_connections", "service:\n  max_connections: 0\n", {"service.max_connections", "0 out of range"}},
@@ -342,6 +346,8 @@ TEST(ConfigService, LimitsDefaultsAndTheDeprecatedThreadsKey) {
   EXPECT_EQ(c.service.io_threads, 0);  // from the cores rank 0 may use
   EXPECT_EQ(c.service.poll_us, 100);
   EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {poll_us: 0}\n").service.poll_us, 0);
+  EXPECT_EQ(c.service.answer_poll_us, -1);
+  EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {answer_poll_us: 0}\n").service.answer_poll_us, 0);
   EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {io_threads: 6}\n").service.io_threads, 6);
   EXPECT_EQ(c.service.threads, 0);
   c = parse_config("corpus: {path: x.h5}\nservice:\n  threads: 96\n  max_body_bytes: 0\n  drain_timeout_s: 0.25\n"

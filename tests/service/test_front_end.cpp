@@ -67,6 +67,16 @@ TEST(Routes, EachRouteNeedsItsRole) {
     EXPECT_EQ(r->role, want.at(r->path)) << r->path << " needs " << to_string(r->role);
 }
 
+// service.answer_poll_us -1: a lone connection's answer is polled for only where the poll, the
+// index thread and a client each keep a core.
+TEST(FrontEndDefaults, AnswerPollFollowsTheUsableCores) {
+  EXPECT_EQ(FE::default_answer_poll_us(1), 0);
+  EXPECT_EQ(FE::default_answer_poll_us(2), 0);
+  EXPECT_EQ(FE::default_answer_poll_us(3), 0);
+  EXPECT_EQ(FE::default_answer_poll_us(4), 1000);
+  EXPECT_EQ(FE::default_answer_poll_us(16), 1000);
+}
+
 // service.io_threads 0: the cores rank 0 may use less the index thread's, within 1 .. 16.
 TEST(FrontEndDefaults, IoThreadsFollowTheUsableCores) {
   EXPECT_EQ(FE::default_io_threads(1), 1);  // bound to one core (mpirun --bind-to core)

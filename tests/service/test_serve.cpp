@@ -73,6 +73,8 @@ class ServeBge : public ::testing::Test {
     w.write_f32("test", queries_.data(), kQ, kDim);
     w.close();
     config_ = write_config(dir_->path(), path, "cosine", 100, kBatchMax, kWindowUs);
+    // A lone connection's search answered by its event loop's poll even on a loaded machine.
+    test::add_to_config(config_, "service:", "  answer_poll_us: 20000\n");
     server_ = new Server(config_, dir_->path());
     ready_ = server_->wait_ready();
   }
@@ -459,6 +461,41 @@ TEST_F(ServeBge, MetricsInPrometheusText) {
     ASSERT_NE(at, std::string::npos) << count;
     EXPECT_GE(std::atoll(m->body.c_str() + at + count.size()), 1) << count;
   }
+}
+
+// A lone connection's search is answered by its event loop's poll (service.answer_poll_us: this
+// suite's service polls up to 20 ms); a service with answer_poll_us 0 answers after suspending
+// the connection and resuming it. The same bits either way, and the oracle's.
+TEST_F(ServeBge, AnswersPolledOnTheLoopOrAfterASuspensionAreTheSameBits) {
+  auto polled = [](int port) -> long long {
+    httplib::Client c("127.0.0.1", port);
+    auto m = c.Get("/metrics");
+    const std::string name = "\nshardtopk_http_answers_polled_total ";  // the sample, not its HELP line
+    const std::size_t at = m ? m->body.find(name) : std::string::npos;
+    EXPECT_NE(at, std::string::npos) << (m ? m->body : "no reply");
+    return at == std::string::npos ? -1 : std::atoll(m->body.c_str() + at + name.size());
+  };
+  constexpr int kSearches = 8;
+  const long long before = polled(port());
+  std::vector<Answer> answers;
+  for (int i = 0; i < kSearches; ++i) answers.push_back(search_binary(port(), q(i), 1, kDim, kK));
+  // Each search comes on a new connection: the loop may not have closed the last one yet.
+  EXPECT_GE(polled(port()) - before, 1) << "no search answered by the loop's poll";
+  for (int i = 0; i < kSearches; ++i) {
+    std::vector<float> one(q(i), q(i) + kDim);
+    test::expect_within_tolerance(Metric::kCosine, corpus_, kN, nullptr, one, 1, kDim, kK, answers[i],
+                                  "polled answer " + std::to_string(i));
+  }
+
+  test::TempDir other;
+  const std::string config = write_config(other.path(), dir_->file("bge.h5"), "cosine", 100, kBatchMax, kWindowUs);
+  test::add_to_config(config, "service:", "  answer_poll_us: 0\n");
+  Server no_poll(config, other.path());
+  ASSERT_TRUE(no_poll.wait_ready());
+  for (int i = 0; i < kSearches; ++i)
+    test::expect_bit_identical(search_binary(no_poll.port(), q(i), 1, kDim, kK), answers[i],
+                               "answer after a suspension vs polled, query " + std::to_string(i));
+  EXPECT_EQ(polled(no_poll.port()), 0);
 }
 
 // examples/client.py (binary and JSON) gives the same ids as the C++ client.
