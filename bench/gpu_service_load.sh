@@ -49,7 +49,7 @@ ulimit -n | sed 's/^/open-file limit: /'
 echo "64 binary clients beside 10,000 idle connections (p99 target: 1.2 x the 64-client row above):"
 $B/bench/bench_load --url http://127.0.0.1:$PORT --corpus $D/svc.h5 --queries $D/svc.h5 --queries-dataset test -k 10 \
   --clients 64 --formats binary --duration 5 --warmup 1 --check 64 --idle 10000 -J $OUTDIR/load_idle.jsonl 2>&1 \
-  | tee $OUTDIR/load_idle.log | tail -4
+  | tee $OUTDIR/load_idle.log | tail -12
 grep -E "first error|error:" $OUTDIR/load_idle.log | head -3
 grep -E "\[(warning|error|critical)\]" $OUTDIR/serve.log | head -5
 curl -s http://127.0.0.1:$PORT/metrics | grep -E "batch_size|shardtopk_requests_total" | head -12
