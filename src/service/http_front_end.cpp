@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -114,13 +113,10 @@ struct Callbacks {
                ? MHD_YES
                : MHD_NO;
   }
-  static void completed(void* cls, MHD_Connection* c, void** con_cls, MHD_RequestTerminationCode code) {
-    auto* fe = static_cast<HttpFrontEnd*>(cls);
-    auto* r = static_cast<HttpFrontEnd::Request*>(*con_cls);
-    const bool polled = r && r->answer_polled && code == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    fe->on_completed(r, code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+  static void completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode code) {
+    static_cast<HttpFrontEnd*>(cls)->on_completed(static_cast<HttpFrontEnd::Request*>(*con_cls),
+                                                  code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     *con_cls = nullptr;
-    if (polled) fe->poll_for_next_request(c);
   }
   static void connection(void* cls, MHD_Connection*, void**, MHD_ConnectionNotificationCode code) {
     auto& open = static_cast<HttpFrontEnd*>(cls)->metrics_.open_connections;
@@ -395,18 +391,6 @@ int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_pt
   return MHD_YES;
 }
 
-void HttpFrontEnd::poll_for_next_request(MHD_Connection* c) {
-  if (cfg_.poll_us <= 0 || loop_connections != 1 || draining_.load() || failed_.load()) return;
-  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  if (!info) return;
-  int idle = 0;  // one loop at a time polls
-  if (!answer_pollers_.compare_exchange_strong(idle, 1)) return;
-  pollfd p{info->connect_fd, POLLIN, 0};
-  const auto until = Clock::now() + std::chrono::microseconds(cfg_.poll_us);
-  while (::poll(&p, 1, 0) == 0 && Clock::now() < until) std::this_thread::yield();
-  answer_pollers_.store(0);
-}
-
 int HttpFrontEnd::poll_for_answer(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving) {
   // Whoever moves the state off kPolling last decides: the index thread's on_done (kDone: the
   // loop resumes the connection itself, or on_done resumes the one it found suspended) or the
@@ -431,7 +415,6 @@ int HttpFrontEnd::poll_for_answer(MHD_Connection* c, Request& r, std::shared_ptr
   MHD_suspend_connection(c);
   int polling = kPolling;
   if (!state->compare_exchange_strong(polling, kSuspended, std::memory_order_acq_rel)) {
-    r.answer_polled = true;
     metrics_.answers_polled.fetch_add(1, std::memory_order_relaxed);
     MHD_resume_connection(c);
     suspended_.fetch_sub(1);

@@ -228,10 +228,6 @@ class HttpFrontEnd {
   /// then suspends the connection as submit_suspended does, resuming it at once when the answer
   /// came: it is written on the loop's next round, with no sleeping thread to wake.
   int poll_for_answer(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
-  /// After an answer poll_for_answer sent: polls the connection's socket for the client's next
-  /// request for up to service.poll_us (the loop then finds it without being woken), when the
-  /// loop still has that one connection and no other loop polls.
-  void poll_for_next_request(MHD_Connection* c);
   /// Queues a write job that runs `run` on the index thread (submit_suspended).
   int submit_write(MHD_Connection* c, Request& r, std::function<void(Job&)> run);
   std::size_t body_limit(bool binary) const;

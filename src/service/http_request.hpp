@@ -36,7 +36,6 @@ struct HttpFrontEnd::Request {
   bool too_large = false;
   bool busy = false;             // over service.max_inflight_bytes
   bool receiving = false;        // counted in Batcher::receiving_begin
-  bool answer_polled = false;    // answered by its loop's poll (HttpFrontEnd::poll_for_answer)
   std::size_t limit = 0;         // body bytes allowed
   std::size_t reserved = 0;      // bytes of the in-flight budget held
   std::size_t discarded = 0;     // body bytes dropped after the limit

@@ -104,8 +104,8 @@ std::string Metrics::render() const {
   out += "# HELP shardtopk_http_open_connections Client connections open now.\n";
   out += "# TYPE shardtopk_http_open_connections gauge\n";
   out += "shardtopk_http_open_connections " + std::to_string(open_connections.load()) + "\n";
-  out += "# HELP shardtopk_http_answers_polled_total Searches answered by their event loop's poll "
-         "(service.answer_poll_us), without suspending the connection.\n";
+  out += "# HELP shardtopk_http_answers_polled_total Searches whose answer came while their event loop "
+         "polled for it (service.answer_poll_us): written without waking a sleeping loop.\n";
   out += "# TYPE shardtopk_http_answers_polled_total counter\n";
   out += "shardtopk_http_answers_polled_total " + std::to_string(answers_polled.load()) + "\n";
   out += "# HELP shardtopk_rank_search_seconds_total Time in each rank's local search.\n";

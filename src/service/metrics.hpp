@@ -49,7 +49,7 @@ class Metrics {
 
   std::atomic<int> queue_depth{0};       ///< search requests waiting for a batch
   std::atomic<int> open_connections{0};  ///< client connections open now
-  /// Searches answered by their event loop's poll (service.answer_poll_us), not by a resume.
+  /// Searches whose answer came while their event loop polled for it (service.answer_poll_us).
   std::atomic<std::uint64_t> answers_polled{0};
 
   /// Prometheus text exposition (version 0.0.4).
