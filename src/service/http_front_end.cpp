@@ -369,53 +369,39 @@ std::string HttpFrontEnd::busy_message(const char* what) const {
 }
 
 int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving) {
-  r.job = job;
-  r.phase = Request::Phase::kWaiting;
-  if (job->search() && cfg_.answer_poll_us > 0 && loop_connections == 1) {
-    int idle = 0;  // one loop at a time polls
-    if (answer_pollers_.compare_exchange_strong(idle, 1)) {
-      const int ok = poll_for_answer(c, r, std::move(job), was_receiving);
-      answer_pollers_.store(0);
-      return ok;
-    }
-  }
-  job->on_done = [this, c] {
-    MHD_resume_connection(c);
-    suspended_.fetch_sub(1);
-  };
-  r.submitted = Clock::now();
-  // Suspend before the batcher can answer: its resume must find the connection suspended.
-  suspended_.fetch_add(1);
-  MHD_suspend_connection(c);
-  batcher_->submit(std::move(job), was_receiving);
-  return MHD_YES;
-}
-
-int HttpFrontEnd::poll_for_answer(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving) {
-  // Whoever moves the state off kPolling last decides: the index thread's on_done (kDone: the
-  // loop resumes the connection itself, or on_done resumes the one it found suspended) or the
-  // loop giving up (kSuspended: on_done resumes it).
-  enum : int { kPolling, kDone, kSuspended };
-  auto state = std::make_shared<std::atomic<int>>(kPolling);
-  job->on_done = [this, c, state] {
-    if (state->exchange(kDone, std::memory_order_acq_rel) == kSuspended) {
+  // A search from the loop's only connection: the loop polls for its answer first, one loop at
+  // a time (a sleeping loop's wake-up is most of one client's fixed cost).
+  int idle = 0;
+  const bool poll = job->search() && cfg_.answer_poll_us > 0 && loop_connections == 1 &&
+                    answer_pollers_.compare_exchange_strong(idle, 1);
+  // Whoever moves r.answer off kPending last resumes the connection: the index thread's on_done
+  // when it finds the connection suspended, else this thread, right after suspending it.
+  r.answer.store(Request::kPending, std::memory_order_relaxed);
+  job->on_done = [this, c, &answer = r.answer] {
+    if (answer.exchange(Request::kAnswered, std::memory_order_acq_rel) == Request::kSuspended) {
       MHD_resume_connection(c);
       suspended_.fetch_sub(1);
     }
   };
+  r.job = job;
+  r.phase = Request::Phase::kWaiting;
   r.submitted = Clock::now();
-  const auto until = r.submitted + std::chrono::microseconds(cfg_.answer_poll_us);
+  suspended_.fetch_add(1);  // counted before the job can be answered: stop() waits for it
   batcher_->submit(std::move(job), was_receiving);
-  while (state->load(std::memory_order_acquire) != kDone && Clock::now() < until) std::this_thread::yield();
-  // Answered or not, the connection is suspended and resumed as every queued job's is: the
-  // answer is written on the loop's next round (on_resumed), which this thread is already awake
-  // for, and the socket is watched afresh (libmicrohttpd reads a close that came with the
-  // request, which an answer written from here would leave unseen until the idle timeout).
-  suspended_.fetch_add(1);
+  if (poll) {
+    const auto until = r.submitted + std::chrono::microseconds(cfg_.answer_poll_us);
+    while (r.answer.load(std::memory_order_acquire) != Request::kAnswered && Clock::now() < until)
+      std::this_thread::yield();
+    answer_pollers_.store(0);
+  }
+  // Answered or not, the connection is suspended and resumed: the answer is written on the
+  // loop's next round (on_resumed), which a polling loop is awake for, and the socket is watched
+  // afresh (libmicrohttpd reads a close that came with the request, which an answer written from
+  // this call would leave unseen until the idle timeout).
   MHD_suspend_connection(c);
-  int polling = kPolling;
-  if (!state->compare_exchange_strong(polling, kSuspended, std::memory_order_acq_rel)) {
-    metrics_.answers_polled.fetch_add(1, std::memory_order_relaxed);
+  int pending = Request::kPending;
+  if (!r.answer.compare_exchange_strong(pending, Request::kSuspended, std::memory_order_acq_rel)) {
+    if (poll) metrics_.answers_polled.fetch_add(1, std::memory_order_relaxed);
     MHD_resume_connection(c);
     suspended_.fetch_sub(1);
   }

@@ -220,14 +220,10 @@ class HttpFrontEnd {
   /// The 503 text when `what` would not fit service.max_inflight_bytes.
   std::string busy_message(const char* what) const;
   /// Queues `job` on the batcher with the connection suspended until the job is done (its
-  /// resume then answers from r.job); returns MHD_YES.
-  /// A search from the only connection of its event loop, with service.answer_poll_us > 0 and no
-  /// other loop polling, goes through poll_for_answer instead.
+  /// resume then answers from r.job); returns MHD_YES. A search from the only connection of its
+  /// event loop first polls for its answer for up to service.answer_poll_us (no other loop
+  /// polling); an answer that came meanwhile resumes the connection at once.
   int submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
-  /// Queues `job` and polls for its answer on the event loop for up to service.answer_poll_us,
-  /// then suspends the connection as submit_suspended does, resuming it at once when the answer
-  /// came: it is written on the loop's next round, with no sleeping thread to wake.
-  int poll_for_answer(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
   /// Queues a write job that runs `run` on the index thread (submit_suspended).
   int submit_write(MHD_Connection* c, Request& r, std::function<void(Job&)> run);
   std::size_t body_limit(bool binary) const;
@@ -255,7 +251,7 @@ class HttpFrontEnd {
   std::string fail_reason_;
   std::atomic<int> in_progress_{0};
   std::atomic<int> suspended_{0};
-  std::atomic<int> answer_pollers_{0};  // event loops in poll_for_answer (at most one)
+  std::atomic<int> answer_pollers_{0};  // event loops polling for an answer (at most one)
 
   // Security (http_guard.cpp): each null or empty when not configured.
   std::string tls_cert_, tls_key_;        // PEM, handed to libmicrohttpd (it reads them at start())

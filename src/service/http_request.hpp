@@ -1,6 +1,7 @@
 #pragma once
 // Per-request state of the HTTP front end, shared by http_front_end.cpp (the request's phases)
 // and http_routes.cpp (the handlers).
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -42,6 +43,9 @@ struct HttpFrontEnd::Request {
   std::string body;
   QueryArgs args;
   std::shared_ptr<Job> job;
+  // The job's answer against the connection's suspension (HttpFrontEnd::submit_suspended).
+  enum Answer : int { kPending, kAnswered, kSuspended };
+  std::atomic<int> answer{kPending};
   // When the request line arrived, its headers were in, its body was complete, its job was
   // queued and its connection resumed (stage timings; Metrics::search_stages).
   std::chrono::steady_clock::time_point line_in, headers_in, body_in, submitted, resumed;
