@@ -289,6 +289,41 @@ TEST(AdmitBatch, ComposerMergesAdmittedRequestsWithoutCheckingThemAgain) {
   EXPECT_EQ(c.batch().query_program(), nullptr);
 }
 
+// Programs are told apart by all of their constants, not by the digest that finds candidates
+// quickly (sizes, instructions, the first and last four constants): two id lists alike at both
+// ends are two filters, in an admitted batch and in a composed one, also after a request the
+// composer turned away.
+TEST(AdmitBatch, ProgramsAlikeAtBothEndsAreDistinct) {
+  const Admission a(limits());
+  const auto list = [](int middle) {
+    std::string s = R"({"ids_in": [1, 2, 3, 4, )" + std::to_string(middle) + ", 1000, 1001, 1002, 1003]}";
+    return parse_filter(s, limits().schema);
+  };
+  const FilterProgram p1 = list(100), p2 = list(200), p1_again = list(100), p3 = list(300);
+  const std::vector<float> q(12, 1.0f);
+  const FilterProgram* f[4] = {&p1, &p2, &p1_again, nullptr};
+  const SearchBatch b = a.admit(q.data(), 4, 5, f);
+  ASSERT_EQ(b.filter_count(), 2);
+  EXPECT_EQ(b.filter_programs()[0], &p1);
+  EXPECT_EQ(b.filter_programs()[1], &p2);
+  EXPECT_EQ(std::vector<std::int32_t>(b.query_program(), b.query_program() + 4), (std::vector<std::int32_t>{0, 1, 0, -1}));
+
+  const FilterProgram* g1[1] = {&p1};
+  const FilterProgram* g2[1] = {&p2};
+  const FilterProgram* g3[1] = {&p3};
+  const FilterProgram* g4[1] = {&p1_again};
+  const SearchBatch r1 = a.admit(q.data(), 1, 5, g1), r2 = a.admit(q.data(), 1, 5, g2), r3 = a.admit(q.data(), 1, 5, g3),
+                    r4 = a.admit(q.data(), 1, 5, g4);
+  BatchComposer c(4, 2, 3);
+  EXPECT_TRUE(c.add(r1));
+  EXPECT_TRUE(c.add(r2));
+  EXPECT_FALSE(c.add(r3)) << "a third distinct filter (max_filters 2), alike at both ends";
+  EXPECT_TRUE(c.add(r4)) << "p1 again";
+  const SearchBatch& out = c.batch();
+  ASSERT_EQ(out.filter_count(), 2);
+  EXPECT_EQ(std::vector<std::int32_t>(out.query_program(), out.query_program() + 3), (std::vector<std::int32_t>{0, 1, 0}));
+}
+
 // A batch admitted against one norm bound is checked again only when writes have raised it
 // since (the one compare otherwise), with admission's own wording; a lower bound keeps it.
 TEST(AdmitBatch, ANormBoundRaisedSinceAdmissionIsCheckedAgain) {

@@ -16,6 +16,36 @@ namespace {
 /// blocks, which the rows kernel evaluates about as fast, and needs no index.
 constexpr std::int64_t kIdIndexMembers = 4096;
 
+/// Bytes from the program indices to the query filters in the pinned staging (16-byte aligned).
+constexpr std::size_t query_filter_offset(int batch) {
+  return (sizeof(std::int32_t) * static_cast<std::size_t>(batch) + 15) / 16 * 16;
+}
+
+/// Query q's filter as the batched kernels read it (QueryFilter): program p's range when p is
+/// one range leaf, else the program; p < 0: none.
+QueryFilter query_filter(const FilterProgram* const* programs, std::int32_t p) {
+  QueryFilter f;
+  if (p < 0) return f;
+  const FilterProgram& prog = *programs[p];
+  f.kind = QueryFilter::kProgram;
+  if (prog.ops().size() != 1) return f;
+  const FilterOp& op = prog.ops()[0];
+  const auto first = static_cast<std::size_t>(op.first);
+  if (op.code == FilterOpCode::kRangeInt) {
+    f.kind = QueryFilter::kIntRange;
+    f.lo = static_cast<std::uint64_t>(prog.ints()[first]);
+    f.hi = static_cast<std::uint64_t>(prog.ints()[first + 1]);
+  } else if (op.code == FilterOpCode::kRangeReal) {
+    f.kind = QueryFilter::kRealRange;
+    std::memcpy(&f.lo, &prog.reals()[first], sizeof(double));
+    std::memcpy(&f.hi, &prog.reals()[first + 1], sizeof(double));
+  } else {
+    return f;
+  }
+  f.column = op.column;
+  return f;
+}
+
 constexpr std::size_t kScheduleRowsBytes = static_cast<std::size_t>(kScheduleChunks + 1) * sizeof(std::int64_t);
 
 }  // namespace
@@ -31,7 +61,8 @@ FilteredSearch::FilteredSearch(const Workspace& ws, const DeviceFilterTable& tab
   fs_.stats = ws.fstats;
   fs_.masks = ws.masks;
   rows_grid_ = filter_rows_grid(sms);
-  programs_pinned_.allocate(kFilterProgramBytes + sizeof(std::int32_t) * static_cast<std::size_t>(limits.batch_max));
+  programs_pinned_.allocate(kFilterProgramBytes + query_filter_offset(limits.batch_max) +
+                            sizeof(QueryFilter) * static_cast<std::size_t>(limits.batch_max));
   programs_copied_.create(cudaEventDisableTiming);
   CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream));
   schedule_pinned_.allocate(kScheduleRowsBytes + static_cast<std::size_t>(kScheduleActBytes) +
@@ -48,9 +79,13 @@ void FilteredSearch::prepare(const FilterBatch& f, int batch, bool row_masks, cu
   std::uint8_t* staging = programs_pinned_.as<std::uint8_t>();
   pack_filter_programs(f.programs, f.count, staging, kFilterProgramBytes);
   std::memcpy(staging + kFilterProgramBytes, f.query_program, sizeof(std::int32_t) * static_cast<std::size_t>(batch));
+  auto* qf = reinterpret_cast<QueryFilter*>(staging + kFilterProgramBytes + query_filter_offset(batch_max_));
+  for (int q = 0; q < batch; ++q) qf[q] = query_filter(f.programs, f.query_program[q]);
   CHECK_CUDA(cudaMemcpyAsync(ws_.programs, staging, bytes, cudaMemcpyHostToDevice, s));
   CHECK_CUDA(cudaMemcpyAsync(ws_.mask_index, staging + kFilterProgramBytes,
                              sizeof(std::int32_t) * static_cast<std::size_t>(batch), cudaMemcpyHostToDevice, s));
+  CHECK_CUDA(cudaMemcpyAsync(ws_.query_filter, qf, sizeof(QueryFilter) * static_cast<std::size_t>(batch),
+                             cudaMemcpyHostToDevice, s));
   CHECK_CUDA(cudaEventRecord(programs_copied_.get(), s));
   launch_block_verdicts(table_, ws_.programs, f.count, fs_, s);
   count_ = f.count;
@@ -93,6 +128,7 @@ RowMasks FilteredSearch::masks(const std::uint32_t* live) const {
   m.values = table_.values;
   m.global_ids = table_.global_ids;
   m.table_rows = table_.rows;
+  m.query_filter = ws_.query_filter;
   return m;
 }
 
@@ -130,6 +166,10 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
   CHECK_CUDA(cudaMemcpyAsync(act, ws_.chunk_act, static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc),
                              cudaMemcpyDeviceToHost, s));
   CHECK_CUDA(cudaStreamSynchronize(s));  // also: the previous search's copy of qmap has left the staging
+  // Every program may return a row of every chunk (filters spread over the shard): the base
+  // schedule as it stands, without the walk over chunks × queries below (52k steps at B = 256).
+  const std::size_t act_bytes = static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc);
+  if (std::memchr(act, 0, act_bytes) == nullptr) return schedule_;
   // Per chunk, the queries that may return one of its rows; neighbouring chunks that only some
   // queries may answer are merged while the union of their queries times their rows fits one
   // GEMM output buffer (fewer, longer GEMMs: a batch of per-query clustered filters).

@@ -76,7 +76,7 @@ class FilteredSearch {
   IdRowIndex ids_;
   bool ids_stale_ = true;
   int batch_max_ = 0;
-  PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, then [batch_max] program indices
+  PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, [batch_max] program indices, [batch_max] QueryFilter
   Event programs_copied_;
   PinnedBuffer schedule_pinned_;  // chunk rows [kScheduleChunks + 1], activity [kScheduleActBytes], qmap
   ChunkSchedule schedule_;

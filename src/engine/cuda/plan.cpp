@@ -102,6 +102,7 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   const std::uint64_t words = static_cast<std::uint64_t>(p.mask_words);
   p.off_masks = take(mul_bytes(mul_bytes(static_cast<std::uint64_t>(std::max(lim.max_filters, 1)), words), 4));
   p.off_mask_index = take(mul_bytes(bmax, 4));
+  p.off_query_filter = take(mul_bytes(bmax, sizeof(QueryFilter)));
   p.off_live = take(mul_bytes(words, 4));
   p.off_programs = take(kFilterProgramBytes);
   const std::uint64_t filters = static_cast<std::uint64_t>(std::max(lim.max_filters, 1));
@@ -141,6 +142,7 @@ Workspace Plan::carve(void* arena, bool l2) const {
   w.cublas = base + off_cublas;
   w.masks = reinterpret_cast<std::uint32_t*>(base + off_masks);
   w.mask_index = reinterpret_cast<std::int32_t*>(base + off_mask_index);
+  w.query_filter = reinterpret_cast<QueryFilter*>(base + off_query_filter);
   w.live = reinterpret_cast<std::uint32_t*>(base + off_live);
   w.programs = reinterpret_cast<std::uint8_t*>(base + off_programs);
   w.mask_words = mask_words;

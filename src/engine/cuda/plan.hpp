@@ -16,6 +16,7 @@
 //   cublas   32 MiB                  cuBLAS workspace (no allocation inside cuBLAS calls)
 //   masks    [max_filters, rows/32]  row masks of a batch's distinct filters
 //   mask_index [batch_max]           each query's filter mask (-1: none)
+//   query_filter [batch_max]         each query's filter as the batched kernels read it (QueryFilter)
 //   live     [rows/32]               rows not deleted (updates)
 //   programs kFilterProgramBytes     the batch's compiled filter programs, packed
 //   flags, cand, fstats [max_filters, blocks] / [max_filters]   block verdicts, candidate lists, counts
@@ -79,6 +80,7 @@ struct Workspace {
   void* cublas = nullptr;
   std::uint32_t* masks = nullptr;
   std::int32_t* mask_index = nullptr;
+  QueryFilter* query_filter = nullptr;  // [batch_max] each query's filter as the batched kernels read it
   std::uint32_t* live = nullptr;
   std::uint8_t* programs = nullptr;
   std::int64_t mask_words = 0;
@@ -100,7 +102,7 @@ struct Plan {
   std::int64_t dpad = 0;
   std::uint64_t off_shard = 0, off_ids = 0, off_row_sq = 0, off_qpad = 0, off_qhat = 0, off_qinfo = 0,
                 off_status = 0, off_hists = 0, off_counts = 0, off_overflow = 0, off_thr = 0, off_state = 0,
-                off_pool = 0, off_scores = 0, off_cublas = 0, off_masks = 0, off_mask_index = 0, off_live = 0,
+                off_pool = 0, off_scores = 0, off_cublas = 0, off_masks = 0, off_mask_index = 0, off_query_filter = 0, off_live = 0,
                 off_programs = 0, off_flags = 0, off_cand = 0, off_fstats = 0, off_cids = 0, off_row_list = 0,
                 off_qsub = 0, off_chunk_rows = 0, off_chunk_act = 0, off_qmap = 0, off_seen = 0, off_few = 0;
   std::int64_t mask_words = 0, blocks = 0;

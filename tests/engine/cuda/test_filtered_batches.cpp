@@ -32,6 +32,7 @@ struct Fixture {
   std::vector<float> rows, queries;
   std::vector<std::int64_t> ids;
   std::vector<std::int64_t> tenant, tag;
+  std::vector<double> weight;
   AttributeTable table;
 };
 
@@ -43,13 +44,16 @@ const Fixture& fixture() {
     f.ids = shuffled_ids(kRows, 63);
     AttributeColumn tenant{"tenant", AttributeType::kInt64, {}, {}};
     AttributeColumn tag{"tag", AttributeType::kInt64, {}, {}};
+    AttributeColumn weight{"weight", AttributeType::kFloat64, {}, {}};
     for (std::int64_t r = 0; r < kRows; ++r) {
       tenant.ints.push_back(r / kTenantRows);
       tag.ints.push_back(static_cast<std::int64_t>((static_cast<std::uint64_t>(r) * 2654435761u + 7u) % 100u));
+      weight.reals.push_back(static_cast<double>((r * 7919) % 1000) / 8.0 - 60.0);  // −60 .. 64.875, scattered
     }
     f.tenant = tenant.ints;
     f.tag = tag.ints;
-    f.table = AttributeTable({tenant, tag}, f.ids, 0);
+    f.weight = weight.reals;
+    f.table = AttributeTable({tenant, tag, weight}, f.ids, 0);
     return f;
   }();
   return f;
@@ -206,6 +210,60 @@ TEST_P(FilteredBatches, RowsCrowdingTheEndAfterFewListedOnes) {
     b.which.push_back(q);
   }
   expect_batch(b, "dense tail after listed rows");
+}
+
+// Per-query filters of every form the batched kernels tell apart: a range over an int column
+// and over a float64 one (decided there by one load of the row's value), an eq on a float64
+// (a one-value range), and programs evaluated whole (an `in` list, a negated range, a
+// conjunction), beside unfiltered queries. A range read with the wrong column, bound or type
+// would change answers here.
+TEST_P(FilteredBatches, RangesBesideWholePrograms) {
+  const Fixture& f = fixture();
+  Batch b;
+  for (int q = 0; q < kBatch; ++q) {
+    const std::int64_t lo = (q * 29) % 81;
+    const double wlo = static_cast<double>((q * 53) % 800) / 8.0 - 60.0, whi = wlo + 12.5;  // 10 % of the weights
+    const std::string r = std::to_string(lo), rr = std::to_string(lo + 19);
+    switch (q % 7) {
+      case 0:
+        b.programs.push_back(parse_filter("{\"range\": {\"tag\": [" + r + ", " + rr + "]}}", f.table.schema()));
+        b.passes.push_back([&f, lo](std::int64_t x) { return f.tag[x] >= lo && f.tag[x] <= lo + 19; });
+        break;
+      case 1:
+        b.programs.push_back(compile_filter(json{{"range", {{"weight", {wlo, whi}}}}}, f.table.schema()));
+        b.passes.push_back([&f, wlo, whi](std::int64_t x) { return f.weight[x] >= wlo && f.weight[x] <= whi; });
+        break;
+      case 2:
+        b.programs.push_back(compile_filter(json{{"eq", {{"weight", wlo}}}}, f.table.schema()));
+        b.passes.push_back([&f, wlo](std::int64_t x) { return f.weight[x] == wlo; });
+        break;
+      case 3:
+        b.programs.push_back(compile_filter(json{{"in", {{"tag", {lo, lo + 3, lo + 7, lo + 11}}}}}, f.table.schema()));
+        b.passes.push_back([&f, lo](std::int64_t x) {
+          const std::int64_t t = f.tag[x];
+          return t == lo || t == lo + 3 || t == lo + 7 || t == lo + 11;
+        });
+        break;
+      case 4:
+        b.programs.push_back(parse_filter("{\"not\": {\"range\": {\"tag\": [0, " + rr + "]}}}", f.table.schema()));
+        b.passes.push_back([&f, lo](std::int64_t x) { return f.tag[x] > lo + 19; });
+        break;
+      case 5:
+        b.programs.push_back(compile_filter(
+            json{{"all", json::array({json{{"range", {{"tag", {lo, lo + 49}}}}}, json{{"range", {{"weight", {wlo, 64.875}}}}}})}},
+            f.table.schema()));
+        b.passes.push_back([&f, lo, wlo](std::int64_t x) {
+          return f.tag[x] >= lo && f.tag[x] <= lo + 49 && f.weight[x] >= wlo;
+        });
+        break;
+      default:
+        b.programs.emplace_back();  // unused: the query has no filter
+        b.passes.push_back([](std::int64_t) { return true; });
+        break;
+    }
+    b.which.push_back(q % 7 == 6 ? -1 : q);
+  }
+  expect_batch(b, "ranges beside whole programs");
 }
 
 // One tenant's 1 % for the whole batch: only the chunks holding its rows are scored.

@@ -104,9 +104,10 @@ __global__ void __launch_bounds__(kSelThreads)
   const int sub = blockIdx.x;
   const int q = qmap ? qmap[sub] : sub;
   const QueryInfo qi = qinfo[q];
+  const QueryFilter qf = kMasked ? masks.filter_of(q) : QueryFilter{};
   const auto got = [&](int i) {
     if constexpr (kMasked) {
-      if (!masks.allows_evaluating(q, ap.row0 + i)) return -CUDART_INF_F;
+      if (!masks.allows_with(qf, q, ap.row0 + i)) return -CUDART_INF_F;
     }
     return ap(sub, i, qi);
   };
@@ -162,6 +163,7 @@ __global__ void __launch_bounds__(kSelThreads)
     const int q = qmap ? qmap[sub] : sub;
     if (!young(seen, q, rows_c)) continue;  // one address: the whole block continues
     const QueryInfo qi = qinfo[q];
+    const QueryFilter qf = kMasked ? masks.filter_of(q) : QueryFilter{};
     if (threadIdx.x == 0) allowed = 0;
     __syncthreads();
     for (int j = threadIdx.x; j < end; j += blockDim.x) {  // whole warps: j < end for all lanes or none
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(kSelThreads)
         const int i = j * stride;
         float s = -CUDART_INF_F;
         ok = true;
-        if constexpr (kMasked) ok = masks.allows_evaluating(q, ap.row0 + i);
+        if constexpr (kMasked) ok = masks.allows_with(qf, q, ap.row0 + i);
         if (ok) s = ap(sub, i, qi);
         s_sample[j] = s;
       }
@@ -211,6 +213,9 @@ __global__ void __launch_bounds__(kCollectThreads, kMasked ? kMaskedCollectBlock
   const int sub = blockIdx.y;
   const int q = qmap ? qmap[sub] : sub;
   const float t = thr[q];
+  // The query's filter, loaded beside the scores (kMasked): a row that reaches the threshold is
+  // then decided by one more load.
+  const QueryFilter qf = kMasked ? masks.filter_of(q) : QueryFilter{};
   const int lane = threadIdx.x & 31;
   const int base = blockIdx.x * CollectShape<OutT>::kPerBlock;
   const OutT* src = ap.S + sub * ap.ld;
@@ -245,7 +250,7 @@ __global__ void __launch_bounds__(kCollectThreads, kMasked ? kMaskedCollectBlock
     // registers took the kernel from 48 to 80 registers and halved its occupancy.
     for (unsigned left = takes; left != 0u; left &= left - 1u) {
       const int m = __ffs(static_cast<int>(left)) - 1;
-      if (!masks.allows_evaluating(q, ap.row0 + index(m))) takes &= ~(1u << m);
+      if (!masks.allows_with(qf, q, ap.row0 + index(m))) takes &= ~(1u << m);
     }
     // The flood guard (no thread has left: it has barriers). A block holding more than
     // flood_budget(k) allowed rows that reach the threshold appends only those within 2Δ of the

@@ -101,6 +101,23 @@ struct FilterState {
   std::uint32_t* masks = nullptr;  ///< [programs, mask_words] bit (r % 32) of word r / 32: row r passes
 };
 
+/// A query's filter as the batched path's kernels read it, once per query: when the filter is
+/// one range over one column (the commonest filter: a tenant, a date range), its column and
+/// bounds, so that a row is decided by one load of its value; otherwise the program is
+/// evaluated (RowMasks::allows_evaluating). The kernels ask about rows whose approximate score
+/// reaches the threshold, after reading a tile of scores: a program's instructions, constants
+/// and block flag behind the query's program index made each of those questions a chain of
+/// about six dependent loads, which lengthened every thread block of the collect by their
+/// latency (a batch of per-query scattered filters: 17 µs per chunk against 12 µs unmasked,
+/// docs/PERFORMANCE.md, "Filtered search").
+struct QueryFilter {
+  enum Kind : std::int32_t { kNone = 0, kIntRange = 1, kRealRange = 2, kProgram = 3 };
+  std::int32_t kind = kNone;  ///< kNone: no filter (the live mask alone)
+  std::int32_t column = 0;    ///< attribute index, or kFilterIdColumn (ranges)
+  std::uint64_t lo = 0;       ///< the range's bounds: int64 or float64 bit patterns (inclusive)
+  std::uint64_t hi = 0;
+};
+
 /// Which rows a search may return (filtered searches, deleted rows), as bitmasks over the
 /// shard's rows: bit (r % 32) of word r / 32 set = row r may be returned. A query q may return
 /// row r when the live mask allows it (or there is none) and its filter does (or it has none:
@@ -120,6 +137,7 @@ struct RowMasks {
   const std::uint64_t* values = nullptr;     ///< with programs: DeviceFilterTable::values
   const std::int64_t* global_ids = nullptr;  ///< with programs: DeviceFilterTable::global_ids
   std::int64_t table_rows = 0;               ///< with programs: DeviceFilterTable::rows
+  const QueryFilter* query_filter = nullptr; ///< [batch] with programs: each query's filter, for filter_of
 
 #if defined(__CUDACC__)
   /// Whether query q may return row r by the live mask and the masks alone (device code,
@@ -147,6 +165,34 @@ struct RowMasks {
     t.global_ids = global_ids;
     const ProgramView p = program_at(programs, m);
     return eval_row(t, p, p.ops, nullptr, r);
+  }
+
+  /// Query q's filter for allows_with (one load; read it before the scores it will judge, so
+  /// that the two loads overlap). Without query_filter: the program behind index[q], if any.
+  __device__ __forceinline__ QueryFilter filter_of(int q) const {
+    if (query_filter) return query_filter[q];
+    QueryFilter f;
+    f.kind = index ? QueryFilter::kProgram : QueryFilter::kNone;
+    return f;
+  }
+
+  /// Whether query q, whose filter_of is f, may return row r: allows_evaluating's answer, a
+  /// range decided by one load of the row's value (and one of its live word) instead of the
+  /// program's chain. The block flags are not read: they only ever agree with the row's value.
+  __device__ __forceinline__ bool allows_with(const QueryFilter& f, int q, std::int64_t r) const {
+    if (f.kind == QueryFilter::kProgram) return allows_evaluating(q, r);
+    const bool alive = live == nullptr || ((live[r >> 5] >> (r & 31)) & 1u) != 0u;
+    if (f.kind == QueryFilter::kNone) return alive;
+    const std::uint64_t bits = f.column == kFilterIdColumn ? static_cast<std::uint64_t>(global_ids[r])
+                                                           : values[static_cast<std::int64_t>(f.column) * table_rows + r];
+    const bool in =
+        f.kind == QueryFilter::kIntRange
+            ? filter_detail::in_range(static_cast<std::int64_t>(bits), static_cast<std::int64_t>(f.lo),
+                                      static_cast<std::int64_t>(f.hi))
+            : filter_detail::in_range(__longlong_as_double(static_cast<long long>(bits)),
+                                      __longlong_as_double(static_cast<long long>(f.lo)),
+                                      __longlong_as_double(static_cast<long long>(f.hi)));
+    return alive && in;
   }
 
   /// 0 / 1: decided by the live mask, the absence of a filter or the block flag; −1: row r of
