@@ -112,6 +112,7 @@ class SearchBatch {
   bool on_device_ = false;
   void* stream_ = nullptr;
   std::vector<const FilterProgram*> programs_;
+  std::vector<std::uint64_t> program_digests_;  // [programs_] each one's digest (finding equal programs)
   std::vector<std::int32_t> query_program_;
   std::vector<QueryWindow> windows_;
   bool stats_ = false;
@@ -193,7 +194,6 @@ class BatchComposer {
   std::vector<const SearchBatch*> parts_;
   std::vector<std::int32_t> part_first_program_;  // per part: its programs' indices start here ...
   std::vector<std::int32_t> program_map_;         // ... in this map into batch_.programs_
-  std::vector<std::uint64_t> program_digests_;    // [batch_.programs_] each program's digest
   std::vector<float> queries_;                    // [batch_max, dim]
   SearchBatch batch_;
 };

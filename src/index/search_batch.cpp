@@ -82,23 +82,23 @@ void Admission::admit_shape(SearchBatch* b, int batch, long long k, const Filter
   b->size_ = batch;
   b->k_ = static_cast<int>(k);
   b->programs_.clear();
+  b->program_digests_.clear();
   b->query_program_.clear();
   if (!filters) return;
   // Each distinct program once (equal programs, not only the same object); programs that pass
   // every row filter nothing and are left out.
-  std::vector<std::uint64_t> digests;
   for (int q = 0; q < batch; ++q) {
     const FilterProgram* f = filters[q];
     if (!f || f->passes_everything()) continue;
     if (b->programs_.empty()) b->query_program_.assign(static_cast<std::size_t>(batch), -1);
     const std::uint64_t d = program_digest(*f);
-    const std::size_t j = find_program(b->programs_, digests, f, d);
+    const std::size_t j = find_program(b->programs_, b->program_digests_, f, d);
     if (j == b->programs_.size()) {
       check_filter_fits(*f, limits_.schema);
       SHARDTOPK_EXPECTS(static_cast<int>(j) < limits_.max_filters, "the batch holds more than ", limits_.max_filters,
                         " distinct filters (search.max_filters)");
       b->programs_.push_back(f);
-      digests.push_back(d);
+      b->program_digests_.push_back(d);
     }
     b->query_program_[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(j);
   }
@@ -198,7 +198,7 @@ BatchComposer::BatchComposer(int batch_max, int max_filters, std::int64_t dim)
   program_map_.reserve(bm * static_cast<std::size_t>(max_filters));
   queries_.resize(bm * static_cast<std::size_t>(dim));
   batch_.programs_.reserve(static_cast<std::size_t>(max_filters));
-  program_digests_.reserve(static_cast<std::size_t>(max_filters));
+  batch_.program_digests_.reserve(static_cast<std::size_t>(max_filters));
   batch_.query_program_.reserve(bm);
   batch_.windows_.reserve(bm);
 }
@@ -209,7 +209,7 @@ void BatchComposer::clear() {
   part_first_program_.clear();
   program_map_.clear();
   batch_.programs_.clear();
-  program_digests_.clear();
+  batch_.program_digests_.clear();
   batch_.size_ = 0;
   batch_.k_ = 0;
   batch_.admitted_norm_ = 0;
@@ -223,18 +223,19 @@ bool BatchComposer::add(const SearchBatch& request) {
   if (rows_ + request.size_ > batch_max_) return false;
   // The request's programs into the batch's distinct ones; undone when one too many.
   const std::size_t programs_before = batch_.programs_.size(), map_before = program_map_.size();
-  for (const FilterProgram* f : request.programs_) {
-    const std::uint64_t d = program_digest(*f);
-    const std::size_t j = find_program(batch_.programs_, program_digests_, f, d);
+  for (std::size_t i = 0; i < request.programs_.size(); ++i) {
+    const FilterProgram* f = request.programs_[i];
+    const std::uint64_t d = request.program_digests_[i];  // from its admission
+    const std::size_t j = find_program(batch_.programs_, batch_.program_digests_, f, d);
     if (j == batch_.programs_.size()) {
       if (static_cast<int>(j) >= max_filters_) {
         batch_.programs_.resize(programs_before);
-        program_digests_.resize(programs_before);
+        batch_.program_digests_.resize(programs_before);
         program_map_.resize(map_before);
         return false;
       }
       batch_.programs_.push_back(f);
-      program_digests_.push_back(d);
+      batch_.program_digests_.push_back(d);
     }
     program_map_.push_back(static_cast<std::int32_t>(j));
   }
