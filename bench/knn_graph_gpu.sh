@@ -75,7 +75,7 @@ for b in ${BATCH//,/ }; do
   [[ "$EXCLUDE_SELF" == 1 ]] && flags+=(--exclude-self)
   log "knn-graph: mpirun -np $NP shardtopk knn-graph ${flags[*]}"
   t=$(date +%s%N)
-  mpirun --allow-run-as-root --oversubscribe -np "$NP" "$BUILD/shardtopk" knn-graph "${flags[@]}" 2>&1 \
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" "$BUILD/shardtopk" knn-graph "${flags[@]}" 2>&1 \
     | tee "$OUTDIR/knn_graph-b$b.log" | grep -E "knn-graph|error" ; rc=${PIPESTATUS[0]}
   wall=$(( ($(date +%s%N) - t) / 1000000 ))  # ms
   [[ $rc -eq 0 ]] || die "knn-graph exit $rc ($OUTDIR/knn_graph-b$b.log)"

@@ -319,6 +319,22 @@ TEST_F(KnnGraph, RerunWithOtherArgumentsIsRefusedNamingTheDifference) {
   EXPECT_THAT(r.err, HasSubstr("exists and cannot be opened as HDF5")) << r.err;
 }
 
+// A row whose scores as a query would overflow float32 (its norm times the largest row norm)
+// is refused where its batch is admitted: the job stops on every rank naming the batch's rows,
+// and the blocks before it stay in the file for a rerun to continue from.
+TEST_F(KnnGraph, ARowThatCannotBeAQueryIsNamedAndStopsEveryRank) {
+  for (std::int64_t j = 0; j < kDim; ++j) corpus_[30 * kDim + j] = 3.0e19f;
+  const std::string corpus = write_corpus();
+  const std::string cfg = write_config(corpus, "inner_product");
+  for (int ranks : {1, 2}) {
+    const std::string out = dir_.file("g" + std::to_string(ranks) + ".h5");
+    const CmdResult r = graph(ranks, cfg, out, "-k 3 --batch 4 --block-rows 16");
+    EXPECT_NE(r.rc, 0) << ranks << " rank(s): " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("rows [28, 32): ")) << ranks << " rank(s)";
+    EXPECT_EQ(rows_done(out), 16) << ranks << " rank(s): the complete block before it is kept";
+  }
+}
+
 TEST_F(KnnGraph, BadArgumentsAreNamed) {
   const std::string corpus = write_corpus();
   const std::string cfg = write_config(corpus, "l2");
