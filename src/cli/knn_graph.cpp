@@ -180,7 +180,8 @@ BlockTimes search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config
     return "rows [" + std::to_string(row0) + ", " + std::to_string(row0 + b) + "): ";
   };
   // The host's checks of a batch (admission), on a helper thread while the batch before it is
-  // searched: at 1,024 rows of 768 floats they are about a tenth of a search on one H200.
+  // searched (admission reads only the index's limits): about 0.5 ms of a 4 ms search at 1,024
+  // rows of 768 floats on one H200.
   auto admit_batch = [&](const float* q, std::int64_t row0, int b) {
     try {
       return index.admit(q, b, kq);
