@@ -1,5 +1,7 @@
 #include "io/graph_file.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +94,19 @@ bool exists(const std::string& path) {
 
 const char* kHowToStartOver = "pass --overwrite to start over (its rows are lost), or choose another output path";
 
+// Refuses an existing output that another process has open: HDF5 locks the files it opens (flock:
+// exclusive to write, shared to read), and creating the file again would truncate it under a
+// writer (a second job with --overwrite on a running job's output) before HDF5's own lock check
+// refuses. Without HDF5's locks (HDF5_USE_FILE_LOCKING=FALSE) there is nothing to see.
+void refuse_if_in_use(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // what cannot be read is refused by the open that follows, naming why
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases the probe's own lock
+  SHARDTOPK_EXPECTS(!held, "output '", path, "' is in use: another process has it open (a knn-graph job still ",
+                    "writing it, or a reader); wait for it to end, or choose another output path");
+}
+
 // The rows_done of an existing file opened as `file`, after checking that it is a knn-graph file
 // of identity `want` with ids and scores of its shape.
 std::int64_t check_open(hid_t file, const std::string& path, const GraphIdentity& want) {
@@ -172,7 +187,9 @@ void write_rows(hid_t file, const std::string& path, const char* name, hid_t mem
 }  // namespace
 
 std::int64_t GraphFile::check(const std::string& path, const GraphIdentity& want, bool overwrite) {
-  if (overwrite || !exists(path)) return 0;
+  if (!exists(path)) return 0;
+  refuse_if_in_use(path);
+  if (overwrite) return 0;
   h5::silence();
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   SHARDTOPK_EXPECTS(id >= 0, "output '", path, "' exists and cannot be opened as HDF5 (", hdf5_reason(), "); ",
@@ -185,6 +202,7 @@ GraphFile::GraphFile(const std::string& path, const GraphIdentity& want, bool ov
     : path_(path), rows_(want.rows), k_(want.k) {
   SHARDTOPK_ASSERT(want.rows >= 1 && want.k >= 1);
   h5::silence();
+  if (exists(path)) refuse_if_in_use(path);
   if (!overwrite && exists(path)) {
     const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     SHARDTOPK_EXPECTS(id >= 0, "output '", path, "' exists and cannot be opened for writing as HDF5 (", hdf5_reason(),

@@ -37,7 +37,8 @@ class GraphFile {
   /// Read-only check, before a job loads its corpus: the rows a run with `want` would continue
   /// from (0 when `path` does not exist or `overwrite`). @throws Error when `path` exists and is
   /// not a knn-graph file, or was written with another identity (naming every differing field
-  /// with both values), unless `overwrite`.
+  /// with both values), unless `overwrite`; and, overwrite or not, when another process has it
+  /// open (HDF5's file lock: a job still writing it).
   static std::int64_t check(const std::string& path, const GraphIdentity& want, bool overwrite);
 
   /// Opens `path` for `want`: creates it (absent, or `overwrite`: truncated) with `ids` and

@@ -6,7 +6,10 @@
 // difference; bad arguments are named.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -246,6 +249,40 @@ TEST_F(KnnGraph, ResumeAfterAnInterruptionGivesTheSameFile) {
   const CmdResult again = graph(1, cfg, out, "-k 4 --exclude-self");
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_THAT(again.out, HasSubstr("is complete (61 rows, k=4); nothing to do"));
+}
+
+// An output another process has open (HDF5's file lock, as a job still writing it holds it) is
+// refused with --overwrite and without, and is left byte for byte as it was; once it is closed,
+// --overwrite starts over.
+TEST_F(KnnGraph, AnOutputInUseIsRefusedAndLeftAsItWas) {
+  const std::string cfg = write_config(write_corpus(), "l2");
+  const std::string out = dir_.file("g.h5");
+  ASSERT_NE(graph(1, cfg, out, "-k 4 --block-rows 8 --stop-after-blocks 2").rc, 0);
+  ASSERT_EQ(rows_done(out), 16);
+  const auto before = test::read_bytes(out);
+
+  const hid_t writer = H5Fopen(out.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(writer, 0);
+  {
+    const int fd = ::open(out.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    const bool locked = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+    ::close(fd);
+    if (!locked) {
+      H5Fclose(writer);
+      GTEST_SKIP() << "this HDF5 does not lock the files it opens (HDF5_USE_FILE_LOCKING=FALSE?)";
+    }
+  }
+  for (const std::string args : {"-k 4 --block-rows 8 --overwrite", "-k 4 --block-rows 8"}) {
+    const CmdResult r = graph(1, cfg, out, args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_THAT(r.err, HasSubstr("output '" + out + "' is in use: another process has it open")) << args;
+    EXPECT_TRUE(test::read_bytes(out) == before) << args << ": the file changed";
+  }
+  H5Fclose(writer);
+  const CmdResult r = graph(2, cfg, out, "-k 4 --block-rows 8 --overwrite");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(rows_done(out), kN);
 }
 
 // A rerun with other arguments is refused before the ingest, naming each difference with both
