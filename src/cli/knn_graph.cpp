@@ -298,9 +298,9 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
                info.rows, info.dim, a.k, a.exclude_self ? " (self excluded)" : "", to_string(info.metric), a.batch,
                std::min<std::int64_t>(a.block_rows, info.rows), info.engine.name, info.comm, info.world_size);
   if (usable_cores() == 1 && std::thread::hardware_concurrency() > 1)
-    spdlog::warn("knn-graph: rank 0 may run on one core of {} (the launcher's binding: mpirun binds each rank to "
-                 "a core by default); reading rows, checking batches and searching then share it, which made a 1M-row "
-                 "graph 1.5 x slower on one H200: start with `mpirun --bind-to none`",
+    spdlog::warn("knn-graph: rank 0 may run on one core of {} (its CPU affinity: mpirun binds each rank to a core "
+                 "by default); reading rows, checking batches and searching then share it, which made a 1M-row graph "
+                 "1.5 x slower on one H200: under mpirun start with `mpirun --bind-to none`",
                  std::thread::hardware_concurrency());
   const BlockTimes times = search_blocks(index, guard, cfg, a, info, out);
   out.file->close();
