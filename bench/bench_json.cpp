@@ -109,6 +109,7 @@ json record(const std::string& op, const Times& t, long wrong) {
   j["git"] = git_commit();
   j["host"] = host_name();
   j["cpu"] = cpu_name();
+  j["simdjson_kernel"] = json_reader_kernel();
   return j;
 }
 
@@ -222,5 +223,6 @@ int main(int argc, char** argv) {
   }
   std::cout << table.header();
   for (const auto& l : lines) std::cout << l;
+  std::cout << "# simdjson kernel: " << json_reader_kernel() << " (" << cpu_name() << ")\n";
   return wrong == 0 ? 0 : 1;
 }

@@ -52,6 +52,9 @@ DatasetInfo check_knn_args(const KnnGraphArgs& a, Config& cfg) {
                     "' must be a 2-D float dataset [N, dim]");
   const std::int64_t n = ci.dims[0];
   const std::int64_t k_hi = a.exclude_self ? n - 1 : n;
+  SHARDTOPK_EXPECTS(k_hi >= 1, "'", cfg.corpus.path, "' has ", n, " row(s)",
+                    a.exclude_self ? " and --exclude-self leaves no other row" : "",
+                    ": a k-NN graph needs at least one neighbour per row");
   SHARDTOPK_EXPECTS(a.k >= 1 && a.k <= k_hi, "--k ", a.k, " out of range: allowed 1 .. ", k_hi, " (the corpus '",
                     cfg.corpus.path, "' has ", n, " rows", a.exclude_self ? "; --exclude-self leaves N - 1 others" : "",
                     ")");
@@ -247,6 +250,28 @@ BlockTimes search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config
   return times;
 }
 
+// --timings-json (nothing when it is not given): what report prints, as JSON; a run that found
+// the output complete writes it too, with rows_searched 0.
+void write_timings(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std::int64_t start,
+                   const BlockTimes& times) {
+  if (a.timings_json.empty()) return;
+  const std::int64_t n = info.rows;
+  const double seconds = times.seconds;
+  const double rate = seconds > 0 ? static_cast<double>(n - start) / seconds : 0;
+  const nlohmann::json j = {
+      {"corpus", cfg.corpus.path}, {"rows", n}, {"dim", info.dim}, {"metric", to_string(info.metric)},
+      {"dtype", to_string(info.engine.dtype)}, {"k", a.k}, {"exclude_self", a.exclude_self},
+      {"batch", a.batch}, {"block_rows", std::min<std::int64_t>(a.block_rows, n)}, {"start_row", start},
+      {"rows_searched", n - start}, {"search_s", seconds}, {"rows_per_s", rate},
+      {"read_wait_s", times.read_wait},
+      {"ingest_s", info.ingest.total_s}, {"engine", info.engine.name}, {"comm", info.comm},
+      {"world_size", info.world_size}, {"out", a.out},
+  };
+  std::ofstream f(a.timings_json);
+  SHARDTOPK_EXPECTS(f.good(), "cannot write '", a.timings_json, "'");
+  f << j.dump(2) << "\n";
+}
+
 // The summary line (stdout) and --timings-json.
 void report(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std::int64_t start,
             const BlockTimes& times) {
@@ -260,19 +285,7 @@ void report(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std
               a.exclude_self ? " (self excluded)" : "", to_string(info.metric).c_str(),
               static_cast<long long>(n - start), resumed.c_str(), seconds, rate, times.read_wait, info.ingest.total_s,
               info.engine.name.c_str(), info.comm.c_str(), info.world_size, a.out.c_str());
-  if (a.timings_json.empty()) return;
-  const nlohmann::json j = {
-      {"corpus", cfg.corpus.path}, {"rows", n}, {"dim", info.dim}, {"metric", to_string(info.metric)},
-      {"dtype", to_string(info.engine.dtype)}, {"k", a.k}, {"exclude_self", a.exclude_self},
-      {"batch", a.batch}, {"block_rows", std::min<std::int64_t>(a.block_rows, n)}, {"start_row", start},
-      {"rows_searched", n - start}, {"search_s", seconds}, {"rows_per_s", rate},
-      {"read_wait_s", times.read_wait},
-      {"ingest_s", info.ingest.total_s}, {"engine", info.engine.name}, {"comm", info.comm},
-      {"world_size", info.world_size}, {"out", a.out},
-  };
-  std::ofstream f(a.timings_json);
-  SHARDTOPK_EXPECTS(f.good(), "cannot write '", a.timings_json, "'");
-  f << j.dump(2) << "\n";
+  write_timings(cfg, a, info, start, times);
 }
 
 // Every rank on a loaded index: rank 0 opens the output and searches the rows not yet in it,
@@ -290,6 +303,7 @@ int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int
   if (start == info.rows) {
     std::printf("knn-graph: '%s' is complete (%lld rows, k=%d); nothing to do\n", a.out.c_str(),
                 static_cast<long long>(info.rows), a.k);
+    write_timings(cfg, a, info, start, BlockTimes{});
     return 0;
   }
   if (start > 0)

@@ -502,6 +502,8 @@ SearchBody parse_json_events(std::string_view body, const QueryShape& shape) {
 
 }  // namespace
 
+std::string json_reader_kernel() { return simdjson::get_active_implementation()->name(); }
+
 std::size_t json_search_workspace(std::size_t body_bytes) {
   // simdjson's DOM parser: a tape of 8 bytes, structural indexes of 4 bytes and string room of
   // 5/3 bytes per body byte, and a padded copy of the body when its buffer has no room past it.

@@ -118,6 +118,10 @@ SearchBody parse_json_search(std::string_view body, const QueryShape& shape, con
 /// with the same result.
 bool read_json_search_fast(std::string_view body, const QueryShape& shape, SearchBody& out, std::size_t readable = 0);
 
+/// The name of the instruction-set kernel simdjson chose for this CPU at run time ("icelake",
+/// "haswell", "westmere", "fallback", ...): its reading speed depends on it (benchmarks report it).
+std::string json_reader_kernel();
+
 /// Working memory (bytes) that parse_json_search's simdjson reader takes for a body of
 /// `body_bytes` for the length of the call, beyond what each event-loop thread keeps for bodies
 /// up to 64 KiB (0 for those): about 16 bytes per body byte.

@@ -246,9 +246,14 @@ TEST_F(KnnGraph, ResumeAfterAnInterruptionGivesTheSameFile) {
   test::expect_bit_identical(read_graph(out, 4), read_graph(whole, 4), "resumed vs uninterrupted");
   EXPECT_TRUE(test::read_bytes(out) == test::read_bytes(whole)) << "the files differ byte for byte";
 
-  const CmdResult again = graph(1, cfg, out, "-k 4 --exclude-self");
+  const std::string timings = dir_.file("again.json");
+  const CmdResult again = graph(1, cfg, out, "-k 4 --exclude-self --timings-json " + timings);
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_THAT(again.out, HasSubstr("is complete (61 rows, k=4); nothing to do"));
+  // --timings-json is written for a run with nothing to do too
+  const std::string t = test::read_text(timings);
+  EXPECT_THAT(t, AllOf(HasSubstr("\"rows_searched\": 0"), HasSubstr("\"start_row\": 61"), HasSubstr("\"k\": 4")))
+      << t;
 }
 
 // An output another process has open (HDF5's file lock, as a job still writing it holds it) is
@@ -399,6 +404,19 @@ TEST_F(KnnGraph, BadArgumentsAreNamed) {
   r = graph(1, cfg, dir_.file("no/such/g.h5"), "-k 3");
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("does not exist or is not writable"));
+  // A corpus of one row has no neighbour to find once the row itself is left out.
+  const std::string one = dir_.file("one.h5");
+  {
+    H5Writer w(one);
+    w.write_f32("train", corpus_.data(), 1, kDim);
+    w.close();
+  }
+  const std::string one_cfg = write_config(one, "l2");
+  r = graph(1, one_cfg, out, "-k 1 --exclude-self");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("has 1 row(s) and --exclude-self leaves no other row: a k-NN graph needs at least "
+                               "one neighbour per row"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("allowed 1 .. 0")));
 }
 
 }  // namespace
