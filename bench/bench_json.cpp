@@ -11,6 +11,7 @@
 //
 //   bench_json                        # parse one 768-float query, write a k = 100 answer
 //   bench_json -d 768,1024 -B 1,16 -k 10,100 -n 20000 -J out.jsonl
+//   bench_json --readers simdjson --simdjson-kernel fallback   # as on a CPU without SIMD kernels
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -173,13 +174,16 @@ json bench_write(long k, long batch, int warmup, int iters) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_json: reading JSON search bodies and writing JSON answers (one thread, no network)"};
   std::string dims_s = "768", batches_s = "1", ks_s = "100", formats_s = "shortest,float64",
-              readers_s = "simdjson,events", json_out;
+              readers_s = "simdjson,events", json_out, kernel;
   int iters = 20000, warmup = 2000;
   app.add_option("-d,--dim", dims_s, "query dimensions, comma-separated")->capture_default_str();
   app.add_option("-B,--batch", batches_s, "queries per body / answer, comma-separated")->capture_default_str();
   app.add_option("-k", ks_s, "results per query of the written answers, comma-separated")->capture_default_str();
   app.add_option("--formats", formats_s, "number texts of the bodies: shortest (float32), float64")->capture_default_str();
   app.add_option("--readers", readers_s, "simdjson (the service's path), events (its fallback)")->capture_default_str();
+  app.add_option("--simdjson-kernel", kernel,
+                 "make simdjson use this kernel (icelake, haswell, westmere, fallback) instead of the best the CPU "
+                 "runs: what reading costs on a host whose CPU (or virtual CPU) lacks the others");
   app.add_option("-n,--iters", iters, "timed calls per configuration")->capture_default_str();
   app.add_option("-w,--warmup", warmup, "untimed calls first")->capture_default_str();
   app.add_option("-J,--json", json_out, "also append the JSON lines to this file");
@@ -202,6 +206,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> lines;
   long wrong = 0;
   try {
+    if (!kernel.empty()) use_json_reader_kernel(kernel);
     auto emit = [&](const json& j, const std::string& reader, const std::string& format, long size) {
       std::cout << j.dump() << std::endl;
       write_json_line(json_out, j);

@@ -504,6 +504,19 @@ SearchBody parse_json_events(std::string_view body, const QueryShape& shape) {
 
 std::string json_reader_kernel() { return simdjson::get_active_implementation()->name(); }
 
+void use_json_reader_kernel(const std::string& name) {
+  std::string usable;
+  for (const simdjson::implementation* impl : simdjson::get_available_implementations()) {
+    if (!impl->supported_by_runtime_system()) continue;
+    if (impl->name() == name) {
+      simdjson::get_active_implementation() = impl;
+      return;
+    }
+    usable += (usable.empty() ? "" : ", ") + impl->name();
+  }
+  throw Error(detail::concat("simdjson kernel '", name, "' is not one this CPU runs (", usable, ")"));
+}
+
 std::size_t json_search_workspace(std::size_t body_bytes) {
   // simdjson's DOM parser: a tape of 8 bytes, structural indexes of 4 bytes and string room of
   // 5/3 bytes per body byte, and a padded copy of the body when its buffer has no room past it.

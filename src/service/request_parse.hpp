@@ -122,6 +122,11 @@ bool read_json_search_fast(std::string_view body, const QueryShape& shape, Searc
 /// "haswell", "westmere", "fallback", ...): its reading speed depends on it (benchmarks report it).
 std::string json_reader_kernel();
 
+/// Benchmarks and tests: makes simdjson use kernel `name` from now on, in every thread (the
+/// same answers with each; only the speed differs). Throws Error naming `name` and the kernels
+/// this CPU runs when it is not one of them.
+void use_json_reader_kernel(const std::string& name);
+
 /// Working memory (bytes) that parse_json_search's simdjson reader takes for a body of
 /// `body_bytes` for the length of the call, beyond what each event-loop thread keeps for bodies
 /// up to 64 KiB (0 for those): about 16 bytes per body byte.

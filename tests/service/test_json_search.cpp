@@ -227,6 +227,40 @@ TEST(JsonSearch, SimdjsonAndTheEventParserAgreeOnGeneratedBodies) {
   EXPECT_GT(valid, 2500) << "too few well-formed requests generated to compare";
 }
 
+// Every simdjson kernel this CPU runs (the portable fallback included) reads the same bodies to
+// the same rows, and refuses the same ones, as the event parser; an unknown kernel is named.
+TEST(JsonSearch, EverySimdjsonKernelAgrees) {
+  const std::string best = json_reader_kernel();
+  for (const std::string kernel : {"icelake", "haswell", "westmere", "fallback"}) {
+    try {
+      use_json_reader_kernel(kernel);
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("'" + kernel + "' is not one this CPU runs (")) << kernel;
+      continue;
+    }
+    EXPECT_EQ(json_reader_kernel(), kernel);
+    Generator g(20261204);
+    int taken = 0;
+    for (int i = 0; i < 600; ++i) {
+      bool fast_expected = false;
+      const std::string body = g.request(&fast_expected);
+      check_body(body, kShape, fast_expected, &taken);
+      int t = 0;
+      check_body(g.mutate(body), kShape, false, &t);
+      if (::testing::Test::HasFatalFailure()) break;
+    }
+    EXPECT_GT(taken, 250) << kernel;
+  }
+  use_json_reader_kernel(best);
+  try {
+    use_json_reader_kernel("nosuch");
+    ADD_FAILURE() << "an unknown kernel was taken";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("simdjson kernel 'nosuch' is not one this CPU runs ("));
+  }
+  EXPECT_EQ(json_reader_kernel(), best);
+}
+
 TEST(JsonSearch, HandPickedBodiesAgree) {
   const std::vector<std::string> bodies = {
       R"({"query": [1, 2, 3, 4]})",

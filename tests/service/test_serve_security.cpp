@@ -27,6 +27,7 @@
 #include "core/stats.hpp"
 #include "serve_support.hpp"
 #include "service/api_keys.hpp"
+#include "service/request_parse.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "tls_support.hpp"
 
@@ -295,6 +296,8 @@ TEST(ServeSecurity, Tls) {
   Server s(f.config, f.dir.path(), 1, "");
   // wait_ready speaks plain HTTP: wait for the port and the log line instead.
   ASSERT_TRUE(wait_for_log(s, "ready: https://")) << s.log();
+  // the ready line names the JSON reader's kernel, as this process picks it on this CPU
+  EXPECT_THAT(s.log(), HasSubstr("; JSON bodies read by simdjson's " + service::json_reader_kernel() + " kernel"));
   int port = 0;
   std::ifstream(f.dir.file("port")) >> port;
   ASSERT_GT(port, 0);
