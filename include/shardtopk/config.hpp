@@ -120,6 +120,9 @@ struct ServiceConfig {
   int io_threads = 0;                      ///< HTTP event-loop threads (each serves many connections); 0: from the usable cores
   int max_connections = 16384;             ///< open client connections; more wait in the listen backlog
   int idle_timeout_s = 30;                 ///< a connection silent this long is closed (keep-alive or mid-request)
+  /// How often (ms) every connection's socket is looked at for a client that closed while the
+  /// server waits for more of its request (such a connection is then closed; docs/SERVING.md).
+  int peer_check_ms = 1000;
   int max_header_bytes = 16384;            ///< request line + headers; larger: 431
   int max_headers = 100;                   ///< header fields per request; more: 431
   long long max_inflight_bytes = 0;        ///< request bodies held at once; over it: 503; 0: derived

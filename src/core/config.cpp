@@ -216,6 +216,9 @@ const std::map<std::string, Setter>& setters() {
       {"service.answer_poll_us", [](Config& c, const std::string& v, const std::string& w) {
          c.service.answer_poll_us = static_cast<int>(parse_int("service.answer_poll_us", v, -1, 100000, w));
        }},
+      {"service.peer_check_ms", [](Config& c, const std::string& v, const std::string& w) {
+         c.service.peer_check_ms = static_cast<int>(parse_int("service.peer_check_ms", v, 1, 60000, w));
+       }},
       {"service.max_body_bytes", [](Config& c, const std::string& v, const std::string& w) {
          c.service.max_body_bytes = parse_int("service.max_body_bytes", v, 0, 1LL << 32, w);
          SHARDTOPK_EXPECTS(c.service.max_body_bytes == 0 || c.service.max_body_bytes >= 1024, w,
@@ -563,6 +566,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "io_threads" << YAML::Value << c.service.io_threads;
   out << YAML::Key << "max_connections" << YAML::Value << c.service.max_connections;
   out << YAML::Key << "idle_timeout_s" << YAML::Value << c.service.idle_timeout_s;
+  out << YAML::Key << "peer_check_ms" << YAML::Value << c.service.peer_check_ms;
   out << YAML::Key << "max_header_bytes" << YAML::Value << c.service.max_header_bytes;
   out << YAML::Key << "max_headers" << YAML::Value << c.service.max_headers;
   out << YAML::Key << "max_inflight_bytes" << YAML::Value << c.service.max_inflight_bytes;

@@ -118,13 +118,18 @@ struct Callbacks {
                                                   code == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     *con_cls = nullptr;
   }
-  static void connection(void* cls, MHD_Connection*, void**, MHD_ConnectionNotificationCode code) {
-    auto& open = static_cast<HttpFrontEnd*>(cls)->metrics_.open_connections;
-    // Called on the event loop that owns the connection (it accepts and closes it there).
+  static void connection(void* cls, MHD_Connection* c, void**, MHD_ConnectionNotificationCode code) {
+    auto* fe = static_cast<HttpFrontEnd*>(cls);
+    auto& open = fe->metrics_.open_connections;
+    // Called on the event loop that owns the connection (it accepts and closes it there), the
+    // close before libmicrohttpd closes the socket.
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
       open.fetch_add(1);
       ++loop_connections;
+      const MHD_ConnectionInfo* fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+      if (fd) fe->peers_.add(c, fd->connect_fd);
     } else {
+      fe->peers_.remove(c);
       open.fetch_sub(1);
       --loop_connections;
     }
@@ -133,7 +138,8 @@ struct Callbacks {
 
 // ------------------------------------------------------------------------------ life cycle
 
-HttpFrontEnd::HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics) : cfg_(cfg), metrics_(metrics) {
+HttpFrontEnd::HttpFrontEnd(const ServiceConfig& cfg, Metrics& metrics)
+    : cfg_(cfg), metrics_(metrics), peers_(std::chrono::milliseconds(cfg.peer_check_ms), &metrics.closed_peers) {
   if (cfg_.io_threads == 0) cfg_.io_threads = default_io_threads(usable_cores_ = usable_cores());
   if (cfg_.answer_poll_us < 0) cfg_.answer_poll_us = default_answer_poll_us(usable_cores());
   load_security();
@@ -241,6 +247,7 @@ void HttpFrontEnd::start() {
       MHD_OPTION_END);
   SHARDTOPK_EXPECTS(daemon_ != nullptr, "service: cannot start the HTTP server (libmicrohttpd) on ", cfg_.host, ":",
                     port_, " (run with SHARDTOPK_LOG_LEVEL=debug for its reason)");
+  peers_.start();
 }
 
 void HttpFrontEnd::set_ready(const BackendInfo& info, SearchBackend& backend, Batcher& batcher) {
@@ -317,6 +324,7 @@ bool HttpFrontEnd::stop(Clock::time_point deadline) {
   while (suspended_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (suspended_.load() > 0) return false;
   stop_accepting();
+  peers_.stop();
   MHD_stop_daemon(daemon_);
   daemon_ = nullptr;
   return true;

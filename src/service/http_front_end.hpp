@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "service/api_keys.hpp"
+#include "service/peer_watch.hpp"
 #include "service/request_parse.hpp"
 #include "service/search_backend.hpp"
 #include "shardtopk/config.hpp"
@@ -252,6 +253,10 @@ class HttpFrontEnd {
   std::atomic<int> in_progress_{0};
   std::atomic<int> suspended_{0};
   std::atomic<int> answer_pollers_{0};  // event loops polling for an answer (at most one)
+
+  // Sockets whose client closed while libmicrohttpd waits for their bytes (peer_watch.hpp):
+  // every service.peer_check_ms.
+  PeerWatch peers_;
 
   // Security (http_guard.cpp): each null or empty when not configured.
   std::string tls_cert_, tls_key_;        // PEM, handed to libmicrohttpd (it reads them at start())

@@ -237,6 +237,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"answer_poll_below_auto", "service:\n  answer_poll_us: -2\n",
                   {"service.answer_poll_us", "-2 out of range"}},
         BadConfig{"negative_io_threads", "service:\n  io_threads: -1\n", {"service.io_threads", "-1 out of range"}},
+        BadConfig{"no_peer_check", "service:\n  peer_check_ms: 0\n", {"service.peer_check_ms", "0 out of range"}},
+        BadConfig{"rare_peer_check", "service:\n  peer_check_ms: 60001\n",
+                  {"service.peer_check_ms", "60001 out of range"}},
         BadConfig{"many_io_threads", "service:\n  io_threads: 65\n", {"service.io_threads", "65 out of range"}},
         BadConfig{"zero_connections", "service:\n  max_connections: 0\n", {"service.max_connections", "0 out of range"}},
         BadConfig{"zero_idle_timeout", "service:\n  idle_timeout_s: 0\n", {"service.idle_timeout_s", "0 out of range"}},
@@ -348,6 +351,8 @@ TEST(ConfigService, LimitsDefaultsAndTheDeprecatedThreadsKey) {
   EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {poll_us: 0}\n").service.poll_us, 0);
   EXPECT_EQ(c.service.answer_poll_us, -1);
   EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {answer_poll_us: 0}\n").service.answer_poll_us, 0);
+  EXPECT_EQ(c.service.peer_check_ms, 1000);
+  EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {peer_check_ms: 5}\n").service.peer_check_ms, 5);
   EXPECT_EQ(parse_config("corpus: {path: x.h5}\nservice: {io_threads: 6}\n").service.io_threads, 6);
   EXPECT_EQ(c.service.threads, 0);
   c = parse_config("corpus: {path: x.h5}\nservice:\n  threads: 96\n  max_body_bytes: 0\n  drain_timeout_s: 0.25\n"
