@@ -414,18 +414,11 @@ bool feed_filter(FilterTree& tree, simdjson::dom::element e) {
 // One query row: exactly `dim` numbers within float32's range, each converted as the event
 // parser converts it (to double, then rounded to float once).
 bool read_row(simdjson::dom::element e, std::int64_t dim, float* out) {
-  using T = simdjson::dom::element_type;
   simdjson::dom::array row;
   if (e.get_array().get(row) || static_cast<std::int64_t>(row.size()) != dim) return false;
   for (simdjson::dom::element x : row) {
-    double v;
-    switch (x.type()) {
-      case T::DOUBLE: v = x.get_double().value_unsafe(); break;
-      case T::INT64: v = static_cast<double>(x.get_int64().value_unsafe()); break;
-      case T::UINT64: v = static_cast<double>(x.get_uint64().value_unsafe()); break;
-      default: return false;
-    }
-    if (!(std::fabs(v) <= FLT_MAX)) return false;
+    double v;  // a double, or an integer converted (INT64, UINT64); anything else refused
+    if (x.get_double().get(v) != simdjson::SUCCESS || !(std::fabs(v) <= FLT_MAX)) return false;
     *out++ = static_cast<float>(v);
   }
   return true;
