@@ -386,19 +386,12 @@ int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_pt
   int idle = 0;
   const bool poll = job->search() && cfg_.answer_poll_us > 0 && loop_connections == 1 &&
                     answer_pollers_.compare_exchange_strong(idle, 1);
-  // Whoever moves r.answer off kPending last resumes the connection: the index thread's on_done
-  // when it finds the connection suspended, else this thread, right after suspending it.
-  r.answer.store(Request::kPending, std::memory_order_relaxed);
-  job->on_done = [this, c, &answer = r.answer] {
-    if (answer.exchange(Request::kAnswered, std::memory_order_acq_rel) == Request::kSuspended) {
-      MHD_resume_connection(c);
-      suspended_.fetch_sub(1);
-    }
-  };
+  wait_for_answer(r);
+  job->on_done = [this, c, &r] { answered(c, r); };
   r.job = job;
   r.phase = Request::Phase::kWaiting;
   r.submitted = Clock::now();
-  suspended_.fetch_add(1);  // counted before the job can be answered: stop() waits for it
+  r.polled = poll;
   batcher_->submit(std::move(job), was_receiving);
   if (poll) {
     const auto until = r.submitted + std::chrono::microseconds(cfg_.answer_poll_us);
@@ -406,17 +399,36 @@ int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_pt
       std::this_thread::yield();
     answer_pollers_.store(0);
   }
-  // Answered or not, the connection is suspended and resumed: the answer is written on the
-  // loop's next round (on_resumed), which a polling loop is awake for, and the socket is watched
-  // afresh (libmicrohttpd reads a close that came with the request, which an answer written from
-  // this call would leave unseen until the idle timeout).
-  MHD_suspend_connection(c);
-  int pending = Request::kPending;
-  if (!r.answer.compare_exchange_strong(pending, Request::kSuspended, std::memory_order_acq_rel)) {
-    if (poll) metrics_.answers_polled.fetch_add(1, std::memory_order_relaxed);
+  return MHD_YES;
+}
+
+void HttpFrontEnd::wait_for_answer(Request& r) {
+  r.answer.store(Request::kPending, std::memory_order_relaxed);
+  r.suspend_next = true;
+  suspended_.fetch_add(1);  // counted before the answer can come: stop() waits for it
+}
+
+void HttpFrontEnd::answered(MHD_Connection* c, Request& r) {
+  if (r.answer.exchange(Request::kAnswered, std::memory_order_acq_rel) == Request::kSuspended) {
     MHD_resume_connection(c);
     suspended_.fetch_sub(1);
   }
+}
+
+int HttpFrontEnd::suspend_until_answered(MHD_Connection* c, Request& r) {
+  r.suspend_next = false;
+  // Answered or not, the connection is suspended and resumed: the answer is written on the
+  // loop's next round, which a polling loop is awake for, and the socket is watched afresh
+  // (libmicrohttpd reads a close that came with the request, which an answer written from this
+  // call would leave unseen).
+  MHD_suspend_connection(c);
+  int pending = Request::kPending;
+  if (!r.answer.compare_exchange_strong(pending, Request::kSuspended, std::memory_order_acq_rel)) {
+    if (r.polled) metrics_.answers_polled.fetch_add(1, std::memory_order_relaxed);
+    MHD_resume_connection(c);
+    suspended_.fetch_sub(1);
+  }
+  r.polled = false;
   return MHD_YES;
 }
 
@@ -491,10 +503,18 @@ int HttpFrontEnd::reply_error(MHD_Connection* c, Request& r, int status, const s
 
 int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* method, const char* upload,
                              std::size_t* upload_size, Request& r) {
+  if (r.suspend_next) {
+    if (upload_size) *upload_size = 0;
+    return suspend_until_answered(c, r);
+  }
   switch (r.phase) {
-    case Request::Phase::kNew:
+    case Request::Phase::kNew: {
       r.headers_in = Clock::now();
-      return on_headers(c, url, method, r);
+      r.headers_call = true;
+      const int rc = on_headers(c, url, method, r);
+      r.headers_call = false;
+      return rc;
+    }
     case Request::Phase::kGet:
       if (*upload_size > 0) {  // a body on a GET: read and dropped, within the header limit
         r.discarded += *upload_size;

@@ -220,11 +220,25 @@ class HttpFrontEnd {
   std::string fail_reason() const;
   /// The 503 text when `what` would not fit service.max_inflight_bytes.
   std::string busy_message(const char* what) const;
-  /// Queues `job` on the batcher with the connection suspended until the job is done (its
-  /// resume then answers from r.job); returns MHD_YES. A search from the only connection of its
-  /// event loop first polls for its answer for up to service.answer_poll_us (no other loop
-  /// polling); an answer that came meanwhile resumes the connection at once.
+  /// Queues `job` on the batcher with the connection suspended until the job is done (from the
+  /// handler's next call: wait_for_answer; its resume then answers from r.job); returns
+  /// MHD_YES. A search from the only connection of its event loop first polls for its answer
+  /// for up to service.answer_poll_us (no other loop polling); an answer that came meanwhile
+  /// resumes the connection at once.
   int submit_suspended(MHD_Connection* c, Request& r, std::shared_ptr<Job> job, bool was_receiving);
+  /// The request waits for an answer that another thread gives with answered(): the connection
+  /// is suspended on the handler's next call, not in this one. libmicrohttpd 0.9.75 keeps a
+  /// suspended connection's event-loop state as it was before the handler ran (reading, when the
+  /// request came in the same round) and reads a resumed connection in that state before writing:
+  /// a client that had half-closed then lost its answer (the read returns 0 and the connection is
+  /// closed). Returning without an answer first lets libmicrohttpd put the connection in its
+  /// "waiting for the application" state, in which a resumed connection is not read.
+  void wait_for_answer(Request& r);
+  /// The answer is there (any thread): resumes the connection if it is suspended.
+  void answered(MHD_Connection* c, Request& r);
+  /// The handler's next call after wait_for_answer: suspends the connection, and resumes it at
+  /// once when the answer came meanwhile.
+  int suspend_until_answered(MHD_Connection* c, Request& r);
   /// Queues a write job that runs `run` on the index thread (submit_suspended).
   int submit_write(MHD_Connection* c, Request& r, std::function<void(Job&)> run);
   std::size_t body_limit(bool binary) const;

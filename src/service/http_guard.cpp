@@ -135,17 +135,16 @@ AuditRecord HttpFrontEnd::audit_record(MHD_Connection* c, const Request& r, int 
 
 int HttpFrontEnd::hold_for_audit(MHD_Connection* c, Request& r) {
   r.phase = Request::Phase::kAudit;
-  // Suspend before the audit thread can answer: its resume must find the connection suspended.
-  suspended_.fetch_add(1);
-  MHD_suspend_connection(c);
+  wait_for_answer(r);
   audit_->append(audit_record(c, r, r.held.status), [this, c, &r](bool) {
     // A line that could not be written is logged by the audit log, and later writes are refused;
     // this answer goes out as it is (a write it reports has happened).
     r.audited = true;
-    MHD_resume_connection(c);
-    suspended_.fetch_sub(1);
+    answered(c, r);
   });
-  return MHD_YES;
+  // A refusal from the headers: suspended now, so that no body byte is read and no 100 Continue
+  // sent before it; otherwise on the handler's next call (wait_for_answer).
+  return r.headers_call ? suspend_until_answered(c, r) : MHD_YES;
 }
 
 int HttpFrontEnd::send_held(MHD_Connection* c, Request& r) {

@@ -43,9 +43,13 @@ struct HttpFrontEnd::Request {
   std::string body;
   QueryArgs args;
   std::shared_ptr<Job> job;
-  // The job's answer against the connection's suspension (HttpFrontEnd::submit_suspended).
+  // The job's (or the audit line's) answer against the connection's suspension
+  // (HttpFrontEnd::wait_for_answer): whoever moves it off kPending last resumes the connection.
   enum Answer : int { kPending, kAnswered, kSuspended };
   std::atomic<int> answer{kPending};
+  bool suspend_next = false;  // the connection is suspended on the handler's next call
+  bool headers_call = false;  // the handler's first call (the headers are in, the body is not read)
+  bool polled = false;        // its event loop polled for the answer (service.answer_poll_us)
   // When the request line arrived, its headers were in, its body was complete, its job was
   // queued and its connection resumed (stage timings; Metrics::search_stages).
   std::chrono::steady_clock::time_point line_in, headers_in, body_in, submitted, resumed;

@@ -108,8 +108,9 @@ std::string Metrics::render() const {
          "polled for it (service.answer_poll_us): written without waking a sleeping loop.\n";
   out += "# TYPE shardtopk_http_answers_polled_total counter\n";
   out += "shardtopk_http_answers_polled_total " + std::to_string(answers_polled.load()) + "\n";
-  out += "# HELP shardtopk_http_closed_peers_total Connections whose client closed while the server waited for "
-         "more of their request, found by the server's once-a-second look at every socket and closed.\n";
+  out += "# HELP shardtopk_http_closed_peers_total Connections whose client had closed unnoticed (in the middle "
+         "of a request, or after its last answer), found by the look at every socket each service.peer_check_ms "
+         "and then closed.\n";
   out += "# TYPE shardtopk_http_closed_peers_total counter\n";
   out += "shardtopk_http_closed_peers_total " + std::to_string(closed_peers.load()) + "\n";
   out += "# HELP shardtopk_rank_search_seconds_total Time in each rank's local search.\n";

@@ -51,8 +51,8 @@ class Metrics {
   std::atomic<int> open_connections{0};  ///< client connections open now
   /// Searches whose answer came while their event loop polled for it (service.answer_poll_us).
   std::atomic<std::uint64_t> answers_polled{0};
-  /// connections whose client closed while libmicrohttpd waited for their bytes, found by the
-  /// front end's PeerWatch and closed (peer_watch.hpp)
+  /// connections whose client had closed unnoticed (mid-request, or after its last answer),
+  /// found by the front end's PeerWatch and closed (peer_watch.hpp)
   std::atomic<std::uint64_t> closed_peers{0};
 
   /// Prometheus text exposition (version 0.0.4).
