@@ -340,6 +340,13 @@ HttpFrontEnd::Request* HttpFrontEnd::new_request() {
 
 void HttpFrontEnd::on_completed(Request* r, bool sent) {
   if (!r) return;
+  // Ended before the handler's call that would have suspended it (libmicrohttpd closed the
+  // connection: a reset, an error), answered or not: its wait's count is released here, and an
+  // answer still to come finds kGone.
+  if (r->waiter && r->suspend_next) {
+    r->waiter->state.store(Waiter::kGone, std::memory_order_release);
+    suspended_.fetch_sub(1);
+  }
   const SearchJob* s = r->job && r->job->status == 200 ? r->job->search() : nullptr;
   if (sent && s) {
     using std::chrono::nanoseconds;
@@ -386,8 +393,7 @@ int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_pt
   int idle = 0;
   const bool poll = job->search() && cfg_.answer_poll_us > 0 && loop_connections == 1 &&
                     answer_pollers_.compare_exchange_strong(idle, 1);
-  wait_for_answer(r);
-  job->on_done = [this, c, &r] { answered(c, r); };
+  job->on_done = [this, c, w = wait_for_answer(r)] { answered(c, *w); };
   r.job = job;
   r.phase = Request::Phase::kWaiting;
   r.submitted = Clock::now();
@@ -395,22 +401,25 @@ int HttpFrontEnd::submit_suspended(MHD_Connection* c, Request& r, std::shared_pt
   batcher_->submit(std::move(job), was_receiving);
   if (poll) {
     const auto until = r.submitted + std::chrono::microseconds(cfg_.answer_poll_us);
-    while (r.answer.load(std::memory_order_acquire) != Request::kAnswered && Clock::now() < until)
+    while (r.waiter->state.load(std::memory_order_acquire) != Waiter::kAnswered && Clock::now() < until)
       std::this_thread::yield();
     answer_pollers_.store(0);
   }
   return MHD_YES;
 }
 
-void HttpFrontEnd::wait_for_answer(Request& r) {
-  r.answer.store(Request::kPending, std::memory_order_relaxed);
+std::shared_ptr<HttpFrontEnd::Waiter> HttpFrontEnd::wait_for_answer(Request& r) {
+  r.waiter = std::make_shared<Waiter>();
   r.suspend_next = true;
   suspended_.fetch_add(1);  // counted before the answer can come: stop() waits for it
+  return r.waiter;
 }
 
-void HttpFrontEnd::answered(MHD_Connection* c, Request& r) {
-  if (r.answer.exchange(Request::kAnswered, std::memory_order_acq_rel) == Request::kSuspended) {
-    MHD_resume_connection(c);
+void HttpFrontEnd::answered(MHD_Connection* c, Waiter& w) {
+  // kPending: the loop thread finds the answer as it suspends; kGone: the request ended first
+  // (on_completed released the count).
+  if (w.state.exchange(Waiter::kAnswered, std::memory_order_acq_rel) == Waiter::kSuspended) {
+    MHD_resume_connection(c);  // a suspended connection is never closed: c is still there
     suspended_.fetch_sub(1);
   }
 }
@@ -422,8 +431,8 @@ int HttpFrontEnd::suspend_until_answered(MHD_Connection* c, Request& r) {
   // (libmicrohttpd reads a close that came with the request, which an answer written from this
   // call would leave unseen).
   MHD_suspend_connection(c);
-  int pending = Request::kPending;
-  if (!r.answer.compare_exchange_strong(pending, Request::kSuspended, std::memory_order_acq_rel)) {
+  int pending = Waiter::kPending;
+  if (!r.waiter->state.compare_exchange_strong(pending, Waiter::kSuspended, std::memory_order_acq_rel)) {
     if (r.polled) metrics_.answers_polled.fetch_add(1, std::memory_order_relaxed);
     MHD_resume_connection(c);
     suspended_.fetch_sub(1);
@@ -536,6 +545,8 @@ int HttpFrontEnd::on_request(MHD_Connection* c, const char* url, const char* met
       return on_resumed(c, r);
     case Request::Phase::kAudit:
       if (upload_size) *upload_size = 0;
+      // the audit line is durable once the wait is answered (hold_for_audit)
+      if (r.waiter && r.waiter->state.load(std::memory_order_acquire) == Waiter::kAnswered) r.audited = true;
       return r.audited ? send_held(c, r) : MHD_YES;
     case Request::Phase::kAnswered:
       if (upload_size) *upload_size = 0;

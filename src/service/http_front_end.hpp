@@ -130,6 +130,7 @@ class HttpFrontEnd {
   void reload();
 
   struct Request;  // per-request state (http_request.hpp)
+  struct Waiter;   // a request's wait for an answer from another thread (http_request.hpp)
 
   /// A route handler: runs once the request is complete (its headers, and its body if the route
   /// reads one) and answers it, or queues a job whose answer resumes the request (on_resumed).
@@ -233,9 +234,10 @@ class HttpFrontEnd {
   /// a client that had half-closed then lost its answer (the read returns 0 and the connection is
   /// closed). Returning without an answer first lets libmicrohttpd put the connection in its
   /// "waiting for the application" state, in which a resumed connection is not read.
-  void wait_for_answer(Request& r);
+  /// Returns the wait, for the answering thread to hold.
+  std::shared_ptr<Waiter> wait_for_answer(Request& r);
   /// The answer is there (any thread): resumes the connection if it is suspended.
-  void answered(MHD_Connection* c, Request& r);
+  void answered(MHD_Connection* c, Waiter& w);
   /// The handler's next call after wait_for_answer: suspends the connection, and resumes it at
   /// once when the answer came meanwhile.
   int suspend_until_answered(MHD_Connection* c, Request& r);

@@ -135,13 +135,9 @@ AuditRecord HttpFrontEnd::audit_record(MHD_Connection* c, const Request& r, int 
 
 int HttpFrontEnd::hold_for_audit(MHD_Connection* c, Request& r) {
   r.phase = Request::Phase::kAudit;
-  wait_for_answer(r);
-  audit_->append(audit_record(c, r, r.held.status), [this, c, &r](bool) {
-    // A line that could not be written is logged by the audit log, and later writes are refused;
-    // this answer goes out as it is (a write it reports has happened).
-    r.audited = true;
-    answered(c, r);
-  });
+  // A line that could not be written is logged by the audit log, and later writes are refused;
+  // this answer goes out as it is (a write it reports has happened).
+  audit_->append(audit_record(c, r, r.held.status), [this, c, w = wait_for_answer(r)](bool) { answered(c, *w); });
   // A refusal from the headers: suspended now, so that no body byte is read and no 100 Continue
   // sent before it; otherwise on the handler's next call (wait_for_answer).
   return r.headers_call ? suspend_until_answered(c, r) : MHD_YES;

@@ -24,6 +24,16 @@ struct QueryArgs {
   const char* allowed_text() const { return *allowed ? allowed : "none on this route"; }
 };
 
+/// A request's wait for an answer given on another thread (HttpFrontEnd::wait_for_answer). The
+/// wait's count in HttpFrontEnd::suspended_ is released once: by the answering thread when it
+/// finds the connection suspended (it resumes it), by the loop thread when it finds the answer
+/// there as it suspends (it resumes at once), or by the request's end when that comes before the
+/// handler's call that suspends (kGone: the answer, if still to come, does nothing).
+struct HttpFrontEnd::Waiter {
+  enum State : int { kPending, kSuspended, kAnswered, kGone };
+  std::atomic<int> state{kPending};
+};
+
 struct HttpFrontEnd::Request {
   // kGet: a route without a body, answered on the handler's next call (an answer queued in the
   // first call makes libmicrohttpd close the connection after it, which ends pipelining).
@@ -44,9 +54,9 @@ struct HttpFrontEnd::Request {
   QueryArgs args;
   std::shared_ptr<Job> job;
   // The job's (or the audit line's) answer against the connection's suspension
-  // (HttpFrontEnd::wait_for_answer): whoever moves it off kPending last resumes the connection.
-  enum Answer : int { kPending, kAnswered, kSuspended };
-  std::atomic<int> answer{kPending};
+  // (HttpFrontEnd::wait_for_answer), shared with whoever answers: the request may be gone first
+  // (its client closed before the connection was suspended).
+  std::shared_ptr<Waiter> waiter;
   bool suspend_next = false;  // the connection is suspended on the handler's next call
   bool headers_call = false;  // the handler's first call (the headers are in, the body is not read)
   bool polled = false;        // its event loop polled for the answer (service.answer_poll_us)
