@@ -844,7 +844,7 @@ TEST_F(HostileOwn, ClientsThatResetWhileWaitingLeaveNothingBehind) {
     for (int i = 0; i < 30; ++i) {
       const int fd = connect_to(port());
       ASSERT_GE(fd, 0);
-      const std::string req = i % 2 ? raw_binary(*data_, 50 + i) : raw_post(data_->json_body(50 + i, 4));
+      const std::string req = i % 2 ? raw_binary(*data_, 30 + i) : raw_post(data_->json_body(30 + i, 4));
       ASSERT_TRUE(send_all(fd, req));
       fds.push_back(fd);
     }
