@@ -151,11 +151,13 @@ class Progress {
   Clock::time_point t0_, last_;
 };
 
-// Rank 0: searches rows [start, N) block by block (the next block read while this one is
-// searched) and appends each block to the output.
+// Rank 0: searches rows [start, N) block by block and appends each block to the output; the
+// next block is read, and the block before written, while this one is searched.
 struct BlockTimes {
-  double seconds = 0;    // the whole loop
-  double read_wait = 0;  // of which waiting for the next block of query rows
+  double seconds = 0;     // the whole loop
+  double read_wait = 0;   // of which waiting for the next block of query rows
+  double write_s = 0;     // writing blocks to the output (on a helper thread, beside the searches)
+  double write_wait = 0;  // of the loop, waiting for a block's write to end
 };
 BlockTimes search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config& cfg, const KnnGraphArgs& a,
                      const IndexInfo& info, Output& out) {
@@ -175,10 +177,35 @@ BlockTimes search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config
   auto read_block = [&](std::int64_t lo) {
     return read_rows(cfg.corpus.path, cfg.corpus.dataset, RowRange{lo, std::min(n, lo + block)}, ropt);
   };
-  // Searches of k + 1 (--exclude-self) land in qids/qscores and are compacted into ids/scores.
-  std::vector<std::int64_t> qids(static_cast<size_t>(block * kq));
-  std::vector<std::int64_t> ids(a.exclude_self ? static_cast<size_t>(block * a.k) : 0);
-  std::vector<float> qscores(qids.size()), scores(ids.size());
+  // A block's answers: searches of k + 1 (--exclude-self) land in qids/qscores and are compacted
+  // into ids/scores. Two sets: one block's answers are written while the next block is searched.
+  struct Answers {
+    std::vector<std::int64_t> qids, ids;
+    std::vector<float> qscores, scores;
+  };
+  Answers answers[2];
+  for (Answers& s : answers) {
+    s.qids.resize(static_cast<size_t>(block * kq));
+    s.qscores.resize(s.qids.size());
+    s.ids.resize(a.exclude_self ? static_cast<size_t>(block * a.k) : 0);
+    s.scores.resize(s.ids.size());
+  }
+  // Block [lo, lo + rows)'s answers to the file (durably: GraphFile::append), on a helper thread;
+  // only that thread touches the output until the loop has waited for it.
+  auto write_block = [&](Answers& s, std::int64_t lo, std::int64_t rows) {
+    const auto t0 = Clock::now();
+    if (a.exclude_self) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const std::int64_t self = out.row_ids.empty() ? lo + i : out.row_ids[static_cast<size_t>(lo + i)];
+        drop_self(self, a.k, s.qids.data() + i * kq, s.qscores.data() + i * kq, s.ids.data() + i * a.k,
+                  s.scores.data() + i * a.k);
+      }
+      out.file->append(rows, s.ids.data(), s.scores.data());
+    } else {
+      out.file->append(rows, s.qids.data(), s.qscores.data());
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
   auto rows_text = [](std::int64_t row0, int b) {
     return "rows [" + std::to_string(row0) + ", " + std::to_string(row0 + b) + "): ";
   };
@@ -208,13 +235,22 @@ BlockTimes search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config
   Progress progress(start, n);
   BlockTimes times;
   std::int64_t blocks = 0;
+  std::future<double> writing;  // the write of the block before (declared after `answers`: ends first)
+  auto wait_for_write = [&] {
+    if (!writing.valid()) return;
+    const auto w0 = Clock::now();
+    times.write_s += writing.get();  // a failed write throws here
+    times.write_wait += std::chrono::duration<double>(Clock::now() - w0).count();
+  };
   std::future<HostMatrix> next = std::async(std::launch::async, read_block, start);
   for (std::int64_t lo = start; lo < n; lo += block) {
-    const auto w0 = std::chrono::steady_clock::now();
+    const auto w0 = Clock::now();
     const HostMatrix q = next.get();
-    times.read_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    times.read_wait += std::chrono::duration<double>(Clock::now() - w0).count();
     const std::int64_t rows = q.rows;
     if (lo + rows < n) next = std::async(std::launch::async, read_block, lo + rows);
+    // This block's set was last used two blocks ago, whose write ended before the last one began.
+    Answers& s = answers[blocks % 2];
     auto batch_at = [&](std::int64_t b0) { return static_cast<int>(std::min<std::int64_t>(a.batch, rows - b0)); };
     std::future<SearchBatch> admitted = std::async(std::launch::async, admit_batch, q.data.data(), lo, batch_at(0));
     for (std::int64_t b0 = 0; b0 < rows; b0 += a.batch) {
@@ -223,29 +259,23 @@ BlockTimes search_blocks(ShardedIndex& index, ShutdownGuard& guard, const Config
       if (b0 + b < rows)
         admitted = std::async(std::launch::async, admit_batch, q.data.data() + (b0 + b) * dim, lo + b0 + b,
                               batch_at(b0 + b));
-      search_batch(batch, lo + b0, qids.data() + b0 * kq, qscores.data() + b0 * kq);
+      search_batch(batch, lo + b0, s.qids.data() + b0 * kq, s.qscores.data() + b0 * kq);
       progress.at(lo + b0 + b);
     }
-    if (a.exclude_self) {
-      for (std::int64_t i = 0; i < rows; ++i) {
-        const std::int64_t self = out.row_ids.empty() ? lo + i : out.row_ids[static_cast<size_t>(lo + i)];
-        drop_self(self, a.k, qids.data() + i * kq, qscores.data() + i * kq, ids.data() + i * a.k,
-                  scores.data() + i * a.k);
-      }
-      out.file->append(rows, ids.data(), scores.data());
-    } else {
-      out.file->append(rows, qids.data(), qscores.data());
-    }
+    wait_for_write();  // one write at a time, in block order
+    writing = std::async(std::launch::async, write_block, std::ref(s), lo, rows);
     ++blocks;
     progress.at(lo + rows, lo + rows == n);
     if (a.stop_after_blocks >= 0 && blocks == a.stop_after_blocks && lo + rows < n) {
       // Tests: an interruption at a block boundary, as a kill would leave it (nothing closed).
+      wait_for_write();
       std::fprintf(stderr, "shardtopk: knn-graph: stopping after %lld block(s) (--stop-after-blocks)\n",
                    static_cast<long long>(blocks));
       std::fflush(nullptr);
       ::kill(::getpid(), SIGKILL);
     }
   }
+  wait_for_write();
   times.seconds = progress.seconds();
   return times;
 }
@@ -263,7 +293,7 @@ void write_timings(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& in
       {"dtype", to_string(info.engine.dtype)}, {"k", a.k}, {"exclude_self", a.exclude_self},
       {"batch", a.batch}, {"block_rows", std::min<std::int64_t>(a.block_rows, n)}, {"start_row", start},
       {"rows_searched", n - start}, {"search_s", seconds}, {"rows_per_s", rate},
-      {"read_wait_s", times.read_wait},
+      {"read_wait_s", times.read_wait}, {"write_s", times.write_s}, {"write_wait_s", times.write_wait},
       {"ingest_s", info.ingest.total_s}, {"engine", info.engine.name}, {"comm", info.comm},
       {"world_size", info.world_size}, {"out", a.out},
   };
@@ -280,10 +310,11 @@ void report(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std
   const double rate = seconds > 0 ? static_cast<double>(n - start) / seconds : 0;
   const std::string resumed = start > 0 ? " (continued from row " + std::to_string(start) + ")" : "";
   std::printf("knn-graph: %lld rows x %lld, k=%d%s, %s | %lld rows%s in %.2f s, %.0f rows/s (%.2f s waiting for "
-              "rows) | ingest %.2f s | %s/%s, %d rank(s) | wrote %s\n",
+              "rows, %.2f s for writes) | ingest %.2f s | %s/%s, %d rank(s) | wrote %s\n",
               static_cast<long long>(n), static_cast<long long>(info.dim), a.k,
               a.exclude_self ? " (self excluded)" : "", to_string(info.metric).c_str(),
-              static_cast<long long>(n - start), resumed.c_str(), seconds, rate, times.read_wait, info.ingest.total_s,
+              static_cast<long long>(n - start), resumed.c_str(), seconds, rate, times.read_wait, times.write_wait,
+              info.ingest.total_s,
               info.engine.name.c_str(), info.comm.c_str(), info.world_size, a.out.c_str());
   write_timings(cfg, a, info, start, times);
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -30,19 +31,34 @@ struct SilenceHdf5 {
 };
 void silence() { thread_local SilenceHdf5 s; }
 
-// The innermost message HDF5 left on its error stack, for context in our errors.
+// The message of HDF5's outermost failed call, for context in our errors, followed by the
+// operating system's reason when the innermost entry recorded one (the sec2 driver writes
+// "errno = 28, error message = 'No space left on device'" into its description).
 std::string hdf5_reason() {
-  std::string out;
+  struct Walk {
+    std::string outer, inner;
+  } w;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_DOWNWARD,
       [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* s = static_cast<std::string*>(data);
-        if (n == 0 && e->desc) *s = e->desc;
+        auto* w = static_cast<Walk*>(data);
+        if (!e->desc) return 0;
+        if (n == 0) w->outer = e->desc;
+        w->inner = e->desc;  // the last one walked is the innermost
         return 0;
       },
-      &out);
+      &w);
   H5Eclear2(H5E_DEFAULT);
-  return out;
+  static constexpr std::string_view kOs = "error message = '";
+  const std::size_t at = w.inner.find(kOs);
+  if (at != std::string::npos) {
+    const std::size_t from = at + kOs.size(), to = w.inner.find('\'', from);
+    if (to != std::string::npos && to > from && to - from <= 200) {
+      const std::string os = w.inner.substr(from, to - from);
+      if (w.outer.find(os) == std::string::npos) w.outer += (w.outer.empty() ? "" : ": ") + os;
+    }
+  }
+  return w.outer;
 }
 
 Handle open_file(const std::string& path) {

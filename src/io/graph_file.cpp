@@ -247,6 +247,7 @@ GraphFile::~GraphFile() {
 
 void GraphFile::append(std::int64_t n, const std::int64_t* ids, const float* scores) {
   SHARDTOPK_EXPECTS(file_ >= 0, "'", path_, "': closed");
+  h5::silence();  // appends may come from a thread of their own
   SHARDTOPK_EXPECTS(n >= 0 && rows_done_ + n <= rows_, "'", path_, "': rows [", rows_done_, ", ", rows_done_ + n,
                     ") outside its ", rows_, " rows");
   if (n == 0) return;
@@ -266,6 +267,7 @@ void GraphFile::append(std::int64_t n, const std::int64_t* ids, const float* sco
 
 void GraphFile::close() {
   if (file_ < 0) return;
+  h5::silence();
   const herr_t st = H5Fclose(static_cast<hid_t>(file_));
   file_ = -1;
   STK_H5_CHECK(st, "closing '", path_, "'");

@@ -3,13 +3,18 @@
 // ranks, bit-identical across rank counts and batch sizes; --exclude-self returns the k best
 // rows other than the row itself (duplicates of it stay); an interrupted job continued by a rerun
 // gives the file an uninterrupted run gives; a rerun with other arguments is refused naming the
-// difference; bad arguments are named.
+// difference; bad arguments are named; a write that fails (a full disk) stops every rank, naming
+// the file and the system's reason, and keeps the blocks written before it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdint>
@@ -374,6 +379,41 @@ TEST_F(KnnGraph, ARowThatCannotBeAQueryIsNamedAndStopsEveryRank) {
     EXPECT_NE(r.rc, 0) << ranks << " rank(s): " << r.err;
     EXPECT_THAT(r.err, HasSubstr("rows [28, 32): ")) << ranks << " rank(s)";
     EXPECT_EQ(rows_done(out), 16) << ranks << " rank(s): the complete block before it is kept";
+  }
+}
+
+// The output's file system fills up (a tmpfs of 200 KiB: the first block of 1,024 rows, k = 10,
+// takes about 130 KB with the file's metadata, two do not fit). Blocks are written on a helper
+// thread while the next one is searched: the failed write still stops every rank, names the
+// file, the rows and the system's reason, and the block before it stays complete for a rerun.
+TEST_F(KnnGraph, AWriteThatFailsStopsEveryRankAndKeepsTheBlocksBeforeIt) {
+  const std::string mnt = dir_.file("small");
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0700), 0);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=200k") != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << "): needs root";
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  constexpr std::int64_t kRows = 6000;
+  const std::vector<float> rows = test::small_ints(kRows * kDim, 5, -3, 3);
+  const std::string corpus = dir_.file("big.h5");
+  {
+    H5Writer w(corpus);
+    w.write_f32("train", rows.data(), kRows, kDim);
+    w.close();
+  }
+  const std::string cfg = write_config(corpus, "l2");
+  for (int ranks : {1, 2}) {
+    const std::string out = mnt + "/g" + std::to_string(ranks) + ".h5";
+    const CmdResult r = graph(ranks, cfg, out, "-k 10 --block-rows 1024 --batch 256");
+    EXPECT_NE(r.rc, 0) << ranks << " rank(s)";
+    EXPECT_THAT(r.err, AllOf(HasSubstr("'" + out + "': writing rows [1024, 2048)"),
+                             HasSubstr("No space left on device")))
+        << ranks << " rank(s): " << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("HDF5-DIAG"))) << "HDF5's own error stack is printed";
+    EXPECT_EQ(rows_done(out), 1024) << ranks << " rank(s): the complete block before it is kept";
+    ::unlink(out.c_str());
   }
 }
 
