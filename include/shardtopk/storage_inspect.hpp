@@ -21,7 +21,8 @@ struct StorageSegmentSummary {
   std::int64_t bytes = 0;        ///< file size
   std::int64_t records = 0;      ///< records whose headers follow each other from the header on
   std::int64_t tail_bytes = 0;   ///< bytes after them that are no record (a torn tail, or damage)
-  /// "log": holds records after the snapshot; "retained": every record ≤ the snapshot's seq,
+  /// "log": holds records after the snapshot, or is the last segment and starts after it (the
+  /// one the next write goes into, empty after a snapshot); "retained": every record ≤ the snapshot's seq,
   /// kept for an older snapshot (storage.keep_snapshots); "superseded": every record ≤ the
   /// oldest snapshot kept (a start-up removes it unread).
   std::string role;

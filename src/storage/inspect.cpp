@@ -114,9 +114,11 @@ Listing list_storage(const std::string& dir) {
 
 // Which segments hold records after the snapshot ("log"), which only older snapshots need
 // ("retained") and which a start-up removes ("superseded"), as recovery decides from the names
-// (the last segment by its last record).
-std::string segment_role(std::uint64_t last_seq, std::uint64_t snapshot_seq, std::uint64_t anchor) {
-  if (last_seq > snapshot_seq) return "log";
+// (the last segment by its last record; a last segment that starts after the snapshot is the one
+// the log goes on in, even while it holds no record).
+std::string segment_role(std::uint64_t last_seq, std::uint64_t first_seq, bool is_last, std::uint64_t snapshot_seq,
+                         std::uint64_t anchor) {
+  if (last_seq > snapshot_seq || (is_last && first_seq > snapshot_seq)) return "log";
   return last_seq > anchor ? "retained" : "superseded";
 }
 
@@ -324,7 +326,7 @@ StorageDirSummary inspect_once(const std::string& dir, const Seen& seen) {
     s.first_seq = l.segments[i].first;
     walk_headers(dir + "/" + s.name, s);
     const std::uint64_t last = i + 1 < l.segments.size() ? l.segments[i + 1].first - 1 : s.last_seq;
-    s.role = segment_role(std::max(last, s.first_seq - 1), m.seq, anchor);
+    s.role = segment_role(std::max(last, s.first_seq - 1), s.first_seq, i + 1 == l.segments.size(), m.seq, anchor);
     if (s.role == "log") {
       out.log_bytes += s.bytes;
       if (s.last_seq > m.seq) out.log_records += static_cast<std::int64_t>(s.last_seq - std::max(m.seq, s.first_seq - 1));
@@ -487,7 +489,7 @@ StorageVerifyReport verify_once(const std::string& dir, const std::string& corpu
     const std::uint64_t last = scanned ? scan.last_seq : (is_last ? first - 1 : l.segments[i + 1].first - 1);
     const std::uint64_t ends = is_last ? last : l.segments[i + 1].first - 1;
     // A start-up reads the last segment whatever it holds: damage in it is never superseded.
-    const std::string role = !scanned && is_last ? "log" : segment_role(std::max(ends, first - 1), S, anchor);
+    const std::string role = !scanned && is_last ? "log" : segment_role(std::max(ends, first - 1), first, is_last, S, anchor);
     if (!scanned) {
       if (role == "superseded")
         r.notes.push_back(name + ": damaged, but every record in it is in the snapshot, and a start-up removes it "

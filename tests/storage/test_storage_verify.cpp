@@ -517,6 +517,40 @@ TEST(StorageVerify, ALogIsCheckedAgainstTheCorpusFileItWasWrittenAgainst) {
 
 // ------------------------------------------------------------------------------ beside a service
 
+// A snapshot of the whole log leaves the log's last segment empty, starting after the snapshot:
+// it is the segment the next write goes into, not one the snapshot superseded, and info and
+// verify say so; a restart then writes into it.
+TEST(StorageInspect, TheEmptySegmentAfterASnapshotOfTheWholeLogIsTheLog) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  const auto reqs = workload(6, 8, 9);
+  const auto o = options_for(dir, 8);
+  {
+    Storage st(o);
+    for (std::size_t i = 0; i < 5; ++i) append(st, reqs[i]);
+    write_snapshot(st, model_at(reqs, 5), 5, Dtype::kFloat32, 2)->commit();
+  }
+  const StorageDirSummary s = inspect_storage_dir(dir);
+  ASSERT_FALSE(s.segments.empty());
+  const StorageSegmentSummary last = s.segments.back();
+  ASSERT_EQ(last.first_seq, 6u) << last.name;
+  EXPECT_EQ(last.records, 0);
+  EXPECT_EQ(last.role, "log") << last.name;
+  const StorageVerifyReport r = verify(dir);
+  EXPECT_TRUE(r.clean()) << listing(r);
+  EXPECT_EQ(listing(r).find(last.name + ": every record in it is in the snapshot"), std::string::npos) << listing(r);
+  {
+    Storage st(o);
+    append(st, reqs[5]);
+  }
+  const StorageDirSummary after = inspect_storage_dir(dir);
+  ASSERT_FALSE(after.segments.empty());
+  EXPECT_EQ(after.segments.back().name, last.name) << "the restart wrote into another segment";
+  EXPECT_EQ(after.segments.back().records, 1);
+  EXPECT_EQ(after.segments.back().role, "log");
+  EXPECT_EQ(after.log_records, 1);
+}
+
 TEST(StorageInspect, InfoAndVerifyReadAnOpenDirectoryWithoutItsLock) {
   TempDir tmp;
   const std::string dir = tmp.file("s");
