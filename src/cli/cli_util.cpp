@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
@@ -57,12 +60,36 @@ std::string filter_text(const std::string& value) {
   return text.str();
 }
 
+namespace {
+// Files beside a missing `path` whose names begin with its name less the extension (the demo's
+// "fashion-mnist-784-euclidean-q1000.h5" for a config's "fashion-mnist-784-euclidean.h5"), at
+// most three, as "; beside it: 'A', 'B'" (empty when there are none).
+std::string files_like(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string stem = p.stem().string();
+  if (stem.empty()) return "";
+  std::vector<std::string> found;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(stem, 0) == 0 && it->is_regular_file(ec)) found.push_back((p.parent_path() / name).string());
+  }
+  std::sort(found.begin(), found.end());
+  std::string out;
+  for (std::size_t i = 0; i < found.size() && i < 3; ++i) out += (i ? ", '" : "; beside it: '") + found[i] + "'";
+  return out;
+}
+}  // namespace
+
 void check_corpus_path(const Config& cfg) {
   // A corpus file that is not there is a config mistake: say which key names it.
   struct stat st {};
   if (::stat(cfg.corpus.path.c_str(), &st) != 0) {
     const int err = errno;
     throw Error(detail::concat("corpus.path '", cfg.corpus.path, "': ", std::strerror(err),
+                               err == ENOENT ? files_like(cfg.corpus.path) : "",
                                "; name the corpus HDF5 file in ", cfg.source, " or with --set corpus.path=FILE",
                                cfg.corpus.path.rfind("data/", 0) == 0
                                    ? " (launch/import_datasets.sh imports the public datasets into data/)"

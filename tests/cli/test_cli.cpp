@@ -232,6 +232,12 @@ TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
                            HasSubstr("--set corpus.path=FILE")))
       << r.err;
   EXPECT_EQ(test::count_of(r.err, "corpus.path '"), 1) << "rank 0 speaks for all:\n" << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("beside it"))) << r.err;
+  // a file beside it whose name begins with the missing one's (the demo's q1000 import) is named
+  test::write_text(dir_.file("gone-q1000.h5"), "x");
+  r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --k 5 --set corpus.path=" + dir_.file("gone.h5"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("No such file or directory; beside it: '" + dir_.file("gone-q1000.h5") + "';")) << r.err;
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --queries-dataset nope --k 5");
   EXPECT_NE(r.rc, 0);
