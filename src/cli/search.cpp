@@ -52,6 +52,15 @@ std::pair<double, std::int64_t> parse_search_after(const std::string& text) {
 
 // Argument checks that need no corpus rows (only file headers), made before the (possibly long)
 // ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
+// --min-score / --max-distance against the index's metric.
+void check_bound_flags(const SearchArgs& a, Metric metric) {
+  const bool l2 = metric == Metric::kL2;
+  SHARDTOPK_EXPECTS(!a.min_score || !l2, "--min-score is for inner_product and cosine; this index ranks by l2 "
+                    "distance: give --max-distance");
+  SHARDTOPK_EXPECTS(!a.max_distance || l2, "--max-distance is for l2; this index ranks by similarity: give "
+                    "--min-score");
+}
+
 void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
                     " (K is the number of neighbours per query and must be at least 1)");
@@ -60,10 +69,10 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   check_corpus_path(cfg);
   // K larger than the corpus: the row count is in the file header, so say it before loading.
   // A file that cannot be inspected is left for the index to report (with the rank).
-  std::int64_t corpus_rows = -1;
+  std::int64_t corpus_rows = -1, corpus_dim = -1;
   try {
     const DatasetInfo ci = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
-    if (ci.dims.size() == 2) corpus_rows = ci.dims[0];
+    if (ci.dims.size() == 2) corpus_rows = ci.dims[0], corpus_dim = ci.dims[1];
   } catch (const Error&) {
   }
   SHARDTOPK_EXPECTS(corpus_rows < 0 || a.k <= corpus_rows, "--k ", a.k, " is larger than the corpus: '",
@@ -84,6 +93,16 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(a.batch >= 0 && a.batch <= cfg.search.batch_max, "--batch ", a.batch,
                     " out of range: allowed 1 .. ", cfg.search.batch_max,
                     " (search.batch_max; raise it with --set search.batch_max=N), or 0 for search.batch_max");
+  // A bound for the other metric, before the ingest (search.metric, or the corpus's `distance`
+  // attribute; a file that cannot be read is left for the index to report).
+  if (a.min_score || a.max_distance) {
+    std::optional<Metric> metric;
+    try {
+      metric = resolve_metric(cfg);
+    } catch (const Error&) {
+    }
+    if (metric) check_bound_flags(a, *metric);
+  }
   if (!a.search_after.empty()) (void)parse_search_after(a.search_after);
   SHARDTOPK_EXPECTS(a.max_queries >= -1, "--max-queries ", a.max_queries, " must be -1 (all) or >= 0");
   DatasetInfo qi;
@@ -94,6 +113,10 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   }
   SHARDTOPK_EXPECTS(qi.dims.size() == 2 && qi.is_float, "'", a.queries, "': queries dataset '", qi.name,
                     "' must be a 2-D float dataset [Q, dim]");
+  // The queries' dimension against the corpus file's header (a storage directory holds rows of
+  // the same dimension: its start-up checks it), before the ingest.
+  SHARDTOPK_EXPECTS(corpus_dim < 0 || qi.dims[1] == corpus_dim, "'", a.queries, "': queries have dimension ",
+                    qi.dims[1], " but the corpus has ", corpus_dim, " (from the file headers; nothing was loaded)");
   for (const std::string* out : {&a.out, &a.timings_json})
     if (!out->empty()) check_output_path(*out, {{"corpus", cfg.corpus.path}, {"queries", a.queries}});
 }
@@ -118,11 +141,7 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       }
       filter_json = nlohmann::json::parse(text).dump();
     }
-    const bool l2 = info.metric == Metric::kL2;
-    SHARDTOPK_EXPECTS(!a.min_score || !l2, "--min-score is for inner_product and cosine; this index ranks by l2 "
-                      "distance: give --max-distance");
-    SHARDTOPK_EXPECTS(!a.max_distance || l2, "--max-distance is for l2; this index ranks by similarity: give "
-                      "--min-score");
+    check_bound_flags(a, info.metric);
     q = read_matrix(a.queries, a.queries_dataset, "query");
     SHARDTOPK_EXPECTS(q.cols == dim, "'", a.queries, "': queries have dimension ", q.cols, " but the corpus has ",
                       dim);

@@ -163,6 +163,7 @@ TEST_F(Cli, RangesAndPagesFromTheCommandLine) {
   CmdResult bad = run(mpi(1) + " search -c " + cfg + " -q " + q + " --max-distance 2");
   EXPECT_NE(bad.rc, 0);
   EXPECT_THAT(bad.err, HasSubstr("--max-distance is for l2")) << bad.err;
+  EXPECT_THAT(bad.err, Not(HasSubstr(" read its "))) << "refused after the ingest:\n" << bad.err;
   bad = run(mpi(1) + " search -c " + cfg + " -q " + q + " --search-after 0.5");
   EXPECT_NE(bad.rc, 0);
   EXPECT_THAT(bad.err, HasSubstr("--search-after '0.5': give SCORE,ID")) << bad.err;
@@ -177,6 +178,7 @@ TEST_F(Cli, QueriesWithTheWrongDimensionNameBothDimensions) {
     EXPECT_LT(r.seconds, 30.0);
     EXPECT_THAT(r.err, AllOf(HasSubstr("queries have dimension 5"), HasSubstr("corpus has 4"))) << r.err;
     EXPECT_EQ(test::count_of(r.err, "queries have dimension 5"), 1) << r.err;
+    EXPECT_THAT(r.err, Not(HasSubstr(" read its "))) << "refused after the ingest:\n" << r.err;
   }
 }
 
