@@ -43,6 +43,19 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
   // file's own `train`: a truth file for another corpus is the usual mistake behind a mismatch.
   const FileInfo rinfo = inspect_file(results_path);
   const FileInfo tinfo = inspect_file(truth_path);
+  // Each file holds what it is read for, or the message names the flag and what it expects.
+  auto require = [](const FileInfo& fi, const std::string& path, const char* flag, const char* what,
+                    std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      const bool has = std::any_of(fi.datasets.begin(), fi.datasets.end(), [&](const DatasetInfo& d) {
+        return d.name == n || d.name == std::string("/") + n;
+      });
+      SHARDTOPK_EXPECTS(has, flag, " '", path, "' has no dataset '", n, "': expected ", what);
+    }
+  };
+  require(rinfo, results_path, "--results", "a result file written by `search --out` (ids, scores)", {"ids", "scores"});
+  require(tinfo, truth_path, "--truth", "ann-benchmarks ground truth (neighbors, distances), such as an imported file",
+          {"neighbors", "distances"});
   for (const auto& d : rinfo.datasets)
     SHARDTOPK_EXPECTS(d.name != "counts", "'", results_path, "' holds the results of a filtered search (dataset counts): ",
                       "the ground truth in '", truth_path, "' is over the whole corpus, so recall against it means nothing");

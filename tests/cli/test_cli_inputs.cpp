@@ -396,6 +396,15 @@ TEST_F(CliInputs, EvalHintFitsTheMistake) {
   r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + other);
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("is not the ground truth of these results")) << r.err;
+  // the two files swapped, or a corpus given as the results: the flag and what it expects
+  r = run(std::string(SHARDTOPK_BIN) + " eval -r " + corpus_path + " -t " + dir_.file("r.h5"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("--results '" + corpus_path + "' has no dataset 'ids': expected a result file "
+                               "written by `search --out`"))
+      << r.err;
+  r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + dir_.file("r.h5"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("--truth '" + dir_.file("r.h5") + "' has no dataset 'neighbors'")) << r.err;
 }
 
 // import raw: a raw file has no header. --rows is checked against the size and names the
