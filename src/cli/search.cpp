@@ -84,8 +84,14 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   // A bad filter is refused before the ingest: compiled against the attributes' headers.
   if (a.filter_given && corpus_rows >= 0) {
     const std::string text = filter_text(a.filter_json);
+    AttributeSchema schema;
     try {
-      (void)parse_filter(text, corpus_attribute_schema(cfg, corpus_rows));
+      schema = corpus_attribute_schema(cfg, corpus_rows);
+    } catch (const Error& e) {
+      throw Error(std::string("corpus.attributes: ") + e.what());  // the config's mistake, not the filter's
+    }
+    try {
+      (void)parse_filter(text, schema);
     } catch (const Error& e) {
       throw Error(std::string("--filter-json: ") + e.what());
     }

@@ -56,16 +56,24 @@ std::string nonempty(const std::string& key, const std::string& v, const std::st
   return v;
 }
 
-// corpus.attributes from comma-separated text ("a, meta/b"; YAML lists arrive joined by walk()).
-std::vector<std::string> parse_attribute_list(const std::string& v, const std::string& where) {
+// corpus.attributes from comma-separated text ("a, meta/b"; YAML lists arrive joined by walk());
+// on the command line a YAML flow list is taken too (--set corpus.attributes='[a, "meta/b"]').
+std::vector<std::string> parse_attribute_list(const std::string& text, const std::string& where) {
   const std::string key = "corpus.attributes";
+  auto trim = [](const std::string& t) {
+    const auto b = t.find_first_not_of(" \t"), e = t.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+  };
+  std::string v = text;
+  if (const std::string t = trim(text); t.size() >= 2 && t.front() == '[' && t.back() == ']') v = t.substr(1, t.size() - 2);
   std::vector<std::string> out;
   if (v.find_first_not_of(" \t") == std::string::npos) return out;
   std::stringstream ss(v);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    item = b == std::string::npos ? std::string() : item.substr(b, e - b + 1);
+    item = trim(item);
+    if (item.size() >= 2 && (item.front() == '"' || item.front() == '\'') && item.back() == item.front())
+      item = item.substr(1, item.size() - 2);
     SHARDTOPK_EXPECTS(!attribute_name(item).empty(), where, "key '", key, "': '", v,
                       "' has an empty dataset path (expected dataset paths such as tenant, meta/year)");
     for (const auto& prev : out)

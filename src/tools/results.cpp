@@ -54,11 +54,11 @@ EvalReport evaluate(const std::string& results_path, const std::string& truth_pa
     }
   };
   require(rinfo, results_path, "--results", "a result file written by `search --out` (ids, scores)", {"ids", "scores"});
-  require(tinfo, truth_path, "--truth", "ann-benchmarks ground truth (neighbors, distances), such as an imported file",
-          {"neighbors", "distances"});
   for (const auto& d : rinfo.datasets)
     SHARDTOPK_EXPECTS(d.name != "counts", "'", results_path, "' holds the results of a filtered search (dataset counts): ",
                       "the ground truth in '", truth_path, "' is over the whole corpus, so recall against it means nothing");
+  require(tinfo, truth_path, "--truth", "ann-benchmarks ground truth (neighbors, distances), such as an imported file",
+          {"neighbors", "distances"});
   auto int_attr = [&](const char* name) -> std::int64_t {
     const auto it = rinfo.int_attributes.find(name);
     return it == rinfo.int_attributes.end() || it->second.size() != 1 ? -1 : it->second[0];

@@ -487,6 +487,13 @@ TEST_F(Cli, SearchWithAFilterWritesCountsAndMatchesTheOracle) {
   EXPECT_NE(no_file.rc, 0);
   EXPECT_THAT(no_file.err, HasSubstr("none.json: cannot read the file"));
   // An empty filter text is refused, not taken as "no filter" (the search would run unfiltered).
+  // an attribute the corpus lacks is the config's mistake, named as such (not the filter's)
+  const CmdResult no_column = run(mpi(1) + " search -c " + cfg + " -q " + corpus +
+                                  " -k 5 --set corpus.attributes=[tenant,nope] --filter-json '{\"eq\": {\"tenant\": 1}}'");
+  EXPECT_NE(no_column.rc, 0);
+  EXPECT_THAT(no_column.err, AllOf(HasSubstr("corpus.attributes: '" + corpus + "' has no dataset 'nope'"),
+                                   Not(HasSubstr("--filter-json"))))
+      << no_column.err;
   const CmdResult empty = run(mpi(1) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json ''");
   EXPECT_NE(empty.rc, 0);
   EXPECT_THAT(empty.err, HasSubstr("--filter-json: empty filter; omit the option for an unfiltered search"));

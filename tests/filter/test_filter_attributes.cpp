@@ -168,6 +168,13 @@ TEST(AttributeConfig, ListFromYamlAndFromOverrides) {
   EXPECT_EQ(c.corpus.attributes, (std::vector<std::string>{"a", "b/c"}));
   apply_override(c, "corpus.attributes=");
   EXPECT_TRUE(c.corpus.attributes.empty());
+  // a YAML flow list on the command line, names quoted or not
+  apply_override(c, "corpus.attributes=[train_labels]");
+  EXPECT_EQ(c.corpus.attributes, (std::vector<std::string>{"train_labels"}));
+  apply_override(c, "corpus.attributes= [tenant, \"meta/year\", 'p'] ");
+  EXPECT_EQ(c.corpus.attributes, (std::vector<std::string>{"tenant", "meta/year", "p"}));
+  apply_override(c, "corpus.attributes=[]");
+  EXPECT_TRUE(c.corpus.attributes.empty());
   // to_yaml writes it back
   c.corpus.attributes = {"tenant", "meta/year"};
   EXPECT_EQ(parse_config(to_yaml(c)).corpus.attributes, c.corpus.attributes);
