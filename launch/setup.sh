@@ -63,8 +63,14 @@ elif ls "$BUILD_DIR"/python/shardtopk*.so >/dev/null 2>&1; then
   if [[ "${SHARDTOPK_PTH:-1}" != 0 ]] && "$py" -c 'import site, sys; sys.exit(0 if site.ENABLE_USER_SITE else 1)'; then
     site=$("$py" -m site --user-site)
   fi
+  was=""
+  [[ -n "$site" && -f "$site/shardtopk-build.pth" ]] && was=$(head -n 1 "$site/shardtopk-build.pth")
   if [[ -n "$site" ]] && mkdir -p "$site" && echo "$moddir" > "$site/shardtopk-build.pth"; then
     echo "== Python: $py (launch/python.sh runs it); import shardtopk: $site/shardtopk-build.pth names $moddir"
+    # One file for the user: another clone's build it named is no longer imported.
+    if [[ -n "$was" && "$was" != "$moddir" ]]; then
+      echo "   (it named $was, another build, before: that one is no longer what import shardtopk finds; SHARDTOPK_PTH=0 leaves the file alone)"
+    fi
   else
     echo "== Python: $py (launch/python.sh runs it); import shardtopk: export PYTHONPATH=$moddir\${PYTHONPATH:+:\$PYTHONPATH}"
   fi

@@ -529,10 +529,10 @@ py::tuple PyIndex::search_queries(py::object queries, long long k, const FilterP
     SHARDTOPK_EXPECTS(a.dtype().is(py::dtype::of<float>()), "queries must be float32, got ",
                       std::string(py::str(a.dtype())), " (convert with queries.astype(numpy.float32))");
     SHARDTOPK_EXPECTS(a.ndim() == 1 || a.ndim() == 2, "queries must be 1-D [dim] or 2-D [batch, dim], got ", a.ndim(), "-D");
-    SHARDTOPK_EXPECTS((a.flags() & py::array::c_style) != 0,
-                      "queries must be C-contiguous (row-major, rows packed); copy them first (numpy.ascontiguousarray)");
     const std::int64_t cols = a.shape(a.ndim() - 1), batch = a.ndim() == 2 ? a.shape(0) : 1;
     SHARDTOPK_EXPECTS(cols == dim_, "queries have dimension ", cols, " but the index has dimension ", dim_);
+    SHARDTOPK_EXPECTS((a.flags() & py::array::c_style) != 0,
+                      "queries must be C-contiguous (row-major, rows packed); copy them first (numpy.ascontiguousarray)");
     return search_host(static_cast<const float*>(a.data()), batch, a.ndim() == 1, k, f, order, out);
   }
   // A torch tensor: its device from C-level attributes (__dlpack_device__ is Python code).

@@ -1,7 +1,11 @@
 #include "shardtopk/config.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -459,8 +463,15 @@ Config parse_config(const std::string& yaml_text, const std::string& source) {
 }
 
 Config load_config(const std::string& path) {
+  struct stat st {};
+  SHARDTOPK_EXPECTS(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), "config file '", path,
+                    "' cannot be read: it is a directory");
+  errno = 0;
   std::ifstream in(path);
-  SHARDTOPK_EXPECTS(in.good(), "config file '", path, "' cannot be read");
+  if (!in.good()) {
+    const int err = errno;
+    throw Error(detail::concat("config file '", path, "' cannot be read: ", std::strerror(err != 0 ? err : EIO)));
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_config(ss.str(), path);

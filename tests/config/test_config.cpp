@@ -335,7 +335,8 @@ TEST(ConfigKeys, TheKeyTableAndTheExampleListEveryKey) {
 
 TEST(ConfigErrorsMisc, MissingFile) {
   EXPECT_THAT(error_of([] { load_config("/nonexistent/dir/c.yaml"); }),
-              AllOf(HasSubstr("/nonexistent/dir/c.yaml"), HasSubstr("cannot be read")));
+              AllOf(HasSubstr("/nonexistent/dir/c.yaml"), HasSubstr("cannot be read: No such file or directory")));
+  EXPECT_THAT(error_of([] { load_config("/tmp"); }), HasSubstr("'/tmp' cannot be read: it is a directory"));
 }
 
 TEST(ConfigErrorsMisc, ValidateNeedsCorpusPath) {

@@ -198,6 +198,8 @@ class BadInputTests(unittest.TestCase):
         self.check("queries have dimension 11 but the index has dimension 12", np.ones((2, 11), np.float32), 5)
         self.check("queries have dimension 13 but the index has dimension 12", np.ones(13, np.float32), 5)
         self.check("queries must be 1-D .dim. or 2-D .batch, dim., got 3-D", np.ones((1, 2, 12), np.float32), 5)
+        # a slice of the wrong width is named by its dimension first, not by its layout
+        self.check("queries have dimension 3 but the index has dimension 12", np.ones((2, 12), np.float32)[:, :3], 5)
 
     def test_non_finite(self):
         for v, text in ((np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")):
