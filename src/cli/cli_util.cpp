@@ -106,6 +106,15 @@ bool same_file(const std::string& a, const std::string& b) {
 }  // namespace
 
 void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs) {
+  // An existing output must be a file: a directory cannot be written as one, and opening a FIFO
+  // (or a device) would block or write elsewhere.
+  struct stat st {};
+  if (::stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw Error(detail::concat("cannot write '", out, "': it is ",
+                               S_ISDIR(st.st_mode)    ? "a directory (name the file to write in it)"
+                               : S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file"
+                               : S_ISSOCK(st.st_mode) ? "a socket, not a regular file"
+                                                      : "a device, not a regular file"));
   for (const auto& [what, in] : inputs)
     SHARDTOPK_EXPECTS(!same_file(out, in), "refusing to write '", out, "': it is the ", what, " file '", in,
                       "' (choose another output path)");

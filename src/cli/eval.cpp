@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
@@ -16,6 +17,7 @@
 namespace shardtopk::cli {
 
 int run_eval(const EvalArgs& a) {
+  if (!a.json_out.empty()) check_output_path(a.json_out, {{"results", a.results}, {"truth", a.truth}});
   const EvalReport r = evaluate(a.results, a.truth);
   std::printf("%lld queries, K=%d, metric %s (tie-tolerant, eps = 1e-5*(max(|best|,|kth|)+1))\n",
               static_cast<long long>(r.queries), r.k, r.metric.c_str());

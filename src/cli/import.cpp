@@ -2,6 +2,7 @@
 // layout with float64 ground truth (the importers live in src/tools/importers.cpp).
 #include <string>
 
+#include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "core/log.hpp"
 #include "shardtopk/error.hpp"
@@ -14,6 +15,8 @@ int run_import(const ImportArgs& a) {
   init_logging(0, 1);
   ImportOptions io = a.io;
   io.train_dtype = parse_dtype(a.train_dtype, "--train-dtype");
+  // The output never replaces an input (the raw files, GloVe's JSON).
+  check_output_path(io.out, {{"corpus", a.raw_corpus}, {"queries", a.raw_queries}, {"GloVe", a.glove_json}});
   if (a.source == "fashion-mnist") {
     import_fashion_mnist(a.fm_dir, io);
   } else if (a.source == "glove") {

@@ -99,7 +99,12 @@ const char* kHowToStartOver = "pass --overwrite to start over (its rows are lost
 // writer (a second job with --overwrite on a running job's output) before HDF5's own lock check
 // refuses. Without HDF5's locks (HDF5_USE_FILE_LOCKING=FALSE) there is nothing to see.
 void refuse_if_in_use(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;
+  SHARDTOPK_EXPECTS(S_ISREG(st.st_mode), "output '", path, "' is not a regular file (",
+                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file",
+                    "); choose another output path");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return;  // what cannot be read is refused by the open that follows, naming why
   const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   ::close(fd);  // releases the probe's own lock

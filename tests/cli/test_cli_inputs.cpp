@@ -4,6 +4,7 @@
 // figure `plan` shows); a stalled rank is named; small messages name the real cause.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -431,6 +432,49 @@ TEST_F(CliInputs, ImportRawChecksTheStatedRowCount) {
   EXPECT_THAT(r.err, AllOf(Not(HasSubstr("no --rows")), HasSubstr("'angular' is a deprecated alias of 'cosine'")))
       << r.err;
   EXPECT_EQ(inspect_dataset(dir_.file("d.h5"), "train").dims, (std::vector<std::int64_t>{500, 1024}));
+}
+
+// An output path that names an input (import's raw files, eval's files) or something that is
+// not a regular file (a directory, a FIFO: opening one for HDF5 would block) is refused before
+// anything is read or written, and the input is left as it was.
+TEST_F(CliInputs, OutputsThatAreInputsOrNotFilesAreRefused) {
+  const std::string f = std::string(SHARDTOPK_SOURCE_DIR) + "/tests/data/bge-m3/paragraphs-1024.f32";
+  const std::string raw = dir_.file("c.f32");
+  std::filesystem::copy_file(f, raw);
+  const std::vector<unsigned char> before = test::read_bytes(raw);
+  const std::string imp = std::string(SHARDTOPK_BIN) + " import raw --truth-k 0 --dim 1024 --rows 500 --corpus " + raw;
+  CmdResult r = run(imp + " -o " + raw);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("refusing to write '" + raw + "': it is the corpus file")) << r.err;
+  EXPECT_TRUE(test::read_bytes(raw) == before) << "the raw corpus was changed";
+  const std::string queries = dir_.file("q.f32");
+  std::filesystem::copy_file(f, queries);
+  r = run(imp + " --queries " + queries + " --query-rows 500 -o " + queries);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("it is the queries file")) << r.err;
+
+  const std::string corpus_path = write_l2_truth("t.h5", 60, 4, 5, 5, 83).path;
+  ASSERT_EQ(search(1, write_config(corpus_path, "l2"), corpus_path, 5).rc, 0);
+  const std::vector<unsigned char> truth_before = test::read_bytes(corpus_path);
+  r = run(std::string(SHARDTOPK_BIN) + " eval -r " + dir_.file("r.h5") + " -t " + corpus_path + " --json " + corpus_path);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("it is the truth file")) << r.err;
+  EXPECT_TRUE(test::read_bytes(corpus_path) == truth_before) << "the truth file was changed";
+
+  const std::string fifo = dir_.file("fifo.h5"), folder = dir_.file("out");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_TRUE(std::filesystem::create_directory(folder));
+  const std::string cfg = write_config(corpus_path, "l2");
+  for (const std::string& cmd : {" search -c " + cfg + " -q " + corpus_path + " -k 3 -o ",
+                                 " knn-graph -c " + cfg + " -k 3 -o ", " knn-graph -c " + cfg + " -k 3 --overwrite -o "}) {
+    r = run(test::mpi_prefix(1) + cmd + fifo);  // would block in open() on a FIFO
+    EXPECT_NE(r.rc, 0) << cmd;
+    EXPECT_THAT(r.err, HasSubstr("cannot write '" + fifo + "': it is a FIFO")) << cmd << r.err;
+    EXPECT_LT(r.seconds, 30.0) << cmd;
+    r = run(test::mpi_prefix(1) + cmd + folder);
+    EXPECT_NE(r.rc, 0) << cmd;
+    EXPECT_THAT(r.err, HasSubstr("cannot write '" + folder + "': it is a directory")) << cmd << r.err;
+  }
 }
 
 // eval judges near ties by the truth file's own rows (float64), never by the scores a result
