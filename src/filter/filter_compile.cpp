@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -323,11 +324,21 @@ FilterProgram parse_filter(const std::string& json_text, const AttributeSchema& 
   constexpr int kMaxJsonDepth = 2 * kFilterMaxDepth + 1;
   constexpr std::int64_t kMaxEvents = kFilterMaxValues + 16 * kFilterMaxNodes;
   std::int64_t events = 0;
-  const json::parser_callback_t bound = [&events](int depth, json::parse_event_t ev, json&) {
+  // The keys of each open object: a key given twice is refused (a parsed object keeps only the
+  // last one, so {"eq": {"a": 1, "a": 2}} would silently filter on a = 2), as the service does.
+  std::vector<std::set<std::string>> keys;
+  const json::parser_callback_t bound = [&events, &keys](int depth, json::parse_event_t ev, json& parsed) {
     if (++events > kMaxEvents)
       throw Error("filter: more than " + std::to_string(kFilterMaxValues) + " values in the lists of one filter");
     if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) && depth >= kMaxJsonDepth)
       throw Error("filter: nested deeper than " + std::to_string(kFilterMaxDepth) + " levels");
+    if (ev == json::parse_event_t::object_start) keys.emplace_back();
+    if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (ev == json::parse_event_t::key && !keys.empty()) {
+      const std::string k = parsed.get<std::string>();
+      if (!keys.back().insert(k).second)
+        throw Error("filter: key " + (k.size() > 64 ? k.substr(0, 64) + "..." : k) + " given twice in one object");
+    }
     return true;
   };
   const std::size_t nul = json_text.find('\0');

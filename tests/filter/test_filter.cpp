@@ -128,6 +128,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFilter{"unknown_attribute", R"({"eq": {"tenat": 7}})",
                   {"filter: unknown attribute 'tenat' (known: tenant, year, price)"}},
         BadFilter{"two_attributes", R"({"eq": {"tenant": 7, "year": 2020}})", {"filter: 'eq' expects one attribute, got 2"}},
+        // a parsed object keeps a repeated key's last value: refused instead (as the service does)
+        BadFilter{"key_twice", R"({"eq": {"tenant": 1, "tenant": 2}})", {"filter: key tenant given twice in one object"}},
+        BadFilter{"operator_twice", R"({"all": [{"eq": {"tenant": 1}}], "all": []})",
+                  {"filter: key all given twice in one object"}},
         BadFilter{"no_attribute", R"({"in": {}})", {"'in' expects one attribute, got 0"}},
         BadFilter{"eq_not_object", R"({"eq": [1]})", {"'eq' expects an object {attribute: value}, got an array of 1 values"}},
         BadFilter{"fraction_for_int", R"({"eq": {"tenant": 7.5}})",
