@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
   search->add_option("--limit", sa.limit, "results per query of a range (--k under another name)")
       ->excludes("--k");
   search->add_option("--search-after", sa.search_after,
-                     "SCORE,ID: only rows after that pair in the order (the last row of the previous page)");
+                     "SCORE,ID: only rows after that pair in the order (the last row of the previous page; SCORE is "
+                     "read as the nearest float32)");
   search->add_option("--set", sa.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
 
   cli::KnnGraphArgs ga;

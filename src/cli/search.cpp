@@ -47,6 +47,9 @@ std::pair<double, std::int64_t> parse_search_after(const std::string& text) {
   }
   ok = ok && used_s == comma && used_i == text.size() - comma - 1 && std::isfinite(score);
   SHARDTOPK_EXPECTS(ok, "--search-after '", text, "': give SCORE,ID (a finite score and an int64 id, e.g. 0.75,1234)");
+  // The score is read as the nearest float32 (a row's score, as the previous page reported it).
+  SHARDTOPK_EXPECTS(std::isfinite(static_cast<float>(score)), "--search-after '", text, "': the score ",
+                    text.substr(0, comma), " is beyond float32's range (scores are float32)");
   return {score, id};
 }
 

@@ -167,6 +167,9 @@ TEST_F(Cli, RangesAndPagesFromTheCommandLine) {
   bad = run(mpi(1) + " search -c " + cfg + " -q " + q + " --search-after 0.5");
   EXPECT_NE(bad.rc, 0);
   EXPECT_THAT(bad.err, HasSubstr("--search-after '0.5': give SCORE,ID")) << bad.err;
+  bad = run(mpi(1) + " search -c " + cfg + " -q " + q + " --search-after 1e40,5");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--search-after '1e40,5': the score 1e40 is beyond float32's range")) << bad.err;
 }
 
 TEST_F(Cli, QueriesWithTheWrongDimensionNameBothDimensions) {
