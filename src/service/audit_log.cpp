@@ -38,8 +38,20 @@ std::string parent_of(const std::string& path) {
 int AuditLog::open_file(const std::string& path) {
   struct stat st{};
   const bool existed = ::stat(path.c_str(), &st) == 0;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   SHARDTOPK_EXPECTS(fd >= 0, "service.audit_log '", path, "' cannot be opened for appending: ", std::strerror(errno));
+  // A line left unterminated (a crash in the middle of a write, or a short write whose cut could
+  // not be undone) is ended here, so the next record starts a line of its own.
+  struct stat now {};
+  char last = '\n';
+  if (::fstat(fd, &now) == 0 && now.st_size > 0 && ::pread(fd, &last, 1, now.st_size - 1) == 1 && last != '\n') {
+    if (::write(fd, "\n", 1) != 1 || ::fdatasync(fd) != 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(detail::concat("service.audit_log '", path, "': cannot end its unterminated last line: ",
+                                 std::strerror(err)));
+    }
+  }
   if (!existed) {
     // The new file's name must survive a crash too, like the lines in it.
     const int dir = ::open(parent_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -120,6 +132,7 @@ void AuditLog::loop() {
     std::string error;
     {
       std::lock_guard<std::mutex> l(fd_m_);
+      const off_t start = ::lseek(fd_, 0, SEEK_END);  // where this batch's lines begin (O_APPEND)
       std::size_t off = 0;
       while (off < bytes.size() && error.empty()) {
         const ssize_t n = ::write(fd_, bytes.data() + off, bytes.size() - off);
@@ -127,6 +140,10 @@ void AuditLog::loop() {
         else if (n < 0 && errno == EINTR) continue;
         else error = std::string("write: ") + (n < 0 ? std::strerror(errno) : "no progress");
       }
+      // A batch cut short (a full disk) leaves no half line behind: the file is cut back to where
+      // the batch began (every line of the batch is reported as failed). Should that fail too,
+      // the next open ends the half line.
+      if (!error.empty() && off > 0 && start >= 0) (void)::ftruncate(fd_, start);
       if (error.empty() && ::fdatasync(fd_) != 0) error = std::string("fdatasync: ") + std::strerror(errno);
     }
     if (!error.empty()) {

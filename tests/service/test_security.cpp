@@ -2,9 +2,13 @@
 // decisions (401 / 403 / 429) and reloads, the rate limiter, the audit log and the TLS files.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <set>
 #include <thread>
@@ -422,6 +426,66 @@ TEST(AuditLog, ReopensAfterRotationAndReportsFailures) {
   while (result.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(result.load(), 0);
   EXPECT_THAT(full.failure(), AllOf(HasSubstr("/dev/full"), HasSubstr("write: No space left on device")));
+}
+
+// A batch of lines cut short by the disk (here a file-size limit: the write stops part-way, then
+// fails with EFBIG) leaves no half line: the file is cut back to where the batch began, and a
+// line left unterminated by anything else is ended when the file is opened. Every line stays
+// one JSON object, before and after the reopen that lets writes through again.
+TEST(AuditLog, ALineCutShortByTheDiskLeavesNoHalfLine) {
+  test::TempDir dir;
+  const std::string path = dir.file("audit.log");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto wait_for = [](AuditLog& log, int i) {
+      std::atomic<int> r{-1};
+      log.append(record(i), [&](bool ok) { r = ok ? 1 : 0; });
+      while (r.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return r.load();
+    };
+    AuditLog log(path);
+    if (wait_for(log, 1) != 1) _exit(2);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) _exit(3);
+    rlimit lim{};
+    if (getrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(4);
+    const rlim_t hard = lim.rlim_max;
+    std::signal(SIGXFSZ, SIG_IGN);
+    lim.rlim_cur = static_cast<rlim_t>(st.st_size) + 40;  // part of the next line fits
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(5);
+    if (wait_for(log, 2) != 0) _exit(6);
+    lim.rlim_cur = hard;
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(7);
+    std::string msg;
+    if (!log.reopen(&msg)) _exit(8);
+    if (wait_for(log, 3) != 1) _exit(9);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the child's step that failed";
+  const std::string text = test::read_text(path);
+  int lines = 0;
+  for (std::size_t at = 0, nl; at < text.size(); at = nl + 1) {
+    nl = text.find('\n', at);
+    ASSERT_NE(nl, std::string::npos) << "the last line is unterminated:\n" << text;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(text.substr(at, nl - at))) << "line " << lines + 1 << ":\n" << text;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2) << text;  // records 1 and 3; record 2's cut line was taken back out
+  // A file that ends in an unterminated line (a crash in a write) gets it ended at open.
+  test::write_text(path, text + "{\"time\": \"2026");
+  {
+    AuditLog log(path);
+    std::atomic<int> n{0};
+    log.append(record(4), [&](bool) { n++; });
+    while (n.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::string after = test::read_text(path);
+  EXPECT_EQ(test::count_of(after, "\n"), 4) << after;
+  EXPECT_NE(after.find("{\"time\": \"2026\n{"), std::string::npos) << after;
 }
 
 // ------------------------------------------------------------------------------ TLS files
