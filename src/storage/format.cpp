@@ -1,10 +1,12 @@
 #include "storage/format.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
 
 #include "shardtopk/error.hpp"
+#include "shardtopk/ordering.hpp"
 #include "storage/crc32c.hpp"
 
 namespace shardtopk::storage {
@@ -224,8 +226,39 @@ WalRecord decode_record(const RecordHeader& h, const unsigned char* p, const std
     at += 8 * rows;
     r.attributes.push_back(std::move(a));
   }
-  SHARDTOPK_EXPECTS(at == n, where, ": upsert record seq ", h.seq, " has ", n - at, " unexplained payload bytes");
+  SHARDTOPK_EXPECTS(at == n, where, ": upsert record seq ", h.seq,
+                    at < n ? detail::concat(" has ", n - at, " unexplained payload bytes")
+                           : detail::concat("'s payload of ", n, " bytes is shorter than its rows need (", at, ")"));
   return r;
+}
+
+void check_record_values(const WalRecord& r, const std::string& where) {
+  if (r.type != WalRecordType::kUpsert) return;
+  const auto rows = static_cast<std::size_t>(r.rows), dim = static_cast<std::size_t>(r.dim);
+  std::vector<std::int64_t> ids(rows);
+  std::memcpy(ids.data(), r.ids, 8 * rows);
+  for (std::size_t i = 0; i < rows; ++i)
+    SHARDTOPK_EXPECTS(ids[i] != kPadId, where, ": upsert record seq ", r.seq, " row ", i, " has the reserved id ", kPadId);
+  for (std::size_t i = 0; i < rows * dim; ++i) {
+    float v;
+    std::memcpy(&v, reinterpret_cast<const unsigned char*>(r.vectors) + 4 * i, 4);
+    SHARDTOPK_EXPECTS(std::isfinite(v), where, ": upsert record seq ", r.seq, " row ", i / dim, " (id ", ids[i / dim],
+                      ") column ", i % dim, " is ", v, " (values must be finite)");
+  }
+  for (const AttributeColumnView& a : r.attributes) {
+    if (a.type != AttributeType::kFloat64) continue;
+    for (std::size_t i = 0; i < rows; ++i) {
+      double v;
+      std::memcpy(&v, static_cast<const unsigned char*>(a.data) + 8 * i, 8);
+      SHARDTOPK_EXPECTS(!std::isnan(v), where, ": upsert record seq ", r.seq, " row ", i, " (id ", ids[i],
+                        ") attribute '", a.name, "' is NaN");
+    }
+  }
+  std::vector<std::int64_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  SHARDTOPK_EXPECTS(twice == sorted.end(), where, ": upsert record seq ", r.seq, " gives id ",
+                    twice == sorted.end() ? 0 : *twice, " twice");
 }
 
 WalRecord decode_segment_record(const RecordHeader& h, const unsigned char* payload, const std::string& path,

@@ -86,6 +86,12 @@ WalRecord decode_record(const RecordHeader& h, const unsigned char* payload, con
 WalRecord decode_segment_record(const RecordHeader& h, const unsigned char* payload, const std::string& path,
                                 std::uint64_t offset);
 
+/// What a start-up's replay refuses in an upsert whose structure is sound, and the service
+/// never writes: a value that is not finite, an id given twice, the reserved id kPadId, a NaN
+/// float64 attribute (`storage verify` checks every record for them; a replay refuses them
+/// where it applies the record). @throws Error naming `where`, the record, the row and the value.
+void check_record_values(const WalRecord& r, const std::string& where);
+
 /// Checks an attribute column name (1..255 bytes, no '/' or NUL). @throws Error naming `what`.
 void check_attribute_name(const std::string& name, const std::string& what);
 

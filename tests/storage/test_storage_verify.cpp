@@ -7,12 +7,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <sstream>
 #include <thread>
 
 #include "shardtopk/error.hpp"
 #include "shardtopk/storage_inspect.hpp"
+#include "storage/crc32c.hpp"
+#include "storage/format.hpp"
 #include "storage_test_support.hpp"
 
 namespace shardtopk::test {
@@ -267,6 +272,54 @@ TEST(StorageVerify, DamageInsideTheLastGroupCommitIsATornTailBeforeItDamage) {
   copy_dir(pristine, work);
   flip_bit(segment_paths(work)[0], spans[0].first + 40, 1);
   expect_problem(work, Kind::kDamage, "wal-", "the log is damaged in the middle");
+}
+
+// A record whose checksums hold but whose values a start-up's replay refuses (a value that is
+// not finite, an id twice, the reserved id): the service never writes one, and verify names it
+// as damage instead of passing the directory.
+TEST(StorageVerify, ARecordAStartUpWouldRefuseIsDamage) {
+  struct Case {
+    const char* name;
+    std::function<void(unsigned char* payload, std::int64_t rows)> edit;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"nan", [](unsigned char* p, std::int64_t rows) {
+         const float nan = std::numeric_limits<float>::quiet_NaN();
+         std::memcpy(p + 16 + 8 * rows + 4 * 5, &nan, 4);  // row 1, column 1 of dim 4
+       }, "row 1 (id 501) column 1 is nan (values must be finite)"},
+      {"id twice", [](unsigned char* p, std::int64_t) { std::memcpy(p + 16 + 8, p + 16, 8); }, "gives id 500 twice"},
+      {"reserved id", [](unsigned char* p, std::int64_t) {
+         const std::int64_t pad = std::numeric_limits<std::int64_t>::max();
+         std::memcpy(p + 16, &pad, 8);
+       }, "row 0 has the reserved id 9223372036854775807"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir tmp;
+    const std::string dir = tmp.file("s");
+    {
+      Storage st(options_for(dir, 4));
+      append(st, make_upsert(3, 2, 4, 500, false));
+    }
+    expect_clean(dir);
+    const std::string seg = segment_paths(dir).back();
+    auto bytes = read_bytes(seg);
+    const auto spans = record_spans(seg);
+    ASSERT_EQ(spans.size(), 1u);
+    unsigned char* h = bytes.data() + spans[0].first;
+    using storage::kRecordHeaderBytes;
+    c.edit(h + kRecordHeaderBytes, 2);
+    // the checksums again, as a writer would have computed them over these bytes
+    const std::uint32_t payload_crc = storage::crc32c(h + kRecordHeaderBytes, spans[0].second - spans[0].first - kRecordHeaderBytes);
+    const std::uint32_t crc = storage::record_crc(payload_crc, h);
+    std::memcpy(h, &crc, 4);
+    {
+      std::ofstream out(seg, std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    }
+    expect_problem(dir, Kind::kDamage, name_of(seg), c.says);
+  }
 }
 
 TEST(StorageVerify, DamageInAnEarlierSegmentAndMissingSegmentsAreNamed) {
