@@ -271,9 +271,10 @@ std::uint64_t host_memory_bytes();
 
 /// make_cpu_engine's own refusal, without building anything: @throws Error naming the largest
 /// buffer, its bytes and the total when cpu_engine_host_bytes() plus `other_bytes` (the index's
-/// buffers beside the engine) exceeds host_memory_bytes().
+/// buffers beside the engine) exceeds this rank's share of host_memory_bytes(): the whole
+/// divided by `ranks_on_host`, the ranks on this machine.
 void check_cpu_engine_fits(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits, int threads,
-                           std::uint64_t other_bytes = 0);
+                           std::uint64_t other_bytes = 0, int ranks_on_host = 1);
 
 /// The CUDA engine on GPU `options.device`. `stream`: the cudaStream_t it uses as its own (the
 /// index passes the one its data path and NCCL share); nullptr: it creates one.

@@ -69,13 +69,14 @@ std::int64_t total_capacity_rows(const Config& cfg, std::int64_t total_rows, int
 bool streams_shard(bool cuda_engine, Metric metric);
 
 /// Checks, before any row is read, that a rank's engine and index buffers fit this machine: for
-/// kCpu, cpu_engine_host_bytes() + index_buffer_bytes() against host_memory_bytes(); for kCuda,
+/// kCpu, cpu_engine_host_bytes() + index_buffer_bytes() against host_memory_bytes() shared by the
+/// `ranks_on_host` ranks on the machine; for kCuda,
 /// cuda_engine_device_bytes() + index_buffer_bytes() against the free memory of GPU `device`
 /// (skipped when that cannot be queried; the engine checks again when it allocates). load_index
 /// runs it on every rank, `shardtopk plan` for every rank of a plan, so the two cannot disagree.
 /// @throws Error naming the bytes needed and the memory there is.
 void check_engine_fits(EngineBackend backend, std::int64_t rows, std::int64_t dim, Dtype dtype,
-                       const SearchConfig& search, int world_size, int threads, int device);
+                       const SearchConfig& search, int world_size, int threads, int device, int ranks_on_host = 1);
 
 /// A rank's engine bytes plus the index's buffers beside it: what `plan` shows as engine_bytes.
 std::uint64_t rank_resident_bytes(bool cuda, std::int64_t rows, std::int64_t dim, Dtype dtype,

@@ -77,11 +77,11 @@ int run_plan(const PlanArgs& a) {
       fits = "no GPU (local rank " + std::to_string(local) + " >= " + std::to_string(ngpu) + " GPUs)";
       all_fit = false;
     } else if (!use_gpu || cuda_device_memory(local, &limit, &total_b)) {
-      if (!use_gpu) limit = host_memory_bytes();
+      if (!use_gpu) limit = host_memory_bytes() / static_cast<std::uint64_t>(std::min(per_node, a.ranks));
       // The verdict is the start-up check's own, so that plan and search cannot disagree.
       try {
         check_engine_fits(use_gpu ? EngineBackend::kCuda : EngineBackend::kCpu, slots, dim, cfg.engine.dtype,
-                          cfg.search, a.ranks, threads, local);
+                          cfg.search, a.ranks, threads, local, std::min(per_node, a.ranks));
         fits = "yes";
       } catch (const Error& e) {
         fits = "NO";
@@ -98,7 +98,8 @@ int run_plan(const PlanArgs& a) {
               "shard is read)\n",
               streamed ? " (streamed: ids and pinned blocks of engine.read_chunk_rows rows)" : "",
               use_gpu ? "device" : "host", use_gpu ? "cuda" : "cpu",
-              use_gpu ? "free memory of the rank's GPU on this node" : "this machine's physical memory");
+              use_gpu ? "free memory of the rank's GPU on this node"
+                      : "this machine's physical memory over the ranks on a node (--ranks-per-node)");
   if (!cfg.storage.dir.empty())
     std::printf("updatable (storage.dir '%s'): each rank's engine holds %lld slots (storage.capacity_rows%s), "
                 "engine_bytes counts them\n",

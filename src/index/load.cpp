@@ -296,10 +296,10 @@ std::uint64_t rank_resident_bytes(bool cuda, std::int64_t rows, std::int64_t dim
 }
 
 void check_engine_fits(EngineBackend backend, std::int64_t rows, std::int64_t dim, Dtype dtype,
-                       const SearchConfig& search, int world_size, int threads, int device) {
+                       const SearchConfig& search, int world_size, int threads, int device, int ranks_on_host) {
   const EngineLimits lim = index_engine_limits(search);
   if (backend != EngineBackend::kCuda) {
-    check_cpu_engine_fits(rows, dim, dtype, lim, threads, index_buffer_bytes(search, world_size, dim));
+    check_cpu_engine_fits(rows, dim, dtype, lim, threads, index_buffer_bytes(search, world_size, dim), ranks_on_host);
     return;
   }
   std::uint64_t free_b = 0, total_b = 0;
@@ -457,7 +457,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     // (`plan` shows them).
     check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size(), world, recorded_capacity, rank), stats.dim,
                       cfg.engine.dtype, cfg.search, world, resolve_threads(cfg, host_comm->local_size()),
-                      host_comm->local_rank());
+                      host_comm->local_rank(), host_comm->local_size());
 
     // Read this rank's rows only, in blocks, on the rank's cores.
     tr = Clock::now();

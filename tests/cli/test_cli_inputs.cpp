@@ -20,6 +20,7 @@
 #include "shardtopk/corpus_io.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/index.hpp"
+#include "shardtopk/ingest.hpp"
 #include "tools/oracle.hpp"
 #include "shardtopk/ordering.hpp"
 #include "shardtopk/types.hpp"
@@ -261,7 +262,7 @@ TEST_F(CliInputs, HugeLimitsAreRefusedBeforeReadingNamingTheBufferAndBytesThatPl
   const std::string q = write_h5("q.h5", "test", test::small_ints(8, 62), 4);
   const CmdResult r2 = search(2, cfg, q, 5, nullptr, set);
   EXPECT_NE(r2.rc, 0);
-  EXPECT_THAT(r2.err, AllOf(HasSubstr("ranks 0, 1: cpu engine: search.batch_max=1048576"), Not(HasSubstr("nan")),
+  EXPECT_THAT(r2.err, AllOf(HasSubstr("ranks 0, 1: cpu engine: the rank's buffers need "), Not(HasSubstr("nan")),
                             Not(HasSubstr("row 30"))))
       << r2.err;
   const CmdResult r = search(1, cfg, q, 5, nullptr, set);
@@ -275,14 +276,14 @@ TEST_F(CliInputs, HugeLimitsAreRefusedBeforeReadingNamingTheBufferAndBytesThatPl
   // and gathered buffers 2 × 2 × 2^20 × 16 B, and 2^20 B of invalid-query flags) are the largest
   const std::uint64_t index_bytes = index_buffer_bytes(sc, 1, 4);
   EXPECT_EQ(index_bytes, 52776643067936u);
-  EXPECT_THAT(r.err, AllOf(HasSubstr("search.batch_max=1048576 and search.k_max=1048576 need 52776643067936 bytes"),
-                           HasSubstr("for the index buffer [queries and candidates of the data path]"),
-                           HasSubstr("lower search.batch_max or search.k_max")))
+  EXPECT_THAT(r.err, AllOf(HasSubstr("the largest the index buffer [queries and candidates of the data path] of "
+                                     "52776643067936 bytes"),
+                           HasSubstr("lower search.batch_max (1048576) or search.k_max (1048576)")))
       << r.err;
-  const auto at = r.err.find(" in all");
-  ASSERT_NE(at, std::string::npos) << r.err;
-  const auto start = r.err.rfind(", ", r.err.rfind(" bytes (", at)) + 2;
-  const std::string total = r.err.substr(start, r.err.find(' ', start) - start);
+  const std::string lead = "the rank's buffers need ";
+  const auto start = r.err.find(lead);
+  ASSERT_NE(start, std::string::npos) << r.err;
+  const std::string total = r.err.substr(start + lead.size(), r.err.find(' ', start + lead.size()) - start - lead.size());
   EXPECT_EQ(total, std::to_string(cpu_engine_host_bytes(40, 4, Dtype::kFloat32, index_engine_limits(sc), 1) +
                                   index_bytes));
   const CmdResult p = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 1" + set);
@@ -309,6 +310,23 @@ TEST_F(CliInputs, HugeLimitsAreRefusedBeforeReadingNamingTheBufferAndBytesThatPl
   const CmdResult ok = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2");
   EXPECT_EQ(ok.rc, 0) << ok.out << ok.err;
   EXPECT_THAT(ok.out, AllOf(HasSubstr("  yes"), Not(HasSubstr("NO")), Not(HasSubstr("does not fit")))) << ok.out;
+  // Ranks on one machine share its memory: a k_max whose buffers take about 70 % of it (on each
+  // of 2 ranks) fits one rank and two on two machines, not two on one
+  const std::uint64_t phys = host_memory_bytes();
+  SearchConfig per_k;
+  per_k.batch_max = 4096;
+  per_k.k_max = 1000;
+  const double bytes_per_k = static_cast<double>(rank_resident_bytes(false, 40, 4, Dtype::kFloat32, per_k, 2, 1)) / 1000;
+  const auto k = static_cast<std::int64_t>(0.7 * static_cast<double>(phys) / bytes_per_k);
+  const std::string big = " --set engine.threads=1 --set search.batch_max=4096 --set search.k_max=" + std::to_string(k);
+  const CmdResult one = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 1" + big);
+  EXPECT_EQ(one.rc, 0) << one.out << one.err;
+  const CmdResult two = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2" + big);
+  EXPECT_EQ(two.rc, 3) << two.out << two.err;
+  EXPECT_THAT(two.out, AllOf(HasSubstr(" of memory for its 2 ranks: "), HasSubstr("lower search.batch_max (4096)")))
+      << two.out;
+  const CmdResult apart = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2 --ranks-per-node 1" + big);
+  EXPECT_EQ(apart.rc, 0) << "one rank per machine has the machine to itself:\n" << apart.out << apart.err;
 }
 
 // ---------------------------------------------------------------- the stalled rank

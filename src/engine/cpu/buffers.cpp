@@ -82,15 +82,27 @@ std::uint64_t total_bytes(const std::vector<CpuBuffer>& bufs) {
   return s;
 }
 
-void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& lim) {
+void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& lim, int ranks_on_host) {
+  const int ranks = std::max(ranks_on_host, 1);
   const std::uint64_t total = total_bytes(bufs), phys = physical_memory_bytes();
-  if (total <= phys) return;
+  const std::uint64_t share = phys == UINT64_MAX ? phys : phys / static_cast<std::uint64_t>(ranks);
+  if (total <= share) return;
   const CpuBuffer& big = *std::max_element(bufs.begin(), bufs.end(),
                                            [](const CpuBuffer& a, const CpuBuffer& b) { return a.bytes < b.bytes; });
-  throw Error(detail::concat("cpu engine: search.batch_max=", lim.batch_max, " and search.k_max=", lim.k_max,
-                             " need ", human_bytes(big.bytes), " for the ", big.name, " buffer ", big.shape, ", ",
-                             human_bytes(total), " in all (`shardtopk plan` shows it as engine_bytes), but this "
-                             "machine has ", human_bytes(phys), " of memory; lower search.batch_max or search.k_max"));
+  // What makes the largest buffer large, so the remedy is the one that shrinks it.
+  const bool by_rows = big.name == "shard" || big.name == "ids" || big.name == "live mask";
+  const bool by_filters = big.name == "filter masks" || big.name == "filter block flags";
+  const std::string remedy =
+      by_rows      ? "the rank holds too many rows (its shard, or storage.capacity_rows slots with storage.dir, as "
+                     "the config or the storage directory's manifest sets them): start more ranks, on more machines"
+      : by_filters ? detail::concat("lower search.max_filters (", lim.max_filters, ")")
+                   : detail::concat("lower search.batch_max (", lim.batch_max, ") or search.k_max (", lim.k_max, ")");
+  throw Error(detail::concat("cpu engine: the rank's buffers need ", human_bytes(total), " in all, the largest the ",
+                             big.name, " buffer ", big.shape, " of ", human_bytes(big.bytes),
+                             " (`shardtopk plan` shows them as engine_bytes), but this machine has ", human_bytes(phys),
+                             " of memory",
+                             ranks > 1 ? detail::concat(" for its ", ranks, " ranks: ", human_bytes(share), " each") : "",
+                             "; ", remedy));
 }
 
 }  // namespace cpu_detail
@@ -103,10 +115,10 @@ std::uint64_t cpu_engine_host_bytes(std::int64_t rows, std::int64_t dim, Dtype d
 std::uint64_t host_memory_bytes() { return cpu_detail::physical_memory_bytes(); }
 
 void check_cpu_engine_fits(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits, int threads,
-                           std::uint64_t other_bytes) {
+                           std::uint64_t other_bytes, int ranks_on_host) {
   std::vector<cpu_detail::CpuBuffer> bufs = cpu_detail::cpu_buffers(rows, dim, dtype, limits, threads);
   if (other_bytes > 0) bufs.push_back({"index", "[queries and candidates of the data path]", other_bytes});
-  cpu_detail::check_buffers_fit(bufs, limits);
+  cpu_detail::check_buffers_fit(bufs, limits, ranks_on_host);
 }
 
 }  // namespace shardtopk

@@ -26,8 +26,10 @@ std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dt
 /// Sum of the buffers' bytes, saturating at UINT64_MAX.
 std::uint64_t total_bytes(const std::vector<CpuBuffer>& bufs);
 
-/// Refuses, before anything is allocated, buffers this machine's memory cannot hold.
-/// @throws Error naming the largest buffer, its shape and bytes, and the total.
-void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& limits);
+/// Refuses, before anything is allocated, buffers that do not fit this machine's memory shared
+/// by `ranks_on_host` ranks (physical memory / ranks_on_host each).
+/// @throws Error naming the largest buffer, its shape and bytes, the total, the share and the
+/// setting that shrinks that buffer.
+void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& limits, int ranks_on_host = 1);
 
 }  // namespace shardtopk::cpu_detail
