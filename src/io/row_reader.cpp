@@ -283,6 +283,24 @@ class RowReader {
   // How rows are read. The direct paths bypass libhdf5, so one is taken only when every
   // condition that makes its bytes the dataset's holds; otherwise H5Dread, with the reason kept
   // (plan_row_reads).
+  // The filters of the dataset this libhdf5 cannot apply (a compression plugin that is not
+  // installed, such as h5py's lzf or blosc), as "filter 32000 ('lzf')"; "" when there are none.
+  std::string unavailable_filters() {
+    std::string out;
+    const int nf = H5Pget_nfilters(dcpl_.get());
+    for (int i = 0; i < nf; ++i) {
+      unsigned flags = 0;
+      size_t nelem = 0;
+      char name[64] = {0};
+      const H5Z_filter_t f = H5Pget_filter2(dcpl_.get(), static_cast<unsigned>(i), &flags, &nelem, nullptr,
+                                            sizeof name, name, nullptr);
+      if (f < 0 || H5Zfilter_avail(f) > 0) continue;
+      out += detail::concat(out.empty() ? "" : ", ", "filter ", f, name[0] ? detail::concat(" ('", name, "')") : "");
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return out;
+  }
+
   void choose_path() {
     plan_ = ReadPlan{};
     plan_.file = path_;
@@ -464,8 +482,18 @@ class RowReader {
                  "': selecting rows of '", info_.name, "'");
     Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
     Handle mt = memory_type();
-    STK_H5_CHECK(H5Dread(ds_.get(), mt.get(), mspace.get(), fspace.get(), H5P_DEFAULT, raw), "'", path_,
-                 "': reading rows [", b0, ", ", b0 + rows, ") of '", info_.name, "' (truncated or corrupt file?)");
+    if (H5Dread(ds_.get(), mt.get(), mspace.get(), fspace.get(), H5P_DEFAULT, raw) < 0) {
+      // A filter libhdf5 cannot apply fails every read as if the file were damaged: name it.
+      const std::string reason = h5::hdf5_reason(), missing = unavailable_filters();
+      if (!missing.empty())
+        throw Error(detail::concat("'", path_, "': dataset '", info_.name, "' is stored through ", missing,
+                                   ", which this HDF5 library cannot decode: install the filter's plugin "
+                                   "(HDF5_PLUGIN_PATH names where plugins are looked for), or rewrite the dataset "
+                                   "with gzip or without compression where it can be read (h5py reads its own lzf)"));
+      throw Error(detail::concat("'", path_, "': reading rows [", b0, ", ", b0 + rows, ") of '", info_.name,
+                                 "' (truncated or corrupt file?) (H5Dread failed", reason.empty() ? "" : ": " + reason,
+                                 ")"));
+    }
     const std::int64_t total = rows * d_;
     const std::int64_t piece = std::max<std::int64_t>(1, (1 << 18) / static_cast<std::int64_t>(es));
     const std::int64_t pieces = (total + piece - 1) / piece;

@@ -230,6 +230,22 @@ TEST(CorpusIo, BadValueMessageIsTheFirstInRowOrderWhateverTheThreads) {
 // chunks are decoded by libhdf5 (the plan says why), with the same values. [37, 5] float32 rows
 // in one chunk of 4,194,304 × 5 values (80 MiB; the rows are unlimited, so the chunk may be
 // longer than the dataset).
+// A dataset stored through a filter this libhdf5 cannot apply (h5py's LZF, tests/data/hdf5) is
+// refused naming the filter, not as a truncated or corrupt file.
+TEST(CorpusIo, AFilterLibhdf5CannotApplyIsNamed) {
+  if (H5Zfilter_avail(32000) > 0) GTEST_SKIP() << "an LZF plugin is installed here: the file can be read";
+  const std::string path = std::string(SHARDTOPK_SOURCE_DIR) + "/tests/data/hdf5/lzf-100x8.h5";
+  for (const bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    const std::string msg = test::error_of([&] { (void)read_rows(path, "train", RowRange{0, 100}, opt); });
+    EXPECT_THAT(msg, AllOf(HasSubstr("dataset 'train' is stored through filter 32000 ('lzf'), which this HDF5 library "
+                                     "cannot decode"),
+                           Not(HasSubstr("corrupt"))))
+        << msg;
+  }
+}
+
 TEST(CorpusIo, FilteredChunksOverSixtyFourMebibytesAreDecodedByLibhdf5) {
   test::TempDir dir;
   const std::string path = dir.file("big_chunk.h5");
