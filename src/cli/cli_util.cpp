@@ -50,6 +50,9 @@ AttributeSchema corpus_attribute_schema(const Config& cfg, std::int64_t corpus_r
 std::string filter_text(const std::string& value) {
   if (value.empty() || value[0] != '@') return value;
   const std::string path = value.substr(1);
+  struct stat st {};
+  SHARDTOPK_EXPECTS(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), "--filter-json @", path,
+                    ": it is a directory; name the file that holds the filter");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;

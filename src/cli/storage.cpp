@@ -1,5 +1,8 @@
 // `shardtopk storage info DIR` and `shardtopk storage verify DIR`: a storage directory read
 // without the service and without its lock (docs/STORAGE.md, "Inspecting and verifying").
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -132,6 +135,12 @@ int run_storage(const StorageArgs& a) {
     if (a.json) std::cout << info_json(s).dump(2) << "\n";
     else print_info(s);
     return 0;
+  }
+  struct stat st {};
+  if (::stat(a.dir.c_str(), &st) != 0 && errno == ENOENT) {  // a mistyped path: nothing to verify, nothing damaged
+    if (a.json) std::cout << nlohmann::json{{"dir", a.dir}, {"empty", true}, {"exists", false}, {"exit_code", 4}}.dump(2) << "\n";
+    else std::printf("storage '%s' does not exist: not a storage directory, nothing was verified; exit 4\n", a.dir.c_str());
+    return 4;
   }
   const StorageVerifyReport r = verify_storage_dir(a.dir, a.corpus);
   // 0 every check passed, 1 damage, 3 only a torn tail, 4 not a storage directory (nothing to check)

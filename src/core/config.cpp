@@ -323,6 +323,12 @@ std::string joined(const std::vector<std::string>& names) {
 // else the nearest key (or section) overall; then the names it was meant to be among (a known
 // section's keys, or the sections). service.threads is accepted but ignored: never suggested.
 std::string unknown_key(const std::string& key) {
+  if (is_section(key)) {  // a section given a value ("search: 5", --set search=5)
+    std::vector<std::string> names;
+    for (const std::string& k : config_keys())
+      if (k.rfind(key + ".", 0) == 0 && k != "service.threads") names.push_back(k.substr(key.size() + 1));
+    return "'" + key + "' is a section, not a key: give its keys (keys of '" + key + "': " + joined(names) + ")";
+  }
   std::vector<std::string> keys = config_keys();
   keys.erase(std::remove(keys.begin(), keys.end(), "service.threads"), keys.end());
   const std::size_t dot = key.find('.');

@@ -143,6 +143,14 @@ std::int64_t check_open(hid_t file, const std::string& path, const GraphIdentity
                           dims[0] == static_cast<hsize_t>(want.rows) && dims[1] == static_cast<hsize_t>(want.k),
                       "output '", path, "': dataset '", name, "' is not [", want.rows, ", ", want.k, "]; ",
                       kHowToStartOver);
+    // The type the job writes (int64 ids, float32 scores): rows continued into a dataset of another
+    // type would be converted by HDF5 on the way in, and the file would not be the job's.
+    Handle type(H5Dget_type(ds.get()), H5Tclose);
+    const bool ids = std::string(name) == "ids";
+    const bool right = type.ok() && H5Tget_class(type.get()) == (ids ? H5T_INTEGER : H5T_FLOAT) &&
+                       H5Tget_size(type.get()) == (ids ? 8u : 4u) && (!ids || H5Tget_sign(type.get()) == H5T_SGN_2);
+    SHARDTOPK_EXPECTS(right, "output '", path, "': dataset '", name, "' is not ", ids ? "int64" : "float32", "; ",
+                      kHowToStartOver);
   }
   return done;
 }

@@ -6,6 +6,8 @@
 
 #include <zlib.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -353,6 +355,9 @@ std::vector<std::uint8_t> read_idx_labels(const std::string& path) {
 /// without it the inferred shape is logged as a warning that asks for the count.
 std::vector<float> read_raw_f32(const std::string& path, std::int64_t dim, std::int64_t expect_rows,
                                 const char* rows_flag, std::int64_t* rows, const char* label) {
+  struct stat st {};
+  SHARDTOPK_EXPECTS(::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode), "'", path, "' is ",
+                    S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", ", not a raw float32 file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   SHARDTOPK_EXPECTS(in.good(), "cannot open '", path, "': ", std::strerror(errno));
   const std::int64_t bytes = static_cast<std::int64_t>(in.tellg());

@@ -489,6 +489,9 @@ TEST_F(Cli, SearchWithAFilterWritesCountsAndMatchesTheOracle) {
   const CmdResult no_file = run(mpi(1) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json @" + dir_.file("none.json"));
   EXPECT_NE(no_file.rc, 0);
   EXPECT_THAT(no_file.err, HasSubstr("none.json: cannot read the file"));
+  const CmdResult folder = run(mpi(1) + " search -c " + cfg + " -q " + corpus + " -k 5 --filter-json @" + dir_.path());
+  EXPECT_NE(folder.rc, 0);
+  EXPECT_THAT(folder.err, HasSubstr(": it is a directory; name the file that holds the filter")) << folder.err;
   // An empty filter text is refused, not taken as "no filter" (the search would run unfiltered).
   // an attribute the corpus lacks is the config's mistake, named as such (not the filter's)
   const CmdResult no_column = run(mpi(1) + " search -c " + cfg + " -q " + corpus +
@@ -564,7 +567,14 @@ TEST_F(Cli, StorageInfoAndVerifyReportAndExitByWhatTheyFind) {
   ASSERT_FALSE(j.at("problems").empty()) << r.out;
   EXPECT_EQ(j.at("problems").at(0).at("kind"), "damage");
   EXPECT_THAT(j.at("problems").at(0).at("what").get<std::string>(), HasSubstr("at offset 32"));
+  // A path that does not exist (mistyped) is not a storage directory either: exit 4, not 1
+  // ("damaged": restore from a backup)
   r = run(bin + " storage verify " + dir_.file("absent"));
+  EXPECT_EQ(r.rc, 4) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("does not exist: not a storage directory, nothing was verified; exit 4"));
+  // A file where the directory should be is a mistake named as such
+  test::write_text(dir_.file("plain"), "x");
+  r = run(bin + " storage verify " + dir_.file("plain"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("is not a directory"));
   // An empty directory is not damaged: it is not a storage directory (exit 4).

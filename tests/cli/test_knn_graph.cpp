@@ -364,6 +364,25 @@ TEST_F(KnnGraph, RerunWithOtherArgumentsIsRefusedNamingTheDifference) {
   r = graph(1, cfg, dir_.file("text.h5"), "-k 4");
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("exists and cannot be opened as HDF5")) << r.err;
+  // A partial output whose ids dataset has another type (float32, same shape): not this job's
+  // file (rows continued into it would be converted on the way in).
+  const std::string typed = dir_.file("typed.h5");
+  ASSERT_NE(graph(1, cfg, typed, "-k 4 --block-rows 8 --stop-after-blocks 1").rc, 0);
+  {
+    const hid_t f = H5Fopen(typed.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Ldelete(f, "ids", H5P_DEFAULT), 0);
+    const hsize_t dims[2] = {static_cast<hsize_t>(kN), 4};
+    const hid_t sp = H5Screate_simple(2, dims, nullptr);
+    const hid_t ds = H5Dcreate2(f, "ids", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Sclose(sp);
+    H5Fclose(f);
+  }
+  r = graph(1, cfg, typed, "-k 4");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("dataset 'ids' is not int64")) << r.err;
 }
 
 // A row whose scores as a query would overflow float32 (its norm times the largest row norm)

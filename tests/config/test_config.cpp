@@ -208,6 +208,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"unknown_top_scalar", "verbose: true\n", {"bad.yaml:1: unknown key 'verbose' (sections: "}},
         BadConfig{"unknown_dotted_top_key", "search.kmx: 3\n",
                   {"bad.yaml:1: unknown key 'search.kmx'; did you mean 'search.k_max'?"}},
+        BadConfig{"a_section_given_a_value", "search: 5\n",
+                  {"bad.yaml:1: 'search' is a section, not a key: give its keys (keys of 'search': batch_max, k_max, "
+                   "max_filters, metric)"}},
+        BadConfig{"a_section_given_a_list", "engine: [1]\n", {"bad.yaml:1: 'engine' is a section, not a key"}},
         BadConfig{"value_for_a_section", "search:\n  k_max:\n    x: 1\n",
                   {"bad.yaml:2: key 'search.k_max': expected a single value, got a mapping"}},
         BadConfig{"wrong_type_int", "search:\n  batch_max: 4\n  k_max: ten\n",
@@ -431,6 +435,8 @@ TEST(ConfigOverride, ErrorsNameKeyAndValue) {
   EXPECT_THAT(error_of([&] { apply_override(c, "=5"); }), HasSubstr("expected key=value"));
   EXPECT_THAT(error_of([&] { apply_override(c, "search.kmax=5"); }),
               HasSubstr("override: unknown key 'search.kmax'; did you mean 'search.k_max'?"));
+  EXPECT_THAT(error_of([&] { apply_override(c, "search=5"); }),
+              HasSubstr("override: 'search' is a section, not a key"));
   EXPECT_THAT(error_of([&] { apply_override(c, "serach.k_max=5"); }),
               HasSubstr("unknown key 'serach.k_max'; did you mean 'search.k_max'?"));
   EXPECT_THAT(error_of([&] { apply_override(c, "colour=red"); }),
