@@ -91,13 +91,15 @@ std::uint32_t corpus_sample_crc32c(const std::string& path, std::uint64_t bytes)
 namespace {
 
 // A manifest's integer: a JSON integer (not a real, not a string) in [0, max], named in errors.
-std::uint64_t manifest_uint(const nlohmann::json& obj, const char* key, std::uint64_t max, const std::string& path) {
+std::uint64_t manifest_uint(const nlohmann::json& obj, const char* key, std::uint64_t max, const std::string& path,
+                            std::uint64_t min = 0) {
   SHARDTOPK_EXPECTS(obj.contains(key), "'", path, "': the manifest has no '", key, "'");
   const nlohmann::json& v = obj.at(key);
   SHARDTOPK_EXPECTS(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0), "'", path,
-                    "': '", key, "' is ", v.dump(), " (expected an integer 0 .. ", max, ")");
+                    "': '", key, "' is ", v.dump(), " (expected an integer ", min, " .. ", max, ")");
   const std::uint64_t u = v.get<std::uint64_t>();
-  SHARDTOPK_EXPECTS(u <= max, "'", path, "': '", key, "' is ", u, " (expected an integer 0 .. ", max, ")");
+  SHARDTOPK_EXPECTS(u >= min && u <= max, "'", path, "': '", key, "' is ", u, " (expected an integer ", min, " .. ",
+                    max, ")");
   return u;
 }
 
@@ -161,9 +163,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
       m.corpus_sample_crc32c = static_cast<std::uint32_t>(manifest_uint(c, "sample_crc32c", UINT32_MAX, path));
     }
     if (j.contains("capacity_rows")) {
-      m.capacity_rows = static_cast<std::int64_t>(manifest_uint(j, "capacity_rows", kInt64Max, path));
-      SHARDTOPK_EXPECTS(m.capacity_rows >= 1, "'", path, "': 'capacity_rows' is 0 (expected an integer 1 .. ",
-                        kInt64Max, ")");
+      m.capacity_rows = static_cast<std::int64_t>(manifest_uint(j, "capacity_rows", kInt64Max, path, 1));
     }
     if (j.contains("base")) {
       const auto& b = j.at("base");

@@ -365,7 +365,13 @@ TEST(StorageManifest, TheCapacityIsRecordedAndKeptBySnapshotsAndRestarts) {
   std::string bad = good;
   bad.replace(bad.find("20000"), 5, "0");
   write_text(dir + "/MANIFEST.json", bad);
-  EXPECT_NE(error_of([&] { Storage st(options_for(dir, 4)); }).find("'capacity_rows' is 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { Storage st(options_for(dir, 4)); }).find("'capacity_rows' is 0 (expected an integer 1 .. "),
+            std::string::npos);
+  bad = good;
+  bad.replace(bad.find("20000"), 5, "-5");
+  write_text(dir + "/MANIFEST.json", bad);
+  EXPECT_NE(error_of([&] { Storage st(options_for(dir, 4)); }).find("'capacity_rows' is -5 (expected an integer 1 .. "),
+            std::string::npos);
   bad = good;
   bad.replace(bad.find("20000"), 5, "\"20000\"");
   write_text(dir + "/MANIFEST.json", bad);
