@@ -96,6 +96,12 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
     m.metric = st.opt.metric;
     write_manifest(st, m);
   }
+  // The manifest itself, never what a link there points to (as for segments, snapshots and LOCK;
+  // `storage verify` names it as damage too); a commit would replace the link with a file.
+  struct stat mst {};
+  SHARDTOPK_EXPECTS(::lstat(mpath.c_str(), &mst) == 0 && S_ISREG(mst.st_mode), "storage '", st.opt.dir, "': ",
+                    kManifestName, " is ", file_kind(mst.st_mode), ", not a regular file: not opening it (put the file "
+                    "itself there, restored from a backup)");
   st.manifest = parse_manifest(read_small_file(mpath), mpath);
   SHARDTOPK_EXPECTS(st.manifest.dim == st.opt.dim, "storage '", st.opt.dir, "' holds rows of dim ", st.manifest.dim,
                     ", configured dim is ", st.opt.dim);

@@ -392,6 +392,29 @@ TEST(StorageVerify, AFifoNamedLikeASegmentIsRefusedNotOpened) {
 
 // A LOCK that is a directory or a symbolic link: a start-up refuses the directory, so verify
 // names it as damage (reading neither it nor what the link points to), and changes nothing.
+// A manifest that is a link to a file elsewhere: verify names it as damage and a start-up
+// refuses it alike (it followed the link and served from it, where verify said it refuses).
+TEST(StorageVerify, AManifestThatIsALinkIsRefusedByVerifyAndStartUpAlike) {
+  TempDir tmp;
+  const std::string dir = tmp.file("s");
+  five_records(dir, 4);
+  const std::string manifest = dir + "/MANIFEST.json", target = tmp.file("manifest.json");
+  fs::copy_file(manifest, target);
+  fs::remove(manifest);
+  fs::create_symlink(target, manifest);
+  const StorageVerifyReport r = verify_storage_dir(dir);
+  EXPECT_NE(listing(r).find("DAMAGED MANIFEST.json: is a symbolic link, not a regular file"), std::string::npos)
+      << listing(r);
+  try {
+    Storage st(options_for(dir, 4));
+    ADD_FAILURE() << "a start-up took a MANIFEST.json that is a link";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MANIFEST.json is a symbolic link, not a regular file"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fs::is_symlink(manifest)) << "the refused start-up changed the directory";
+}
+
 TEST(StorageVerify, ALockThatIsNotARegularFileIsNamed) {
   TempDir tmp;
   const std::string dir = tmp.file("s");
