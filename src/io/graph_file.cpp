@@ -195,6 +195,19 @@ void write_rows(hid_t file, const std::string& path, const char* name, hid_t mem
   Handle mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
   STK_H5_CHECK(H5Dwrite(ds.get(), mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, data), "'", path,
                "': writing rows [", first, ", ", first + n, ") of '", name, "'");
+  // Closing the dataset writes what libhdf5 still holds of it; a failure there (a full disk) is
+  // a failed write of these rows, before rows_done can cover them.
+  STK_H5_CHECK(H5Dclose(ds.release()), "'", path, "': writing rows [", first, ", ", first + n, ") of '", name,
+               "' (closing the dataset)");
+}
+
+// The output's file access: no data sieve buffer, so each block's rows go to the file in its
+// own write calls, whose failures H5Dwrite reports (a buffered write of a small block would
+// reach the file only later, where a failure is easy to lose).
+Handle output_fapl() {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (fapl.ok()) (void)H5Pset_sieve_buf_size(fapl.get(), 0);
+  return fapl;
 }
 
 }  // namespace
@@ -217,7 +230,7 @@ GraphFile::GraphFile(const std::string& path, const GraphIdentity& want, bool ov
   h5::silence();
   if (exists(path)) refuse_if_in_use(path);
   if (!overwrite && exists(path)) {
-    const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, output_fapl().get());
     SHARDTOPK_EXPECTS(id >= 0, "output '", path, "' exists and cannot be opened for writing as HDF5 (", hdf5_reason(),
                       "); ", kHowToStartOver);
     file_ = id;
@@ -230,7 +243,7 @@ GraphFile::GraphFile(const std::string& path, const GraphIdentity& want, bool ov
     }
     return;
   }
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, output_fapl().get());
   SHARDTOPK_EXPECTS(id >= 0, "cannot create '", path, "': ", hdf5_reason());
   file_ = id;
   try {

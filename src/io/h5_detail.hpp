@@ -34,6 +34,12 @@ class Handle {
   Handle& operator=(const Handle&) = delete;
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
+  /// The id, no longer closed by this handle (to close it and check the result).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
 
  private:
   hid_t id_ = -1;
