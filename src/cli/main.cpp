@@ -1,6 +1,7 @@
 // shardtopk command line: the flags of every subcommand (CLI11); each command runs from its own
 // file (commands.hpp: search, knn-graph, serve, info, eval, import, plan, keygen, storage).
 #include <CLI/CLI.hpp>
+#include <hdf5.h>
 
 #include <cctype>
 #include <cstdio>
@@ -68,6 +69,10 @@ std::string unknown_argument(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   using namespace shardtopk;
+  // No libhdf5 clean-up at exit: every file the commands write is closed (and synced) where they
+  // finish it, and a file whose close failed (a full disk) stays registered with the library,
+  // whose clean-up at exit would then crash the process after its error was printed.
+  H5dont_atexit();
   CLI::App app{"shardtopk: sharded exact top-k vector search over MPI ranks (CPU or one GPU per rank)"};
   app.set_version_flag("--version", std::string("shardtopk ") + version());
   app.require_subcommand(1);

@@ -456,6 +456,18 @@ TEST_F(KnnGraph, AWriteThatFailsStopsEveryRankAndKeepsTheBlocksBeforeIt) {
       ::unlink(out.c_str());
     }
   }
+  // A disk full while the output is created (8 KiB: not even its metadata fits): the job stops
+  // with its error, and the process ends by itself (libhdf5's clean-up at exit crashed on the
+  // file whose close had failed).
+  const std::string tiny = dir_.file("tiny");
+  ASSERT_EQ(::mkdir(tiny.c_str(), 0700), 0);
+  ASSERT_EQ(::mount("tmpfs", tiny.c_str(), "tmpfs", 0, "size=8k"), 0) << std::strerror(errno);
+  const Unmount unmount_tiny{tiny};
+  const CmdResult r = graph(1, cfg, tiny + "/g.h5", "-k 7 --block-rows 100");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("No space left on device"), ::testing::Not(HasSubstr("signal")),
+                           ::testing::Not(HasSubstr("Segmentation"))))
+      << r.err;
 }
 
 TEST_F(KnnGraph, BadArgumentsAreNamed) {
