@@ -108,19 +108,41 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs) {
-  // An existing output must be a file: a directory cannot be written as one, and opening a FIFO
-  // (or a device) would block or write elsewhere.
+namespace {
+// `path` made absolute and free of "." / ".." and links as far as it exists (std::filesystem's
+// weakly_canonical), so that an output not written yet compares with the other paths.
+std::string path_key(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
+}  // namespace
+
+void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs,
+                       OutputKind kind, const std::string& storage_dir) {
+  // An existing output must be a file: a directory cannot be written as one, and HDF5 on a FIFO
+  // (or a device) would block or fail; a text output may also go to a device or a pipe
+  // (/dev/null, /dev/stdout).
   struct stat st {};
-  if (::stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    throw Error(detail::concat("cannot write '", out, "': it is ",
-                               S_ISDIR(st.st_mode)    ? "a directory (name the file to write in it)"
-                               : S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file"
-                               : S_ISSOCK(st.st_mode) ? "a socket, not a regular file"
-                                                      : "a device, not a regular file"));
+  if (::stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    const bool text_ok = kind == OutputKind::kText && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode));
+    if (!text_ok)
+      throw Error(detail::concat("cannot write '", out, "': it is ",
+                                 S_ISDIR(st.st_mode)    ? "a directory (name the file to write in it)"
+                                 : S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file"
+                                 : S_ISSOCK(st.st_mode) ? "a socket, not a regular file"
+                                                        : "a device, not a regular file"));
+    return;  // a device or a pipe: nothing else to compare
+  }
+  const std::string key = path_key(out);
   for (const auto& [what, in] : inputs)
-    SHARDTOPK_EXPECTS(!same_file(out, in), "refusing to write '", out, "': it is the ", what, " file '", in,
-                      "' (choose another output path)");
+    SHARDTOPK_EXPECTS(in.empty() || (!same_file(out, in) && key != path_key(in)), "refusing to write '", out,
+                      "': it is the ", what, " file '", in, "' (choose another output path)");
+  if (!storage_dir.empty()) {
+    const std::string dir = path_key(storage_dir);
+    SHARDTOPK_EXPECTS(key.rfind(dir + "/", 0) != 0, "refusing to write '", out, "': it is inside storage.dir '",
+                      storage_dir, "', whose files are the service's (choose another output path)");
+  }
   const auto slash = out.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
   SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", out, "': folder '", dir,

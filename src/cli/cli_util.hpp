@@ -31,9 +31,17 @@ std::string filter_text(const std::string& value);
 /// @throws Error.
 void check_corpus_path(const Config& cfg);
 
-/// Refuses an output path that is one of `inputs` ({what, path}: "refusing to write 'R.h5': it is
-/// the corpus file ...") or whose folder does not exist or is not writable. @throws Error.
-void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs);
+/// What an output is written as: HDF5 needs a regular file; text may also go to a device or a
+/// pipe (/dev/null, /dev/stdout).
+enum class OutputKind { kHdf5, kText };
+
+/// Refuses an output path that is one of `inputs` ({what, path}, compared as files and as
+/// absolute paths, so outputs not written yet too: "refusing to write 'R.h5': it is the corpus
+/// file ..."), that lies inside `storage_dir` (non-empty: the service's files), that exists and
+/// is not what `kind` can be written to (a directory; a FIFO or device for HDF5), or whose folder
+/// does not exist or is not writable. Empty input paths are skipped. @throws Error.
+void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs,
+                       OutputKind kind = OutputKind::kHdf5, const std::string& storage_dir = "");
 
 /// For a rank started by an MPI launcher (mpirun or its daemon, hydra, a PMIx launcher, told
 /// apart by the variables they set): this process is killed (SIGKILL) when the launcher, its

@@ -17,7 +17,8 @@
 namespace shardtopk::cli {
 
 int run_eval(const EvalArgs& a) {
-  if (!a.json_out.empty()) check_output_path(a.json_out, {{"results", a.results}, {"truth", a.truth}});
+  if (!a.json_out.empty())
+    check_output_path(a.json_out, {{"results", a.results}, {"truth", a.truth}}, OutputKind::kText);
   const EvalReport r = evaluate(a.results, a.truth);
   std::printf("%lld queries, K=%d, metric %s (tie-tolerant, eps = 1e-5*(max(|best|,|kth|)+1))\n",
               static_cast<long long>(r.queries), r.k, r.metric.c_str());

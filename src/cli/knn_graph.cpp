@@ -61,8 +61,10 @@ DatasetInfo check_knn_args(const KnnGraphArgs& a, Config& cfg) {
   SHARDTOPK_EXPECTS(a.batch >= 1 && a.batch <= 1048576, "--batch ", a.batch, " out of range: allowed 1 .. 1048576");
   SHARDTOPK_EXPECTS(a.block_rows >= 1, "--block-rows ", a.block_rows, " out of range: must be at least 1");
   SHARDTOPK_EXPECTS(a.stop_after_blocks >= -1, "--stop-after-blocks ", a.stop_after_blocks, " must be -1 or >= 0");
-  check_output_path(a.out, {{"corpus", cfg.corpus.path}});
-  if (!a.timings_json.empty()) check_output_path(a.timings_json, {{"corpus", cfg.corpus.path}, {"output", a.out}});
+  check_output_path(a.out, {{"corpus", cfg.corpus.path}, {"config", a.config}});
+  if (!a.timings_json.empty())
+    check_output_path(a.timings_json, {{"corpus", cfg.corpus.path}, {"config", a.config}, {"output", a.out}},
+                      OutputKind::kText);
   cfg.search.k_max = search_k(a);
   cfg.search.batch_max = a.batch;
   validate(cfg);

@@ -493,6 +493,35 @@ TEST_F(CliInputs, OutputsThatAreInputsOrNotFilesAreRefused) {
     EXPECT_NE(r.rc, 0) << cmd;
     EXPECT_THAT(r.err, HasSubstr("cannot write '" + folder + "': it is a directory")) << cmd << r.err;
   }
+  // The config file, and the two outputs of one run, before either exists (as absolute and
+  // relative paths of one file)
+  const std::string cfg_before = test::read_text(cfg);
+  r = run(test::mpi_prefix(1) + " search -c " + cfg + " -q " + corpus_path + " -k 3 --timings-json " + cfg);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("it is the config file")) << r.err;
+  EXPECT_EQ(test::read_text(cfg), cfg_before);
+  const std::string both = dir_.file("both.h5");
+  r = run("cd " + dir_.path() + " && " + test::mpi_prefix(1) + " search -c " + cfg + " -q " + corpus_path +
+          " -k 3 -o " + both + " --timings-json ./both.h5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("it is the -o output file")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(both));
+  r = run(test::mpi_prefix(1) + " knn-graph -c " + cfg + " -k 3 -o " + both + " --timings-json " + both);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("it is the output file")) << r.err;
+  // Text may go to a device: the timings to /dev/null (an HDF5 output may not)
+  r = run(test::mpi_prefix(1) + " search -c " + cfg + " -q " + corpus_path + " -k 3 --timings-json /dev/null");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run(test::mpi_prefix(1) + " search -c " + cfg + " -q " + corpus_path + " -k 3 -o /dev/null");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("cannot write '/dev/null': it is a device")) << r.err;
+  // Nothing is written inside a storage directory (its snapshot could be overwritten)
+  const std::string st = dir_.file("st");
+  std::filesystem::create_directory(st);
+  r = run(test::mpi_prefix(1) + " search -c " + cfg + " --set storage.dir=" + st + " -q " + corpus_path +
+          " -k 3 -o " + st + "/snapshot-00000000000000000001.h5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("it is inside storage.dir '" + st + "'")) << r.err;
 }
 
 // eval judges near ties by the truth file's own rows (float64), never by the scores a result
