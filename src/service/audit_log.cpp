@@ -38,8 +38,21 @@ std::string parent_of(const std::string& path) {
 int AuditLog::open_file(const std::string& path) {
   struct stat st{};
   const bool existed = ::stat(path.c_str(), &st) == 0;
-  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  // A FIFO (or socket, or directory) is refused before it is opened: nothing reads a FIFO back,
+  // so its writes would block, and with them every write request waiting for its line. (A
+  // character device is taken: its writes and syncs answer at once, failing or not.)
+  auto pipe_like = [](const struct stat& x) { return S_ISFIFO(x.st_mode) || S_ISSOCK(x.st_mode) || S_ISDIR(x.st_mode); };
+  SHARDTOPK_EXPECTS(!existed || !pipe_like(st), "service.audit_log '", path, "' is ",
+                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a socket",
+                    ", not a file: name a file the service appends to");
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0600);
   SHARDTOPK_EXPECTS(fd >= 0, "service.audit_log '", path, "' cannot be opened for appending: ", std::strerror(errno));
+  struct stat opened {};
+  if (::fstat(fd, &opened) != 0 || pipe_like(opened)) {  // replaced between the look and the open
+    ::close(fd);
+    throw Error("service.audit_log '" + path + "' is not a file: name a file the service appends to");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   // A line left unterminated (a crash in the middle of a write, or a short write whose cut could
   // not be undone) is ended here, so the next record starts a line of its own.
   struct stat now {};

@@ -420,6 +420,12 @@ TEST(AuditLog, ReopensAfterRotationAndReportsFailures) {
   EXPECT_EQ(test::count_of(test::read_text(path + ".1"), "\n"), 1);
   EXPECT_EQ(test::count_of(test::read_text(path), "\n"), 1);
 
+  // A FIFO is refused at once (its writes would block with nothing reading them), not opened
+  const std::string fifo = dir.file("audit.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(test::error_of([&] { AuditLog log(fifo); }),
+              HasSubstr("service.audit_log '" + fifo + "' is a FIFO, not a file"));
+
   AuditLog full("/dev/full");  // every write fails with ENOSPC
   std::atomic<int> result{-1};
   full.append(record(3), [&](bool ok) { result = ok ? 1 : 0; });
