@@ -35,6 +35,8 @@ int run_plan(const PlanArgs& a) {
   const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);
   SHARDTOPK_EXPECTS(info.dims.size() == 2, "'", cfg.corpus.path, "': dataset '", info.name, "' must be 2-D");
   const std::int64_t n = info.dims[0], dim = info.dims[1];
+  SHARDTOPK_EXPECTS(a.ranks_per_node >= 0, "--ranks-per-node ", a.ranks_per_node,
+                    " out of range: give 1 or more (left out: every rank on this node)");
   const int per_node = a.ranks_per_node > 0 ? a.ranks_per_node : a.ranks;
   const int ngpu = cuda_device_count();
   const bool use_gpu = cfg.engine.backend == EngineBackend::kCuda ||

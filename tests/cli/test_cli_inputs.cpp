@@ -327,6 +327,9 @@ TEST_F(CliInputs, HugeLimitsAreRefusedBeforeReadingNamingTheBufferAndBytesThatPl
       << two.out;
   const CmdResult apart = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2 --ranks-per-node 1" + big);
   EXPECT_EQ(apart.rc, 0) << "one rank per machine has the machine to itself:\n" << apart.out << apart.err;
+  const CmdResult negative = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2 --ranks-per-node -1");
+  EXPECT_NE(negative.rc, 0);
+  EXPECT_THAT(negative.err, HasSubstr("--ranks-per-node -1 out of range")) << negative.err;
 }
 
 // ---------------------------------------------------------------- the stalled rank
