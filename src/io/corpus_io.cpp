@@ -36,7 +36,7 @@ void silence() { thread_local SilenceHdf5 s; }
 // "errno = 28, error message = 'No space left on device'" into its description).
 std::string hdf5_reason() {
   struct Walk {
-    std::string outer, inner;
+    std::string outer, inner, filter;
   } w;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_DOWNWARD,
@@ -45,10 +45,18 @@ std::string hdf5_reason() {
         if (!e->desc) return 0;
         if (n == 0) w->outer = e->desc;
         w->inner = e->desc;  // the last one walked is the innermost
+        // A filter libhdf5 cannot apply (a compression plugin that is not installed) fails the
+        // read as "can't read data": the entry that names the filter says why.
+        const std::string d = e->desc;
+        if (w->filter.empty() && d.rfind("required filter '", 0) == 0 && d.find("not registered") != std::string::npos)
+          w->filter = d;
         return 0;
       },
       &w);
   H5Eclear2(H5E_DEFAULT);
+  if (!w.filter.empty())
+    return w.outer + ": " + w.filter + " (its plugin is not installed; HDF5_PLUGIN_PATH names where plugins are "
+           "looked for)";
   static constexpr std::string_view kOs = "error message = '";
   const std::size_t at = w.inner.find(kOs);
   if (at != std::string::npos) {

@@ -26,6 +26,7 @@ namespace shardtopk {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using test::error_of;
@@ -244,6 +245,11 @@ TEST(CorpusIo, AFilterLibhdf5CannotApplyIsNamed) {
                            Not(HasSubstr("corrupt"))))
         << msg;
   }
+  // Every other reader (attributes, ids, whole matrices) names the unregistered filter too
+  const std::string whole = test::error_of([&] { (void)read_matrix(path, "train"); });
+  EXPECT_THAT(whole, AnyOf(HasSubstr("required filter 'lzf' is not registered (its plugin is not installed"),
+                           HasSubstr("stored through filter 32000 ('lzf')")))
+      << whole;
 }
 
 TEST(CorpusIo, FilteredChunksOverSixtyFourMebibytesAreDecodedByLibhdf5) {
