@@ -38,6 +38,7 @@ int run_plan(const PlanArgs& a) {
   SHARDTOPK_EXPECTS(a.ranks_per_node >= 0, "--ranks-per-node ", a.ranks_per_node,
                     " out of range: give 1 or more (left out: every rank on this node)");
   const int per_node = a.ranks_per_node > 0 ? a.ranks_per_node : a.ranks;
+  const int on_host = std::min(per_node, a.ranks);  // ranks sharing one machine's memory
   const int ngpu = cuda_device_count();
   const bool use_gpu = cfg.engine.backend == EngineBackend::kCuda ||
                        (cfg.engine.backend == EngineBackend::kAuto && ngpu > 0);
@@ -79,11 +80,11 @@ int run_plan(const PlanArgs& a) {
       fits = "no GPU (local rank " + std::to_string(local) + " >= " + std::to_string(ngpu) + " GPUs)";
       all_fit = false;
     } else if (!use_gpu || cuda_device_memory(local, &limit, &total_b)) {
-      if (!use_gpu) limit = host_memory_bytes() / static_cast<std::uint64_t>(std::min(per_node, a.ranks));
+      if (!use_gpu) limit = host_memory_bytes() / static_cast<std::uint64_t>(on_host);
       // The verdict is the start-up check's own, so that plan and search cannot disagree.
       try {
         check_engine_fits(use_gpu ? EngineBackend::kCuda : EngineBackend::kCpu, slots, dim, cfg.engine.dtype,
-                          cfg.search, a.ranks, threads, local, std::min(per_node, a.ranks));
+                          cfg.search, a.ranks, threads, local, on_host);
         fits = "yes";
       } catch (const Error& e) {
         fits = "NO";

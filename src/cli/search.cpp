@@ -53,8 +53,6 @@ std::pair<double, std::int64_t> parse_search_after(const std::string& text) {
   return {score, id};
 }
 
-// Argument checks that need no corpus rows (only file headers), made before the (possibly long)
-// ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
 // --min-score / --max-distance against the index's metric.
 void check_bound_flags(const SearchArgs& a, Metric metric) {
   const bool l2 = metric == Metric::kL2;
@@ -64,6 +62,8 @@ void check_bound_flags(const SearchArgs& a, Metric metric) {
                     "--min-score");
 }
 
+// Argument checks that need no corpus rows (only file headers), made before the (possibly long)
+// ingest. The same on every rank, so every rank fails alike and rank 0 speaks.
 void check_search_args(const SearchArgs& a, const Config& cfg) {
   SHARDTOPK_EXPECTS(a.k >= 1, "--k ", a.k, " out of range: allowed 1 .. ", cfg.search.k_max,
                     " (K is the number of neighbours per query and must be at least 1)");
