@@ -59,20 +59,22 @@ std::vector<CpuBuffer> cpu_buffers(std::int64_t rows, std::int64_t dim, Dtype dt
   const std::string bk = "[batch_max=" + std::to_string(b) + ", k_max=" + std::to_string(k) + "]";
   return {
       {"shard", "[" + std::to_string(rows) + " rows, " + std::to_string(dp) + " padded dims] " + to_string(dtype),
-       mul_sat({r2, dp, static_cast<std::uint64_t>(dtype == Dtype::kFloat32 ? 4 : 2)})},
-      {"ids", "[" + std::to_string(rows) + "] int64", mul_sat(static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0)), 8)},
-      {"padded queries", "[batch_max, padded dim] float32", mul_sat({b, dp, 4})},
-      {"per-thread lists", "[threads=" + std::to_string(t) + "] x " + bk + " x 16 B", mul_sat({t, b, k, cand})},
-      {"selection", "[threads=" + std::to_string(t) + ", batch_max, 2*k_max+32] x 16 B", mul_sat({t, b, cap, cand})},
-      {"selection state", "[threads, batch_max]", mul_sat({t, b, static_cast<std::uint64_t>(sizeof(QueryState))})},
+       mul_sat({r2, dp, static_cast<std::uint64_t>(dtype == Dtype::kFloat32 ? 4 : 2)}), SizedBy::kRows},
+      {"ids", "[" + std::to_string(rows) + "] int64", mul_sat(static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 0)), 8), SizedBy::kRows},
+      {"padded queries", "[batch_max, padded dim] float32", mul_sat({b, dp, 4}), SizedBy::kBatch},
+      {"per-thread lists", "[threads=" + std::to_string(t) + "] x " + bk + " x 16 B", mul_sat({t, b, k, cand}), SizedBy::kBatch},
+      {"selection", "[threads=" + std::to_string(t) + ", batch_max, 2*k_max+32] x 16 B", mul_sat({t, b, cap, cand}), SizedBy::kBatch},
+      {"selection state", "[threads, batch_max]", mul_sat({t, b, static_cast<std::uint64_t>(sizeof(QueryState))}), SizedBy::kBatch},
       {"filter masks", "[max_filters=" + std::to_string(lim.max_filters) + ", rows/32] x 4 B",
        mul_sat({static_cast<std::uint64_t>(std::max(lim.max_filters, 0)),
-                static_cast<std::uint64_t>(filter_mask_words(std::max<std::int64_t>(rows, 0))), 4})},
+                static_cast<std::uint64_t>(filter_mask_words(std::max<std::int64_t>(rows, 0))), 4}),
+       SizedBy::kFilters},
       {"filter block flags", "[max_filters=" + std::to_string(lim.max_filters) + ", rows/1024] x 1 B",
        mul_sat(static_cast<std::uint64_t>(std::max(lim.max_filters, 0)),
-               static_cast<std::uint64_t>((std::max<std::int64_t>(rows, 0) + kFilterBlockRows - 1) / kFilterBlockRows))},
+               static_cast<std::uint64_t>((std::max<std::int64_t>(rows, 0) + kFilterBlockRows - 1) / kFilterBlockRows)),
+       SizedBy::kFilters},
       {"live mask", "[rows/32] x 4 B",
-       mul_sat(static_cast<std::uint64_t>(filter_mask_words(std::max<std::int64_t>(rows, 0))), 4)},
+       mul_sat(static_cast<std::uint64_t>(filter_mask_words(std::max<std::int64_t>(rows, 0))), 4), SizedBy::kRows},
   };
 }
 
@@ -89,14 +91,14 @@ void check_buffers_fit(const std::vector<CpuBuffer>& bufs, const EngineLimits& l
   if (total <= share) return;
   const CpuBuffer& big = *std::max_element(bufs.begin(), bufs.end(),
                                            [](const CpuBuffer& a, const CpuBuffer& b) { return a.bytes < b.bytes; });
-  // What makes the largest buffer large, so the remedy is the one that shrinks it.
-  const bool by_rows = big.name == "shard" || big.name == "ids" || big.name == "live mask";
-  const bool by_filters = big.name == "filter masks" || big.name == "filter block flags";
+  // The remedy is the setting that shrinks the largest buffer.
   const std::string remedy =
-      by_rows      ? "the rank holds too many rows (its shard, or storage.capacity_rows slots with storage.dir, as "
-                     "the config or the storage directory's manifest sets them): start more ranks, on more machines"
-      : by_filters ? detail::concat("lower search.max_filters (", lim.max_filters, ")")
-                   : detail::concat("lower search.batch_max (", lim.batch_max, ") or search.k_max (", lim.k_max, ")");
+      big.sized_by == SizedBy::kRows
+          ? "the rank holds too many rows (its shard, or storage.capacity_rows slots with storage.dir, as the config "
+            "or the storage directory's manifest sets them): start more ranks, on more machines"
+      : big.sized_by == SizedBy::kFilters
+          ? detail::concat("lower search.max_filters (", lim.max_filters, ")")
+          : detail::concat("lower search.batch_max (", lim.batch_max, ") or search.k_max (", lim.k_max, ")");
   throw Error(detail::concat("cpu engine: the rank's buffers need ", human_bytes(total), " in all, the largest the ",
                              big.name, " buffer ", big.shape, " of ", human_bytes(big.bytes),
                              " (`shardtopk plan` shows them as engine_bytes), but this machine has ", human_bytes(phys),
@@ -117,7 +119,8 @@ std::uint64_t host_memory_bytes() { return cpu_detail::physical_memory_bytes(); 
 void check_cpu_engine_fits(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLimits& limits, int threads,
                            std::uint64_t other_bytes, int ranks_on_host) {
   std::vector<cpu_detail::CpuBuffer> bufs = cpu_detail::cpu_buffers(rows, dim, dtype, limits, threads);
-  if (other_bytes > 0) bufs.push_back({"index", "[queries and candidates of the data path]", other_bytes});
+  if (other_bytes > 0)
+    bufs.push_back({"index", "[queries and candidates of the data path]", other_bytes, cpu_detail::SizedBy::kBatch});
   cpu_detail::check_buffers_fit(bufs, limits, ranks_on_host);
 }
 

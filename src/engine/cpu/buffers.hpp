@@ -13,10 +13,14 @@ namespace shardtopk::cpu_detail {
 // Every buffer the engine allocates at start-up, sized from the limits (the constructor and
 // cpu_engine_host_bytes() both use this list, so `plan` shows what the engine will hold).
 // Saturating arithmetic: absurd limits give UINT64_MAX, never a wrapped small number.
+/// What a buffer's size follows, so a refusal names the setting that shrinks it.
+enum class SizedBy { kRows, kFilters, kBatch };
+
 struct CpuBuffer {
   const char* name;
   std::string shape;
   std::uint64_t bytes;
+  SizedBy sized_by;
 };
 
 /// The buffers of a shard of `rows` slots × `dim` in `dtype` with `threads` workers.
