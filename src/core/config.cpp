@@ -323,12 +323,6 @@ std::string joined(const std::vector<std::string>& names) {
 // else the nearest key (or section) overall; then the names it was meant to be among (a known
 // section's keys, or the sections). service.threads is accepted but ignored: never suggested.
 std::string unknown_key(const std::string& key) {
-  if (is_section(key)) {  // a section given a value ("search: 5", --set search=5)
-    std::vector<std::string> names;
-    for (const std::string& k : config_keys())
-      if (k.rfind(key + ".", 0) == 0 && k != "service.threads") names.push_back(k.substr(key.size() + 1));
-    return "'" + key + "' is a section, not a key: give its keys (keys of '" + key + "': " + joined(names) + ")";
-  }
   std::vector<std::string> keys = config_keys();
   keys.erase(std::remove(keys.begin(), keys.end(), "service.threads"), keys.end());
   const std::size_t dot = key.find('.');
@@ -336,6 +330,13 @@ std::string unknown_key(const std::string& key) {
   std::vector<std::string> same_section;
   for (const std::string& k : keys)
     if (k.rfind(section + ".", 0) == 0) same_section.push_back(k);
+  auto section_keys = [&] {
+    std::vector<std::string> names;
+    for (const std::string& k : same_section) names.push_back(k.substr(section.size() + 1));
+    return "(keys of '" + section + "': " + joined(names) + ")";
+  };
+  if (dot == std::string::npos && !same_section.empty())  // a section given a value ("search: 5", --set search=5)
+    return "'" + key + "' is a section, not a key: give its keys " + section_keys();
   std::string near;
   if (dot != std::string::npos) {
     near = closest_name(key, same_section);
@@ -346,9 +347,7 @@ std::string unknown_key(const std::string& key) {
   std::string msg = "unknown key '" + key + "'";
   if (!near.empty()) msg += "; did you mean '" + near + "'?";
   if (dot != std::string::npos && !same_section.empty()) {
-    std::vector<std::string> names;
-    for (const std::string& k : same_section) names.push_back(k.substr(section.size() + 1));
-    msg += " (keys of '" + section + "': " + joined(names) + ")";
+    msg += " " + section_keys();
   } else {
     msg += " (sections: " + joined(sections()) + "; every key: docs/CONFIG.md)";
   }
