@@ -482,9 +482,8 @@ StorageVerifyReport verify_once(const std::string& dir, const std::string& corpu
       try {
         // Every record's values too: what a start-up's replay would refuse is damage here.
         scan = scan_segment(path, map.data(), size, is_last,
-                            [&](const RecordHeader& h, const unsigned char* payload, std::uint64_t off) {
-                              check_record_values(decode_segment_record(h, payload, path, off),
-                                                  detail::concat("log segment '", path, "' at offset ", off));
+                            [&](const RecordHeader&, const WalRecord& rec, std::uint64_t off) {
+                              check_record_values(rec, detail::concat("log segment '", path, "' at offset ", off));
                             });
         scanned = true;
       } catch (const Error& e) {

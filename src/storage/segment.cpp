@@ -74,7 +74,7 @@ SegmentScan scan_segment(const std::string& path, const unsigned char* data, std
       SHARDTOPK_EXPECTS(rec.type == WalRecordType::kDelete || rec.dim == static_cast<std::int64_t>(s.header.dim),
                         "log segment ", at(path, off), ": record seq ", h.seq, " holds rows of dim ", rec.dim,
                         ", the segment's dim is ", s.header.dim);
-      if (fn) fn(h, payload, off);
+      if (fn) fn(h, rec, off);
       ++s.records;
       s.last_seq = h.seq;
       ++expected;

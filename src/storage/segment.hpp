@@ -25,8 +25,9 @@ struct SegmentScan {
   std::int64_t tail_records = 0; ///< records that began in [end, size): the torn one + whole ones after it
 };
 
-/// Called for each whole, verified record: its header, payload and offset in the file.
-using RecordFn = std::function<void(const RecordHeader&, const unsigned char* payload, std::uint64_t offset)>;
+/// Called for each whole, verified record: its header, the record decoded (views into the
+/// scanned bytes, decoded once by the scan's structure check) and its offset in the file.
+using RecordFn = std::function<void(const RecordHeader&, const WalRecord& record, std::uint64_t offset)>;
 
 /// Scans the `size` bytes at `data` (segment `path`): the header, then records whose seqs count
 /// up by one from the header's first seq, each checked (length, checksum, payload structure).

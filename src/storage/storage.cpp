@@ -99,9 +99,10 @@ void recover_manifest(Storage::Impl& st, const std::vector<std::string>& names) 
   // The manifest itself, never what a link there points to (as for segments, snapshots and LOCK;
   // `storage verify` names it as damage too); a commit would replace the link with a file.
   struct stat mst {};
-  SHARDTOPK_EXPECTS(::lstat(mpath.c_str(), &mst) == 0 && S_ISREG(mst.st_mode), "storage '", st.opt.dir, "': ",
-                    kManifestName, " is ", file_kind(mst.st_mode), ", not a regular file: not opening it (put the file "
-                    "itself there, restored from a backup)");
+  if (::lstat(mpath.c_str(), &mst) != 0) throw_errno("lstat('" + mpath + "')", errno);
+  SHARDTOPK_EXPECTS(S_ISREG(mst.st_mode), "storage '", st.opt.dir, "': ", kManifestName, " is ",
+                    file_kind(mst.st_mode), ", not a regular file: not opening it (put the file itself there, "
+                    "restored from a backup)");
   st.manifest = parse_manifest(read_small_file(mpath), mpath);
   SHARDTOPK_EXPECTS(st.manifest.dim == st.opt.dim, "storage '", st.opt.dir, "' holds rows of dim ", st.manifest.dim,
                     ", configured dim is ", st.opt.dim);
@@ -643,9 +644,9 @@ void Storage::replay(std::uint64_t after_seq, const std::function<void(const Wal
     if (seg.first_seq > upto) break;
     MappedFile map(seg.path, seg.bytes);
     scan_segment(seg.path, map.data(), seg.bytes, false,
-                 [&](const RecordHeader& h, const unsigned char* payload, std::uint64_t offset) {
+                 [&](const RecordHeader& h, const WalRecord& rec, std::uint64_t) {
                    if (h.seq <= after_seq || h.seq > upto) return;
-                   fn(decode_segment_record(h, payload, seg.path, offset));
+                   fn(rec);
                  });
   }
 }
