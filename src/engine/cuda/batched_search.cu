@@ -62,11 +62,16 @@ void BatchedSearch::bind(cudaStream_t stream) {
   bound_ = stream;
 }
 
-/// The largest chunk; see enqueue for the first chunks. float32 storage (TF32 GEMM) stays at
-/// 65,536 rows: longer chunks measured 6 % slower at B = 8, while float16 gained 11 % there
+/// The largest chunk; see enqueue for the first chunks. Its GEMM output fits kChunkBudget, but
+/// float16 batches of more than kLongChunkBatch queries take at least kMinHalfChunkRows rows
+/// where the buffer holds them (plan.hpp). float32 storage (TF32 GEMM) stays at 65,536 rows:
+/// longer chunks measured 6 % slower at B = 8, while float16 gained 11 % there
 /// (docs/PERFORMANCE.md, "Batched path").
 std::int64_t BatchedSearch::chunk_rows(int batch, std::uint64_t out_bytes) const {
-  std::int64_t r = static_cast<std::int64_t>(sbuf_bytes_ / (out_bytes * static_cast<std::uint64_t>(batch)));
+  const std::uint64_t per_row = out_bytes * static_cast<std::uint64_t>(batch);
+  std::int64_t r = static_cast<std::int64_t>(std::min(sbuf_bytes_, kChunkBudget) / per_row);
+  if (dtype_ == Dtype::kFloat16 && batch > kLongChunkBatch)
+    r = std::max(r, std::min(kMinHalfChunkRows, static_cast<std::int64_t>(sbuf_bytes_ / per_row)));
   if (dtype_ == Dtype::kFloat32) r = std::min<std::int64_t>(r, 65536);
   if (r >= 256) r = r / 256 * 256;
   return std::max<std::int64_t>(1, std::min(r, rows_));
@@ -92,7 +97,7 @@ std::vector<RowChunk> BatchedSearch::chunks(int batch, int k) const {
 }
 
 std::int64_t BatchedSearch::outputs_per_buffer() const {
-  return static_cast<std::int64_t>(sbuf_bytes_ / (dtype_ == Dtype::kFloat16 ? 2 : 4));
+  return static_cast<std::int64_t>(std::min(sbuf_bytes_, kChunkBudget) / (dtype_ == Dtype::kFloat16 ? 2 : 4));
 }
 
 void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* out, double max_sq,

@@ -58,7 +58,8 @@ class BatchedSearch {
   /// it, up to what one GEMM output buffer holds.
   std::vector<RowChunk> chunks(int batch, int k) const;
 
-  /// GEMM outputs one chunk buffer holds (a chunk of n queries × rows needs n · rows).
+  /// GEMM outputs a merged span of a filtered schedule may hold (a chunk of n queries × rows
+  /// needs n · rows): kChunkBudget of one buffer.
   std::int64_t outputs_per_buffer() const;
 
  private:

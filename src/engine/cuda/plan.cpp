@@ -13,9 +13,6 @@ namespace shardtopk::cuda_detail {
 namespace {
 
 constexpr std::uint64_t kAlign = 256;
-constexpr std::uint64_t kChunkBudget = 24ull << 20;  // batched GEMM output per chunk (×2 buffers): L2-resident;
-                                                     // 6/12/48 MB: 13.1k/18.1k/15.5k QPS against 20.5k at 10M
-                                                     // B = 256 (docs/PERFORMANCE.md, "Batched path")
 constexpr std::uint64_t kMinScratch = 4ull << 20;    // upload staging at least
 
 std::uint64_t round_up_u(std::uint64_t x, std::uint64_t m) { return (x + m - 1) / m * m; }
@@ -85,7 +82,11 @@ Plan make_plan(std::int64_t rows, std::int64_t dim, Dtype dtype, const EngineLim
   p.off_thr = take(mul_bytes(bmax, 4));
   p.off_state = take(sizeof(Batch1State));
   p.off_pool = take(mul_bytes(mul_bytes(bmax, static_cast<std::uint64_t>(pool_cap(lim))), sizeof(PoolEntry)));
-  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(kChunkBudget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
+  std::uint64_t chunk_budget = kChunkBudget;
+  if (dtype == Dtype::kFloat16 && bmax > static_cast<std::uint64_t>(kLongChunkBatch))
+    chunk_budget = std::max(chunk_budget, std::min<std::uint64_t>(bmax, kLongChunkBatchMax) *
+                                              static_cast<std::uint64_t>(kMinHalfChunkRows) * 2);
+  p.sbuf_bytes = round_up_u(std::min<std::uint64_t>(chunk_budget, mul_bytes(mul_bytes(bmax, urows), 4)), kAlign);
   // Filtered scans write whole summary blocks of compact scores.
   p.blocks = (rows + kFilterBlockRows - 1) / kFilterBlockRows;
   const std::uint64_t ublocks = static_cast<std::uint64_t>(p.blocks);

@@ -40,6 +40,18 @@ constexpr std::uint64_t kCublasWorkspace = 32ull << 20;
 /// Bytes of compiled filter programs one search may carry (packed: filter.hpp).
 constexpr std::uint64_t kFilterProgramBytes = 16ull << 20;
 constexpr int kMaxCandCap = 16384;  // final sort in shared memory: 16384 × 12 B
+/// Batched GEMM output per chunk (one of two ping-pong buffers): L2-resident. 6/12/48 MB gave
+/// 13.1k/18.1k/15.5k QPS against 20.5k at 10M × 768 float16, B = 256 (docs/PERFORMANCE.md,
+/// "Batched path").
+constexpr std::uint64_t kChunkBudget = 24ull << 20;
+/// float16 batches of more than kLongChunkBatch queries GEMM at least this many rows per chunk
+/// (the budget above would give 12,288 rows at B = 1,024): the exact k-NN graph of 1M × 768
+/// float16 rows at B = 1,024 took 4.43–4.50 s against 4.56–4.57 s with 12,288-row chunks
+/// (docs/PERFORMANCE.md, "Exact k-NN graph"). Buffers are sized for it up to kLongChunkBatchMax
+/// queries (at most 2 × 4,096 × 24,576 × 2 bytes = 384 MiB).
+constexpr std::int64_t kMinHalfChunkRows = 24576;
+constexpr std::int64_t kLongChunkBatch = 512;
+constexpr std::int64_t kLongChunkBatchMax = 4096;
 /// A filtered batch's chunk schedule: at most this many chunks get per-chunk query lists (more:
 /// every chunk GEMMs every query), and at most kScheduleQueries list entries together.
 constexpr std::int64_t kScheduleChunks = 4096;

@@ -522,6 +522,7 @@ class BatchedRun {
     return all;
   }
   ScanRun& scan() { return *scan_; }
+  const cuda_detail::BatchedSearch& batched() const { return *search_; }
 
  private:
   std::int64_t dim_;
@@ -556,6 +557,7 @@ std::vector<SearchCase> path_cases() {
           {20000, 33, 3, 3000, 4096, 8},     // K = 3000
           {30000, 3, 2, 8000, 8192, 8},      // K = 8000 (k_max at its limit), 25 distinct scores
           {20000, 33, 3, 50, 64, 1024},      // batch_max 1024: the GEMM buffer is shared by more queries
+          {60000, 16, 600, 10, 64, 1024},    // B > 512: float16 chunks of 24,576 rows (plan.hpp)
           {8192 + 37, 768, 64, 10, 16, 64},  // a 37-row tail chunk after the first 8,192 rows
           {1000000, 16, 8, 10, 16, 8},       // many chunks: the chunk growth and the compactions
       },
@@ -581,6 +583,41 @@ TEST_P(BatchedPath, IdsAndScoresEqualTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, BatchedPath, ::testing::ValuesIn(path_cases()), case_name);
+
+// The chunk plan: a chunk's GEMM output fits kChunkBudget, except that float16 batches of
+// more than kLongChunkBatch queries take kMinHalfChunkRows rows; the chunks tile the shard.
+TEST(BatchedPath, LargeFloat16BatchesTakeLongerChunks) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const std::int64_t n = 200000, dim = 16;
+  const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 810);
+  const std::vector<std::int64_t> ids = shuffled_ids(n, 811);
+  // (dtype, batch) -> the largest chunk's rows
+  const struct {
+    Dtype dt;
+    int batch;
+    std::int64_t rows;
+  } cases[] = {
+      {Dtype::kFloat16, 1024, cuda_detail::kMinHalfChunkRows},  // 24 MiB would give 12,288
+      {Dtype::kFloat16, 600, cuda_detail::kMinHalfChunkRows},
+      {Dtype::kFloat16, 512, 24576},                          // the budget: 24 MiB / (2 B × 512)
+      {Dtype::kFloat16, 256, 49152},
+      {Dtype::kBFloat16, 1024, 6144},                         // float32 output: 24 MiB / (4 B × 1024)
+      {Dtype::kFloat32, 1024, 6144},
+  };
+  for (const auto& c : cases) {
+    BatchedRun run(raw, n, dim, c.dt, false, ids, limits(1024, 64));
+    const std::vector<cuda_detail::RowChunk> chunks = run.batched().chunks(c.batch, 10);
+    std::int64_t next = 0, longest = 0;
+    for (const cuda_detail::RowChunk& ch : chunks) {
+      EXPECT_EQ(ch.row0, next);
+      next += ch.rows;
+      longest = std::max<std::int64_t>(longest, ch.rows);
+    }
+    EXPECT_EQ(next, n) << dname(c.dt) << " B = " << c.batch;
+    EXPECT_EQ(longest, c.rows) << dname(c.dt) << " B = " << c.batch;
+  }
+}
 
 // Random data: the batched answer equals the batch-1 scan's bit for bit (one arithmetic for
 // every batch size, DESIGN.md invariant 3) in batches of 7 and 64 over several chunks, and the
