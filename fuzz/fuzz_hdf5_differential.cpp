@@ -18,7 +18,8 @@
 //    failed): a disagreement;
 //  - the reader reads what libhdf5 refuses to read: a disagreement.
 // A disagreement prints both sides and aborts. Refusals of data libhdf5 would fill in (chunks
-// never written, missing virtual sources) and refusals by both are agreement. No crash, no
+// never written, missing virtual sources) or take from memory it did not read (storage recorded
+// as shorter than it is) and refusals by both are agreement. No crash, no
 // sanitizer report in shardtopk's code, no exception other than shardtopk::Error, and no HDF5
 // object left open.
 #include <hdf5.h>
@@ -155,6 +156,9 @@ bool reader_rows(RowRange r, RowFormat fmt, std::vector<std::uint32_t>* out, std
   std::abort();
 }
 
+// The reader refused values libhdf5 would make up: fill values or zeros for storage that is
+// missing, or bytes of memory it did not read them into (contiguous storage recorded as shorter
+// than it is: fuzz/README.md, contiguous_storage_recorded_short.h5).
 bool is_refusal_of_filled_data(const std::string& e) {
   return e.find("HDF5 would return") != std::string::npos || e.find("would read as") != std::string::npos;
 }

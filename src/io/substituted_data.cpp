@@ -1,5 +1,5 @@
 // The row reader's refusal of data libhdf5 would make up: virtual datasets, external files,
-// unallocated storage and chunks, contiguous storage cut short.
+// unallocated storage and chunks, contiguous storage cut short or recorded as too short.
 #include "io/substituted_data.hpp"
 
 #include <fcntl.h>
@@ -164,11 +164,31 @@ void refuse_storage_past_end(hid_t ds, const std::string& where, std::int64_t d,
                              rows_text(std::max(range.lo, whole_rows), range.hi)));
 }
 
+// A contiguous dataset whose layout message records fewer bytes of storage than its shape needs
+// (a damaged file: libhdf5 writes the product). libhdf5 reads a request larger than its sieve
+// buffer (the recorded size, up to 64 KiB) from the file, but a smaller one through that buffer,
+// which it fills only up to the recorded size and then copies from in full: the values past that
+// size are whatever an earlier read left in the buffer, so they depend on what was read before.
+// Refused for the rows of `range` that reach past the recorded size.
+void refuse_storage_short_of_shape(hid_t ds, const std::string& where, std::int64_t n, std::int64_t d, size_t esize,
+                                   RowRange range) {
+  const std::uint64_t stored = H5Dget_storage_size(ds);
+  H5Eclear2(H5E_DEFAULT);
+  const std::uint64_t row_bytes = static_cast<std::uint64_t>(d) * esize;
+  const std::int64_t whole_rows = static_cast<std::int64_t>(std::min<std::uint64_t>(stored / row_bytes, n));
+  if (range.hi <= whole_rows) return;
+  throw Error(detail::concat(where, " is damaged: its contiguous storage is recorded as ", stored, " bytes, fewer than the ",
+                             static_cast<std::uint64_t>(n) * row_bytes, " that its [", n, ", ", d, "] values of ", esize,
+                             " bytes need: HDF5 would return bytes left from an earlier read for ",
+                             rows_text(std::max(range.lo, whole_rows), range.hi)));
+}
+
 }  // namespace
 
 // Refuses, before any row is read, every way HDF5 substitutes data for what is missing in rows
 // [lo, hi): virtual sources that are absent or too short, rows no mapping covers, external files
-// absent or short, contiguous storage or chunks never written.
+// absent or short, contiguous storage or chunks never written, contiguous storage recorded as
+// shorter than the dataset.
 void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string& path, const std::string& name,
                              std::int64_t n, std::int64_t d, size_t esize, RowRange range) {
   (void)file;
@@ -345,7 +365,10 @@ void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string
     SHARDTOPK_EXPECTS(status != H5D_SPACE_STATUS_NOT_ALLOCATED, where,
                       " has no data written (its storage was never allocated): ", rows_text(range.lo, range.hi),
                       " would read as ", fill_value_text(dcpl));
-    if (layout == H5D_CONTIGUOUS) refuse_storage_past_end(ds, where, d, esize, range);
+    if (layout == H5D_CONTIGUOUS) {
+      refuse_storage_short_of_shape(ds, where, n, d, esize, range);
+      refuse_storage_past_end(ds, where, d, esize, range);
+    }
     return;
   }
   if (status == H5D_SPACE_STATUS_ALLOCATED) return;

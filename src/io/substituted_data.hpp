@@ -21,7 +21,8 @@ std::string fill_value_text(hid_t dcpl);
 /// Refuses, before any row is read, every way HDF5 substitutes data for what is missing in rows
 /// `range` of dataset `ds` ([n, d], elements of `esize` bytes, named `name` in `path`): virtual
 /// sources that are absent or too short, rows no mapping covers, external files absent or short,
-/// contiguous storage or chunks never written, contiguous storage past the file's end.
+/// contiguous storage or chunks never written, contiguous storage past the file's end or recorded
+/// as shorter than the dataset.
 /// @throws Error naming the dataset, the rows and what HDF5 would return for them.
 void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string& path, const std::string& name,
                              std::int64_t n, std::int64_t d, size_t esize, RowRange range);
