@@ -157,8 +157,9 @@ bool reader_rows(RowRange r, RowFormat fmt, std::vector<std::uint32_t>* out, std
 }
 
 // The reader refused values libhdf5 would make up: fill values or zeros for storage that is
-// missing, or bytes of memory it did not read them into (contiguous storage recorded as shorter
-// than it is: fuzz/README.md, contiguous_storage_recorded_short.h5).
+// missing, or bytes of memory it did not read them into (contiguous storage or an unfiltered chunk
+// recorded as shorter than it is: fuzz/README.md, contiguous_storage_recorded_short.h5 and
+// unfiltered_chunk_lengths_not_chunk_size.h5).
 bool is_refusal_of_filled_data(const std::string& e) {
   return e.find("HDF5 would return") != std::string::npos || e.find("would read as") != std::string::npos;
 }

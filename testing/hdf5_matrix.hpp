@@ -299,7 +299,6 @@ inline std::optional<ReadMethod> method_of(const DsetSpec& s) {
   if (s.big_endian || !s.external.empty() || elem_size(s.elem) == 3 || s.elem > Elem::kF64) return ReadMethod::kHdf5;
   switch (s.layout) {
     case Layout::kContiguous: return ReadMethod::kDirectContiguous;
-    case Layout::kChunked:
     case Layout::kDeflate:
     case Layout::kShuffleDeflate:
     case Layout::kShuffle: return ReadMethod::kDirectChunks;

@@ -119,10 +119,11 @@ using RowBlockBuffer = std::function<void*(std::int64_t first_row, std::int64_t 
 /// layouts bypass libhdf5's data path: contiguous values (no external storage, allocated, inside
 /// the file's allocated space) are read with pread() on `opt.threads` threads through a copy of
 /// libhdf5's own descriptor of the file the dataset lives in (the opened file, or an external
-/// link's target; sec2 driver), after its user block; chunks filtered with deflate and/or
-/// shuffle only (every filter applied to every chunk) are read by libhdf5 as stored
+/// link's target; sec2 driver), after its user block; chunks filtered with deflate, shuffle or
+/// both and no other filter (every filter applied to every chunk) are read by libhdf5 as stored
 /// (H5Dread_chunk) and decoded on those threads. Everything else (compact, virtual, external
-/// storage, other filters, big-endian, other float formats, other drivers) goes through H5Dread.
+/// storage, unfiltered chunks, other filters, big-endian, other float formats, other drivers)
+/// goes through H5Dread.
 /// Before any row is read, storage that HDF5 would silently fill is refused (virtual sources
 /// missing or too short, external files missing or short, chunks or contiguous storage never
 /// written, contiguous storage past the end of the file), naming the rows.

@@ -7,12 +7,12 @@
 //    dataset's file (H5Dget_offset), split over threads; values converted and checked on the
 //    host. No HDF5 call touches the data, so no library lock and no soft conversion (16 MB/s for
 //    float16).
-//  - chunked with only deflate and/or shuffle: each chunk's stored bytes through libhdf5
-//    (H5Dread_chunk, HDF5 >= 1.10.5 here) on the calling thread, then per chunk on the threads:
-//    inflate (zlib), unshuffle, convert, check.
-//  - anything else (compact, virtual, external storage, other filters, big-endian, other float
-//    formats): H5Dread of the raw values on the calling thread (HDF5 is not thread-safe here),
-//    then the same conversion and checks on the threads.
+//  - chunked through deflate, shuffle or both, and no other filter: each chunk's stored bytes
+//    through libhdf5 (H5Dread_chunk, HDF5 >= 1.10.5 here) on the calling thread, then per chunk
+//    on the threads: inflate (zlib), unshuffle, convert, check.
+//  - anything else (compact, virtual, external storage, unfiltered chunks, other filters,
+//    big-endian, other float formats): H5Dread of the raw values on the calling thread (HDF5 is
+//    not thread-safe here), then the same conversion and checks on the threads.
 // The contiguous path reads through a duplicate of libhdf5's own descriptor of the file the
 // dataset lives in, so an external link's target is read, never the link file (open_data_file),
 // and only bytes inside that file's allocated space, after its user block; the chunk path lets
@@ -378,6 +378,13 @@ class RowReader {
         return use_hdf5("a filter other than deflate and shuffle (filter " + std::to_string(f) + ")");
       }
     }
+    // H5Dread_chunk copies as many bytes as the chunk index records for the chunk, and only for
+    // filtered chunks does any call report that length (H5Dget_chunk_storage_size); for unfiltered
+    // ones it reports the chunk's size, while a v1 B-tree index records a length of its own for
+    // every chunk (any length, in a damaged file: refuse_substituted_data refuses one shorter
+    // than the chunk, which H5Dread would read past).
+    if (chunks_.filters.empty())
+      return use_hdf5("chunks without filters (H5Dread reads them in place; there is nothing to decode)");
     // Decoding needs a chunk-sized buffer per reader thread (inflated, then unshuffled): larger
     // chunks are decoded by libhdf5, one at a time. A chunk shape is the writer's choice (h5py's
     // automatic chunks hold at most 1 MiB), and a damaged one can name a chunk of gigabytes.
@@ -519,7 +526,9 @@ class RowReader {
     // The chunks' stored bytes come from libhdf5 (H5Dread_chunk: the lookup H5Dread itself uses;
     // H5Dget_chunk_info_by_coord walks the index another way and can disagree with it on a
     // damaged index), on this thread; inflating, unshuffling and converting them is done here,
-    // on the threads.
+    // on the threads. Each buffer has the length H5Dget_chunk_storage_size finds by that same
+    // lookup, which is the length H5Dread_chunk copies for a filtered dataset (choose_path
+    // sends unfiltered ones to H5Dread).
     struct Chunk {
       std::int64_t r0, c0;
       std::uint32_t mask;

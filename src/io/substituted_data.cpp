@@ -1,5 +1,6 @@
 // The row reader's refusal of data libhdf5 would make up: virtual datasets, external files,
-// unallocated storage and chunks, contiguous storage cut short or recorded as too short.
+// unallocated storage and chunks, contiguous storage cut short or recorded as too short, unfiltered
+// chunks recorded as too short.
 #include "io/substituted_data.hpp"
 
 #include <fcntl.h>
@@ -188,7 +189,7 @@ void refuse_storage_short_of_shape(hid_t ds, const std::string& where, std::int6
 // Refuses, before any row is read, every way HDF5 substitutes data for what is missing in rows
 // [lo, hi): virtual sources that are absent or too short, rows no mapping covers, external files
 // absent or short, contiguous storage or chunks never written, contiguous storage recorded as
-// shorter than the dataset.
+// shorter than the dataset, unfiltered chunks recorded as shorter than a chunk.
 void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string& path, const std::string& name,
                              std::int64_t n, std::int64_t d, size_t esize, RowRange range) {
   (void)file;
@@ -371,34 +372,54 @@ void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string
     }
     return;
   }
-  if (status == H5D_SPACE_STATUS_ALLOCATED) return;
   SHARDTOPK_EXPECTS(status != H5D_SPACE_STATUS_NOT_ALLOCATED, where,
                     " has no chunk written (its storage was never allocated): ", rows_text(range.lo, range.hi),
                     " would read as ", fill_value_text(dcpl));
   // Partly written: find the first chunk of our rows that is missing, by the lookup H5Dread
   // itself uses (H5Dget_chunk_storage_size fails, or gives 0, for a chunk it would fill).
+  const bool partly = status != H5D_SPACE_STATUS_ALLOCATED;
+  // Without filters, a chunk's length as its index records it (a v1 B-tree records one for every
+  // chunk) is the chunk's size in a valid file. libhdf5 reads a chunk that fits its chunk cache
+  // into a buffer of the recorded length and copies a whole chunk out of it: past a shorter
+  // record it copies memory it never read into.
+  const bool unfiltered = H5Pget_nfilters(dcpl) == 0;
+  if (!partly && !unfiltered) return;
   std::vector<hsize_t> cd(2, 1);
   STK_H5_CHECK(H5Pget_chunk(dcpl, 2, cd.data()), where, ": chunk shape");
   const std::int64_t cr = static_cast<std::int64_t>(cd[0]), cc = static_cast<std::int64_t>(cd[1]);
   SHARDTOPK_EXPECTS(cr >= 1 && cc >= 1, where, ": chunk shape ", cr, " x ", cc);
+  constexpr hsize_t kMax = std::numeric_limits<hsize_t>::max();
+  const hsize_t chunk_bytes = cd[0] <= kMax / cd[1] / esize ? cd[0] * cd[1] * esize : kMax;
 #if H5_VERSION_GE(1, 10, 5)
   for (std::int64_t r0 = range.lo / cr * cr; r0 < range.hi; r0 += cr) {
+    const std::int64_t lo = std::max(r0, range.lo), hi = std::min({r0 + cr, range.hi, n});
     for (std::int64_t c0 = 0; c0 < d; c0 += cc) {
       const hsize_t off[2] = {static_cast<hsize_t>(r0), static_cast<hsize_t>(c0)};
       hsize_t size = 0;
-      const bool stored = H5Dget_chunk_storage_size(ds, off, &size) >= 0 && size > 0;
-      H5Eclear2(H5E_DEFAULT);
-      if (!stored) {
-        const std::int64_t lo = std::max(r0, range.lo), hi = std::min({r0 + cr, range.hi, n});
-        throw Error(detail::concat(where, ": ", rows_text(lo, hi), " were never written (the chunk at row ", r0,
-                                   ", column ", c0, " is not allocated): HDF5 would return ", fill_value_text(dcpl),
-                                   " for them"));
+      if (partly) {
+        const bool stored = H5Dget_chunk_storage_size(ds, off, &size) >= 0 && size > 0;
+        H5Eclear2(H5E_DEFAULT);
+        if (!stored)
+          throw Error(detail::concat(where, ": ", rows_text(lo, hi), " were never written (the chunk at row ", r0,
+                                     ", column ", c0, " is not allocated): HDF5 would return ", fill_value_text(dcpl),
+                                     " for them"));
+      }
+      if (unfiltered) {
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        const bool found = H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &size) >= 0 && addr != HADDR_UNDEF;
+        H5Eclear2(H5E_DEFAULT);
+        if (found && size < chunk_bytes)
+          throw Error(detail::concat(where, ": its chunk index records ", size, " bytes for the chunk at row ", r0,
+                                     ", column ", c0, ", which holds ", chunk_bytes, " bytes without filters (a damaged ",
+                                     "index): HDF5 would return bytes it never read for ", rows_text(lo, hi)));
       }
     }
   }
 #else
-  throw Error(where + " has chunks that were never written (HDF5 " H5_VERS_INFO
-              " cannot say which): HDF5 would return " + fill_value_text(dcpl) + " for them");
+  if (partly)
+    throw Error(where + " has chunks that were never written (HDF5 " H5_VERS_INFO
+                " cannot say which): HDF5 would return " + fill_value_text(dcpl) + " for them");
 #endif
 }
 

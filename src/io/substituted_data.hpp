@@ -22,7 +22,7 @@ std::string fill_value_text(hid_t dcpl);
 /// `range` of dataset `ds` ([n, d], elements of `esize` bytes, named `name` in `path`): virtual
 /// sources that are absent or too short, rows no mapping covers, external files absent or short,
 /// contiguous storage or chunks never written, contiguous storage past the file's end or recorded
-/// as shorter than the dataset.
+/// as shorter than the dataset, unfiltered chunks recorded as shorter than a chunk.
 /// @throws Error naming the dataset, the rows and what HDF5 would return for them.
 void refuse_substituted_data(hid_t file, hid_t ds, hid_t dcpl, const std::string& path, const std::string& name,
                              std::int64_t n, std::int64_t d, size_t esize, RowRange range);

@@ -48,8 +48,8 @@ std::ostream& operator<<(std::ostream& os, const PathCase& c) { return os << c.w
 class ReaderPaths : public ::testing::TestWithParam<PathCase> {};
 
 // Every reading path (pread of contiguous data, direct chunk decode with partial-width edge
-// chunks, H5Dread for big-endian and fletcher32) gives the same float32 values and float16 bits
-// for every split, block size and thread count.
+// chunks, H5Dread for big-endian, unfiltered chunks and fletcher32) gives the same float32 values
+// and float16 bits for every split, block size and thread count.
 TEST_P(ReaderPaths, SameValuesEveryPathSplitAndThreadCount) {
   const PathCase c = GetParam();
   test::TempDir dir;

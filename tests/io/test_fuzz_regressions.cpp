@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -166,6 +167,77 @@ void expect_libhdf5_values(const std::string& f, RowRange r, bool direct) {
     ASSERT_EQ(half::bits(got.data[i]), half::bits(static_cast<float>(ref[i])))
         << "row " << r.lo + static_cast<std::int64_t>(i) / got.cols << ", column " << i % got.cols << ", direct_reads "
         << direct;
+}
+
+// A chunked float64 [37, 5] in chunks of 8 x 3 (192 bytes) without filters, written with
+// libhdf5's default (v1 B-tree) chunk index, whose records then get the lengths `lengths` for
+// their first chunks: the index records a length for every chunk, filtered or not, and a valid
+// file records the chunk's size for an unfiltered one.
+void write_unfiltered_chunks_with_lengths(const std::string& path, const std::vector<std::uint32_t>& lengths) {
+  const hsize_t dims[2] = {37, 5}, chunk[2] = {8, 3};
+  std::vector<double> v(37 * 5);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.25 * static_cast<double>(i) - 7.0;
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t space = H5Screate_simple(2, dims, nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  ASSERT_GE(H5Pset_chunk(dcpl, 2, chunk), 0);
+  const hid_t ds = H5Dcreate2(f, "train", H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(ds, 0);
+  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+  H5Dclose(ds);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+  std::string b = bytes_of(path);
+  // v1 B-tree node of raw data chunks: "TREE", type 1, level, entries (2), two sibling addresses
+  // (8 each), then key 0, child 0, key 1, ...; a key is the chunk's length (4 bytes), its filter
+  // mask (4) and 3 offsets (8 each), a child an address (8).
+  const std::size_t node = b.find(std::string("TREE\x01\x00", 6));
+  ASSERT_NE(node, std::string::npos);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    char* key = &b[node + 24 + i * 40];
+    std::uint32_t was = 0;
+    std::memcpy(&was, key, 4);
+    ASSERT_EQ(was, 192u) << "chunk record " << i;
+    std::memcpy(key, &lengths[i], 4);
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << b;
+}
+
+// unfiltered_chunk_lengths_not_chunk_size.h5 (fuzz_hdf5_differential, a heap overflow inside
+// H5Dread_chunk): chunks of 8 x 3 float64 (192 bytes) without filters whose v1 B-tree records
+// other lengths (196, 142, ... bytes; its fill value is damaged too, so that H5Dread fails).
+// H5Dread_chunk copies the recorded length, while H5Dget_chunk_storage_size gives an unfiltered
+// chunk's size (192): no call says how large its buffer must be. Unfiltered chunks are read
+// through H5Dread, which reads a chunk into a buffer of the recorded length and copies 192 bytes
+// out of it: a shorter record (142) is refused by name, a longer one (196) reads as H5Dread reads
+// it, direct reads on or off.
+TEST(FuzzRegressions, UnfilteredChunksReadAsH5DreadReadsThem) {
+  const std::string kept =
+      std::string(SHARDTOPK_SOURCE_DIR) + "/fuzz/regressions/hdf5_diff/unfiltered_chunk_lengths_not_chunk_size.h5";
+  test::TempDir dir;
+  const std::string longer = dir.file("longer.h5"), shorter = dir.file("shorter.h5");
+  write_unfiltered_chunks_with_lengths(longer, {196});
+  write_unfiltered_chunks_with_lengths(shorter, {196, 142});
+  const auto refusal = [](const char* rows) {
+    return ::testing::AllOf(
+        ::testing::HasSubstr("its chunk index records 142 bytes for the chunk at row 0, column 3, which holds 192 "
+                             "bytes without filters"),
+        ::testing::HasSubstr(std::string("HDF5 would return bytes it never read for ") + rows));
+  };
+  for (bool direct : {true, false}) {
+    ReadOptions opt;
+    opt.direct_reads = direct;
+    EXPECT_THAT(test::error_of([&] { read_rows(kept, "train", RowRange{0, 37}, opt); }), refusal("rows [0, 8)"))
+        << "direct " << direct;
+    EXPECT_THAT(test::error_of([&] { read_rows(shorter, "train", RowRange{5, 37}, opt); }), refusal("rows [5, 8)"))
+        << "direct " << direct;
+    expect_libhdf5_values(shorter, RowRange{8, 37}, direct);
+    for (const RowRange r : {RowRange{0, 37}, RowRange{12, 28}, RowRange{30, 37}}) expect_libhdf5_values(longer, r, direct);
+  }
+  const ReadPlan plan = plan_row_reads(longer, "train");
+  EXPECT_EQ(plan.method, ReadMethod::kHdf5);
+  EXPECT_THAT(plan.reason, ::testing::HasSubstr("chunks without filters"));
 }
 
 // contiguous_storage_recorded_short.h5 (fuzz_hdf5_differential): a contiguous float32 [37, 5]
