@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/index.hpp"
+#include "shardtopk/storage.hpp"
 
 namespace shardtopk::cli {
 
@@ -98,6 +100,18 @@ void check_corpus_path(const Config& cfg) {
                                    ? " (launch/import_datasets.sh imports the public datasets into data/)"
                                    : ""));
   }
+}
+
+void check_corpus_path_for_startup(const Config& cfg) {
+  if (!cfg.storage.dir.empty()) {
+    try {
+      const std::optional<StorageManifest> m = read_storage_manifest(cfg.storage.dir);
+      if (m && !m->snapshot_path.empty()) return;  // the snapshot is the base
+    } catch (const Error&) {
+      return;
+    }
+  }
+  check_corpus_path(cfg);
 }
 
 namespace {

@@ -31,6 +31,11 @@ std::string filter_text(const std::string& value);
 /// @throws Error.
 void check_corpus_path(const Config& cfg);
 
+/// check_corpus_path where a start-up loads the corpus: without storage.dir, or when the
+/// directory's manifest names no snapshot (a manifest that cannot be read is left for the
+/// start-up to report). @throws Error.
+void check_corpus_path_for_startup(const Config& cfg);
+
 /// What an output is written as: HDF5 needs a regular file; text may also go to a device or a
 /// pipe (/dev/null, /dev/stdout).
 enum class OutputKind { kHdf5, kText };

@@ -30,6 +30,8 @@ int run_plan(const PlanArgs& a) {
   if (manifest && !manifest->snapshot_path.empty()) {
     cfg.corpus.path = manifest->snapshot_path;
     cfg.corpus.dataset = "train";
+  } else {
+    check_corpus_path(cfg);
   }
   const std::int64_t recorded = manifest ? manifest->capacity_rows : 0;
   const DatasetInfo info = inspect_dataset(cfg.corpus.path, cfg.corpus.dataset);

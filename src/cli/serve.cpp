@@ -20,6 +20,7 @@ int run_serve(const ServeArgs& a, int* argc, char*** argv) {
   Config cfg;
   try {
     cfg = load_with_overrides(a.config, a.overrides, rank);
+    check_corpus_path_for_startup(cfg);  // before the port opens: every rank alike, rank 0 speaks
   } catch (const Error& e) {
     if (rank == 0) print_error(e.what());
     return 1;

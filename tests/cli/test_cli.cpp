@@ -243,6 +243,19 @@ TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
   r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --k 5 --set corpus.path=" + dir_.file("gone.h5"));
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("No such file or directory; beside it: '" + dir_.file("gone-q1000.h5") + "';")) << r.err;
+  // serve says so before it opens its port (rank 0 for all), and plan alike; a storage.dir
+  // whose manifest names a snapshot needs no corpus file (plan reads the snapshot)
+  r = run(mpi(2) + " serve --config " + cfg + " --set service.port=0 --set corpus.path=" + dir_.file("gone.h5"));
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("corpus.path '" + dir_.file("gone.h5") + "': No such file or directory; beside it: '" +
+                                     dir_.file("gone-q1000.h5") + "';"),
+                           Not(HasSubstr("listening"))))
+      << r.err;
+  EXPECT_EQ(test::count_of(r.err, "corpus.path '"), 1) << "rank 0 speaks for all:\n" << r.err;
+  r = run(std::string(SHARDTOPK_BIN) + " plan --config " + cfg + " --ranks 2 --set corpus.path=" + dir_.file("gone.h5"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("corpus.path '" + dir_.file("gone.h5") + "': No such file or directory; beside it:"))
+      << r.err;
 
   r = run(mpi(1) + " search --config " + cfg + " --queries " + q + " --queries-dataset nope --k 5");
   EXPECT_NE(r.rc, 0);
