@@ -10,7 +10,10 @@
 // into a HostMatrix (its std::vector is zeroed on one thread first); --blocks: stream the rows
 // through read_row_blocks (the engine seam: float16 datasets as raw bits, or float32 with
 // --as-f32) into a reused buffer. --hdf5-only: every read through H5Dread (io.direct_reads false);
-// --no-f16c: the portable float16 conversion (io.f16c false).
+// --no-f16c: the portable float16 conversion (io.f16c false). --check: after the timed runs, the
+// rows read once more with these options and once through H5Dread alone (libhdf5 decodes and
+// converts), compared bit for bit; the wrong values are counted (#wrong) and make the exit
+// status 1.
 // MB/s counts bytes of the dataset as stored (rows x dim x element size on disk), so float16 and
 // float32 rates compare per byte read. The file should be in the page cache (a warm-up run puts
 // it there when it fits in memory).
@@ -41,7 +44,7 @@ int main(int argc, char** argv) {
   std::string path, dataset = "train";
   long long rows = -1, chunk = 65536;
   int threads = 0, iters = 3, warmup = 1;
-  bool blocks = false, into = true, as_f32 = false, direct = true, f16c = true;
+  bool blocks = false, into = true, as_f32 = false, direct = true, f16c = true, check_values = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -63,8 +66,9 @@ int main(int argc, char** argv) {
     else if (a == "--hdf5-only") direct = false;
     else if (a == "--no-f16c") f16c = false;
     else if (a == "--as-f32") as_f32 = true;
+    else if (a == "--check") check_values = true;
     else {
-      std::fprintf(stderr, "usage: %s -f FILE [-d DATASET] [-r ROWS] [-c CHUNK_ROWS] [-t THREADS] [-n ITERS] [-w WARMUP] [--blocks [--as-f32] | --vector] [--hdf5-only] [--no-f16c]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -f FILE [-d DATASET] [-r ROWS] [-c CHUNK_ROWS] [-t THREADS] [-n ITERS] [-w WARMUP] [--blocks [--as-f32] | --vector] [--hdf5-only] [--no-f16c] [--check]\n", argv[0]);
       return 2;
     }
   }
@@ -135,6 +139,23 @@ int main(int argc, char** argv) {
     std::printf("# %-10s %-7s %10s %10s %10s %12s\n", "dtype", "mode", "MB", "best s", "best MB/s", "MB/cpu-s");
     std::printf("  %-10s %-7s %10.1f %10.4f %10.1f %12.1f\n", info.dtype.c_str(), mode, bytes / 1e6, secs.front(),
                 bytes / secs.front() / 1e6, bytes / cpus.front() / 1e6);
+#ifndef INGEST_BENCH_LEGACY
+    if (check_values) {
+      ReadOptions opt;
+      opt.chunk_rows = chunk;
+      opt.threads = threads;
+      opt.direct_reads = direct;
+      opt.f16c = f16c;
+      const HostMatrix got = read_rows(path, dataset, RowRange{0, n}, opt);
+      opt.direct_reads = false;
+      const HostMatrix ref = read_rows(path, dataset, RowRange{0, n}, opt);
+      long long wrong = 0;
+      for (size_t i = 0; i < got.data.size(); ++i)
+        wrong += std::memcmp(&got.data[i], &ref.data[i], sizeof(float)) != 0;
+      std::printf("# check against H5Dread: %zu values, #wrong %lld\n", got.data.size(), wrong);
+      if (wrong) return 1;
+    }
+#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ingest_bench: %s\n", e.what());
     return 1;

@@ -6,7 +6,9 @@
 #     httplib.h (the test and benchmark client), and libmicrohttpd's microhttpd.h;
 #   .vendor/lib: libmicrohttpd.so.12 (the `serve` front end; Debian 12's 0.9.75, which needs
 #     libgnutls.so.30: Ubuntu 24.04 has it) and libsimdjson.so.14 (its JSON reader; Debian 12's
-#     3.0.1, with its header in .vendor/include/simdjson), found at run time through the build's RPATH;
+#     3.0.1, with its header in .vendor/include/simdjson) and libdeflate.so.0 (the HDF5 reader's
+#     inflater; Debian 12's 1.14, header in .vendor/include/libdeflate), found at run time through
+#     the build's RPATH;
 #   .vendor/include/gnutls: GnuTLS's headers (the service's TLS checks and key digests link the
 #     system's libgnutls.so.30, the library libmicrohttpd needs anyway).
 #
@@ -18,7 +20,8 @@ DEST="$ROOT/.vendor/include"
 SRC=${VENDOR_SRC:-/usr/include}
 mkdir -p "$DEST"
 # One subfolder per library (cmake/Dependencies.cmake says why): cli/CLI, json/nlohmann,
-# spdlog/{spdlog,fmt}, httplib/httplib.h, microhttpd/microhttpd.h, simdjson/simdjson.h, gnutls/gnutls.
+# spdlog/{spdlog,fmt}, httplib/httplib.h, microhttpd/microhttpd.h, simdjson/simdjson.h, libdeflate/libdeflate.h,
+# gnutls/gnutls.
 rm -rf "${DEST:?}"/*
 for pair in cli:CLI json:nlohmann spdlog:spdlog spdlog:fmt; do
   sub=${pair%%:*} d=${pair#*:}
@@ -40,26 +43,26 @@ HTTPLIB=$ROOT/third_party/cpp-httplib/httplib.h
 if [[ -f "$SRC/httplib.h" ]] && grep -q "inline bool Server::listen" "$SRC/httplib.h"; then HTTPLIB=$SRC/httplib.h; fi
 grep -q "inline bool Server::listen" "$HTTPLIB" || { echo "pack_vendor: $HTTPLIB is not a single-header httplib" >&2; exit 1; }
 mkdir -p "$DEST/httplib" && cp "$HTTPLIB" "$DEST/httplib/httplib.h"
-# libmicrohttpd: the header and the shared library (its soname file, not the -dev symlink).
+# A library carried as its header and its shared library (the soname file, not the -dev
+# symlink): carry_lib SUBDIR HEADER SONAME PACKAGE.
 LIBDIR=${VENDOR_LIBDIR:-/usr/lib/x86_64-linux-gnu}
-MHD=$(readlink -f "$LIBDIR/libmicrohttpd.so.12" 2>/dev/null || true)
-if [[ ! -f "$SRC/microhttpd.h" || -z "$MHD" || ! -f "$MHD" ]]; then
-  echo "pack_vendor: $SRC/microhttpd.h or $LIBDIR/libmicrohttpd.so.12 is missing; install libmicrohttpd-dev" >&2
-  exit 1
-fi
-grep -q "MHD_VERSION 0x0009" "$SRC/microhttpd.h" || { echo "pack_vendor: $SRC/microhttpd.h is not libmicrohttpd 0.9.x" >&2; exit 1; }
-mkdir -p "$DEST/microhttpd" && cp "$SRC/microhttpd.h" "$DEST/microhttpd/microhttpd.h"
+mkdir -p "$ROOT/.vendor/lib"
+carry_lib() {
+  local sub=$1 header=$2 soname=$3 package=$4 so
+  so=$(readlink -f "$LIBDIR/$soname" 2>/dev/null || true)
+  if [[ ! -f "$SRC/$header" || -z "$so" || ! -f "$so" ]]; then
+    echo "pack_vendor: $SRC/$header or $LIBDIR/$soname is missing; install $package" >&2
+    exit 1
+  fi
+  mkdir -p "$DEST/$sub" && cp "$SRC/$header" "$DEST/$sub/$header"
+  cp "$so" "$ROOT/.vendor/lib/$soname"
+}
+grep -q "MHD_VERSION 0x0009" "$SRC/microhttpd.h" 2>/dev/null \
+  || { echo "pack_vendor: $SRC/microhttpd.h is missing or not libmicrohttpd 0.9.x; install libmicrohttpd-dev" >&2; exit 1; }
+carry_lib microhttpd microhttpd.h libmicrohttpd.so.12 libmicrohttpd-dev
+carry_lib simdjson simdjson.h libsimdjson.so.14 libsimdjson-dev
+carry_lib libdeflate libdeflate.h libdeflate.so.0 libdeflate-dev
 # GnuTLS headers (3.7, Debian 12's libgnutls28-dev; the ABI of libgnutls.so.30).
 [[ -f "$SRC/gnutls/gnutls.h" ]] || { echo "pack_vendor: $SRC/gnutls/gnutls.h is missing; install libgnutls28-dev" >&2; exit 1; }
 mkdir -p "$DEST/gnutls" && cp -a "$SRC/gnutls" "$DEST/gnutls/"
-mkdir -p "$ROOT/.vendor/lib"
-cp "$MHD" "$ROOT/.vendor/lib/libmicrohttpd.so.12"
-# simdjson: the header and the shared library (its soname file).
-SJ=$(readlink -f "$LIBDIR/libsimdjson.so.14" 2>/dev/null || true)
-if [[ ! -f "$SRC/simdjson.h" || -z "$SJ" || ! -f "$SJ" ]]; then
-  echo "pack_vendor: $SRC/simdjson.h or $LIBDIR/libsimdjson.so.14 is missing; install libsimdjson-dev" >&2
-  exit 1
-fi
-mkdir -p "$DEST/simdjson" && cp "$SRC/simdjson.h" "$DEST/simdjson/simdjson.h"
-cp "$SJ" "$ROOT/.vendor/lib/libsimdjson.so.14"
-echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: cli/ json/ spdlog/ httplib/ microhttpd/ simdjson/ gnutls/; lib: libmicrohttpd.so.12 libsimdjson.so.14)"
+echo "pack_vendor: $(du -sh "$ROOT/.vendor" | cut -f1) in $ROOT/.vendor (include: cli/ json/ spdlog/ httplib/ microhttpd/ simdjson/ libdeflate/ gnutls/; lib: libmicrohttpd.so.12 libsimdjson.so.14 libdeflate.so.0)"

@@ -30,6 +30,24 @@ set(SHARDTOPK_USES_VENDOR OFF)
 if(EXISTS "${SHARDTOPK_VENDOR_DIR}")
   set(_vendor_ok ON)
 endif()
+get_filename_component(_vendor_lib "${SHARDTOPK_VENDOR_DIR}/../lib" ABSOLUTE)
+
+# A shared library carried by bench/pack_vendor.sh instead of a system package: `target` (an
+# INTERFACE library) links .vendor/lib/SONAME (found at run time through the build's RPATH) with
+# the headers of .vendor/include/SUBDIR, whose HEADER must be there. Without them: a fatal error
+# saying which Debian package to install (`hint` and any further arguments, joined).
+macro(shardtopk_use_vendored target subdir header soname hint)
+  if(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/${subdir}/${header}" AND EXISTS "${_vendor_lib}/${soname}")
+    set(SHARDTOPK_USES_VENDOR ON)
+    add_library(${target}_vendor SHARED IMPORTED)
+    set_target_properties(${target}_vendor PROPERTIES IMPORTED_LOCATION "${_vendor_lib}/${soname}"
+                          INTERFACE_INCLUDE_DIRECTORIES "${SHARDTOPK_VENDOR_DIR}/${subdir}")
+    target_link_libraries(${target} INTERFACE ${target}_vendor)
+    message(STATUS "shardtopk: ${soname} from ${_vendor_lib}")
+  else()
+    message(FATAL_ERROR "${hint}" ${ARGN} " (or run bench/pack_vendor.sh on a Debian 12 machine and carry .vendor/)")
+  endif()
+endmacro()
 
 # CLI11 (header-only)
 find_package(CLI11 CONFIG QUIET)
@@ -122,20 +140,13 @@ if(PkgConfig_FOUND)
   pkg_check_modules(SHARDTOPK_MHD QUIET IMPORTED_TARGET libmicrohttpd>=0.9.75)
 endif()
 add_library(shardtopk_mhd INTERFACE)
-get_filename_component(_vendor_lib "${SHARDTOPK_VENDOR_DIR}/../lib" ABSOLUTE)
 if(SHARDTOPK_MHD_FOUND)
   target_link_libraries(shardtopk_mhd INTERFACE PkgConfig::SHARDTOPK_MHD)
   message(STATUS "shardtopk: libmicrohttpd ${SHARDTOPK_MHD_VERSION} (system library)")
-elseif(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/microhttpd/microhttpd.h" AND EXISTS "${_vendor_lib}/libmicrohttpd.so.12")
-  set(SHARDTOPK_USES_VENDOR ON)
-  add_library(shardtopk_mhd_vendor SHARED IMPORTED)
-  set_target_properties(shardtopk_mhd_vendor PROPERTIES IMPORTED_LOCATION "${_vendor_lib}/libmicrohttpd.so.12"
-                        INTERFACE_INCLUDE_DIRECTORIES "${SHARDTOPK_VENDOR_DIR}/microhttpd")
-  target_link_libraries(shardtopk_mhd INTERFACE shardtopk_mhd_vendor Threads::Threads)
-  message(STATUS "shardtopk: libmicrohttpd from ${_vendor_lib}")
 else()
-  message(FATAL_ERROR "libmicrohttpd not found: apt-get install libmicrohttpd-dev (or run bench/pack_vendor.sh "
-                      "on a Debian 12 machine and carry .vendor/)")
+  shardtopk_use_vendored(shardtopk_mhd microhttpd microhttpd.h libmicrohttpd.so.12
+                         "libmicrohttpd not found: apt-get install libmicrohttpd-dev")
+  target_link_libraries(shardtopk_mhd INTERFACE Threads::Threads)
 endif()
 
 # simdjson (the `serve` front end reads JSON search bodies with it; src/service/json_search.cpp).
@@ -147,18 +158,29 @@ add_library(shardtopk_simdjson INTERFACE)
 if(TARGET simdjson::simdjson)
   target_link_libraries(shardtopk_simdjson INTERFACE simdjson::simdjson)
   message(STATUS "shardtopk: simdjson ${simdjson_VERSION} (system library)")
-elseif(_vendor_ok AND EXISTS "${SHARDTOPK_VENDOR_DIR}/simdjson/simdjson.h" AND EXISTS "${_vendor_lib}/libsimdjson.so.14")
-  set(SHARDTOPK_USES_VENDOR ON)
-  add_library(shardtopk_simdjson_vendor SHARED IMPORTED)
-  set_target_properties(shardtopk_simdjson_vendor PROPERTIES IMPORTED_LOCATION "${_vendor_lib}/libsimdjson.so.14"
-                        INTERFACE_INCLUDE_DIRECTORIES "${SHARDTOPK_VENDOR_DIR}/simdjson"
-                        INTERFACE_COMPILE_DEFINITIONS "SIMDJSON_THREADS_ENABLED=1")
-  target_link_libraries(shardtopk_simdjson INTERFACE shardtopk_simdjson_vendor)
-  message(STATUS "shardtopk: simdjson from ${_vendor_lib}")
 else()
-  message(FATAL_ERROR "simdjson not found: apt-get install libsimdjson-dev (Debian 12, Ubuntu 24.04; the `serve` "
-                      "front end parses JSON request bodies with it), or run bench/pack_vendor.sh on a Debian 12 "
-                      "machine and carry .vendor/")
+  shardtopk_use_vendored(shardtopk_simdjson simdjson simdjson.h libsimdjson.so.14
+                         "simdjson not found: apt-get install libsimdjson-dev (Debian 12, Ubuntu 24.04; the `serve` "
+                         "front end parses JSON request bodies with it)")
+  # the ABI the library was built with (Debian's CMake package sets it)
+  target_compile_definitions(shardtopk_simdjson INTERFACE SIMDJSON_THREADS_ENABLED=1)
+endif()
+
+# libdeflate (the HDF5 reader inflates deflate-compressed chunks with it; src/io/row_reader.cpp).
+# Debian's libdeflate-dev through pkg-config; without it (a GPU machine without the -dev package):
+# the header and the shared library that bench/pack_vendor.sh copies from a Debian 12 machine into
+# .vendor/include/libdeflate and .vendor/lib (found through the build's RPATH).
+if(PkgConfig_FOUND)
+  pkg_check_modules(SHARDTOPK_DEFLATE QUIET IMPORTED_TARGET libdeflate)
+endif()
+add_library(shardtopk_deflate INTERFACE)
+if(SHARDTOPK_DEFLATE_FOUND)
+  target_link_libraries(shardtopk_deflate INTERFACE PkgConfig::SHARDTOPK_DEFLATE)
+  message(STATUS "shardtopk: libdeflate ${SHARDTOPK_DEFLATE_VERSION} (system library)")
+else()
+  shardtopk_use_vendored(shardtopk_deflate libdeflate libdeflate.h libdeflate.so.0
+                         "libdeflate not found: apt-get install libdeflate-dev (Debian 12, Ubuntu 24.04; the HDF5 "
+                         "reader inflates compressed chunks with it)")
 endif()
 
 # GnuTLS (the service's TLS checks, SHA-256 of API keys, random keys; libmicrohttpd does the TLS

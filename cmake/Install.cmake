@@ -12,7 +12,7 @@ if(SHARDTOPK_USES_VENDOR)
 endif()
 
 set(_areas shardtopk_core shardtopk_filter shardtopk_io shardtopk_engine shardtopk_comm shardtopk_index shardtopk_storage shardtopk_service)
-install(TARGETS shardtopk_lib ${_areas} shardtopk_fmtlog shardtopk_yaml shardtopk_hdf5 shardtopk_json shardtopk_mhd shardtopk_simdjson shardtopk_gnutls
+install(TARGETS shardtopk_lib ${_areas} shardtopk_fmtlog shardtopk_yaml shardtopk_hdf5 shardtopk_json shardtopk_mhd shardtopk_simdjson shardtopk_deflate shardtopk_gnutls
         EXPORT shardtopkTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build
   libopenmpi-dev openmpi-bin libhdf5-dev libyaml-cpp-dev libgtest-dev libgmock-dev
-  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libmicrohttpd-dev libsimdjson-dev libgnutls28-dev libspdlog-dev libfmt-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libmicrohttpd-dev libsimdjson-dev libdeflate-dev libgnutls28-dev libspdlog-dev libfmt-dev zlib1g-dev
   gnutls-bin curl
   dataset-fashion-mnist python3 python3-numpy python3-h5py python3-yaml python3-dev libdlpack-dev)
 . launch/apt_install.sh

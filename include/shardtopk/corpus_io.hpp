@@ -53,6 +53,13 @@ FileInfo inspect_file(const std::string& path);
 /// Shape and type of one dataset. @throws Error naming the datasets present when it is missing.
 DatasetInfo inspect_dataset(const std::string& path, const std::string& dataset);
 
+/// The files other than `path` whose bytes reading `datasets` of `path` reads: the target file
+/// of an external link, a virtual dataset's source files, a dataset's external raw storage
+/// files (names as libhdf5 opens them, or relative to `path`'s folder). For refusing outputs
+/// that would overwrite a job's input. Datasets that do not exist are skipped.
+/// @throws Error when `path` cannot be opened as HDF5.
+std::vector<std::string> dataset_files(const std::string& path, const std::vector<std::string>& datasets);
+
 /// A root string attribute (e.g. ann-benchmarks' `distance`), or "" when absent.
 std::string read_string_attribute(const std::string& path, const std::string& name);
 

@@ -29,7 +29,10 @@
 
 namespace shardtopk {
 
-
+/// Every write or snapshot refused because the write-ahead log failed earlier (the log's failed
+/// state: docs/STORAGE.md "Errors") says so with this phrase; the service tells those refusals
+/// from a failure of the request itself by it.
+inline constexpr const char* kAfterLogError = "after a log error";
 
 /// One attribute column of a group of rows: `data` points at [rows] values of `type`
 /// (std::int64_t or double). The memory is the caller's (input) or the record's (output).

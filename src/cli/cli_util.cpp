@@ -18,9 +18,11 @@
 
 #include "core/log.hpp"
 #include "shardtopk/communicator.hpp"
+#include "shardtopk/corpus_io.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/index.hpp"
 #include "shardtopk/storage.hpp"
+#include "storage/storage_impl.hpp"
 
 namespace shardtopk::cli {
 
@@ -132,6 +134,18 @@ std::string path_key(const std::string& path) {
 }
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> corpus_inputs(const Config& cfg) {
+  std::vector<std::pair<std::string, std::string>> in{{"corpus", cfg.corpus.path}};
+  if (cfg.corpus.path.empty()) return in;
+  std::vector<std::string> datasets{cfg.corpus.dataset, cfg.corpus.ids_dataset};
+  datasets.insert(datasets.end(), cfg.corpus.attributes.begin(), cfg.corpus.attributes.end());
+  try {
+    for (const std::string& f : dataset_files(cfg.corpus.path, datasets)) in.push_back({"corpus's linked data", f});
+  } catch (const Error&) {
+  }
+  return in;
+}
+
 void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs,
                        OutputKind kind, const std::string& storage_dir) {
   // An existing output must be a file: a directory cannot be written as one, and HDF5 on a FIFO
@@ -161,6 +175,12 @@ void check_output_path(const std::string& out, const std::vector<std::pair<std::
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
   SHARDTOPK_EXPECTS(::access(dir.c_str(), W_OK) == 0, "cannot write '", out, "': folder '", dir,
                     "' does not exist or is not writable");
+  // Any storage directory, named by this config or not: its manifest, log and snapshots are a
+  // service's (docs/STORAGE.md), and one replaced file leaves it for a manual recovery.
+  struct stat manifest {};
+  SHARDTOPK_EXPECTS(::stat((dir + "/" + storage::kManifestName).c_str(), &manifest) != 0, "refusing to write '", out,
+                    "': folder '", dir, "' is a storage directory (it holds ", storage::kManifestName,
+                    "), whose files are a service's (choose another output path)");
 }
 
 void rank0_then_agree(int rank, double timeout_s, const std::function<void()>& work) {

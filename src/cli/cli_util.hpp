@@ -36,15 +36,22 @@ void check_corpus_path(const Config& cfg);
 /// start-up to report). @throws Error.
 void check_corpus_path_for_startup(const Config& cfg);
 
+/// The inputs a job reads its corpus from, for check_output_path: {"corpus", corpus.path} and
+/// every other file its datasets' bytes come from (an external link's target, a virtual
+/// dataset's sources, external raw storage: dataset_files), as {"corpus's linked data", file}.
+/// A corpus that cannot be opened adds nothing more (loading it says why).
+std::vector<std::pair<std::string, std::string>> corpus_inputs(const Config& cfg);
+
 /// What an output is written as: HDF5 needs a regular file; text may also go to a device or a
 /// pipe (/dev/null, /dev/stdout).
 enum class OutputKind { kHdf5, kText };
 
 /// Refuses an output path that is one of `inputs` ({what, path}, compared as files and as
 /// absolute paths, so outputs not written yet too: "refusing to write 'R.h5': it is the corpus
-/// file ..."), that lies inside `storage_dir` (non-empty: the service's files), that exists and
-/// is not what `kind` can be written to (a directory; a FIFO or device for HDF5), or whose folder
-/// does not exist or is not writable. Empty input paths are skipped. @throws Error.
+/// file ..."), that lies inside `storage_dir` (non-empty: the service's files) or in any folder
+/// holding a storage directory's MANIFEST.json, that exists and is not what `kind` can be
+/// written to (a directory; a FIFO or device for HDF5), or whose folder does not exist or is not
+/// writable. Empty input paths are skipped. @throws Error.
 void check_output_path(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs,
                        OutputKind kind = OutputKind::kHdf5, const std::string& storage_dir = "");
 

@@ -24,6 +24,7 @@
 #include "cli/commands.hpp"
 #include "core/log.hpp"
 #include "core/parallel.hpp"
+#include "index/admission.hpp"
 #include "io/graph_file.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/corpus_io.hpp"
@@ -42,7 +43,7 @@ int search_k(const KnnGraphArgs& a) { return a.k + (a.exclude_self ? 1 : 0); }
 
 // Argument checks that need only file headers, the same on every rank (so every rank fails
 // alike and rank 0 speaks). Sizes the index for the job: search.k_max and search.batch_max
-// become search_k() and --batch. Returns the corpus shape.
+// become search_k() and --batch (at most the corpus's rows). Returns the corpus shape.
 DatasetInfo check_knn_args(const KnnGraphArgs& a, Config& cfg) {
   SHARDTOPK_EXPECTS(cfg.storage.dir.empty(), "knn-graph reads the corpus file, but storage.dir is set ('",
                     cfg.storage.dir, "'): its snapshot and log would not be searched; unset it with --set storage.dir=");
@@ -61,12 +62,15 @@ DatasetInfo check_knn_args(const KnnGraphArgs& a, Config& cfg) {
   SHARDTOPK_EXPECTS(a.batch >= 1 && a.batch <= 1048576, "--batch ", a.batch, " out of range: allowed 1 .. 1048576");
   SHARDTOPK_EXPECTS(a.block_rows >= 1, "--block-rows ", a.block_rows, " out of range: must be at least 1");
   SHARDTOPK_EXPECTS(a.stop_after_blocks >= -1, "--stop-after-blocks ", a.stop_after_blocks, " must be -1 or >= 0");
-  check_output_path(a.out, {{"corpus", cfg.corpus.path}, {"config", a.config}});
-  if (!a.timings_json.empty())
-    check_output_path(a.timings_json, {{"corpus", cfg.corpus.path}, {"config", a.config}, {"output", a.out}},
-                      OutputKind::kText);
+  std::vector<std::pair<std::string, std::string>> inputs = corpus_inputs(cfg);
+  inputs.push_back({"config", a.config});
+  check_output_path(a.out, inputs);
+  if (!a.timings_json.empty()) {
+    inputs.push_back({"output", a.out});
+    check_output_path(a.timings_json, inputs, OutputKind::kText);
+  }
   cfg.search.k_max = search_k(a);
-  cfg.search.batch_max = a.batch;
+  cfg.search.batch_max = static_cast<int>(std::min<std::int64_t>(a.batch, n));  // no batch holds more rows
   validate(cfg);
   return ci;
 }
@@ -321,12 +325,28 @@ void report(const Config& cfg, const KnnGraphArgs& a, const IndexInfo& info, std
   write_timings(cfg, a, info, start, times);
 }
 
+// Every row is a query of the graph: a corpus whose largest row could not be one (its float32
+// scores could overflow) fails at the start, before the output is opened, not when that row's
+// batch comes up (admission refuses it there, after hours on a large corpus).
+void check_rows_are_queries(const IndexInfo& info) {
+  const NormSummary corpus{info.ingest.max_row_norm, info.ingest.max_row_norm_row};
+  const double limit = max_query_norm(info.metric, corpus);
+  SHARDTOPK_EXPECTS(!(corpus.max_norm > limit), "row id ", corpus.row, " has norm ", corpus.max_norm,
+                    ": every row is a query of the k-NN graph, and under ", to_string(info.metric),
+                    " the largest admissible query norm for this corpus is ", limit,
+                    " (above it float32 scores could overflow: docs/EXACTNESS.md 'Score range'); scale the corpus "
+                    "down; nothing was written");
+}
+
 // Every rank on a loaded index: rank 0 opens the output and searches the rows not yet in it,
 // the followers serve its searches. A problem opening the output stops every rank.
 int graph_all(ShardedIndex& index, const Config& cfg, const KnnGraphArgs& a, int rank, const GraphIdentity& id) {
   const IndexInfo info = index.info();
   Output out;
-  rank0_then_agree(rank, cfg.comm.timeout_s, [&] { out = open_output(cfg, a, info, id); });
+  rank0_then_agree(rank, cfg.comm.timeout_s, [&] {
+    check_rows_are_queries(info);
+    out = open_output(cfg, a, info, id);
+  });
   if (rank != 0) {
     index.follow();
     return 0;

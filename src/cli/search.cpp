@@ -126,12 +126,15 @@ void check_search_args(const SearchArgs& a, const Config& cfg) {
   // the same dimension: its start-up checks it), before the ingest.
   SHARDTOPK_EXPECTS(corpus_dim < 0 || qi.dims[1] == corpus_dim, "'", a.queries, "': queries have dimension ",
                     qi.dims[1], " but the corpus has ", corpus_dim, " (from the file headers; nothing was loaded)");
+  const std::vector<std::pair<std::string, std::string>> corpus = corpus_inputs(cfg);
   for (const std::string* out : {&a.out, &a.timings_json})
-    if (!out->empty())
-      check_output_path(*out,
-                        {{"corpus", cfg.corpus.path}, {"queries", a.queries}, {"config", a.config},
-                         {"-o output", out == &a.timings_json ? a.out : std::string()}},
-                        out == &a.out ? OutputKind::kHdf5 : OutputKind::kText, cfg.storage.dir);
+    if (!out->empty()) {
+      std::vector<std::pair<std::string, std::string>> inputs = corpus;
+      inputs.insert(inputs.end(), {{"queries", a.queries},
+                                   {"config", a.config},
+                                   {"-o output", out == &a.timings_json ? a.out : std::string()}});
+      check_output_path(*out, inputs, out == &a.out ? OutputKind::kHdf5 : OutputKind::kText, cfg.storage.dir);
+    }
 }
 
 // Searches every query of the file on a loaded index (every rank); rank 0 reports.

@@ -69,7 +69,10 @@ std::vector<std::string> parse_attribute_list(const std::string& text, const std
     return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
   };
   std::string v = text;
-  if (const std::string t = trim(text); t.size() >= 2 && t.front() == '[' && t.back() == ']') v = t.substr(1, t.size() - 2);
+  const std::string t = trim(text);
+  SHARDTOPK_EXPECTS(t.empty() || (t.front() == '[') == (t.back() == ']'), where, "key '", key, "': '",
+                    text, "' has an unmatched bracket (a list is [tenant, meta/year], or tenant,meta/year)");
+  if (t.size() >= 2 && t.front() == '[' && t.back() == ']') v = t.substr(1, t.size() - 2);
   std::vector<std::string> out;
   if (v.find_first_not_of(" \t") == std::string::npos) return out;
   std::stringstream ss(v);

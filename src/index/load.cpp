@@ -491,12 +491,15 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
                         "': ids dataset '", cfg.corpus.ids_dataset, "' has ", all.size(), " entries but '",
                         cfg.corpus.dataset, "' has ", stats.total_rows, " rows");
       std::copy(all.begin() + stats.rows.lo, all.begin() + stats.rows.hi, ids.begin());
+      const auto pad = std::find(all.begin(), all.end(), kPadId);
+      SHARDTOPK_EXPECTS(pad == all.end(), "'", cfg.corpus.path, "': ids dataset '", cfg.corpus.ids_dataset,
+                        "' holds id ", kPadId, " (INT64_MAX, reserved: it marks the empty slots of short answers) at "
+                        "row ", pad - all.begin(), "; give that row another id");
       std::vector<std::int64_t> sorted = std::move(all);
       std::sort(sorted.begin(), sorted.end());
       const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
       SHARDTOPK_EXPECTS(dup == sorted.end(), "'", cfg.corpus.path, "': ids dataset '", cfg.corpus.ids_dataset,
                         "' is not unique: id ", (dup == sorted.end() ? 0 : *dup), " appears more than once");
-      SHARDTOPK_EXPECTS(sorted.empty() || sorted.back() != kPadId, "ids dataset: id ", kPadId, " is reserved");
     } else {
       for (std::int64_t i = 0; i < stats.rows.size(); ++i) ids[i] = stats.rows.lo + i;
     }

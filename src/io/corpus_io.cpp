@@ -308,6 +308,58 @@ DatasetInfo inspect_dataset(const std::string& path, const std::string& dataset)
   return describe(ds.get(), strip_slash(dataset));
 }
 
+std::vector<std::string> dataset_files(const std::string& path, const std::vector<std::string>& datasets) {
+  Handle f = open_file(path);
+  const auto slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  auto relative = [&](const std::string& name) { return name.empty() || name[0] == '/' ? name : folder + name; };
+  std::vector<std::string> out;
+  auto add = [&](const std::string& file) {
+    if (!file.empty() && file != path && std::find(out.begin(), out.end(), file) == out.end()) out.push_back(file);
+  };
+  for (const std::string& name : datasets) {
+    if (name.empty()) continue;
+    const htri_t exists = H5Lexists(f.get(), name.c_str(), H5P_DEFAULT);
+    H5Eclear2(H5E_DEFAULT);
+    if (exists <= 0) continue;
+    Handle ds(H5Dopen2(f.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    H5Eclear2(H5E_DEFAULT);
+    if (!ds.ok()) continue;  // not a dataset, or a link libhdf5 cannot follow: the read says why
+    Handle file(H5Iget_file_id(ds.get()), H5Fclose);  // an external link's target
+    if (file.ok()) {
+      const ssize_t n = H5Fget_name(file.get(), nullptr, 0);
+      if (n > 0) {
+        std::string b(static_cast<size_t>(n) + 1, '\0');
+        if (H5Fget_name(file.get(), b.data(), b.size()) >= 0) add(b.c_str());
+      }
+    }
+    Handle dcpl(H5Dget_create_plist(ds.get()), H5Pclose);
+    if (!dcpl.ok()) continue;
+    if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL) {
+      size_t count = 0;
+      if (H5Pget_virtual_count(dcpl.get(), &count) >= 0)
+        for (size_t i = 0; i < count; ++i) {
+          const ssize_t n = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
+          if (n <= 0) continue;
+          std::string b(static_cast<size_t>(n) + 1, '\0');
+          if (H5Pget_virtual_filename(dcpl.get(), i, b.data(), b.size()) < 0) continue;
+          const std::string source = b.c_str();
+          if (source != ".") add(relative(source));
+        }
+    }
+    const int external = H5Pget_external_count(dcpl.get());
+    for (int i = 0; i < external; ++i) {
+      char name_buf[4096] = {0};
+      off_t offset = 0;
+      hsize_t bytes = 0;
+      if (H5Pget_external(dcpl.get(), static_cast<unsigned>(i), sizeof name_buf - 1, name_buf, &offset, &bytes) >= 0)
+        add(relative(name_buf));
+    }
+    H5Eclear2(H5E_DEFAULT);
+  }
+  return out;
+}
+
 std::string read_string_attribute(const std::string& path, const std::string& name) {
   Handle f = open_file(path);
   if (H5Aexists(f.get(), name.c_str()) <= 0) {

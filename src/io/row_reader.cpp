@@ -9,7 +9,8 @@
 //    float16).
 //  - chunked through deflate, shuffle or both, and no other filter: each chunk's stored bytes
 //    through libhdf5 (H5Dread_chunk, HDF5 >= 1.10.5 here) on the calling thread, then per chunk
-//    on the threads: inflate (zlib), unshuffle, convert, check.
+//    on the threads: inflate (libdeflate; zlib decides a stream libdeflate refuses), unshuffle,
+//    convert, check.
 //  - anything else (compact, virtual, external storage, unfiltered chunks, other filters,
 //    big-endian, other float formats): H5Dread of the raw values on the calling thread (HDF5 is
 //    not thread-safe here), then the same conversion and checks on the threads.
@@ -22,6 +23,7 @@
 // the refusal of data HDF5 would make up: substituted_data.cpp.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <libdeflate.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -119,11 +121,60 @@ bool read_fully(int fd, void* buf, size_t bytes, std::int64_t off, std::string* 
   return true;
 }
 
+// A libdeflate decompressor (one per reader thread: they are not thread-safe).
+struct Inflater {
+  libdeflate_decompressor* d = nullptr;
+  Inflater() = default;
+  Inflater(Inflater&& o) noexcept : d(o.d) { o.d = nullptr; }
+  Inflater& operator=(Inflater&& o) noexcept {
+    std::swap(d, o.d);
+    return *this;
+  }
+  ~Inflater() { libdeflate_free_decompressor(d); }
+};
+
 struct ThreadScratch {
   std::vector<unsigned char> raw, inflated, unshuffled;
   std::vector<float> f32;
   std::vector<unsigned char> tmp;
+  Inflater inflater;
 };
+
+// Inflates one zlib stream (HDF5's deflate filter) into out[0, cap): its length, or an error.
+// libdeflate (about twice zlib's speed on embeddings, docs/PERFORMANCE.md "Ingestion") reads it;
+// a stream libdeflate refuses goes to zlib's uncompress(), libhdf5's own inflater, so a stream
+// zlib reads is never refused, and the error of a damaged one is zlib's.
+std::size_t inflate_chunk(Inflater& inf, const unsigned char* in, std::size_t have, unsigned char* out,
+                          std::size_t cap, std::string* err) {
+  if (!inf.d) inf.d = libdeflate_alloc_decompressor();
+  std::size_t got = 0;
+  if (inf.d && libdeflate_zlib_decompress(inf.d, in, have, out, cap, &got) == LIBDEFLATE_SUCCESS) return got;
+  uLongf zout = static_cast<uLongf>(cap);
+  const int zr = ::uncompress(out, &zout, in, static_cast<uLong>(have));
+  if (zr != Z_OK) *err = std::string("deflate data is corrupt (zlib: ") + zError(zr) + ")";
+  return zr == Z_OK ? static_cast<std::size_t>(zout) : 0;
+}
+
+// HDF5's shuffle filter undone: ES byte planes of ne bytes each back to ne elements of ES bytes.
+// The element-major loop is what compilers vectorize (interleaving stores).
+template <int ES>
+void unshuffle_planes(const unsigned char* __restrict in, unsigned char* __restrict out, std::size_t ne) {
+  const unsigned char* plane[ES];
+  for (int b = 0; b < ES; ++b) plane[b] = in + static_cast<std::size_t>(b) * ne;
+  for (std::size_t j = 0; j < ne; ++j)
+    for (int b = 0; b < ES; ++b) out[j * ES + static_cast<std::size_t>(b)] = plane[b][j];
+}
+
+void unshuffle(const unsigned char* in, unsigned char* out, std::size_t ne, std::size_t es) {
+  switch (es) {
+    case 2: return unshuffle_planes<2>(in, out, ne);
+    case 4: return unshuffle_planes<4>(in, out, ne);
+    case 8: return unshuffle_planes<8>(in, out, ne);
+    default:
+      for (std::size_t b = 0; b < es; ++b)
+        for (std::size_t j = 0; j < ne; ++j) out[j * es + b] = in[b * ne + j];
+  }
+}
 
 struct ChunkPlan {
   bool direct = false;     // read chunks ourselves
@@ -578,19 +629,15 @@ class RowReader {
         if (c.mask & (1u << fi)) continue;  // this filter was skipped for this chunk
         if (chunks_.filters[static_cast<size_t>(fi)] == H5Z_FILTER_DEFLATE) {
           s.inflated.resize(chunk_bytes);
-          uLongf out = static_cast<uLongf>(chunk_bytes);
-          const int zr = ::uncompress(s.inflated.data(), &out, data, static_cast<uLong>(have));
-          if (zr != Z_OK) return io_fault(std::string("deflate data is corrupt (zlib: ") + zError(zr) + ")");
+          std::string why;
+          const size_t out = inflate_chunk(s.inflater, data, have, s.inflated.data(), chunk_bytes, &why);
+          if (!why.empty()) return io_fault(why);
           data = s.inflated.data();
           have = out;
         } else {  // shuffle: byte planes back to elements
           s.unshuffled.resize(have);
           const size_t ne = have / es;
-          for (size_t b = 0; b < es; ++b) {
-            const unsigned char* plane = data + b * ne;
-            unsigned char* o = s.unshuffled.data() + b;
-            for (size_t j = 0; j < ne; ++j) o[j * es] = plane[j];
-          }
+          unshuffle(data, s.unshuffled.data(), ne, es);
           std::memcpy(s.unshuffled.data() + ne * es, data + ne * es, have - ne * es);
           data = s.unshuffled.data();
         }

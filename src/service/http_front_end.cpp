@@ -101,8 +101,10 @@ void mhd_panic(void*, const char* file, unsigned int line, const char* reason) {
 // ------------------------------------------------------------------------------ per request
 
 struct Callbacks {
-  static void* uri_log(void* cls, const char*, MHD_Connection*) {
-    return static_cast<HttpFrontEnd*>(cls)->new_request();
+  static void* uri_log(void* cls, const char* uri, MHD_Connection*) {
+    HttpFrontEnd::Request* r = static_cast<HttpFrontEnd*>(cls)->new_request();
+    if (uri) r->raw_path.assign(uri, std::strcspn(uri, "?"));
+    return r;
   }
   static MHD_Result access(void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
                            const char* upload, std::size_t* upload_size, void** con_cls) {
@@ -577,7 +579,7 @@ std::string method_names(unsigned mask, bool with_head) {
 }  // namespace
 
 int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* method, Request& r) {
-  r.route = find_route(url);
+  r.route = find_route(r.raw_path.empty() ? url : r.raw_path.c_str());
   const std::string m = method ? method : "";
   r.method = excerpt(m, 16);
   HeaderCount h;
@@ -599,7 +601,10 @@ int HttpFrontEnd::on_headers(MHD_Connection* c, const char* url, const char* met
 
   // Refused from the request line: answered at once, the body (if any) not read, the
   // connection closed.
-  if (!r.route) return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(url ? url : "", 64), true);
+  if (!r.route) {
+    const std::string target = r.raw_path.empty() ? (url ? url : "") : r.raw_path;
+    return reply_error(c, r, 404, "no route " + excerpt(m, 16) + " " + excerpt(target, 64), true);
+  }
   if (!(r.route->methods & method_of(m)))
     return reply_error(c, r, 405,
                        "method " + excerpt(m, 16) + " not allowed on " + r.route->path + " (allowed: " +

@@ -41,6 +41,9 @@ struct HttpFrontEnd::Request {
   enum class Phase { kNew, kGet, kBody, kWaiting, kAudit, kAnswered };
   Phase phase = Phase::kNew;
   const Route* route = nullptr;  // nullptr: no route (answered 404)
+  // The request target's path as sent (before the '?'), not percent-decoded: the route is
+  // matched on it, so /v1%2Fupsert is no route, as a proxy that matches paths sees it.
+  std::string raw_path;
   bool accepted = true;          // its request line arrived before drain or failure
   bool binary = false;
   bool chunked = false;

@@ -1,5 +1,7 @@
 // WriteBackend over ShardedIndex's updates (the only place the service calls them).
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include "service/write_backend.hpp"
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/index.hpp"
+#include "shardtopk/storage.hpp"
 
 namespace shardtopk::service {
 namespace {
@@ -25,10 +28,29 @@ int status_of(const WriteError& e) {
   return 400;
 }
 
-/// A 500's message: what failed and, when the reason names a file in storage.dir, that file
-/// relative to it. The reason itself (absolute paths, library calls) goes to the log only.
+/// Whether a failure's reason is a full device (or quota) under storage.dir: the system's own
+/// text, which the storage layer and HDF5's error stack carry.
+bool out_of_space(const std::string& reason) {
+  return reason.find(std::strerror(ENOSPC)) != std::string::npos || reason.find(std::strerror(EDQUOT)) != std::string::npos;
+}
+
+/// Whether a failure is the write-ahead log's earlier one: storage refuses every write and
+/// snapshot after a log error until the directory is reopened (docs/STORAGE.md, "Errors").
+bool after_log_error(const std::string& reason) { return reason.find(kAfterLogError) != std::string::npos; }
+
+/// The status of a failed write or snapshot whose reason is not the client's: 507 (Insufficient
+/// Storage) when the device is full now, 500 otherwise (an earlier log error included).
+int failure_status(const std::string& reason) { return out_of_space(reason) && !after_log_error(reason) ? 507 : 500; }
+
+/// A failure's message: what failed, that the device is full where it is, and, when the reason
+/// names a file in storage.dir, that file relative to it. The reason itself (absolute paths,
+/// library calls) goes to the log only.
 std::string internal_error(const std::string& what, const std::string& reason, const std::string& dir) {
   spdlog::error("{} failed: {}", what, reason);
+  if (after_log_error(reason))
+    return what + " refused: the write-ahead log failed earlier (" +
+           (out_of_space(reason) ? "no space left on storage.dir's device" : "an I/O error") +
+           "); writes are refused until the service restarts, which recovers the log (rank 0's log has the reason)";
   std::string file;
   if (!dir.empty()) {
     const std::string prefix = dir.back() == '/' ? dir : dir + "/";
@@ -38,8 +60,11 @@ std::string internal_error(const std::string& what, const std::string& reason, c
       file = reason.substr(b, reason.find_first_of("'\" ,;:)\n", b) - b);
     }
   }
-  return what + " failed: internal error" + (file.empty() ? "" : " at '" + file + "' in storage.dir") +
-         " (rank 0's log has the reason)";
+  const std::string where = file.empty() ? "" : " at '" + file + "' in storage.dir";
+  if (out_of_space(reason))
+    return what + " failed: no space left on storage.dir's device" + where +
+           " (free space there, or raise the quota; rank 0's log has the reason)";
+  return what + " failed: internal error" + where + " (rank 0's log has the reason)";
 }
 
 /// A path under storage.dir as relative to it (as given when it is elsewhere).
@@ -114,7 +139,7 @@ class IndexWriter final : public WriteBackend {
             w.body = answer(*p.done);
             j->status = 200;
           } else {
-            j->status = 500;
+            j->status = failure_status(p.failed);
             j->error = internal_error("snapshot", p.failed, dir());
           }
           w.ready = true;
@@ -127,7 +152,7 @@ class IndexWriter final : public WriteBackend {
       throw RankLost(e.what());
     } catch (const std::exception& e) {  // a rank could not read its rows: the run is dropped
       for (Job* j : waiting_done_) {
-        j->status = 500;
+        j->status = failure_status(e.what());
         j->error = internal_error("snapshot", e.what(), dir());
         std::get<WriteJob>(j->work).ready = true;
       }
@@ -210,7 +235,7 @@ class IndexWriter final : public WriteBackend {
     } catch (const CommError&) {
       throw;
     } catch (const std::exception& e) {
-      status = 500;
+      status = failure_status(e.what());
       error = internal_error("snapshot", e.what(), dir());
     }
     for (Job* j : jobs) {
@@ -247,7 +272,7 @@ class IndexWriter final : public WriteBackend {
     } catch (const CommError& e) {
       throw RankLost(e.what());
     } catch (const std::exception& e) {
-      j.status = 500;
+      j.status = failure_status(e.what());
       j.error = internal_error(what, e.what(), dir());
     }
   }

@@ -241,7 +241,7 @@ class SearchSax final : public nlohmann::json_sax<json> {
       out_.has_filter = true;
       out_.filter = compile_request_filter(filter_.value(), shape_.attributes);
     } catch (const Error& e) {
-      return fail(excerpt(e.what(), kMaxFilterMessage));
+      return fail(excerpt_message(e.what(), kMaxFilterMessage));
     }
     filter_ = FilterTree();  // its memory goes back now
     return true;
@@ -542,7 +542,7 @@ RequestFilter parse_filter_text(std::string_view text, const AttributeSchema& at
   try {
     return compile_request_filter(sax.tree.value(), &attributes);
   } catch (const Error& e) {
-    throw Error(excerpt(e.what(), kMaxFilterMessage));
+    throw Error(excerpt_message(e.what(), kMaxFilterMessage));
   }
 }
 

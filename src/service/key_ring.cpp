@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
+#include "service/read_file.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk::service {
@@ -20,19 +20,14 @@ std::atomic<std::uint64_t> g_next_ring{1};
 constexpr std::size_t kMaxKeyBytes = 512;
 
 std::string read_file(const std::string& path, std::vector<std::string>* warnings) {
-  std::ifstream in(path, std::ios::binary);
-  SHARDTOPK_EXPECTS(in.good(), "service.auth.keys_file '", path, "' cannot be read: ", std::strerror(errno));
-  struct stat st{};
-  const bool stated = ::stat(path.c_str(), &st) == 0;
-  // A directory opens and reads as no bytes: taken for an empty file it would revoke every key.
-  SHARDTOPK_EXPECTS(!stated || !S_ISDIR(st.st_mode), "service.auth.keys_file '", path,
-                    "' is a directory, not a file of keys");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (warnings && stated && (st.st_mode & (S_IWGRP | S_IWOTH)))
+  // A directory would read as no bytes, taken for an empty file that revokes every key.
+  FileBytes f = read_regular_file("service.auth.keys_file", path);
+  if (warnings && (f.mode & (S_IWGRP | S_IWOTH)))
     warnings->push_back("service.auth.keys_file '" + path +
                         "' is writable by its group or by others: whoever can write it can add keys (chmod 600 or 644)");
-  return ss.str();
+  // A UTF-8 byte order mark (some editors write one) is not part of the first key's name.
+  if (f.bytes.compare(0, 3, "\xEF\xBB\xBF") == 0) f.bytes.erase(0, 3);
+  return std::move(f.bytes);
 }
 
 bool same_limits(const KeySpec& a, const KeySpec& b) { return a.rate == b.rate && a.burst == b.burst; }

@@ -111,14 +111,16 @@ BodyLimits derived_body_limits(std::int64_t dim, int batch_max) {
   return l;
 }
 
-std::string excerpt(std::string_view s, std::size_t max) {
+namespace {
+
+std::string flatten(std::string_view s, std::size_t max, bool keep_backslash) {
   std::string out;
   const std::size_t n = s.size() < max ? s.size() : max;
   out.reserve(n + 32);
   static const char* hex = "0123456789abcdef";
   for (std::size_t i = 0; i < n; ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
+    if (c >= 0x20 && c < 0x7f && (c != '\\' || keep_backslash)) {
       out += static_cast<char>(c);
     } else {
       out += "\\x";
@@ -129,6 +131,12 @@ std::string excerpt(std::string_view s, std::size_t max) {
   if (n < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
   return out;
 }
+
+}  // namespace
+
+std::string excerpt(std::string_view s, std::size_t max) { return flatten(s, max, false); }
+
+std::string excerpt_message(std::string_view s, std::size_t max) { return flatten(s, max, true); }
 
 std::pair<int, std::string> framing_problem(int content_lengths, int transfer_encodings, std::string_view te) {
   if (content_lengths > 1) return {400, "Content-Length given more than once"};
@@ -143,7 +151,10 @@ std::pair<int, std::string> framing_problem(int content_lengths, int transfer_en
   };
   const auto is_chunked = [](const std::string& t) { return strcasecmp(t.c_str(), "chunked") == 0; };
   const std::string v = trim(te);
-  if (is_chunked(v)) return {0, ""};
+  if (is_chunked(v)) {
+    if (is_chunked(std::string(te))) return {0, ""};
+    return {400, "Transfer-Encoding '" + excerpt(te, 48) + "': white space around the coding (send exactly 'chunked')"};
+  }
   const std::string shown = "Transfer-Encoding '" + excerpt(v, 48) + "'";
   const auto comma = v.rfind(',');
   if (!is_chunked(trim(comma == std::string::npos ? std::string_view(v) : std::string_view(v).substr(comma + 1))))

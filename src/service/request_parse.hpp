@@ -180,13 +180,20 @@ BodyLimits derived_body_limits(std::int64_t dim, int batch_max);
 /// differently (a proxy by Content-Length, this server as chunked), the bytes after the body
 /// may be a request the proxy never saw, so RFC 9112 §6.3 has the request refused and its
 /// connection closed: both fields (400), either repeated (400), a coding list whose final coding
-/// is not chunked (400; the length is unknown), other codings before chunked (501). Accepted:
-/// exactly `chunked` (any case, surrounding spaces or tabs ignored).
+/// is not chunked (400; the length is unknown), other codings before chunked (501), `chunked`
+/// with white space the HTTP library kept around it (400: libmicrohttpd compares the value as
+/// it holds it, so it would wait for the connection's end instead of reading chunks). Accepted:
+/// exactly `chunked`, in any case, as `te` holds it (libmicrohttpd drops the spaces before it).
 std::pair<int, std::string> framing_problem(int content_lengths, int transfer_encodings, std::string_view te);
 
 /// A short, flat, printable excerpt of client bytes for messages: at most `max` characters,
 /// non-printable bytes as \xNN, a note of the full length when cut.
 std::string excerpt(std::string_view s, std::size_t max = 40);
+
+/// excerpt() for a message of this service's own whose client bytes are flattened already (a
+/// filter's messages quote names as 'tenant\x00x'): its backslashes are kept, so those bytes are
+/// not escaped twice; anything else non-printable is still \xNN.
+std::string excerpt_message(std::string_view s, std::size_t max);
 
 /// Parses a decimal integer query parameter: decimal digits, optionally after a '-' (no '+', no
 /// white space). @throws Error naming the parameter and an excerpt of the value.

@@ -7,22 +7,18 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
+#include "service/read_file.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk::service {
 namespace {
 
 std::string read_file(const std::string& key, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SHARDTOPK_EXPECTS(in.good(), key, " '", path, "' cannot be read: ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  SHARDTOPK_EXPECTS(!ss.str().empty(), key, " '", path, "' is empty");
-  return ss.str();
+  std::string bytes = read_regular_file(key, path).bytes;
+  SHARDTOPK_EXPECTS(!bytes.empty(), key, " '", path, "' is empty");
+  return bytes;
 }
 
 std::string utc_date(std::time_t t) {

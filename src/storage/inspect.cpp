@@ -83,7 +83,10 @@ struct Listing {
 };
 
 Listing list_storage(const std::string& dir) {
-  SHARDTOPK_EXPECTS(std::filesystem::is_directory(dir), "storage: '", dir, "' is not a directory");
+  std::error_code ec;
+  SHARDTOPK_EXPECTS(std::filesystem::exists(dir, ec), "storage: '", dir, "' does not exist (storage.dir: the directory "
+                    "a service with updates keeps its log and snapshots in)");
+  SHARDTOPK_EXPECTS(std::filesystem::is_directory(dir, ec), "storage: '", dir, "' is not a directory");
   Listing l;
   for (const std::string& n : list_dir(dir)) {
     std::uint64_t s = 0;

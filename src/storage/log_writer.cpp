@@ -7,6 +7,7 @@
 
 #include "core/log.hpp"
 #include "shardtopk/error.hpp"
+#include "shardtopk/storage.hpp"
 #include "storage/segment.hpp"
 
 namespace shardtopk::storage {
@@ -49,7 +50,7 @@ std::uint64_t LogWriter::enqueue(EncodedRecord&& rec) {
   space_cv_.wait(lk, [&] {
     return stopping_ || !failure_.empty() || queued_bytes_ == 0 || queued_bytes_ + bytes <= cfg_.max_pending_bytes;
   });
-  SHARDTOPK_EXPECTS(failure_.empty(), "storage '", cfg_.dir, "' refuses writes after an error: ", failure_);
+  SHARDTOPK_EXPECTS(failure_.empty(), "storage '", cfg_.dir, "' refuses writes ", kAfterLogError, ": ", failure_);
   SHARDTOPK_EXPECTS(!stopping_, "storage '", cfg_.dir, "' is closing");
   const std::uint64_t seq = next_seq_++;
   rec.seq = seq;
@@ -183,7 +184,7 @@ void LogWriter::write_batch(std::vector<Pending>& batch) {
 void LogWriter::close_active_through(std::uint64_t seq) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    SHARDTOPK_EXPECTS(failure_.empty(), "storage '", cfg_.dir, "' refuses writes after an error: ", failure_);
+    SHARDTOPK_EXPECTS(failure_.empty(), "storage '", cfg_.dir, "' refuses writes ", kAfterLogError, ": ", failure_);
   }
   // Only a segment with records, all of them ≤ seq.
   if (!active_fd_ || active_last_seq_ < active_first_seq_ || active_last_seq_ > seq) return;

@@ -190,7 +190,7 @@ std::string SnapshotWriter::commit() {
 std::unique_ptr<SnapshotWriter> Storage::begin_snapshot(const SnapshotSpec& spec) {
   Impl& st = *impl_;
   const std::string fail = st.writer->failure();
-  SHARDTOPK_EXPECTS(fail.empty(), "storage '", st.opt.dir, "': no snapshot after a log error: ", fail);
+  SHARDTOPK_EXPECTS(fail.empty(), "storage '", st.opt.dir, "': no snapshot ", kAfterLogError, ": ", fail);
   SHARDTOPK_EXPECTS(spec.dtype == Dtype::kFloat32 || spec.dtype == Dtype::kFloat16, "snapshot: dtype ",
                     to_string(spec.dtype), " (allowed: float32, float16)");
   SHARDTOPK_EXPECTS(spec.rows >= 0, "snapshot: rows = ", spec.rows);

@@ -364,13 +364,18 @@ std::vector<float> read_raw_f32(const std::string& path, std::int64_t dim, std::
   const std::int64_t row_bytes = dim * 4;
   SHARDTOPK_EXPECTS(bytes > 0, "'", path, "' is empty");
   if (expect_rows >= 0) {
-    const bool whole = expect_rows > 0 && bytes % (4 * expect_rows) == 0;
+    // Compared by division: rows x dim x 4 may pass 2^63 for a mistyped --rows.
+    const bool whole = expect_rows > 0 && bytes % 4 == 0 && (bytes / 4) % expect_rows == 0;
     const std::string fit = std::to_string(whole ? bytes / 4 / expect_rows : 0);
     const std::string hint = whole ? " (" + std::to_string(expect_rows) + " rows of " + fit +
                                          " float32 values would fill it: is --dim " + fit + "?)"
                                    : std::string(" (wrong --dim or ") + rows_flag + ", or not raw float32?)";
-    SHARDTOPK_EXPECTS(bytes == expect_rows * row_bytes, "'", path, "': size ", bytes, " bytes is not ", rows_flag,
-                      " ", expect_rows, " x --dim ", dim, " x 4 bytes = ", expect_rows * row_bytes, hint);
+    const bool fits = bytes % row_bytes == 0 && bytes / row_bytes == expect_rows;
+    const long double product = static_cast<long double>(expect_rows) * static_cast<long double>(row_bytes);
+    const std::string needed = product < 9.2e18L ? std::to_string(expect_rows * row_bytes)
+                                                 : fmt::format("{:.4g}", static_cast<double>(product));
+    SHARDTOPK_EXPECTS(fits, "'", path, "': size ", bytes, " bytes is not ", rows_flag, " ", expect_rows, " x --dim ",
+                      dim, " x 4 bytes = ", needed, hint);
   }
   SHARDTOPK_EXPECTS(bytes % row_bytes == 0, "'", path, "': size ", bytes, " bytes is not a multiple of dim*4 = ",
                     row_bytes, " (", bytes / row_bytes, " whole rows and ", bytes % row_bytes,

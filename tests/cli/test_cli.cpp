@@ -172,6 +172,40 @@ TEST_F(Cli, RangesAndPagesFromTheCommandLine) {
   EXPECT_THAT(bad.err, HasSubstr("--search-after '1e40,5': the score 1e40 is beyond float32's range")) << bad.err;
 }
 
+// An output is never a file the corpus's rows come from: here the corpus's 'train' is an HDF5
+// external link into another file, which `search -o` and `knn-graph -o --overwrite` refuse to
+// replace (it was truncated and replaced by the answers), byte for byte unchanged.
+TEST_F(Cli, AnOutputIsNeverTheFileAnExternalLinkReadsRowsFrom) {
+  const std::string target = dir_.file("rows.h5");
+  {
+    H5Writer w(target);
+    w.write_f32("vectors", corpus_.data(), kN, kDim);
+    w.close();
+  }
+  const std::string link = dir_.file("linked.h5");
+  {
+    H5Writer w(link);
+    w.write_f32("test", queries_.data(), kQ, kDim);
+    w.close();
+    const hid_t f = H5Fopen(link.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Lcreate_external("rows.h5", "vectors", f, "train", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  const std::string cfg = write_config(link);
+  const std::vector<unsigned char> before = test::read_bytes(target);
+  CmdResult r = run(mpi(1) + " search -c " + cfg + " -q " + link + " -k 3 -o " + target);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("it is the corpus's linked data file")) << r.err;
+  r = run(mpi(1) + " knn-graph -c " + cfg + " -k 3 --overwrite -o " + target);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("it is the corpus's linked data file")) << r.err;
+  EXPECT_TRUE(test::read_bytes(target) == before) << "the file holding the corpus's rows was changed";
+  // the same search to another file runs
+  r = run(mpi(1) + " search -c " + cfg + " -q " + link + " -k 3 -o " + dir_.file("answers.h5"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
 TEST_F(Cli, QueriesWithTheWrongDimensionNameBothDimensions) {
   const std::string cfg = write_config(write_corpus(corpus_));
   const std::string q = write_queries(test::small_ints(3 * 5, 53), 5);
@@ -585,6 +619,10 @@ TEST_F(Cli, StorageInfoAndVerifyReportAndExitByWhatTheyFind) {
   r = run(bin + " storage verify " + dir_.file("absent"));
   EXPECT_EQ(r.rc, 4) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("does not exist: not a storage directory, nothing was verified; exit 4"));
+  // `storage info` of that path says it does not exist (not that it is no directory)
+  r = run(bin + " storage info " + dir_.file("absent"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("absent' does not exist"));
   // A file where the directory should be is a mistake named as such
   test::write_text(dir_.file("plain"), "x");
   r = run(bin + " storage verify " + dir_.file("plain"));

@@ -441,6 +441,11 @@ TEST_F(CliInputs, ImportRawChecksTheStatedRowCount) {
                            HasSubstr("is --dim 1024?")))
       << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir_.file("a.h5")));
+  // 500 + 2^52 rows of 4,096 bytes wrap around 2^64 to the file's size: still refused
+  r = run(imp + " --dim 1024 --rows 4503599627371000 -o " + dir_.file("a.h5"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not --rows 4503599627371000 x --dim 1024 x 4 bytes = 1.845e+19")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("a.h5")));
   r = run(imp + " --dim 1000 -o " + dir_.file("b.h5"));
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.err, AllOf(HasSubstr("no --rows given"), HasSubstr("[512 rows x 1000 dims]"), HasSubstr("--rows 512")))
@@ -525,6 +530,15 @@ TEST_F(CliInputs, OutputsThatAreInputsOrNotFilesAreRefused) {
           " -k 3 -o " + st + "/snapshot-00000000000000000001.h5");
   EXPECT_NE(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("it is inside storage.dir '" + st + "'")) << r.err;
+  // ... nor into another storage directory, one the config does not name (its manifest is kept)
+  test::write_text(st + "/MANIFEST.json", "{}");
+  for (const std::string& name : {"MANIFEST.json", "answers.h5"}) {
+    r = run(test::mpi_prefix(1) + " search -c " + cfg + " -q " + corpus_path + " -k 3 -o " + st + "/" + name);
+    EXPECT_NE(r.rc, 0);
+    EXPECT_THAT(r.err, HasSubstr("folder '" + st + "' is a storage directory (it holds MANIFEST.json)")) << r.err;
+  }
+  EXPECT_EQ(test::read_text(st + "/MANIFEST.json"), "{}");
+  EXPECT_FALSE(std::filesystem::exists(st + "/answers.h5"));
 }
 
 // eval judges near ties by the truth file's own rows (float64), never by the scores a result

@@ -191,10 +191,15 @@ TEST(AttributeConfig, BadListsAreRefusedByName) {
   Config c;
   EXPECT_THAT(error_of([&] { apply_override(c, "corpus.attributes=a,,b"); }), HasSubstr("'a,,b' has an empty dataset path"));
   EXPECT_THAT(error_of([&] { apply_override(c, "corpus.attributes=a,"); }), HasSubstr("'a,' ends with a comma"));
+  for (const char* unmatched : {"[a,b", "a,b]", "[", "]"})
+    EXPECT_THAT(error_of([&] { apply_override(c, std::string("corpus.attributes=") + unmatched); }),
+                HasSubstr("'" + std::string(unmatched) + "' has an unmatched bracket"));
   std::string many;
   for (int i = 0; i <= kFilterMaxAttributes; ++i) many += (i ? "," : "") + std::string("c") + std::to_string(i);
   EXPECT_THAT(error_of([&] { apply_override(c, "corpus.attributes=" + many); }), HasSubstr("65 attributes, at most 64"));
   EXPECT_TRUE(c.corpus.attributes.empty());  // nothing changed by the refused overrides
+  apply_override(c, "corpus.attributes=[tenant, meta/year]");
+  EXPECT_EQ(c.corpus.attributes, (std::vector<std::string>{"tenant", "meta/year"}));
 }
 
 }  // namespace

@@ -478,6 +478,20 @@ TEST_F(MpiIndexStartupErrors, IdsDatasetWithDuplicates) {
   EXPECT_THAT(startup_error(cfg), AllOf(HasSubstr("not unique"), HasSubstr("id 102 appears more than once")));
 }
 
+// INT64_MAX marks the empty slots of short answers: as a row's id it is refused naming the file,
+// the dataset and the row.
+TEST_F(MpiIndexStartupErrors, IdsDatasetWithTheReservedId) {
+  const std::string path = write_corpus([](H5Writer& w, std::vector<float>&) {
+    std::vector<std::int64_t> ids = test::iota_ids(10, 100);
+    ids[6] = kPadId;
+    w.write_i64("ids", ids.data(), 10, 0);
+  }, 10);
+  Config cfg = base_config(path, kIp, 8, 4);
+  cfg.corpus.ids_dataset = "ids";
+  EXPECT_THAT(startup_error(cfg), AllOf(HasSubstr("'" + path + "': ids dataset 'ids' holds id 9223372036854775807"),
+                                        HasSubstr("at row 6")));
+}
+
 TEST_F(MpiIndexStartupErrors, IdsDatasetMissingOrNotIntegers) {
   const std::string path = write_corpus([](H5Writer& w, std::vector<float>& v) { w.write_f32("fids", v.data(), 10, 0); }, 10);
   Config cfg = base_config(path, kIp, 8, 4);

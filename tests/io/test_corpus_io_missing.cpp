@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -69,6 +70,15 @@ class HiddenMissingData : public ::testing::Test {
     H5Pclose(dcpl);
     return vds;
   }
+  // A [10, 4] float32 'train' in `h5` stored in the external files `a` and `b`, 5 rows (80
+  // bytes) each; neither is written here.
+  static void make_external(const std::string& h5, const std::string& a, const std::string& b) {
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_external(dcpl, a.c_str(), 0, 80);
+    H5Pset_external(dcpl, b.c_str(), 0, 80);
+    write_with_dcpl(h5, "train", H5T_IEEE_F32LE, 10, 4, dcpl, nullptr);
+    H5Pclose(dcpl);
+  }
   test::TempDir dir_;
   std::string src_;
   std::vector<double> vals_;
@@ -108,6 +118,40 @@ TEST_F(HiddenMissingData, VirtualDatasetWithUnmappedRows) {
   EXPECT_NO_THROW(read_rows(vds, "train", RowRange{0, 300}));
 }
 
+// The files a dataset's bytes come from besides its own file (what an output must not replace):
+// a virtual dataset's sources (relative names against the file's folder), external storage
+// files, an external link's target; a dataset that does not exist adds nothing.
+TEST_F(HiddenMissingData, DatasetFilesNameEveryFileTheBytesComeFrom) {
+  auto same = [](const std::vector<std::string>& got, const std::vector<std::string>& want) {
+    if (got.size() != want.size()) return false;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!std::filesystem::equivalent(got[i], want[i])) return false;
+    return true;
+  };
+  const std::string vds = make_vds("src_a.h5", "data", 300);
+  EXPECT_TRUE(same(dataset_files(vds, {"train", "absent"}), {src_}));
+
+  const std::string ext = dir_.file("ext_files.h5");
+  const std::string ext_a = dir_.file("ext_a.bin"), ext_b = dir_.file("ext_b.bin");
+  for (const std::string& e : {ext_a, ext_b}) {
+    std::FILE* fe = std::fopen(e.c_str(), "wb");
+    ASSERT_NE(fe, nullptr);
+    std::fclose(fe);
+  }
+  make_external(ext, ext_a, ext_b);
+  EXPECT_TRUE(same(dataset_files(ext, {"train"}), {ext_a, ext_b}));
+
+  const std::string link = dir_.file("link.h5");
+  {
+    const hid_t f = H5Fcreate(link.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Lcreate_external("src_a.h5", "data", f, "train", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  EXPECT_TRUE(same(dataset_files(link, {"train", ""}), {src_}));
+  EXPECT_TRUE(dataset_files(src_, {"data"}).empty());
+}
+
 TEST_F(HiddenMissingData, ExternalStorageFiles) {
   const std::string h5 = dir_.file("ext.h5");
   // [10, 4] float32 in two external files of 5 rows (80 bytes) each, the first one present.
@@ -120,11 +164,7 @@ TEST_F(HiddenMissingData, ExternalStorageFiles) {
     std::fwrite(raw.data(), 4, 20, fa);
     std::fclose(fa);
   }
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  H5Pset_external(dcpl, ext_a.c_str(), 0, 80);
-  H5Pset_external(dcpl, ext_b.c_str(), 0, 80);
-  write_with_dcpl(h5, "train", H5T_IEEE_F32LE, 10, 4, dcpl, nullptr);
-  H5Pclose(dcpl);
+  make_external(h5, ext_a, ext_b);
   const HostMatrix m = read_rows(h5, "train", RowRange{0, 5});
   EXPECT_EQ(m.data, raw);
   EXPECT_THAT(error_of([&] { read_rows(h5, "train", RowRange{0, 10}); }),

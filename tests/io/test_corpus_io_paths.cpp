@@ -227,10 +227,6 @@ TEST(CorpusIo, BadValueMessageIsTheFirstInRowOrderWhateverTheThreads) {
   }
 }
 
-// A deflate chunk larger than 64 MiB would need that much scratch per reader thread: such
-// chunks are decoded by libhdf5 (the plan says why), with the same values. [37, 5] float32 rows
-// in one chunk of 4,194,304 × 5 values (80 MiB; the rows are unlimited, so the chunk may be
-// longer than the dataset).
 // A dataset stored through a filter this libhdf5 cannot apply (h5py's LZF, tests/data/hdf5) is
 // refused naming the filter, not as a truncated or corrupt file.
 TEST(CorpusIo, AFilterLibhdf5CannotApplyIsNamed) {
@@ -252,6 +248,66 @@ TEST(CorpusIo, AFilterLibhdf5CannotApplyIsNamed) {
       << whole;
 }
 
+// A chunk whose deflate stream was damaged on disk (one byte of the middle of its stored bytes
+// changed) is refused naming the chunk, its rows and zlib's reason, on every path and thread
+// count; the chunks before it still read.
+TEST(CorpusIo, ADamagedDeflateChunkIsRefusedNamingItsRows) {
+  test::TempDir dir;
+  const std::string path = dir.file("damaged.h5");
+  const hsize_t chunk[2] = {8, 4};
+  std::vector<double> vals(32 * 4);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(std::sin(static_cast<double>(i)) * 3.0);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  ASSERT_GE(H5Pset_chunk(dcpl, 2, chunk), 0);
+  ASSERT_GE(H5Pset_shuffle(dcpl), 0);
+  ASSERT_GE(H5Pset_deflate(dcpl, 6), 0);
+  write_with_dcpl(path, "train", H5T_IEEE_F32LE, 32, 4, dcpl, &vals);
+  H5Pclose(dcpl);
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  {  // where the chunk of rows 16 .. 23 is stored
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t ds = H5Dopen2(f, "train", H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    const hsize_t at[2] = {16, 0};
+    unsigned mask = 0;
+    ASSERT_GE(H5Dget_chunk_info_by_coord(ds, at, &mask, &addr, &size), 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+  }
+  ASSERT_GT(size, 8u);
+  {
+    std::FILE* fp = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(fp, nullptr);
+    ASSERT_EQ(std::fseek(fp, static_cast<long>(addr + size / 2), SEEK_SET), 0);
+    const int byte = std::fgetc(fp);
+    ASSERT_NE(byte, EOF);
+    ASSERT_EQ(std::fseek(fp, static_cast<long>(addr + size / 2), SEEK_SET), 0);
+    ASSERT_NE(std::fputc(byte ^ 0x5a, fp), EOF);
+    std::fclose(fp);
+  }
+  ASSERT_EQ(plan_row_reads(path, "train").method, ReadMethod::kDirectChunks);
+  for (const int threads : {1, 3}) {
+    ReadOptions opt;
+    opt.threads = threads;
+    const std::string msg = error_of([&] { (void)read_rows(path, "train", RowRange{0, 32}, opt); });
+    EXPECT_THAT(msg, AllOf(HasSubstr("chunk at row 16, column 0 of 'train' (rows [16, 24))"),
+                           HasSubstr("deflate data is corrupt (zlib: ")))
+        << msg;
+    const HostMatrix head = read_rows(path, "train", RowRange{0, 16}, opt);
+    ASSERT_EQ(head.data.size(), 16u * 4u);
+    for (size_t i = 0; i < head.data.size(); ++i) ASSERT_EQ(head.data[i], static_cast<float>(vals[i])) << i;
+  }
+  ReadOptions via_hdf5;
+  via_hdf5.direct_reads = false;
+  EXPECT_FALSE(error_of([&] { (void)read_rows(path, "train", RowRange{16, 24}, via_hdf5); }).empty());
+}
+
+// A deflate chunk larger than 64 MiB would need that much scratch per reader thread: such
+// chunks are decoded by libhdf5 (the plan says why), with the same values. [37, 5] float32 rows
+// in one chunk of 4,194,304 × 5 values (80 MiB; the rows are unlimited, so the chunk may be
+// longer than the dataset).
 TEST(CorpusIo, FilteredChunksOverSixtyFourMebibytesAreDecodedByLibhdf5) {
   test::TempDir dir;
   const std::string path = dir.file("big_chunk.h5");

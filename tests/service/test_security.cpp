@@ -333,6 +333,36 @@ TEST_F(KeyRingTest, ADirectoryIsNotAnEmptyKeysFile) {
   EXPECT_EQ(ring.check("Bearer r-key", 1, Role::kRead, 0).status, 200);
 }
 
+// A keys file an editor saved with a UTF-8 byte order mark: the mark is not part of the first
+// key's name.
+TEST_F(KeyRingTest, AByteOrderMarkIsNotPartOfTheFirstName) {
+  test::write_text(path, "\xEF\xBB\xBFreader read " + hex_of("r-key") + "\n");
+  KeyRing ring(path);
+  EXPECT_EQ(ring.check("Bearer r-key", 1, Role::kRead, 0).status, 200);
+  EXPECT_EQ(ring.check("Bearer r-key", 1, Role::kRead, 0).key, "reader");
+}
+
+// A FIFO as the keys file: start-up and reload are refused at once, without waiting for a writer
+// (a reload blocked on it would never end, and no later SIGHUP could revoke a key).
+TEST_F(KeyRingTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string fifo = dir.file("keys.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { KeyRing r(fifo); }),
+              HasSubstr("service.auth.keys_file '" + fifo + "' is a FIFO, not a regular file"));
+  KeyRing ring(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  std::string msg;
+  EXPECT_FALSE(ring.reload(&msg));
+  EXPECT_THAT(msg, AllOf(HasSubstr("is a FIFO"), HasSubstr("previous 4 key(s) stay in force")));
+  // the next reload, from a regular file again, takes effect
+  std::remove(path.c_str());
+  test::write_text(path, "r read " + hex_of("r-key") + "\n");
+  EXPECT_TRUE(ring.reload(&msg)) << msg;
+  EXPECT_EQ(ring.check("Bearer r-key", 1, Role::kRead, 0).status, 200);
+  EXPECT_EQ(ring.check("Bearer w-key", 1, Role::kWrite, 0).status, 401);
+}
+
 // ------------------------------------------------------------------------------ audit log
 
 AuditRecord record(int i) {
@@ -530,6 +560,13 @@ TEST_F(TlsFilesTest, BadFilesAreRefusedByName) {
               AllOf(HasSubstr(dir.file("garbage.pem")), HasSubstr("no PEM certificate")));
   test::write_text(dir.file("empty.pem"), "");
   EXPECT_THAT(error_of([&] { load_tls_files(dir.file("empty.pem"), pki.key_pem); }), HasSubstr("is empty"));
+  // A FIFO is refused without waiting for a writer; a directory is named as such (not "empty")
+  ASSERT_EQ(::mkfifo(dir.file("fifo.pem").c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { load_tls_files(dir.file("fifo.pem"), pki.key_pem); }),
+              HasSubstr("service.tls.cert_file '" + dir.file("fifo.pem") + "' is a FIFO, not a regular file"));
+  EXPECT_THAT(error_of([&] { load_tls_files(pki.cert_pem, dir.file("fifo.pem")); }),
+              HasSubstr("service.tls.key_file '" + dir.file("fifo.pem") + "' is a FIFO, not a regular file"));
+  EXPECT_THAT(error_of([&] { load_tls_files(dir.path(), pki.key_pem); }), HasSubstr("is a directory, not a regular file"));
   EXPECT_THAT(error_of([&] { load_tls_files(pki.expired_pem, pki.key_pem); }),
               AllOf(HasSubstr("service.tls.cert_file '" + pki.expired_pem + "'"), HasSubstr("CN=localhost"),
                     HasSubstr("expired on 2020-02-01 00:00:00 UTC")));

@@ -374,6 +374,10 @@ TEST_F(ServeBge, BadRequestsGet4xxNamingTheProblemAndChangeNothing) {
        "unknown field \"topk\""},
       {"unsupported content type", "/v1/search", "hello", "text/plain", "POST", 415, "not supported"},
       {"unknown route", "/v2/search", "{}", "application/json", "POST", 404, "no route POST /v2/search"},
+      // a route is matched as sent: a percent-encoded path is not one (a proxy that matches
+      // paths sees it as another path too)
+      {"percent-encoded slash", "/v1%2Fsearch", "{}", "application/json", "POST", 404, "no route POST /v1%2Fsearch"},
+      {"percent-encoded letter", "/v1/%69nfo", "", "", "GET", 404, "no route GET /v1/%69nfo"},
       {"wrong method on search", "/v1/search", "", "", "GET", 405, "not allowed"},
       {"wrong method on info", "/v1/info", "{}", "application/json", "POST", 405, "not allowed"},
       {"wrong method (DELETE)", "/v1/search", "", "", "DELETE", 405, "not allowed"},

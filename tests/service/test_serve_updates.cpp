@@ -16,7 +16,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -229,6 +236,65 @@ TEST(ServeUpdates, UpsertDeleteSnapshotAnswerAndSearchesSeeThem) {
 // searches for a group's vector (k = 4) run: a search sees all 4 rows at distance 0 or none
 // (never part of a request), all 4 when the upsert was acknowledged before the search began and
 // no delete of the group was sent before it ended, none when a delete was acknowledged first.
+// storage.dir on a device that fills up (a 4 MiB tmpfs; skipped where this process may not mount
+// one): a snapshot then fails with 507 saying the device is full, without the path. Its new log
+// segment could not be created, which puts the log in its failed state (docs/STORAGE.md,
+// "Errors"): with room again, later writes are refused with 500 saying so and that a restart
+// recovers, searches still find every acknowledged row, and after the restart writes and
+// snapshots succeed again.
+TEST(ServeUpdates, AFullStorageDeviceIsNamedWith507) {
+  TempDir dir;
+  const std::string small = dir.file("small");
+  std::filesystem::create_directory(small);
+  if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=4m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{small};
+  const std::string store = small + "/store";
+  const std::string cfg = make_service_files(dir, store, 80);
+  std::vector<float> v = random_floats(2 * kDim, 31);
+  {
+    Server s(cfg, dir.path(), 1);
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    Reply r = post(s.port(), "/v1/upsert", upsert_body({3000, 3001}, v, {1, 2}), "application/json");
+    ASSERT_EQ(r.status, 200) << r.body;
+
+    const std::string filler = small + "/filler";
+    {
+      std::FILE* f = std::fopen(filler.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      const std::vector<char> block(64 << 10, 'x');
+      while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
+      }
+      std::fclose(f);
+    }
+    r = post(s.port(), "/v1/snapshot", "", "application/json");
+    EXPECT_EQ(r.status, 507) << r.body;
+    EXPECT_THAT(r.body, HasSubstr("snapshot failed: no space left on storage.dir's device"));
+    EXPECT_THAT(r.body, ::testing::Not(HasSubstr(small)));
+
+    std::filesystem::remove(filler);
+    const std::vector<float> refused = random_floats(kDim, 32);
+    r = post(s.port(), "/v1/upsert", upsert_body({3002}, refused, {1}), "application/json");
+    EXPECT_EQ(r.status, 500) << r.body;
+    EXPECT_THAT(r.body, HasSubstr("upsert refused: the write-ahead log failed earlier (no space left on storage.dir's "
+                                  "device); writes are refused until the service restarts"));
+    EXPECT_EQ(present(s.port(), {3000, 3001}, v), (std::vector<bool>{true, true}));
+    EXPECT_EQ(present(s.port(), {3002}, refused), (std::vector<bool>{false}));
+  }
+  Server s(cfg, dir.path(), 1);
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  EXPECT_EQ(present(s.port(), {3000, 3001}, v), (std::vector<bool>{true, true}));
+  const std::vector<float> w = random_floats(kDim, 33);
+  Reply r = post(s.port(), "/v1/upsert", upsert_body({3003}, w, {1}), "application/json");
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = post(s.port(), "/v1/snapshot", "", "application/json");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(present(s.port(), {3003}, w), (std::vector<bool>{true}));
+}
+
 TEST(ServeUpdates, SearchesSeeWholeRequestsAndEveryAcknowledgedOne) {
   TempDir dir;
   const std::string cfg = make_service_files(dir, dir.file("store"), 8192);
@@ -496,6 +562,8 @@ TEST(ServeUpdates, AmbiguouslyFramedRequestsAreRefusedAndTheirConnectionClosed) 
       {"Transfer-Encoding: chunked, gzip\r\n", 400, "the final coding must be chunked"},
       {"Transfer-Encoding: gzip\r\n", 400, "the final coding must be chunked"},
       {"Transfer-Encoding: gzip, chunked\r\n", 501, "only chunked is understood"},
+      {"Transfer-Encoding: chunked \r\n", 400, "white space around the coding"},
+      {"Transfer-Encoding: chunked\t\r\n", 400, "white space around the coding"},
   };
   for (const std::string& path : {std::string("/v1/search"), std::string("/v1/info")}) {
     for (const Case& c : cases) {
