@@ -102,7 +102,7 @@ template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     seed_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
                 PoolEntry* __restrict__ pool, std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count,
-                float* __restrict__ thr, std::uint32_t* __restrict__ overflow, RowMasks masks,
+                float* __restrict__ thr, std::uint32_t* __restrict__ overflow, const __grid_constant__ RowMasks masks,
                 const std::int32_t* __restrict__ qmap) {
   const int sub = blockIdx.x;
   const int q = qmap ? qmap[sub] : sub;
@@ -155,7 +155,7 @@ constexpr int kSeedSample = 32768;
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     sample_seed_kernel(Approx<OutT> ap, int rows_c, int n, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
-                       float* __restrict__ thr, RowMasks masks, const std::int32_t* __restrict__ qmap,
+                       float* __restrict__ thr, const __grid_constant__ RowMasks masks, const std::int32_t* __restrict__ qmap,
                        std::uint32_t* __restrict__ seen) {
   extern __shared__ float s_sample[];  // [ns] the sampled rows' approximate scores; −inf: not allowed
   __shared__ std::uint32_t allowed;    // sampled rows the query may return
@@ -206,11 +206,14 @@ constexpr std::size_t kSeedSmem = sizeof(float) * kSeedSample;
 /// kMasked: a (query, row) the masks rule out never enters the pool. Row j of the GEMM output is
 /// query qmap[j] (qmap null: query j). A query whose threshold is still −inf takes every row it
 /// may return.
+/// `masks` is a `__grid_constant__` parameter in the kernels here: the filter evaluator, which is
+/// not inlined, takes its address, and an ordinary parameter would be copied to every thread's
+/// stack first (local-memory traffic in every block of the masked collect, Nsight Compute).
 template <typename OutT, bool kMasked, int L>
 __global__ void __launch_bounds__(kCollectThreads, kMasked ? kMaskedCollectBlocks : 0)
     collect_kernel(Approx<OutT> ap, int rows_c, const QueryInfo* __restrict__ qinfo, const float* __restrict__ thr,
                   std::uint32_t k, PoolEntry* __restrict__ pool, std::int64_t pool_cap,
-                  std::uint32_t* __restrict__ pool_count, std::uint32_t* __restrict__ overflow, RowMasks masks,
+                  std::uint32_t* __restrict__ pool_count, std::uint32_t* __restrict__ overflow, const __grid_constant__ RowMasks masks,
                   const std::int32_t* __restrict__ qmap) {
   using Shape = CollectShape<OutT, L>;
   constexpr int V = Shape::kVec, P = Shape::kPerThread;
