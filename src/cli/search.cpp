@@ -215,8 +215,8 @@ int search_all(ShardedIndex& index, const Config& cfg, const SearchArgs& a, int 
       guard.comm_failed = true;
       throw;  // handled by run_search while the index is alive
     } catch (const Error& e) {
-      throw RemoteError(std::string("queries [") + std::to_string(b0) + ", " + std::to_string(b0 + b) + "): " +
-                            e.what(),
+      throw RemoteError(a.queries + " '" + a.queries_dataset + "', queries [" + std::to_string(b0) + ", " +
+                            std::to_string(b0 + b) + "): " + e.what(),
                         true);
     }
   };

@@ -130,6 +130,22 @@ TEST_F(CliInputs, InnerProductOverflowIsRefusedNamingTheQueryAndTheBound) {
   }
 }
 
+// A query the engine refuses is named by the file, the dataset and its place: query 70 of 100
+// in the config's batches of 4 is query 2 of the batch [68, 72).
+TEST_F(CliInputs, ZeroNormCosineQueryIsNamedWithItsFileAndBatch) {
+  std::vector<float> corpus(40 * 4), queries(100 * 4);
+  for (std::size_t i = 0; i < corpus.size(); ++i) corpus[i] = static_cast<float>((i * 7) % 11) - 5.0f;
+  for (std::size_t i = 0; i < queries.size(); ++i) queries[i] = static_cast<float>((i * 5) % 13) - 6.0f + 0.5f;
+  for (int c = 0; c < 4; ++c) queries[70 * 4 + c] = 0.0f;
+  const std::string cfg = write_config(write_h5("c.h5", "train", corpus, 4), "cosine");
+  const std::string q = write_h5("q.h5", "test", queries, 4);
+  for (int ranks : {1, 2}) {
+    const CmdResult r = search(ranks, cfg, q, 5);
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(q + " 'test', queries [68, 72): query 2 of the batch has zero norm")) << r.err;
+  }
+}
+
 // 4 rows, K = 4: an overflowing score would put the pad id among real ids and misorder rows.
 TEST_F(CliInputs, FourRowOverflowIsRefusedAndSmallQueriesOnTheSameCorpusAreExact) {
   const std::vector<float> corpus = {1e20f, -1e20f, 1, 2, 3e19f, 3e19f, -2e19f, 1e19f};
