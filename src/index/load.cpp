@@ -318,6 +318,8 @@ std::unique_ptr<ShardedIndex> build_index(const Config& cfg, Metric metric, std:
                                           const ShardInput& shard, std::unique_ptr<Communicator> host_comm,
                                           IngestStats stats) {
   SHARDTOPK_EXPECTS(!shard.streamed, "build_index: a streamed shard is load_index's own (ShardInput::streamed)");
+  // The log lines of an index built from memory read like the CLI's: its time format, the rank.
+  if (host_comm) init_logging(host_comm->rank(), host_comm->world_size());
   ShardInput in = shard;
   if (!cfg.storage.dir.empty() && in.capacity == 0) {
     // The directory's recorded capacity (read without opening it; build_index_impl opens it).
