@@ -49,6 +49,22 @@ macro(shardtopk_use_vendored target subdir header soname hint)
   endif()
 endmacro()
 
+# An INTERFACE target for a library that pkg-config finds (`module`, version spec included, as
+# pkg_check_modules takes it; `prefix` its result variables), or else the copy that
+# bench/pack_vendor.sh carries (shardtopk_use_vendored, whose arguments follow).
+macro(shardtopk_pkg_or_vendored target prefix module label subdir header soname hint)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(${prefix} QUIET IMPORTED_TARGET ${module})
+  endif()
+  add_library(${target} INTERFACE)
+  if(${prefix}_FOUND)
+    target_link_libraries(${target} INTERFACE PkgConfig::${prefix})
+    message(STATUS "shardtopk: ${label} ${${prefix}_VERSION} (system library)")
+  else()
+    shardtopk_use_vendored(${target} ${subdir} ${header} ${soname} "${hint}" ${ARGN})
+  endif()
+endmacro()
+
 # CLI11 (header-only)
 find_package(CLI11 CONFIG QUIET)
 add_library(shardtopk_cli INTERFACE)
@@ -136,16 +152,9 @@ endif()
 # without the -dev package): the header and the shared library that bench/pack_vendor.sh copies
 # from a Debian 12 machine into .vendor/include and .vendor/lib (found through the build's RPATH;
 # the library needs libgnutls.so.30, present on Debian 12 and Ubuntu 24.04).
-if(PkgConfig_FOUND)
-  pkg_check_modules(SHARDTOPK_MHD QUIET IMPORTED_TARGET libmicrohttpd>=0.9.75)
-endif()
-add_library(shardtopk_mhd INTERFACE)
-if(SHARDTOPK_MHD_FOUND)
-  target_link_libraries(shardtopk_mhd INTERFACE PkgConfig::SHARDTOPK_MHD)
-  message(STATUS "shardtopk: libmicrohttpd ${SHARDTOPK_MHD_VERSION} (system library)")
-else()
-  shardtopk_use_vendored(shardtopk_mhd microhttpd microhttpd.h libmicrohttpd.so.12
-                         "libmicrohttpd not found: apt-get install libmicrohttpd-dev")
+shardtopk_pkg_or_vendored(shardtopk_mhd SHARDTOPK_MHD libmicrohttpd>=0.9.75 libmicrohttpd microhttpd microhttpd.h
+                          libmicrohttpd.so.12 "libmicrohttpd not found: apt-get install libmicrohttpd-dev")
+if(NOT SHARDTOPK_MHD_FOUND)
   target_link_libraries(shardtopk_mhd INTERFACE Threads::Threads)
 endif()
 
@@ -170,18 +179,9 @@ endif()
 # Debian's libdeflate-dev through pkg-config; without it (a GPU machine without the -dev package):
 # the header and the shared library that bench/pack_vendor.sh copies from a Debian 12 machine into
 # .vendor/include/libdeflate and .vendor/lib (found through the build's RPATH).
-if(PkgConfig_FOUND)
-  pkg_check_modules(SHARDTOPK_DEFLATE QUIET IMPORTED_TARGET libdeflate)
-endif()
-add_library(shardtopk_deflate INTERFACE)
-if(SHARDTOPK_DEFLATE_FOUND)
-  target_link_libraries(shardtopk_deflate INTERFACE PkgConfig::SHARDTOPK_DEFLATE)
-  message(STATUS "shardtopk: libdeflate ${SHARDTOPK_DEFLATE_VERSION} (system library)")
-else()
-  shardtopk_use_vendored(shardtopk_deflate libdeflate libdeflate.h libdeflate.so.0
-                         "libdeflate not found: apt-get install libdeflate-dev (Debian 12, Ubuntu 24.04; the HDF5 "
-                         "reader inflates compressed chunks with it)")
-endif()
+shardtopk_pkg_or_vendored(shardtopk_deflate SHARDTOPK_DEFLATE libdeflate libdeflate libdeflate libdeflate.h
+                          libdeflate.so.0 "libdeflate not found: apt-get install libdeflate-dev (Debian 12, Ubuntu 24.04; "
+                          "the HDF5 reader inflates compressed chunks with it)")
 
 # GnuTLS (the service's TLS checks, SHA-256 of API keys, random keys; libmicrohttpd does the TLS
 # itself through the same library). Debian's libgnutls28-dev through pkg-config; without it: the
