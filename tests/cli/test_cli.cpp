@@ -308,6 +308,33 @@ TEST_F(Cli, BadQueryFileAndArgumentsAreNamed) {
 
 // search.metric: the ann-benchmarks names are deprecated aliases: the same answer as the
 // canonical name, with one warning per job (rank 0) that names the replacement.
+// CLI11 reads integers with strtoll in base 0, which saturates past 64 bits and reads a leading
+// 0 as octal: the 64-bit options take decimal text in range, so "010" queries are 10, not 8.
+TEST_F(Cli, SixtyFourBitOptionsTakeDecimalTextInRange) {
+  const std::string cfg = write_config(write_corpus(corpus_));
+  const std::string q = write_queries(test::small_ints(12 * kDim, 55, -2, 2), kDim);
+  const std::string base = mpi(1) + " search --config " + cfg + " --queries " + q + " --k 3";
+  CmdResult r = run(base + " --max-queries 99999999999999999999");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("--max-queries: '99999999999999999999' is outside -9223372036854775808 .. "
+                               "9223372036854775807"))
+      << r.err;
+  r = run(base + " --max-queries 0x10");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_THAT(r.err, HasSubstr("--max-queries: '0x10' is not a decimal integer")) << r.err;
+  const std::string out = dir_.file("ten.h5");
+  r = run(base + " --max-queries 010 --out " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::int64_t rows = 0, cols = 0;
+  read_int64_matrix(out, "ids", &rows, &cols);
+  EXPECT_EQ(rows, 10);
+  EXPECT_EQ(cols, 3);
+  r = run(base + " --max-queries -1 --out " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  read_int64_matrix(out, "ids", &rows, &cols);
+  EXPECT_EQ(rows, 12);
+}
+
 TEST_F(Cli, DeprecatedMetricAliasGivesTheSameAnswerAndOneWarning) {
   const std::string corpus = write_corpus(corpus_);
   const std::string q = write_queries(queries_, kDim);
