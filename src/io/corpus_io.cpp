@@ -308,6 +308,15 @@ DatasetInfo inspect_dataset(const std::string& path, const std::string& dataset)
   return describe(ds.get(), strip_slash(dataset));
 }
 
+std::string h5::file_name_of(hid_t object) {
+  Handle file(H5Iget_file_id(object), H5Fclose);
+  if (!file.ok()) return "";
+  const ssize_t n = H5Fget_name(file.get(), nullptr, 0);
+  if (n <= 0) return "";
+  std::string b(static_cast<size_t>(n) + 1, '\0');
+  return H5Fget_name(file.get(), b.data(), b.size()) >= 0 ? std::string(b.c_str()) : std::string();
+}
+
 std::vector<std::string> dataset_files(const std::string& path, const std::vector<std::string>& datasets) {
   Handle f = open_file(path);
   const auto slash = path.find_last_of('/');
@@ -325,14 +334,7 @@ std::vector<std::string> dataset_files(const std::string& path, const std::vecto
     Handle ds(H5Dopen2(f.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
     H5Eclear2(H5E_DEFAULT);
     if (!ds.ok()) continue;  // not a dataset, or a link libhdf5 cannot follow: the read says why
-    Handle file(H5Iget_file_id(ds.get()), H5Fclose);  // an external link's target
-    if (file.ok()) {
-      const ssize_t n = H5Fget_name(file.get(), nullptr, 0);
-      if (n > 0) {
-        std::string b(static_cast<size_t>(n) + 1, '\0');
-        if (H5Fget_name(file.get(), b.data(), b.size()) >= 0) add(b.c_str());
-      }
-    }
+    add(file_name_of(ds.get()));  // an external link's target
     Handle dcpl(H5Dget_create_plist(ds.get()), H5Pclose);
     if (!dcpl.ok()) continue;
     if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL) {

@@ -63,5 +63,9 @@ DatasetInfo describe(hid_t ds, const std::string& name);
 std::string strip_slash(const std::string& s);
 std::string list_datasets(hid_t file);
 Handle open_dataset(hid_t file, const std::string& path, const std::string& dataset);
+/// The name of the file an open object's bytes come from as libhdf5 opened it (H5Fget_name of
+/// H5Iget_file_id: the target of an external link, not the file that links to it); "" when
+/// libhdf5 cannot say.
+std::string file_name_of(hid_t object);
 
 }  // namespace shardtopk::h5

@@ -304,11 +304,7 @@ class RowReader {
   std::string open_data_file() {
     Handle f(H5Iget_file_id(ds_.get()), H5Fclose);
     if (!f.ok()) return "libhdf5 cannot name the dataset's file";
-    const ssize_t nl = H5Fget_name(f.get(), nullptr, 0);
-    if (nl > 0) {
-      std::vector<char> b(static_cast<size_t>(nl) + 1, 0);
-      if (H5Fget_name(f.get(), b.data(), b.size()) >= 0) plan_.file = b.data();
-    }
+    plan_.file = h5::file_name_of(ds_.get());
     Handle fapl(H5Fget_access_plist(f.get()), H5Pclose);
     if (!fapl.ok() || H5Pget_driver(fapl.get()) != H5FD_SEC2)
       return "libhdf5 reads '" + plan_.file + "' through a driver other than its POSIX one (sec2)";

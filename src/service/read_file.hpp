@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -26,25 +25,14 @@ struct FileBytes {
 /// Reads `path` whole. @throws Error naming `what` and `path`: it cannot be opened or read, or it
 /// is not a regular file (a directory, a FIFO, a socket, a device), which is not read at all.
 inline FileBytes read_regular_file(const std::string& what, const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  SHARDTOPK_EXPECTS(fd >= 0, what, " '", path, "' cannot be read: ", std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const storage::Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  SHARDTOPK_EXPECTS(fd, what, " '", path, "' cannot be read: ", std::strerror(errno));
   struct stat st {};
-  SHARDTOPK_EXPECTS(::fstat(fd, &st) == 0, what, " '", path, "' cannot be read: ", std::strerror(errno));
+  SHARDTOPK_EXPECTS(::fstat(fd.get(), &st) == 0, what, " '", path, "' cannot be read: ", std::strerror(errno));
   SHARDTOPK_EXPECTS(S_ISREG(st.st_mode), what, " '", path, "' is ", storage::file_kind(st.st_mode), ", not a regular file");
   FileBytes out;
   out.mode = st.st_mode;
-  char buf[1 << 14];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n == 0) break;
-    if (n < 0 && errno == EINTR) continue;
-    SHARDTOPK_EXPECTS(n > 0, what, " '", path, "' cannot be read: ", std::strerror(errno));
-    out.bytes.append(buf, static_cast<std::size_t>(n));
-  }
+  out.bytes = storage::read_to_end(fd.get(), path);
   return out;
 }
 

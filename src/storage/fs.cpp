@@ -152,10 +152,14 @@ std::uint64_t file_size(int fd, const std::string& path) {
 
 std::string read_small_file(const std::string& path) {
   Fd fd = open_file(path, O_RDONLY);
+  return read_to_end(fd.get(), path);
+}
+
+std::string read_to_end(int fd, const std::string& path) {
   std::string out;
   char buf[65536];
   for (;;) {
-    const ssize_t r = ::read(fd.get(), buf, sizeof buf);
+    const ssize_t r = ::read(fd, buf, sizeof buf);
     if (r < 0) {
       if (errno == EINTR) continue;
       throw_errno("reading '" + path + "'", errno);

@@ -65,6 +65,8 @@ void remove_file(const std::string& path);
 std::uint64_t file_size(int fd, const std::string& path);
 /// The whole file's bytes (small files: the manifest).
 std::string read_small_file(const std::string& path);
+/// The rest of open descriptor `fd`'s bytes, read to its end. @throws Error naming `path`.
+std::string read_to_end(int fd, const std::string& path);
 /// CRC-32C (crc32c.hpp) of `length` bytes of `path` from `offset`, read in 4 MiB pieces.
 /// @throws Error naming the file when it is shorter or cannot be read.
 std::uint32_t file_crc32c(const std::string& path, std::uint64_t offset, std::uint64_t length);
