@@ -344,6 +344,7 @@ int run(MpiSession& mpi, int argc, char** argv) {
       r["selectivity_pct"] = c.percent;
       r["per_query_filters"] = c.column >= 0 && c.batch > 1 && c.kind == "own";
       r["filter_scan"] = to_string(cfg.engine.filter_scan);
+      r["column_orders"] = cfg.engine.column_orders;
       r["iters"] = f.iters;
       r["warmup"] = f.warmup;
       r["p50_ms"] = p50;

@@ -42,7 +42,7 @@ if stage build; then
       { log "configure failed"; tail -30 "$OUTDIR/configure.log"; exit 1; }
   fi
   cmake --build "$BUILD" -j "$(nproc)" --target test_filter_blocks test_filtered_scan test_filtered_batches \
-    test_filtered_search test_scan_select test_batched bench_filter >"$OUTDIR/build.log" 2>&1 ||
+    test_filtered_search test_scan_select test_batched test_column_order test_gathered_scores bench_filter >"$OUTDIR/build.log" 2>&1 ||
     { log "build failed"; grep -E "error|FAILED" "$OUTDIR/build.log" | head -40; exit 1; }
   log "built"
 fi
@@ -51,7 +51,7 @@ bin() { find "$BUILD" -type f -name "$1" -perm -u+x | head -1; }
 
 if stage tests; then
   T=${TESTS_TIMEOUT:-120}
-  for t in ${TESTS:-test_filter_blocks test_filtered_scan test_filtered_batches test_scan_select test_batched}; do
+  for t in ${TESTS:-test_column_order test_gathered_scores test_filter_blocks test_filtered_scan test_filtered_batches test_scan_select test_batched}; do
     timeout -k 10 "$T" mpirun --allow-run-as-root -np 1 "$(bin $t)" >"$OUTDIR/$t.log" 2>&1
     rc=$?
     log "$t: rc $rc, $(grep -c '^\[       OK \]' "$OUTDIR/$t.log") ok, $(grep -c '^\[  FAILED  \]' "$OUTDIR/$t.log") failed lines"

@@ -47,6 +47,7 @@ struct EngineConfig {
   ScanSchedule scan_schedule = ScanSchedule::kAuto;
   SearchPath search_path = SearchPath::kAuto;
   FilterScan filter_scan = FilterScan::kAuto;
+  bool column_orders = true;
   CpuIsa cpu_isa = CpuIsa::kAuto;
 };
 

@@ -72,6 +72,10 @@ struct EngineOptions {
   ScanSchedule scan_schedule = ScanSchedule::kAuto;   ///< CUDA batch-1 scan: block schedule
   SearchPath search_path = SearchPath::kAuto;         ///< CUDA: which path serves a batch (tests)
   FilterScan filter_scan = FilterScan::kAuto;         ///< CUDA filtered batch-1 scan: dense or gathered
+  /// CUDA filtered batches whose queries each filter one range of the same column: score that
+  /// column's sorted order of the rows (each chunk only for the queries whose range meets it)
+  /// when that scores at most a quarter of the (row, query) pairs the shard's own order would.
+  bool column_orders = true;
   CpuIsa cpu_isa = CpuIsa::kAuto;                     ///< CPU engine: scoring instructions
 };
 

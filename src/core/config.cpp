@@ -168,6 +168,9 @@ const std::map<std::string, Setter>& setters() {
       {"engine.filter_scan", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.filter_scan = parse_filter_scan(v, w + "key 'engine.filter_scan'");
        }},
+      {"engine.column_orders", [](Config& c, const std::string& v, const std::string& w) {
+         c.engine.column_orders = parse_bool("engine.column_orders", v, w);
+       }},
       {"engine.cpu_isa", [](Config& c, const std::string& v, const std::string& w) {
          c.engine.cpu_isa = parse_cpu_isa(v, w + "key 'engine.cpu_isa'");
        }},
@@ -573,6 +576,7 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "scan_schedule" << YAML::Value << to_string(c.engine.scan_schedule);
   out << YAML::Key << "search_path" << YAML::Value << to_string(c.engine.search_path);
   out << YAML::Key << "filter_scan" << YAML::Value << to_string(c.engine.filter_scan);
+  out << YAML::Key << "column_orders" << YAML::Value << c.engine.column_orders;
   out << YAML::Key << "cpu_isa" << YAML::Value << to_string(c.engine.cpu_isa);
   out << YAML::EndMap;
   out << YAML::Key << "io" << YAML::Value << YAML::BeginMap;

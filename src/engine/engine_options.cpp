@@ -12,6 +12,7 @@ EngineOptions engine_options(const Config& cfg, int device, int threads) {
   o.scan_schedule = cfg.engine.scan_schedule;
   o.search_path = cfg.engine.search_path;
   o.filter_scan = cfg.engine.filter_scan;
+  o.column_orders = cfg.engine.column_orders;
   o.cpu_isa = cfg.engine.cpu_isa;
   return o;
 }

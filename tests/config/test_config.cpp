@@ -420,6 +420,10 @@ TEST(ConfigOverride, SetsValuesWithTheSameChecks) {
   apply_override(c, "engine.filter_scan=gathered");
   EXPECT_EQ(c.engine.filter_scan, FilterScan::kGathered);
   EXPECT_EQ(parse_config(to_yaml(c), "again").engine.filter_scan, FilterScan::kGathered);
+  EXPECT_TRUE(c.engine.column_orders);
+  apply_override(c, "engine.column_orders=false");
+  EXPECT_FALSE(c.engine.column_orders);
+  EXPECT_FALSE(parse_config(to_yaml(c), "again").engine.column_orders);
   EXPECT_EQ(c.search.k_max, 7);
   EXPECT_EQ(c.corpus.dataset, "a/b/c");
   EXPECT_FALSE(c.search.metric.has_value());

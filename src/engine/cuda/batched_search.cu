@@ -6,8 +6,10 @@
 
 #include "core/cuda_check.cuh"
 #include "engine/cuda/kernels/candidate_pools.hpp"
+#include "engine/cuda/kernels/gathered_scores.hpp"
 #include "engine/cuda/kernels/query_prep.hpp"
 #include "engine/cuda/kernels/rescore.hpp"
+#include "shardtopk/error.hpp"
 
 namespace shardtopk::cuda_detail {
 namespace {
@@ -96,6 +98,8 @@ std::vector<RowChunk> BatchedSearch::chunks(int batch, int k) const {
   return out;
 }
 
+bool BatchedSearch::gathers_rows() const { return gathered_scores_supported(dtype_, dpad_); }
+
 std::int64_t BatchedSearch::outputs_per_buffer() const {
   return static_cast<std::int64_t>(std::min(sbuf_bytes_, kChunkBudget) / (dtype_ == Dtype::kFloat16 ? 2 : 4));
 }
@@ -108,6 +112,9 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   CHECK_CUDA(cudaMemsetAsync(ws_.overflow, 0, static_cast<std::size_t>(batch) * 4, stream));
   prepare_batched_queries(queries, batch, dim_, dpad_, dtype_, l2_, max_sq, ws_.qpad, ws_.qhat, ws_.qinfo, stream);
   const bool seeded = schedule != nullptr;
+  const bool gathered = seeded && schedule->order != nullptr;
+  SHARDTOPK_EXPECTS(!gathered || gathers_rows(), "BatchedSearch: gathered chunks of ", to_string(dtype_),
+                    " rows of ", dpad_, " values");
   const CandidatePools pools{ws_.qinfo, ws_.pool, pcap, ws_.counts, ws_.thr, ws_.overflow, ws_.seen};
   if (seeded) init_thresholds(pools, batch, stream);
   // The GEMM's output: __half for float16 shards (half the bytes per chunk), float otherwise.
@@ -140,14 +147,28 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[b].get(), 0));
     const std::int32_t* qmap = subset ? schedule->qmap + schedule->first[ci] : nullptr;
     if (subset) gather_query_rows(ws_.qhat, static_cast<std::size_t>(dpad_) * elem, qmap, n, ws_.qsub, stream);
-    // sbuf[b][j * rc + i] = Σ_d qhat[query j, d] · shard[r0 + i, d]   (column-major [rc, n])
-    CHECK_CUBLAS(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, rc, n, static_cast<int>(dpad_), &one,
-                              static_cast<const char*>(ws_.shard) + r0 * dpad_ * elem, ty, static_cast<int>(dpad_),
-                              subset ? ws_.qsub : ws_.qhat, ty, static_cast<int>(dpad_), &zero, sbuf[b], out_ty, rc, ct,
-                              CUBLAS_GEMM_DEFAULT));
+    if (gathered) {
+      // sbuf[b][j * rc + i] = Σ_d qhat[query j, d] · shard[order[r0 + i], d]
+      GatheredScores g;
+      g.shard = ws_.shard;
+      g.dpad = dpad_;
+      g.rows = schedule->order + r0;
+      g.count = rc;
+      g.queries = subset ? ws_.qsub : ws_.qhat;
+      g.n = n;
+      g.out = sbuf[b];
+      g.ld = rc;
+      gathered_scores(dtype_, g, stream);
+    } else {
+      // sbuf[b][j * rc + i] = Σ_d qhat[query j, d] · shard[r0 + i, d]   (column-major [rc, n])
+      CHECK_CUBLAS(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, rc, n, static_cast<int>(dpad_), &one,
+                                static_cast<const char*>(ws_.shard) + r0 * dpad_ * elem, ty, static_cast<int>(dpad_),
+                                subset ? ws_.qsub : ws_.qhat, ty, static_cast<int>(dpad_), &zero, sbuf[b], out_ty, rc,
+                                ct, CUBLAS_GEMM_DEFAULT));
+    }
     CHECK_CUDA(cudaEventRecord(ev_scored_[b].get(), stream));
     CHECK_CUDA(cudaStreamWaitEvent(side, ev_scored_[b].get(), 0));
-    const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_};
+    const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_, gathered ? schedule->order : nullptr};
     const ChunkQueries cq{qmap, masks, seeded};
     if (seeded) {
       // Queries whose threshold saw too few of the rows they may return for a chunk this long

@@ -26,14 +26,19 @@ struct RowChunk {
 };
 
 /// The chunks of a filtered batched search and the queries each one scores: chunks no query may
-/// return a row of are left out; one that fewer than all queries may GEMMs only those (their rows
-/// gathered), and neighbouring such chunks are merged while their GEMM output fits a buffer.
+/// return a row of are left out; one that fewer than all queries may GEMMs only those (their
+/// queries gathered), and neighbouring such chunks are merged while their GEMM output fits a
+/// buffer. The chunks are runs of shard rows, or intervals of a column's order of them.
 struct ChunkSchedule {
   std::vector<RowChunk> chunks;        ///< in row order
   std::vector<int> queries;            ///< [chunks] the batch: all; else the length of a list
   std::vector<std::int64_t> first;     ///< [chunks] where the chunk's list starts in qmap
   const std::int32_t* qmap = nullptr;  ///< device: the lists, one after the other
   bool full = false;                   ///< every chunk of chunks(batch, k), every query
+  /// Optional (device, [shard rows]): the chunks are intervals of positions of this order of the
+  /// shard's rows (kernels/column_order), chunk position p being shard row order[p]; their rows
+  /// are gathered into the GEMM (kernels/gathered_scores). nullptr: chunks are runs of rows.
+  const std::int32_t* order = nullptr;
 };
 
 class BatchedSearch {
@@ -57,6 +62,10 @@ class BatchedSearch {
   /// seeds the thresholds (8,192 rows at most), each later one has at most 8 × the rows before
   /// it, up to what one GEMM output buffer holds.
   std::vector<RowChunk> chunks(int batch, int k) const;
+
+  /// Whether a schedule's chunks may be intervals of a column's order (ChunkSchedule::order):
+  /// the storage type is one kernels/gathered_scores scores.
+  bool gathers_rows() const;
 
   /// GEMM outputs a merged span of a filtered schedule may hold (a chunk of n queries × rows
   /// needs n · rows): kChunkBudget of one buffer.

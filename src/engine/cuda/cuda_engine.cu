@@ -139,7 +139,8 @@ class CudaEngine final : public Engine {
   EngineInfo info() const override {
     return EngineInfo{"cuda", MemSpace::kDevice, metric_, dtype_, base_rows_, /*capacity=*/rows_, dim_, device_,
                       device_name_,
-                      plan_.total + (table_ ? table_->bytes() : 0) + (filters_ ? filters_->id_index_bytes() : 0)};
+                      plan_.total + (table_ ? table_->bytes() : 0) +
+                          (filters_ ? filters_->id_index_bytes() + filters_->column_order_bytes() : 0)};
   }
   const EngineLimits& limits() const override { return limits_; }
   void* stream() const override { return stream_; }
@@ -462,7 +463,7 @@ class CudaEngine final : public Engine {
     slots_ = Slots(rows_, base_rows_, rows_);
     if (rows_ == 0) return;
     table_.emplace(host_table_, stream_);
-    filters_.emplace(ws_, table_->table(), scan_, opt.filter_scan, limits_, sms_, stream_);
+    filters_.emplace(ws_, table_->table(), scan_, opt.filter_scan, limits_, sms_, opt.column_orders, stream_);
     CHECK_CUDA(cudaMemcpyAsync(ws_.live, slots_.live_mask().data(), sizeof(std::uint32_t) * slots_.live_mask().size(),
                                cudaMemcpyHostToDevice, stream_));
   }

@@ -6,6 +6,7 @@
 
 #include "core/cuda_check.cuh"
 #include "engine/cuda/kernels/filter_blocks.hpp"
+#include "engine/cuda/kernels/gathered_scores.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
 
@@ -48,11 +49,17 @@ QueryFilter query_filter(const FilterProgram* const* programs, std::int32_t p) {
 
 constexpr std::size_t kScheduleRowsBytes = static_cast<std::size_t>(kScheduleChunks + 1) * sizeof(std::int64_t);
 
+/// A batch of range filters over one column reads that column's order when their intervals
+/// together hold at most 1 / kOrderShare of the (row, query) pairs the shard's own schedule
+/// scores: the gathered product scores a pair at a fraction of cuBLAS's rate.
+constexpr std::int64_t kOrderShare = 4;
+
 }  // namespace
 
 FilteredSearch::FilteredSearch(const Workspace& ws, const DeviceFilterTable& table, const ScanSelectPlan& scan,
-                               FilterScan path, const EngineLimits& limits, int sms, cudaStream_t stream)
-    : ws_(ws), table_(table), scan_(scan), batch_max_(limits.batch_max) {
+                               FilterScan path, const EngineLimits& limits, int sms, bool column_orders,
+                               cudaStream_t stream)
+    : ws_(ws), table_(table), scan_(scan), column_orders_(column_orders), batch_max_(limits.batch_max) {
   fscan_ = plan_filtered_scan(scan, path, sms);
   fs_.blocks = ws.blocks;
   fs_.mask_words = ws.mask_words;
@@ -67,6 +74,8 @@ FilteredSearch::FilteredSearch(const Workspace& ws, const DeviceFilterTable& tab
   CHECK_CUDA(cudaEventRecord(programs_copied_.get(), stream));
   schedule_pinned_.allocate(kScheduleRowsBytes + static_cast<std::size_t>(kScheduleActBytes) +
                             sizeof(std::int32_t) * static_cast<std::size_t>(kScheduleQueries));
+  positions_.allocate(2 * sizeof(std::int64_t) * static_cast<std::size_t>(limits.batch_max));
+  positions_pinned_.allocate(2 * sizeof(std::int64_t) * static_cast<std::size_t>(limits.batch_max));
   schedule_.qmap = ws.qmap;
 }
 
@@ -154,28 +163,102 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
   schedule_.queries.assign(base.size(), batch);
   schedule_.first.assign(base.size(), 0);
   schedule_.full = true;
-  if (nc == 0 || nc > kScheduleChunks || static_cast<std::int64_t>(f.count) * nc > kScheduleActBytes) return schedule_;
+  schedule_.order = nullptr;
+  if (nc == 0 || nc > kScheduleChunks) return schedule_;
+  // Both candidate schedules' inputs come back to the host in one wait: each query's interval
+  // of a column's order (a batch of ranges over one column) and each program's chunks.
+  const bool ranged = order_positions(batched, f, batch, s);
+  const bool active = static_cast<std::int64_t>(f.count) * nc <= kScheduleActBytes;
+  if (!ranged && !active) return schedule_;
   auto* rows = schedule_pinned_.as<std::int64_t>();
   auto* act = schedule_pinned_.as<std::uint8_t>() + kScheduleRowsBytes;
   auto* qmap = reinterpret_cast<std::int32_t*>(act + kScheduleActBytes);
-  for (std::int64_t c = 0; c < nc; ++c) rows[c] = base[static_cast<std::size_t>(c)].row0;
-  rows[nc] = base.back().row0 + base.back().rows;
-  CHECK_CUDA(cudaMemcpyAsync(ws_.chunk_rows, rows, sizeof(std::int64_t) * static_cast<std::size_t>(nc + 1),
-                             cudaMemcpyHostToDevice, s));
-  launch_chunk_activity(fs_, f.count, ws_.chunk_rows, static_cast<int>(nc), ws_.chunk_act, s);
-  CHECK_CUDA(cudaMemcpyAsync(act, ws_.chunk_act, static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc),
-                             cudaMemcpyDeviceToHost, s));
+  if (active) {
+    for (std::int64_t c = 0; c < nc; ++c) rows[c] = base[static_cast<std::size_t>(c)].row0;
+    rows[nc] = base.back().row0 + base.back().rows;
+    CHECK_CUDA(cudaMemcpyAsync(ws_.chunk_rows, rows, sizeof(std::int64_t) * static_cast<std::size_t>(nc + 1),
+                               cudaMemcpyHostToDevice, s));
+    launch_chunk_activity(fs_, f.count, ws_.chunk_rows, static_cast<int>(nc), ws_.chunk_act, s);
+    CHECK_CUDA(cudaMemcpyAsync(act, ws_.chunk_act, static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc),
+                               cudaMemcpyDeviceToHost, s));
+  }
   CHECK_CUDA(cudaStreamSynchronize(s));  // also: the previous search's copy of qmap has left the staging
+  if (ranged) {
+    // (row, query) pairs each schedule scores: the order's, the queries' intervals; the shard's,
+    // every chunk a query's program may return a row of (all of them without the activity).
+    const std::int64_t* pos = positions_pinned_.as<std::int64_t>();
+    std::int64_t by_order = 0, by_rows = 0;
+    for (int q = 0; q < batch; ++q) by_order += pos[2 * q + 1] - pos[2 * q];
+    if (active) {
+      std::vector<std::int64_t> program_rows(static_cast<std::size_t>(f.count), 0);
+      for (int p = 0; p < f.count; ++p)
+        for (std::int64_t c = 0; c < nc; ++c)
+          if (act[static_cast<std::int64_t>(p) * nc + c] != 0)
+            program_rows[static_cast<std::size_t>(p)] += base[static_cast<std::size_t>(c)].rows;
+      for (int q = 0; q < batch; ++q) by_rows += program_rows[static_cast<std::size_t>(f.query_program[q])];
+    } else {
+      by_rows = static_cast<std::int64_t>(batch) * table_.rows;
+    }
+    if (by_order * kOrderShare <= by_rows) {
+      // The base chunks laid over positions: the same lengths, so the same thresholds' growth.
+      // Merged chunks keep to the gathered product's groups of queries (a 33rd query would
+      // score the whole span once more).
+      list_queries(batched, base, batch, qmap, kGatheredQueryGroup,
+                   [&](int q, std::int64_t c) {
+                     const RowChunk& ch = base[static_cast<std::size_t>(c)];
+                     return pos[2 * q] < ch.row0 + ch.rows && pos[2 * q + 1] > ch.row0;
+                   },
+                   s);
+      schedule_.order = order_.view().rows;
+      return schedule_;
+    }
+  }
+  if (!active) return schedule_;
   // Every program may return a row of every chunk (filters spread over the shard): the base
   // schedule as it stands, without the walk over chunks × queries below (52k steps at B = 256).
   const std::size_t act_bytes = static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc);
   if (std::memchr(act, 0, act_bytes) == nullptr) return schedule_;
+  list_queries(batched, base, batch, qmap, 0,
+               [&](int q, std::int64_t c) {
+                 const std::int32_t p = f.query_program[q];
+                 return p < 0 || act[static_cast<std::int64_t>(p) * nc + c] != 0;
+               },
+               s);
+  return schedule_;
+}
+
+bool FilteredSearch::order_positions(const BatchedSearch& batched, const FilterBatch& f, int batch, cudaStream_t s) {
+  if (!column_orders_ || !batched.gathers_rows() || table_.rows == 0) return false;
+  // Every query one range (QueryFilter) of the same column and type, as prepare staged them.
+  const auto* qf = reinterpret_cast<const QueryFilter*>(programs_pinned_.as<std::uint8_t>() + kFilterProgramBytes +
+                                                        query_filter_offset(batch_max_));
+  const QueryFilter& q0 = qf[0];
+  if (q0.kind != QueryFilter::kIntRange && q0.kind != QueryFilter::kRealRange) return false;
+  for (int q = 0; q < batch; ++q)
+    if (f.query_program[q] < 0 || qf[q].kind != q0.kind || qf[q].column != q0.column) return false;
+  const bool real = q0.kind == QueryFilter::kRealRange;
+  const ColumnOrderView have = order_.view();
+  if (order_stale_ || have.column != q0.column || have.real != real || have.n != table_.rows) {
+    if (!order_.build(table_, q0.column, real, s)) return false;
+    order_stale_ = false;
+  }
+  range_positions(order_.view(), ws_.query_filter, batch, positions_.as<std::int64_t>(), s);
+  CHECK_CUDA(cudaMemcpyAsync(positions_pinned_.get(), positions_.get(),
+                             2 * sizeof(std::int64_t) * static_cast<std::size_t>(batch), cudaMemcpyDeviceToHost, s));
+  return true;
+}
+
+template <typename May>
+void FilteredSearch::list_queries(const BatchedSearch& batched, const std::vector<RowChunk>& base, int batch,
+                                  std::int32_t* qmap, int group, const May& may, cudaStream_t s) {
+  const auto nc = static_cast<std::int64_t>(base.size());
   // Per chunk, the queries that may return one of its rows; neighbouring chunks that only some
   // queries may answer are merged while the union of their queries times their rows fits one
   // GEMM output buffer (fewer, longer GEMMs: a batch of per-query clustered filters).
   schedule_.chunks.clear();
   schedule_.queries.clear();
   schedule_.first.clear();
+  schedule_.full = true;
   const std::int64_t outputs = batched.outputs_per_buffer();
   std::vector<std::int32_t> mark(static_cast<std::size_t>(batch), -1);  // chunk list a query is in
   std::vector<std::int32_t> list, cur;
@@ -201,10 +284,8 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
   for (std::int64_t c = 0; c < nc; ++c) {
     const RowChunk& ch = base[static_cast<std::size_t>(c)];
     list.clear();
-    for (int q = 0; q < batch; ++q) {
-      const std::int32_t p = f.query_program[q];
-      if (p < 0 || act[static_cast<std::int64_t>(p) * nc + c]) list.push_back(q);
-    }
+    for (int q = 0; q < batch; ++q)
+      if (may(q, c)) list.push_back(q);
     if (list.size() != static_cast<std::size_t>(batch)) schedule_.full = false;
     if (list.empty()) {  // no query may return a row of this chunk: skipped
       flush();
@@ -212,8 +293,10 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
     }
     std::int64_t joined = static_cast<std::int64_t>(cur.size());
     for (std::int32_t q : list) joined += mark[static_cast<std::size_t>(q)] == lists ? 0 : 1;
+    const auto groups = [group](std::int64_t n) { return group > 0 ? (n + group - 1) / group : 0; };
     const bool fits = !cur.empty() && span.row0 + span.rows == ch.row0 && joined < batch &&
-                      joined * (span.rows + static_cast<std::int64_t>(ch.rows)) <= outputs;
+                      joined * (span.rows + static_cast<std::int64_t>(ch.rows)) <= outputs &&
+                      groups(joined) <= groups(static_cast<std::int64_t>(cur.size()));
     if (!fits) {
       flush();
       ++lists;
@@ -231,7 +314,6 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
   if (used > 0)
     CHECK_CUDA(cudaMemcpyAsync(ws_.qmap, qmap, sizeof(std::int32_t) * static_cast<std::size_t>(used),
                                cudaMemcpyHostToDevice, s));
-  return schedule_;
 }
 
 }  // namespace shardtopk::cuda_detail

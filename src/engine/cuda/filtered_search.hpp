@@ -12,6 +12,7 @@
 
 #include "core/cuda_raii.cuh"
 #include "engine/cuda/batched_search.hpp"
+#include "engine/cuda/kernels/column_order.hpp"
 #include "engine/cuda/kernels/filter_table.cuh"
 #include "engine/cuda/kernels/filtered_scan.hpp"
 #include "engine/cuda/kernels/id_rows.hpp"
@@ -26,8 +27,10 @@ class FilteredSearch {
   /// For the shard whose workspace is `ws` (device), attribute table `table` (device) and batch-1
   /// scan plan `scan` (rows ≥ 1), on the current device of `sms` multiprocessors. Allocates the
   /// pinned staging of programs and schedules.
+  /// `column_orders`: a batch whose queries each filter one range of the same column may read
+  /// that column's order of the rows (schedule).
   FilteredSearch(const Workspace& ws, const DeviceFilterTable& table, const ScanSelectPlan& scan, FilterScan path,
-                 const EngineLimits& limits, int sms, cudaStream_t stream);
+                 const EngineLimits& limits, int sms, bool column_orders, cudaStream_t stream);
 
   /// Copies the batch's programs and each query's program index to the device and evaluates the
   /// programs' block verdicts there, and with `row_masks` the masks of every program (the batch-1
@@ -40,8 +43,15 @@ class FilteredSearch {
   /// its queries). On `s`.
   void row_masks_of(int p, cudaStream_t s);
 
-  /// The shard's global ids changed (rows written): the id index is rebuilt before its next use.
-  void rows_written() { ids_stale_ = true; }
+  /// The shard's global ids or attributes changed (rows written): the id index and the column
+  /// order are rebuilt before their next use.
+  void rows_written() {
+    ids_stale_ = true;
+    order_stale_ = true;
+  }
+
+  /// Device bytes of the column order (0 until a batch of range filters first reads one).
+  std::size_t column_order_bytes() const { return order_.bytes(); }
 
   /// Device bytes of the id index (0 until an `ids_in` list first needs it).
   std::size_t id_index_bytes() const { return ids_.bytes(); }
@@ -56,6 +66,10 @@ class FilteredSearch {
 
   /// The chunk schedule of a batched search of the prepared batch through `batched` (its
   /// chunks(batch, k)): the chunks' activity comes back to the host, so this waits for `s`.
+  /// When every query filters one range of the same column, `batched` can gather rows, and the
+  /// queries' ranges hold at most a quarter of the (row, query) pairs the shard's own chunks
+  /// would score, the chunks are intervals of that column's order instead (built first when
+  /// stale), each scored for the queries whose interval meets it.
   const ChunkSchedule& schedule(const BatchedSearch& batched, const FilterBatch& f, int batch, int k, cudaStream_t s);
 
  private:
@@ -63,6 +77,17 @@ class FilteredSearch {
   /// kIdIndexMembers ids (the index built first when stale); false: not such a list, or no
   /// device memory for the index (the rows kernel evaluates it).
   bool resolve_id_list(int p, cudaStream_t s);
+  /// Queues each query's interval of its column's order (built first when stale) into
+  /// positions_pinned_ on `s`, or returns false (nothing queued) when the batch is not one of
+  /// ranges over one column or the order's device memory is not free.
+  bool order_positions(const BatchedSearch& batched, const FilterBatch& f, int batch, cudaStream_t s);
+  /// schedule_'s chunks and query lists from the base chunks and `may(q, c)`: whether query q
+  /// may return a row of base chunk c (see schedule). `qmap`: the pinned staging of the lists.
+  /// `group` > 0: neighbouring chunks merge only while their queries fill no more groups of
+  /// `group` than the first part's did.
+  template <typename May>
+  void list_queries(const BatchedSearch& batched, const std::vector<RowChunk>& base, int batch, std::int32_t* qmap,
+                    int group, const May& may, cudaStream_t s);
 
   Workspace ws_;
   DeviceFilterTable table_;
@@ -75,6 +100,11 @@ class FilteredSearch {
   std::vector<std::int64_t> id_list_members_;  // [count_] an ids_in list's length, 0: another program
   IdRowIndex ids_;
   bool ids_stale_ = true;
+  bool column_orders_ = true;
+  ColumnOrder order_;
+  bool order_stale_ = true;
+  DeviceBuffer positions_;        // [batch_max, 2] int64: each query's interval of the order
+  PinnedBuffer positions_pinned_; // its copy on the host
   int batch_max_ = 0;
   PinnedBuffer programs_pinned_;  // [kFilterProgramBytes] packed programs, [batch_max] program indices, [batch_max] QueryFilter
   Event programs_copied_;

@@ -21,11 +21,13 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/scan_select.cu
   ${_stk_cuda_dir}/kernels/scan_few.cu
   ${_stk_cuda_dir}/kernels/candidate_pools.cu
+  ${_stk_cuda_dir}/kernels/gathered_scores.cu
   ${_stk_cuda_dir}/kernels/rescore.cu
   ${_stk_cuda_dir}/kernels/filter_table.cu
   ${_stk_cuda_dir}/kernels/filter_blocks.cu
   ${_stk_cuda_dir}/kernels/filtered_scan.cu
   ${_stk_cuda_dir}/kernels/id_rows.cu
+  ${_stk_cuda_dir}/kernels/column_order.cu
   ${_stk_cuda_dir}/kernels/window_select.cu
   ${_stk_cuda_dir}/filtered_search.cu)
 set(SHARDTOPK_CUDA_ENGINE_LIBRARIES CUDA::cudart CUDA::cublas)

@@ -5,7 +5,9 @@
 // skipped), and a mix with unfiltered queries and id lists. Small integers: every answer equals
 // the float64 oracle's over exactly the rows that pass (ids and scores, ties included), equals
 // the same query searched alone (batch 1: the filtered scan) bit for bit, and no query falls back
-// to the batch-1 scan (its candidate pool never overflows).
+// to the batch-1 scan (its candidate pool never overflows). Each case runs with
+// engine.column_orders on (batches of ranges over one column walk its sorted order, rows
+// gathered) and off (the shard's own order).
 //
 // Every test skips, saying so, when no GPU is visible.
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine_runner.hpp"
@@ -67,7 +70,9 @@ struct Batch {
   std::vector<std::int32_t> which;
 };
 
-class FilteredBatches : public ::testing::TestWithParam<Metric> {
+/// (metric, engine.column_orders): batches of ranges over one column through its sorted order or
+/// through the shard's own.
+class FilteredBatches : public ::testing::TestWithParam<std::tuple<Metric, bool>> {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no GPU visible: CUDA test skipped";
@@ -76,7 +81,8 @@ class FilteredBatches : public ::testing::TestWithParam<Metric> {
     in.attributes = &f.table;
     EngineOptions opt;
     opt.device = test_device();
-    engine_ = make_cuda_engine(in, GetParam(), Dtype::kFloat16, EngineLimits{kBatch, kK, kBatch, 2}, opt);
+    opt.column_orders = std::get<1>(GetParam());
+    engine_ = make_cuda_engine(in, std::get<0>(GetParam()), Dtype::kFloat16, EngineLimits{kBatch, kK, kBatch, 2}, opt);
     runner_ = std::make_unique<EngineRunner>(*engine_);
   }
 
@@ -117,7 +123,7 @@ class FilteredBatches : public ::testing::TestWithParam<Metric> {
   /// fallback to the batch-1 scan.
   void expect_batch(const Batch& b, const std::string& what) {
     const Fixture& f = fixture();
-    const Metric m = GetParam();
+    const Metric m = std::get<0>(GetParam());
     engine_->reset_transfer_counters();
     const std::vector<Candidate> all = search(0, kBatch, b);
     EXPECT_EQ(engine_->transfer_counters().batched_fallbacks, 0u) << what << ": a pool overflowed";
@@ -172,6 +178,32 @@ TEST_P(FilteredBatches, PerQueryClusteredFilters) {
     b.which.push_back(q);
   }
   expect_batch(b, "per-query clustered 10 %");
+}
+
+// Every query its own range of a scattered float64 attribute (5 – 20 % of the rows; bounds on
+// and between the values, −0 as a bound, one range between two values: no row), and the whole batch sharing one
+// scattered range: through the column's order, float64 keys.
+TEST_P(FilteredBatches, PerQueryFloatRanges) {
+  const Fixture& f = fixture();
+  Batch b;
+  for (int q = 0; q < kBatch; ++q) {
+    double lo = q == 5 ? -0.0 : static_cast<double>((q * 53) % 900) / 8.0 - 60.0 + (q % 3 == 0 ? 0.0625 : 0.0);
+    double hi = lo + 6.25 + static_cast<double>(q % 4) * 6.25;
+    if (q == 9) lo = 0.03, hi = 0.1;  // between two values: no row
+    b.programs.push_back(compile_filter(json{{"range", {{"weight", {lo, hi}}}}}, f.table.schema()));
+    b.passes.push_back([&f, lo, hi](std::int64_t r) { return f.weight[r] >= lo && f.weight[r] <= hi; });
+    b.which.push_back(q);
+  }
+  expect_batch(b, "per-query float64 ranges");
+}
+
+TEST_P(FilteredBatches, OneSharedScatteredFilter) {
+  const Fixture& f = fixture();
+  Batch b;
+  b.programs.push_back(parse_filter(R"({"range": {"tag": [40, 49]}})", f.table.schema()));
+  b.passes.push_back([&f](std::int64_t r) { return f.tag[r] >= 40 && f.tag[r] <= 49; });
+  b.which.assign(kBatch, 0);
+  expect_batch(b, "shared scattered 10 %");
 }
 
 // Every query its own 10 % of a hashed attribute (every chunk holds rows of every query).
@@ -294,8 +326,12 @@ TEST_P(FilteredBatches, MixedWithUnfilteredQueries) {
   expect_batch(b, "mixed");
 }
 
-INSTANTIATE_TEST_SUITE_P(Metrics, FilteredBatches, ::testing::Values(Metric::kInnerProduct, Metric::kL2),
-                         [](const ::testing::TestParamInfo<Metric>& i) { return std::string(mname(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Metrics, FilteredBatches,
+                         ::testing::Combine(::testing::Values(Metric::kInnerProduct, Metric::kL2), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<Metric, bool>>& i) {
+                           return std::string(mname(std::get<0>(i.param))) +
+                                  (std::get<1>(i.param) ? "_column_order" : "_shard_order");
+                         });
 
 }  // namespace
 }  // namespace shardtopk::test

@@ -70,13 +70,16 @@ struct Approx {
   const OutT* S;             // [batch, ld] dot(q̂ · scale, row)
   std::int64_t ld;
   const float* row_sq;       // [rows] ‖x‖² (l2) or nullptr
-  std::int64_t row0;         // shard row of chunk index 0
+  std::int64_t row0;         // shard row (or position in `order`) of chunk index 0
+  const std::int32_t* order; // gathered chunks: the shard row of each position; nullptr: row0 + i
   bool l2;
+  /// The shard row of chunk index i.
+  __device__ __forceinline__ std::int64_t row(std::int64_t i) const { return order ? order[row0 + i] : row0 + i; }
   /// The approximate score from the raw GEMM value g = S[q, i].
   __device__ __forceinline__ float finish(float g, std::int64_t i, const QueryInfo& qi) const {
     const float dot = __fmul_rn(g, qi.inv_scale);
     if (!l2) return dot;
-    return __fsub_rn(__fsub_rn(__fmul_rn(2.0f, dot), row_sq[row0 + i]), qi.qsq);
+    return __fsub_rn(__fsub_rn(__fmul_rn(2.0f, dot), row_sq[row(i)]), qi.qsq);
   }
   __device__ __forceinline__ float operator()(int q, std::int64_t i, const QueryInfo& qi) const {
     return finish(out_to_float(S[q * ld + i]), i, qi);
@@ -110,7 +113,7 @@ __global__ void __launch_bounds__(kSelThreads)
   const QueryFilter qf = kMasked ? masks.filter_of(q) : QueryFilter{};
   const auto got = [&](int i) {
     if constexpr (kMasked) {
-      if (!masks.allows_with(qf, q, ap.row0 + i)) return -CUDART_INF_F;
+      if (!masks.allows_with(qf, q, ap.row(i))) return -CUDART_INF_F;
     }
     return ap(sub, i, qi);
   };
@@ -126,7 +129,7 @@ __global__ void __launch_bounds__(kSelThreads)
       s = got(i);
       take = s >= t && (!kMasked || s != -CUDART_INF_F);
     }
-    ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)}, list, &pool_count[q],
+    ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row(i))}, list, &pool_count[q],
                       static_cast<std::uint32_t>(pool_cap));
   }
   if (!ok) atomicOr(&overflow[q], 1u);
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kSelThreads)
         const int i = j * stride;
         float s = -CUDART_INF_F;
         ok = true;
-        if constexpr (kMasked) ok = masks.allows_with(qf, q, ap.row0 + i);
+        if constexpr (kMasked) ok = masks.allows_with(qf, q, ap.row(i));
         if (ok) s = ap(sub, i, qi);
         s_sample[j] = s;
       }
@@ -258,7 +261,7 @@ __global__ void __launch_bounds__(kCollectThreads, kMasked ? kMaskedCollectBlock
     // registers took the kernel from 48 to 80 registers and halved its occupancy.
     for (unsigned left = takes; left != 0u; left &= left - 1u) {
       const int m = __ffs(static_cast<int>(left)) - 1;
-      if (!masks.allows_with(qf, q, ap.row0 + index(m))) takes &= ~(1u << m);
+      if (!masks.allows_with(qf, q, ap.row(index(m)))) takes &= ~(1u << m);
     }
     // The flood guard (no thread has left: it has barriers). A block holding more than
     // flood_budget(k) allowed rows that reach the threshold appends only those within 2Δ of the
@@ -314,7 +317,7 @@ __global__ void __launch_bounds__(kCollectThreads, kMasked ? kMaskedCollectBlock
     if (takes & (1u << m)) {
       const int i = index(m);
       const float s = kMasked ? ap.finish(out_to_float(src[i]), i, qi) : score_at(m);
-      if (at < static_cast<std::uint32_t>(pool_cap)) list[at] = PoolEntry{s, static_cast<std::int32_t>(ap.row0 + i)};
+      if (at < static_cast<std::uint32_t>(pool_cap)) list[at] = PoolEntry{s, static_cast<std::int32_t>(ap.row(i))};
       else ok = false;
       ++at;
     }
@@ -364,7 +367,7 @@ __global__ void __launch_bounds__(kSelThreads)
 
 template <typename OutT>
 Approx<OutT> approx_of(const ChunkScores& c) {
-  return Approx<OutT>{static_cast<const OutT*>(c.S), c.ld, c.row_sq, c.row0, c.l2};
+  return Approx<OutT>{static_cast<const OutT*>(c.S), c.ld, c.row_sq, c.row0, c.order, c.l2};
 }
 
 template <typename OutT>

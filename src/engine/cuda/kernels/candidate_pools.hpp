@@ -14,16 +14,20 @@
 
 namespace shardtopk::cuda_detail {
 
-/// The GEMM output of one chunk of rows: S[q · ld + i] = (q̂ · scale) · row(row0 + i), the
-/// approximate dot product of query q and chunk row i, for i < rows (device).
+/// The GEMM output of one chunk of rows: S[q · ld + i] = (q̂ · scale) · row(row0 + i) (gathered:
+/// row(order[row0 + i])), the approximate dot product of query q and chunk row i, for i < rows
+/// (device).
 struct ChunkScores {
   const void* S = nullptr;        ///< [batch, ld]: float, or __half when `half` (float16 shards)
   bool half = false;
   std::int64_t ld = 0;            ///< ≥ rows
   int rows = 0;                   ///< rows of the chunk, ≥ 1
-  std::int64_t row0 = 0;          ///< shard row of chunk row 0
+  std::int64_t row0 = 0;          ///< shard row of chunk row 0 (with `order`: its position there)
   const float* row_sq = nullptr;  ///< [shard rows] ‖x‖² (l2), nullptr otherwise
   bool l2 = false;                ///< approximate score −‖q − x‖² = 2 q·x − ‖x‖² − ‖q‖²
+  /// Optional (device): a gathered chunk's rows, chunk row i being shard row order[row0 + i]
+  /// (kernels/column_order); nullptr: shard row row0 + i.
+  const std::int32_t* order = nullptr;
 };
 
 /// The per-query candidate pools of a batched search (device).
