@@ -1,6 +1,7 @@
 #pragma once
 // The CUDA engine's batched search (B ≥ 2; arithmetic bound): per chunk of rows, approximate
-// scores from a tensor-core GEMM (query rounded to the storage type, float32 accumulation) land
+// scores from a tensor-core GEMM (cuBLAS; a chunk of gathered rows: kernels/gathered_scores;
+// query rounded to the storage type, float32 accumulation) land
 // in a [B, R] workspace; every row whose approximate score is within 2Δ of the running k-th
 // approximate score enters the query's pool (candidate_pools); the pools are re-scored with the
 // exact arithmetic and sorted (rescore). Two streams: the GEMM of chunk c + 1 (tensor cores, on
@@ -30,7 +31,7 @@ struct RowChunk {
 /// queries gathered), and neighbouring such chunks are merged while their GEMM output fits a
 /// buffer. The chunks are runs of shard rows, or intervals of a column's order of them.
 struct ChunkSchedule {
-  std::vector<RowChunk> chunks;        ///< in row order
+  std::vector<RowChunk> chunks;        ///< in row (or order) order
   std::vector<int> queries;            ///< [chunks] the batch: all; else the length of a list
   std::vector<std::int64_t> first;     ///< [chunks] where the chunk's list starts in qmap
   const std::int32_t* qmap = nullptr;  ///< device: the lists, one after the other

@@ -183,20 +183,23 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
                                cudaMemcpyDeviceToHost, s));
   }
   CHECK_CUDA(cudaStreamSynchronize(s));  // also: the previous search's copy of qmap has left the staging
+  // Every program may return a row of every chunk (filters spread over the shard).
+  const bool all_active =
+      active && std::memchr(act, 0, static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc)) == nullptr;
   if (ranged) {
     // (row, query) pairs each schedule scores: the order's, the queries' intervals; the shard's,
     // every chunk a query's program may return a row of (all of them without the activity).
     const std::int64_t* pos = positions_pinned_.as<std::int64_t>();
     std::int64_t by_order = 0, by_rows = 0;
     for (int q = 0; q < batch; ++q) by_order += pos[2 * q + 1] - pos[2 * q];
-    if (active) {
+    if (active && !all_active) {
       std::vector<std::int64_t> program_rows(static_cast<std::size_t>(f.count), 0);
       for (int p = 0; p < f.count; ++p)
         for (std::int64_t c = 0; c < nc; ++c)
           if (act[static_cast<std::int64_t>(p) * nc + c] != 0)
             program_rows[static_cast<std::size_t>(p)] += base[static_cast<std::size_t>(c)].rows;
       for (int q = 0; q < batch; ++q) by_rows += program_rows[static_cast<std::size_t>(f.query_program[q])];
-    } else {
+    } else {  // every chunk for every query (filters spread over the shard, or no activity)
       by_rows = static_cast<std::int64_t>(batch) * table_.rows;
     }
     if (by_order * kOrderShare <= by_rows) {
@@ -213,11 +216,9 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
       return schedule_;
     }
   }
-  if (!active) return schedule_;
-  // Every program may return a row of every chunk (filters spread over the shard): the base
-  // schedule as it stands, without the walk over chunks × queries below (52k steps at B = 256).
-  const std::size_t act_bytes = static_cast<std::size_t>(f.count) * static_cast<std::size_t>(nc);
-  if (std::memchr(act, 0, act_bytes) == nullptr) return schedule_;
+  // No activity, or every chunk for every query: the base schedule as it stands, without the
+  // walk over chunks × queries below (52k steps at B = 256).
+  if (!active || all_active) return schedule_;
   list_queries(batched, base, batch, qmap, 0,
                [&](int q, std::int64_t c) {
                  const std::int32_t p = f.query_program[q];

@@ -14,6 +14,7 @@
 #include <climits>
 
 #include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/launch.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/filter.hpp"
 
@@ -22,7 +23,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-int grid_for(std::int64_t n) { return static_cast<int>(std::clamp<std::int64_t>((n + kThreads - 1) / kThreads, 1, 4096)); }
 
 /// keys[r] ← the order key of row r's value, rows[r] ← r.
 __global__ void keys_kernel(const std::uint64_t* __restrict__ values, const std::int64_t* __restrict__ ids, bool real,
@@ -117,7 +117,7 @@ bool ColumnOrder::build(const DeviceFilterTable& table, int column, bool real, c
   void* tmp = base + 2 * keys_bytes + 2 * rows_bytes;
   const std::uint64_t* values =
       column == kFilterIdColumn ? nullptr : table.values + static_cast<std::int64_t>(column) * table.rows;
-  keys_kernel<<<grid_for(n), kThreads, 0, stream>>>(values, table.global_ids, real, keys_in, rows_in, n);
+  keys_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(values, table.global_ids, real, keys_in, rows_in, n);
   CHECK_CUDA_LAUNCH();
   CHECK_CUDA(cub::DeviceRadixSort::SortPairs(tmp, scratch, keys_in, keys, rows_in, rows, static_cast<int>(n), 0, 64,
                                              stream));

@@ -28,10 +28,10 @@
 
 #include <climits>
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
 
 #include "core/cuda_check.cuh"
+#include "engine/cuda/kernels/launch.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk::cuda_detail {
@@ -43,7 +43,6 @@ constexpr int kWarpRows = 32;                       // two m16 tiles per warp
 constexpr int kBlockRows = kWarps * kWarpRows;      // 128 gathered rows per block
 constexpr int kGroup = kGatheredQueryGroup;         // queries per block: four n8 tiles
 constexpr std::size_t kStageBytes = kGroup * 4 * 16;  // the group's queries per 32 k-values: 2 KiB
-constexpr std::size_t kMaxSmem = kGatheredMaxDpad / 32 * kStageBytes;  // 96 KiB
 static_assert(kGroup == 32, "a warp scores four n8 tiles of queries");
 
 /// D += A · B for one m16n8k16 tile: float32 accumulators, 16-bit operands of type T.
@@ -180,22 +179,10 @@ __global__ void __launch_bounds__(kThreads)
 /// Dynamic shared memory of a launch over rows of nvec 16-byte vectors.
 std::size_t smem_bytes(int nvec) { return static_cast<std::size_t>((nvec + 3) / 4) * kStageBytes; }
 
-/// Opts both instantiations into kMaxSmem bytes of dynamic shared memory, once per device.
-template <typename T, typename OutT>
-void opt_in() {
-  static std::once_flag once[64];
-  int dev = 0;
-  CHECK_CUDA(cudaGetDevice(&dev));
-  std::call_once(once[dev & 63], [] {
-    CHECK_CUDA(cudaFuncSetAttribute(gathered_scores_kernel<T, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(kMaxSmem)));
-  });
-}
-
 template <typename T, typename OutT>
 void launch(const GatheredScores& a, cudaStream_t stream) {
-  opt_in<T, OutT>();
   const int nvec = static_cast<int>(a.dpad / 8);
+  allow_dynamic_smem(reinterpret_cast<const void*>(gathered_scores_kernel<T, OutT>), smem_bytes(nvec));
   const int groups = (a.n + kGroup - 1) / kGroup;
   const std::int64_t blocks = static_cast<std::int64_t>((a.count + kBlockRows - 1) / kBlockRows) * groups;
   SHARDTOPK_EXPECTS(blocks <= INT_MAX, "gathered_scores: ", a.count, " rows × ", a.n, " queries take ", blocks,
