@@ -168,7 +168,8 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     }
     CHECK_CUDA(cudaEventRecord(ev_scored_[b].get(), stream));
     CHECK_CUDA(cudaStreamWaitEvent(side, ev_scored_[b].get(), 0));
-    const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_, gathered ? schedule->order : nullptr};
+    const ChunkScores chunk{sbuf[b], half_out, rc, rc, r0, ws_.row_sq, l2_, gathered ? schedule->order : nullptr,
+                            gathered ? schedule->spans : nullptr};
     const ChunkQueries cq{qmap, masks, seeded};
     if (seeded) {
       // Queries whose threshold saw too few of the rows they may return for a chunk this long

@@ -40,6 +40,9 @@ struct ChunkSchedule {
   /// shard's rows (kernels/column_order), chunk position p being shard row order[p]; their rows
   /// are gathered into the GEMM (kernels/gathered_scores). nullptr: chunks are runs of rows.
   const std::int32_t* order = nullptr;
+  /// With `order` (device, [batch, 2]): each query's interval [lo, hi) of its positions, the
+  /// rows its range passes (ChunkScores::spans).
+  const std::int64_t* spans = nullptr;
 };
 
 class BatchedSearch {

@@ -164,6 +164,7 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
   schedule_.first.assign(base.size(), 0);
   schedule_.full = true;
   schedule_.order = nullptr;
+  schedule_.spans = nullptr;
   if (nc == 0 || nc > kScheduleChunks) return schedule_;
   // Both candidate schedules' inputs come back to the host in one wait: each query's interval
   // of a column's order (a batch of ranges over one column) and each program's chunks.
@@ -213,6 +214,7 @@ const ChunkSchedule& FilteredSearch::schedule(const BatchedSearch& batched, cons
                    },
                    s);
       schedule_.order = order_.view().rows;
+      schedule_.spans = positions_.as<std::int64_t>();
       return schedule_;
     }
   }

@@ -73,13 +73,19 @@ struct Approx {
   std::int64_t row0;         // shard row (or position in `order`) of chunk index 0
   const std::int32_t* order; // gathered chunks: the shard row of each position; nullptr: row0 + i
   bool l2;
+  const std::int64_t* spans; // with order: [batch, 2] each query's positions (ChunkScores::spans), or nullptr
   /// The shard row of chunk index i.
   __device__ __forceinline__ std::int64_t row(std::int64_t i) const { return order ? order[row0 + i] : row0 + i; }
   /// The approximate score from the raw GEMM value g = S[q, i].
   __device__ __forceinline__ float finish(float g, std::int64_t i, const QueryInfo& qi) const {
+    if (!l2) return __fmul_rn(g, qi.inv_scale);
+    return finish_row(g, row(i), qi);  // the row read only here (a gathered chunk's is a load)
+  }
+  /// finish for a chunk index whose shard row r = row(i) the caller has already read.
+  __device__ __forceinline__ float finish_row(float g, std::int64_t r, const QueryInfo& qi) const {
     const float dot = __fmul_rn(g, qi.inv_scale);
     if (!l2) return dot;
-    return __fsub_rn(__fsub_rn(__fmul_rn(2.0f, dot), row_sq[row(i)]), qi.qsq);
+    return __fsub_rn(__fsub_rn(__fmul_rn(2.0f, dot), row_sq[r]), qi.qsq);
   }
   __device__ __forceinline__ float operator()(int q, std::int64_t i, const QueryInfo& qi) const {
     return finish(out_to_float(S[q * ld + i]), i, qi);
@@ -137,10 +143,16 @@ __global__ void __launch_bounds__(kSelThreads)
 }
 
 /// Rows a young query's threshold is taken from, at most, per chunk (seeded per query): every
-/// stride-th row of the chunk, stride = ceil(rows_c / kSeedSample). The k-th of a subset of the
+/// stride-th row of the chunk (with spans: of the query's interval in it), stride =
+/// ceil(rows / kSeedSample). The k-th of a subset of the
 /// rows a query may return is at most their k-th, so the threshold stays sound (the argument of
 /// seed_kernel); it lets about k · stride of the chunk's allowed rows through, within the pool.
 constexpr int kSeedSample = 32768;
+
+/// Samples a thread of sample_seed_kernel reads at once: each load it issues (the row's place in
+/// a column order, the GEMM value, the row's attribute value and live word) for all of them
+/// before it uses any, so that a block keeps kSeedLoads × kSelThreads of them in flight.
+constexpr int kSeedLoads = 4;
 
 /// Per-query seeding (ChunkQueries::seeded_per_query): for each young query of the chunk's GEMM
 /// (young()), the threshold becomes the larger of its own and the k-th approximate score of a
@@ -154,7 +166,11 @@ constexpr int kSeedSample = 32768;
 /// are read (and each sampled row's filter evaluated) once, into dynamic shared memory
 /// (kSeedSample floats), for the select's four passes: evaluating the filter in every pass made
 /// a young query's seeding take up to 363 µs of a batch of per-query scattered filters (Nsight
-/// Compute).
+/// Compute). The reads go kSeedLoads samples per thread at a time. A chunk of a column order
+/// with its spans is sampled within the query's own interval, whose rows all pass its range:
+/// the row's value is not read. One sample at a time, with the value read through the chain
+/// position → row → attribute value, a young query's seeding took 84 µs of a 113 µs gathered
+/// product (Nsight Compute, one H100, 10M rows, 32,768 samples).
 template <typename OutT, bool kMasked>
 __global__ void __launch_bounds__(kSelThreads)
     sample_seed_kernel(Approx<OutT> ap, int rows_c, int n, const QueryInfo* __restrict__ qinfo, std::uint32_t k,
@@ -162,29 +178,70 @@ __global__ void __launch_bounds__(kSelThreads)
                        std::uint32_t* __restrict__ seen) {
   extern __shared__ float s_sample[];  // [ns] the sampled rows' approximate scores; −inf: not allowed
   __shared__ std::uint32_t allowed;    // sampled rows the query may return
-  const int stride = (rows_c + kSeedSample - 1) / kSeedSample;
-  const int ns = (rows_c + stride - 1) / stride;
-  const int end = (ns + 31) / 32 * 32;
   for (int sub = blockIdx.x; sub < n; sub += gridDim.x) {
     const int q = qmap ? qmap[sub] : sub;
     if (!young(seen, q, rows_c)) continue;  // one address: the whole block continues
     const QueryInfo qi = qinfo[q];
     const QueryFilter qf = kMasked ? masks.filter_of(q) : QueryFilter{};
+    const bool ranged = qf.kind == QueryFilter::kIntRange || qf.kind == QueryFilter::kRealRange;
+    // The sampled part of the chunk, [a, a + len): with spans, the query's own interval in it
+    // (each of its rows passes the range: only the live bit is read).
+    std::int64_t a = 0, len = rows_c;
+    if (kMasked && ap.spans) {
+      const std::int64_t lo = ap.spans[2 * q] - ap.row0, hi = ap.spans[2 * q + 1] - ap.row0;
+      a = lo < 0 ? 0 : lo < rows_c ? lo : rows_c;
+      len = (hi < 0 ? 0 : hi < rows_c ? hi : rows_c) - a;
+      if (len < 0) len = 0;
+    }
+    const std::int64_t stride = len > kSeedSample ? (len + kSeedSample - 1) / kSeedSample : 1;
+    const int ns = static_cast<int>((len + stride - 1) / stride);
+    const OutT* S = ap.S + static_cast<std::int64_t>(sub) * ap.ld;
     if (threadIdx.x == 0) allowed = 0;
     __syncthreads();
-    for (int j = threadIdx.x; j < end; j += blockDim.x) {  // whole warps: j < end for all lanes or none
-      bool ok = false;
-      if (j < ns) {
-        const int i = j * stride;
-        float s = -CUDART_INF_F;
-        ok = true;
-        if constexpr (kMasked) ok = masks.allows_with(qf, q, ap.row(i));
-        if (ok) s = ap(sub, i, qi);
-        s_sample[j] = s;
+    std::uint32_t mine = 0;  // this thread's allowed samples
+    for (int base = threadIdx.x; base < ns; base += kSelThreads * kSeedLoads) {
+      std::int64_t row[kSeedLoads];
+      float g[kSeedLoads];
+      bool ok[kSeedLoads];
+#pragma unroll
+      for (int u = 0; u < kSeedLoads; ++u) {  // indices past the sample repeat its last row
+        const std::int64_t i = a + static_cast<std::int64_t>(min(base + u * kSelThreads, ns - 1)) * stride;
+        row[u] = ap.row(i);
+        g[u] = out_to_float(S[i]);
       }
-      const unsigned m = __ballot_sync(kFullMask, ok);
-      if ((threadIdx.x & 31) == 0 && m != 0u) atomicAdd(&allowed, static_cast<std::uint32_t>(__popc(m)));
+      if constexpr (kMasked) {
+        if (ap.spans) {
+#pragma unroll
+          for (int u = 0; u < kSeedLoads; ++u) ok[u] = masks.alive(row[u]);
+        } else if (ranged) {
+          std::uint64_t bits[kSeedLoads];
+#pragma unroll
+          for (int u = 0; u < kSeedLoads; ++u) {
+            bits[u] = masks.range_value(qf, row[u]);
+            ok[u] = masks.alive(row[u]);
+          }
+#pragma unroll
+          for (int u = 0; u < kSeedLoads; ++u) ok[u] = ok[u] && RowMasks::passes_range(qf, bits[u]);
+        } else {
+#pragma unroll
+          for (int u = 0; u < kSeedLoads; ++u) ok[u] = masks.allows_with(qf, q, row[u]);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kSeedLoads; ++u) ok[u] = true;
+      }
+#pragma unroll
+      for (int u = 0; u < kSeedLoads; ++u) {
+        const float s = ap.finish_row(g[u], row[u], qi);
+        const int j = base + u * kSelThreads;
+        if (j < ns) {
+          s_sample[j] = ok[u] ? s : -CUDART_INF_F;
+          mine += ok[u] ? 1u : 0u;
+        }
+      }
     }
+    mine = __reduce_add_sync(kFullMask, mine);
+    if ((threadIdx.x & 31) == 0 && mine != 0u) atomicAdd(&allowed, mine);
     __syncthreads();
     const std::uint32_t kth = block_kth_key([&](int j) { return s_sample[j]; }, ns, k);
     const float t = fmaxf(pool_threshold(kth, ns, k, qi.delta), thr[q]);
@@ -367,7 +424,7 @@ __global__ void __launch_bounds__(kSelThreads)
 
 template <typename OutT>
 Approx<OutT> approx_of(const ChunkScores& c) {
-  return Approx<OutT>{static_cast<const OutT*>(c.S), c.ld, c.row_sq, c.row0, c.order, c.l2};
+  return Approx<OutT>{static_cast<const OutT*>(c.S), c.ld, c.row_sq, c.row0, c.order, c.l2, c.spans};
 }
 
 template <typename OutT>

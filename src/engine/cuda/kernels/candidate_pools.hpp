@@ -28,6 +28,10 @@ struct ChunkScores {
   /// Optional (device): a gathered chunk's rows, chunk row i being shard row order[row0 + i]
   /// (kernels/column_order); nullptr: shard row row0 + i.
   const std::int32_t* order = nullptr;
+  /// Optional (device, with `order`): [batch, 2] each query's interval [lo, hi) of positions of
+  /// the order, exactly the positions of the rows its range passes (range_positions): a row is
+  /// then decided by its position and live bit, not its value. nullptr: by the masks.
+  const std::int64_t* spans = nullptr;
 };
 
 /// The per-query candidate pools of a batched search (device).

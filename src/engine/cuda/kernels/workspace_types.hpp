@@ -181,18 +181,32 @@ struct RowMasks {
   /// program's chain. The block flags are not read: they only ever agree with the row's value.
   __device__ __forceinline__ bool allows_with(const QueryFilter& f, int q, std::int64_t r) const {
     if (f.kind == QueryFilter::kProgram) return allows_evaluating(q, r);
-    const bool alive = live == nullptr || ((live[r >> 5] >> (r & 31)) & 1u) != 0u;
-    if (f.kind == QueryFilter::kNone) return alive;
-    const std::uint64_t bits = f.column == kFilterIdColumn ? static_cast<std::uint64_t>(global_ids[r])
-                                                           : values[static_cast<std::int64_t>(f.column) * table_rows + r];
-    const bool in =
-        f.kind == QueryFilter::kIntRange
-            ? filter_detail::in_range(static_cast<std::int64_t>(bits), static_cast<std::int64_t>(f.lo),
-                                      static_cast<std::int64_t>(f.hi))
-            : filter_detail::in_range(__longlong_as_double(static_cast<long long>(bits)),
-                                      __longlong_as_double(static_cast<long long>(f.lo)),
-                                      __longlong_as_double(static_cast<long long>(f.hi)));
-    return alive && in;
+    const bool live_row = alive(r);
+    if (f.kind == QueryFilter::kNone) return live_row;
+    const bool in = passes_range(f, range_value(f, r));  // loaded whether or not the row is live
+    return live_row && in;
+  }
+
+  /// Whether row r is not deleted.
+  __device__ __forceinline__ bool alive(std::int64_t r) const {
+    return live == nullptr || ((live[r >> 5] >> (r & 31)) & 1u) != 0u;
+  }
+
+  /// Row r's value in the column of range f (kIntRange / kRealRange), as its bit pattern: the
+  /// load of allows_with, apart so that a caller can issue several before it tests any.
+  __device__ __forceinline__ std::uint64_t range_value(const QueryFilter& f, std::int64_t r) const {
+    return f.column == kFilterIdColumn ? static_cast<std::uint64_t>(global_ids[r])
+                                       : values[static_cast<std::int64_t>(f.column) * table_rows + r];
+  }
+
+  /// Whether the value bits (range_value) lie in range f (kIntRange / kRealRange).
+  __device__ static __forceinline__ bool passes_range(const QueryFilter& f, std::uint64_t bits) {
+    return f.kind == QueryFilter::kIntRange
+               ? filter_detail::in_range(static_cast<std::int64_t>(bits), static_cast<std::int64_t>(f.lo),
+                                         static_cast<std::int64_t>(f.hi))
+               : filter_detail::in_range(__longlong_as_double(static_cast<long long>(bits)),
+                                         __longlong_as_double(static_cast<long long>(f.lo)),
+                                         __longlong_as_double(static_cast<long long>(f.hi)));
   }
 
   /// 0 / 1: decided by the live mask, the absence of a filter or the block flag; −1: row r of
