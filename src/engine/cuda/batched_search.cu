@@ -113,8 +113,9 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   prepare_batched_queries(queries, batch, dim_, dpad_, dtype_, l2_, max_sq, ws_.qpad, ws_.qhat, ws_.qinfo, stream);
   const bool seeded = schedule != nullptr;
   const bool gathered = seeded && schedule->order != nullptr;
-  SHARDTOPK_EXPECTS(!gathered || gathers_rows(), "BatchedSearch: gathered chunks of ", to_string(dtype_),
-                    " rows of ", dpad_, " values");
+  SHARDTOPK_EXPECTS(!gathered || gathers_rows(), "BatchedSearch: a schedule over a column's order needs float16 "
+                    "or bfloat16 rows of at most ", kGatheredMaxDpad, " padded values (this shard: ", to_string(dtype_),
+                    ", ", dpad_, ")");
   const CandidatePools pools{ws_.qinfo, ws_.pool, pcap, ws_.counts, ws_.thr, ws_.overflow, ws_.seen};
   if (seeded) init_thresholds(pools, batch, stream);
   // The GEMM's output: __half for float16 shards (half the bytes per chunk), float otherwise.

@@ -29,8 +29,9 @@ struct ChunkScores {
   /// (kernels/column_order); nullptr: shard row row0 + i.
   const std::int32_t* order = nullptr;
   /// Optional (device, with `order`): [batch, 2] each query's interval [lo, hi) of positions of
-  /// the order, exactly the positions of the rows its range passes (range_positions): a row is
-  /// then decided by its position and live bit, not its value. nullptr: by the masks.
+  /// the order, exactly the positions of the rows its range passes (range_positions). Seeding
+  /// samples a query's rows within it (their live bits read, not their values); the collect
+  /// still asks the masks of each candidate (a position test there cost it registers).
   const std::int64_t* spans = nullptr;
 };
 

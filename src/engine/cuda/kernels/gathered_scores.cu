@@ -205,7 +205,7 @@ bool gathered_scores_supported(Dtype dtype, std::int64_t dpad) {
 void gathered_scores(Dtype dtype, const GatheredScores& a, cudaStream_t stream) {
   SHARDTOPK_EXPECTS(gathered_scores_supported(dtype), "gathered_scores: dtype must be float16 or bfloat16 (got ",
                     to_string(dtype), ")");
-  SHARDTOPK_EXPECTS(a.dpad >= 8 && a.dpad % 8 == 0 && a.dpad <= kGatheredMaxDpad,
+  SHARDTOPK_EXPECTS(gathered_scores_supported(dtype, a.dpad),
                     "gathered_scores: dpad must be a positive multiple of 8 up to ", kGatheredMaxDpad, " (got ", a.dpad,
                     ")");
   SHARDTOPK_EXPECTS(a.count >= 1 && a.count <= INT_MAX - kBlockRows, "gathered_scores: count must be in 1 .. ",
