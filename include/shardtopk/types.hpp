@@ -32,8 +32,9 @@ enum class ScanSchedule { kAuto, kBlocked, kPersistent };
 /// Which CUDA path serves a batch: kAuto = the scan for batch 1, one scan for the whole batch
 /// for batches of 2 to 8 where it measured faster (the few-query scan), the tensor-core GEMM path
 /// otherwise; kScan / kGemm force one; kFew takes the few-query scan for every batch of 2 to 8
-/// that it fits (tests, measurements; engine.search_path: auto | scan | gemm | few).
-enum class SearchPath { kAuto, kScan, kGemm, kFew };
+/// that it fits (tests, measurements; engine.search_path: auto | scan | gemm | few | cublas; cublas:
+/// the tensor-core path with cuBLAS GEMMs and a separate collect, never the fused kernel).
+enum class SearchPath { kAuto, kScan, kGemm, kFew, kCublas };
 /// CUDA filtered batch-1 scan: kAuto = the gathered scan (only the passing rows, listed first)
 /// when under a fixed fraction of its candidate blocks' rows pass, else the dense scan of those
 /// blocks; kDense / kGathered force one (measurements, tests; engine.filter_scan: auto | dense |

@@ -93,6 +93,7 @@ std::string to_string(SearchPath p) {
     case SearchPath::kScan: return "scan";
     case SearchPath::kGemm: return "gemm";
     case SearchPath::kFew: return "few";
+    case SearchPath::kCublas: return "cublas";
   }
   return "?";
 }
@@ -130,7 +131,8 @@ SearchPath parse_search_path(const std::string& s, const std::string& what) {
   if (s == "scan") return SearchPath::kScan;
   if (s == "gemm") return SearchPath::kGemm;
   if (s == "few") return SearchPath::kFew;
-  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, scan, gemm, few)");
+  if (s == "cublas") return SearchPath::kCublas;
+  throw Error(what + ": '" + s + "' is not allowed (allowed: auto, scan, gemm, few, cublas)");
 }
 FilterScan parse_filter_scan(const std::string& s, const std::string& what) {
   if (s == "auto") return FilterScan::kAuto;

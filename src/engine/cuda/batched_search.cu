@@ -33,7 +33,8 @@ bool compacts_after(std::int64_t c, int rows) { return chunks_per_compaction(c, 
 }  // namespace
 
 BatchedSearch::BatchedSearch(Dtype dtype, bool l2, std::int64_t rows, std::int64_t dim, const Plan& plan,
-                             const Workspace& ws, const EngineLimits& limits, int cap, cudaStream_t stream)
+                             const Workspace& ws, const EngineLimits& limits, int cap, cudaStream_t stream,
+                             bool fuse)
     : dtype_(dtype),
       l2_(l2),
       rows_(rows),
@@ -55,6 +56,7 @@ BatchedSearch::BatchedSearch(Dtype dtype, bool l2, std::int64_t rows, std::int64
   bound_ = stream;
   prepare_rescore(cap);
   prepare_candidate_pools();
+  if (fuse && fused_collect_supported(dtype, dpad_)) fused_.emplace(dtype, ws_.shard, rows, dpad_, ws_.qhat, limits.batch_max);
 }
 
 void BatchedSearch::bind(cudaStream_t stream) {
@@ -137,6 +139,9 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
       std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
   const cudaStream_t side = side_.get();
   const std::vector<RowChunk> plan = seeded ? schedule->chunks : chunks(batch, k);
+  // Unfiltered batches without deleted rows: each chunk after the first scored and collected in
+  // one kernel on the side stream, in order with the seeding and the compactions.
+  const bool fused = fused_.has_value() && !seeded && masks == nullptr;
   int last = -1;
   std::int64_t c = 0;  // chunks launched
   for (std::size_t ci = 0; ci < plan.size(); ++ci) {
@@ -145,6 +150,14 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     const int n = seeded ? schedule->queries[ci] : batch;
     const bool subset = n < batch;
     const int b = static_cast<int>(c & 1);
+    if (fused && c > 0) {
+      fused_->enqueue(r0, rc, batch, l2_, ws_.row_sq, pools, side);
+      if (compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
+      CHECK_CUDA(cudaEventRecord(ev_pooled_[b].get(), side));
+      last = b;
+      ++c;
+      continue;
+    }
     if (c >= 2) CHECK_CUDA(cudaStreamWaitEvent(stream, ev_pooled_[b].get(), 0));
     const std::int32_t* qmap = subset ? schedule->qmap + schedule->first[ci] : nullptr;
     if (subset) gather_query_rows(ws_.qhat, static_cast<std::size_t>(dpad_) * elem, qmap, n, ws_.qsub, stream);

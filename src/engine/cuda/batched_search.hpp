@@ -4,7 +4,9 @@
 // query rounded to the storage type, float32 accumulation) land
 // in a [B, R] workspace; every row whose approximate score is within 2Δ of the running k-th
 // approximate score enters the query's pool (candidate_pools); the pools are re-scored with the
-// exact arithmetic and sorted (rescore). Two streams: the GEMM of chunk c + 1 (tensor cores, on
+// exact arithmetic and sorted (rescore). Unfiltered float16/bfloat16 batches on compute
+// capability 9.0 score and collect each chunk after the first in one kernel
+// (kernels/fused_collect), which never writes the [B, R] scores. Two streams: the GEMM of chunk c + 1 (tensor cores, on
 // the search's stream) overlaps the candidate collection of chunk c (memory, on a side stream
 // that forks from and joins back into the search's stream through events, so that the whole
 // search can be captured into one CUDA graph).
@@ -12,9 +14,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/cuda_raii.cuh"
+#include "engine/cuda/kernels/fused_collect.hpp"
 #include "engine/cuda/plan.hpp"
 #include "shardtopk/engine.hpp"
 
@@ -50,8 +54,10 @@ class BatchedSearch {
   /// For a shard of rows ≥ 1 laid out by `plan` in `ws` (device). Creates the side stream, the
   /// events and a cuBLAS handle bound to `stream` with its workspace in the arena, on the
   /// current device.
+  /// `fuse`: chunks of unfiltered batches go through kernels/fused_collect where
+  /// fused_collect_supported (false: always cuBLAS and the collect kernel).
   BatchedSearch(Dtype dtype, bool l2, std::int64_t rows, std::int64_t dim, const Plan& plan, const Workspace& ws,
-                const EngineLimits& limits, int cap, cudaStream_t stream);
+                const EngineLimits& limits, int cap, cudaStream_t stream, bool fuse = true);
 
   /// Queues the search of queries [batch, dim] (device, float32, validated) into out [batch, k]
   /// (device) on `stream`: no host synchronisation (capturable). A query whose pool overflowed
@@ -94,6 +100,7 @@ class BatchedSearch {
   Event ev_scored_[2], ev_pooled_[2];
   Stream side_;
   CublasHandle cublas_;
+  std::optional<FusedCollect> fused_;  // the fused scores-and-collect, where supported and wanted
 };
 
 }  // namespace shardtopk::cuda_detail

@@ -103,7 +103,8 @@ class CudaEngine final : public Engine {
     ws_ = plan_.carve(arena_.get(), metric == Metric::kL2);
 
     if (rows_ > 0) {
-      batched_.emplace(dtype, metric == Metric::kL2, rows_, dim_, plan_, ws_, lim, cap_, stream_);
+      batched_.emplace(dtype, metric == Metric::kL2, rows_, dim_, plan_, ws_, lim, cap_, stream_,
+                       opt.search_path != SearchPath::kCublas);
       scan_ = plan_scan_select(dtype, metric == Metric::kL2, rows_, dim_, dpad_, cap_, opt.scan_rows,
                                opt.scan_schedule, opt.scan_l2_hints, sms_);
       scan_args_.shard = ws_.shard;
@@ -270,7 +271,8 @@ class CudaEngine final : public Engine {
     // Windows and counts (ranges, pages, ranks, stats): every query through the batch-1 scan,
     // whose exact scores the window pass reads before the select.
     const bool windowed = a.windows != nullptr || a.counts != nullptr;
-    const bool force_scan = search_path_ == SearchPath::kScan, force_gemm = search_path_ == SearchPath::kGemm;
+    const bool force_scan = search_path_ == SearchPath::kScan, 
+               force_gemm = search_path_ == SearchPath::kGemm || search_path_ == SearchPath::kCublas;
     const bool batched = rows_ > 0 && !windowed && !((a.batch == 1 && !force_gemm) || force_scan);
     if (filtered) filters_->prepare(a.filters, a.batch, /*row_masks=*/!batched, s);
     const std::uint32_t* live = rows_ > 0 && slots_.dead() > 0 ? ws_.live : nullptr;

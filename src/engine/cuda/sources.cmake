@@ -31,6 +31,8 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/window_select.cu
   ${_stk_cuda_dir}/filtered_search.cu)
 set(SHARDTOPK_CUDA_ENGINE_LIBRARIES CUDA::cudart CUDA::cublas)
+# Built apart, for sm_90a (src/CMakeLists.txt): its instructions exist on compute capability 9.0 only.
+set(SHARDTOPK_CUDA_FUSED_SOURCE ${_stk_cuda_dir}/kernels/fused_collect.cu)
 
 # Compile options of the engine's CUDA code (the kernels' machine code depends on them: keep
 # them identical wherever these sources are built). Whole-program compilation (no
