@@ -20,6 +20,10 @@ constexpr std::int64_t kCompactEvery = 4;       // chunks between pool compactio
 constexpr std::int64_t kCompactFirst = 8;       // the first chunks: compacted after each
 constexpr int kLongChunk = 65536;               // longer chunks: compacted after each
 constexpr std::int64_t kMaxChunkGrowth = 8;     // chunk c ≤ 8 × the rows before it
+/// Rows per chunk of the fused kernel (no GEMM output to hold): 768 tiles of 256 rows, about 12
+/// waves of a persistent grid of 132 blocks at two query tiles, so that a chunk's last wave and
+/// its launch are a small part of it.
+constexpr std::int64_t kFusedChunkRows = 196608;
 
 /// Chunks collected between two compactions of the pools around chunk c (of `rows` rows): one
 /// for the first chunks and for long ones, kCompactEvery after.
@@ -81,10 +85,12 @@ std::int64_t BatchedSearch::chunk_rows(int batch, std::uint64_t out_bytes) const
   return std::max<std::int64_t>(1, std::min(r, rows_));
 }
 
-std::vector<RowChunk> BatchedSearch::chunks(int batch, int k) const {
+std::vector<RowChunk> BatchedSearch::chunks(int batch, int k, bool fused) const {
   const std::uint64_t out_bytes = dtype_ == Dtype::kFloat16 ? 2 : 4;
-  const std::int64_t R = chunk_rows(batch, out_bytes);
-  const std::int64_t R0 = std::min<std::int64_t>(R, kFirstChunkRows);  // seeds the thresholds
+  const std::int64_t gemm_rows = chunk_rows(batch, out_bytes);
+  const std::int64_t R = fused ? std::min(rows_, std::max(kFusedChunkRows, gemm_rows)) : gemm_rows;
+  // The first chunk seeds the thresholds from a GEMM's output (fused or not).
+  const std::int64_t R0 = std::min<std::int64_t>(gemm_rows, kFirstChunkRows);
   // Chunk c ≥ 1 has at most G times as many rows as came before it (from R0 up to R): a
   // threshold from n rows lets about k · rows_c / n ≤ k · G rows of the next chunk through, so
   // the early chunks cannot flood the pools (k · G ≤ pool_cap / 4), and small batches still get
@@ -138,10 +144,10 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
   const std::uint32_t trigger = static_cast<std::uint32_t>(
       std::min<std::int64_t>(pcap / kPoolTriggerDiv, std::max<std::int64_t>(2LL * k, 256)));
   const cudaStream_t side = side_.get();
-  const std::vector<RowChunk> plan = seeded ? schedule->chunks : chunks(batch, k);
   // Unfiltered batches without deleted rows: each chunk after the first scored and collected in
   // one kernel on the side stream, in order with the seeding and the compactions.
   const bool fused = fused_.has_value() && !seeded && masks == nullptr;
+  const std::vector<RowChunk> plan = seeded ? schedule->chunks : chunks(batch, k, fused);
   int last = -1;
   std::int64_t c = 0;  // chunks launched
   for (std::size_t ci = 0; ci < plan.size(); ++ci) {

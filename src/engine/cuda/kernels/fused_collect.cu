@@ -22,8 +22,11 @@
 namespace shardtopk::cuda_detail {
 namespace {
 
-// The tile: kBM queries (two consumer warpgroups of 64) × kBN shard rows, kBK values per stage:
-// one 128-byte row of 16-bit values, the Tensor Memory Accelerator's 128-byte swizzle.
+// The tile: kBM queries × kBN shard rows, kBK values per stage: one 128-byte row of 16-bit
+// values, the Tensor Memory Accelerator's 128-byte swizzle. Two consumer warpgroups take 64
+// queries × 256 rows each (tiles of 128 queries), or, for batches of at most 64 queries, the same
+// 64 queries × 128 rows each (tiles of 64 queries: kSplitRows), so that no product is wasted on
+// absent queries.
 constexpr int kBM = 128;
 constexpr int kBN = 256;
 constexpr int kBK = 64;
@@ -79,19 +82,24 @@ __device__ __forceinline__ std::uint64_t operand(const void* p) {
 }
 __device__ __forceinline__ void mma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void mma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+/// Waits until at most N of this warpgroup's committed groups of products are in flight.
+template <int N>
+__device__ __forceinline__ void mma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
 /// Keeps the compiler from moving accesses of the accumulators across the asynchronous products.
-__device__ __forceinline__ void pin(float (&d)[128]) {
+template <int R>
+__device__ __forceinline__ void pin(float (&d)[R]) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/// d (+)= A · Bᵀ for A [64, 16] and B [256, 16] in shared memory (K-major descriptors); scale_d 0:
-/// d = A · Bᵀ.
-template <typename T>
-__device__ __forceinline__ void mma(float (&d)[128], std::uint64_t da, std::uint64_t db, int scale_d);
+/// d (+)= A · Bᵀ for A [64, 16] and B [N, 16] in shared memory (K-major descriptors), N = 2 ×
+/// the accumulators per thread; scale_d 0: d = A · Bᵀ.
+template <typename T, int R>
+__device__ __forceinline__ void mma(float (&d)[R], std::uint64_t da, std::uint64_t db, int scale_d);
 template <>
-__device__ __forceinline__ void mma<__half>(float (&d)[128], std::uint64_t da, std::uint64_t db, int scale_d) {
+__device__ __forceinline__ void mma<__half, 128>(float (&d)[128], std::uint64_t da, std::uint64_t db, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
@@ -115,7 +123,23 @@ __device__ __forceinline__ void mma<__half>(float (&d)[128], std::uint64_t da, s
       : "l"(da), "l"(db), "r"(scale_d));
 }
 template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[128], std::uint64_t da, std::uint64_t db, int scale_d) {
+__device__ __forceinline__ void mma<__half, 64>(float (&d)[64], std::uint64_t da, std::uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16, 128>(float (&d)[128], std::uint64_t da, std::uint64_t db, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
@@ -138,6 +162,22 @@ __device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[128], std::uint64_
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(da), "l"(db), "r"(scale_d));
 }
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16, 64>(float (&d)[64], std::uint64_t da, std::uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
 #endif
 
 /// The epilogue's append of one passing (query, row): as collect_kernel's, one slot of the pool.
@@ -152,15 +192,19 @@ __device__ __forceinline__ void append(float s, std::int64_t row, int q, const C
 /// Tiles (row tile t / q_tiles, query tile t % q_tiles) of the chunk, taken by the persistent
 /// grid in turn: the query tiles of one row tile run side by side and share its rows through L2.
 /// Warpgroup 0: one thread issues each stage's two loads once the consumers have released it.
-/// Warpgroups 1, 2: 64 queries each; per stage four wgmma k-steps of 16 into 128 float32
-/// accumulators per thread (rows lane / 4 and + 8 of the warp's 16 queries, shard rows 8j +
-/// 2 (lane % 4) and + 1 of the tile, j < 32), then the threshold test of each.
-template <typename T>
+/// Warpgroups 1, 2: per stage four wgmma k-steps of 16 into float32 accumulators (thread: queries
+/// lane / 4 and + 8 of its warp's 16, rows 8j + 2 (lane % 4) and + 1 of its warpgroup's), one
+/// stage's products kept in flight while the next is issued; then the threshold test of each.
+template <typename T, bool kSplitRows>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_collect_kernel(const __grid_constant__ CUtensorMap rows_map, const __grid_constant__ CUtensorMap query_map,
                          std::int64_t row0, int rows_c, int batch, int kblocks, bool l2,
                          const float* __restrict__ row_sq, const CandidatePools pools) {
 #ifdef SHARDTOPK_FUSED_BODY
+  constexpr int kQ = kSplitRows ? 64 : kBM;            // queries per tile
+  constexpr int kN = kSplitRows ? kBN / 2 : kBN;       // rows per consumer warpgroup
+  constexpr int kR = kN / 2;                           // accumulators per thread
+  constexpr std::uint32_t kLoad = kQ * kBK * 2 + kStageB;  // bytes per stage
   extern __shared__ unsigned char smem_raw[];
   __shared__ alignas(8) std::uint64_t full[kStages], empty[kStages];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
@@ -173,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  const int q_tiles = (batch + kBM - 1) / kBM;
+  const int q_tiles = (batch + kQ - 1) / kQ;
   const int tiles = (rows_c + kBN - 1) / kBN * q_tiles;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -187,8 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kblocks; ++kb) {
         bar_wait(&empty[s], phase ^ 1u);
         unsigned char* stage = smem + s * kStageBytes;
-        bar_expect(&full[s], kStageBytes);
-        tma_load(stage, &query_map, kb * kBK, qt * kBM, &full[s]);
+        bar_expect(&full[s], kLoad);
+        tma_load(stage, &query_map, kb * kBK, qt * kQ, &full[s]);
         tma_load(stage + kStageA, &rows_map, kb * kBK, r, &full[s]);
         if (++s == kStages) {
           s = 0;
@@ -199,39 +243,46 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int c = wg - 1;  // this consumer
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  float d[128];
+  float d[kR];
   int s = 0;
   std::uint32_t phase = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int qt = t % q_tiles;
     const int rt = t / q_tiles;
+    int prev = -1;  // the stage whose products are in flight
     for (int kb = 0; kb < kblocks; ++kb) {
       bar_wait(&full[s], phase);
-      const unsigned char* a = smem + s * kStageBytes + (wg - 1) * 64 * 128;
-      const unsigned char* b = smem + s * kStageBytes + kStageA;
+      const unsigned char* a = smem + s * kStageBytes + (kSplitRows ? 0 : c * 64 * 128);
+      const unsigned char* b = smem + s * kStageBytes + kStageA + (kSplitRows ? c * kN * 128 : 0);
+      pin(d);
       mma_fence();
-      pin(d);
 #pragma unroll
-      for (int k = 0; k < kBK / 16; ++k) mma<T>(d, operand(a + 32 * k), operand(b + 32 * k), kb > 0 || k > 0);
+      for (int k = 0; k < kBK / 16; ++k) mma<T, kR>(d, operand(a + 32 * k), operand(b + 32 * k), kb > 0 || k > 0);
       mma_commit();
-      mma_wait_all();
-      pin(d);
-      bar_arrive(&empty[s]);
+      if (prev >= 0) {
+        mma_wait<1>();
+        bar_arrive(&empty[prev]);
+      }
+      prev = s;
       if (++s == kStages) {
         s = 0;
         phase ^= 1u;
       }
     }
-    // The epilogue: this thread's two queries and 64 rows of the tile.
-    const int qa = qt * kBM + (wg - 1) * 64 + warp * 16 + lane / 4;
+    mma_wait<0>();
+    pin(d);
+    bar_arrive(&empty[prev]);
+    // The epilogue: this thread's two queries and kN / 4 rows of the tile.
+    const int qa = qt * kQ + (kSplitRows ? 0 : c * 64) + warp * 16 + lane / 4;
     const int qb = qa + 8;
     const float inf = __int_as_float(0x7f800000);
     const float ta = qa < batch ? pools.thr[qa] : inf, tb = qb < batch ? pools.thr[qb] : inf;
     const QueryInfo ia = pools.qinfo[qa < batch ? qa : 0], ib = pools.qinfo[qb < batch ? qb : 0];
-    const int i0 = rt * kBN + 2 * (lane % 4);  // chunk index of column 0 of this thread
+    const int i0 = rt * kBN + (kSplitRows ? c * kN : 0) + 2 * (lane % 4);  // chunk index of column 0
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int i = i0 + 8 * j + e;
@@ -314,11 +365,14 @@ FusedCollect::FusedCollect(Dtype dtype, const void* shard, std::int64_t rows, st
                     "FusedCollect: shard and queries must be 16-byte aligned device pointers");
   make_map(rows_map_.bytes, dtype, shard, rows, dpad, kBN);
   make_map(query_map_.bytes, dtype, queries, batch_max, dpad, kBM);
+  make_map(query_map64_.bytes, dtype, queries, batch_max, dpad, 64);
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
-  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__half>), kSmem);
-  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16>), kSmem);
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__half, false>), kSmem);
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__half, true>), kSmem);
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, false>), kSmem);
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, true>), kSmem);
 }
 
 void FusedCollect::enqueue(std::int64_t row0, int rows_c, int batch, bool l2, const float* row_sq,
@@ -328,18 +382,18 @@ void FusedCollect::enqueue(std::int64_t row0, int rows_c, int batch, bool l2, co
   SHARDTOPK_EXPECTS(batch >= 1 && batch <= batch_max_, "FusedCollect: batch must be in [1, ", batch_max_, "] (got ",
                     batch, ")");
   SHARDTOPK_EXPECTS(!l2 || row_sq != nullptr, "FusedCollect: l2 needs the rows' norms");
-  const std::int64_t tiles = (rows_c + kBN - 1) / kBN * ((batch + kBM - 1) / kBM);
+  const bool split = batch <= 64;  // tiles of 64 queries
+  const std::int64_t tiles = (rows_c + kBN - 1) / kBN * ((batch + (split ? 63 : kBM - 1)) / (split ? 64 : kBM));
   const int grid = static_cast<int>(std::min<std::int64_t>(tiles, sms_));
   const int kblocks = static_cast<int>((dpad_ + kBK - 1) / kBK);
   CUtensorMap rm, qm;
   static_assert(sizeof(CUtensorMap) == sizeof(TensorMap), "a tensor map is 128 bytes");
   memcpy(&rm, rows_map_.bytes, sizeof(rm));
-  memcpy(&qm, query_map_.bytes, sizeof(qm));
-  if (dtype_ == Dtype::kFloat16)
-    fused_collect_kernel<__half><<<grid, kThreads, kSmem, stream>>>(rm, qm, row0, rows_c, batch, kblocks, l2, row_sq, pools);
-  else
-    fused_collect_kernel<__nv_bfloat16>
-        <<<grid, kThreads, kSmem, stream>>>(rm, qm, row0, rows_c, batch, kblocks, l2, row_sq, pools);
+  memcpy(&qm, split ? query_map64_.bytes : query_map_.bytes, sizeof(qm));
+  const bool half = dtype_ == Dtype::kFloat16;
+  const auto kernel = half ? (split ? fused_collect_kernel<__half, true> : fused_collect_kernel<__half, false>)
+                           : (split ? fused_collect_kernel<__nv_bfloat16, true> : fused_collect_kernel<__nv_bfloat16, false>);
+  kernel<<<grid, kThreads, kSmem, stream>>>(rm, qm, row0, rows_c, batch, kblocks, l2, row_sq, pools);
   CHECK_CUDA(cudaGetLastError());
 }
 

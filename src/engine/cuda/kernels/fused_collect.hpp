@@ -37,7 +37,8 @@ class FusedCollect {
   /// s̃ = Σ_d q̂_d · x_d · inv_scale(q) (l2: 2·that − row_sq[r] − ‖q‖²) ≥ pools.thr[q] enters
   /// q's pool as PoolEntry{s̃, r}; a full pool sets pools.overflow[q]. The summation order over d
   /// is unspecified, in float32 (docs/EXACTNESS.md's Δ with D_pad = dpad; no rounding to an
-  /// output type). A persistent grid of one block of 384 threads per multiprocessor. On `stream`,
+  /// output type). A persistent grid of one block of 384 threads per multiprocessor; tiles of 128
+  /// queries × 256 rows (batches of at most 64: 64 × 256). On `stream`,
   /// returns at once (capturable). @throws Error (SHARDTOPK_EXPECTS) for rows outside the shard,
   /// batch outside [1, batch_max] or l2 without row_sq.
   void enqueue(std::int64_t row0, int rows_c, int batch, bool l2, const float* row_sq, const CandidatePools& pools,
@@ -47,7 +48,7 @@ class FusedCollect {
   struct alignas(64) TensorMap {
     unsigned char bytes[128];  // a CUtensorMap (cuda.h), opaque here
   };
-  TensorMap rows_map_{}, query_map_{};
+  TensorMap rows_map_{}, query_map_{}, query_map64_{};  // query boxes of 128 and 64 rows
   std::int64_t rows_ = 0, dpad_ = 0;
   int batch_max_ = 0;
   Dtype dtype_;
