@@ -45,10 +45,12 @@ struct Case {
   Dtype dtype;
   int dim;
   bool l2;
+  int batch;  // > 64: tiles of 128 queries (the second partial); ≤ 64: tiles of 64
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(dname(info.param.dtype)) + "_d" + std::to_string(info.param.dim) + (info.param.l2 ? "_l2" : "_ip");
+  return std::string(dname(info.param.dtype)) + "_d" + std::to_string(info.param.dim) + (info.param.l2 ? "_l2" : "_ip") +
+         "_b" + std::to_string(info.param.batch);
 }
 
 class FusedCollectCase : public ::testing::TestWithParam<Case> {};
@@ -61,7 +63,7 @@ TEST_P(FusedCollectCase, PoolsHoldWhatTheOracleSaysReachesEachThreshold) {
   if (!cuda_detail::fused_collect_supported(c.dtype, dpad)) GTEST_SKIP() << "the fused kernel needs compute capability 9.0 and an sm_90a build";
   const std::int64_t n = 3000, row0 = 300;
   const int rows_c = 2500;  // 9.8 tiles of 256 rows; ends 200 rows before the shard does
-  const int batch = 200, batch_max = 256;  // two query tiles, the second partial; 56 rows past the batch
+  const int batch = c.batch, batch_max = 256;  // rows of the query buffer past the batch hold other values
   std::mt19937_64 rng(7 + c.dim + (c.l2 ? 1000 : 0) + (c.dtype == Dtype::kFloat16 ? 0 : 2000));
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> rows(static_cast<std::size_t>(n * c.dim));
@@ -175,9 +177,10 @@ TEST_P(FusedCollectCase, PoolsHoldWhatTheOracleSaysReachesEachThreshold) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, FusedCollectCase,
-                         ::testing::Values(Case{Dtype::kFloat16, 768, false}, Case{Dtype::kFloat16, 100, true},
-                                           Case{Dtype::kBFloat16, 768, true}, Case{Dtype::kBFloat16, 40, false},
-                                           Case{Dtype::kFloat16, 8, false}),
+                         ::testing::Values(Case{Dtype::kFloat16, 768, false, 200}, Case{Dtype::kFloat16, 100, true, 200},
+                                           Case{Dtype::kBFloat16, 768, true, 200}, Case{Dtype::kBFloat16, 40, false, 130},
+                                           Case{Dtype::kFloat16, 8, false, 200}, Case{Dtype::kFloat16, 768, false, 50},
+                                           Case{Dtype::kBFloat16, 100, true, 64}, Case{Dtype::kFloat16, 768, true, 7}),
                          case_name);
 
 TEST(FusedCollect, BadArgumentsThrowAndQueueNothing) {
