@@ -4,7 +4,8 @@
 // (docs/EXACTNESS.md, "The bound Δ"), each row at most once, nothing from outside the chunk;
 // equal rows get equal approximate scores; entries already in a pool, and the pools of queries
 // past the batch (whose rows of the query buffer hold other values), are untouched; a full pool
-// raises its overflow flag. Partial tiles of rows and queries, padded dimensions that are not a
+// raises its overflow flag. Partial tiles of rows and queries (tiles of 64 queries, of 128, pairs of
+// 128 with an odd count), padded dimensions that are not a
 // multiple of the 64-value stage, float16 and bfloat16, inner product and l2. Skips where the
 // device is not compute capability 9.0 (the kernel exists there only).
 
@@ -45,7 +46,7 @@ struct Case {
   Dtype dtype;
   int dim;
   bool l2;
-  int batch;  // > 64: tiles of 128 queries (the second partial); ≤ 64: tiles of 64
+  int batch;  // ≤ 64: tiles of 64 queries; ≤ 128: one tile of 128; more: pairs of tiles of 128 sharing rows
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -63,7 +64,7 @@ TEST_P(FusedCollectCase, PoolsHoldWhatTheOracleSaysReachesEachThreshold) {
   if (!cuda_detail::fused_collect_supported(c.dtype, dpad)) GTEST_SKIP() << "the fused kernel needs compute capability 9.0 and an sm_90a build";
   const std::int64_t n = 3000, row0 = 300;
   const int rows_c = 2500;  // 9.8 tiles of 256 rows; ends 200 rows before the shard does
-  const int batch = c.batch, batch_max = 256;  // rows of the query buffer past the batch hold other values
+  const int batch = c.batch, batch_max = c.batch + 56;  // rows of the query buffer past the batch hold other values
   std::mt19937_64 rng(7 + c.dim + (c.l2 ? 1000 : 0) + (c.dtype == Dtype::kFloat16 ? 0 : 2000));
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> rows(static_cast<std::size_t>(n * c.dim));
@@ -180,7 +181,8 @@ INSTANTIATE_TEST_SUITE_P(Gpu, FusedCollectCase,
                          ::testing::Values(Case{Dtype::kFloat16, 768, false, 200}, Case{Dtype::kFloat16, 100, true, 200},
                                            Case{Dtype::kBFloat16, 768, true, 200}, Case{Dtype::kBFloat16, 40, false, 130},
                                            Case{Dtype::kFloat16, 8, false, 200}, Case{Dtype::kFloat16, 768, false, 50},
-                                           Case{Dtype::kBFloat16, 100, true, 64}, Case{Dtype::kFloat16, 768, true, 7}),
+                                           Case{Dtype::kBFloat16, 100, true, 64}, Case{Dtype::kFloat16, 768, true, 7},
+                                           Case{Dtype::kFloat16, 768, true, 100}, Case{Dtype::kBFloat16, 768, false, 300}),
                          case_name);
 
 TEST(FusedCollect, BadArgumentsThrowAndQueueNothing) {
