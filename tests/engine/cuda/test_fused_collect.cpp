@@ -4,9 +4,8 @@
 // (docs/EXACTNESS.md, "The bound Δ"), each row at most once, nothing from outside the chunk;
 // equal rows get equal approximate scores; entries already in a pool, and the pools of queries
 // past the batch (whose rows of the query buffer hold other values), are untouched; a full pool
-// raises its overflow flag. Partial tiles of rows and queries (tiles of 64 queries, of 128, pairs of
-// 128 with an odd count), padded dimensions that are not a
-// multiple of the 64-value stage, float16 and bfloat16, inner product and l2. Skips where the
+// raises its overflow flag. Partial tiles of rows and queries (tiles of 64 queries; one, two and
+// three tiles of 128), padded dimensions that are not a multiple of the 64-value stage, float16 and bfloat16, inner product and l2. Skips where the
 // device is not compute capability 9.0 (the kernel exists there only).
 
 #include <gtest/gtest.h>
@@ -46,7 +45,7 @@ struct Case {
   Dtype dtype;
   int dim;
   bool l2;
-  int batch;  // ≤ 64: tiles of 64 queries; ≤ 128: one tile of 128; more: pairs of tiles of 128 sharing rows
+  int batch;  // ≤ 64: tiles of 64 queries; more: tiles of 128
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {

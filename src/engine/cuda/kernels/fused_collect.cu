@@ -32,6 +32,7 @@ constexpr int kBN = 256;
 constexpr int kBK = 64;
 constexpr int kStages = 4;
 constexpr int kThreads = 384;  // warpgroup 0 loads, warpgroups 1 and 2 multiply and collect
+constexpr int kConsumers = 256;
 constexpr std::uint32_t kStageA = kBM * kBK * 2;  // 16 KiB of queries
 constexpr std::uint32_t kStageB = kBN * kBK * 2;  // 32 KiB of rows
 constexpr std::uint32_t kStageBytes = kStageA + kStageB;
@@ -73,30 +74,6 @@ __device__ __forceinline__ void tma_load(void* dst, const void* map, int c0, int
           smem_addr(dst)),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
       : "memory");
-}
-/// The same box delivered to the same offsets of every block of the cluster in `mask` (each
-/// completing on its own barrier at bar's offset).
-__device__ __forceinline__ void tma_load_multicast(void* dst, const void* map, int c0, int c1, std::uint64_t* bar,
-                                                   std::uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
-      "%4}], [%2], %5;" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(mask)
-      : "memory");
-}
-/// Arrives on the barrier at bar's offset in block `cta` of the cluster.
-__device__ __forceinline__ void bar_arrive_cluster(std::uint64_t* bar, std::uint32_t cta) {
-  std::uint32_t remote = 0;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ std::uint32_t cluster_rank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
 }
 /// The wgmma descriptor of a K-major operand in 128-byte swizzled rows (8-row groups 1,024 bytes
 /// apart) starting at p.
@@ -212,31 +189,22 @@ __device__ __forceinline__ void append(float s, std::int64_t row, int q, const C
     atomicOr(&pools.overflow[q], 1u);
 }
 
-/// Units of work (a row tile and kPair ? two : one query tiles) taken by the persistent grid in
-/// turn, consecutive units by neighbouring blocks: the query tiles of one row tile run side by
-/// side and share its rows through L2. kPair (clusters of two blocks, batches of more than 128
-/// queries): the two blocks take the two query tiles of one row tile, each loads half of its
-/// rows and the Tensor Memory Accelerator delivers that half to both, so that L2 serves each
-/// row tile once per pair (the loads per tile are what bounded the kernel without it: about
-/// 5.3 TB/s from L2, Nsight Compute, one H100).
-/// Warpgroup 0: one thread issues each stage's loads once the consumers (of both blocks, kPair)
-/// have released it. Warpgroups 1, 2: per stage four wgmma k-steps of 16 into float32
-/// accumulators (thread: queries lane / 4 and + 8 of its warp's 16, rows 8j + 2 (lane % 4) and + 1
-/// of its warpgroup's), one stage's products kept in flight while the next is issued; then the
-/// threshold test of each.
-template <typename T, bool kSplitRows, bool kPair>
+/// Tiles (row tile t / q_tiles, query tile t % q_tiles) of the chunk, taken by the persistent
+/// grid in turn: the query tiles of one row tile run side by side and share its rows through L2.
+/// Warpgroup 0: one thread issues each stage's two loads once the consumers have released it.
+/// Warpgroups 1, 2: per stage four wgmma k-steps of 16 into float32 accumulators (thread: queries
+/// lane / 4 and + 8 of its warp's 16, rows 8j + 2 (lane % 4) and + 1 of its warpgroup's), one
+/// stage's products kept in flight while the next is issued; then the threshold test of each.
+template <typename T, bool kSplitRows>
 __global__ void __launch_bounds__(kThreads, 1)
     fused_collect_kernel(const __grid_constant__ CUtensorMap rows_map, const __grid_constant__ CUtensorMap query_map,
                          std::int64_t row0, int rows_c, int batch, int kblocks, bool l2,
                          const float* __restrict__ row_sq, const CandidatePools pools) {
 #ifdef SHARDTOPK_FUSED_BODY
-  static_assert(!(kSplitRows && kPair), "pairs share rows between two query tiles of 128");
   constexpr int kQ = kSplitRows ? 64 : kBM;            // queries per tile
   constexpr int kN = kSplitRows ? kBN / 2 : kBN;       // rows per consumer warpgroup
   constexpr int kR = kN / 2;                           // accumulators per thread
   constexpr std::uint32_t kLoad = kQ * kBK * 2 + kStageB;  // bytes per stage
-  constexpr int kHalf = kBN / 2;                       // rows per load
-  constexpr std::uint32_t kCtas = kPair ? 2 : 1;
   extern __shared__ unsigned char smem_raw[];
   __shared__ alignas(8) std::uint64_t full[kStages], empty[kStages];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
@@ -244,113 +212,108 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       bar_init(&full[s], 1);
-      bar_init(&empty[s], 2 * kCtas);  // each consumer warpgroup of each block
+      bar_init(&empty[s], kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  const std::uint32_t rank = kPair ? cluster_rank() : 0;
-  if constexpr (kPair) cluster_sync();
-  else __syncthreads();
+  __syncthreads();
   const int q_tiles = (batch + kQ - 1) / kQ;
-  const int q_units = kPair ? (q_tiles + 1) / 2 : q_tiles;  // per row tile
-  const int units = (rows_c + kBN - 1) / kBN * q_units;
-  const int unit0 = kPair ? blockIdx.x / 2 : blockIdx.x, unit_step = kPair ? gridDim.x / 2 : gridDim.x;
+  const int tiles = (rows_c + kBN - 1) / kBN * q_tiles;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (threadIdx.x == 0) {
-      int s = 0;
-      std::uint32_t phase = 0;
-      for (int u = unit0; u < units; u += unit_step) {
-        const int qt = kPair ? 2 * (u % q_units) + static_cast<int>(rank) : u % q_units;
-        const int r = static_cast<int>(row0) + (u / q_units) * kBN;
-        for (int kb = 0; kb < kblocks; ++kb) {
-          bar_wait(&empty[s], phase ^ 1u);
-          unsigned char* stage = smem + s * kStageBytes;
-          bar_expect(&full[s], kLoad);
-          tma_load(stage, &query_map, kb * kBK, qt * kQ, &full[s]);
-          if constexpr (kPair) {
-            tma_load_multicast(stage + kStageA + rank * kHalf * 128, &rows_map, kb * kBK, r + static_cast<int>(rank) * kHalf,
-                               &full[s], 0x3);
-          } else {
-            tma_load(stage + kStageA, &rows_map, kb * kBK, r, &full[s]);
-            tma_load(stage + kStageA + kHalf * 128, &rows_map, kb * kBK, r + kHalf, &full[s]);
-          }
-          if (++s == kStages) {
-            s = 0;
-            phase ^= 1u;
-          }
-        }
-      }
-    }
-  } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int c = wg - 1;  // this consumer
-    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    // Releases a stage: warp w < kCtas of this warpgroup tells block w of the cluster.
-    const auto release = [&](int stage) {
-      if (lane == 0 && warp < static_cast<int>(kCtas)) {
-        if constexpr (kPair) bar_arrive_cluster(&empty[stage], static_cast<std::uint32_t>(warp));
-        else bar_arrive(&empty[stage]);
-      }
-    };
-    float d[kR];
+    if (threadIdx.x != 0) return;
     int s = 0;
     std::uint32_t phase = 0;
-    for (int u = unit0; u < units; u += unit_step) {
-      const int qt = kPair ? 2 * (u % q_units) + static_cast<int>(rank) : u % q_units;
-      const int rt = u / q_units;
-      int prev = -1;  // the stage whose products are in flight
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const int qt = t % q_tiles;
+      const int r = static_cast<int>(row0) + (t / q_tiles) * kBN;
       for (int kb = 0; kb < kblocks; ++kb) {
-        bar_wait(&full[s], phase);
-        const unsigned char* a = smem + s * kStageBytes + (kSplitRows ? 0 : c * 64 * 128);
-        const unsigned char* b = smem + s * kStageBytes + kStageA + (kSplitRows ? c * kN * 128 : 0);
-        pin(d);
-        mma_fence();
-#pragma unroll
-        for (int k = 0; k < kBK / 16; ++k) mma<T, kR>(d, operand(a + 32 * k), operand(b + 32 * k), kb > 0 || k > 0);
-        mma_commit();
-        if (prev >= 0) {
-          mma_wait<1>();
-          release(prev);
-        }
-        prev = s;
+        bar_wait(&empty[s], phase ^ 1u);
+        unsigned char* stage = smem + s * kStageBytes;
+        bar_expect(&full[s], kLoad);
+        tma_load(stage, &query_map, kb * kBK, qt * kQ, &full[s]);
+        tma_load(stage + kStageA, &rows_map, kb * kBK, r, &full[s]);
         if (++s == kStages) {
           s = 0;
           phase ^= 1u;
         }
       }
-      mma_wait<0>();
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int c = wg - 1;  // this consumer
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  float d[kR];
+  int s = 0;
+  std::uint32_t phase = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int qt = t % q_tiles;
+    const int rt = t / q_tiles;
+    int prev = -1;  // the stage whose products are in flight
+    for (int kb = 0; kb < kblocks; ++kb) {
+      bar_wait(&full[s], phase);
+      const unsigned char* a = smem + s * kStageBytes + (kSplitRows ? 0 : c * 64 * 128);
+      const unsigned char* b = smem + s * kStageBytes + kStageA + (kSplitRows ? c * kN * 128 : 0);
       pin(d);
-      release(prev);
-      // The epilogue: this thread's two queries and kN / 4 rows of the tile.
-      const int qa = qt * kQ + (kSplitRows ? 0 : c * 64) + warp * 16 + lane / 4;
-      const int qb = qa + 8;
-      const float inf = __int_as_float(0x7f800000);
-      const float ta = qa < batch ? pools.thr[qa] : inf, tb = qb < batch ? pools.thr[qb] : inf;
-      const QueryInfo ia = pools.qinfo[qa < batch ? qa : 0], ib = pools.qinfo[qb < batch ? qb : 0];
-      const int i0 = rt * kBN + (kSplitRows ? c * kN : 0) + 2 * (lane % 4);  // chunk index of column 0
+      mma_fence();
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
+      for (int k = 0; k < kBK / 16; ++k) mma<T, kR>(d, operand(a + 32 * k), operand(b + 32 * k), kb > 0 || k > 0);
+      mma_commit();
+      if (prev >= 0) {
+        mma_wait<1>();
+        bar_arrive(&empty[prev]);
+      }
+      prev = s;
+      if (++s == kStages) {
+        s = 0;
+        phase ^= 1u;
+      }
+    }
+    mma_wait<0>();
+    pin(d);
+    bar_arrive(&empty[prev]);
+    // The epilogue: this thread's two queries and kN / 4 rows of the tile.
+    const int qa = qt * kQ + (kSplitRows ? 0 : c * 64) + warp * 16 + lane / 4;
+    const int qb = qa + 8;
+    const float inf = __int_as_float(0x7f800000);
+    const float ta = qa < batch ? pools.thr[qa] : inf, tb = qb < batch ? pools.thr[qb] : inf;
+    const QueryInfo ia = pools.qinfo[qa < batch ? qa : 0], ib = pools.qinfo[qb < batch ? qb : 0];
+    const int i0 = rt * kBN + (kSplitRows ? c * kN : 0) + 2 * (lane % 4);  // chunk index of column 0
+    // Most tiles hold no row that reaches either threshold: the largest product of each query
+    // bounds its scores (the score is non-decreasing in the product; for l2, ‖x‖² ≥ 0 only lowers
+    // it), so one comparison each skips the tile's tests.
+    float ma = d[0], mb = d[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = i0 + 8 * j + e;
-          if (i >= rows_c) continue;
-          const std::int64_t row = row0 + i;
-          float sa = __fmul_rn(d[4 * j + e], ia.inv_scale), sb = __fmul_rn(d[4 * j + 2 + e], ib.inv_scale);
-          if (l2) {
-            const float x = row_sq[row];
-            sa = __fsub_rn(__fsub_rn(__fmul_rn(2.0f, sa), x), ia.qsq);
-            sb = __fsub_rn(__fsub_rn(__fmul_rn(2.0f, sb), x), ib.qsq);
-          }
-          if (sa >= ta) append(sa, row, qa, pools);
-          if (sb >= tb) append(sb, row, qb, pools);
+    for (int j = 0; j < kN / 8; ++j) {
+      ma = fmaxf(ma, fmaxf(d[4 * j], d[4 * j + 1]));
+      mb = fmaxf(mb, fmaxf(d[4 * j + 2], d[4 * j + 3]));
+    }
+    float ua = __fmul_rn(ma, ia.inv_scale), ub = __fmul_rn(mb, ib.inv_scale);
+    if (l2) {
+      ua = __fsub_rn(__fmul_rn(2.0f, ua), ia.qsq);
+      ub = __fsub_rn(__fmul_rn(2.0f, ub), ib.qsq);
+    }
+    if (!(ua >= ta) && !(ub >= tb)) continue;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = i0 + 8 * j + e;
+        if (i >= rows_c) continue;
+        const std::int64_t row = row0 + i;
+        float sa = __fmul_rn(d[4 * j + e], ia.inv_scale), sb = __fmul_rn(d[4 * j + 2 + e], ib.inv_scale);
+        if (l2) {
+          const float x = row_sq[row];
+          sa = __fsub_rn(__fsub_rn(__fmul_rn(2.0f, sa), x), ia.qsq);
+          sb = __fsub_rn(__fsub_rn(__fmul_rn(2.0f, sb), x), ib.qsq);
         }
+        if (sa >= ta) append(sa, row, qa, pools);
+        if (sb >= tb) append(sb, row, qb, pools);
       }
     }
   }
-  // No block leaves while its peer may still deliver rows to it or release its stages.
-  if constexpr (kPair) cluster_sync();
 #else
   __trap();
 #endif
@@ -415,32 +378,16 @@ FusedCollect::FusedCollect(Dtype dtype, const void* shard, std::int64_t rows, st
   SHARDTOPK_EXPECTS(shard != nullptr && queries != nullptr && reinterpret_cast<std::uintptr_t>(shard) % 16 == 0 &&
                         reinterpret_cast<std::uintptr_t>(queries) % 16 == 0,
                     "FusedCollect: shard and queries must be 16-byte aligned device pointers");
-  make_map(rows_map_.bytes, dtype, shard, rows, dpad, kBN / 2);
+  make_map(rows_map_.bytes, dtype, shard, rows, dpad, kBN);
   make_map(query_map_.bytes, dtype, queries, batch_max, dpad, kBM);
   make_map(query_map64_.bytes, dtype, queries, batch_max, dpad, 64);
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
-  for (const void* fn : {reinterpret_cast<const void*>(&fused_collect_kernel<__half, false, false>),
-                         reinterpret_cast<const void*>(&fused_collect_kernel<__half, true, false>),
-                         reinterpret_cast<const void*>(&fused_collect_kernel<__half, false, true>),
-                         reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, false, false>),
-                         reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, true, false>),
-                         reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, false, true>)})
-    allow_dynamic_smem(fn, kSmem);
-  // Pairs of blocks resident at once (clusters of two need two multiprocessors of one GPC).
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 2;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.gridDim = dim3(2 * static_cast<unsigned>(sms_));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  CHECK_CUDA(cudaOccupancyMaxActiveClusters(&pairs_, reinterpret_cast<const void*>(&fused_collect_kernel<__half, false, true>), &cfg));
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__half, false>), kSmem);
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__half, true>), kSmem);
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, false>), kSmem);
+  allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, true>), kSmem);
 }
 
 void FusedCollect::enqueue(std::int64_t row0, int rows_c, int batch, bool l2, const float* row_sq,
@@ -450,41 +397,17 @@ void FusedCollect::enqueue(std::int64_t row0, int rows_c, int batch, bool l2, co
   SHARDTOPK_EXPECTS(batch >= 1 && batch <= batch_max_, "FusedCollect: batch must be in [1, ", batch_max_, "] (got ",
                     batch, ")");
   SHARDTOPK_EXPECTS(!l2 || row_sq != nullptr, "FusedCollect: l2 needs the rows' norms");
-  const bool split = batch <= 64;     // tiles of 64 queries
-  const bool pair = batch > kBM && pairs_ >= 1;  // two query tiles or more: pairs of blocks
-  const std::int64_t q_tiles = split ? (batch + 63) / 64 : (batch + kBM - 1) / kBM;
-  const std::int64_t units = (rows_c + kBN - 1) / kBN * (pair ? (q_tiles + 1) / 2 : q_tiles);
+  const bool split = batch <= 64;  // tiles of 64 queries
+  const std::int64_t tiles = (rows_c + kBN - 1) / kBN * ((batch + (split ? 63 : kBM - 1)) / (split ? 64 : kBM));
+  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, sms_));
   const int kblocks = static_cast<int>((dpad_ + kBK - 1) / kBK);
   CUtensorMap rm, qm;
   static_assert(sizeof(CUtensorMap) == sizeof(TensorMap), "a tensor map is 128 bytes");
   memcpy(&rm, rows_map_.bytes, sizeof(rm));
   memcpy(&qm, split ? query_map64_.bytes : query_map_.bytes, sizeof(qm));
   const bool half = dtype_ == Dtype::kFloat16;
-  if (pair) {
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(2 * static_cast<unsigned>(std::min<std::int64_t>(units, pairs_)));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    cfg.stream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    if (half)
-      CHECK_CUDA(cudaLaunchKernelEx(&cfg, fused_collect_kernel<__half, false, true>, rm, qm, row0, rows_c, batch, kblocks,
-                                    l2, row_sq, pools));
-    else
-      CHECK_CUDA(cudaLaunchKernelEx(&cfg, fused_collect_kernel<__nv_bfloat16, false, true>, rm, qm, row0, rows_c, batch,
-                                    kblocks, l2, row_sq, pools));
-    return;
-  }
-  const int grid = static_cast<int>(std::min<std::int64_t>(units, sms_));
-  const auto kernel = half ? (split ? fused_collect_kernel<__half, true, false> : fused_collect_kernel<__half, false, false>)
-                           : (split ? fused_collect_kernel<__nv_bfloat16, true, false>
-                                    : fused_collect_kernel<__nv_bfloat16, false, false>);
+  const auto kernel = half ? (split ? fused_collect_kernel<__half, true> : fused_collect_kernel<__half, false>)
+                           : (split ? fused_collect_kernel<__nv_bfloat16, true> : fused_collect_kernel<__nv_bfloat16, false>);
   kernel<<<grid, kThreads, kSmem, stream>>>(rm, qm, row0, rows_c, batch, kblocks, l2, row_sq, pools);
   CHECK_CUDA(cudaGetLastError());
 }

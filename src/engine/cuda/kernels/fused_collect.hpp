@@ -38,8 +38,7 @@ class FusedCollect {
   /// q's pool as PoolEntry{s̃, r}; a full pool sets pools.overflow[q]. The summation order over d
   /// is unspecified, in float32 (docs/EXACTNESS.md's Δ with D_pad = dpad; no rounding to an
   /// output type). A persistent grid of one block of 384 threads per multiprocessor; tiles of 128
-  /// queries × 256 rows (batches of at most 64: 64 × 256; of more than 128: clusters of two
-  /// blocks, the two query tiles of a row tile, sharing its loads). On `stream`,
+  /// queries × 256 rows (batches of at most 64: 64 × 256). On `stream`,
   /// returns at once (capturable). @throws Error (SHARDTOPK_EXPECTS) for rows outside the shard,
   /// batch outside [1, batch_max] or l2 without row_sq.
   void enqueue(std::int64_t row0, int rows_c, int batch, bool l2, const float* row_sq, const CandidatePools& pools,
@@ -54,7 +53,6 @@ class FusedCollect {
   int batch_max_ = 0;
   Dtype dtype_;
   int sms_ = 0;
-  int pairs_ = 0;  // clusters of two blocks resident at once
 };
 
 }  // namespace shardtopk::cuda_detail
