@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstring>
-
 #include <mutex>
 
 #include "core/cuda_check.cuh"
@@ -22,22 +21,18 @@
 namespace shardtopk::cuda_detail {
 namespace {
 
-// The tile: kBM queries × kBN shard rows, kBK values per stage: one row of 128 bytes (64 values,
-// four stages, the Tensor Memory Accelerator's 128-byte swizzle) or of 64 (32 values, eight
-// stages, its 64-byte swizzle). Two consumer warpgroups take 64
-// queries × 256 rows each (tiles of 128 queries), or, for batches of at most 64 queries, the same
-// 64 queries × 128 rows each (tiles of 64 queries: kSplitRows), so that no product is wasted on
-// absent queries.
+// The tile: kBM queries × kBN shard rows, kBK values per stage: one 128-byte row of 16-bit
+// values, the Tensor Memory Accelerator's 128-byte swizzle; four stages of 48 KiB. Two consumer
+// warpgroups take 64 queries × 256 rows each (tiles of 128 queries), or, for batches of at most
+// 64 queries, the same 64 queries × 128 rows each (tiles of 64 queries: kSplitRows), so that no
+// product is wasted on absent queries. Measured and not kept (docs/PERFORMANCE.md, "The fused
+// scores and collect"): stages of 32 values (eight, 64-byte swizzle), a consumer that waits for
+// each stage's products before the next, pairs of blocks sharing row tiles by multicast.
 constexpr int kBM = 128;
 constexpr int kBN = 256;
 constexpr int kBK = 64;
 constexpr int kRowBytes = kBK * 2;
-constexpr int kStages = kBK == 64 ? 4 : 8;
-static_assert(kBK == 64 || kBK == 32, "a stage's rows are one swizzle span: 128 or 64 bytes");
-/// Groups of one stage's products a consumer keeps in flight while it issues the next stage's
-/// (1: it holds two stages; 0: it waits for each stage's products and holds one, leaving one more
-/// stage to the loads).
-constexpr int kInFlight = 1;
+constexpr int kStages = 4;
 constexpr int kThreads = 384;  // warpgroup 0 loads, warpgroups 1 and 2 multiply and collect
 constexpr int kConsumers = 256;
 constexpr std::uint32_t kStageA = kBM * kBK * 2;  // 16 KiB of queries
@@ -82,11 +77,10 @@ __device__ __forceinline__ void tma_load(void* dst, const void* map, int c0, int
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
-/// The wgmma descriptor of a K-major operand in swizzled rows of kRowBytes (8-row groups
-/// 8 · kRowBytes apart) starting at p.
+/// The wgmma descriptor of a K-major operand in 128-byte swizzled rows (8-row groups 1,024 bytes
+/// apart) starting at p.
 __device__ __forceinline__ std::uint64_t operand(const void* p) {
-  constexpr std::uint64_t kGroup = 8 * kRowBytes / 16, kSwizzle = kRowBytes == 128 ? 1 : 2;
-  return ((static_cast<std::uint64_t>(smem_addr(p)) & 0x3FFFF) >> 4) | (1ull << 16) | (kGroup << 32) | (kSwizzle << 62);
+  return ((static_cast<std::uint64_t>(smem_addr(p)) & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void mma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -259,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int qt = t % q_tiles;
     const int rt = t / q_tiles;
-    int prev = -1;  // the stage whose products are in flight (kInFlight 1)
+    int prev = -1;  // the stage whose products are in flight
     for (int kb = 0; kb < kblocks; ++kb) {
       bar_wait(&full[s], phase);
       const unsigned char* a = smem + s * kStageBytes + (kSplitRows ? 0 : c * 64 * kRowBytes);
@@ -269,14 +263,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int k = 0; k < kBK / 16; ++k) mma<T, kR>(d, operand(a + 32 * k), operand(b + 32 * k), kb > 0 || k > 0);
       mma_commit();
-      if (kInFlight == 0) {
-        mma_wait<0>();
-        bar_arrive(&empty[s]);
-      } else if (prev >= 0) {
-        mma_wait<kInFlight>();
+      if (prev >= 0) {  // the previous stage's products are done: its buffers go back to the loads
+        mma_wait<1>();
         bar_arrive(&empty[prev]);
       }
-      prev = kInFlight == 0 ? -1 : s;
+      prev = s;
       if (++s == kStages) {
         s = 0;
         phase ^= 1u;
@@ -284,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mma_wait<0>();
     pin(d);
-    if (prev >= 0) bar_arrive(&empty[prev]);
+    bar_arrive(&empty[prev]);
     // The epilogue: this thread's two queries and kN / 4 rows of the tile.
     const int qa = qt * kQ + (kSplitRows ? 0 : c * 64) + warp * 16 + lane / 4;
     const int qb = qa + 8;
@@ -350,7 +341,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-/// A 2-D map of [outer, dpad] 16-bit values with boxes of [box_rows, kBK], swizzled in kRowBytes.
+/// A 2-D map of [outer, dpad] 16-bit values with boxes of [box_rows, kBK], 128-byte swizzle.
 void make_map(void* map, Dtype dtype, const void* base, std::int64_t outer, std::int64_t dpad, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_tiled();
   SHARDTOPK_EXPECTS(fn != nullptr, "FusedCollect: the driver has no cuTensorMapEncodeTiled");
@@ -361,8 +352,7 @@ void make_map(void* map, Dtype dtype, const void* base, std::int64_t outer, std:
   const CUresult r = fn(static_cast<CUtensorMap*>(map),
                         dtype == Dtype::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
                         const_cast<void*>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        kRowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   SHARDTOPK_EXPECTS(r == CUDA_SUCCESS, "FusedCollect: cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r),
                     ") for [", outer, ", ", dpad, "] at ", base);
