@@ -3,10 +3,12 @@
 // score is below the threshold − Δ, each with an approximate score within Δ of the exact one
 // (docs/EXACTNESS.md, "The bound Δ"), each row at most once, nothing from outside the chunk;
 // equal rows get equal approximate scores; entries already in a pool, and the pools of queries
-// past the batch (whose rows of the query buffer hold other values), are untouched; a full pool
-// raises its overflow flag. Partial tiles of rows and queries (tiles of 64 queries; one, two and
-// three tiles of 128), padded dimensions that are not a multiple of the 64-value stage, float16 and bfloat16, inner product and l2. Skips where the
-// device is not compute capability 9.0 (the kernel exists there only).
+// past the batch (whose rows of the query buffer hold values whose products overflow to ±inf),
+// are untouched; a full pool raises its overflow flag. Partial tiles of rows and queries (tiles
+// of 64 queries; one, two and three tiles of 128), padded dimensions that are not a multiple of
+// the 64-value stage, float16 and bfloat16, inner product and l2; chunks of 140,000 rows give
+// every block of the persistent grid many tiles (stages and phases carried across them). Skips
+// where the device is not compute capability 9.0 (the kernel exists there only).
 
 #include <gtest/gtest.h>
 
@@ -46,11 +48,12 @@ struct Case {
   int dim;
   bool l2;
   int batch;  // ≤ 64: tiles of 64 queries; more: tiles of 128
+  int rows_c = 2500;  // the chunk's rows (≥ 100k: many tiles per block of the persistent grid)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::string(dname(info.param.dtype)) + "_d" + std::to_string(info.param.dim) + (info.param.l2 ? "_l2" : "_ip") +
-         "_b" + std::to_string(info.param.batch);
+         "_b" + std::to_string(info.param.batch) + "_r" + std::to_string(info.param.rows_c);
 }
 
 class FusedCollectCase : public ::testing::TestWithParam<Case> {};
@@ -61,8 +64,8 @@ TEST_P(FusedCollectCase, PoolsHoldWhatTheOracleSaysReachesEachThreshold) {
   const Case c = GetParam();
   const std::int64_t dpad = cuda_detail::padded_dim(c.dim, c.dtype);
   if (!cuda_detail::fused_collect_supported(c.dtype, dpad)) GTEST_SKIP() << "the fused kernel needs compute capability 9.0 and an sm_90a build";
-  const std::int64_t n = 3000, row0 = 300;
-  const int rows_c = 2500;  // 9.8 tiles of 256 rows; ends 200 rows before the shard does
+  const int rows_c = c.rows_c;  // 2,500: 9.8 tiles of 256 rows; ends 200 rows before the shard does
+  const std::int64_t row0 = 300, n = row0 + rows_c + 200;
   const int batch = c.batch, batch_max = c.batch + 56;  // rows of the query buffer past the batch hold other values
   std::mt19937_64 rng(7 + c.dim + (c.l2 ? 1000 : 0) + (c.dtype == Dtype::kFloat16 ? 0 : 2000));
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -76,11 +79,10 @@ TEST_P(FusedCollectCase, PoolsHoldWhatTheOracleSaysReachesEachThreshold) {
   std::vector<float> queries(static_cast<std::size_t>(batch) * c.dim);
   for (auto& v : queries) v = dist(rng);
 
-  // The query buffer: rows past the batch hold large values (they must never reach a pool).
-  const std::size_t qbytes = static_cast<std::size_t>(batch_max * dpad) * 2;
-  cuda_detail::DeviceBuffer qhat;
-  qhat.allocate(qbytes);
-  CHECK_CUDA(cudaMemset(qhat.get(), 0x5B, qbytes));
+  // The query buffer: rows past the batch hold values whose products overflow to ±inf (float16
+  // +inf, bfloat16's largest finite value): they must never reach a pool, +inf included.
+  const std::uint16_t past = c.dtype == Dtype::kFloat16 ? 0x7C00 : 0x7F7F;
+  DeviceArray<std::uint16_t> qhat(std::vector<std::uint16_t>(static_cast<std::size_t>(batch_max * dpad), past));
   DeviceArray<float> dq(queries), qpad(static_cast<std::size_t>(batch_max * dpad));
   DeviceArray<QueryInfo> qinfo(batch_max);
   cuda_detail::prepare_batched_queries(dq.get(), batch, c.dim, dpad, c.dtype, c.l2, shard.max_sq, qpad.get(), qhat.get(),
@@ -181,7 +183,9 @@ INSTANTIATE_TEST_SUITE_P(Gpu, FusedCollectCase,
                                            Case{Dtype::kBFloat16, 768, true, 200}, Case{Dtype::kBFloat16, 40, false, 130},
                                            Case{Dtype::kFloat16, 8, false, 200}, Case{Dtype::kFloat16, 768, false, 50},
                                            Case{Dtype::kBFloat16, 100, true, 64}, Case{Dtype::kFloat16, 768, true, 7},
-                                           Case{Dtype::kFloat16, 768, true, 100}, Case{Dtype::kBFloat16, 768, false, 300}),
+                                           Case{Dtype::kFloat16, 768, true, 100}, Case{Dtype::kBFloat16, 768, false, 300},
+                                           Case{Dtype::kBFloat16, 40, true, 130, 140000},
+                                           Case{Dtype::kFloat16, 100, false, 50, 140000}),
                          case_name);
 
 TEST(FusedCollect, BadArgumentsThrowAndQueueNothing) {

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <mutex>
 
@@ -34,6 +35,9 @@ constexpr int kBK = 64;
 constexpr int kRowBytes = kBK * 2;
 constexpr int kStages = 4;
 constexpr int kThreads = 384;  // warpgroup 0 loads, warpgroups 1 and 2 multiply and collect
+/// Registers per thread after setmaxnreg: the loading warpgroup gives up what the two consumer
+/// warpgroups take (128 · 40 + 256 · 232 ≤ 384 · 168, what the launch bound leaves each thread).
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kConsumers = 256;
 constexpr std::uint32_t kStageA = kBM * kBK * 2;  // 16 KiB of queries
 constexpr std::uint32_t kStageB = kBN * kBK * 2;  // 32 KiB of rows
@@ -199,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = (rows_c + kBN - 1) / kBN * q_tiles;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
     if (threadIdx.x != 0) return;
     int s = 0;
     std::uint32_t phase = 0;
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
   const int c = wg - 1;  // this consumer
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   float d[kR];
@@ -255,8 +259,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The epilogue: this thread's two queries and kN / 4 rows of the tile.
     const int qa = qt * kQ + (kSplitRows ? 0 : c * 64) + warp * 16 + lane / 4;
     const int qb = qa + 8;
-    const float inf = __int_as_float(0x7f800000);
-    const float ta = qa < batch ? pools.thr[qa] : inf, tb = qb < batch ? pools.thr[qb] : inf;
+    // A query past the batch compares as NaN: no product reaches it, +inf included (the query
+    // buffer's rows past the batch hold whatever an earlier batch left there).
+    const float none = __int_as_float(0x7fc00000);
+    const float ta = qa < batch ? pools.thr[qa] : none, tb = qb < batch ? pools.thr[qb] : none;
     const QueryInfo ia = pools.qinfo[qa < batch ? qa : 0], ib = pools.qinfo[qb < batch ? qb : 0];
     const int i0 = rt * kBN + (kSplitRows ? c * kN : 0) + 2 * (lane % 4);  // chunk index of column 0
     // Most tiles hold no row that reaches either threshold: the largest product of each query
@@ -342,7 +348,18 @@ bool fused_collect_supported(Dtype dtype, std::int64_t dpad) {
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0 && encode_tiled() != nullptr;
+  if (major != 9 || minor != 0 || encode_tiled() == nullptr) return false;
+  // The consumers' setmaxnreg raise completes only if the block was given the registers at
+  // launch (a build capping registers per thread lower would hang there).
+  for (const void* fn : {reinterpret_cast<const void*>(&fused_collect_kernel<__half, false>),
+                         reinterpret_cast<const void*>(&fused_collect_kernel<__half, true>),
+                         reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, false>),
+                         reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, true>)}) {
+    cudaFuncAttributes attr{};
+    CHECK_CUDA(cudaFuncGetAttributes(&attr, fn));
+    if (attr.numRegs * kThreads < 128 * kProducerRegs + 256 * kConsumerRegs) return false;
+  }
+  return true;
 }
 
 FusedCollect::FusedCollect(Dtype dtype, const void* shard, std::int64_t rows, std::int64_t dpad, const void* queries,
@@ -350,7 +367,7 @@ FusedCollect::FusedCollect(Dtype dtype, const void* shard, std::int64_t rows, st
     : rows_(rows), dpad_(dpad), batch_max_(batch_max), dtype_(dtype) {
   SHARDTOPK_EXPECTS(fused_collect_supported(dtype, dpad), "FusedCollect: not supported for ", to_string(dtype),
                     " rows of ", dpad, " padded values on this device and build");
-  SHARDTOPK_EXPECTS(rows >= 1 && rows < (1LL << 31) - kBN, "FusedCollect: rows must be in [1, 2^31 - 257) (got ", rows,
+  SHARDTOPK_EXPECTS(rows >= 1 && rows < (1LL << 31) - kBN, "FusedCollect: rows must be in [1, 2^31 - 256) (got ", rows,
                     ")");
   SHARDTOPK_EXPECTS(batch_max >= 1, "FusedCollect: batch_max must be >= 1 (got ", batch_max, ")");
   SHARDTOPK_EXPECTS(shard != nullptr && queries != nullptr && reinterpret_cast<std::uintptr_t>(shard) % 16 == 0 &&
@@ -376,8 +393,11 @@ void FusedCollect::enqueue(std::int64_t row0, int rows_c, int batch, bool l2, co
                     batch, ")");
   SHARDTOPK_EXPECTS(!l2 || row_sq != nullptr, "FusedCollect: l2 needs the rows' norms");
   const bool split = batch <= 64;  // tiles of 64 queries
-  const std::int64_t tiles = (rows_c + kBN - 1) / kBN * ((batch + (split ? 63 : kBM - 1)) / (split ? 64 : kBM));
+  const std::int64_t tiles =
+      (static_cast<std::int64_t>(rows_c) + kBN - 1) / kBN * ((batch + (split ? 63 : kBM - 1)) / (split ? 64 : kBM));
   const int grid = static_cast<int>(std::min<std::int64_t>(tiles, sms_));
+  SHARDTOPK_EXPECTS(tiles + grid <= INT_MAX, "FusedCollect: ", tiles, " tiles of ", rows_c, " rows × ", batch,
+                    " queries exceed the kernel's int tile index");
   const int kblocks = static_cast<int>((dpad_ + kBK - 1) / kBK);
   CUtensorMap rm, qm;
   static_assert(sizeof(CUtensorMap) == sizeof(TensorMap), "a tensor map is 128 bytes");
