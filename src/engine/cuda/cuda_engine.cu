@@ -271,7 +271,7 @@ class CudaEngine final : public Engine {
     // Windows and counts (ranges, pages, ranks, stats): every query through the batch-1 scan,
     // whose exact scores the window pass reads before the select.
     const bool windowed = a.windows != nullptr || a.counts != nullptr;
-    const bool force_scan = search_path_ == SearchPath::kScan, 
+    const bool force_scan = search_path_ == SearchPath::kScan,
                force_gemm = search_path_ == SearchPath::kGemm || search_path_ == SearchPath::kCublas;
     const bool batched = rows_ > 0 && !windowed && !((a.batch == 1 && !force_gemm) || force_scan);
     if (filtered) filters_->prepare(a.filters, a.batch, /*row_masks=*/!batched, s);

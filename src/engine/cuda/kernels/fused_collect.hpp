@@ -38,9 +38,10 @@ class FusedCollect {
   /// q's pool as PoolEntry{s̃, r}; a full pool sets pools.overflow[q]. The summation order over d
   /// is unspecified, in float32 (docs/EXACTNESS.md's Δ with D_pad = dpad; no rounding to an
   /// output type). A persistent grid of one block of 384 threads per multiprocessor; tiles of 128
-  /// queries × 256 rows (batches of at most 64: 64 × 256). On `stream`,
-  /// returns at once (capturable). @throws Error (SHARDTOPK_EXPECTS) for rows outside the shard,
-  /// batch outside [1, batch_max] or l2 without row_sq.
+  /// queries × 256 rows (batches of at most 64: 64 × 256). On `stream`, returns at once
+  /// (capturable). Pools of queries past the batch are not touched. @throws Error
+  /// (SHARDTOPK_EXPECTS) for rows outside the shard, batch outside [1, batch_max], l2 without
+  /// row_sq, or more tiles than the kernel's int index holds.
   void enqueue(std::int64_t row0, int rows_c, int batch, bool l2, const float* row_sq, const CandidatePools& pools,
                cudaStream_t stream) const;
 
