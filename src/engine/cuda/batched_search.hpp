@@ -4,12 +4,12 @@
 // query rounded to the storage type, float32 accumulation) land
 // in a [B, R] workspace; every row whose approximate score is within 2Δ of the running k-th
 // approximate score enters the query's pool (candidate_pools); the pools are re-scored with the
-// exact arithmetic and sorted (rescore). Unfiltered float16/bfloat16 batches on compute
-// capability 9.0 score and collect each chunk after the first in one kernel
-// (kernels/fused_collect), which never writes the [B, R] scores. Two streams: the GEMM of chunk c + 1 (tensor cores, on
+// exact arithmetic and sorted (rescore). Two streams: the GEMM of chunk c + 1 (tensor cores, on
 // the search's stream) overlaps the candidate collection of chunk c (memory, on a side stream
 // that forks from and joins back into the search's stream through events, so that the whole
-// search can be captured into one CUDA graph).
+// search can be captured into one CUDA graph). Unfiltered float16/bfloat16 batches on compute
+// capability 9.0 score and collect each chunk after the first in one kernel on the side stream
+// (kernels/fused_collect), which never writes the [B, R] scores.
 
 #include <cuda_runtime.h>
 

@@ -78,14 +78,12 @@ struct Approx {
   __device__ __forceinline__ std::int64_t row(std::int64_t i) const { return order ? order[row0 + i] : row0 + i; }
   /// The approximate score from the raw GEMM value g = S[q, i].
   __device__ __forceinline__ float finish(float g, std::int64_t i, const QueryInfo& qi) const {
-    if (!l2) return __fmul_rn(g, qi.inv_scale);
+    if (!l2) return qi.approx(g, false, 0.0f);
     return finish_row(g, row(i), qi);  // the row read only here (a gathered chunk's is a load)
   }
   /// finish for a chunk index whose shard row r = row(i) the caller has already read.
   __device__ __forceinline__ float finish_row(float g, std::int64_t r, const QueryInfo& qi) const {
-    const float dot = __fmul_rn(g, qi.inv_scale);
-    if (!l2) return dot;
-    return __fsub_rn(__fsub_rn(__fmul_rn(2.0f, dot), row_sq[r]), qi.qsq);
+    return qi.approx(g, l2, l2 ? row_sq[r] : 0.0f);
   }
   __device__ __forceinline__ float operator()(int q, std::int64_t i, const QueryInfo& qi) const {
     return finish(out_to_float(S[q * ld + i]), i, qi);

@@ -50,6 +50,16 @@ struct QueryInfo {
   float inv_scale;  // the GEMM's query was scaled by 1 / inv_scale (a power of two)
   float qsq;        // ‖q‖² rounded to float (l2)
   float pad;
+#if defined(__CUDACC__)
+  /// The approximate ranking score from the scaled query's product g with a row whose stored
+  /// ‖x‖² is row_sq (read by l2 only): g · inv_scale, for l2 2·that − ‖x‖² − ‖q‖², in float
+  /// (docs/EXACTNESS.md). The collect and the fused kernel both score with it.
+  __device__ __forceinline__ float approx(float g, bool l2, float row_sq) const {
+    const float dot = __fmul_rn(g, inv_scale);
+    if (!l2) return dot;
+    return __fsub_rn(__fsub_rn(__fmul_rn(2.0f, dot), row_sq), qsq);
+  }
+#endif
 };
 
 /// The batch-1 selection's progress (the last block of each kernel resolves the threshold from
