@@ -63,9 +63,8 @@ std::vector<std::string> dataset_files(const std::string& path, const std::vecto
 /// A root string attribute (e.g. ann-benchmarks' `distance`), or "" when absent.
 std::string read_string_attribute(const std::string& path, const std::string& name);
 
-/// How a block of rows is handed over: float32 values, or IEEE binary16 bit patterns (what a
-/// float16 engine stores; a float16 dataset then goes from the file to the sink unconverted).
-enum class RowFormat { kFloat32, kFloat16Bits };
+// RowFormat (types.hpp): how a block of rows is handed over, float32 values or IEEE binary16
+// bit patterns (a float16 dataset then goes from the file to the sink unconverted).
 
 /// Options of the row readers.
 struct ReadOptions {

@@ -24,8 +24,9 @@ namespace shardtopk {
 class AttributeTable;
 class FilterProgram;
 
-/// A rank's rows, float32 on the host, ready for upload. For cosine the rows are already
-/// L2-normalised (see `normalize_rows`). `ids` are the global ids of the rows.
+/// A rank's rows, float32 on the host, ready for upload (or streamed later: `streamed`). For
+/// cosine the rows are already L2-normalised (see `normalize_rows`). `ids` are the global ids
+/// of the rows.
 struct ShardInput {
   const float* data = nullptr;  ///< [rows, dim], row-major; unused (may be nullptr) when `generated` or `streamed`
   std::int64_t rows = 0;
@@ -42,6 +43,10 @@ struct ShardInput {
   /// a file while the previous one is copied to the device. The CPU engine streams too (it
   /// converts each block into its storage).
   bool streamed = false;
+  /// The values of a streamed shard's blocks: kFloat32 (load_buffer / load_rows) or kFloat16Bits
+  /// (load_buffer_bits / load_rows_bits: IEEE binary16 bit patterns, half the bytes). Unused
+  /// unless `streamed`.
+  RowFormat stream_format = RowFormat::kFloat32;
   /// The shard's attribute columns and global ids for filtered searches (filter.hpp), one row per
   /// shard row; nullptr: no attribute columns (filters on global ids only). Read while the
   /// engine is built; the engine keeps its own copy (device memory on a GPU).
@@ -203,9 +208,25 @@ class Engine {
   /// returns). finish_load: waits for the copies, checks that every row arrived once, computes
   /// the norms. @throws Error when the engine was not built streamed, a block is out of order,
   /// range or too large, rows are missing at the end, or a value overflows the storage type.
+  /// The float32 calls serve a shard streamed as RowFormat::kFloat32 (ShardInput::stream_format)
+  /// and throw for one streamed as bits.
   virtual float* load_buffer(std::int64_t rows) = 0;
   virtual void load_rows(std::int64_t first, std::int64_t rows, const float* data) = 0;
   virtual void finish_load() = 0;
+
+  /// Streamed loading of IEEE binary16 bit patterns (ShardInput::stream_format kFloat16Bits),
+  /// as load_buffer() / load_rows() with 2-byte values: load_buffer_bits: host memory for `rows`
+  /// rows [rows, dim] of uint16 bit patterns (page-locked for the CUDA engine), one of two used
+  /// in turn; load_rows_bits: queues rows [first, first + rows) from `bits` [rows, dim]. Each
+  /// value is converted exactly to float32 and stored as load_rows() stores that float32 value
+  /// (in any storage type), so the stored rows are bit for bit those of a float32 stream of the
+  /// same values, ±0 and subnormals included. finish_load() ends either stream.
+  /// @throws Error as the float32 calls; when the shard streams float32; for a pattern that is
+  ///   not a finite value (exponent bits all ones: ±inf, NaN), naming the row's global id, the
+  ///   column and the value (by load_rows_bits or by finish_load; a refused finish_load ends the
+  ///   load, as for float32 rows: the engine takes no more rows and is to be discarded).
+  virtual std::uint16_t* load_buffer_bits(std::int64_t rows) = 0;
+  virtual void load_rows_bits(std::int64_t first, std::int64_t rows, const std::uint16_t* bits) = 0;
 
   /// Validates queries [batch, dim] (engine space) and, for cosine, normalises them in place with
   /// the arithmetic of `normalize_rows`, on `stream` (nullptr: the engine's).

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "shardtopk/communicator.hpp"
 #include "shardtopk/config.hpp"
@@ -67,6 +68,13 @@ std::int64_t total_capacity_rows(const Config& cfg, std::int64_t total_rows, int
 /// copy of the shard): the CUDA engine with inner product or l2. Cosine rows are normalised on
 /// the host first, so they are read into one host array.
 bool streams_shard(bool cuda_engine, Metric metric);
+
+/// The values a streamed shard's blocks carry from the reader to the engine
+/// (ShardInput::stream_format): IEEE binary16 bits when the dataset is stored as float16
+/// (`stored_dtype` as DatasetInfo::dtype names it; half the bytes, no conversion on the host, the
+/// same stored rows in any engine.dtype), float32 values otherwise and whenever the shard is not
+/// streamed (streams_shard() false: cosine rows are normalised in float32 on the host).
+RowFormat stream_format(bool cuda_engine, Metric metric, const std::string& stored_dtype);
 
 /// Checks, before any row is read, that a rank's engine and index buffers fit this machine: for
 /// kCpu, cpu_engine_host_bytes() + index_buffer_bytes() against host_memory_bytes() shared by the

@@ -142,6 +142,12 @@ struct BaseIdentity {
 /// `threads` threads (the result does not depend on it). Sum the parts with add_base_parts().
 BaseIdentity base_identity_part(const float* rows, const std::int64_t* ids, std::int64_t n, std::int64_t dim,
                                 std::int64_t first_row, int threads = 1);
+/// As above, from rows [n, dim] in `format`: float32 values, or IEEE binary16 bit patterns (each
+/// converted exactly to float32 first, `f16c` (io.f16c) choosing F16C or the portable
+/// conversion: the same bits), so that a float16 corpus has the identity of the same values
+/// given as float32.
+BaseIdentity base_identity_part(const void* rows, RowFormat format, const std::int64_t* ids, std::int64_t n,
+                                std::int64_t dim, std::int64_t first_row, int threads = 1, bool f16c = true);
 /// The identity of the union of two disjoint shards (rows added; dims must agree).
 BaseIdentity add_base_parts(const BaseIdentity& a, const BaseIdentity& b);
 

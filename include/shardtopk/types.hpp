@@ -14,6 +14,12 @@ enum class Metric { kInnerProduct, kCosine, kL2 };
 /// How the resident shard is stored. Scoring always accumulates in float32.
 enum class Dtype { kFloat32, kFloat16, kBFloat16 };
 
+/// How a block of rows travels from the corpus reader to an engine: float32 values (4 bytes
+/// each), or IEEE binary16 bit patterns (2 bytes each: a float16 dataset goes from the file to
+/// the engine unconverted). Every binary16 value is exactly a float32 value, so both formats
+/// of a float16 dataset hold the same values.
+enum class RowFormat { kFloat32, kFloat16Bits };
+
 enum class EngineBackend { kAuto, kCpu, kCuda };
 enum class CommBackend { kAuto, kMpi, kNccl };
 
@@ -80,6 +86,8 @@ CpuIsa parse_cpu_isa(const std::string& s, const std::string& what = "engine.cpu
 
 /// Bytes per element of a storage dtype.
 std::size_t dtype_bytes(Dtype d);
+/// Bytes of one value of a row format: 4 (float32) or 2 (binary16 bits).
+std::size_t format_bytes(RowFormat f);
 
 /// Convert a ranking score (higher is better) to the reported value: the similarity for
 /// inner_product and cosine, the squared distance for l2.

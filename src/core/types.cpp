@@ -149,6 +149,7 @@ CpuIsa parse_cpu_isa(const std::string& s, const std::string& what) {
 }
 
 std::size_t dtype_bytes(Dtype d) { return d == Dtype::kFloat32 ? 4 : 2; }
+std::size_t format_bytes(RowFormat f) { return f == RowFormat::kFloat16Bits ? 2 : 4; }
 
 const char* version() { return SHARDTOPK_VERSION; }
 

@@ -14,6 +14,22 @@ std::vector<std::int64_t> slot_ids(const ShardInput& s, std::int64_t capacity) {
   return ids;
 }
 
+void check_stream_call(bool streaming, RowFormat shard_format, RowFormat call_format, const char* engine,
+                       const char* what) {
+  SHARDTOPK_EXPECTS(streaming, what, ": this ", engine, " was not built with ShardInput::streamed, or its load has "
+                    "finished");
+  const bool bits = shard_format == RowFormat::kFloat16Bits;
+  SHARDTOPK_EXPECTS(call_format == shard_format, what, ": this ", engine, " streams ",
+                    bits ? "float16 bits" : "float32 rows", " (ShardInput::stream_format); use ",
+                    bits ? "load_buffer_bits / load_rows_bits" : "load_buffer / load_rows");
+}
+
+std::string nonfinite_bits_message(std::int64_t id, float value, std::int64_t col) {
+  return detail::concat("corpus row ", id, " value ", value, " at column ", col,
+                        " is not finite (a float16 pattern with every exponent bit set); the corpus must hold finite "
+                        "values");
+}
+
 AttributeTable slot_attribute_table(const ShardInput& s, std::int64_t capacity, int threads, const char* engine) {
   std::vector<AttributeColumn> cols;
   if (s.attributes) {

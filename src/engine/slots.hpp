@@ -5,6 +5,7 @@
 // of the live mask, in its own memory space.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shardtopk/engine.hpp"
@@ -20,6 +21,17 @@ std::vector<std::int64_t> slot_ids(const ShardInput& shard, std::int64_t capacit
 /// slot_ids(); no columns when the shard has none. Block summaries on `threads` threads (0: all).
 /// @throws Error naming `engine` when the shard's attribute table has another row count.
 AttributeTable slot_attribute_table(const ShardInput& shard, std::int64_t capacity, int threads, const char* engine);
+
+/// The check every streamed-load call `what` of `engine` ("CPU engine", "CUDA engine") makes: a
+/// load under way (`streaming`), in the shard's format (ShardInput::stream_format).
+/// @throws Error naming the call and, for the other format, the calls that take the shard's.
+void check_stream_call(bool streaming, RowFormat shard_format, RowFormat call_format, const char* engine,
+                       const char* what);
+
+/// The refusal of a streamed binary16 pattern that is not a finite value (every exponent bit
+/// set: Engine::load_rows_bits), naming the row's global id, the value (±inf, nan) and the
+/// column: the one wording of both engines.
+std::string nonfinite_bits_message(std::int64_t id, float value, std::int64_t col);
 
 /// Words [lo, hi] of the live mask that a set_live() changed; empty when hi < lo.
 struct WordSpan {

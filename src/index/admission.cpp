@@ -9,6 +9,7 @@
 
 #include "core/log.hpp"
 #include "core/parallel.hpp"
+#include "io/value_convert.hpp"
 #include "shardtopk/error.hpp"
 
 namespace shardtopk {
@@ -64,10 +65,16 @@ bool larger(const NormSummary& a, const NormSummary& b) {
 }  // namespace
 
 NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row, int threads) {
+  return shard_norms(data, RowFormat::kFloat32, rows, dim, first_row, threads);
+}
+
+NormSummary shard_norms(const void* data, RowFormat format, std::int64_t rows, std::int64_t dim,
+                        std::int64_t first_row, int threads, bool f16c) {
   auto part = [&](std::int64_t lo, std::int64_t hi) {
     NormSummary s;
+    io_detail::RowsAsFloat32 in(data, format, dim, f16c);
     for (std::int64_t i = lo; i < hi; ++i) {
-      const double n = row_norm(data + i * dim, dim);
+      const double n = row_norm(in.row(i), dim);
       if (s.row < 0 || n > s.max_norm) s = NormSummary{n, first_row + i};
     }
     return s;

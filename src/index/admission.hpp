@@ -63,6 +63,11 @@ double row_norm(const float* x, std::int64_t dim);
 /// threads (the result does not depend on it).
 NormSummary shard_norms(const float* data, std::int64_t rows, std::int64_t dim, std::int64_t first_row,
                         int threads = 1);
+/// As above, from rows [rows, dim] in `format`: float32 values, or IEEE binary16 bit patterns
+/// (each converted exactly to float32 first, io.f16c's `f16c` choosing how: the same bits), so
+/// that a float16 corpus gives bit for bit the norms of the same values as float32.
+NormSummary shard_norms(const void* data, RowFormat format, std::int64_t rows, std::int64_t dim,
+                        std::int64_t first_row, int threads = 1, bool f16c = true);
 
 /// Combine the shards' summaries (e.g. all-gathered from every rank).
 NormSummary combine_norms(const std::vector<NormSummary>& parts);

@@ -234,6 +234,11 @@ Metric resolve_metric(const Config& cfg) {
 
 bool streams_shard(bool cuda_engine, Metric metric) { return cuda_engine && metric != Metric::kCosine; }
 
+RowFormat stream_format(bool cuda_engine, Metric metric, const std::string& stored_dtype) {
+  return streams_shard(cuda_engine, metric) && stored_dtype == "float16" ? RowFormat::kFloat16Bits
+                                                                          : RowFormat::kFloat32;
+}
+
 std::int64_t rank_capacity_rows(const Config& cfg, std::int64_t shard_rows, int world, std::int64_t recorded_rows,
                                 int rank) {
   if (cfg.storage.dir.empty()) return shard_rows;
@@ -434,6 +439,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
   auto last_log = tr;
   double row_bytes = 0;
   bool streamed = false;
+  RowFormat format = RowFormat::kFloat32;  // of the streamed blocks
   StreamRows stream_rows;
   try {
     validate(cfg);
@@ -455,6 +461,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
     // the GPU (no host copy of the shard). Cosine rows are normalised on the host first.
     const EngineBackend backend = choose_backend(cfg, *host_comm);
     streamed = streams_shard(backend == EngineBackend::kCuda, metric);
+    format = stream_format(backend == EngineBackend::kCuda, metric, info.dtype);
     // The engine's and the index's start-up bytes against this machine, before any row is read
     // (`plan` shows them).
     check_engine_fits(backend, rank_capacity_rows(cfg, stats.rows.size(), world, recorded_capacity, rank), stats.dim,
@@ -515,25 +522,34 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         last_log = tr;
         std::vector<NormSummary> parts;
         BaseIdentity base{0, stats.dim, 0, 0};
+        // float16 datasets travel as their binary16 bits (stream_format): the norms and the
+        // base identity convert each value exactly, giving the bits of the float32 values.
+        const bool bits = format == RowFormat::kFloat16Bits;
         read_row_blocks(
-            cfg.corpus.path, cfg.corpus.dataset, stats.rows, RowFormat::kFloat32, ropt,
+            cfg.corpus.path, cfg.corpus.dataset, stats.rows, format, ropt,
             [&](const RowBlock& b) {
-              const float* x = static_cast<const float*>(b.data);
-              e.load_rows(b.first_row - stats.rows.lo, b.rows, x);  // queued: the copy runs meanwhile
-              parts.push_back(shard_norms(x, b.rows, b.cols, b.first_row, ropt.threads));
+              const std::int64_t local = b.first_row - stats.rows.lo;
+              if (bits)  // queued: the copy runs meanwhile
+                e.load_rows_bits(local, b.rows, static_cast<const std::uint16_t*>(b.data));
+              else
+                e.load_rows(local, b.rows, static_cast<const float*>(b.data));
+              parts.push_back(shard_norms(b.data, format, b.rows, b.cols, b.first_row, ropt.threads, ropt.f16c));
               if (!cfg.storage.dir.empty() && snapshot.empty())
-                base = add_base_parts(base, base_identity_part(x, ids.data() + (b.first_row - stats.rows.lo), b.rows,
-                                                               b.cols, b.first_row, ropt.threads));
+                base = add_base_parts(base, base_identity_part(b.data, format, ids.data() + local, b.rows, b.cols,
+                                                               b.first_row, ropt.threads, ropt.f16c));
             },
-            [&](std::int64_t, std::int64_t n) -> void* { return e.load_buffer(n); });
+            [&](std::int64_t, std::int64_t n) -> void* {
+              return bits ? static_cast<void*>(e.load_buffer_bits(n)) : static_cast<void*>(e.load_buffer(n));
+            });
         e.finish_load();
         const NormSummary norms = combine_norms(parts);
         check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
         if (log_progress && rank == 0) {
           const double sec = seconds_since(tr);
-          spdlog::info("rank 0 read its {} rows into its GPU in {:.2f} s ({:.0f} MB/s as stored; each block read "
-                       "while the previous one is copied)",
-                       nrows, sec, nrows * row_bytes / std::max(sec, 1e-9) / 1e6);
+          spdlog::info("rank 0 read its {} rows into its GPU in {:.2f} s ({:.0f} MB/s as stored; blocks sent as {}; "
+                       "each block read while the previous one is copied)",
+                       nrows, sec, nrows * row_bytes / std::max(sec, 1e-9) / 1e6,
+                       bits ? "float16 bits" : "float32");
         }
         return RowsSeen{norms, base};
       };
@@ -574,6 +590,7 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
 
   ShardInput in{shard.get(), nrows, stats.dim, ids.data()};
   in.streamed = streamed;
+  in.stream_format = format;
   in.attributes = &attributes;
   in.capacity = rank_capacity_rows(cfg, nrows, world, recorded_capacity, rank);
   auto index = build_index_impl(cfg, metric, stats.total_rows, stats.rows, in, std::move(host_comm), stats, stream_rows,

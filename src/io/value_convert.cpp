@@ -122,6 +122,12 @@ Limit limit_for(RowFormat f, Dtype storage) {
 
 bool cpu_has_f16c() { return kHaveF16c; }
 
+void f16_bits_to_f32(const std::uint16_t* h, float* f, size_t n, bool f16c) {
+  // The portable path leaves `f` unset when some value is not finite: then value by value.
+  if (f16_to_f32(h, f, n, f16c && kHaveF16c))
+    for (size_t i = 0; i < n; ++i) f[i] = half::from_f16(h[i]);
+}
+
 RunBad convert_run(Elem e, const void* src, RowFormat fmt, void* dst, size_t n, const Limit& lim, float* scratch,
                    bool f16c) {
   if (e == Elem::kF32) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/parallel.hpp"
+#include "io/value_convert.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/storage.hpp"
 #include "storage/crc32c.hpp"
@@ -205,16 +206,22 @@ using namespace storage;
 
 BaseIdentity base_identity_part(const float* rows, const std::int64_t* ids, std::int64_t n, std::int64_t dim,
                                 std::int64_t first_row, int threads) {
+  return base_identity_part(rows, RowFormat::kFloat32, ids, n, dim, first_row, threads);
+}
+
+BaseIdentity base_identity_part(const void* rows, RowFormat format, const std::int64_t* ids, std::int64_t n,
+                                std::int64_t dim, std::int64_t first_row, int threads, bool f16c) {
   SHARDTOPK_EXPECTS(n >= 0 && dim >= 1 && (n == 0 || rows), "base_identity_part: bad shape [", n, ", ", dim, "]");
   const int parts = range_parts(n * dim, std::max(1, threads), 1 << 20);
   std::vector<BaseIdentity> part(static_cast<std::size_t>(parts), BaseIdentity{0, dim, 0, 0});
   parallel_ranges(n, parts, [&](std::int64_t lo, std::int64_t hi, int p) {
     BaseIdentity& b = part[static_cast<std::size_t>(p)];
+    io_detail::RowsAsFloat32 in(rows, format, dim, f16c);
     for (std::int64_t i = lo; i < hi; ++i) {
       const std::int64_t row = first_row + i;
       const std::int64_t id = ids ? ids[i] : row;
       b.ids_digest += row_term(row, static_cast<std::uint64_t>(id));
-      b.data_digest += row_term(row, crc32c(rows + i * dim, static_cast<std::size_t>(dim) * sizeof(float)));
+      b.data_digest += row_term(row, crc32c(in.row(i), static_cast<std::size_t>(dim) * sizeof(float)));
     }
     b.rows = hi - lo;
   });

@@ -444,6 +444,33 @@ TEST_F(MpiIndexStartupErrors, InfInACorpusRow) {
               AllOf(HasSubstr("rank 0: "), HasSubstr("corpus row 3 "), HasSubstr("inf")));
 }
 
+// A float16 file: on a GPU with inner product or l2 its rows travel as binary16 bits
+// (stream_format), elsewhere as float32; either way a value that is not finite is refused with
+// the same words, naming the row and column, whatever the storage type.
+TEST_F(MpiIndexStartupErrors, NonFiniteValueInAFloat16File) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const struct {
+    float value;
+    const char* text;
+  } cases[] = {{inf, "inf"}, {-inf, "-inf"}, {std::numeric_limits<float>::quiet_NaN(), "nan"}};
+  for (const auto& c : cases) {
+    const std::string path = write_corpus([&](H5Writer& w, std::vector<float>& v) {
+      std::vector<float> h = v;
+      h[3 * 4 + 2] = c.value;
+      w.write_f16("train16", h.data(), 50, 4);
+    });
+    for (const Metric m : {kIp, kL2})
+      for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32}) {
+        Config cfg = base_config(path, m, 8, 4);
+        cfg.corpus.dataset = "train16";
+        cfg.engine.dtype = t;
+        EXPECT_THAT(startup_error(cfg), AllOf(HasSubstr("rank 0: "), HasSubstr("corpus row 3 "),
+                                              HasSubstr(std::string("non-finite value (") + c.text + ") at column 2")))
+            << to_string(m) << " " << to_string(t);
+      }
+  }
+}
+
 TEST_F(MpiIndexStartupErrors, TruncatedFile) {
   const std::string path = fixture("trunc");
   on_root([&] {

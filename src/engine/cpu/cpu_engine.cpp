@@ -60,6 +60,7 @@ class CpuEngine final : public Engine {
     }
     if (s.streamed) {
       streaming_ = true;
+      stream_format_ = s.stream_format;
     } else if (s.generated) {
       // Materialised in blocks (bounded host memory beyond the shard itself), normalised for
       // cosine with normalize_rows' arithmetic as the ingest of a file would be.
@@ -106,25 +107,38 @@ class CpuEngine final : public Engine {
 
   // Streamed loading: each block is converted into the storage as it arrives.
   float* load_buffer(std::int64_t rows) override {
-    SHARDTOPK_EXPECTS(streaming_, "load_buffer: this CPU engine was not built with ShardInput::streamed, or its load "
-                                  "has finished");
-    SHARDTOPK_EXPECTS(rows >= 1 && rows <= std::max<std::int64_t>(rows_, 1), "load_buffer: ", rows,
-                      " rows out of range 1 .. ", rows_);
-    if (load_cap_rows_ == 0) load_cap_rows_ = rows;
-    SHARDTOPK_EXPECTS(rows <= load_cap_rows_, "load_buffer: ", rows, " rows, more than the first call's ",
-                      load_cap_rows_);
-    auto& b = load_buf_[load_next_];
-    load_next_ ^= 1;
+    check_streaming(RowFormat::kFloat32, "load_buffer");
+    auto& b = load_buf_[next_load_buffer(rows, "load_buffer")];
+    if (b.empty()) b.resize(static_cast<size_t>(load_cap_rows_ * dim_));
+    return b.data();
+  }
+  std::uint16_t* load_buffer_bits(std::int64_t rows) override {
+    check_streaming(RowFormat::kFloat16Bits, "load_buffer_bits");
+    auto& b = load_bits_[next_load_buffer(rows, "load_buffer_bits")];
     if (b.empty()) b.resize(static_cast<size_t>(load_cap_rows_ * dim_));
     return b.data();
   }
   void load_rows(std::int64_t first, std::int64_t rows, const float* data) override {
-    SHARDTOPK_EXPECTS(streaming_, "load_rows: this CPU engine was not built with ShardInput::streamed, or its load "
-                                  "has finished");
-    SHARDTOPK_EXPECTS(first == loaded_ && rows >= 0 && first + rows <= rows_, "load_rows: rows [", first, ", ",
-                      first + rows, ") out of order or range: expected row ", loaded_, " of ", rows_);
-    SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, "load_rows: no data");
+    check_streaming(RowFormat::kFloat32, "load_rows");
+    check_load_block(first, rows, data, "load_rows");
     store_rows(first, rows, data);
+    loaded_ += rows;
+  }
+  /// Row by row: each pattern checked, converted exactly to float32 and stored as load_rows
+  /// stores it (a row before a refused one stays stored; the load is then abandoned).
+  void load_rows_bits(std::int64_t first, std::int64_t rows, const std::uint16_t* bits) override {
+    check_streaming(RowFormat::kFloat16Bits, "load_rows_bits");
+    check_load_block(first, rows, bits, "load_rows_bits");
+    std::vector<float> row(static_cast<size_t>(dim_));
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::uint16_t* h = bits + i * dim_;
+      for (std::int64_t c = 0; c < dim_; ++c) {
+        row[static_cast<size_t>(c)] = half::from_f16(h[c]);
+        if ((h[c] & 0x7C00u) == 0x7C00u)
+          throw Error(engine_detail::nonfinite_bits_message(ids_[static_cast<size_t>(first + i)], row[c], c));
+      }
+      store_rows(first + i, 1, row.data());
+    }
     loaded_ += rows;
   }
   void finish_load() override {
@@ -134,6 +148,8 @@ class CpuEngine final : public Engine {
     streaming_ = false;
     load_buf_[0] = {};
     load_buf_[1] = {};
+    load_bits_[0] = {};
+    load_bits_[1] = {};
   }
 
   void prepare_queries(float* q, int batch, void*, std::uint8_t* invalid) override {
@@ -235,6 +251,27 @@ class CpuEngine final : public Engine {
     }
   }
 
+  /// The checks every streamed-load call makes: a load under way, in the shard's format.
+  void check_streaming(RowFormat format, const char* what) const {
+    engine_detail::check_stream_call(streaming_, stream_format_, format, "CPU engine", what);
+  }
+  /// load_buffer's size checks; returns which of the two buffers to hand out.
+  int next_load_buffer(std::int64_t rows, const char* what) {
+    SHARDTOPK_EXPECTS(rows >= 1 && rows <= std::max<std::int64_t>(rows_, 1), what, ": ", rows,
+                      " rows out of range 1 .. ", rows_);
+    if (load_cap_rows_ == 0) load_cap_rows_ = rows;
+    SHARDTOPK_EXPECTS(rows <= load_cap_rows_, what, ": ", rows, " rows, more than the first call's ", load_cap_rows_);
+    const int i = load_next_;
+    load_next_ ^= 1;
+    return i;
+  }
+  /// load_rows' order, range and data checks.
+  void check_load_block(std::int64_t first, std::int64_t rows, const void* data, const char* what) const {
+    SHARDTOPK_EXPECTS(first == loaded_ && rows >= 0 && first + rows <= rows_, what, ": rows [", first, ", ",
+                      first + rows, ") out of order or range: expected row ", loaded_, " of ", rows_);
+    SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, what, ": no data");
+  }
+
   /// Row masks and block flags of the batch's programs (without the dead slots), and each
   /// query's mask in query_mask_ (unfiltered: the live mask, or nullptr when every slot is live).
   void prepare_masks(const FilterBatch& f, int batch) {
@@ -331,7 +368,9 @@ class CpuEngine final : public Engine {
   engine_detail::Slots slots_;                       // live mask, scanned slots [0, scanned)
   // streamed loading (ShardInput::streamed): two host blocks used in turn
   bool streaming_ = false;
+  RowFormat stream_format_ = RowFormat::kFloat32;  // the blocks' values (ShardInput::stream_format)
   std::vector<float> load_buf_[2];
+  std::vector<std::uint16_t> load_bits_[2];
   std::int64_t load_cap_rows_ = 0, loaded_ = 0;
   int load_next_ = 0;
   std::vector<Candidate> lists_;        // [threads, batch, k]: each thread's top k, best first

@@ -36,6 +36,7 @@
 #include "engine/cuda/kernels/scan_few.hpp"
 #include "engine/cuda/kernels/scan_select.hpp"
 #include "engine/cuda/kernels/shard_store.hpp"
+#include "engine/cuda/kernels/store_f16_bits.hpp"
 #include "engine/cuda/plan.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
@@ -331,44 +332,16 @@ class CudaEngine final : public Engine {
   // ------------------------------------------------------------ streamed load
 
   float* load_buffer(std::int64_t rows) override {
-    SHARDTOPK_EXPECTS(streaming_, "load_buffer: this CUDA engine was not built with ShardInput::streamed, or its "
-                                  "load has finished");
-    SHARDTOPK_EXPECTS(rows >= 1 && rows <= base_rows_, "load_buffer: ", rows, " rows out of range 1 .. ", base_rows_);
-    DeviceGuard guard(device_);
-    if (up_cap_rows_ == 0) up_cap_rows_ = rows;
-    SHARDTOPK_EXPECTS(rows <= up_cap_rows_, "load_buffer: ", rows, " rows, more than the first call's ", up_cap_rows_);
-    const int i = up_next_;
-    up_next_ ^= 1;
-    if (!up_buf_[i]) {  // allocated on first use: a one-block shard pins one buffer, not two
-      up_buf_[i].allocate(sizeof(float) * static_cast<std::size_t>(up_cap_rows_) * dim_);
-      up_ev_[i].create(cudaEventDisableTiming);
-      CHECK_CUDA(cudaEventRecord(up_ev_[i].get(), stream_));
-    }
-    CHECK_CUDA(cudaEventSynchronize(up_ev_[i].get()));  // its previous copy has left the buffer
-    return up_buf_[i].as<float>();
+    return static_cast<float*>(stream_buffer(rows, RowFormat::kFloat32, "load_buffer"));
   }
-
+  std::uint16_t* load_buffer_bits(std::int64_t rows) override {
+    return static_cast<std::uint16_t*>(stream_buffer(rows, RowFormat::kFloat16Bits, "load_buffer_bits"));
+  }
   void load_rows(std::int64_t first, std::int64_t rows, const float* data) override {
-    SHARDTOPK_EXPECTS(streaming_, "load_rows: this CUDA engine was not built with ShardInput::streamed, or its "
-                                  "load has finished");
-    SHARDTOPK_EXPECTS(first == up_rows_done_ && rows >= 0 && first + rows <= base_rows_, "load_rows: rows [", first,
-                      ", ", first + rows, ") out of order or range: expected row ", up_rows_done_, " of ", base_rows_);
-    SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, "load_rows: no data");
-    if (rows == 0) return;
-    DeviceGuard guard(device_);
-    upload_block(data, rows, first);
-    // Data inside one of load_buffer()'s pinned buffers: its event says when the copy has left
-    // it. Any other memory: wait here, so the caller may reuse or free it on return (pinned
-    // memory of its own would otherwise still be read by the asynchronous copy).
-    bool ours = false;
-    for (int i = 0; i < 2; ++i) {
-      if (up_buf_[i].holds(data)) {
-        CHECK_CUDA(cudaEventRecord(up_ev_[i].get(), stream_));
-        ours = true;
-      }
-    }
-    if (!ours) CHECK_CUDA(cudaStreamSynchronize(stream_));
-    up_rows_done_ += rows;
+    stream_block(first, rows, data, RowFormat::kFloat32, "load_rows");
+  }
+  void load_rows_bits(std::int64_t first, std::int64_t rows, const std::uint16_t* bits) override {
+    stream_block(first, rows, bits, RowFormat::kFloat16Bits, "load_rows_bits");
   }
 
   void finish_load() override {
@@ -386,6 +359,8 @@ class CudaEngine final : public Engine {
     ShardInput s;
     s.rows = base_rows_;
     s.dim = dim_;
+    s.streamed = true;
+    s.stream_format = stream_format_;
     s.ids = stream_ids_;
     s.first_row = stream_first_row_;
     upload_checks(s);
@@ -393,6 +368,53 @@ class CudaEngine final : public Engine {
   }
 
  private:
+  /// The checks every streamed-load call makes: a load under way, in the shard's format.
+  void check_streaming(RowFormat format, const char* what) const {
+    engine_detail::check_stream_call(streaming_, stream_format_, format, "CUDA engine", what);
+  }
+
+  /// load_buffer / load_buffer_bits: one of two pinned blocks of `rows` rows in `format`, once
+  /// the copy that last read it has finished.
+  void* stream_buffer(std::int64_t rows, RowFormat format, const char* what) {
+    check_streaming(format, what);
+    SHARDTOPK_EXPECTS(rows >= 1 && rows <= base_rows_, what, ": ", rows, " rows out of range 1 .. ", base_rows_);
+    DeviceGuard guard(device_);
+    if (up_cap_rows_ == 0) up_cap_rows_ = rows;
+    SHARDTOPK_EXPECTS(rows <= up_cap_rows_, what, ": ", rows, " rows, more than the first call's ", up_cap_rows_);
+    const int i = up_next_;
+    up_next_ ^= 1;
+    if (!up_buf_[i]) {  // allocated on first use: a one-block shard pins one buffer, not two
+      up_buf_[i].allocate(format_bytes(format) * static_cast<std::size_t>(up_cap_rows_) * dim_);
+      up_ev_[i].create(cudaEventDisableTiming);
+      CHECK_CUDA(cudaEventRecord(up_ev_[i].get(), stream_));
+    }
+    CHECK_CUDA(cudaEventSynchronize(up_ev_[i].get()));  // its previous copy has left the buffer
+    return up_buf_[i].as<char>();
+  }
+
+  /// load_rows / load_rows_bits: rows [first, first + rows) from `data` in `format`.
+  void stream_block(std::int64_t first, std::int64_t rows, const void* data, RowFormat format, const char* what) {
+    check_streaming(format, what);
+    SHARDTOPK_EXPECTS(first == up_rows_done_ && rows >= 0 && first + rows <= base_rows_, what, ": rows [", first, ", ",
+                      first + rows, ") out of order or range: expected row ", up_rows_done_, " of ", base_rows_);
+    SHARDTOPK_EXPECTS(rows == 0 || data != nullptr, what, ": no data");
+    if (rows == 0) return;
+    DeviceGuard guard(device_);
+    upload_block(data, format, rows, first);
+    // Data inside one of load_buffer()'s pinned buffers: its event says when the copy has left
+    // it. Any other memory: wait here, so the caller may reuse or free it on return (pinned
+    // memory of its own would otherwise still be read by the asynchronous copy).
+    bool ours = false;
+    for (int i = 0; i < 2; ++i) {
+      if (up_buf_[i].holds(data)) {
+        CHECK_CUDA(cudaEventRecord(up_ev_[i].get(), stream_));
+        ours = true;
+      }
+    }
+    if (!ours) CHECK_CUDA(cudaStreamSynchronize(stream_));
+    up_rows_done_ += rows;
+  }
+
   /// The device named by the options: checked, made current, its properties read.
   void select_device() {
     int count = 0;
@@ -534,12 +556,14 @@ class CudaEngine final : public Engine {
     }
     if (base_rows_ == 0) {
       streaming_ = s.streamed;  // an empty streamed shard: finish_load() only
+      stream_format_ = s.stream_format;
       CHECK_CUDA(cudaStreamSynchronize(stream_));
       return;
     }
     CHECK_CUDA(cudaMemsetAsync(ws_.status, 0xFF, 2 * sizeof(unsigned long long), stream_));
     if (s.streamed) {  // rows follow through load_rows(); finish_load() ends with upload_checks()
       streaming_ = true;
+      stream_format_ = s.stream_format;
       stream_ids_ = s.ids;
       stream_first_row_ = s.first_row;
       return;
@@ -555,14 +579,15 @@ class CudaEngine final : public Engine {
         store_staged(m, r0);
       }
     } else {
-      upload_block(s.data, base_rows_, 0);
+      upload_block(s.data, RowFormat::kFloat32, base_rows_, 0);
     }
     upload_checks(s);
   }
 
-  /// Rows per chunk staged as float32 in the scores workspace during an upload.
-  std::int64_t staging_rows() const {
-    return std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (4 * dim_)));
+  /// Rows per chunk staged in the scores workspace during an upload, `elem` bytes a value
+  /// (float32: 4; binary16 bits: 2).
+  std::int64_t staging_rows(std::size_t elem = sizeof(float)) const {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(plan_.scores_bytes / (elem * dim_)));
   }
 
   /// Bytes of one row in a write_rows batch: its slot, its attribute words and id (8 bytes
@@ -662,16 +687,23 @@ class CudaEngine final : public Engine {
     store_rows(ws_.scores, m, dim_, dtype_, ws_.shard, dpad_, first, ws_.status + kStatusValues, stream_);
   }
 
-  /// Host float32 rows data [rows, dim] → storage rows [first, first + rows), through the scores
-  /// workspace in chunks (H2D copy, then convert + pad, in stream order). A pageable source is
-  /// staged by cudaMemcpyAsync before it returns; the caller decides how to wait for a pinned one.
-  void upload_block(const float* data, std::int64_t rows, std::int64_t first) {
-    const std::int64_t chunk = staging_rows();
+  /// Host rows data [rows, dim] in `format` (float32 values or binary16 bits) → storage rows
+  /// [first, first + rows), through the scores workspace in chunks (H2D copy of the values as
+  /// they are, then convert + pad, in stream order). A pageable source is staged by
+  /// cudaMemcpyAsync before it returns; the caller decides how to wait for a pinned one.
+  void upload_block(const void* data, RowFormat format, std::int64_t rows, std::int64_t first) {
+    const std::size_t elem = format_bytes(format);
+    const std::int64_t chunk = staging_rows(elem);
     for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const std::int64_t m = std::min(chunk, rows - r0);
-      CHECK_CUDA(cudaMemcpyAsync(ws_.scores, data + r0 * dim_, sizeof(float) * m * dim_, cudaMemcpyHostToDevice,
-                                 stream_));
-      store_staged(m, first + r0);
+      CHECK_CUDA(cudaMemcpyAsync(ws_.scores, static_cast<const char*>(data) + elem * r0 * dim_, elem * m * dim_,
+                                 cudaMemcpyHostToDevice, stream_));
+      if (format == RowFormat::kFloat16Bits)
+        store_f16_bits_rows(Float16BitsView{reinterpret_cast<const std::uint16_t*>(ws_.scores), m, dim_},
+                            ShardStorageView{ws_.shard, dtype_, dpad_}, first + r0, ws_.status + kStatusValues,
+                            stream_);
+      else
+        store_staged(m, first + r0);
     }
   }
 
@@ -690,6 +722,8 @@ class CudaEngine final : public Engine {
     if (st != kStatusOk) {
       const std::int64_t row = static_cast<std::int64_t>(st) / dim_, col = static_cast<std::int64_t>(st) % dim_;
       const std::int64_t gid = s.ids ? s.ids[row] : s.first_row + row;
+      if (s.streamed && s.stream_format == RowFormat::kFloat16Bits)  // the file's value, stored as it is
+        throw Error(nonfinite_bits_message(gid, stored_value(row, col), col));
       const std::string val = s.generated ? std::string(" (generated)")
                               : s.data    ? " value " + detail::concat(s.data[st])
                                           : std::string();
@@ -697,6 +731,18 @@ class CudaEngine final : public Engine {
                                  "; use engine.dtype float32"));
     }
     std::memcpy(&max_sq_, &host_status_[kStatusMaxSq], sizeof max_sq_);
+  }
+
+  /// The stored value of shard row `row`, column `col` as float32 (reads the device; waits).
+  float stored_value(std::int64_t row, std::int64_t col) {
+    const std::size_t elem = dtype_bytes(dtype_);
+    std::uint32_t raw = 0;
+    CHECK_CUDA(cudaMemcpyAsync(&raw, static_cast<const char*>(ws_.shard) + elem * (row * dpad_ + col), elem,
+                               cudaMemcpyDeviceToHost, stream_));
+    CHECK_CUDA(cudaStreamSynchronize(stream_));
+    if (dtype_ == Dtype::kFloat16) return half::from_f16(static_cast<std::uint16_t>(raw));
+    if (dtype_ == Dtype::kBFloat16) return half::from_bf16(static_cast<std::uint16_t>(raw));
+    return half::from_bits(raw);
   }
 
   int device_;
@@ -728,6 +774,7 @@ class CudaEngine final : public Engine {
   Stream own_stream_;
   // streamed load (ShardInput::streamed): two pinned blocks used in turn, their copy events
   bool streaming_ = false;
+  RowFormat stream_format_ = RowFormat::kFloat32;  // the blocks' values (ShardInput::stream_format)
   PinnedBuffer up_buf_[2];
   Event up_ev_[2];
   std::int64_t up_cap_rows_ = 0, up_rows_done_ = 0, stream_first_row_ = 0;

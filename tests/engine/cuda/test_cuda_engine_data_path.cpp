@@ -307,5 +307,123 @@ TEST(CudaEngine, StreamedLoadEqualsTheRowsGivenAtOnce) {
   EXPECT_NE(cos.find("cannot be cosine"), std::string::npos) << cos;
 }
 
+// A shard streamed as IEEE binary16 bits (ShardInput::stream_format kFloat16Bits, what a float16
+// corpus file sends: half the bytes) stores bit for bit what the float32 stream of the same values
+// stores, in every storage type, and answers the same. Values: random finite patterns with ±0,
+// subnormals and ±65504 among them. Rows: several blocks, in the engine's pinned buffers and in
+// other host memory; dims 7 and 33 (not multiples of 8: the padding stays zero), 768 (real).
+// A pattern that is not finite (±inf, NaN) is refused at finish_load naming the row's global id,
+// the value and the column, and ends the load as a refused float32 load does; the float32
+// calls are refused on a stream of bits.
+TEST(CudaEngine, StreamedFloat16BitsStoreWhatFloat32Stores) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  const std::int64_t n = 5003, block = 1000;
+  static const std::uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00};
+  auto finite_bits = [](std::size_t count, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::uint16_t> v(count);
+    for (auto& h : v) {
+      do h = static_cast<std::uint16_t>(rng());
+      while ((h & 0x7C00u) == 0x7C00u);
+      if (rng() % 4 == 0) h = specials[rng() % (sizeof specials / sizeof specials[0])];
+    }
+    return v;
+  };
+  for (const std::int64_t dim : {std::int64_t{33}, std::int64_t{7}, std::int64_t{768}}) {
+    const std::vector<std::uint16_t> bits = finite_bits(static_cast<std::size_t>(n * dim), 1905 + dim);
+    std::vector<float> f32(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) f32[i] = half::from_f16(bits[i]);
+    // queries of modest size: scores stay finite next to rows of ±65504
+    std::vector<float> q = random_floats(static_cast<size_t>(4 * dim), 1906);
+    for (float& x : q) x *= 1e-3f;
+    const std::vector<std::int64_t> ids = shuffled_ids(n, 1907);
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
+    std::iota(slots.begin(), slots.end(), std::int64_t{0});
+    for (const Dtype t : {Dtype::kFloat16, Dtype::kBFloat16, Dtype::kFloat32})
+      for (const Metric m : {Metric::kInnerProduct, Metric::kL2}) {
+        const std::string what = std::string(mname(m)) + " " + dname(t) + " dim " + std::to_string(dim);
+        ShardInput s;
+        s.rows = n;
+        s.dim = dim;
+        s.ids = ids.data();
+        s.streamed = true;
+        Rig a = make_rig(s, m, t, limits(4, 32));
+        s.stream_format = RowFormat::kFloat16Bits;
+        Rig b = make_rig(s, m, t, limits(4, 32));
+        for (std::int64_t r0 = 0; r0 < n; r0 += block) {
+          const std::int64_t rows = std::min(block, n - r0);
+          if ((r0 / block) % 3 != 2) {
+            float* fa = a->load_buffer(block);
+            std::uint16_t* fb = b->load_buffer_bits(block);
+            std::copy(f32.begin() + r0 * dim, f32.begin() + (r0 + rows) * dim, fa);
+            std::copy(bits.begin() + r0 * dim, bits.begin() + (r0 + rows) * dim, fb);
+            a->load_rows(r0, rows, fa);
+            b->load_rows_bits(r0, rows, fb);
+          } else {
+            a->load_rows(r0, rows, f32.data() + r0 * dim);
+            b->load_rows_bits(r0, rows, bits.data() + r0 * dim);
+          }
+        }
+        a->finish_load();
+        b->finish_load();
+        std::vector<float> ra(f32.size()), rb(f32.size());
+        a->read_rows(slots.data(), n, ra.data());
+        b->read_rows(slots.data(), n, rb.data());
+        EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float))) << what;
+        for (std::size_t i = 0; i < rb.size(); ++i)  // float16 storage: the file's bits; the others: its rounding
+          ASSERT_EQ(half::bits(rb[i]), half::bits(round_through(t, f32[i]))) << what << " value " << i;
+        expect_same_candidates(run_candidates(b, q, 4, 32, 1), run_candidates(a, q, 4, 32, 1), what + " batch 1");
+        expect_same_candidates(run_candidates(b, q, 4, 32, 4), run_candidates(a, q, 4, 32, 4), what + " batch 4");
+      }
+  }
+  // A pattern that is not finite: refused at the end of the load, naming the id, value, column.
+  const std::int64_t dim = 33;
+  const std::vector<std::int64_t> ids = shuffled_ids(n, 1908);
+  const struct {
+    std::uint16_t pattern;
+    const char* value;
+  } cases[] = {{0x7C00, "inf"}, {0xFC00, "-inf"}, {0x7E00, "nan"}};
+  for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+    for (const auto& c : cases) {
+      std::vector<std::uint16_t> bits = finite_bits(static_cast<std::size_t>(n * dim), 1909);
+      bits[1234 * dim + 3] = c.pattern;
+      bits[4321 * dim + 0] = 0x7C00;  // a later one: the first is named
+      ShardInput s;
+      s.rows = n;
+      s.dim = dim;
+      s.ids = ids.data();
+      s.streamed = true;
+      s.stream_format = RowFormat::kFloat16Bits;
+      Rig bad = make_rig(s, Metric::kL2, t, limits(4, 32));
+      for (std::int64_t r0 = 0; r0 < n; r0 += block) {
+        const std::int64_t rows = std::min(block, n - r0);
+        std::uint16_t* buf = bad->load_buffer_bits(block);
+        std::copy(bits.begin() + r0 * dim, bits.begin() + (r0 + rows) * dim, buf);
+        bad->load_rows_bits(r0, rows, buf);
+      }
+      const std::string msg = error_of([&] { bad->finish_load(); });
+      EXPECT_NE(msg.find("corpus row " + std::to_string(ids[1234]) + " value " + c.value + " at column 3 is not finite"),
+                std::string::npos)
+          << dname(t) << ": " << msg;
+      const std::string again = error_of([&] { bad->load_rows_bits(0, 1, bits.data()); });
+      EXPECT_NE(again.find("load has finished"), std::string::npos) << again;
+      EXPECT_NE(error_of([&] { bad->finish_load(); }).find("load has finished"), std::string::npos);
+    }
+  ShardInput s;
+  s.rows = n;
+  s.dim = dim;
+  s.streamed = true;
+  s.stream_format = RowFormat::kFloat16Bits;
+  Rig st = make_rig(s, Metric::kInnerProduct, Dtype::kFloat16, limits(4, 32));
+  const std::vector<float> ones(static_cast<std::size_t>(dim), 1.0f);
+  const std::string f32_call = error_of([&] { st->load_rows(0, 1, ones.data()); });
+  EXPECT_NE(f32_call.find("streams float16 bits"), std::string::npos) << f32_call;
+  EXPECT_NE(error_of([&] { st->load_buffer(10); }).find("load_buffer_bits"), std::string::npos);
+  s.stream_format = RowFormat::kFloat32;
+  Rig sf = make_rig(s, Metric::kInnerProduct, Dtype::kFloat16, limits(4, 32));
+  const std::vector<std::uint16_t> one(static_cast<std::size_t>(dim), 0x3C00);
+  EXPECT_NE(error_of([&] { sf->load_rows_bits(0, 1, one.data()); }).find("streams float32 rows"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardtopk::test
