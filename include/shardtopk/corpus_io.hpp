@@ -63,9 +63,6 @@ std::vector<std::string> dataset_files(const std::string& path, const std::vecto
 /// A root string attribute (e.g. ann-benchmarks' `distance`), or "" when absent.
 std::string read_string_attribute(const std::string& path, const std::string& name);
 
-// RowFormat (types.hpp): how a block of rows is handed over, float32 values or IEEE binary16
-// bit patterns (a float16 dataset then goes from the file to the sink unconverted).
-
 /// Options of the row readers.
 struct ReadOptions {
   std::int64_t chunk_rows = 65536;  ///< rows per block (one sink call and one progress call each)

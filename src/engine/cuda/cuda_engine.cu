@@ -722,8 +722,11 @@ class CudaEngine final : public Engine {
     if (st != kStatusOk) {
       const std::int64_t row = static_cast<std::int64_t>(st) / dim_, col = static_cast<std::int64_t>(st) % dim_;
       const std::int64_t gid = s.ids ? s.ids[row] : s.first_row + row;
-      if (s.streamed && s.stream_format == RowFormat::kFloat16Bits)  // the file's value, stored as it is
-        throw Error(nonfinite_bits_message(gid, stored_value(row, col), col));
+      if (s.streamed && s.stream_format == RowFormat::kFloat16Bits) {  // the file's value, stored as it is
+        std::vector<float> stored(static_cast<std::size_t>(dim_));
+        read_rows(&row, 1, stored.data());
+        throw Error(nonfinite_bits_message(gid, stored[static_cast<std::size_t>(col)], col));
+      }
       const std::string val = s.generated ? std::string(" (generated)")
                               : s.data    ? " value " + detail::concat(s.data[st])
                                           : std::string();
@@ -731,18 +734,6 @@ class CudaEngine final : public Engine {
                                  "; use engine.dtype float32"));
     }
     std::memcpy(&max_sq_, &host_status_[kStatusMaxSq], sizeof max_sq_);
-  }
-
-  /// The stored value of shard row `row`, column `col` as float32 (reads the device; waits).
-  float stored_value(std::int64_t row, std::int64_t col) {
-    const std::size_t elem = dtype_bytes(dtype_);
-    std::uint32_t raw = 0;
-    CHECK_CUDA(cudaMemcpyAsync(&raw, static_cast<const char*>(ws_.shard) + elem * (row * dpad_ + col), elem,
-                               cudaMemcpyDeviceToHost, stream_));
-    CHECK_CUDA(cudaStreamSynchronize(stream_));
-    if (dtype_ == Dtype::kFloat16) return half::from_f16(static_cast<std::uint16_t>(raw));
-    if (dtype_ == Dtype::kBFloat16) return half::from_bf16(static_cast<std::uint16_t>(raw));
-    return half::from_bits(raw);
   }
 
   int device_;
