@@ -228,6 +228,22 @@ class Engine {
   virtual std::uint16_t* load_buffer_bits(std::int64_t rows) = 0;
   virtual void load_rows_bits(std::int64_t first, std::int64_t rows, const std::uint16_t* bits) = 0;
 
+  /// The largest row norm of a streamed load: row (local, 0-based; −1: no rows) and its float64
+  /// norm, each row's norm computed as the host's row_norm computes it (float64 products and
+  /// sums, element d into partial sum d mod 4, then sqrt((s0 + s1) + (s2 + s3))), bit for bit;
+  /// equal norms: the smaller row.
+  struct LoadedNorms {
+    std::int64_t row = -1;
+    double max_norm = 0.0;
+  };
+  /// Whether this engine measures LoadedNorms while it stores streamed rows (the CUDA engine
+  /// does, on the device), so that the caller need not read the rows' values itself. Default:
+  /// false.
+  virtual bool measures_loaded_norms() const { return false; }
+  /// After finish_load() of a streamed load, where measures_loaded_norms().
+  /// @throws Error otherwise (the default), or before finish_load().
+  virtual LoadedNorms loaded_norms() const;
+
   /// Validates queries [batch, dim] (engine space) and, for cosine, normalises them in place with
   /// the arithmetic of `normalize_rows`, on `stream` (nullptr: the engine's).
   /// `invalid` nullptr: returns when done; @throws Error naming the first query with a

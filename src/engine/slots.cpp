@@ -6,6 +6,14 @@
 #include "core/half.hpp"
 #include "shardtopk/error.hpp"
 
+namespace shardtopk {
+
+Engine::LoadedNorms Engine::loaded_norms() const {
+  throw Error("loaded_norms: this engine does not measure a streamed load's row norms (measures_loaded_norms)");
+}
+
+}  // namespace shardtopk
+
 namespace shardtopk::engine_detail {
 
 std::vector<std::int64_t> slot_ids(const ShardInput& s, std::int64_t capacity) {

@@ -28,6 +28,24 @@ double row_norm(const float* x, std::int64_t dim) {
 
 namespace {
 
+/// row_norm of kNormRows rows at once, each result exactly row_norm(x[r], dim): every row keeps
+/// its own four partial sums, added in row_norm's order, so each row's bits are unchanged; the
+/// rows' chains of dependent adds are independent and overlap (65,536 float32 rows of 768 on one
+/// core of the 2-core build VM, 2026-12-06: 64 ms one row at a time, 52 ms four at a time).
+constexpr int kNormRows = 4;
+void row_norms(const float* const (&x)[kNormRows], std::int64_t dim, double (&out)[kNormRows]) {
+  double s[kNormRows][4] = {};
+  std::int64_t d = 0;
+  for (; d + 4 <= dim; d += 4)
+    for (int r = 0; r < kNormRows; ++r)
+      for (int j = 0; j < 4; ++j) s[r][j] += static_cast<double>(x[r][d + j]) * static_cast<double>(x[r][d + j]);
+  for (int r = 0; r < kNormRows; ++r) {
+    std::int64_t e = d;
+    for (int j = 0; e < dim; ++e, ++j) s[r][j] += static_cast<double>(x[r][e]) * static_cast<double>(x[r][e]);
+    out[r] = std::sqrt((s[r][0] + s[r][1]) + (s[r][2] + s[r][3]));
+  }
+}
+
 /// The largest |x_d| of x [dim] as its bit pattern with the sign cleared (an int32 ≥ 0: signed
 /// order = magnitude order; +inf and NaN above every finite value). 16 independent maxima (one
 /// accumulator would be a dependent chain); an AVX2 clone where the CPU has it (GCC function
@@ -72,11 +90,19 @@ NormSummary shard_norms(const void* data, RowFormat format, std::int64_t rows, s
                         std::int64_t first_row, int threads, bool f16c) {
   auto part = [&](std::int64_t lo, std::int64_t hi) {
     NormSummary s;
-    io_detail::RowsAsFloat32 in(data, format, dim, f16c);
-    for (std::int64_t i = lo; i < hi; ++i) {
-      const double n = row_norm(in.row(i), dim);
+    io_detail::RowsAsFloat32 in[kNormRows] = {{data, format, dim, f16c}, {data, format, dim, f16c},
+                                              {data, format, dim, f16c}, {data, format, dim, f16c}};
+    const auto take = [&](double n, std::int64_t i) {  // in row order: equal norms keep the first
       if (s.row < 0 || n > s.max_norm) s = NormSummary{n, first_row + i};
+    };
+    std::int64_t i = lo;
+    for (; i + kNormRows <= hi; i += kNormRows) {
+      const float* const x[kNormRows] = {in[0].row(i), in[1].row(i + 1), in[2].row(i + 2), in[3].row(i + 3)};
+      double n[kNormRows];
+      row_norms(x, dim, n);
+      for (int r = 0; r < kNormRows; ++r) take(n[r], i + r);
     }
+    for (; i < hi; ++i) take(row_norm(in[0].row(i), dim), i);
     return s;
   };
   const int nt = range_parts(rows * dim, std::max(1, threads), 1 << 20);  // ≥ 1M values per thread

@@ -525,31 +525,68 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         // float16 datasets travel as their binary16 bits (stream_format): the norms and the
         // base identity convert each value exactly, giving the bits of the float32 values.
         const bool bits = format == RowFormat::kFloat16Bits;
+        // The row norms: measured by the engine as it stores the rows (the CUDA engine, on the
+        // device), else here. The base identity of a storage directory: here.
+        const bool host_norms = !e.measures_loaded_norms();
+        const bool identity = !cfg.storage.dir.empty() && snapshot.empty();
+        // A block's host work is done while the next block is read: the engine hands out its
+        // two pinned buffers in turn, and a buffer comes back only after the block that filled
+        // it has been settled here (its task waited for), so the task reads rows nothing
+        // overwrites. Declared after parts and base: on an exception its destructor waits for
+        // the task before they go.
+        std::future<void> pending;
+        double wait_host = 0, wait_copies = 0;  // seconds the read waited for either (debug log)
+        const auto settle = [&] {
+          if (!pending.valid()) return;
+          const auto t = Clock::now();
+          pending.get();
+          wait_host += seconds_since(t);
+        };
         read_row_blocks(
             cfg.corpus.path, cfg.corpus.dataset, stats.rows, format, ropt,
             [&](const RowBlock& b) {
+              settle();
               const std::int64_t local = b.first_row - stats.rows.lo;
               if (bits)  // queued: the copy runs meanwhile
                 e.load_rows_bits(local, b.rows, static_cast<const std::uint16_t*>(b.data));
               else
                 e.load_rows(local, b.rows, static_cast<const float*>(b.data));
-              parts.push_back(shard_norms(b.data, format, b.rows, b.cols, b.first_row, ropt.threads, ropt.f16c));
-              if (!cfg.storage.dir.empty() && snapshot.empty())
-                base = add_base_parts(base, base_identity_part(b.data, format, ids.data() + local, b.rows, b.cols,
-                                                               b.first_row, ropt.threads, ropt.f16c));
+              if (host_norms || identity)
+                pending = std::async(std::launch::async, [&, b, local] {
+                  if (host_norms)
+                    parts.push_back(shard_norms(b.data, format, b.rows, b.cols, b.first_row, ropt.threads, ropt.f16c));
+                  if (identity)
+                    base = add_base_parts(base, base_identity_part(b.data, format, ids.data() + local, b.rows, b.cols,
+                                                                   b.first_row, ropt.threads, ropt.f16c));
+                });
             },
             [&](std::int64_t, std::int64_t n) -> void* {
-              return bits ? static_cast<void*>(e.load_buffer_bits(n)) : static_cast<void*>(e.load_buffer(n));
+              const auto t = Clock::now();
+              void* buf = bits ? static_cast<void*>(e.load_buffer_bits(n)) : static_cast<void*>(e.load_buffer(n));
+              wait_copies += seconds_since(t);
+              return buf;
             });
+        settle();
+        const auto tf = Clock::now();
         e.finish_load();
-        const NormSummary norms = combine_norms(parts);
+        spdlog::debug("rank {}: streamed load: {:.3f} s waiting for free buffers (copies to the GPU), {:.3f} s "
+                      "for the host's work on the rows ({}), {:.3f} s in finish_load",
+                      rank, wait_copies, wait_host,
+                      host_norms ? (identity ? "row norms, base identity" : "row norms")
+                                 : (identity ? "base identity" : "none"),
+                      seconds_since(tf));
+        NormSummary norms = combine_norms(parts);
+        if (!host_norms) {  // the engine's: its local row, as a row of the file
+          const Engine::LoadedNorms n = e.loaded_norms();
+          norms = n.row < 0 ? NormSummary{} : NormSummary{n.max_norm, stats.rows.lo + n.row};
+        }
         check_corpus_norms(metric, norms, stats.dim, "'" + cfg.corpus.path + "': corpus row");
         if (log_progress && rank == 0) {
           const double sec = seconds_since(tr);
           spdlog::info("rank 0 read its {} rows into its GPU in {:.2f} s ({:.0f} MB/s as stored; blocks sent as {}; "
-                       "each block read while the previous one is copied)",
+                       "each block read while the previous one is copied; row norms on the {})",
                        nrows, sec, nrows * row_bytes / std::max(sec, 1e-9) / 1e6,
-                       bits ? "float16 bits" : "float32");
+                       bits ? "float16 bits" : "float32", host_norms ? "host" : "GPU");
         }
         return RowsSeen{norms, base};
       };

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <vector>
@@ -43,6 +44,33 @@ TEST(Admission, ShardNormsAreFloat64AndNameTheGlobalRow) {
   const NormSummary c = combine_norms({NormSummary{5, 7}, NormSummary{}, NormSummary{5, 3}, NormSummary{2, 1}});
   EXPECT_EQ(c.row, 3);
   EXPECT_EQ(c.max_norm, 5);
+}
+
+// shard_norms takes rows four at a time (independent sums, for speed): each norm must keep
+// row_norm's bits, and the largest its first row, for any row count and dimension.
+TEST(Admission, ShardNormsKeepRowNormsBitsAndTheFirstLargestRow) {
+  for (std::int64_t dim : {1, 3, 4, 7, 768, 770}) {
+    for (std::int64_t n : {1, 2, 4, 5, 8, 11}) {
+      std::vector<float> r = test::random_floats(n * dim, static_cast<unsigned>(31 + dim + n));
+      for (float& x : r) x *= 1e3f;  // wide magnitudes: the order of the additions shows in the bits
+      std::vector<double> norm(static_cast<size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) norm[i] = row_norm(r.data() + i * dim, dim);
+      std::int64_t top = std::max_element(norm.begin(), norm.end()) - norm.begin();  // the first largest
+      if (top + 1 < n) {  // a tie after it: the first still wins
+        std::copy(r.begin() + top * dim, r.begin() + (top + 1) * dim, r.begin() + (n - 1) * dim);
+        norm[n - 1] = norm[top];
+      }
+      const NormSummary s = shard_norms(r.data(), n, dim, 1000, 2);
+      EXPECT_EQ(s.row, 1000 + top) << "dim " << dim << " rows " << n;
+      EXPECT_EQ(s.max_norm, norm[top]) << "dim " << dim << " rows " << n;
+      for (std::int64_t i = 0; i < n; ++i) {  // each row's norm: four copies of it, and its row alone
+        std::vector<float> four;
+        for (int c = 0; c < 4; ++c) four.insert(four.end(), r.begin() + i * dim, r.begin() + (i + 1) * dim);
+        EXPECT_EQ(shard_norms(four.data(), 4, dim, 0, 1).max_norm, norm[i]) << "row " << i << " dim " << dim;
+        EXPECT_EQ(shard_norms(r.data() + i * dim, 1, dim, 0, 1).max_norm, norm[i]) << "row " << i << " dim " << dim;
+      }
+    }
+  }
 }
 
 TEST(Admission, InnerProductAdmitsUpToTheBoundAndRefusesBeyond) {

@@ -32,6 +32,7 @@
 #include "engine/cuda/graph_cache.hpp"
 #include "engine/cuda/kernels/fill.hpp"
 #include "engine/cuda/kernels/filter_table.cuh"
+#include "engine/cuda/kernels/load_norms.hpp"
 #include "engine/cuda/kernels/query_prep.hpp"
 #include "engine/cuda/kernels/scan_few.hpp"
 #include "engine/cuda/kernels/scan_select.hpp"
@@ -344,18 +345,26 @@ class CudaEngine final : public Engine {
     stream_block(first, rows, bits, RowFormat::kFloat16Bits, "load_rows_bits");
   }
 
+  bool measures_loaded_norms() const override { return true; }
+  LoadedNorms loaded_norms() const override {
+    SHARDTOPK_EXPECTS(loaded_norms_.has_value(), "loaded_norms: no streamed load of this CUDA engine has finished");
+    return *loaded_norms_;
+  }
+
   void finish_load() override {
     SHARDTOPK_EXPECTS(streaming_, "finish_load: this CUDA engine was not built with ShardInput::streamed, or its "
                                   "load has finished");
     SHARDTOPK_EXPECTS(up_rows_done_ == base_rows_, "finish_load: ", up_rows_done_, " of ", base_rows_, " rows loaded");
     if (base_rows_ == 0) {
       streaming_ = false;
+      loaded_norms_ = LoadedNorms{};
       return;
     }
     DeviceGuard guard(device_);
     CHECK_CUDA(cudaStreamSynchronize(stream_));
     streaming_ = false;
     for (PinnedBuffer& b : up_buf_) b.reset();
+    loaded_norms_ = combined_load_norms();
     ShardInput s;
     s.rows = base_rows_;
     s.dim = dim_;
@@ -566,6 +575,8 @@ class CudaEngine final : public Engine {
       stream_format_ = s.stream_format;
       stream_ids_ = s.ids;
       stream_first_row_ = s.first_row;
+      norm_parts_.allocate(sizeof(RowNormPart) * kLoadNormBlocks);
+      CHECK_CUDA(cudaMemsetAsync(norm_parts_.get(), 0xFF, sizeof(RowNormPart) * kLoadNormBlocks, stream_));
       return;
     }
     if (s.generated && metric_ != Metric::kCosine) {
@@ -698,6 +709,8 @@ class CudaEngine final : public Engine {
       const std::int64_t m = std::min(chunk, rows - r0);
       CHECK_CUDA(cudaMemcpyAsync(ws_.scores, static_cast<const char*>(data) + elem * r0 * dim_, elem * m * dim_,
                                  cudaMemcpyHostToDevice, stream_));
+      if (norm_parts_)  // a streamed load: its norms, from the staged values
+        staged_norm_max(ws_.scores, format, m, dim_, first + r0, norm_parts_.as<RowNormPart>(), stream_);
       if (format == RowFormat::kFloat16Bits)
         store_f16_bits_rows(Float16BitsView{reinterpret_cast<const std::uint16_t*>(ws_.scores), m, dim_},
                             ShardStorageView{ws_.shard, dtype_, dpad_}, first + r0, ws_.status + kStatusValues,
@@ -705,6 +718,19 @@ class CudaEngine final : public Engine {
       else
         store_staged(m, first + r0);
     }
+  }
+
+  /// The streamed load's LoadedNorms from the parts staged_norm_max kept (after the stream has
+  /// passed them); the parts are freed.
+  LoadedNorms combined_load_norms() {
+    std::vector<RowNormPart> parts(kLoadNormBlocks);
+    CHECK_CUDA(cudaMemcpy(parts.data(), norm_parts_.get(), sizeof(RowNormPart) * parts.size(), cudaMemcpyDeviceToHost));
+    norm_parts_.reset();
+    LoadedNorms best;
+    for (const RowNormPart& p : parts)
+      if (p.row >= 0 && (best.row < 0 || p.norm > best.max_norm || (p.norm == best.max_norm && p.row < best.row)))
+        best = LoadedNorms{p.row, p.norm};
+    return best;
   }
 
   /// The end of every upload: ‖x‖², the largest norm, and the status checks (zero-norm cosine
@@ -765,6 +791,8 @@ class CudaEngine final : public Engine {
   Stream own_stream_;
   // streamed load (ShardInput::streamed): two pinned blocks used in turn, their copy events
   bool streaming_ = false;
+  DeviceBuffer norm_parts_;                 // a streamed load's RowNormPart [kLoadNormBlocks]
+  std::optional<LoadedNorms> loaded_norms_;  // after its finish_load
   RowFormat stream_format_ = RowFormat::kFloat32;  // the blocks' values (ShardInput::stream_format)
   PinnedBuffer up_buf_[2];
   Event up_ev_[2];

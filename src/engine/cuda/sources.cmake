@@ -19,6 +19,7 @@ set(SHARDTOPK_CUDA_ENGINE_SOURCES
   ${_stk_cuda_dir}/kernels/query_prep.cu
   ${_stk_cuda_dir}/kernels/shard_store.cu
   ${_stk_cuda_dir}/kernels/store_f16_bits.cu
+  ${_stk_cuda_dir}/kernels/load_norms.cu
   ${_stk_cuda_dir}/kernels/scan_select.cu
   ${_stk_cuda_dir}/kernels/scan_few.cu
   ${_stk_cuda_dir}/kernels/candidate_pools.cu

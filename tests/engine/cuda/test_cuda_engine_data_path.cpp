@@ -21,6 +21,7 @@
 
 #include "cuda_engine_rig.hpp"
 #include "engine_test_support.hpp"
+#include "index/admission.hpp"
 #include "shardtopk/engine.hpp"
 #include "shardtopk/error.hpp"
 #include "shardtopk/generator.hpp"
@@ -370,6 +371,15 @@ TEST(CudaEngine, StreamedFloat16BitsStoreWhatFloat32Stores) {
         a->read_rows(slots.data(), n, ra.data());
         b->read_rows(slots.data(), n, rb.data());
         EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float))) << what;
+        // the load's largest row norm, measured on the device: the host's shard_norms, bit for bit
+        const NormSummary want = shard_norms(f32.data(), n, dim, 0, 1);
+        for (Engine* e : {a.engine.get(), b.engine.get()}) {
+          ASSERT_TRUE(e->measures_loaded_norms());
+          const Engine::LoadedNorms got = e->loaded_norms();
+          EXPECT_EQ(got.row, want.row) << what;
+          EXPECT_EQ(0, std::memcmp(&got.max_norm, &want.max_norm, sizeof want.max_norm))
+              << what << ": " << got.max_norm << " vs " << want.max_norm;
+        }
         for (std::size_t i = 0; i < rb.size(); ++i)  // float16 storage: the file's bits; the others: its rounding
           ASSERT_EQ(half::bits(rb[i]), half::bits(round_through(t, f32[i]))) << what << " value " << i;
         expect_same_candidates(run_candidates(b, q, 4, 32, 1), run_candidates(a, q, 4, 32, 1), what + " batch 1");
