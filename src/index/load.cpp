@@ -529,36 +529,24 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
         // device), else here. The base identity of a storage directory: here.
         const bool host_norms = !e.measures_loaded_norms();
         const bool identity = !cfg.storage.dir.empty() && snapshot.empty();
-        // A block's host work is done while the next block is read: the engine hands out its
-        // two pinned buffers in turn, and a buffer comes back only after the block that filled
-        // it has been settled here (its task waited for), so the task reads rows nothing
-        // overwrites. Declared after parts and base: on an exception its destructor waits for
-        // the task before they go.
-        std::future<void> pending;
-        double wait_host = 0, wait_copies = 0;  // seconds the read waited for either (debug log)
-        const auto settle = [&] {
-          if (!pending.valid()) return;
-          const auto t = Clock::now();
-          pending.get();
-          wait_host += seconds_since(t);
-        };
+        // A block's host work runs between its read and the next (on a helper thread, beside
+        // the next read, it measured no faster: docs/PERFORMANCE.md, "Ingestion").
+        double host_work = 0, wait_copies = 0;  // seconds (debug log)
         read_row_blocks(
             cfg.corpus.path, cfg.corpus.dataset, stats.rows, format, ropt,
             [&](const RowBlock& b) {
-              settle();
               const std::int64_t local = b.first_row - stats.rows.lo;
               if (bits)  // queued: the copy runs meanwhile
                 e.load_rows_bits(local, b.rows, static_cast<const std::uint16_t*>(b.data));
               else
                 e.load_rows(local, b.rows, static_cast<const float*>(b.data));
-              if (host_norms || identity)
-                pending = std::async(std::launch::async, [&, b, local] {
-                  if (host_norms)
-                    parts.push_back(shard_norms(b.data, format, b.rows, b.cols, b.first_row, ropt.threads, ropt.f16c));
-                  if (identity)
-                    base = add_base_parts(base, base_identity_part(b.data, format, ids.data() + local, b.rows, b.cols,
-                                                                   b.first_row, ropt.threads, ropt.f16c));
-                });
+              const auto t = Clock::now();
+              if (host_norms)
+                parts.push_back(shard_norms(b.data, format, b.rows, b.cols, b.first_row, ropt.threads, ropt.f16c));
+              if (identity)
+                base = add_base_parts(base, base_identity_part(b.data, format, ids.data() + local, b.rows, b.cols,
+                                                               b.first_row, ropt.threads, ropt.f16c));
+              host_work += seconds_since(t);
             },
             [&](std::int64_t, std::int64_t n) -> void* {
               const auto t = Clock::now();
@@ -566,12 +554,11 @@ std::unique_ptr<ShardedIndex> load_index(const Config& cfg_in, bool log_progress
               wait_copies += seconds_since(t);
               return buf;
             });
-        settle();
         const auto tf = Clock::now();
         e.finish_load();
         spdlog::debug("rank {}: streamed load: {:.3f} s waiting for free buffers (copies to the GPU), {:.3f} s "
                       "for the host's work on the rows ({}), {:.3f} s in finish_load",
-                      rank, wait_copies, wait_host,
+                      rank, wait_copies, host_work,
                       host_norms ? (identity ? "row norms, base identity" : "row norms")
                                  : (identity ? "base identity" : "none"),
                       seconds_since(tf));
