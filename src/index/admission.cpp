@@ -14,37 +14,39 @@
 
 namespace shardtopk {
 
-double row_norm(const float* x, std::int64_t dim) {
-  // float64: (3.4e38)² · 1e7 ≈ 1e84, far from overflow. Four partial sums (element d goes to
-  // d mod 4, combined as (s0 + s1) + (s2 + s3)): one sum per element is a chain of dependent
-  // adds, ~1 µs per 768-element row.
-  double s[4] = {0.0, 0.0, 0.0, 0.0};
-  std::int64_t d = 0;
-  for (; d + 4 <= dim; d += 4)
-    for (int j = 0; j < 4; ++j) s[j] += static_cast<double>(x[d + j]) * static_cast<double>(x[d + j]);
-  for (int j = 0; d < dim; ++d, ++j) s[j] += static_cast<double>(x[d]) * static_cast<double>(x[d]);
-  return std::sqrt((s[0] + s[1]) + (s[2] + s[3]));
-}
-
 namespace {
 
-/// row_norm of kNormRows rows at once, each result exactly row_norm(x[r], dim): every row keeps
-/// its own four partial sums, added in row_norm's order, so each row's bits are unchanged; the
-/// rows' chains of dependent adds are independent and overlap (65,536 float32 rows of 768 on one
-/// core of the 2-core build VM, 2026-12-06: 64 ms one row at a time, 52 ms four at a time).
-constexpr int kNormRows = 4;
-void row_norms(const float* const (&x)[kNormRows], std::int64_t dim, double (&out)[kNormRows]) {
-  double s[kNormRows][4] = {};
+/// The norms of kRows rows at once. float64: (3.4e38)² · 1e7 ≈ 1e84, far from overflow. Four
+/// partial sums per row (element d goes to d mod 4, combined as (s0 + s1) + (s2 + s3)): one sum
+/// per element is a chain of dependent adds, ~1 µs per 768-element row. Each row keeps its own
+/// sums in that order, so its bits do not depend on kRows; the rows' chains are independent and
+/// overlap (65,536 float32 rows of 768 on one core of the 2-core build VM, 2026-12-06: 64 ms one
+/// row at a time, 52 ms four at a time).
+template <int kRows>
+void row_norms(const float* const (&x)[kRows], std::int64_t dim, double (&out)[kRows]) {
+  double s[kRows][4] = {};
   std::int64_t d = 0;
   for (; d + 4 <= dim; d += 4)
-    for (int r = 0; r < kNormRows; ++r)
+    for (int r = 0; r < kRows; ++r)
       for (int j = 0; j < 4; ++j) s[r][j] += static_cast<double>(x[r][d + j]) * static_cast<double>(x[r][d + j]);
-  for (int r = 0; r < kNormRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     std::int64_t e = d;
     for (int j = 0; e < dim; ++e, ++j) s[r][j] += static_cast<double>(x[r][e]) * static_cast<double>(x[r][e]);
     out[r] = std::sqrt((s[r][0] + s[r][1]) + (s[r][2] + s[r][3]));
   }
 }
+constexpr int kNormRows = 4;  // rows shard_norms takes at once
+
+}  // namespace
+
+double row_norm(const float* x, std::int64_t dim) {
+  const float* const rows[1] = {x};
+  double n[1];
+  row_norms(rows, dim, n);
+  return n[0];
+}
+
+namespace {
 
 /// The largest |x_d| of x [dim] as its bit pattern with the sign cleared (an int32 ≥ 0: signed
 /// order = magnitude order; +inf and NaN above every finite value). 16 independent maxima (one

@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "core/log.hpp"
-#include "core/parallel.hpp"
 
 namespace shardtopk {
 namespace {
@@ -100,18 +99,10 @@ class SearchProtocol::Exporter final : public SearchEpilogue {
     space_.split(list, static_cast<std::int64_t>(batch) * k, l2_, d_ids_, d_scores_, space_.stream(), &st);
   }
 
-  /// Once the stream has passed the export: the answer [n] and rank r's status. An answer of
-  /// more than 1.5 MiB is copied by up to four threads, each a contiguous part: one thread copies
-  /// the device's fresh writes at about 7 GB/s (k = 1,024 at B = 256, 3.1 MB: 0.43 ms on an
-  /// H100 host, docs/PERFORMANCE.md "The fused scores and collect").
+  /// Once the stream has passed the export: the answer [n] and rank r's status.
   void read(std::int64_t n, std::int64_t* ids, float* scores) const {
-    const std::int64_t bytes = n * static_cast<std::int64_t>((ids ? sizeof(std::int64_t) : 0) + (scores ? sizeof(float) : 0));
-    const int parts = range_parts(bytes, std::min(4, usable_cores()), 3 << 18);  // ≥ 768 KiB a part
-    parallel_ranges(n, parts, [&](std::int64_t lo, std::int64_t hi, int) {
-      const std::size_t m = static_cast<std::size_t>(hi - lo);
-      if (ids) std::memcpy(ids + lo, ids_ + lo, m * sizeof(std::int64_t));
-      if (scores) std::memcpy(scores + lo, scores_ + lo, m * sizeof(float));
-    });
+    if (ids) std::memcpy(ids, ids_, static_cast<std::size_t>(n) * sizeof(std::int64_t));
+    if (scores) std::memcpy(scores, scores_, static_cast<std::size_t>(n) * sizeof(float));
   }
   RankStatus status(int r) const { return read_status(statuses_[r]); }
 

@@ -295,8 +295,7 @@ const Metric kIp = Metric::kInnerProduct, kCos = Metric::kCosine, kL2 = Metric::
 // Cases: the three metrics on random data; small-integer data with many ties (exact ids);
 // every row equal with a shuffled offset `ids` dataset (ties decide on global ids); K larger
 // than a shard (padding); P > N (N = 3); K = N; each on-disk dtype and chunked storage; a
-// nested dataset path; float16/bfloat16 engine storage; an answer large enough to be copied out
-// of the export by several threads.
+// nested dataset path; float16/bfloat16 engine storage; a large answer (256 queries × k = 600).
 INSTANTIATE_TEST_SUITE_P(
     Cases, MpiIndex,
     ::testing::Values(
@@ -317,8 +316,8 @@ INSTANTIATE_TEST_SUITE_P(
         IndexCase{"ip_f16_disk_and_engine", kIp, Dtype::kFloat16, Data::kRandom, OnDisk::kF16, 77, 24, 6, 7, 4},
         IndexCase{"cos_bf16_engine", kCos, Dtype::kBFloat16, Data::kRandom, OnDisk::kF32, 77, 24, 6, 7, 4},
         IndexCase{"l2_smallint_bf16", kL2, Dtype::kBFloat16, Data::kSmallInt, OnDisk::kF32, 64, 7, 6, 11, 6, true},
-        // an answer of 256 × 600 (1.8 MB) leaves the export in parts on two threads
-        IndexCase{"answer_copied_in_parts", kIp, Dtype::kFloat32, Data::kSmallInt, OnDisk::kF32, 600, 4, 256, 600,
+        // a large answer: 256 × 600 (1.8 MB) out of the export
+        IndexCase{"large_answer", kIp, Dtype::kFloat32, Data::kSmallInt, OnDisk::kF32, 600, 4, 256, 600,
                   256}),
     [](const ::testing::TestParamInfo<IndexCase>& i) { return i.param.name; });
 
