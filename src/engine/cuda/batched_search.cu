@@ -20,10 +20,6 @@ constexpr std::int64_t kCompactEvery = 4;       // chunks between pool compactio
 constexpr std::int64_t kCompactFirst = 8;       // the first chunks: compacted after each
 constexpr int kLongChunk = 65536;               // longer chunks: compacted after each
 constexpr std::int64_t kMaxChunkGrowth = 8;     // chunk c ≤ 8 × the rows before it
-/// Rows per chunk of the fused kernel (no GEMM output to hold): 768 tiles of 256 rows, about 12
-/// waves of a persistent grid of 132 blocks at two query tiles, so that a chunk's last wave and
-/// its launch are a small part of it.
-constexpr std::int64_t kFusedChunkRows = 196608;
 
 /// Chunks collected between two compactions of the pools around chunk c (of `rows` rows): one
 /// for the first chunks and for long ones, kCompactEvery after.
@@ -88,7 +84,10 @@ std::int64_t BatchedSearch::chunk_rows(int batch, std::uint64_t out_bytes) const
 std::vector<RowChunk> BatchedSearch::chunks(int batch, int k, bool fused) const {
   const std::uint64_t out_bytes = dtype_ == Dtype::kFloat16 ? 2 : 4;
   const std::int64_t gemm_rows = chunk_rows(batch, out_bytes);
-  const std::int64_t R = fused ? std::min(rows_, std::max(kFusedChunkRows, gemm_rows)) : gemm_rows;
+  // The fused kernel holds no GEMM output: its chunks are bounded by the growth rule alone
+  // (10M rows at B = 256: 4 launches and compactions instead of 52 of at most 196,608 rows,
+  // 26.4k → 27.9k QPS at k = 100; 1M rows at B = 64: 741 → 711 µs; docs/PERFORMANCE.md).
+  const std::int64_t R = fused ? std::min(rows_, FusedCollect::max_chunk_rows(batch)) : gemm_rows;
   // The first chunk seeds the thresholds from a GEMM's output (fused or not).
   const std::int64_t R0 = std::min<std::int64_t>(gemm_rows, kFirstChunkRows);
   // Chunk c ≥ 1 has at most G times as many rows as came before it (from R0 up to R): a

@@ -619,6 +619,37 @@ TEST(BatchedPath, LargeFloat16BatchesTakeLongerChunks) {
   }
 }
 
+// The fused kernel's chunk plan holds no GEMM output: after the first chunk (8,192 rows at most,
+// which seeds the thresholds) each chunk has at most 8 × the rows before it and no other bound
+// below the kernel's tile index, so 200,000 rows take 3 chunks where the GEMM plan's 49,152-row
+// buffer (B = 256) takes 5.
+TEST(BatchedPath, FusedChunksGrowByTheGrowthRuleAlone) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const std::int64_t n = 200000, dim = 16;
+  BatchedRun run(random_floats(static_cast<size_t>(n * dim), 812), n, dim, Dtype::kFloat16, false,
+                 shuffled_ids(n, 813), limits(1024, 64));
+  for (const int batch : {64, 256}) {
+    const std::vector<cuda_detail::RowChunk> fused = run.batched().chunks(batch, 10, true);
+    const std::vector<cuda_detail::RowChunk> gemm = run.batched().chunks(batch, 10, false);
+    std::int64_t next = 0;
+    for (const cuda_detail::RowChunk& ch : fused) {
+      EXPECT_EQ(ch.row0, next);
+      if (next == 0) EXPECT_LE(ch.rows, 8192);
+      else EXPECT_LE(ch.rows, 8 * next) << "B = " << batch << ": chunk at row " << ch.row0;
+      next += ch.rows;
+    }
+    EXPECT_EQ(next, n) << "B = " << batch;
+    EXPECT_EQ(fused.size(), 3u) << "B = " << batch;
+    if (batch == 256) EXPECT_EQ(gemm.size(), 5u);
+  }
+  // The tile index bounds a chunk only for huge batches.
+  EXPECT_EQ(cuda_detail::FusedCollect::max_chunk_rows(1), std::int64_t{1} << 38);
+  EXPECT_EQ(cuda_detail::FusedCollect::max_chunk_rows(128), std::int64_t{1} << 38);
+  EXPECT_EQ(cuda_detail::FusedCollect::max_chunk_rows(129), std::int64_t{1} << 37);
+  EXPECT_EQ(cuda_detail::FusedCollect::max_chunk_rows(65535), std::int64_t{1} << 29);
+}
+
 // Random data: the batched answer equals the batch-1 scan's bit for bit (one arithmetic for
 // every batch size, DESIGN.md invariant 3) in batches of 7 and 64 over several chunks, and the
 // float64 oracle's within ε; and all queries tied beyond the pools overflow (and nothing else

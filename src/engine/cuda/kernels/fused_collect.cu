@@ -378,6 +378,11 @@ FusedCollect::FusedCollect(Dtype dtype, const void* shard, std::int64_t rows, st
   allow_dynamic_smem(reinterpret_cast<const void*>(&fused_collect_kernel<__nv_bfloat16, true>), kSmem);
 }
 
+std::int64_t FusedCollect::max_chunk_rows(int batch) {
+  const std::int64_t q_tiles = batch <= 64 ? 1 : (static_cast<std::int64_t>(batch) + kBM - 1) / kBM;
+  return (std::int64_t{1} << 30) / q_tiles * kBN;
+}
+
 void FusedCollect::enqueue(std::int64_t row0, int rows_c, int batch, bool l2, const float* row_sq,
                            const CandidatePools& pools, cudaStream_t stream) const {
   SHARDTOPK_EXPECTS(row0 >= 0 && rows_c >= 1 && row0 + rows_c <= rows_, "FusedCollect: rows [", row0, ", ",

@@ -45,6 +45,10 @@ class FusedCollect {
   void enqueue(std::int64_t row0, int rows_c, int batch, bool l2, const float* row_sq, const CandidatePools& pools,
                cudaStream_t stream) const;
 
+  /// The most rows one enqueue of `batch` ≥ 1 queries takes: 2^30 tiles (the kernel's int tile
+  /// index with room for the grid), 2^38 rows up to 128 queries, 2^29 at 65,535.
+  static std::int64_t max_chunk_rows(int batch);
+
  private:
   struct alignas(64) TensorMap {
     unsigned char bytes[128];  // a CUtensorMap (cuda.h), opaque here
