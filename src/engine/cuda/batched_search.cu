@@ -20,6 +20,9 @@ constexpr std::int64_t kCompactEvery = 4;       // chunks between pool compactio
 constexpr std::int64_t kCompactFirst = 8;       // the first chunks: compacted after each
 constexpr int kLongChunk = 65536;               // longer chunks: compacted after each
 constexpr std::int64_t kMaxChunkGrowth = 8;     // chunk c ≤ 8 × the rows before it
+/// Rows a fused chunk may have beyond the rows before it (whose compacted pools give its
+/// thresholds): 768 tiles of 256 rows.
+constexpr std::int64_t kFusedChunkRows = 196608;
 
 /// Chunks collected between two compactions of the pools around chunk c (of `rows` rows): one
 /// for the first chunks and for long ones, kCompactEvery after.
@@ -84,9 +87,14 @@ std::int64_t BatchedSearch::chunk_rows(int batch, std::uint64_t out_bytes) const
 std::vector<RowChunk> BatchedSearch::chunks(int batch, int k, bool fused) const {
   const std::uint64_t out_bytes = dtype_ == Dtype::kFloat16 ? 2 : 4;
   const std::int64_t gemm_rows = chunk_rows(batch, out_bytes);
-  // The fused kernel holds no GEMM output: its chunks are bounded by the growth rule alone
-  // (10M rows at B = 256: 4 launches and compactions instead of 52 of at most 196,608 rows,
-  // 26.4k → 27.9k QPS at k = 100; 1M rows at B = 64: 741 → 711 µs; docs/PERFORMANCE.md).
+  // The fused kernel holds no GEMM output: a chunk of it has up to kFusedChunkRows rows or as
+  // many as came before it, the larger (within the kernel's tile index), so that the launches
+  // grow with the shard while each chunk's thresholds come from at least its own length of
+  // rows. Against chunks of at most 196,608 rows (one H100, docs/PERFORMANCE.md, "The fused
+  // chunk plan"): 10M rows at B = 256 8 fused launches instead of 52, 9.52 → 8.71 ms of device
+  // time at k = 100; against the growth rule alone (4 launches), the same there and 1.06 ×
+  // faster at 1M rows, B = 1,024, k = 10 (whose 589,824-row chunk there follows thresholds
+  // from 73,728 rows; not profiled).
   const std::int64_t R = fused ? std::min(rows_, FusedCollect::max_chunk_rows(batch)) : gemm_rows;
   // The first chunk seeds the thresholds from a GEMM's output (fused or not).
   const std::int64_t R0 = std::min<std::int64_t>(gemm_rows, kFirstChunkRows);
@@ -98,7 +106,8 @@ std::vector<RowChunk> BatchedSearch::chunks(int batch, int k, bool fused) const 
   const std::int64_t G = std::min<std::int64_t>(kMaxChunkGrowth, std::max<std::int64_t>(1, pool_cap_ / (4LL * k)));
   std::vector<RowChunk> out;
   for (std::int64_t r0 = 0; r0 < rows_;) {
-    const int rc = static_cast<int>(std::min({out.empty() ? R0 : std::min(R, G * r0), rows_ - r0}));
+    const std::int64_t longest = fused ? std::min(R, std::max({kFusedChunkRows, gemm_rows, r0})) : R;
+    const int rc = static_cast<int>(std::min({out.empty() ? R0 : std::min(longest, G * r0), rows_ - r0}));
     out.push_back(RowChunk{r0, rc});
     r0 += rc;
   }

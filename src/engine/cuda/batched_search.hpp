@@ -71,7 +71,7 @@ class BatchedSearch {
   /// The chunks of rows a search of `batch` queries and `k` goes through, in order: the first
   /// seeds the thresholds (8,192 rows at most), each later one has at most 8 × the rows before
   /// it, up to what one GEMM output buffer holds (`fused`: the fused kernel's chunks, which hold
-  /// no GEMM output, grow by that rule alone).
+  /// no GEMM output, up to 196,608 rows or the rows before them, the larger).
   std::vector<RowChunk> chunks(int batch, int k, bool fused = false) const;
 
   /// Whether a schedule's chunks may be intervals of a column's order (ChunkSchedule::order):

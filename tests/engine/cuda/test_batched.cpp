@@ -620,13 +620,13 @@ TEST(BatchedPath, LargeFloat16BatchesTakeLongerChunks) {
 }
 
 // The fused kernel's chunk plan holds no GEMM output: after the first chunk (8,192 rows at most,
-// which seeds the thresholds) each chunk has at most 8 × the rows before it and no other bound
-// below the kernel's tile index, so 200,000 rows take 3 chunks where the GEMM plan's 49,152-row
-// buffer (B = 256) takes 5.
-TEST(BatchedPath, FusedChunksGrowByTheGrowthRuleAlone) {
+// which seeds the thresholds) each chunk has at most 8 × the rows before it and at most
+// 196,608 rows or as many as came before it, the larger: 1,000,000 rows take 5 chunks (8,192,
+// 65,536, 196,608, 270,336, 459,328) where the GEMM plan's 49,152-row buffer (B = 256) takes 22.
+TEST(BatchedPath, FusedChunksGrowWithTheRowsBeforeThem) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   use_test_device();
-  const std::int64_t n = 200000, dim = 16;
+  const std::int64_t n = 1000000, dim = 8;
   BatchedRun run(random_floats(static_cast<size_t>(n * dim), 812), n, dim, Dtype::kFloat16, false,
                  shuffled_ids(n, 813), limits(1024, 64));
   for (const int batch : {64, 256}) {
@@ -635,13 +635,17 @@ TEST(BatchedPath, FusedChunksGrowByTheGrowthRuleAlone) {
     std::int64_t next = 0;
     for (const cuda_detail::RowChunk& ch : fused) {
       EXPECT_EQ(ch.row0, next);
-      if (next == 0) EXPECT_LE(ch.rows, 8192);
-      else EXPECT_LE(ch.rows, 8 * next) << "B = " << batch << ": chunk at row " << ch.row0;
+      if (next == 0) {
+        EXPECT_LE(ch.rows, 8192);
+      } else {
+        EXPECT_LE(ch.rows, 8 * next) << "B = " << batch << ": chunk at row " << ch.row0;
+        EXPECT_LE(ch.rows, std::max<std::int64_t>(196608, next)) << "B = " << batch << ": chunk at row " << ch.row0;
+      }
       next += ch.rows;
     }
     EXPECT_EQ(next, n) << "B = " << batch;
-    EXPECT_EQ(fused.size(), 3u) << "B = " << batch;
-    if (batch == 256) EXPECT_EQ(gemm.size(), 5u);
+    EXPECT_EQ(fused.size(), 5u) << "B = " << batch;
+    if (batch == 256) EXPECT_EQ(gemm.size(), 22u);
   }
   // The tile index bounds a chunk only for huge batches.
   EXPECT_EQ(cuda_detail::FusedCollect::max_chunk_rows(1), std::int64_t{1} << 38);
