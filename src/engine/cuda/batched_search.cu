@@ -92,7 +92,7 @@ std::vector<RowChunk> BatchedSearch::chunks(int batch, int k, bool fused) const 
   // grow with the shard while each chunk's thresholds come from at least its own length of
   // rows. Against chunks of at most 196,608 rows (one H100, docs/PERFORMANCE.md, "The fused
   // chunk plan"): 10M rows at B = 256 8 fused launches instead of 52, 9.52 → 8.71 ms of device
-  // time at k = 100; against the growth rule alone (4 launches), the same there and 1.06 ×
+  // time at k = 100; against the growth rule alone (4 launches), the same there and 1.07 ×
   // faster at 1M rows, B = 1,024, k = 10 (whose 589,824-row chunk there follows thresholds
   // from 73,728 rows; not profiled).
   const std::int64_t R = fused ? std::min(rows_, FusedCollect::max_chunk_rows(batch)) : gemm_rows;
