@@ -163,15 +163,6 @@ __device__ __forceinline__ void mma<__nv_bfloat16, 64>(float (&d)[64], std::uint
 #undef SHARDTOPK_WGMMA_R_HI
 #endif
 
-/// The epilogue's append of one passing (query, row): as collect_kernel's, one slot of the pool.
-__device__ __forceinline__ void append(float s, std::int64_t row, int q, const CandidatePools& pools) {
-  const std::uint32_t at = atomicAdd(&pools.count[q], 1u);
-  if (at < static_cast<std::uint64_t>(pools.cap))
-    pools.pool[static_cast<std::int64_t>(q) * pools.cap + at] = PoolEntry{s, static_cast<std::int32_t>(row)};
-  else
-    atomicOr(&pools.overflow[q], 1u);
-}
-
 /// Tiles (row tile t / q_tiles, query tile t % q_tiles) of the chunk, taken by the persistent
 /// grid in turn: the query tiles of one row tile run side by side and share its rows through L2.
 /// Warpgroup 0: one thread issues each stage's two loads once the consumers have released it.
@@ -323,13 +314,46 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float t = hb ? tb : ta;
       const int qq = hb ? qb : qa;
       const int ig = i0 + 32 * (bit % kGroups);  // chunk index of the group's first value
+      std::uint32_t pass = 0;
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int i = ig + 8 * (u / 2) + u % 2;
         if (i >= rows_c) continue;
-        const std::int64_t row = row0 + i;
-        const float s = qi.approx(v[u], l2, l2 ? row_sq[row] : 0.0f);
-        if (s >= t) append(s, row, qq, pools);
+        v[u] = qi.approx(v[u], l2, l2 ? row_sq[row0 + i] : 0.0f);
+        if (v[u] >= t) pass |= 1u << u;
+      }
+      // The appends, as collect_kernel's (a slot of the query's pool each, the overflow flag
+      // past its capacity), with one atomic per query for the lanes appending to it together:
+      // the lanes of a quad share qa (and qb) and no other lane does, so a lane's peers are the
+      // active lanes of its quad testing the same one of the two. Against an atomic per entry,
+      // 10M × 768 float16 rows, B = 256, device p50: k = 1,024 8.37–8.42 → 8.14–8.17 ms, k = 100
+      // 7.29–7.36 → 7.31–7.48 (no change); 1M rows, B = 64, k = 100 652 → 617–621 µs (one H100;
+      // docs/PERFORMANCE.md, "Where the fused kernel's time goes").
+      const unsigned active = __activemask();
+      const int n = __popc(pass);
+      const int quad = lane & ~3;
+      int before = 0, total = 0, leader = -1;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int nj = __shfl_sync(active, 2 * n + (hb ? 1 : 0), quad + j);
+        if (((active >> (quad + j)) & 1u) && (nj & 1) == (hb ? 1 : 0)) {
+          if (leader < 0) leader = quad + j;
+          total += nj >> 1;
+          if (quad + j < lane) before += nj >> 1;
+        }
+      }
+      std::uint32_t at = 0;
+      if (lane == leader && total > 0) at = atomicAdd(&pools.count[qq], static_cast<std::uint32_t>(total));
+      at = __shfl_sync(active, at, leader) + static_cast<std::uint32_t>(before);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (!((pass >> u) & 1u)) continue;
+        const int i = ig + 8 * (u / 2) + u % 2;
+        if (at < static_cast<std::uint64_t>(pools.cap))
+          pools.pool[static_cast<std::int64_t>(qq) * pools.cap + at] = PoolEntry{v[u], static_cast<std::int32_t>(row0 + i)};
+        else
+          atomicOr(&pools.overflow[qq], 1u);
+        ++at;
       }
     }
   }
