@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (!pass_a && !pass_b) continue;
     // The groups whose bound reaches their query's threshold: bit g for query qa, kGroups + g
     // for qb. Each is tested by one block of code shared by all of them (its 8 values moved into
-    // v first): 27 KB of machine code for 128-query tiles instead of 137 KB with a copy of the
+    // v first): 28 KB of machine code for 128-query tiles instead of 137 KB with a copy of the
     // tests per group and query. Against those copies, 10M × 768 float16 rows, B = 256, device
     // p50: k = 8 7.18 → 7.00 ms, k = 100 7.49–7.52 → 7.20–7.39, k = 1,024 9.58–9.81 → 8.46–8.52
     // (one H100; docs/PERFORMANCE.md, "Where the fused kernel's time goes").
