@@ -164,9 +164,14 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
     const int n = seeded ? schedule->queries[ci] : batch;
     const bool subset = n < batch;
     const int b = static_cast<int>(c & 1);
+    // No compaction after the last chunk: the re-score takes its pools' threshold from their own
+    // k-th and keeps the entries that reach it, the rows a compaction would have kept (1M × 768
+    // float16, B = 64: 610 → 604 µs of device time; one H100, docs/PERFORMANCE.md, "The fused
+    // scores and collect").
+    const bool more = ci + 1 < plan.size();
     if (fused && c > 0) {
       fused_->enqueue(r0, rc, batch, l2_, ws_.row_sq, pools, side);
-      if (compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
+      if (more && compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
       CHECK_CUDA(cudaEventRecord(ev_pooled_[b].get(), side));
       last = b;
       ++c;
@@ -215,14 +220,14 @@ void BatchedSearch::enqueue(const float* queries, int batch, int k, Candidate* o
       // of a query seeded by it through: compacted after each. A chunk of every query is as
       // long as an unfiltered search's and follows its schedule (each compaction a kernel that
       // shares the multiprocessors with the next chunk's GEMM).
-      if (subset || compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
+      if (more && (subset || compacts_after(c, rc))) compact_pools(batch, k, trigger, pools, side);
     } else if (c == 0) {
       seed_chunk(chunk, n, k, pools, cq, true, side);
     } else {
       collect_chunk(chunk, n, k, pools, cq, side);
       // Raise the thresholds after each of the first chunks, then every kCompactEvery chunks
       // (the pool holds pool_cap − trigger survivors in between; beyond: overflow → fallback).
-      if (compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
+      if (more && compacts_after(c, rc)) compact_pools(batch, k, trigger, pools, side);
     }
     CHECK_CUDA(cudaEventRecord(ev_pooled_[b].get(), side));
     last = b;
