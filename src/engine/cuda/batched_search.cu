@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/cuda_check.cuh"
 #include "engine/cuda/kernels/candidate_pools.hpp"
@@ -23,6 +24,11 @@ constexpr std::int64_t kMaxChunkGrowth = 8;     // chunk c ≤ 8 × the rows bef
 /// Rows a fused chunk may have beyond the rows before it (whose compacted pools give its
 /// thresholds): 768 tiles of 256 rows.
 constexpr std::int64_t kFusedChunkRows = 196608;
+/// Fused batches of at most this many queries (one 64-query tile) seed from kSmallFirstChunkRows
+/// rows and grow their chunks by the growth bound alone: 1M rows in 3 fused launches and 2
+/// compactions instead of 4 and 3 (docs/PERFORMANCE.md, "Threshold selects").
+constexpr int kGrowthOnlyBatch = 64;
+constexpr std::int64_t kSmallFirstChunkRows = 4096;
 
 /// Chunks collected between two compactions of the pools around chunk c (of `rows` rows): one
 /// for the first chunks and for long ones, kCompactEvery after.
@@ -94,10 +100,13 @@ std::vector<RowChunk> BatchedSearch::chunks(int batch, int k, bool fused) const 
   // chunk plan"): 10M rows at B = 256 8 fused launches instead of 52, 9.52 → 8.71 ms of device
   // time at k = 100; against the growth rule alone (4 launches), the same there and 1.07 ×
   // faster at 1M rows, B = 1,024, k = 10 (whose 589,824-row chunk there follows thresholds
-  // from 73,728 rows; not profiled).
+  // from 73,728 rows; not profiled). Batches of at most kGrowthOnlyBatch queries take the
+  // growth rule alone after 4,096 seeding rows: 1M rows, B = 64, 574 → 571 µs of device time,
+  // B = 8 557 → 550 µs (one H100, docs/PERFORMANCE.md, "Threshold selects").
   const std::int64_t R = fused ? std::min(rows_, FusedCollect::max_chunk_rows(batch)) : gemm_rows;
   // The first chunk seeds the thresholds from a GEMM's output (fused or not).
-  const std::int64_t R0 = std::min<std::int64_t>(gemm_rows, kFirstChunkRows);
+  const bool small = fused && batch <= kGrowthOnlyBatch;
+  const std::int64_t R0 = std::min<std::int64_t>(gemm_rows, small ? kSmallFirstChunkRows : kFirstChunkRows);
   // Chunk c ≥ 1 has at most G times as many rows as came before it (from R0 up to R): a
   // threshold from n rows lets about k · rows_c / n ≤ k · G rows of the next chunk through, so
   // the early chunks cannot flood the pools (k · G ≤ pool_cap / 4), and small batches still get
@@ -106,8 +115,9 @@ std::vector<RowChunk> BatchedSearch::chunks(int batch, int k, bool fused) const 
   const std::int64_t G = std::min<std::int64_t>(kMaxChunkGrowth, std::max<std::int64_t>(1, pool_cap_ / (4LL * k)));
   std::vector<RowChunk> out;
   for (std::int64_t r0 = 0; r0 < rows_;) {
-    const std::int64_t longest = fused ? std::min(R, std::max({kFusedChunkRows, gemm_rows, r0})) : R;
-    const int rc = static_cast<int>(std::min({out.empty() ? R0 : std::min(longest, G * r0), rows_ - r0}));
+    const std::int64_t longest = fused && !small ? std::min(R, std::max({kFusedChunkRows, gemm_rows, r0})) : R;
+    const int rc = static_cast<int>(std::min(
+        {out.empty() ? R0 : std::min(longest, G * r0), rows_ - r0, std::int64_t{std::numeric_limits<int>::max()}}));
     out.push_back(RowChunk{r0, rc});
     r0 += rc;
   }

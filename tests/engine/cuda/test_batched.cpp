@@ -45,15 +45,37 @@ float approx_score(float g, const QueryInfo& qi, bool l2, float row_sq) {
   return (2.0f * dot - row_sq) - qi.qsq;
 }
 
-/// The filter threshold: the k-th largest of `values` minus 2Δ, in float64, rounded down to a
-/// float; -inf when there are fewer than k values.
+/// The order-preserving key of a score (score.cuh's score_key: −0 as +0) and the score of a key.
+std::uint32_t key_of(float s) {
+  const std::uint32_t b = bits_of(s + 0.0f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+float score_of_key(std::uint32_t key) {
+  const std::uint32_t b = (key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key;
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+/// The filter threshold: the k-th largest of `values` as the kernels' selects give it (the bits
+/// of its key that the values' keys do not all share, past the first 22, cleared; −inf for a key
+/// below that of −inf) minus 2Δ, in float64, rounded down to a float; -inf when there are fewer
+/// than k values.
 float threshold(std::vector<float> values, int k, float delta) {
-  if (static_cast<int>(values.size()) < k) return -std::numeric_limits<float>::infinity();
+  const float inf = std::numeric_limits<float>::infinity();
+  if (static_cast<int>(values.size()) < k) return -inf;
+  std::uint32_t lo = ~0u, hi = 0u;
+  for (const float v : values) {
+    lo = std::min(lo, key_of(v));
+    hi = std::max(hi, key_of(v));
+  }
   std::nth_element(values.begin(), values.begin() + (k - 1), values.end(), std::greater<float>());
-  const float kth = values[k - 1] == 0.0f ? 0.0f : values[k - 1];  // -0 ranks as +0
-  const double t = static_cast<double>(kth) - 2.0 * static_cast<double>(delta);
+  std::uint32_t key = key_of(values[k - 1]);
+  if (lo != hi) key &= ~0u << (std::max(32 - __builtin_clz(lo ^ hi), 22) - 22);
+  if (key < key_of(-inf)) return -inf;
+  const double t = static_cast<double>(score_of_key(key)) - 2.0 * static_cast<double>(delta);
   float f = static_cast<float>(t);
-  if (static_cast<double>(f) > t) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+  if (static_cast<double>(f) > t) f = std::nextafter(f, -inf);
   return f;
 }
 
@@ -65,7 +87,13 @@ std::vector<std::pair<std::int64_t, std::uint32_t>> as_set(const PoolEntry* e, s
   return s;
 }
 
-/// One chunk's GEMM output [batch, ld] as floats (values on a coarse grid: many ties) and its
+/// How a chunk's GEMM output values are drawn: on a coarse grid of 64 values (many ties), or, for
+/// a float output, with every mantissa bit in use: 24-bit fractions in [−4, 4) (the keys differ
+/// in their top bit, so the selects round the k-th down) or in [1, 2) (they differ only in the
+/// low 23 bits, so the selects find it exactly).
+enum class Values { kGrid, kFine, kNarrow };
+
+/// One chunk's GEMM output [batch, ld] as floats (`values`; the grid for a __half output) and its
 /// device copy as float or __half.
 struct ChunkData {
   int batch, rows;
@@ -78,11 +106,17 @@ struct ChunkData {
   DeviceArray<float> dev_row_sq;
   DeviceArray<QueryInfo> dev_qinfo;
 
-  ChunkData(int b, int r, std::int64_t ld_, std::int64_t r0, bool h, bool l2_, std::uint64_t seed)
+  ChunkData(int b, int r, std::int64_t ld_, std::int64_t r0, bool h, bool l2_, std::uint64_t seed,
+            Values values = Values::kGrid)
       : batch(b), rows(r), ld(ld_), row0(r0), half(h), l2(l2_) {
     std::mt19937_64 rng(seed);
     g.resize(static_cast<size_t>(batch * ld));
-    for (auto& v : g) v = static_cast<float>(static_cast<int>(rng() % 64) - 32) * 0.125f;  // 64 values
+    for (auto& v : g) {
+      const float fraction = std::ldexp(static_cast<float>(rng() >> 40), -24);  // [0, 1), 24 bits
+      v = half || values == Values::kGrid ? static_cast<float>(static_cast<int>(rng() % 64) - 32) * 0.125f
+          : values == Values::kFine       ? 8.0f * fraction - 4.0f
+                                          : 1.0f + fraction;
+    }
     row_sq.resize(static_cast<size_t>(row0 + rows));
     for (auto& v : row_sq) v = static_cast<float>(rng() % 8) * 0.5f;
     for (int q = 0; q < batch; ++q) qinfo.push_back(QueryInfo{0.03125f * (q + 1), q % 2 ? 0.5f : 1.0f, 1.5f, 0.0f});
@@ -126,42 +160,59 @@ struct Pools {
   }
 };
 
-// The first chunk: each query's threshold is its k-th approximate score minus 2Δ (rounded
-// down; -inf with fewer rows than k), and its pool holds exactly the chunk's rows that reach
-// it. Rows 37, 1,000 and 8,192; k = 1, 10, 100 and more than the rows; float and __half GEMM
-// outputs; inner product and l2 (2 · dot − ‖x‖² − ‖q‖²); scores on a grid of 64 values, so that
-// hundreds tie at the k-th.
+// The first chunk: each query's threshold is its k-th approximate score (as the selects give it:
+// threshold()) minus 2Δ (rounded down; -inf with fewer rows than k), and its pool holds exactly
+// the chunk's rows that reach it. Rows 37, 1,000 and 8,192; k = 1, 10, 100 and more than the
+// rows; float and __half GEMM outputs; inner product and l2 (2 · dot − ‖x‖² − ‖q‖²); scores on a
+// grid of 64 values, so that hundreds tie at the k-th, or (float output) fine ones whose k-th
+// the selects round down or find exactly (Values); and with a live mask that keeps 1 row in 16:
+// the rows it drops count as −inf (fewer live rows than k: threshold −inf) and never enter the
+// pool.
 TEST(BatchedFilter, FirstChunkThresholdsAndPools) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   use_test_device();
+  const float inf = std::numeric_limits<float>::infinity();
   const int batch = 3;
+  const std::int64_t row0 = 4096;
+  std::vector<std::uint32_t> live((row0 + 8192) / 32, 0u);
+  std::mt19937_64 lrng(77);
+  for (auto& w : live) w = static_cast<std::uint32_t>(lrng() & lrng() & lrng() & lrng());  // ~1/16 live
+  const DeviceArray<std::uint32_t> dev_live(live);
+  auto is_live = [&](std::int64_t r) { return (live[static_cast<size_t>(r >> 5)] >> (r & 31)) & 1u; };
   for (const int rows : {37, 1000, 8192})
     for (const bool half : {false, true})
       for (const bool l2 : {false, true})
-        for (const int k : {1, 10, 100, rows + 5}) {
-          std::ostringstream os;
-          os << "rows " << rows << " k " << k << (half ? " __half" : " float") << (l2 ? " l2" : " ip");
-          const std::string what = os.str();
-          const ChunkData c(batch, rows, rows, 4096, half, l2, 7 + rows + k);
-          Pools p(batch, 16384);
-          cuda_detail::seed_chunk(c.view(), batch, k, p.view(c.dev_qinfo.get()), cuda_detail::ChunkQueries{}, true,
-                                  nullptr);
-          const std::vector<PoolEntry> pool = p.pool.download();
-          const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
-          const std::vector<float> thr = p.thr.download();
-          for (int q = 0; q < batch; ++q) {
-            std::vector<float> a(static_cast<size_t>(rows));
-            for (int i = 0; i < rows; ++i) a[i] = c.approx(q, i);
-            const float t = threshold(a, k, c.qinfo[q].delta);
-            EXPECT_EQ(bits_of(thr[q]), bits_of(t)) << what << " query " << q << ": threshold " << thr[q] << " want " << t;
-            std::vector<PoolEntry> want;
-            for (int i = 0; i < rows; ++i)
-              if (a[i] >= t) want.push_back(PoolEntry{a[i], static_cast<std::int32_t>(c.row0 + i)});
-            ASSERT_EQ(count[q], want.size()) << what << " query " << q;
-            EXPECT_EQ(overflow[q], 0u) << what;
-            EXPECT_EQ(as_set(pool.data() + q * p.cap, count[q]), as_set(want.data(), want.size())) << what << " query " << q;
+        for (const int k : {1, 10, 100, rows + 5})
+          for (const char* mode : {"grid", "fine", "narrow", "masked"}) {
+            const Values values = mode[0] == 'f' ? Values::kFine : mode[0] == 'n' ? Values::kNarrow : Values::kGrid;
+            const bool masked = mode[0] == 'm';
+            if (half && values != Values::kGrid) continue;
+            std::ostringstream os;
+            os << "rows " << rows << " k " << k << (half ? " __half" : " float") << (l2 ? " l2 " : " ip ") << mode;
+            const std::string what = os.str();
+            const ChunkData c(batch, rows, rows, row0, half, l2, 7 + rows + k, values);
+            Pools p(batch, 16384);
+            cuda_detail::RowMasks masks;
+            masks.live = dev_live.get();
+            masks.words = static_cast<std::int64_t>(live.size());
+            const cuda_detail::ChunkQueries cq{nullptr, masked ? &masks : nullptr, false};
+            cuda_detail::seed_chunk(c.view(), batch, k, p.view(c.dev_qinfo.get()), cq, true, nullptr);
+            const std::vector<PoolEntry> pool = p.pool.download();
+            const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
+            const std::vector<float> thr = p.thr.download();
+            for (int q = 0; q < batch; ++q) {
+              std::vector<float> a(static_cast<size_t>(rows));
+              for (int i = 0; i < rows; ++i) a[i] = !masked || is_live(row0 + i) ? c.approx(q, i) : -inf;
+              const float t = threshold(a, k, c.qinfo[q].delta);
+              EXPECT_EQ(bits_of(thr[q]), bits_of(t)) << what << " query " << q << ": threshold " << thr[q] << " want " << t;
+              std::vector<PoolEntry> want;
+              for (int i = 0; i < rows; ++i)
+                if (a[i] >= t && a[i] != -inf) want.push_back(PoolEntry{a[i], static_cast<std::int32_t>(c.row0 + i)});
+              ASSERT_EQ(count[q], want.size()) << what << " query " << q;
+              EXPECT_EQ(overflow[q], 0u) << what;
+              EXPECT_EQ(as_set(pool.data() + q * p.cap, count[q]), as_set(want.data(), want.size())) << what << " query " << q;
+            }
           }
-        }
 }
 
 // A later chunk: every (query, row) reaching the query's threshold is appended after what the
@@ -619,10 +670,11 @@ TEST(BatchedPath, LargeFloat16BatchesTakeLongerChunks) {
   }
 }
 
-// The fused kernel's chunk plan holds no GEMM output: after the first chunk (8,192 rows at most,
-// which seeds the thresholds) each chunk has at most 8 × the rows before it and at most
-// 196,608 rows or as many as came before it, the larger: 1,000,000 rows take 5 chunks (8,192,
-// 65,536, 196,608, 270,336, 459,328) where the GEMM plan's 49,152-row buffer (B = 256) takes 22.
+// The fused kernel's chunk plan holds no GEMM output: after the first chunk (which seeds the
+// thresholds: 8,192 rows, 4,096 up to 64 queries) each chunk has at most 8 × the rows before it,
+// and, above 64 queries, at most 196,608 rows or as many as came before it, the larger:
+// 1,000,000 rows take 5 chunks at B = 256 (8,192, 65,536, 196,608, 270,336, 459,328) where the
+// GEMM plan's 49,152-row buffer takes 22, and 4 at B = 64 (4,096, 32,768, 294,912, 668,224).
 TEST(BatchedPath, FusedChunksGrowWithTheRowsBeforeThem) {
   SHARDTOPK_SKIP_WITHOUT_GPU();
   use_test_device();
@@ -636,15 +688,18 @@ TEST(BatchedPath, FusedChunksGrowWithTheRowsBeforeThem) {
     for (const cuda_detail::RowChunk& ch : fused) {
       EXPECT_EQ(ch.row0, next);
       if (next == 0) {
-        EXPECT_LE(ch.rows, 8192);
+        EXPECT_EQ(ch.rows, batch > 64 ? 8192 : 4096) << "B = " << batch;
       } else {
         EXPECT_LE(ch.rows, 8 * next) << "B = " << batch << ": chunk at row " << ch.row0;
-        EXPECT_LE(ch.rows, std::max<std::int64_t>(196608, next)) << "B = " << batch << ": chunk at row " << ch.row0;
+        if (batch > 64)
+          EXPECT_LE(ch.rows, std::max<std::int64_t>(196608, next)) << "B = " << batch << ": chunk at row " << ch.row0;
+        else if (next + ch.rows < n)
+          EXPECT_EQ(ch.rows, 8 * next) << "B = " << batch << ": chunk at row " << ch.row0;
       }
       next += ch.rows;
     }
     EXPECT_EQ(next, n) << "B = " << batch;
-    EXPECT_EQ(fused.size(), 5u) << "B = " << batch;
+    EXPECT_EQ(fused.size(), batch > 64 ? 5u : 4u) << "B = " << batch;
     if (batch == 256) EXPECT_EQ(gemm.size(), 22u);
   }
   // The tile index bounds a chunk only for huge batches.

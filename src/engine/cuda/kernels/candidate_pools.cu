@@ -99,6 +99,11 @@ __device__ __forceinline__ bool young(const std::uint32_t* seen, int q, int rows
   return static_cast<std::uint64_t>(seen[q]) * kSeedGrowth < static_cast<std::uint64_t>(rows_c);
 }
 
+/// Values of a first chunk each thread of seed_kernel holds in registers: a chunk of up to 8,192
+/// rows (the batched path's first chunks) is read once, for the select's three reads of it and
+/// the appends.
+constexpr int kSeedHeld = 8;
+
 /// The first chunk of an unfiltered-seeded search: each query's threshold from the chunk's own
 /// k-th approximate score, and every row of the chunk that passes it into the query's pool; one
 /// block per query of the chunk's GEMM (query qmap[j] in its row j; qmap null: query j).
@@ -121,9 +126,40 @@ __global__ void __launch_bounds__(kSelThreads)
     }
     return ap(sub, i, qi);
   };
+  PoolEntry* list = pool + q * pool_cap;
+  const std::uint32_t cap = static_cast<std::uint32_t>(pool_cap);
+  if (!kMasked && rows_c <= kSelThreads * kSeedHeld) {
+    // The chunk read once (value j of thread t: row t + j · kSelThreads), held for the select and
+    // the appends (unmasked: beside the masks' evaluator the held values spill).
+    float v[kSeedHeld];
+#pragma unroll
+    for (int j = 0; j < kSeedHeld; ++j) {
+      const int i = threadIdx.x + j * kSelThreads;
+      v[j] = i < rows_c ? got(i) : 0.0f;
+    }
+    const auto each = [&](auto&& f) {
+#pragma unroll
+      for (int j = 0; j < kSeedHeld; ++j)
+        if (threadIdx.x + j * kSelThreads < rows_c) f(v[j]);
+    };
+    const std::uint32_t kth = static_cast<std::uint32_t>(rows_c) < k ? 0u : block_kth_key_offered<kSelThreads>(each, k);
+    const float t = pool_threshold(kth, rows_c, k, qi.delta);
+    unsigned takes = 0;
+#pragma unroll
+    for (int j = 0; j < kSeedHeld; ++j)
+      if (threadIdx.x + j * kSelThreads < rows_c && v[j] >= t) takes |= 1u << j;
+    const bool ok = block_append<kSelThreads, kSeedHeld>(
+        takes,
+        [&](int j) {
+          return PoolEntry{v[j], static_cast<std::int32_t>(ap.row(threadIdx.x + j * kSelThreads))};
+        },
+        list, &pool_count[q], cap);
+    if (!ok) atomicOr(&overflow[q], 1u);
+    if (threadIdx.x == 0) thr[q] = t;
+    return;
+  }
   const std::uint32_t kth = block_kth_key(got, rows_c, k);
   const float t = pool_threshold(kth, rows_c, k, qi.delta);
-  PoolEntry* list = pool + q * pool_cap;
   const int end = (rows_c + 31) / 32 * 32;
   bool ok = true;
   for (int i = threadIdx.x; i < end; i += blockDim.x) {  // whole warps: i < end for all lanes or none
@@ -133,8 +169,7 @@ __global__ void __launch_bounds__(kSelThreads)
       s = got(i);
       take = s >= t && (!kMasked || s != -CUDART_INF_F);
     }
-    ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row(i))}, list, &pool_count[q],
-                      static_cast<std::uint32_t>(pool_cap));
+    ok &= warp_append(take, PoolEntry{s, static_cast<std::int32_t>(ap.row(i))}, list, &pool_count[q], cap);
   }
   if (!ok) atomicOr(&overflow[q], 1u);
   if (threadIdx.x == 0) thr[q] = t;
@@ -380,8 +415,15 @@ __global__ void __launch_bounds__(kCollectThreads, kMasked ? kMaskedCollectBlock
   if (!__all_sync(kFullMask, ok) && lane == 0) atomicOr(&overflow[q], 1u);
 }
 
+/// Pool entries each thread of compact_kernel holds in registers: a pool of up to kSelThreads ×
+/// kPoolHeld entries is read once.
+constexpr int kPoolHeld = 4;
+
 /// Raises a query's threshold from its pool's k-th approximate score and drops the entries below
-/// it (stable, in place), when the pool holds more than `trigger` entries. Block per query.
+/// it (stable, in place), when the pool holds more than `trigger` entries. Block per query; a
+/// pool of up to kSelThreads × kPoolHeld entries is held in registers (thread t: entries
+/// kPoolHeld · t …, so that one block scan of the threads' counts keeps the order), a longer one
+/// read again per pass and compacted a tile of kSelThreads entries at a time.
 __global__ void __launch_bounds__(kSelThreads)
     compact_kernel(const QueryInfo* __restrict__ qinfo, std::uint32_t k, PoolEntry* __restrict__ pool,
                    std::int64_t pool_cap, std::uint32_t* __restrict__ pool_count, float* __restrict__ thr,
@@ -390,11 +432,38 @@ __global__ void __launch_bounds__(kSelThreads)
   const int n = static_cast<int>(min(pool_count[q], static_cast<std::uint32_t>(pool_cap)));
   if (n <= static_cast<int>(trigger)) return;
   PoolEntry* list = pool + q * pool_cap;
+  using Scan = cub::BlockScan<int, kSelThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  if (n <= kSelThreads * kPoolHeld) {
+    const int i0 = static_cast<int>(threadIdx.x) * kPoolHeld;
+    PoolEntry e[kPoolHeld];
+#pragma unroll
+    for (int j = 0; j < kPoolHeld; ++j) e[j] = i0 + j < n ? list[i0 + j] : PoolEntry{0.0f, 0};
+    const auto each = [&](auto&& f) {
+#pragma unroll
+      for (int j = 0; j < kPoolHeld; ++j)
+        if (i0 + j < n) f(e[j].s);
+    };
+    const std::uint32_t kth = static_cast<std::uint32_t>(n) < k ? 0u : block_kth_key_offered<kSelThreads>(each, k);
+    const float t = fmaxf(thr[q], pool_threshold(kth, n, k, qinfo[q].delta));
+    unsigned keep = 0;
+#pragma unroll
+    for (int j = 0; j < kPoolHeld; ++j)
+      if (i0 + j < n && e[j].s >= t) keep |= 1u << j;
+    int pos = 0, kept = 0;
+    Scan(tmp).ExclusiveSum(__popc(keep), pos, kept);  // its barrier: every entry was read
+#pragma unroll
+    for (int j = 0; j < kPoolHeld; ++j)
+      if (keep & (1u << j)) list[pos++] = e[j];
+    if (threadIdx.x == 0) {
+      pool_count[q] = static_cast<std::uint32_t>(kept);
+      thr[q] = t;
+    }
+    return;
+  }
   const auto got = [&](int i) { return list[i].s; };
   const std::uint32_t kth = block_kth_key(got, n, k);
   const float t = fmaxf(thr[q], pool_threshold(kth, n, k, qinfo[q].delta));
-  using Scan = cub::BlockScan<int, kSelThreads>;
-  __shared__ typename Scan::TempStorage tmp;
   __shared__ int kept;
   if (threadIdx.x == 0) kept = 0;
   __syncthreads();

@@ -10,6 +10,17 @@
 namespace shardtopk::cuda_detail {
 namespace {
 
+/// Pool scores each thread of the re-score holds in registers (a pool of up to kSelThreads ×
+/// kRescoreHeld entries is read once for its select and the rows that pass).
+constexpr int kRescoreHeld = 4;
+
+/// Rows a warp of the re-score scores at once (exact_scores): their loads in flight together;
+/// two of float32 rows (four of them spilled registers under the 64 of a 1,024-thread block).
+template <typename T>
+constexpr int rescore_rows() {
+  return sizeof(T) == 4 ? 2 : 4;
+}
+
 /// Batched final step, block per query: the pool's final threshold, exact re-scoring of the rows
 /// that pass it (score.cuh, warp per row: the batch-1 bits), sort, best k into out [k]. A query
 /// whose pool overflowed is left for the host's batch-1 fallback. Dynamic shared memory:
@@ -30,17 +41,42 @@ __global__ void __launch_bounds__(kSelThreads)
   if (overflow[q]) return;
   const int n = static_cast<int>(min(pool_count[q], static_cast<std::uint32_t>(pool_cap)));
   const PoolEntry* list = pool + q * pool_cap;
-  const auto got = [&](int i) { return list[i].s; };
-  const std::uint32_t kth = block_kth_key(got, n, k);
-  const float t = pool_threshold(kth, n, k, qinfo[q].delta);
   if (threadIdx.x == 0) m = 0;
-  __syncthreads();
-  // rows that pass: their shard rows into sid (as a scratch list)
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const PoolEntry e = list[i];
-    if (e.s >= t) {
-      const int pos = atomicAdd(&m, 1);
-      if (pos < cap) sid[pos] = e.row;
+  // The rows that pass the pool's threshold: their shard rows into sid (as a scratch list). A pool
+  // of up to kSelThreads × kRescoreHeld entries has its scores read once, into registers.
+  if (n <= kSelThreads * kRescoreHeld) {
+    float v[kRescoreHeld];
+#pragma unroll
+    for (int j = 0; j < kRescoreHeld; ++j) {
+      const int i = threadIdx.x + j * kSelThreads;
+      v[j] = i < n ? list[i].s : 0.0f;
+    }
+    const auto each = [&](auto&& f) {
+#pragma unroll
+      for (int j = 0; j < kRescoreHeld; ++j)
+        if (threadIdx.x + j * kSelThreads < n) f(v[j]);
+    };
+    const std::uint32_t kth = static_cast<std::uint32_t>(n) < k ? 0u : block_kth_key_offered<kSelThreads>(each, k);
+    const float t = pool_threshold(kth, n, k, qinfo[q].delta);
+    __syncthreads();  // m = 0 (the select has barriers, but none when n < k)
+#pragma unroll
+    for (int j = 0; j < kRescoreHeld; ++j) {
+      if (threadIdx.x + j * kSelThreads < n && v[j] >= t) {
+        const int pos = atomicAdd(&m, 1);
+        if (pos < cap) sid[pos] = list[threadIdx.x + j * kSelThreads].row;
+      }
+    }
+  } else {
+    const auto got = [&](int i) { return list[i].s; };
+    const std::uint32_t kth = block_kth_key(got, n, k);
+    const float t = pool_threshold(kth, n, k, qinfo[q].delta);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const PoolEntry e = list[i];
+      if (e.s >= t) {
+        const int pos = atomicAdd(&m, 1);
+        if (pos < cap) sid[pos] = e.row;
+      }
     }
   }
   __syncthreads();
@@ -51,13 +87,27 @@ __global__ void __launch_bounds__(kSelThreads)
   }
   const float* qv = qpad + static_cast<std::int64_t>(q) * nvec * V;
   const int lane = threadIdx.x & 31;
-  for (int j = threadIdx.x >> 5; j < cnt; j += blockDim.x >> 5) {
-    const std::int64_t row = sid[j];
-    const float s = exact_score<T, kL2>(qv, shard + row * static_cast<std::int64_t>(nvec) * V, nvec, lane);
+  constexpr int kRescoreRows = rescore_rows<T>();
+  // A warp re-scores kRescoreRows adjacent entries of sid at a time (the last repeated past cnt).
+  for (int j0 = (threadIdx.x >> 5) * kRescoreRows; j0 < cnt; j0 += (blockDim.x >> 5) * kRescoreRows) {
+    std::int64_t row[kRescoreRows];
+    const T* at[kRescoreRows];
+#pragma unroll
+    for (int r = 0; r < kRescoreRows; ++r) {
+      row[r] = sid[min(j0 + r, cnt - 1)];
+      at[r] = shard + row[r] * static_cast<std::int64_t>(nvec) * V;
+    }
+    float s[kRescoreRows];
+    exact_scores<T, kL2, kRescoreRows>(qv, at, nvec, lane, s);
     __syncwarp();
     if (lane == 0) {
-      ss[j] = s;
-      sid[j] = ids[row];
+#pragma unroll
+      for (int r = 0; r < kRescoreRows; ++r) {
+        if (j0 + r < cnt) {
+          ss[j0 + r] = s[r];
+          sid[j0 + r] = ids[row[r]];
+        }
+      }
     }
   }
   __syncthreads();

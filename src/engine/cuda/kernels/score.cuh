@@ -158,6 +158,31 @@ __device__ __forceinline__ float exact_score(const float* __restrict__ q, const 
   return kL2 ? -s : s;
 }
 
+/// exact_score of R rows at once, each step's loads of all R rows issued before their FMAs (a
+/// warp re-scoring scattered rows one at a time waited on a memory round trip per step of each):
+/// per row the same steps in the same order and the same warp_tree, so s[r] has the bits of
+/// exact_score(q, rows[r], nvec, lane).
+template <typename T, bool kL2, int R>
+__device__ __forceinline__ void exact_scores(const float* __restrict__ q, const T* const (&rows)[R], int nvec,
+                                             int lane, float (&s)[R]) {
+  constexpr int V = VecTraits<T>::kElems;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int v = lane; v < nvec; v += 32) {
+    uint4 x[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) x[r] = load_chunk(rows[r], v);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = chunk_step<T, kL2>(q + v * V, x[r], acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float t = warp_tree(acc[r]);
+    s[r] = kL2 ? -t : t;
+  }
+}
+
 /// An order-preserving 32-bit key of a ranking score: key(a) > key(b) ⇔ a > b, with −0 and +0
 /// mapped to the same key (they are equal under the ordering rule). NaN never reaches here.
 __device__ __forceinline__ std::uint32_t score_key(float s) {

@@ -1,7 +1,7 @@
 #pragma once
 // Block- and warp-level selection primitives of the CUDA engine's kernels (device code): bin
 // search in a histogram, warp-aggregated appends and histogram updates, the last block of a
-// grid, block sorts by the ordering rule, a block radix select, the batched path's pool threshold.
+// grid, block sorts by the ordering rule, the batched path's radix selects and pool threshold.
 
 #include <cub/block/block_scan.cuh>
 #include <math_constants.h>
@@ -77,6 +77,35 @@ __device__ __forceinline__ bool warp_append(bool take, const PoolEntry& e, PoolE
     else ok = false;
   }
   return __all_sync(kFullMask, ok);
+}
+
+/// Appends to list[count...] (capacity cap) the values of the calling thread that `takes` marks
+/// (bit j < kHeld: its value j, entry(j)), with ONE global atomic per block (a block scan of the
+/// threads' counts gives each its place): a warp-aggregated append per load waited on a global
+/// atomic's round trip for each of them. All NT threads of the block call it. Returns false in a
+/// thread when one of its entries did not fit.
+template <int NT, int kHeld, typename Entry>
+__device__ bool block_append(unsigned takes, const Entry& entry, PoolEntry* list, std::uint32_t* count,
+                             std::uint32_t cap) {
+  using Scan = cub::BlockScan<int, NT>;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ std::uint32_t base;
+  int excl = 0, total = 0;
+  Scan(tmp).ExclusiveSum(__popc(takes), excl, total);
+  if (total == 0) return true;  // block-uniform
+  if (threadIdx.x == 0) base = atomicAdd(count, static_cast<std::uint32_t>(total));
+  __syncthreads();
+  std::uint32_t at = base + static_cast<std::uint32_t>(excl);
+  bool ok = true;
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {  // j known at compile time: held values stay in registers
+    if (takes & (1u << j)) {
+      if (at < cap) list[at] = entry(j);
+      else ok = false;
+      ++at;
+    }
+  }
+  return ok;
 }
 
 /// Adds 1 to h[bin] for every active lane, one shared-memory atomic per distinct bin of the warp
@@ -168,55 +197,85 @@ __device__ inline void sort_and_write(float* ss, std::int64_t* sid, int n, int k
   for (int i = threadIdx.x; i < k; i += blockDim.x) write_answer(out, ex, i, i < n ? Candidate{ss[i], sid[i]} : pad);
 }
 
-/// The k-th largest key among n values got(i) (i < n), by a block radix select over 4 × 8 bits;
-/// 0 when n < k (then every value passes). All threads of the block call it.
-template <typename Get>
-__device__ std::uint32_t block_kth_key(const Get& got, int n, std::uint32_t k) {
-  __shared__ std::uint32_t h[256];
-  if (static_cast<std::uint32_t>(n) < k) return 0u;
-  std::uint32_t prefix = 0, need = k;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) h[i] = 0;
-    __syncthreads();
-    const int end = (n + 31) / 32 * 32;
-    for (int i = threadIdx.x; i < end; i += blockDim.x) {
-      const std::uint32_t key = i < n ? score_key(got(i)) : 0u;
-      hist_add(h, (key >> shift) & 0xFFu, i < n && (pass == 0 || (key >> (shift + 8)) == prefix));
-    }
-    __syncthreads();
-    const BinPick p = find_bin<kSelThreads>(h, 256, need);
-    prefix = (prefix << 8) | static_cast<std::uint32_t>(p.bin);
-    need -= p.above;
-  }
-  return prefix;
-}
+/// The radix selects of the batched path's thresholds (block_kth_key_offered): the keys' range
+/// over the block first (their common top bits need no histogram, and the first pass's bins
+/// spread the values instead of crowding them into a few, so plain shared-memory atomics serve),
+/// then two passes of 2,048 bins over the next 22 bits. The result is the lower edge of the bin
+/// that holds the k-th largest key: the k-th key with the bits below those 22 cleared (none when
+/// the keys differ only in their low 22 bits), so a threshold taken from it is sound (the rows of
+/// the top k pass it) and lower by less than 2⁻¹³ of the k-th's magnitude, well inside the 2Δ
+/// margin below it (docs/EXACTNESS.md). Against four passes of 256 bins with warp-aggregated
+/// histogram updates: docs/PERFORMANCE.md, "Threshold selects".
+constexpr int kKthBits = 11;
+constexpr int kKthBins = 1 << kKthBits;
+/// score_key(−inf): keys below it decode to no float (a bin's lower edge may be one).
+constexpr std::uint32_t kNegInfKey = 0x007FFFFFu;
 
 /// The k-th largest key among values the threads of a block offer, each thread its own (any
-/// number, k ≤ their total), by a radix select over 4 × 8 bits: each(f) calls f(score) for every
-/// value of the calling thread, once per pass. All NT threads of the block call it.
+/// number, k ≤ their total), as described above (0 for a lower edge below score_key(−inf): no
+/// threshold): each(f) calls f(score) for every value of the calling thread, three times. All NT
+/// threads of the block call it.
 template <int NT, typename Each>
 __device__ std::uint32_t block_kth_key_offered(const Each& each, std::uint32_t k) {
-  __shared__ std::uint32_t h[256];
-  std::uint32_t prefix = 0, need = k;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    for (int i = threadIdx.x; i < 256; i += NT) h[i] = 0;
+  __shared__ std::uint32_t h[kKthBins];
+  __shared__ std::uint32_t s_lo, s_hi;
+  std::uint32_t lo = ~0u, hi = 0u;
+  each([&](float s) {
+    const std::uint32_t key = score_key(s);
+    lo = min(lo, key);
+    hi = max(hi, key);
+  });
+  lo = __reduce_min_sync(kFullMask, lo);
+  hi = __reduce_max_sync(kFullMask, hi);
+  if (threadIdx.x == 0) {
+    s_lo = ~0u;
+    s_hi = 0u;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&s_lo, lo);
+    atomicMax(&s_hi, hi);
+  }
+  __syncthreads();
+  lo = s_lo;
+  hi = s_hi;
+  if (lo == hi) return lo;  // every value has this key
+  // The bits from `start` up are common to every key; the passes take [start − 22, start). The
+  // k-th key's bits found so far: `want` under `mask`.
+  const int start = max(32 - __clz(static_cast<int>(lo ^ hi)), 2 * kKthBits);
+  std::uint32_t mask = start == 32 ? 0u : ~0u << start;
+  std::uint32_t want = lo & mask, need = k;
+  for (int shift = start - kKthBits; shift >= start - 2 * kKthBits; shift -= kKthBits) {
+    for (int i = threadIdx.x; i < kKthBins; i += NT) h[i] = 0;
     __syncthreads();
     each([&](float s) {
       const std::uint32_t key = score_key(s);
-      if (pass == 0 || (key >> (shift + 8)) == prefix) atomicAdd(&h[(key >> shift) & 0xFFu], 1u);
+      if ((key & mask) == want) atomicAdd(&h[(key >> shift) & (kKthBins - 1u)], 1u);
     });
     __syncthreads();
-    const BinPick p = find_bin<NT>(h, 256, need);
-    prefix = (prefix << 8) | static_cast<std::uint32_t>(p.bin);
+    const BinPick p = find_bin<NT>(h, kKthBins, need);
+    want |= static_cast<std::uint32_t>(p.bin) << shift;
+    mask |= (kKthBins - 1u) << shift;
     need -= p.above;
   }
-  return prefix;
+  return want < kNegInfKey ? 0u : want;
 }
 
-/// The candidate-pool threshold for a query whose k-th best approximate score is key_score(kth):
-/// every row of the exact top k has approx ≥ kth − 2Δ (docs/EXACTNESS.md), rounded down.
+/// block_kth_key_offered over the n values got(i) (i < n), thread t offering i = t, t + NT, …;
+/// 0 when n < k (then every value passes). All NT threads of the block call it.
+template <int NT = kSelThreads, typename Get>
+__device__ std::uint32_t block_kth_key(const Get& got, int n, std::uint32_t k) {
+  if (static_cast<std::uint32_t>(n) < k) return 0u;
+  return block_kth_key_offered<NT>(
+      [&](auto&& f) {
+        for (int i = threadIdx.x; i < n; i += NT) f(got(i));
+      },
+      k);
+}
+
+/// The candidate-pool threshold for a query whose k-th best approximate score is at least
+/// key_score(kth_key) (block_kth_key): every row of the exact top k has approx ≥ k-th − 2Δ
+/// (docs/EXACTNESS.md), so ≥ key_score(kth_key) − 2Δ, rounded down; −inf for a key of 0.
 __device__ __forceinline__ float pool_threshold(std::uint32_t kth_key, int n, std::uint32_t k, float delta) {
   if (static_cast<std::uint32_t>(n) < k || kth_key == 0u) return -CUDART_INF_F;
   const double t = static_cast<double>(key_score(kth_key)) - 2.0 * static_cast<double>(delta);
