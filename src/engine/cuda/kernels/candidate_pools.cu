@@ -197,7 +197,7 @@ constexpr int kSeedLoads = 4;
 /// however long a merged chunk is (a select over every row of a chunk of 10⁵–10⁶ rows, in one
 /// block per query, took 90 % of a batch of per-query clustered filters). The sample's scores
 /// are read (and each sampled row's filter evaluated) once, into dynamic shared memory
-/// (kSeedSample floats), for the select's four passes: evaluating the filter in every pass made
+/// (kSeedSample floats), for the select's three reads of them: evaluating the filter in every pass made
 /// a young query's seeding take up to 363 µs of a batch of per-query scattered filters (Nsight
 /// Compute). The reads go kSeedLoads samples per thread at a time. A chunk of a column order
 /// with its spans is sampled within the query's own interval, whose rows all pass its range:

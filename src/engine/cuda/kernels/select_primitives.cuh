@@ -203,9 +203,9 @@ __device__ inline void sort_and_write(float* ss, std::int64_t* sid, int n, int k
 /// then two passes of 2,048 bins over the next 22 bits. The result is the lower edge of the bin
 /// that holds the k-th largest key: the k-th key with the bits below those 22 cleared (none when
 /// the keys differ only in their low 22 bits), so a threshold taken from it is sound (the rows of
-/// the top k pass it) and lower by less than 2⁻¹³ of the k-th's magnitude, well inside the 2Δ
-/// margin below it (docs/EXACTNESS.md). Against four passes of 256 bins with warp-aggregated
-/// histogram updates: docs/PERFORMANCE.md, "Threshold selects".
+/// the top k pass it) and lower by less than 2⁻¹³ of the k-th's magnitude (docs/EXACTNESS.md):
+/// the pools keep that much more than the 2Δ band below the k-th. Against four passes of 256
+/// bins with warp-aggregated histogram updates: docs/PERFORMANCE.md, "Threshold selects".
 constexpr int kKthBits = 11;
 constexpr int kKthBins = 1 << kKthBits;
 /// score_key(−inf): keys below it decode to no float (a bin's lower edge may be one).
@@ -214,9 +214,11 @@ constexpr std::uint32_t kNegInfKey = 0x007FFFFFu;
 /// The k-th largest key among values the threads of a block offer, each thread its own (any
 /// number, k ≤ their total), as described above (0 for a lower edge below score_key(−inf): no
 /// threshold): each(f) calls f(score) for every value of the calling thread, three times. All NT
-/// threads of the block call it.
+/// threads of the block call it; a second call needs a barrier between the two (when every key
+/// is equal it returns without one after reading the block's range).
 template <int NT, typename Each>
 __device__ std::uint32_t block_kth_key_offered(const Each& each, std::uint32_t k) {
+  static_assert(kKthBins % NT == 0, "block_kth_key_offered: find_bin takes the same number of bins in every thread");
   __shared__ std::uint32_t h[kKthBins];
   __shared__ std::uint32_t s_lo, s_hi;
   std::uint32_t lo = ~0u, hi = 0u;
