@@ -77,14 +77,10 @@ class CudaEngine final : public Engine {
                       "be cosine (rows are normalised on the host before the upload)");
     select_device();
     cap_ = cand_cap(lim);
-    const std::size_t sort_smem = static_cast<std::size_t>(cap_) * (sizeof(float) + sizeof(std::int64_t));
-    // Beside the sort, the selecting kernels' own shared memory: the re-score's is 20,672 bytes
-    // (its threshold selects' histograms, ptxas -v, sm_90).
-    constexpr std::size_t kSelectStaticSmem = 24 << 10;
-    SHARDTOPK_EXPECTS(smem_optin_ >= sort_smem + kSelectStaticSmem, "CUDA engine: device ", device_, " (",
-                      device_name_, ") offers ", smem_optin_,
-                      " bytes of shared memory per block; the top-k sort for search.k_max=", lim.k_max, " needs ",
-                      sort_smem + kSelectStaticSmem, "; lower search.k_max");
+    const std::size_t smem = rescore_smem_bytes(lim);
+    SHARDTOPK_EXPECTS(smem_optin_ >= smem, "CUDA engine: device ", device_, " (", device_name_, ") offers ", smem_optin_,
+                      " bytes of shared memory per block; the top-k sort for search.k_max=", lim.k_max, " needs ", smem,
+                      "; lower search.k_max");
 
     plan_ = make_plan(rows_, s.dim, dtype, lim);
     dpad_ = plan_.dpad;

@@ -35,6 +35,11 @@ int next_pow2(std::int64_t x) {
 int cand_cap(const EngineLimits& lim) { return std::max(4096, next_pow2(2LL * lim.k_max)); }
 std::int64_t pool_cap(const EngineLimits& lim) { return 4LL * cand_cap(lim); }
 
+std::size_t rescore_smem_bytes(const EngineLimits& lim) {
+  constexpr std::size_t kRescoreOwnSmem = 24 << 10;
+  return static_cast<std::size_t>(cand_cap(lim)) * (sizeof(float) + sizeof(std::int64_t)) + kRescoreOwnSmem;
+}
+
 std::int64_t padded_dim(std::int64_t dim, Dtype d) {
   const std::int64_t v = 16 / static_cast<std::int64_t>(dtype_bytes(d));
   return (dim + v - 1) / v * v;

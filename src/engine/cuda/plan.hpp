@@ -29,6 +29,7 @@
 // The query, candidate and answer buffers of the data path are not here: the index allocates
 // them (engine/space.hpp).
 
+#include <cstddef>
 #include <cstdint>
 
 #include "engine/cuda/kernels/workspace_types.hpp"
@@ -69,6 +70,12 @@ constexpr int kStatusScanDir = 3;   // the batch-1 scan's direction (bit 0)
 /// of two, at most kMaxCandCap (shared memory); pools hold 4 × as many.
 int cand_cap(const EngineLimits& lim);
 std::int64_t pool_cap(const EngineLimits& lim);
+
+/// Shared memory per block (bytes) that the batched re-score needs: its final sort of
+/// cand_cap(lim) (score, id) pairs beside a reserve of 24 KiB for its own (20,672 bytes on sm_90,
+/// ptxas -v: its threshold select's histograms and scans). The engine refuses a device that offers
+/// less, naming search.k_max.
+std::size_t rescore_smem_bytes(const EngineLimits& lim);
 
 /// Row length in elements, padded to 16 bytes of the storage type.
 std::int64_t padded_dim(std::int64_t dim, Dtype d);

@@ -709,6 +709,18 @@ TEST(BatchedPath, FusedChunksGrowWithTheRowsBeforeThem) {
   EXPECT_EQ(cuda_detail::FusedCollect::max_chunk_rows(65535), std::int64_t{1} << 29);
 }
 
+// The shared memory per block the re-score asks of a device (host arithmetic, no GPU needed): the
+// final sort's cand_cap (score, id) pairs of 12 bytes beside 24 KiB of its own; k_max = 8,192 (the
+// largest: 16,384 pairs) within the 227 KiB of an H100/H200.
+TEST(Rescore, SharedMemoryFollowsKMax) {
+  using cuda_detail::rescore_smem_bytes;
+  EXPECT_EQ(rescore_smem_bytes(limits(8, 100)), 4096u * 12 + 24576);
+  EXPECT_EQ(rescore_smem_bytes(limits(8, 2048)), 4096u * 12 + 24576);
+  EXPECT_EQ(rescore_smem_bytes(limits(8, 3000)), 8192u * 12 + 24576);
+  EXPECT_EQ(rescore_smem_bytes(limits(8, 8192)), 16384u * 12 + 24576);
+  EXPECT_LE(rescore_smem_bytes(limits(8, 8192)), 232448u);
+}
+
 // Random data: the batched answer equals the batch-1 scan's bit for bit (one arithmetic for
 // every batch size, DESIGN.md invariant 3) in batches of 7 and 64 over several chunks, and the
 // float64 oracle's within ε; and all queries tied beyond the pools overflow (and nothing else
