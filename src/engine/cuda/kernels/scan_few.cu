@@ -72,6 +72,34 @@ __device__ __forceinline__ void reduce_scatter(float* v, int lane) {
   }
 }
 
+/// Where float c (< nvec · V) of a query sits in its nvec · V floats of shared memory: in planes
+/// of 4 floats, float e of chunk v at (e / 4) · nvec · 4 + v · 4 + e % 4. A warp's lanes take
+/// consecutive chunks, so each float4 they read comes from consecutive 16-byte words and a
+/// quarter-warp's 8 lanes cover 32 distinct banks. In chunk order a 16-bit chunk's 8 floats are
+/// 32 bytes, and lanes l and l + 4 of each quarter-warp would read the same banks: two
+/// wavefronts per quarter, twice the shared-memory traffic of the scan's query reads (CUDA C++
+/// Programming Guide, "Shared Memory" of compute capability 5.x and later).
+template <int V>
+__device__ __forceinline__ int few_query_slot(int c, int nvec) {
+  const int v = c / V, e = c - v * V;
+  return (e >> 2) * nvec * 4 + v * 4 + (e & 3);
+}
+
+/// The V query floats matching chunk v of a row, from a query's planes (few_query_slot), in
+/// element order: the floats query_floats would read from chunk order.
+template <typename T>
+__device__ __forceinline__ void few_query_floats(const float* __restrict__ q, int v, int nvec,
+                                                 float (&qv)[VecTraits<T>::kElems]) {
+#pragma unroll
+  for (int e4 = 0; e4 < VecTraits<T>::kElems / 4; ++e4) {
+    const float4 f = reinterpret_cast<const float4*>(q + e4 * nvec * 4)[v];
+    qv[4 * e4] = f.x;
+    qv[4 * e4 + 1] = f.y;
+    qv[4 * e4 + 2] = f.z;
+    qv[4 * e4 + 3] = f.w;
+  }
+}
+
 /// One pass over the shard [rows, nvec chunks] against `batch` ≤ kQ queries [batch, dim]
 /// (float32; query slots past the batch are zero and never written): scores[q · rows + r] =
 /// query q's exact ranking score of row r (score.cuh's per-lane order, then warp_tree's additions
@@ -96,7 +124,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   const std::uint64_t pol_stream = l2_evict_first(), pol_keep = l2_evict_normal();
   extern __shared__ __align__(16) unsigned char smem[];
   std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // [kQ][kHist1Bins]
-  float* qs = reinterpret_cast<float*>(h + kQ * kHist1Bins);  // [kQ][nvec · V]
+  float* qs = reinterpret_cast<float*>(h + kQ * kHist1Bins);  // [kQ][nvec · V], few_query_slot order
   const int qstride = nvec * V;
   // The queries to shared memory, kQueryLoads loads in flight per thread (one at a time, a
   // block's 8 × 768 floats were 12 dependent round trips to L2 before its first row).
@@ -110,7 +138,10 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     }
 #pragma unroll
     for (int u = 0; u < kQueryLoads; ++u)
-      if (i0 + u * kFewThreads < kQ * qstride) qs[i0 + u * kFewThreads] = qv[u];
+      if (i0 + u * kFewThreads < kQ * qstride) {
+        const int i = i0 + u * kFewThreads, q = i / qstride;
+        qs[q * qstride + few_query_slot<V>(i - q * qstride, nvec)] = qv[u];
+      }
   }
   for (int i = threadIdx.x; i < kQ * kHist1Bins; i += blockDim.x) h[i] = 0;
   __syncthreads();
@@ -153,7 +184,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
       for (int g = 0; g < kQ; g += kG) {
         float qv[kG][V];
 #pragma unroll
-        for (int gq = 0; gq < kG; ++gq) query_floats<T>(qs + (g + gq) * qstride + v * V, qv[gq]);
+        for (int gq = 0; gq < kG; ++gq) few_query_floats<T>(qs + (g + gq) * qstride, v, nvec, qv[gq]);
         // score.cuh's chunk_step, its conversion shared by the kG queries
 #pragma unroll
         for (int i = 0; i < kFewRows; ++i) {
