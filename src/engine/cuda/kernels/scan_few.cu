@@ -85,21 +85,6 @@ __device__ __forceinline__ int few_query_slot(int c, int nvec) {
   return (e >> 2) * nvec * 4 + v * 4 + (e & 3);
 }
 
-/// The V query floats matching chunk v of a row, from a query's planes (few_query_slot), in
-/// element order: the floats query_floats would read from chunk order.
-template <typename T>
-__device__ __forceinline__ void few_query_floats(const float* __restrict__ q, int v, int nvec,
-                                                 float (&qv)[VecTraits<T>::kElems]) {
-#pragma unroll
-  for (int e4 = 0; e4 < VecTraits<T>::kElems / 4; ++e4) {
-    const float4 f = reinterpret_cast<const float4*>(q + e4 * nvec * 4)[v];
-    qv[4 * e4] = f.x;
-    qv[4 * e4 + 1] = f.y;
-    qv[4 * e4 + 2] = f.z;
-    qv[4 * e4 + 3] = f.w;
-  }
-}
-
 /// One pass over the shard [rows, nvec chunks] against `batch` ≤ kQ queries [batch, dim]
 /// (float32; query slots past the batch are zero and never written): scores[q · rows + r] =
 /// query q's exact ranking score of row r (score.cuh's per-lane order, then warp_tree's additions
@@ -184,7 +169,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
       for (int g = 0; g < kQ; g += kG) {
         float qv[kG][V];
 #pragma unroll
-        for (int gq = 0; gq < kG; ++gq) few_query_floats<T>(qs + (g + gq) * qstride, v, nvec, qv[gq]);
+        for (int gq = 0; gq < kG; ++gq) query_floats<T>(qs + (g + gq) * qstride, qv[gq], nvec * 4, v);
         // score.cuh's chunk_step, its conversion shared by the kG queries
 #pragma unroll
         for (int i = 0; i < kFewRows; ++i) {

@@ -77,12 +77,15 @@ __device__ __forceinline__ float chunk_fma(const float (&q)[VecTraits<T>::kElems
   return acc;
 }
 
-/// The query floats q[0 .. V) (16-byte aligned) matching one chunk of storage type T.
+/// The query floats matching one chunk of storage type T, in element order: float e at
+/// q[(e / 4) · step + 4 · chunk + e % 4] (q 16-byte aligned). The defaults read q[0 .. V), the
+/// chunk order; kernels/scan_few keeps its queries in planes of 4 floats (step = nvec · 4).
 template <typename T>
-__device__ __forceinline__ void query_floats(const float* __restrict__ q, float (&qv)[VecTraits<T>::kElems]) {
+__device__ __forceinline__ void query_floats(const float* __restrict__ q, float (&qv)[VecTraits<T>::kElems],
+                                             int step = 4, int chunk = 0) {
 #pragma unroll
   for (int e4 = 0; e4 < VecTraits<T>::kElems / 4; ++e4) {
-    const float4 f = reinterpret_cast<const float4*>(q)[e4];
+    const float4 f = reinterpret_cast<const float4*>(q + e4 * step)[chunk];
     qv[4 * e4] = f.x;
     qv[4 * e4 + 1] = f.y;
     qv[4 * e4 + 2] = f.z;
