@@ -162,8 +162,8 @@ struct Pools {
 
 // The first chunk: each query's threshold is its k-th approximate score (as the selects give it:
 // threshold()) minus 2Δ (rounded down; -inf with fewer rows than k), and its pool holds exactly
-// the chunk's rows that reach it. Rows 37, 1,000 and 8,192; k = 1, 10, 100 and more than the
-// rows; float and __half GEMM outputs; inner product and l2 (2 · dot − ‖x‖² − ‖q‖²); scores on a
+// the chunk's rows that reach it. Rows 37, 1,000 and 8,192; k = 1, 10, 100, the rows and more
+// than the rows; float and __half GEMM outputs; inner product and l2 (2 · dot − ‖x‖² − ‖q‖²); scores on a
 // grid of 64 values, so that hundreds tie at the k-th, or (float output) fine ones whose k-th
 // the selects round down or find exactly (Values); and with a live mask that keeps 1 row in 16:
 // the rows it drops count as −inf (fewer live rows than k: threshold −inf) and never enter the
@@ -182,7 +182,7 @@ TEST(BatchedFilter, FirstChunkThresholdsAndPools) {
   for (const int rows : {37, 1000, 8192})
     for (const bool half : {false, true})
       for (const bool l2 : {false, true})
-        for (const int k : {1, 10, 100, rows + 5})
+        for (const int k : {1, 10, 100, rows, rows + 5})
           for (const char* mode : {"grid", "fine", "narrow", "masked"}) {
             const Values values = mode[0] == 'f' ? Values::kFine : mode[0] == 'n' ? Values::kNarrow : Values::kGrid;
             const bool masked = mode[0] == 'm';
@@ -213,6 +213,54 @@ TEST(BatchedFilter, FirstChunkThresholdsAndPools) {
               EXPECT_EQ(as_set(pool.data() + q * p.cap, count[q]), as_set(want.data(), want.size())) << what << " query " << q;
             }
           }
+}
+
+// The first chunk into pools too small for what reaches the threshold: the query's overflow flag
+// is set, its count says how many reached it, and the entries that fit are rows that reached it
+// with their scores, none written past the query's capacity (the pools lie end to end, so an
+// entry past it would land in the next query's pool, whose entries are checked as its own).
+// k = 100 of 1,000 to 8,192 rows: the held path (unmasked: one append per block) and the
+// streaming one (masked, every other row allowed: one append per warp); scores on the grid.
+TEST(BatchedFilter, FirstChunkPoolsTooSmallOverflow) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const int batch = 3, k = 100;
+  const std::int64_t row0 = 0, cap = 40;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int rows : {1000, 4096, 8192})
+    for (const bool masked : {false, true})
+      for (const bool half : {false, true}) {
+        const std::string what = "rows " + std::to_string(rows) + (masked ? " masked" : "") + (half ? " __half" : " float");
+        const ChunkData c(batch, rows, rows, row0, half, false, 5 + rows);
+        std::vector<std::uint32_t> live(static_cast<size_t>((rows + 31) / 32), 0x55555555u);  // every other row
+        const DeviceArray<std::uint32_t> dev_live(live);
+        cuda_detail::RowMasks masks;
+        masks.live = dev_live.get();
+        masks.words = static_cast<std::int64_t>(live.size());
+        Pools p(batch, cap);
+        const cuda_detail::ChunkQueries cq{nullptr, masked ? &masks : nullptr, false};
+        cuda_detail::seed_chunk(c.view(), batch, k, p.view(c.dev_qinfo.get()), cq, true, nullptr);
+        const std::vector<PoolEntry> pool = p.pool.download();
+        const std::vector<std::uint32_t> count = p.count.download(), overflow = p.overflow.download();
+        for (int q = 0; q < batch; ++q) {
+          const std::string at = what + " query " + std::to_string(q);
+          std::vector<float> a(static_cast<size_t>(rows));
+          for (int i = 0; i < rows; ++i) a[i] = !masked || i % 2 == 0 ? c.approx(q, i) : -inf;
+          const float t = threshold(a, k, c.qinfo[q].delta);
+          std::size_t reach = 0;
+          for (const float v : a) reach += v >= t && v != -inf ? 1 : 0;
+          ASSERT_GT(reach, static_cast<std::size_t>(cap)) << at << ": the case needs more rows at the threshold than the pool holds";
+          EXPECT_NE(overflow[q], 0u) << at;
+          EXPECT_EQ(count[q], reach) << at;
+          for (std::int64_t e = 0; e < cap; ++e) {
+            const PoolEntry& got = pool[static_cast<size_t>(q * cap + e)];
+            ASSERT_GE(got.row, 0) << at << ": entry " << e << " not written";
+            ASSERT_LT(got.row, rows) << at << ": entry " << e;
+            EXPECT_EQ(bits_of(got.s), bits_of(a[static_cast<size_t>(got.row)])) << at << ": entry " << e << " row " << got.row;
+            EXPECT_GE(got.s, t) << at << ": entry " << e << " row " << got.row;
+          }
+        }
+      }
 }
 
 // A later chunk: every (query, row) reaching the query's threshold is appended after what the
