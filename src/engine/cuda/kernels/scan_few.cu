@@ -36,13 +36,13 @@ constexpr int kFewRows = 4;       // adjacent rows per warp step
 constexpr std::uint64_t kFewMidBytes = 512ull << 20;
 constexpr std::uint64_t kFewWideBytes = 2ull << 30;
 
-/// Chunks of a row per tile: 2 up to 4 queries and for float32 rows, 1 for 8 queries of 2-byte
-/// rows (a lane holds two tiles, the one it scores and the next one in flight; there, the
-/// accumulators and query chunks leave no registers for more). Two for 4 queries measured 3–6 %
-/// faster than one (1M and 10M rows, float16 and float32).
+/// Chunks of a row per tile: 2 for 2 queries and for float32 rows, 1 for 3 to 8 queries of
+/// 2-byte rows (a lane holds two tiles, the one it scores and the next one in flight; there, the
+/// accumulators and query chunks leave no registers for more: two chunks for 4 queries of
+/// float16 spill 24 bytes and measured 1.05–1.10 × one at 100k–1M rows, one H100).
 template <typename T, int kQ>
 constexpr int few_chunks() {
-  return kQ <= 4 || sizeof(T) == 4 ? 2 : 1;
+  return kQ <= 2 || sizeof(T) == 4 ? 2 : 1;
 }
 
 /// Reduce-scatter of kN partial sums per lane over the warp, by the xor butterfly's steps
@@ -106,7 +106,6 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   static_assert(kN >= 8 && kN <= 32, "scan_few_kernel: 2, 4 or 8 queries");
   const bool hints = dir != nullptr;
   const bool rev = hints && (*dir & 1u) != 0u;
-  const std::uint64_t pol_stream = l2_evict_first(), pol_keep = l2_evict_normal();
   extern __shared__ __align__(16) unsigned char smem[];
   std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // [kQ][kHist1Bins]
   float* qs = reinterpret_cast<float*>(h + kQ * kHist1Bins);  // [kQ][nvec · V], few_query_slot order
@@ -131,36 +130,46 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   for (int i = threadIdx.x; i < kQ * kHist1Bins; i += blockDim.x) h[i] = 0;
   __syncthreads();
   const int lane = threadIdx.x & 31;
-  const std::int64_t stride = static_cast<std::int64_t>(nvec) * V;
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * (kFewThreads / 32) * kFewRows;
   const int tiles = (nvec + 32 * kC - 1) / (32 * kC);  // tiles per step of rows
-  // Loads tile `t` of the step at logical row r into x (row i: logical r + i, read as
-  // rows − 1 − (r + i) when reversed; rows past the end read the step's first row again).
-  auto load = [&](std::int64_t r, int t, uint4 (&x)[kFewRows][kC]) {
-    const std::int64_t first = rev ? rows - 1 - r : r, dr = rev ? -1 : 1;
-    const std::uint64_t pol = r >= keep_from ? pol_keep : pol_stream;
+  // Where the loads read: row i of the step at logical row r (logical r + i, read as
+  // rows − 1 − (r + i) when reversed; rows past the end read the step's first row again) is
+  // chunk row0 + off[i] + lane; set once per step, so that a tile's loads cost an add each.
+  const uint4* const shard4 = reinterpret_cast<const uint4*>(shard);
+  const uint4* row0 = shard4;
+  int off[kFewRows];
+  std::uint64_t pol = 0;  // L2 policy of the step's loads (evict_normal without hints)
+  auto aim = [&](std::int64_t r) {
+    row0 = shard4 + (rev ? rows - 1 - r : r) * nvec + lane;
+#pragma unroll
+    for (int i = 0; i < kFewRows; ++i) off[i] = r + i < rows ? (rev ? -i : i) * nvec : 0;
+    pol = hints && r < keep_from ? l2_evict_first() : l2_evict_normal();
+  };
+  // Loads tile t of the step aimed at into x.
+  auto load = [&](int t, uint4 (&x)[kFewRows][kC]) {
 #pragma unroll
     for (int i = 0; i < kFewRows; ++i) {
-      const T* row = shard + (r + i < rows ? first + i * dr : first) * stride;
+      const uint4* p = row0 + (off[i] + t * 32 * kC);
 #pragma unroll
-      for (int c = 0; c < kC; ++c) {
-        const int v = t * 32 * kC + lane + 32 * c;
-        if (v < nvec) x[i][c] = hints ? load_chunk_hint(row, v, pol) : load_chunk(row, v);
-      }
+      for (int c = 0; c < kC; ++c)
+        if (t * 32 * kC + lane + 32 * c < nvec) x[i][c] = load_chunk_hint(p, 32 * c, pol);
     }
   };
   std::int64_t r = (static_cast<std::int64_t>(blockIdx.x) * (kFewThreads / 32) + (threadIdx.x >> 5)) * kFewRows;
   int t = 0;
-  uint4 x[kFewRows][kC];
-  if (r < rows) load(r, 0, x);
   float a[kN];
 #pragma unroll
   for (int j = 0; j < kN; ++j) a[j] = 0.0f;
-  while (r < rows) {  // warp-uniform
-    const std::int64_t rn = t + 1 < tiles ? r : r + step;
-    const int tn = t + 1 < tiles ? t + 1 : 0;
-    uint4 xn[kFewRows][kC];
-    if (rn < rows) load(rn, tn, xn);
+  // Scores tile t of step r from x, the next tile's loads (of this step or the next) into xn
+  // issued first; after the step's last tile, reduces, writes and counts the step's scores.
+  auto tile = [&](const uint4 (&x)[kFewRows][kC], uint4 (&xn)[kFewRows][kC]) {
+    const bool last = t + 1 == tiles;
+    const std::int64_t rn = last ? r + step : r;
+    const int tn = last ? 0 : t + 1;
+    if (rn < rows) {
+      if (last) aim(rn);
+      load(tn, xn);
+    }
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int v = t * 32 * kC + lane + 32 * c;
@@ -181,7 +190,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
         }
       }
     }
-    if (t + 1 == tiles) {  // the step's rows are scored: reduce, write, histogram
+    if (last) {  // the step's rows are scored: reduce, write, histogram
       reduce_scatter<kN, 16>(a, lane);
       // This lane's value: kN = 32 → lane; kN < 32 → lane / (32 / kN), written by the first lane.
       constexpr int kSpread = 32 / kN;
@@ -198,6 +207,15 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     }
     r = rn;
     t = tn;
+  };
+  uint4 x[kFewRows][kC];
+  if (r < rows) {
+    aim(r);
+    load(0, x);
+  }
+  while (r < rows) {  // warp-uniform
+    uint4 xn[kFewRows][kC];
+    tile(x, xn);
 #pragma unroll
     for (int i = 0; i < kFewRows; ++i)
 #pragma unroll
