@@ -39,7 +39,7 @@ constexpr std::uint64_t kFewWideBytes = 2ull << 30;
 /// Chunks of a row per tile: 2 for 2 queries and for float32 rows, 1 for 3 to 8 queries of
 /// 2-byte rows (a lane holds two tiles, the one it scores and the next one in flight; there, the
 /// accumulators and query chunks leave no registers for more: two chunks for 4 queries of
-/// float16 spill 24 bytes and measured 1.05–1.10 × one at 100k–1M rows, one H100).
+/// float16 spill 24 bytes and measured 1.10 × one at 100k and 1M rows, one H100).
 template <typename T, int kQ>
 constexpr int few_chunks() {
   return kQ <= 2 || sizeof(T) == 4 ? 2 : 1;
@@ -110,24 +110,31 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   std::uint32_t* h = reinterpret_cast<std::uint32_t*>(smem);  // [kQ][kHist1Bins]
   float* qs = reinterpret_cast<float*>(h + kQ * kHist1Bins);  // [kQ][nvec · V], few_query_slot order
   const int qstride = nvec * V;
-  // The queries to shared memory, kQueryLoads loads in flight per thread (one at a time, a
-  // block's 8 × 768 floats were 12 dependent round trips to L2 before its first row).
-  constexpr int kQueryLoads = 8;
-  for (int i0 = threadIdx.x; i0 < kQ * qstride; i0 += kQueryLoads * kFewThreads) {
-    float qv[kQueryLoads];
+  // The queries to shared memory: each thread takes columns c and c + kFewThreads of every
+  // query, their 2 · kQ loads in flight together (a block's 8 × 768 floats in one round trip to
+  // L2 before its first row), and no division per float.
+  for (int c0 = threadIdx.x; c0 < qstride; c0 += 2 * kFewThreads) {
+    float qv[2][kQ];
 #pragma unroll
-    for (int u = 0; u < kQueryLoads; ++u) {
-      const int i = i0 + u * kFewThreads, q = i / qstride, c = i - q * qstride;
-      qv[u] = i < kQ * qstride && q < batch && c < dim ? queries[static_cast<std::int64_t>(q) * dim + c] : 0.0f;
+    for (int u = 0; u < 2; ++u) {
+      const int c = c0 + u * kFewThreads;
+#pragma unroll
+      for (int q = 0; q < kQ; ++q) qv[u][q] = q < batch && c < dim ? queries[q * dim + c] : 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < kQueryLoads; ++u)
-      if (i0 + u * kFewThreads < kQ * qstride) {
-        const int i = i0 + u * kFewThreads, q = i / qstride;
-        qs[q * qstride + few_query_slot<V>(i - q * qstride, nvec)] = qv[u];
+    for (int u = 0; u < 2; ++u) {
+      const int c = c0 + u * kFewThreads;
+      if (c < qstride) {
+        const int slot = few_query_slot<V>(c, nvec);
+#pragma unroll
+        for (int q = 0; q < kQ; ++q) qs[q * qstride + slot] = qv[u][q];
       }
+    }
   }
-  for (int i = threadIdx.x; i < kQ * kHist1Bins; i += blockDim.x) h[i] = 0;
+  // The histograms cleared and (below) flushed four bins per access: kQ · 4,096 bins per block
+  // took 64 passes of 512 threads each way, most of a small shard's instructions.
+  uint4* const h4 = reinterpret_cast<uint4*>(h);
+  for (int i = threadIdx.x; i < kQ * kHist1Bins / 4; i += kFewThreads) h4[i] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
   const int lane = threadIdx.x & 31;
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * (kFewThreads / 32) * kFewRows;
@@ -222,8 +229,14 @@ __global__ void __launch_bounds__(kFewThreads, 1)
       for (int c = 0; c < kC; ++c) x[i][c] = xn[i][c];
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kQ * kHist1Bins; i += blockDim.x)
-    if (h[i]) atomicAdd(&states[i / kHist1Bins].hists[i % kHist1Bins], h[i]);
+  for (int i = threadIdx.x; i < kQ * kHist1Bins / 4; i += kFewThreads) {
+    const uint4 w = h4[i];
+    std::uint32_t* g = states[i / (kHist1Bins / 4)].hists + (i % (kHist1Bins / 4)) * 4;
+    if (w.x) atomicAdd(g, w.x);
+    if (w.y) atomicAdd(g + 1, w.y);
+    if (w.z) atomicAdd(g + 2, w.z);
+    if (w.w) atomicAdd(g + 3, w.w);
+  }
   // Every block read *dir before it got here; the last one flips it for the next search.
   if (dir != nullptr && last_block_done(&states[0].state.done) && threadIdx.x == 0) {
     states[0].state.done = 0;
