@@ -131,8 +131,9 @@ __global__ void __launch_bounds__(kFewThreads, 1)
       }
     }
   }
-  // The histograms cleared and (below) flushed four bins per access: kQ · 4,096 bins per block
-  // took 64 passes of 512 threads each way, most of a small shard's instructions.
+  // The histograms cleared and (below) flushed four bins per access: one bin per access, a
+  // block's kQ · 4,096 bins are 64 passes of 512 threads each way, most of a small shard's
+  // instructions.
   uint4* const h4 = reinterpret_cast<uint4*>(h);
   for (int i = threadIdx.x; i < kQ * kHist1Bins / 4; i += kFewThreads) h4[i] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
