@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,24 @@ class FewRun {
 
   /// The largest batch the plan serves on this shard.
   int max_batch() const { return few_.max_batch; }
+
+  /// After search(): the last batch's exact ranking scores [batch, rows] (l2: negated) and each
+  /// of its queries' level-1 histograms [batch][kHist1Bins] (the scan's counts of the keys' top
+  /// 12 bits, which the select reads and leaves).
+  std::vector<float> last_scores(int batch) const {
+    std::vector<float> s(static_cast<std::size_t>(batch) * shard_.n);
+    EXPECT_EQ(cudaMemcpy(s.data(), scores_.get(), s.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return s;
+  }
+  std::vector<std::uint32_t> last_histograms(int batch) {
+    std::vector<cuda_detail::FewQueryState> st(static_cast<std::size_t>(batch));
+    EXPECT_EQ(cudaMemcpy(st.data(), states_.as<cuda_detail::FewQueryState>(), st.size() * sizeof(st[0]),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    std::vector<std::uint32_t> h;
+    for (const auto& q : st) h.insert(h.end(), q.hists, q.hists + cuda_detail::kHist1Bins);
+    return h;
+  }
 
   /// Candidates [nq, k] of queries [nq, dim] (float32, host), in batches of `batch` (the last
   /// one shorter when batch does not divide nq; a batch of 1 is not the few-query scan's).
@@ -129,6 +148,49 @@ TEST(ScanFew, EveryBatchHasTheBatch1Bits) {
           for (int run = 0; run < 2; ++run)
             expect_same_candidates(few.search(q, nq, k, b), ref,
                                    what + ": batch " + std::to_string(b) + " run " + std::to_string(run));
+      }
+  }
+}
+
+// Each query's level-1 histogram counts every row's score once, in the bin of its key's top 12
+// bits (score.cuh's score_key), whatever the block: 10,007 rows (about one step of rows per
+// warp) and 100,003 (a partial last step), batches of 2, 3 (the 4-query kernel partly filled), 4
+// and 8, both metrics, float16 and float32. A histogram that loses or double-counts rows only widens or
+// narrows the select's first threshold, which the answers may survive; this checks the counts.
+TEST(ScanFew, LevelOneHistogramsCountEveryScore) {
+  SHARDTOPK_SKIP_WITHOUT_GPU();
+  use_test_device();
+  const std::int64_t dim = 768;
+  for (const std::int64_t n : {10007, 100003}) {
+    const std::vector<float> raw = random_floats(static_cast<size_t>(n * dim), 2700);
+    const std::vector<float> q = random_floats(static_cast<size_t>(8 * dim), 2701);
+    const std::vector<std::int64_t> ids = shuffled_ids(n, 2702);
+    for (const Dtype t : {Dtype::kFloat16, Dtype::kFloat32})
+      for (const bool l2 : {false, true}) {
+        const DeviceShard shard(raw, n, dim, t, ids);
+        FewRun few(shard, l2, cap_for(128));
+        for (const int b : {2, 3, 4, 8}) {
+          const std::string what = std::string(l2 ? "l2 " : "ip ") + dname(t) + " n=" + std::to_string(n) +
+                                   " batch " + std::to_string(b);
+          few.search(std::vector<float>(q.begin(), q.begin() + b * dim), b, 10, b);
+          const std::vector<float> sc = few.last_scores(b);
+          const std::vector<std::uint32_t> h = few.last_histograms(b);
+          for (int j = 0; j < b; ++j) {
+            std::vector<std::uint32_t> want(cuda_detail::kHist1Bins, 0u);
+            for (std::int64_t r = 0; r < n; ++r) {
+              std::uint32_t bits;
+              const float s = sc[static_cast<std::size_t>(j * n + r)] + 0.0f;  // −0 as +0, as score_key
+              std::memcpy(&bits, &s, sizeof bits);
+              ++want[((bits & 0x80000000u) ? ~bits : (bits | 0x80000000u)) >> 20];
+            }
+            int wrong_bins = 0;
+            for (int i = 0; i < cuda_detail::kHist1Bins; ++i)
+              if (h[static_cast<std::size_t>(j) * cuda_detail::kHist1Bins + i] != want[i] && ++wrong_bins <= 3)
+                ADD_FAILURE() << what << " query " << j << ": bin " << i << " holds "
+                              << h[static_cast<std::size_t>(j) * cuda_detail::kHist1Bins + i] << ", rows in it " << want[i];
+            EXPECT_EQ(wrong_bins, 0) << what << " query " << j;
+          }
+        }
       }
   }
 }

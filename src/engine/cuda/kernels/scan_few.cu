@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     for (int u = 0; u < 2; ++u) {
       const int c = c0 + u * kFewThreads;
 #pragma unroll
-      for (int q = 0; q < kQ; ++q) qv[u][q] = q < batch && c < dim ? queries[q * dim + c] : 0.0f;
+      for (int q = 0; q < kQ; ++q)
+        qv[u][q] = q < batch && c < dim ? queries[static_cast<std::int64_t>(q) * dim + c] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
