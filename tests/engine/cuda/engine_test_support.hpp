@@ -87,6 +87,13 @@ inline std::uint32_t bits_of(float f) {
   return u;
 }
 
+/// The order-preserving key of a score (score.cuh's score_key: −0 as +0): keys compare as the
+/// scores do; the kernels' histograms bin its top bits.
+inline std::uint32_t key_of(float s) {
+  const std::uint32_t b = bits_of(s + 0.0f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
 /// Same ids and bit-identical scores, slot by slot; names the first differing slots.
 inline void expect_same_candidates(const std::vector<Candidate>& a, const std::vector<Candidate>& b,
                                    const std::string& what) {

@@ -45,11 +45,7 @@ float approx_score(float g, const QueryInfo& qi, bool l2, float row_sq) {
   return (2.0f * dot - row_sq) - qi.qsq;
 }
 
-/// The order-preserving key of a score (score.cuh's score_key: −0 as +0) and the score of a key.
-std::uint32_t key_of(float s) {
-  const std::uint32_t b = bits_of(s + 0.0f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
+/// The score of an order-preserving key (key_of's inverse).
 float score_of_key(std::uint32_t key) {
   const std::uint32_t b = (key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key;
   float f;

@@ -7,7 +7,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -46,7 +45,7 @@ class FewRun {
     EXPECT_EQ(cudaMemcpy(s.data(), scores_.get(), s.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
     return s;
   }
-  std::vector<std::uint32_t> last_histograms(int batch) {
+  std::vector<std::uint32_t> last_histograms(int batch) const {
     std::vector<cuda_detail::FewQueryState> st(static_cast<std::size_t>(batch));
     EXPECT_EQ(cudaMemcpy(st.data(), states_.as<cuda_detail::FewQueryState>(), st.size() * sizeof(st[0]),
                          cudaMemcpyDeviceToHost),
@@ -177,17 +176,13 @@ TEST(ScanFew, LevelOneHistogramsCountEveryScore) {
           const std::vector<std::uint32_t> h = few.last_histograms(b);
           for (int j = 0; j < b; ++j) {
             std::vector<std::uint32_t> want(cuda_detail::kHist1Bins, 0u);
-            for (std::int64_t r = 0; r < n; ++r) {
-              std::uint32_t bits;
-              const float s = sc[static_cast<std::size_t>(j * n + r)] + 0.0f;  // −0 as +0, as score_key
-              std::memcpy(&bits, &s, sizeof bits);
-              ++want[((bits & 0x80000000u) ? ~bits : (bits | 0x80000000u)) >> 20];
-            }
+            for (std::int64_t r = 0; r < n; ++r) ++want[key_of(sc[static_cast<std::size_t>(j * n + r)]) >> 20];
+            const std::uint32_t* got = h.data() + static_cast<std::size_t>(j) * cuda_detail::kHist1Bins;
             int wrong_bins = 0;
             for (int i = 0; i < cuda_detail::kHist1Bins; ++i)
-              if (h[static_cast<std::size_t>(j) * cuda_detail::kHist1Bins + i] != want[i] && ++wrong_bins <= 3)
-                ADD_FAILURE() << what << " query " << j << ": bin " << i << " holds "
-                              << h[static_cast<std::size_t>(j) * cuda_detail::kHist1Bins + i] << ", rows in it " << want[i];
+              if (got[i] != want[i] && ++wrong_bins <= 3)
+                ADD_FAILURE() << what << " query " << j << ": bin " << i << " holds " << got[i] << ", rows in it "
+                              << want[i];
             EXPECT_EQ(wrong_bins, 0) << what << " query " << j;
           }
         }
